@@ -1,0 +1,181 @@
+//! The `mcp-mirror` binary: parses arguments, sets up logging and signals, then calls into the library.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use mcp_mirror::{cli, config, daemon, paths};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "mcp-mirror",
+    version,
+    about = "Mirror the resource catalogs of MCP servers into SQLite and serve them locally"
+)]
+struct Arguments {
+    /// The daemon's socket (default: from the environment, else the standard location).
+    #[arg(long, global = true, env = "MCP_MIRROR_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon in the foreground.
+    Serve {
+        /// The configuration file (default: /etc/mcp-mirror/daemon.toml for root, else the XDG config directory).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Log as human-readable text or as JSON lines.
+        #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+        log_format: LogFormat,
+    },
+    /// Show the daemon and every server's state.
+    Status,
+    /// List the merged catalog.
+    Ls {
+        /// Only resources from this server.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Full-text search over URI, name, title and description.
+    Search {
+        query: String,
+        #[arg(long)]
+        limit: Option<u64>,
+        #[arg(long)]
+        server: Option<String>,
+        #[arg(long)]
+        mime_type: Option<String>,
+        /// Treat the query as raw FTS5 syntax.
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Ask one server (or all) to walk its catalog again now.
+    Refresh {
+        server: Option<String>,
+        /// Wait until the new snapshot is committed.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let arguments = Arguments::parse();
+    if !matches!(arguments.command, Command::Serve { .. }) {
+        // SAFETY: restoring the default SIGPIPE action before any thread exists; it lets
+        // `mcp-mirror ls | head` end quietly like other command-line tools.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    let socket = arguments
+        .socket
+        .clone()
+        .unwrap_or_else(paths::default_socket);
+    let outcome = match &arguments.command {
+        Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
+        Command::Status => cli::status(&socket, arguments.json),
+        Command::Ls { server } => cli::ls(&socket, server.as_deref(), arguments.json),
+        Command::Search {
+            query,
+            limit,
+            server,
+            mime_type,
+            raw,
+        } => {
+            let search = cli::SearchArgs {
+                query,
+                limit: *limit,
+                server: server.as_deref(),
+                mime_type: mime_type.as_deref(),
+                raw: *raw,
+            };
+            cli::search(&socket, &search, arguments.json)
+        }
+        Command::Refresh { server, wait } => {
+            cli::refresh(&socket, server.as_deref(), *wait, arguments.json)
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("mcp-mirror: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Json => builder.json().init(),
+        // journald stamps every line itself.
+        LogFormat::Human if std::env::var_os("JOURNAL_STREAM").is_some() => {
+            builder.without_time().with_ansi(false).init()
+        }
+        LogFormat::Human => builder.init(),
+    }
+}
+
+fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
+    let config_path = config_path.unwrap_or_else(paths::default_config);
+    let config = match config::load(&config_path) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("mcp-mirror: invalid configuration: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("mcp-mirror: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<i32>();
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
+        Ok(signals) => signals,
+        Err(error) => {
+            eprintln!("mcp-mirror: cannot install signal handlers: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            let _ = stop.send(signal);
+        }
+    });
+    let shutdown = async move {
+        if let Ok(signal) = stopped.await {
+            tracing::info!(signal, "received a stop signal");
+        }
+    };
+    match runtime.block_on(daemon::run(config, shutdown)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            eprintln!("mcp-mirror: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! The protocol engine: JSON-RPC and MCP types, transports and SSE; only this module knows MCP wire details.
+
+mod client;
+mod http;
+mod rpc;
+pub mod sse;
+mod stdio;
+
+use serde_json::Value;
+
+pub use client::{Page, ServerHello, Session, SUPPORTED_VERSIONS};
+
+/// What a server sent us that the session owner must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// `notifications/resources/list_changed`: only a full re-walk is a safe reaction.
+    ResourcesListChanged,
+}
+
+/// A JSON-RPC error object as a server sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("`{method}` timed out after {seconds:.1}s")]
+    Timeout { method: String, seconds: f64 },
+    #[error("`{method}` failed with error {}: {}", .error.code, .error.message)]
+    Rpc { method: String, error: RpcError },
+    #[error("connection closed: {0}")]
+    Closed(String),
+    #[error("HTTP {status} from server: {body}")]
+    Http { status: u16, body: String },
+    #[error("{0}")]
+    Transport(String),
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+}
+
+impl McpError {
+    /// The JSON-RPC error code, when the server answered with an error object.
+    pub fn rpc_code(&self) -> Option<i64> {
+        match self {
+            McpError::Rpc { error, .. } => Some(error.code),
+            _ => None,
+        }
+    }
+
+    /// True when the connection itself is unusable and a new one is needed.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, McpError::Closed(_) | McpError::Transport(_))
+    }
+}

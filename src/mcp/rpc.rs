@@ -1,0 +1,142 @@
+//! JSON-RPC 2.0 plumbing shared by the transports: request ids, waiting callers and routing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{RpcError, ServerEvent};
+
+/// One message from the server, classified.
+pub enum Incoming {
+    Response {
+        id: Value,
+        outcome: Result<Value, RpcError>,
+    },
+    Notification {
+        method: String,
+    },
+    Request {
+        id: Value,
+        method: String,
+    },
+}
+
+pub fn classify(message: Value) -> Option<Incoming> {
+    let Value::Object(mut object) = message else {
+        return None;
+    };
+    let method = object
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let id = object.remove("id");
+    match (method, id) {
+        (Some(method), Some(id)) if !id.is_null() => Some(Incoming::Request { id, method }),
+        (Some(method), _) => Some(Incoming::Notification { method }),
+        (None, Some(id)) => {
+            let outcome = match object.remove("error") {
+                Some(error) => Err(parse_error_object(error)),
+                None => Ok(object.remove("result").unwrap_or(Value::Null)),
+            };
+            Some(Incoming::Response { id, outcome })
+        }
+        (None, None) => None,
+    }
+}
+
+fn parse_error_object(error: Value) -> RpcError {
+    RpcError {
+        code: error
+            .get("code")
+            .and_then(Value::as_i64)
+            .unwrap_or(super::INTERNAL_ERROR),
+        message: error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("(no message)")
+            .to_string(),
+        data: error.get("data").cloned(),
+    }
+}
+
+pub fn request_message(id: u64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+pub fn notification_message(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+/// The answer we give to a request from the server: `ping` gets `{}`, others are not supported.
+pub fn answer_server_request(id: Value, method: &str) -> Value {
+    if method == "ping" {
+        json!({"jsonrpc": "2.0", "id": id, "result": {}})
+    } else {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": super::METHOD_NOT_FOUND, "message": format!("client does not handle {method}")}})
+    }
+}
+
+/// Forwards server notifications we act on; everything else is logged and ignored.
+pub fn route_notification(server: &str, method: &str, events: &mpsc::Sender<ServerEvent>) {
+    match method {
+        "notifications/resources/list_changed" => {
+            // A full queue already holds a list_changed, so dropping this one loses nothing.
+            let _ = events.try_send(ServerEvent::ResourcesListChanged);
+        }
+        other => tracing::debug!(server, method = other, "ignoring notification"),
+    }
+}
+
+/// Callers waiting for responses, by request id.
+#[derive(Default)]
+pub struct PendingRequests {
+    next_id: AtomicU64,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>,
+}
+
+impl PendingRequests {
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn register(&self, id: u64) -> oneshot::Receiver<Result<Value, RpcError>> {
+        let (sender, receiver) = oneshot::channel();
+        self.lock().insert(id, sender);
+        receiver
+    }
+
+    pub fn forget(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Hands a response to its caller; false when nobody waits for that id.
+    pub fn complete(&self, id: &Value, outcome: Result<Value, RpcError>) -> bool {
+        let Some(number) = id.as_u64() else {
+            return false;
+        };
+        match self.lock().remove(&number) {
+            Some(sender) => {
+                let _ = sender.send(outcome);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drops every waiting caller, which makes their requests fail as closed.
+    pub fn fail_all(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>> {
+        // A poisoned map only means a panic elsewhere; the map itself is still consistent.
+        self.waiting
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

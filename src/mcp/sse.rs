@@ -1,0 +1,138 @@
+//! An incremental Server-Sent Events parser (WHATWG rules: LF, CRLF or CR line ends).
+
+/// One dispatched SSE event.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseEvent {
+    pub event: Option<String>,
+    pub data: String,
+    pub id: Option<String>,
+}
+
+/// Feeds bytes in, takes events out; holds only the unfinished line and event.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    line: Vec<u8>,
+    /// A CR ended the last line; an LF right after it belongs to that line end.
+    after_carriage_return: bool,
+    event: Option<String>,
+    data: String,
+    has_data: bool,
+    id: Option<String>,
+    /// The last `retry:` value the server asked for, in milliseconds.
+    pub retry_ms: Option<u64>,
+    /// The id of the last event with one, for `Last-Event-ID`.
+    pub last_event_id: Option<String>,
+}
+
+impl SseParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Consumes `bytes` and returns the events they completed.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        for &byte in bytes {
+            if self.after_carriage_return {
+                self.after_carriage_return = false;
+                if byte == b'\n' {
+                    continue;
+                }
+            }
+            match byte {
+                b'\n' => self.end_line(&mut events),
+                b'\r' => {
+                    self.after_carriage_return = true;
+                    self.end_line(&mut events);
+                }
+                other => self.line.push(other),
+            }
+        }
+        events
+    }
+
+    fn end_line(&mut self, events: &mut Vec<SseEvent>) {
+        let line = std::mem::take(&mut self.line);
+        let line = String::from_utf8_lossy(&line);
+        if line.is_empty() {
+            self.dispatch(events);
+            return;
+        }
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = match line.find(':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(' ').unwrap_or(value))
+            }
+            None => (&line[..], ""),
+        };
+        match field {
+            "event" => self.event = Some(value.to_string()),
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            "id" if !value.contains('\0') => self.id = Some(value.to_string()),
+            "retry" => {
+                if let Ok(milliseconds) = value.parse() {
+                    self.retry_ms = Some(milliseconds);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self, events: &mut Vec<SseEvent>) {
+        let id = self.id.take();
+        if let Some(id) = &id {
+            self.last_event_id = Some(id.clone());
+        }
+        let event = self.event.take();
+        let data = std::mem::take(&mut self.data);
+        let had_data = std::mem::replace(&mut self.has_data, false);
+        // Events without data are only id or retry updates (or keep-alives): skip them.
+        if had_data && !data.is_empty() {
+            events.push(SseEvent { event, data, id });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lf_crlf_and_split_data() {
+        let mut parser = SseParser::new();
+        let input = b": keep-alive\r\nevent: message\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\ndata: two\n\n";
+        let events = parser.feed(input);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].event.as_deref(), Some("message"));
+        assert_eq!(events[0].data, "{\"a\":\n1}");
+        assert_eq!(events[0].id.as_deref(), Some("7"));
+        assert_eq!(events[1].data, "two");
+        assert_eq!(parser.last_event_id.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn handles_chunk_boundaries_and_empty_data() {
+        let mut parser = SseParser::new();
+        let mut events = parser.feed(b"retry: 1500\r");
+        events.extend(parser.feed(b"\ndata:\n\nda"));
+        events.extend(parser.feed(b"ta: x\r\r"));
+        assert_eq!(
+            events,
+            vec![SseEvent {
+                event: None,
+                data: "x".into(),
+                id: None
+            }]
+        );
+        assert_eq!(parser.retry_ms, Some(1500));
+    }
+}

@@ -1,0 +1,229 @@
+//! The stdio transport: a child process speaking newline-delimited JSON-RPC on stdin and stdout.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use super::rpc::{self, Incoming, PendingRequests};
+use super::{McpError, ServerEvent};
+
+/// How long a child gets after stdin closes, and again after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+pub struct StdioConnection {
+    server: String,
+    outgoing: Option<mpsc::Sender<Vec<u8>>>,
+    pending: Arc<PendingRequests>,
+    child: Child,
+}
+
+impl StdioConnection {
+    pub fn spawn(
+        server: &str,
+        command: &Path,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: Option<&PathBuf>,
+        events: mpsc::Sender<ServerEvent>,
+    ) -> Result<Self, McpError> {
+        let mut builder = Command::new(command);
+        builder
+            .args(args)
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(cwd) = cwd {
+            builder.current_dir(cwd);
+        }
+        // SAFETY: setpgid and prctl are async-signal-safe. Its own process group keeps a
+        // terminal's Ctrl-C from reaching the child before our ordered shutdown does; the
+        // parent-death signal makes the kernel SIGTERM it if the daemon is killed outright.
+        unsafe {
+            builder.pre_exec(|| {
+                libc::setpgid(0, 0);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let mut child = builder.spawn().map_err(|error| {
+            McpError::Transport(format!("cannot start `{}`: {error}", command.display()))
+        })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(McpError::Transport("child pipes are missing".into()));
+        };
+        let pending = Arc::new(PendingRequests::default());
+        let (outgoing, mut outgoing_receiver) = mpsc::channel::<Vec<u8>>(64);
+
+        tokio::spawn(async move {
+            let mut stdin = stdin;
+            while let Some(mut line) = outgoing_receiver.recv().await {
+                line.push(b'\n');
+                if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+            // Dropping stdin here closes it, which asks a well-behaved server to exit.
+        });
+
+        let reader_pending = pending.clone();
+        let reader_outgoing = outgoing.clone();
+        let reader_server = server.to_string();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(line)) => handle_line(
+                        &reader_server,
+                        &line,
+                        &reader_pending,
+                        &reader_outgoing,
+                        &events,
+                    ),
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::warn!(server = %reader_server, %error, "cannot read the child's stdout");
+                        break;
+                    }
+                }
+            }
+            reader_pending.fail_all();
+            // Dropping `events` here tells the session that the connection is gone.
+        });
+
+        let stderr_server = server.to_string();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(server = %stderr_server, "child stderr: {line}");
+            }
+        });
+
+        Ok(StdioConnection {
+            server: server.to_string(),
+            outgoing: Some(outgoing),
+            pending,
+            child,
+        })
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, McpError> {
+        let id = self.pending.next_id();
+        let waiter = self.pending.register(id);
+        let message = rpc::request_message(id, method, params);
+        let exchange = async {
+            self.send(&message).await?;
+            let outcome = waiter.await.map_err(|_| {
+                McpError::Closed(format!("`{}` exited or closed stdout", self.server))
+            })?;
+            outcome.map_err(|error| McpError::Rpc {
+                method: method.to_string(),
+                error,
+            })
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(outcome) => {
+                if outcome.is_err() {
+                    self.pending.forget(id);
+                }
+                outcome
+            }
+            Err(_) => {
+                self.pending.forget(id);
+                Err(McpError::Timeout {
+                    method: method.to_string(),
+                    seconds: timeout.as_secs_f64(),
+                })
+            }
+        }
+    }
+
+    pub async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
+        self.send(&rpc::notification_message(method, params)).await
+    }
+
+    async fn send(&self, message: &Value) -> Result<(), McpError> {
+        let bytes =
+            serde_json::to_vec(message).map_err(|error| McpError::Protocol(error.to_string()))?;
+        let Some(outgoing) = &self.outgoing else {
+            return Err(McpError::Closed("stdin already closed".into()));
+        };
+        outgoing
+            .send(bytes)
+            .await
+            .map_err(|_| McpError::Closed(format!("`{}` closed its stdin", self.server)))
+    }
+
+    /// Stops the child: close stdin, wait, SIGTERM, wait, SIGKILL.
+    pub async fn close(mut self) {
+        self.outgoing = None;
+        if let Ok(Ok(status)) = tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+            tracing::debug!(server = %self.server, %status, "child exited after stdin closed");
+            return;
+        }
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) with a pid we own and a valid signal number.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        if let Ok(Ok(status)) = tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+            tracing::debug!(server = %self.server, %status, "child exited after SIGTERM");
+            return;
+        }
+        tracing::warn!(server = %self.server, "child ignored SIGTERM; killing it");
+        let _ = self.child.kill().await;
+    }
+}
+
+fn handle_line(
+    server: &str,
+    line: &str,
+    pending: &PendingRequests,
+    outgoing: &mpsc::Sender<Vec<u8>>,
+    events: &mpsc::Sender<ServerEvent>,
+) {
+    if line.trim().is_empty() {
+        return;
+    }
+    let message: Value = match serde_json::from_str(line) {
+        Ok(message) => message,
+        Err(error) => {
+            tracing::warn!(server, %error, "child wrote a line that is not JSON; ignoring it");
+            return;
+        }
+    };
+    match rpc::classify(message) {
+        Some(Incoming::Response { id, outcome }) => {
+            if !pending.complete(&id, outcome) {
+                tracing::debug!(server, %id, "response for a request nobody waits for");
+            }
+        }
+        Some(Incoming::Notification { method }) => rpc::route_notification(server, &method, events),
+        Some(Incoming::Request { id, method }) => {
+            let answer = rpc::answer_server_request(id, &method);
+            if let Ok(bytes) = serde_json::to_vec(&answer) {
+                let _ = outgoing.try_send(bytes);
+            }
+        }
+        None => tracing::warn!(
+            server,
+            "child wrote a JSON value that is not JSON-RPC; ignoring it"
+        ),
+    }
+}

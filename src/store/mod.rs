@@ -1,0 +1,402 @@
+//! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
+
+mod queries;
+mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+pub use queries::{decode_cursor, encode_cursor, SearchFilters, ORIGIN_META_KEY};
+use writer::{Batch, WriteOp};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("cannot create the directory {path}: {source}")]
+    Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the database {path} has schema version {found}, newer than this mcp-mirror knows ({known}); use a newer mcp-mirror or another database"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("database error: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("the store's writer has stopped")]
+    WriterGone,
+    #[error("{0}")]
+    Walk(String),
+}
+
+/// One resource as the store keeps it; built from the server's JSON by the walk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceRow {
+    pub uri: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub size: Option<i64>,
+    pub annotations: Option<String>,
+    pub icons: Option<String>,
+    pub meta: Option<String>,
+    pub raw: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateRow {
+    pub uri_template: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub raw: String,
+}
+
+/// A configured server as the store records it.
+#[derive(Debug, Clone)]
+pub struct ServerEntry {
+    pub name: String,
+    pub priority: i64,
+    pub transport: String,
+}
+
+/// What a session reports about its server; each variant is one state transition.
+#[derive(Debug, Clone)]
+pub enum ServerUpdate {
+    Connecting,
+    Connected {
+        protocol_version: String,
+        capabilities: Value,
+        server_info: Value,
+    },
+    /// Connected, but the server declared no `resources` capability: nothing to mirror.
+    NoResources,
+    Walking,
+    /// The walk failed; the last complete snapshot stays and is marked stale.
+    WalkFailed {
+        error: String,
+    },
+    /// The connection failed or dropped; a retry is scheduled.
+    BackingOff {
+        error: String,
+        retry_at_ms: i64,
+    },
+    Stopped,
+}
+
+/// Numbers a walk reports with its commit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WalkReport {
+    pub started_at_ms: i64,
+    pub duration_ms: i64,
+    pub pages: u64,
+    pub duplicates: u64,
+    pub skipped: u64,
+}
+
+/// What a swap changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwapOutcome {
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+    pub resources: u64,
+    pub templates: u64,
+}
+
+/// One server's row in `catalog/status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServerStatus {
+    pub name: String,
+    pub priority: i64,
+    pub transport: String,
+    pub state: String,
+    pub protocol_version: Option<String>,
+    pub server_info: Option<Value>,
+    pub resources: u64,
+    pub templates: u64,
+    pub stale: bool,
+    pub snapshot_at_ms: Option<i64>,
+    pub connected_at_ms: Option<i64>,
+    pub retry_at_ms: Option<i64>,
+    pub last_walk: Option<LastWalk>,
+    pub walks_ok: u64,
+    pub walks_failed: u64,
+    pub last_error: Option<String>,
+    pub last_error_at_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LastWalk {
+    pub at_ms: i64,
+    pub duration_ms: i64,
+    pub pages: u64,
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+    pub duplicates: u64,
+    pub skipped: u64,
+}
+
+/// One search result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchHit {
+    pub server: String,
+    pub uri: String,
+    pub name: String,
+    pub title: Option<String>,
+    #[serde(rename = "mimeType")]
+    pub mime_type: Option<String>,
+    pub score: f64,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// How many pages of one walk may wait for the writer before the walk waits too.
+const PAGES_IN_FLIGHT: usize = 4;
+
+/// The handle everything else uses; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    path: PathBuf,
+    writer: mpsc::UnboundedSender<WriteOp>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+    next_walk_id: Arc<AtomicU64>,
+}
+
+impl Store {
+    /// Opens (creating and migrating as needed) the database and starts the writer thread.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::Directory {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        let connection = schema::open_writer(path)?;
+        let (sender, receiver) = mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || writer::run(connection, receiver))
+            .map_err(|error| {
+                StoreError::Walk(format!("cannot start the writer thread: {error}"))
+            })?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            writer: sender,
+            readers: Arc::new(Mutex::new(Vec::new())),
+            next_walk_id: Arc::new(AtomicU64::new(1)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> WriteOp,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(make(reply))
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Records the configured servers; servers no longer configured are dropped with their snapshots.
+    pub async fn sync_servers(&self, servers: Vec<ServerEntry>) -> Result<(), StoreError> {
+        self.call(|reply| WriteOp::SyncServers { servers, reply })
+            .await
+    }
+
+    pub async fn update_server(
+        &self,
+        server: &str,
+        update: ServerUpdate,
+    ) -> Result<(), StoreError> {
+        let server = server.to_string();
+        self.call(|reply| WriteOp::UpdateServer {
+            server,
+            update,
+            reply,
+        })
+        .await
+    }
+
+    /// Starts staging a new walk of `server`; nothing is visible until `commit`.
+    pub fn begin_walk(&self, server: &str) -> StagedWalk {
+        StagedWalk {
+            id: self.next_walk_id.fetch_add(1, Ordering::Relaxed),
+            server: server.to_string(),
+            writer: self.writer.clone(),
+            in_flight: Arc::new(Semaphore::new(PAGES_IN_FLIGHT)),
+            finished: false,
+        }
+    }
+
+    /// Runs `query` on a read-only connection off the async threads.
+    async fn read<T: Send + 'static>(
+        &self,
+        query: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let readers = self.readers.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = readers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .pop();
+            let connection = match pooled {
+                Some(connection) => connection,
+                None => schema::open_reader(&path)?,
+            };
+            let outcome = query(&connection);
+            readers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(connection);
+            outcome
+        })
+        .await
+        .map_err(|error| StoreError::Walk(format!("query task failed: {error}")))?
+    }
+
+    pub async fn status(&self) -> Result<Vec<ServerStatus>, StoreError> {
+        self.read(queries::server_status).await
+    }
+
+    /// A page of the merged catalog after `after_uri`; the flag says whether more follow.
+    pub async fn list_resources(
+        &self,
+        after_uri: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<Value>, bool), StoreError> {
+        self.read(move |connection| {
+            queries::merged_resources(connection, after_uri.as_deref(), limit)
+        })
+        .await
+    }
+
+    pub async fn list_templates(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<Value>, bool), StoreError> {
+        self.read(move |connection| queries::merged_templates(connection, after.as_deref(), limit))
+            .await
+    }
+
+    pub async fn search(
+        &self,
+        query: String,
+        filters: SearchFilters,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        self.read(move |connection| queries::search(connection, &query, &filters, limit))
+            .await
+    }
+
+    /// Stops the writer after the operations already queued; returns when it has closed the database.
+    pub async fn close(&self) {
+        let (reply, done) = oneshot::channel();
+        if self.writer.send(WriteOp::Close { reply }).is_ok() {
+            let _ = done.await;
+        }
+        self.readers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
+}
+
+/// A walk being staged; dropping it without `commit` discards what it staged.
+pub struct StagedWalk {
+    id: u64,
+    server: String,
+    writer: mpsc::UnboundedSender<WriteOp>,
+    in_flight: Arc<Semaphore>,
+    finished: bool,
+}
+
+impl StagedWalk {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Queues a page of resources for staging; waits only when the writer is behind.
+    pub async fn add_resources(&self, rows: Vec<ResourceRow>) -> Result<(), StoreError> {
+        self.stage(Batch::Resources(rows)).await
+    }
+
+    pub async fn add_templates(&self, rows: Vec<TemplateRow>) -> Result<(), StoreError> {
+        self.stage(Batch::Templates(rows)).await
+    }
+
+    async fn stage(&self, batch: Batch) -> Result<(), StoreError> {
+        let permit = self
+            .in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        let operation = WriteOp::Stage {
+            walk_id: self.id,
+            server: self.server.clone(),
+            batch,
+            permit,
+        };
+        self.writer
+            .send(operation)
+            .map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Swaps the staged walk in as the server's snapshot, in one transaction.
+    pub async fn commit(mut self, report: WalkReport) -> Result<SwapOutcome, StoreError> {
+        self.finished = true;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::Commit {
+                walk_id: self.id,
+                server: self.server.clone(),
+                report,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+impl Drop for StagedWalk {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.writer.send(WriteOp::Abort { walk_id: self.id });
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Opening connections: per-connection pragmas, and migrations tracked by `PRAGMA user_version`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::StoreError;
+
+/// Every migration, in order; migration N brings the schema to `user_version` N.
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_initial.sql")];
+
+pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+    let open_error = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut connection = Connection::open(path).map_err(open_error)?;
+    connection
+        .busy_timeout(Duration::from_secs(5))
+        .map_err(open_error)?;
+    connection
+        .pragma_update(None, "journal_mode", "WAL")
+        .map_err(open_error)?;
+    connection
+        .pragma_update(None, "synchronous", "NORMAL")
+        .map_err(open_error)?;
+    connection
+        .pragma_update(None, "foreign_keys", "ON")
+        .map_err(open_error)?;
+    // Staging lives in memory-backed temp tables, so an abandoned walk leaves nothing on disk.
+    connection
+        .pragma_update(None, "temp_store", "MEMORY")
+        .map_err(open_error)?;
+    migrate(path, &mut connection)?;
+    Ok(connection)
+}
+
+fn migrate(path: &Path, connection: &mut Connection) -> Result<(), StoreError> {
+    let known = MIGRATIONS.len() as i64;
+    let found: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if found > known {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            known,
+        });
+    }
+    if found == known {
+        return Ok(());
+    }
+    let transaction = connection.transaction()?;
+    for (index, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        transaction.execute_batch(migration)?;
+        tracing::info!(version = index + 1, "applied database migration");
+    }
+    transaction.pragma_update(None, "user_version", known)?;
+    transaction.commit()?;
+    Ok(())
+}
+
+pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    let open_error = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let connection = Connection::open_with_flags(path, flags).map_err(open_error)?;
+    connection
+        .busy_timeout(Duration::from_secs(5))
+        .map_err(open_error)?;
+    let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if version > MIGRATIONS.len() as i64 {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found: version,
+            known: MIGRATIONS.len() as i64,
+        });
+    }
+    Ok(connection)
+}

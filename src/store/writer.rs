@@ -1,0 +1,417 @@
+//! The one writer thread: stages walks in temp tables and swaps each complete walk in one transaction.
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+
+use super::{
+    now_ms, ResourceRow, ServerEntry, ServerUpdate, StoreError, SwapOutcome, TemplateRow,
+    WalkReport,
+};
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+pub enum WriteOp {
+    SyncServers {
+        servers: Vec<ServerEntry>,
+        reply: Reply<()>,
+    },
+    UpdateServer {
+        server: String,
+        update: ServerUpdate,
+        reply: Reply<()>,
+    },
+    Stage {
+        walk_id: u64,
+        server: String,
+        batch: Batch,
+        permit: OwnedSemaphorePermit,
+    },
+    Commit {
+        walk_id: u64,
+        server: String,
+        report: WalkReport,
+        reply: Reply<SwapOutcome>,
+    },
+    Abort {
+        walk_id: u64,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// One page of a walk on its way to staging.
+pub enum Batch {
+    Resources(Vec<ResourceRow>),
+    Templates(Vec<TemplateRow>),
+}
+
+const STAGING_SCHEMA: &str = "
+CREATE TEMP TABLE IF NOT EXISTS staging_resources (
+    walk_id INTEGER NOT NULL, uri TEXT NOT NULL, name TEXT NOT NULL, title TEXT, description TEXT,
+    mime_type TEXT, size INTEGER, annotations TEXT, icons TEXT, meta TEXT, raw TEXT NOT NULL,
+    PRIMARY KEY (walk_id, uri)
+) WITHOUT ROWID;
+CREATE TEMP TABLE IF NOT EXISTS staging_templates (
+    walk_id INTEGER NOT NULL, uri_template TEXT NOT NULL, name TEXT NOT NULL, title TEXT,
+    description TEXT, mime_type TEXT, raw TEXT NOT NULL,
+    PRIMARY KEY (walk_id, uri_template)
+) WITHOUT ROWID;
+CREATE TEMP TABLE IF NOT EXISTS swap_ids (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL);
+";
+
+/// Kinds in `swap_ids`.
+const REMOVED: i64 = 0;
+const CHANGED: i64 = 1;
+const ADDED: i64 = 2;
+
+pub fn run(mut connection: Connection, mut operations: mpsc::UnboundedReceiver<WriteOp>) {
+    if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
+        tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
+    }
+    // Walks whose staging failed, with the first error; their commit reports it.
+    let mut failed_walks: HashMap<u64, String> = HashMap::new();
+    while let Some(operation) = operations.blocking_recv() {
+        match operation {
+            WriteOp::SyncServers { servers, reply } => {
+                let _ = reply.send(sync_servers(&mut connection, &servers));
+            }
+            WriteOp::UpdateServer {
+                server,
+                update,
+                reply,
+            } => {
+                let _ = reply.send(update_server(&connection, &server, &update));
+            }
+            WriteOp::Stage {
+                walk_id,
+                server,
+                batch,
+                permit,
+            } => {
+                // After one failed page the walk cannot commit, so later pages are skipped.
+                if let Entry::Vacant(slot) = failed_walks.entry(walk_id) {
+                    let staged = match &batch {
+                        Batch::Resources(rows) => stage_resources(&mut connection, walk_id, rows),
+                        Batch::Templates(rows) => stage_templates(&mut connection, walk_id, rows),
+                    };
+                    if let Err(error) = staged {
+                        tracing::warn!(server, walk_id, %error, "staging a page failed");
+                        slot.insert(error.to_string());
+                    }
+                }
+                drop(permit);
+            }
+            WriteOp::Commit {
+                walk_id,
+                server,
+                report,
+                reply,
+            } => {
+                let outcome = match failed_walks.remove(&walk_id) {
+                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    None => swap(&mut connection, walk_id, &server, &report),
+                };
+                discard_staging(&connection, walk_id);
+                let _ = reply.send(outcome);
+            }
+            WriteOp::Abort { walk_id } => {
+                failed_walks.remove(&walk_id);
+                discard_staging(&connection, walk_id);
+            }
+            WriteOp::Close { reply } => {
+                if let Err(error) = connection.execute_batch("PRAGMA optimize;") {
+                    tracing::debug!(%error, "PRAGMA optimize failed at close");
+                }
+                drop(connection);
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+}
+
+fn sync_servers(connection: &mut Connection, servers: &[ServerEntry]) -> Result<(), StoreError> {
+    let transaction = connection.transaction()?;
+    {
+        let mut upsert = transaction.prepare_cached(
+            "INSERT INTO servers (name, priority, transport, state) VALUES (?1, ?2, ?3, 'starting')
+             ON CONFLICT (name) DO UPDATE SET priority = excluded.priority, transport = excluded.transport,
+                 state = 'starting', retry_at = NULL",
+        )?;
+        for server in servers {
+            upsert.execute(params![server.name, server.priority, server.transport])?;
+        }
+        let configured: Vec<&str> = servers.iter().map(|server| server.name.as_str()).collect();
+        let mut known = transaction.prepare("SELECT id, name FROM servers")?;
+        let stale: Vec<(i64, String)> = known
+            .query_map([], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .filter(|(_, name)| !configured.contains(&name.as_str()))
+            .collect();
+        for (id, name) in stale {
+            transaction.execute(
+                "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
+                 SELECT 'delete', id, uri, name, title, description FROM resources WHERE server_id = ?1",
+                [id],
+            )?;
+            transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
+            tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
+        }
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+fn update_server(
+    connection: &Connection,
+    server: &str,
+    update: &ServerUpdate,
+) -> Result<(), StoreError> {
+    let now = now_ms();
+    match update {
+        ServerUpdate::Connecting => connection.execute(
+            "UPDATE servers SET state = 'connecting', retry_at = NULL WHERE name = ?1",
+            params![server],
+        )?,
+        ServerUpdate::Connected {
+            protocol_version,
+            capabilities,
+            server_info,
+        } => connection.execute(
+            "UPDATE servers SET state = 'connected', protocol_version = ?2, capabilities = ?3,
+                 server_info = ?4, connected_at = ?5, retry_at = NULL WHERE name = ?1",
+            params![server, protocol_version, capabilities.to_string(), server_info.to_string(), now],
+        )?,
+        ServerUpdate::NoResources => connection.execute(
+            "UPDATE servers SET state = 'no_resources', stale = 0, last_error = NULL WHERE name = ?1",
+            params![server],
+        )?,
+        ServerUpdate::Walking => connection.execute(
+            "UPDATE servers SET state = 'walking' WHERE name = ?1",
+            params![server],
+        )?,
+        ServerUpdate::WalkFailed { error } => connection.execute(
+            "UPDATE servers SET state = 'failed', stale = 1, last_error = ?2, last_error_at = ?3,
+                 walks_failed = walks_failed + 1 WHERE name = ?1",
+            params![server, error, now],
+        )?,
+        ServerUpdate::BackingOff { error, retry_at_ms } => connection.execute(
+            "UPDATE servers SET state = 'backing_off', stale = 1, last_error = ?2, last_error_at = ?3,
+                 retry_at = ?4 WHERE name = ?1",
+            params![server, error, now, retry_at_ms],
+        )?,
+        ServerUpdate::Stopped => connection.execute(
+            "UPDATE servers SET state = 'stopped', retry_at = NULL WHERE name = ?1",
+            params![server],
+        )?,
+    };
+    Ok(())
+}
+
+fn stage_resources(
+    connection: &mut Connection,
+    walk_id: u64,
+    rows: &[ResourceRow],
+) -> Result<(), StoreError> {
+    let transaction = connection.transaction()?;
+    {
+        // The first listing of a URI wins; later duplicates in the same walk are ignored.
+        let mut insert = transaction.prepare_cached(
+            "INSERT OR IGNORE INTO temp.staging_resources
+                 (walk_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?;
+        for row in rows {
+            insert.execute(params![
+                walk_id as i64,
+                row.uri,
+                row.name,
+                row.title,
+                row.description,
+                row.mime_type,
+                row.size,
+                row.annotations,
+                row.icons,
+                row.meta,
+                row.raw
+            ])?;
+        }
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+fn stage_templates(
+    connection: &mut Connection,
+    walk_id: u64,
+    rows: &[TemplateRow],
+) -> Result<(), StoreError> {
+    let transaction = connection.transaction()?;
+    {
+        let mut insert = transaction.prepare_cached(
+            "INSERT OR IGNORE INTO temp.staging_templates
+                 (walk_id, uri_template, name, title, description, mime_type, raw)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for row in rows {
+            insert.execute(params![
+                walk_id as i64,
+                row.uri_template,
+                row.name,
+                row.title,
+                row.description,
+                row.mime_type,
+                row.raw
+            ])?;
+        }
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+fn discard_staging(connection: &Connection, walk_id: u64) {
+    let outcome = connection
+        .execute(
+            "DELETE FROM temp.staging_resources WHERE walk_id = ?1",
+            [walk_id as i64],
+        )
+        .and_then(|_| {
+            connection.execute(
+                "DELETE FROM temp.staging_templates WHERE walk_id = ?1",
+                [walk_id as i64],
+            )
+        });
+    if let Err(error) = outcome {
+        tracing::warn!(walk_id, %error, "cannot discard staged rows");
+    }
+}
+
+/// Applies the staged walk as a diff against the server's snapshot, all in one transaction.
+fn swap(
+    connection: &mut Connection,
+    walk_id: u64,
+    server: &str,
+    report: &WalkReport,
+) -> Result<SwapOutcome, StoreError> {
+    let walk = walk_id as i64;
+    let transaction =
+        connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let server_id: i64 = transaction
+        .query_row("SELECT id FROM servers WHERE name = ?1", [server], |row| {
+            row.get(0)
+        })
+        .optional()?
+        .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
+    transaction.execute("DELETE FROM temp.swap_ids", [])?;
+    let removed = transaction.execute(
+        "INSERT INTO temp.swap_ids (id, kind)
+         SELECT r.id, ?3 FROM resources r
+         WHERE r.server_id = ?1
+           AND NOT EXISTS (SELECT 1 FROM temp.staging_resources s WHERE s.walk_id = ?2 AND s.uri = r.uri)",
+        params![server_id, walk, REMOVED],
+    )? as u64;
+    let changed = transaction.execute(
+        "INSERT INTO temp.swap_ids (id, kind)
+         SELECT r.id, ?3 FROM resources r
+         JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = r.uri
+         WHERE r.server_id = ?1 AND s.raw IS NOT r.raw",
+        params![server_id, walk, CHANGED],
+    )? as u64;
+    // The index forgets the old text of removed and changed rows before the rows change.
+    transaction.execute(
+        "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
+         SELECT 'delete', r.id, r.uri, r.name, r.title, r.description
+         FROM temp.swap_ids x JOIN resources r ON r.id = x.id",
+        [],
+    )?;
+    transaction.execute(
+        "DELETE FROM resources WHERE id IN (SELECT id FROM temp.swap_ids WHERE kind = ?1)",
+        [REMOVED],
+    )?;
+    transaction.execute(
+        "UPDATE resources AS r SET name = s.name, title = s.title, description = s.description,
+             mime_type = s.mime_type, size = s.size, annotations = s.annotations, icons = s.icons,
+             meta = s.meta, raw = s.raw
+         FROM temp.staging_resources AS s
+         WHERE s.walk_id = ?1 AND s.uri = r.uri
+           AND r.id IN (SELECT id FROM temp.swap_ids WHERE kind = ?2)",
+        params![walk, CHANGED],
+    )?;
+    // New rows get ids above the current maximum, which is how we find them for the index.
+    let highest_id: i64 =
+        transaction.query_row("SELECT coalesce(max(id), 0) FROM resources", [], |row| {
+            row.get(0)
+        })?;
+    let added = transaction.execute(
+        "INSERT INTO resources (server_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw)
+         SELECT ?1, s.uri, s.name, s.title, s.description, s.mime_type, s.size, s.annotations, s.icons, s.meta, s.raw
+         FROM temp.staging_resources s
+         WHERE s.walk_id = ?2
+           AND NOT EXISTS (SELECT 1 FROM resources r WHERE r.server_id = ?1 AND r.uri = s.uri)",
+        params![server_id, walk],
+    )? as u64;
+    transaction.execute(
+        "INSERT INTO temp.swap_ids (id, kind) SELECT id, ?2 FROM resources WHERE id > ?1",
+        params![highest_id, ADDED],
+    )?;
+    transaction.execute(
+        "INSERT INTO resources_fts (rowid, uri, name, title, description)
+         SELECT r.id, r.uri, r.name, r.title, r.description
+         FROM temp.swap_ids x JOIN resources r ON r.id = x.id WHERE x.kind IN (?1, ?2)",
+        params![CHANGED, ADDED],
+    )?;
+    transaction.execute(
+        "DELETE FROM resource_templates WHERE server_id = ?1",
+        [server_id],
+    )?;
+    let templates = transaction.execute(
+        "INSERT INTO resource_templates (server_id, uri_template, name, title, description, mime_type, raw)
+         SELECT ?1, uri_template, name, title, description, mime_type, raw
+         FROM temp.staging_templates WHERE walk_id = ?2",
+        params![server_id, walk],
+    )? as u64;
+    let resources: i64 = transaction.query_row(
+        "SELECT count(*) FROM resources WHERE server_id = ?1",
+        [server_id],
+        |row| row.get(0),
+    )?;
+    let now = now_ms();
+    transaction.execute(
+        "UPDATE servers SET state = 'synced', stale = 0, last_error = NULL, last_error_at = NULL,
+             snapshot_at = ?2, resource_count = ?3, template_count = ?4,
+             last_walk_at = ?5, last_walk_ms = ?6, last_walk_pages = ?7, last_walk_added = ?8,
+             last_walk_removed = ?9, last_walk_changed = ?10, last_walk_duplicates = ?11,
+             last_walk_skipped = ?12, walks_ok = walks_ok + 1
+         WHERE id = ?1",
+        params![
+            server_id,
+            now,
+            resources,
+            templates as i64,
+            report.started_at_ms,
+            report.duration_ms,
+            report.pages as i64,
+            added as i64,
+            removed as i64,
+            changed as i64,
+            report.duplicates as i64,
+            report.skipped as i64
+        ],
+    )?;
+    transaction.execute("DELETE FROM temp.swap_ids", [])?;
+    transaction.commit()?;
+    Ok(SwapOutcome {
+        added,
+        removed,
+        changed,
+        resources: resources as u64,
+        templates,
+    })
+}

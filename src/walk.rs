@@ -1,0 +1,243 @@
+//! One walk of a server's catalog: follow `nextCursor` to the end, stream pages into staging, swap.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::config::WalkLimits;
+use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::store::{
+    now_ms, ResourceRow, StagedWalk, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
+};
+
+/// Why a walk did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum WalkError {
+    /// The connection broke; the session must reconnect before walking again.
+    #[error("{0}")]
+    Connection(McpError),
+    /// The server answered, but the walk could not complete (an error, a guard tripped).
+    #[error("{0}")]
+    Failed(String),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl From<McpError> for WalkError {
+    fn from(error: McpError) -> Self {
+        if error.is_connection_lost() {
+            WalkError::Connection(error)
+        } else {
+            WalkError::Failed(error.to_string())
+        }
+    }
+}
+
+/// The result of a complete walk.
+#[derive(Debug, Clone, Copy)]
+pub struct WalkSummary {
+    pub swap: SwapOutcome,
+    pub report: WalkReport,
+}
+
+/// Walks `resources/list` and `resources/templates/list` to the end and swaps the result in.
+/// A stale cursor (-32602) part way restarts the walk from the beginning once.
+pub async fn walk(
+    session: &Session,
+    store: &Store,
+    server: &str,
+    limits: WalkLimits,
+) -> Result<WalkSummary, WalkError> {
+    let started = Instant::now();
+    let started_at_ms = now_ms();
+    let mut restarted = false;
+    loop {
+        let staged = store.begin_walk(server);
+        match walk_once(session, &staged, limits).await {
+            Ok(mut report) => {
+                walk_templates(session, &staged, limits).await?;
+                report.started_at_ms = started_at_ms;
+                report.duration_ms = started.elapsed().as_millis() as i64;
+                let swap = staged.commit(report).await?;
+                return Ok(WalkSummary { swap, report });
+            }
+            Err(Attempt::StaleCursor(error)) if !restarted => {
+                tracing::info!(server, %error, "stale cursor part way through the walk; starting again");
+                restarted = true;
+            }
+            Err(Attempt::StaleCursor(error)) => {
+                return Err(WalkError::Failed(format!(
+                    "the server rejected its own cursor twice (stale cursor): {error}"
+                )))
+            }
+            Err(Attempt::Error(error)) => return Err(error),
+        }
+    }
+}
+
+enum Attempt {
+    StaleCursor(McpError),
+    Error(WalkError),
+}
+
+impl<E: Into<WalkError>> From<E> for Attempt {
+    fn from(error: E) -> Self {
+        Attempt::Error(error.into())
+    }
+}
+
+async fn walk_once(
+    session: &Session,
+    staged: &StagedWalk,
+    limits: WalkLimits,
+) -> Result<WalkReport, Attempt> {
+    // Hashes of the URIs seen so far: enough to count new URIs per page without holding the catalog.
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut report = WalkReport::default();
+    let mut cursor: Option<String> = None;
+    let mut pages_without_new = 0u64;
+    loop {
+        if report.pages >= limits.max_pages {
+            return Err(WalkError::Failed(format!(
+                "page cap reached: the catalog has more than {} pages (max_pages)",
+                limits.max_pages
+            ))
+            .into());
+        }
+        let page = match session
+            .list_page("resources/list", "resources", cursor.as_deref())
+            .await
+        {
+            Ok(page) => page,
+            Err(error) if cursor.is_some() && error.rpc_code() == Some(INVALID_PARAMS) => {
+                return Err(Attempt::StaleCursor(error))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        report.pages += 1;
+        let mut rows = Vec::with_capacity(page.items.len());
+        for item in page.items {
+            let Some(row) = resource_row(item) else {
+                report.skipped += 1;
+                continue;
+            };
+            if !seen.insert(hasher.hash_one(&row.uri)) {
+                report.duplicates += 1;
+                continue;
+            }
+            if seen.len() as u64 > limits.max_items {
+                return Err(WalkError::Failed(format!(
+                    "item cap reached: the catalog has more than {} resources (max_items)",
+                    limits.max_items
+                ))
+                .into());
+            }
+            rows.push(row);
+        }
+        let new_in_page = rows.len();
+        staged.add_resources(rows).await?;
+        let Some(next) = page.next_cursor else {
+            return Ok(report);
+        };
+        if new_in_page == 0 {
+            pages_without_new += 1;
+            if pages_without_new >= limits.max_pages_without_new {
+                return Err(WalkError::Failed(format!(
+                    "cursor loop: {pages_without_new} pages in a row listed no new resource (last cursor {next:?})"
+                ))
+                .into());
+            }
+        } else {
+            pages_without_new = 0;
+        }
+        cursor = Some(next);
+    }
+}
+
+async fn walk_templates(
+    session: &Session,
+    staged: &StagedWalk,
+    limits: WalkLimits,
+) -> Result<(), WalkError> {
+    let mut cursor: Option<String> = None;
+    let mut pages = 0u64;
+    loop {
+        let page = match session
+            .list_page(
+                "resources/templates/list",
+                "resourceTemplates",
+                cursor.as_deref(),
+            )
+            .await
+        {
+            Ok(page) => page,
+            // Many servers have resources but no templates method: that is an empty list.
+            Err(error) if cursor.is_none() && error.rpc_code() == Some(METHOD_NOT_FOUND) => {
+                return Ok(())
+            }
+            Err(error) => return Err(error.into()),
+        };
+        pages += 1;
+        let rows: Vec<TemplateRow> = page.items.into_iter().filter_map(template_row).collect();
+        staged.add_templates(rows).await?;
+        match page.next_cursor {
+            None => return Ok(()),
+            Some(_) if pages >= limits.max_pages.min(1_000) => {
+                return Err(WalkError::Failed(
+                    "template list does not end (page cap reached)".into(),
+                ))
+            }
+            Some(next) => cursor = Some(next),
+        }
+    }
+}
+
+fn text_field(object: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
+    object.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+fn json_field(object: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
+    object
+        .get(key)
+        .filter(|value| !value.is_null())
+        .map(Value::to_string)
+}
+
+/// Builds a store row from a listed Resource; `None` when it has no usable `uri`.
+pub fn resource_row(item: Value) -> Option<ResourceRow> {
+    let Value::Object(object) = &item else {
+        return None;
+    };
+    let uri = text_field(object, "uri").filter(|uri| !uri.is_empty())?;
+    Some(ResourceRow {
+        // `name` is required by the schema; a server that omits it still gets its URI shown.
+        name: text_field(object, "name").unwrap_or_else(|| uri.clone()),
+        title: text_field(object, "title"),
+        description: text_field(object, "description"),
+        mime_type: text_field(object, "mimeType"),
+        size: object.get("size").and_then(Value::as_i64),
+        annotations: json_field(object, "annotations"),
+        icons: json_field(object, "icons"),
+        meta: json_field(object, "_meta"),
+        raw: item.to_string(),
+        uri,
+    })
+}
+
+fn template_row(item: Value) -> Option<TemplateRow> {
+    let Value::Object(object) = &item else {
+        return None;
+    };
+    let uri_template = text_field(object, "uriTemplate").filter(|template| !template.is_empty())?;
+    Some(TemplateRow {
+        name: text_field(object, "name").unwrap_or_else(|| uri_template.clone()),
+        title: text_field(object, "title"),
+        description: text_field(object, "description"),
+        mime_type: text_field(object, "mimeType"),
+        raw: item.to_string(),
+        uri_template,
+    })
+}

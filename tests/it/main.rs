@@ -1,0 +1,11 @@
+//! The one integration-test binary: real daemon, real MCP servers, real SQLite, real socket.
+
+mod support;
+
+mod cli;
+mod config;
+mod crash;
+mod faults;
+mod interop;
+mod socket;
+mod walk;
