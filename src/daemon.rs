@@ -33,7 +33,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .context("while recording the configured servers")?;
     let listener = api::bind(&config.daemon.socket)?;
     let (stop, stopping) = watch::channel(false);
-    let supervisor = Arc::new(Supervisor::start(&config.servers, &store, &stopping));
+    let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
     let context = Arc::new(ApiContext {
         store: store.clone(),
         supervisor: supervisor.clone(),
@@ -54,7 +54,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     tracing::info!("shutting down");
     let _ = stop.send(true);
     let _ = api_task.await;
-    supervisor.join().await;
+    supervisor.shutdown().await;
     store.close().await;
     if let Err(error) = std::fs::remove_file(&config.daemon.socket) {
         tracing::debug!(%error, "could not remove the socket file");

@@ -1,7 +1,9 @@
 //! One actor per server: connect, walk, listen for changes, back off; reached only through its handle.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -18,54 +20,105 @@ const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 pub type RefreshReply = oneshot::Sender<Result<WalkSummary, String>>;
+pub type ReadReply = oneshot::Sender<Result<Value, ReadError>>;
 
 pub enum SessionCommand {
     /// Walk again now; with a reply, answer after that walk's swap committed (or failed).
     Refresh { reply: Option<RefreshReply> },
+    /// `resources/read` through the live session.
+    Read { uri: String, reply: ReadReply },
 }
 
-/// The supervisor's handle on one session actor; the actor ends when shutdown is signalled.
+/// Why a read through a session failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReadError {
+    #[error("server {server} is not connected ({reason})")]
+    Offline { server: String, reason: String },
+    #[error("server {server} answered error {code}: {message}")]
+    Server {
+        server: String,
+        code: i64,
+        message: String,
+    },
+    #[error("reading from server {server} failed: {reason}")]
+    Failed { server: String, reason: String },
+}
+
+/// The supervisor's handle on one session actor; the actor ends when told to stop.
 pub struct SessionHandle {
-    pub name: String,
-    commands: mpsc::Sender<SessionCommand>,
+    pub config: ServerConfig,
+    client: SessionClient,
+    stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
+/// A cheap, cloneable way to send a session commands without holding its handle.
+#[derive(Clone)]
+pub struct SessionClient {
+    name: String,
+    commands: mpsc::Sender<SessionCommand>,
+}
+
 impl SessionHandle {
-    pub fn spawn(
-        config: ServerConfig,
-        store: Store,
-        shutdown: watch::Receiver<bool>,
-    ) -> SessionHandle {
-        let (commands, command_receiver) = mpsc::channel(16);
-        let name = config.name.clone();
-        let span = tracing::info_span!("session", server = %name);
+    pub fn spawn(config: ServerConfig, store: Store) -> SessionHandle {
+        let (commands, command_receiver) = mpsc::channel(64);
+        let (stop, stopping) = watch::channel(false);
+        let span = tracing::info_span!("session", server = %config.name);
         let actor = Actor {
-            config,
+            config: config.clone(),
             store,
-            shutdown,
+            stopping,
             commands: command_receiver,
             waiting: Vec::new(),
             backoff: Backoff::default(),
+            last_problem: "not connected yet".into(),
         };
         let task = tokio::spawn(actor.run().instrument(span));
         SessionHandle {
-            name,
-            commands,
+            client: SessionClient {
+                name: config.name.clone(),
+                commands,
+            },
+            config,
+            stop,
             task,
         }
     }
 
-    pub async fn refresh(&self, reply: Option<RefreshReply>) -> bool {
-        self.commands
-            .send(SessionCommand::Refresh { reply })
-            .await
-            .is_ok()
+    pub fn name(&self) -> &str {
+        &self.config.name
     }
 
-    /// Waits for the actor to finish after shutdown was signalled.
-    pub async fn join(self) {
+    pub fn client(&self) -> SessionClient {
+        self.client.clone()
+    }
+
+    /// Tells the actor to stop (closing its connection) and waits until it has.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+}
+
+impl SessionClient {
+    pub async fn refresh(&self, reply: Option<RefreshReply>) -> bool {
+        let command = SessionCommand::Refresh { reply };
+        self.commands.send(command).await.is_ok()
+    }
+
+    /// Reads `uri` through the live session; a server that is down gives `ReadError::Offline`.
+    pub async fn read(&self, uri: &str) -> Result<Value, ReadError> {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || ReadError::Offline {
+            server: self.name.clone(),
+            reason: "its session has stopped".into(),
+        };
+        let command = SessionCommand::Read {
+            uri: uri.to_string(),
+            reply,
+        };
+        self.commands.send(command).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 }
 
@@ -75,27 +128,36 @@ enum Ended {
     Lost(String),
 }
 
+enum Step {
+    /// A walk finished (or failed); walk again after this delay unless told sooner.
+    Walked(Duration),
+    Ended(Ended),
+}
+
 struct Actor {
     config: ServerConfig,
     store: Store,
-    shutdown: watch::Receiver<bool>,
+    stopping: watch::Receiver<bool>,
     commands: mpsc::Receiver<SessionCommand>,
     /// Refresh callers waiting for the next walk to finish.
     waiting: Vec<RefreshReply>,
     backoff: Backoff,
+    /// Why the server is not connected, for reads that arrive meanwhile.
+    last_problem: String,
 }
 
 impl Actor {
     async fn run(mut self) {
-        while !*self.shutdown.borrow() {
+        while !*self.stopping.borrow() {
             self.report(ServerUpdate::Connecting).await;
             let (events, event_receiver) = mpsc::channel(64);
             let connected = tokio::select! {
                 connected = Session::connect(&self.config, events) => connected,
-                _ = self.shutdown.changed() => break,
+                _ = self.stopping.changed() => break,
             };
             let ended = match connected {
                 Ok(session) => {
+                    let session = Arc::new(session);
                     tracing::info!(
                         transport = session.transport_kind(),
                         protocol_version = %session.hello.protocol_version,
@@ -126,11 +188,35 @@ impl Actor {
         self.report(ServerUpdate::Stopped).await;
     }
 
+    /// Handles a command in any state; `session` is the live one, if any. True when the
+    /// command asks for a walk.
+    fn handle(&mut self, command: SessionCommand, session: Option<&Arc<Session>>) -> bool {
+        match command {
+            SessionCommand::Refresh { reply } => {
+                self.waiting.extend(reply);
+                true
+            }
+            SessionCommand::Read { uri, reply } => {
+                match session {
+                    Some(session) => start_read(&self.config.name, session, uri, reply),
+                    None => {
+                        let _ = reply.send(Err(ReadError::Offline {
+                            server: self.config.name.clone(),
+                            reason: self.last_problem.clone(),
+                        }));
+                    }
+                }
+                false
+            }
+        }
+    }
+
     /// Records a lost connection and sleeps before the next attempt; false on shutdown.
     async fn back_off(&mut self, error: String) -> bool {
         let delay = self.backoff.next_delay();
         tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "connection lost");
         self.answer_waiting(Err(error.clone()));
+        self.last_problem = error.clone();
         self.report(ServerUpdate::BackingOff {
             error,
             retry_at_ms: now_ms() + delay.as_millis() as i64,
@@ -140,10 +226,10 @@ impl Actor {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return true,
-                _ = self.shutdown.changed() => return false,
+                _ = self.stopping.changed() => return false,
                 command = self.commands.recv() => match command {
                     // A refresh while disconnected is answered after the next walk.
-                    Some(SessionCommand::Refresh { reply }) => self.waiting.extend(reply),
+                    Some(command) => { self.handle(command, None); }
                     None => return false,
                 },
             }
@@ -151,55 +237,50 @@ impl Actor {
     }
 
     /// Runs one connected session until it breaks or the daemon stops.
-    async fn serve(&mut self, session: &Session, mut events: mpsc::Receiver<ServerEvent>) -> Ended {
-        if !session.hello.has_resources() {
+    async fn serve(
+        &mut self,
+        session: &Arc<Session>,
+        mut events: mpsc::Receiver<ServerEvent>,
+    ) -> Ended {
+        let mirrors = session.hello.has_resources();
+        if !mirrors {
             tracing::info!("server declares no resources capability; nothing to mirror");
             self.report(ServerUpdate::NoResources).await;
-            self.answer_waiting(Err("the server declares no resources capability".into()));
-            loop {
-                tokio::select! {
-                    event = events.recv() => if event.is_none() {
-                        return Ended::Lost("the server closed the connection".into());
-                    },
-                    command = self.commands.recv() => match command {
-                        Some(SessionCommand::Refresh { reply: Some(reply) }) => {
-                            let _ = reply.send(Err("the server declares no resources capability".into()));
-                        }
-                        Some(_) => {}
-                        None => return Ended::Shutdown,
-                    },
-                    _ = self.shutdown.changed() => return Ended::Shutdown,
-                }
-            }
+            self.last_problem = "it declares no resources capability".into();
         }
         let mut next_walk = Instant::now();
         loop {
-            if Instant::now() >= next_walk {
+            if !mirrors {
+                self.answer_waiting(Err("the server declares no resources capability".into()));
+            } else if Instant::now() >= next_walk {
                 match self.walk_until_settled(session, &mut events).await {
                     Step::Walked(delay) => next_walk = Instant::now() + delay,
                     Step::Ended(ended) => return ended,
                 }
                 continue;
             }
+            let timer = tokio::time::sleep_until(next_walk);
             tokio::select! {
-                _ = tokio::time::sleep_until(next_walk) => {}
+                _ = timer, if mirrors => {}
                 event = events.recv() => match event {
-                    Some(ServerEvent::ResourcesListChanged) => {
+                    Some(ServerEvent::ResourcesListChanged) if mirrors => {
                         if let Some(ended) = self.debounce(&mut events).await {
                             return ended;
                         }
                         next_walk = Instant::now();
                     }
+                    Some(_) => {}
                     None => return Ended::Lost("the server closed the connection".into()),
                 },
                 command = self.commands.recv() => match command {
-                    Some(SessionCommand::Refresh { reply }) => {
-                        self.waiting.extend(reply);
-                        next_walk = Instant::now();
+                    Some(command) => {
+                        if self.handle(command, Some(session)) {
+                            next_walk = Instant::now();
+                        }
                     }
                     None => return Ended::Shutdown,
                 },
-                _ = self.shutdown.changed() => return Ended::Shutdown,
+                _ = self.stopping.changed() => return Ended::Shutdown,
             }
         }
     }
@@ -212,7 +293,7 @@ impl Actor {
                 event = events.recv() => if event.is_none() {
                     return Some(Ended::Lost("the server closed the connection".into()));
                 },
-                _ = self.shutdown.changed() => return Some(Ended::Shutdown),
+                _ = self.stopping.changed() => return Some(Ended::Shutdown),
             }
         }
     }
@@ -220,12 +301,13 @@ impl Actor {
     /// Walks until a walk completes without a `list_changed` arriving during it.
     async fn walk_until_settled(
         &mut self,
-        session: &Session,
+        session: &Arc<Session>,
         events: &mut mpsc::Receiver<ServerEvent>,
     ) -> Step {
         loop {
             self.report(ServerUpdate::Walking).await;
             let waiting_for_this_walk = std::mem::take(&mut self.waiting);
+            let mut commands_during_walk = Vec::new();
             let outcome = {
                 let walk = walk::walk(session, &self.store, &self.config.name, self.config.limits);
                 tokio::pin!(walk);
@@ -240,13 +322,17 @@ impl Actor {
                             )))),
                         },
                         command = self.commands.recv() => match command {
-                            Some(SessionCommand::Refresh { reply }) => self.waiting.extend(reply),
+                            Some(command) => commands_during_walk.push(command),
                             None => return Step::Ended(Ended::Shutdown),
                         },
-                        _ = self.shutdown.changed() => return Step::Ended(Ended::Shutdown),
+                        _ = self.stopping.changed() => return Step::Ended(Ended::Shutdown),
                     }
                 }
             };
+            // Commands that came in during the walk: reads start now, refreshes wait for the next walk.
+            for command in commands_during_walk {
+                self.handle(command, Some(session));
+            }
             let Some(outcome) = outcome else {
                 tracing::info!("list_changed during the walk; discarding it and walking again");
                 self.waiting.extend(waiting_for_this_walk);
@@ -268,7 +354,13 @@ impl Actor {
                         "walk committed"
                     );
                     answer(waiting_for_this_walk, Ok(summary));
-                    return Step::Walked(self.config.resync_interval);
+                    // A refresh that arrived during the walk gets a walk of its own.
+                    let delay = if self.waiting.is_empty() {
+                        self.config.resync_interval
+                    } else {
+                        Duration::ZERO
+                    };
+                    return Step::Walked(delay);
                 }
                 Err(WalkError::Connection(error)) => {
                     let message = format!("walk interrupted: {error}");
@@ -283,7 +375,8 @@ impl Actor {
                         error: message.clone(),
                     })
                     .await;
-                    answer(waiting_for_this_walk, Err(message));
+                    answer(waiting_for_this_walk, Err(message.clone()));
+                    self.answer_waiting(Err(message));
                     return Step::Walked(delay.min(self.config.resync_interval));
                 }
             }
@@ -301,10 +394,27 @@ impl Actor {
     }
 }
 
-enum Step {
-    /// A walk finished (or failed); walk again after this delay unless told sooner.
-    Walked(Duration),
-    Ended(Ended),
+/// Reads run beside walks and each other, so a slow read never holds up the session.
+fn start_read(server: &str, session: &Arc<Session>, uri: String, reply: ReadReply) {
+    let session = session.clone();
+    let server = server.to_string();
+    tokio::spawn(async move {
+        let outcome = session
+            .read_resource(&uri)
+            .await
+            .map_err(|error| match error {
+                McpError::Rpc { error, .. } => ReadError::Server {
+                    server,
+                    code: error.code,
+                    message: error.message,
+                },
+                other => ReadError::Failed {
+                    server,
+                    reason: other.to_string(),
+                },
+            });
+        let _ = reply.send(outcome);
+    });
 }
 
 fn answer(waiting: Vec<RefreshReply>, outcome: Result<WalkSummary, String>) {

@@ -1,12 +1,13 @@
-//! Owns the session actors, one per configured server, and routes refresh requests to them.
+//! Owns the session actors, one per configured server, and routes refreshes and reads to them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch, Mutex};
+use serde_json::Value;
+use tokio::sync::{oneshot, Mutex};
 
 use crate::config::ServerConfig;
-use crate::session::SessionHandle;
+use crate::session::{ReadError, SessionHandle};
 use crate::store::Store;
 use crate::walk::WalkSummary;
 
@@ -14,6 +15,7 @@ use crate::walk::WalkSummary;
 const STOP_BOUND: Duration = Duration::from_secs(10);
 
 pub struct Supervisor {
+    store: Store,
     /// Behind an async mutex so the socket can refresh while a reload or shutdown changes the set.
     sessions: Mutex<BTreeMap<String, SessionHandle>>,
 }
@@ -25,23 +27,24 @@ pub enum RefreshOutcome {
 }
 
 impl Supervisor {
-    pub fn start(
-        servers: &[ServerConfig],
-        store: &Store,
-        shutdown: &watch::Receiver<bool>,
-    ) -> Supervisor {
+    pub fn start(servers: &[ServerConfig], store: &Store) -> Supervisor {
         let sessions = servers
             .iter()
             .map(|server| {
                 (
                     server.name.clone(),
-                    SessionHandle::spawn(server.clone(), store.clone(), shutdown.clone()),
+                    SessionHandle::spawn(server.clone(), store.clone()),
                 )
             })
             .collect();
         Supervisor {
+            store: store.clone(),
             sessions: Mutex::new(sessions),
         }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Asks one server (or all) to walk now; with `wait`, returns after each walk finished.
@@ -60,11 +63,11 @@ impl Supervisor {
         for session in targets {
             if wait {
                 let (reply, answer) = oneshot::channel();
-                let accepted = session.refresh(Some(reply)).await;
-                pending.push((session.name.clone(), accepted.then_some(answer)));
+                let accepted = session.client().refresh(Some(reply)).await;
+                pending.push((session.name().to_string(), accepted.then_some(answer)));
             } else {
-                session.refresh(None).await;
-                pending.push((session.name.clone(), None));
+                session.client().refresh(None).await;
+                pending.push((session.name().to_string(), None));
             }
         }
         drop(sessions);
@@ -84,10 +87,27 @@ impl Supervisor {
         Some(outcomes)
     }
 
-    /// Waits for every session to close after shutdown was signalled, within a bound.
-    pub async fn join(&self) {
+    /// Reads `uri` from `server` through its live session.
+    pub async fn read(&self, server: &str, uri: &str) -> Result<Value, ReadError> {
+        let client = self
+            .sessions
+            .lock()
+            .await
+            .get(server)
+            .map(SessionHandle::client);
+        match client {
+            Some(client) => client.read(uri).await,
+            None => Err(ReadError::Offline {
+                server: server.to_string(),
+                reason: "it is no longer configured".into(),
+            }),
+        }
+    }
+
+    /// Stops every session (stdio children stopped, HTTP sessions deleted), within a bound.
+    pub async fn shutdown(&self) {
         let sessions = std::mem::take(&mut *self.sessions.lock().await);
-        let all = futures_util::future::join_all(sessions.into_values().map(SessionHandle::join));
+        let all = futures_util::future::join_all(sessions.into_values().map(SessionHandle::stop));
         if tokio::time::timeout(STOP_BOUND, all).await.is_err() {
             tracing::warn!("some sessions did not close within {STOP_BOUND:?}");
         }

@@ -193,8 +193,8 @@ impl Session {
     }
 
     /// Ends the session: stdio children are stopped, HTTP sessions deleted.
-    pub async fn close(self) {
-        match self.connection {
+    pub async fn close(&self) {
+        match &self.connection {
             Connection::Stdio(stdio) => stdio.close().await,
             Connection::Http(http) => http.close().await,
         }

@@ -255,7 +255,7 @@ impl HttpConnection {
     }
 
     /// Ends the server-side session, if the server assigned one.
-    pub async fn close(self) {
+    pub async fn close(&self) {
         let Some(session) = lock(&self.session_id).clone() else {
             return;
         };

@@ -19,9 +19,10 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 
 pub struct StdioConnection {
     server: String,
-    outgoing: Option<mpsc::Sender<Vec<u8>>>,
+    /// Taken (closing the child's stdin) when the connection closes.
+    outgoing: std::sync::Mutex<Option<mpsc::Sender<Vec<u8>>>>,
     pending: Arc<PendingRequests>,
-    child: Child,
+    child: tokio::sync::Mutex<Child>,
 }
 
 impl StdioConnection {
@@ -111,9 +112,9 @@ impl StdioConnection {
 
         Ok(StdioConnection {
             server: server.to_string(),
-            outgoing: Some(outgoing),
+            outgoing: std::sync::Mutex::new(Some(outgoing)),
             pending,
-            child,
+            child: tokio::sync::Mutex::new(child),
         })
     }
 
@@ -160,7 +161,12 @@ impl StdioConnection {
     async fn send(&self, message: &Value) -> Result<(), McpError> {
         let bytes =
             serde_json::to_vec(message).map_err(|error| McpError::Protocol(error.to_string()))?;
-        let Some(outgoing) = &self.outgoing else {
+        let outgoing = self
+            .outgoing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let Some(outgoing) = outgoing else {
             return Err(McpError::Closed("stdin already closed".into()));
         };
         outgoing
@@ -170,24 +176,28 @@ impl StdioConnection {
     }
 
     /// Stops the child: close stdin, wait, SIGTERM, wait, SIGKILL.
-    pub async fn close(mut self) {
-        self.outgoing = None;
-        if let Ok(Ok(status)) = tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+    pub async fn close(&self) {
+        self.outgoing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let mut child = self.child.lock().await;
+        if let Ok(Ok(status)) = tokio::time::timeout(STOP_GRACE, child.wait()).await {
             tracing::debug!(server = %self.server, %status, "child exited after stdin closed");
             return;
         }
-        if let Some(pid) = self.child.id() {
+        if let Some(pid) = child.id() {
             // SAFETY: kill(2) with a pid we own and a valid signal number.
             unsafe {
                 libc::kill(pid as libc::pid_t, libc::SIGTERM);
             }
         }
-        if let Ok(Ok(status)) = tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+        if let Ok(Ok(status)) = tokio::time::timeout(STOP_GRACE, child.wait()).await {
             tracing::debug!(server = %self.server, %status, "child exited after SIGTERM");
             return;
         }
         tracing::warn!(server = %self.server, "child ignored SIGTERM; killing it");
-        let _ = self.child.kill().await;
+        let _ = child.kill().await;
     }
 }
 

@@ -307,7 +307,7 @@ impl HttpFixture {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::null())
             .spawn()
             .expect("start mcp-fixture");
         let stdout = child.stdout.take().expect("stdout");
