@@ -378,6 +378,7 @@ fn filters_error(message: &str) -> bool {
 
 async fn status(context: &ApiContext) -> Result<Value, Failure> {
     let servers = context.store.status().await.map_err(internal)?;
+    let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())
         .map(|metadata| metadata.len())
         .ok();
@@ -394,6 +395,13 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
             "clients": context.clients.load(Ordering::Relaxed),
             "resources": resources,
         },
-        "servers": servers,
+        "servers": servers
+            .iter()
+            .map(|server| {
+                let mut entry = serde_json::to_value(server).unwrap_or(Value::Null);
+                entry["live"] = serde_json::to_value(live.remove(&server.name)).unwrap_or(Value::Null);
+                entry
+            })
+            .collect::<Vec<_>>(),
     }))
 }

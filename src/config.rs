@@ -84,6 +84,29 @@ pub struct DaemonConfig {
     pub resync_interval: Duration,
     pub request_timeout: Duration,
     pub limits: WalkLimits,
+    pub timings: SyncTimings,
+}
+
+/// How a session paces itself between walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncTimings {
+    /// How often to re-walk a server that cannot push `list_changed`.
+    pub poll_interval: Duration,
+    /// The shortest poll a server's `ttlMs` hint may ask for.
+    pub poll_floor: Duration,
+    /// How often to ping a quiet server to notice a dead session; `None` turns pings off.
+    pub ping_interval: Option<Duration>,
+    /// The quiet period after a `list_changed` before walking.
+    pub debounce: Duration,
+}
+
+/// Which protocol era to speak to a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EraChoice {
+    /// Probe `server/discover` and fall back to `initialize`.
+    Auto,
+    Legacy,
+    Modern,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -94,6 +117,10 @@ pub struct ServerConfig {
     pub resync_interval: Duration,
     pub request_timeout: Duration,
     pub limits: WalkLimits,
+    pub timings: SyncTimings,
+    pub era: EraChoice,
+    /// A protocol version to insist on, instead of negotiating.
+    pub protocol_version: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -139,6 +166,10 @@ struct RawDaemon {
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
     max_pages_without_new: Option<Spanned<i64>>,
+    poll_interval: Option<Spanned<String>>,
+    poll_floor: Option<Spanned<String>>,
+    ping_interval: Option<Spanned<String>>,
+    debounce: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -160,6 +191,10 @@ struct RawServer {
     request_timeout: Option<Spanned<String>>,
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
+    poll_interval: Option<Spanned<String>>,
+    ping_interval: Option<Spanned<String>>,
+    era: Option<Spanned<String>>,
+    protocol_version: Option<Spanned<String>>,
 }
 
 /// Reads and validates the configuration file at `path`.
@@ -294,12 +329,35 @@ impl Context<'_> {
                 3,
             )?,
         };
+        let timings = SyncTimings {
+            poll_interval: self.duration(
+                &daemon.poll_interval,
+                "daemon.poll_interval",
+                Duration::from_secs(60),
+            )?,
+            poll_floor: self.duration(
+                &daemon.poll_floor,
+                "daemon.poll_floor",
+                Duration::from_secs(5),
+            )?,
+            ping_interval: self.optional_duration(
+                &daemon.ping_interval,
+                "daemon.ping_interval",
+                Some(Duration::from_secs(60)),
+            )?,
+            debounce: self.duration(
+                &daemon.debounce,
+                "daemon.debounce",
+                Duration::from_millis(100),
+            )?,
+        };
         let daemon_config = DaemonConfig {
             database,
             socket,
             resync_interval,
             request_timeout,
             limits,
+            timings,
         };
         let mut servers = Vec::new();
         for (name, server) in &raw.servers {
@@ -463,6 +521,54 @@ impl Context<'_> {
             )?,
             max_pages_without_new: daemon.limits.max_pages_without_new,
         };
+        let timings = SyncTimings {
+            poll_interval: self.duration(
+                &raw.poll_interval,
+                &key_of("poll_interval"),
+                daemon.timings.poll_interval,
+            )?,
+            ping_interval: self.optional_duration(
+                &raw.ping_interval,
+                &key_of("ping_interval"),
+                daemon.timings.ping_interval,
+            )?,
+            ..daemon.timings
+        };
+        let era = match &raw.era {
+            None => EraChoice::Auto,
+            Some(era) => match era.get_ref().as_str() {
+                "auto" => EraChoice::Auto,
+                "legacy" => EraChoice::Legacy,
+                "modern" => EraChoice::Modern,
+                other => {
+                    return Err(self.error(
+                        &era.span(),
+                        &key_of("era"),
+                        format!("`{other}` is not an era: use \"auto\", \"legacy\" or \"modern\""),
+                    ))
+                }
+            },
+        };
+        let protocol_version = match &raw.protocol_version {
+            None => None,
+            Some(version) => {
+                let known = crate::mcp::LEGACY_VERSIONS.contains(&version.get_ref().as_str())
+                    || crate::mcp::MODERN_VERSIONS.contains(&version.get_ref().as_str());
+                if !known {
+                    return Err(self.error(
+                        &version.span(),
+                        &key_of("protocol_version"),
+                        format!(
+                            "unknown protocol version `{}` (known: {}, {})",
+                            version.get_ref(),
+                            crate::mcp::MODERN_VERSIONS.join(", "),
+                            crate::mcp::LEGACY_VERSIONS.join(", ")
+                        ),
+                    ));
+                }
+                Some(version.get_ref().clone())
+            }
+        };
         Ok(ServerConfig {
             name: name.get_ref().clone(),
             transport,
@@ -478,7 +584,24 @@ impl Context<'_> {
                 daemon.request_timeout,
             )?,
             limits,
+            timings,
+            era,
+            protocol_version,
         })
+    }
+
+    /// Like `duration`, but `"off"` means none.
+    fn optional_duration(
+        &self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+        default: Option<Duration>,
+    ) -> Result<Option<Duration>, ConfigError> {
+        match value {
+            Some(spanned) if spanned.get_ref().trim() == "off" => Ok(None),
+            Some(_) => self.duration(value, key, Duration::ZERO).map(Some),
+            None => Ok(default),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, Mutex};
 
 use crate::config::ServerConfig;
-use crate::session::{ReadError, SessionHandle};
+use crate::session::{LiveStatus, ReadError, SessionHandle};
 use crate::store::Store;
 use crate::walk::WalkSummary;
 
@@ -85,6 +85,15 @@ impl Supervisor {
             outcomes.insert(name, outcome);
         }
         Some(outcomes)
+    }
+
+    /// What each session knows right now beside the database: era, push channel, counters.
+    pub async fn live_status(&self) -> BTreeMap<String, LiveStatus> {
+        let sessions = self.sessions.lock().await;
+        sessions
+            .iter()
+            .map(|(name, session)| (name.clone(), session.client().live_status()))
+            .collect()
     }
 
     /// Reads `uri` from `server` through its live session.
