@@ -176,6 +176,8 @@ impl Session {
             {
                 Ok(()) => return Ok(()),
                 Err(error) if server.era == EraChoice::Modern => return Err(error),
+                // The server is of the stateless era but refuses us: `initialize` will not help.
+                Err(error @ McpError::StatelessRefusal(_)) => return Err(error),
                 Err(error) => {
                     tracing::debug!(server = %server.name, %error, "no stateless-era answer; trying initialize");
                 }
@@ -220,7 +222,7 @@ impl Session {
                         Some(HEADER_MISMATCH | MISSING_CLIENT_CAPABILITY)
                     ) =>
                 {
-                    return Err(McpError::Protocol(format!(
+                    return Err(McpError::StatelessRefusal(format!(
                         "the server speaks {version} but refused our request: {error}"
                     )));
                 }

@@ -49,6 +49,9 @@ pub enum McpError {
     SessionExpired(String),
     #[error("{0}")]
     Transport(String),
+    /// A stateless-era server recognised us but refused (header mismatch, missing capability).
+    #[error("{0}")]
+    StatelessRefusal(String),
     #[error("protocol violation: {0}")]
     Protocol(String),
 }
