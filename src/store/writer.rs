@@ -301,6 +301,8 @@ fn swap(
     report: &WalkReport,
 ) -> Result<SwapOutcome, StoreError> {
     let walk = walk_id as i64;
+    // The hold time of the write transaction, logged below: the swap budget is measured on it.
+    let hold_started = std::time::Instant::now();
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let server_id: i64 = transaction
@@ -407,6 +409,15 @@ fn swap(
     )?;
     transaction.execute("DELETE FROM temp.swap_ids", [])?;
     transaction.commit()?;
+    tracing::info!(
+        server,
+        hold_ms = format!("{:.3}", hold_started.elapsed().as_secs_f64() * 1000.0),
+        added,
+        removed,
+        changed,
+        resources,
+        "snapshot swapped"
+    );
     Ok(SwapOutcome {
         added,
         removed,
