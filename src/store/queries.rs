@@ -112,13 +112,17 @@ pub fn merged_resources(
 ) -> Result<(Vec<Value>, bool), StoreError> {
     let mut statement = connection.prepare_cached(
         "SELECT r.raw, s.name FROM resources r JOIN servers s ON s.id = r.server_id
-         WHERE (?1 IS NULL OR r.uri > ?1)
+         WHERE r.uri > ?1
            AND NOT EXISTS (
                SELECT 1 FROM resources r2 JOIN servers s2 ON s2.id = r2.server_id
                WHERE r2.uri = r.uri AND r2.server_id != r.server_id
                  AND (s2.priority < s.priority OR (s2.priority = s.priority AND s2.name < s.name)))
          ORDER BY r.uri LIMIT ?2",
     )?;
+    // A plain range (the first page starts after "", which sorts before every URI) lets each
+    // server's (server_id, uri) index start at the cursor; `?1 IS NULL OR uri > ?1` made every
+    // page skip row by row past all earlier pages (34 ms a page half way through 1,000,000).
+    let after_uri = after_uri.unwrap_or("");
     let rows = statement.query_map(params![after_uri, (limit + 1) as i64], |row| {
         Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
     })?;
@@ -137,13 +141,14 @@ pub fn merged_templates(
 ) -> Result<(Vec<Value>, bool), StoreError> {
     let mut statement = connection.prepare_cached(
         "SELECT t.raw, s.name FROM resource_templates t JOIN servers s ON s.id = t.server_id
-         WHERE (?1 IS NULL OR t.uri_template > ?1)
+         WHERE t.uri_template > ?1
            AND NOT EXISTS (
                SELECT 1 FROM resource_templates t2 JOIN servers s2 ON s2.id = t2.server_id
                WHERE t2.uri_template = t.uri_template AND t2.server_id != t.server_id
                  AND (s2.priority < s.priority OR (s2.priority = s.priority AND s2.name < s.name)))
          ORDER BY t.uri_template LIMIT ?2",
     )?;
+    let after = after.unwrap_or("");
     let rows = statement.query_map(params![after, (limit + 1) as i64], |row| {
         Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
     })?;
