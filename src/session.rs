@@ -323,6 +323,8 @@ impl Actor {
                 self.update_live(|live| live.push = Some(PushChannel::Listen.to_string()));
                 Reaction::Nothing
             }
+            // Only the stateless era listens; elsewhere a cancellation is about something else.
+            Some(ServerEvent::ListenEnded(_)) if session.hello.era != Era::Modern => Reaction::Nothing,
             Some(ServerEvent::ListenEnded(reason)) => {
                 self.listen_failures += 1;
                 if self.listen_failures > MAX_LISTEN_FAILURES {

@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use super::rpc::{self, Incoming, PendingRequests};
-use super::{EventSink, McpError};
+use super::{EventSink, McpError, ServerEvent};
 
 /// How long a child gets after stdin closes, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -99,7 +99,9 @@ impl StdioConnection {
                 }
             }
             reader_pending.fail_all();
-            // Dropping `events` here tells the session that the connection is gone.
+            events.send(ServerEvent::Disconnected(
+                "the server process closed its stdout (it exited or crashed)".into(),
+            ));
         });
 
         let stderr_server = server.to_string();
