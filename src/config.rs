@@ -84,6 +84,11 @@ pub struct DaemonConfig {
     pub resync_interval: Duration,
     pub request_timeout: Duration,
     pub limits: WalkLimits,
+    /// A server removed from the configuration keeps its snapshot, marked offline, instead of
+    /// having it dropped.
+    pub keep_removed: bool,
+    /// A tracing filter (`info`, `mcp_mirror=debug,warn`); `RUST_LOG` overrides it.
+    pub log_level: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -96,7 +101,7 @@ pub struct ServerConfig {
     pub limits: WalkLimits,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub enum Transport {
     Stdio {
         command: PathBuf,
@@ -109,6 +114,63 @@ pub enum Transport {
         headers: Vec<(String, String)>,
         bearer_token: Option<Secret>,
     },
+}
+
+/// Every configured header value is treated as a secret (they often carry API keys, and a rule
+/// with no exceptions cannot be forgotten), so Debug shows header names only.
+impl fmt::Debug for Transport {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => formatter
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", env)
+                .field("cwd", cwd)
+                .finish(),
+            Transport::Http {
+                url,
+                headers,
+                bearer_token,
+            } => {
+                let header_names: Vec<String> = headers
+                    .iter()
+                    .map(|(name, _)| format!("{name}: <redacted>"))
+                    .collect();
+                formatter
+                    .debug_struct("Http")
+                    .field("url", url)
+                    .field("headers", &header_names)
+                    .field("bearer_token", bearer_token)
+                    .finish()
+            }
+        }
+    }
+}
+
+impl Config {
+    /// The values that must never be printed: bearer tokens and every header value.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.servers
+            .iter()
+            .flat_map(|server| match &server.transport {
+                Transport::Http {
+                    headers,
+                    bearer_token,
+                    ..
+                } => headers
+                    .iter()
+                    .map(|(_, value)| value.as_str())
+                    .chain(bearer_token.as_ref().map(Secret::expose))
+                    .collect(),
+                Transport::Stdio { .. } => Vec::new(),
+            })
+    }
 }
 
 impl Transport {
@@ -139,6 +201,8 @@ struct RawDaemon {
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
     max_pages_without_new: Option<Spanned<i64>>,
+    keep_removed: Option<bool>,
+    log_level: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -294,12 +358,27 @@ impl Context<'_> {
                 3,
             )?,
         };
+        let log_level = match &daemon.log_level {
+            None => None,
+            Some(level) => {
+                tracing_subscriber::EnvFilter::try_new(level.get_ref()).map_err(|error| {
+                    self.error(
+                        &level.span(),
+                        "daemon.log_level",
+                        format!("not a log filter (examples: info, debug, mcp_mirror=debug,warn): {error}"),
+                    )
+                })?;
+                Some(level.get_ref().clone())
+            }
+        };
         let daemon_config = DaemonConfig {
             database,
             socket,
             resync_interval,
             request_timeout,
             limits,
+            keep_removed: daemon.keep_removed.unwrap_or(false),
+            log_level,
         };
         let mut servers = Vec::new();
         for (name, server) in &raw.servers {
@@ -593,6 +672,41 @@ max_items = 20
             other => panic!("unexpected transport {other:?}"),
         }
         assert_eq!(config.servers[1].limits.max_items, 20);
+        assert!(!config.daemon.keep_removed);
+        let secrets: Vec<&str> = config.secrets().collect();
+        assert_eq!(secrets, ["search", "s3cret"]);
+        assert!(!format!("{config:?}").contains("search\""), "{config:?}");
+    }
+
+    #[test]
+    fn daemon_keys_for_the_service() {
+        let config = parse_text("[daemon]\nkeep_removed = true\nlog_level = \"mcp_mirror=debug,warn\"\n")
+            .expect("valid config");
+        assert!(config.daemon.keep_removed);
+        assert_eq!(config.daemon.log_level.as_deref(), Some("mcp_mirror=debug,warn"));
+        let error = parse_text("[daemon]\nlog_level = \"=[\"\n").expect_err("bad filter");
+        assert!(error.to_string().contains(":2: daemon.log_level: "), "{error}");
+    }
+
+    #[test]
+    fn token_files_expand_the_credentials_directory() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        std::fs::write(directory.path().join("docs-token"), "tok-from-credential\n").expect("write");
+        let credentials = directory.path().to_string_lossy().to_string();
+        for reference in ["%d/docs-token", "$CREDENTIALS_DIRECTORY/docs-token"] {
+            let text = format!("[servers.docs]\nurl = \"https://example.com/mcp\"\nbearer_token_file = \"{reference}\"\n");
+            let config = parse(Path::new("/etc/mcp-mirror/daemon.toml"), &text, &|name| {
+                (name == "CREDENTIALS_DIRECTORY").then(|| credentials.clone())
+            })
+            .expect("valid config");
+            match &config.servers[0].transport {
+                Transport::Http { bearer_token, .. } => assert_eq!(
+                    bearer_token.as_ref().map(Secret::expose),
+                    Some("tok-from-credential")
+                ),
+                other => panic!("unexpected transport {other:?}"),
+            }
+        }
     }
 
     #[test]
