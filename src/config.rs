@@ -245,8 +245,14 @@ pub fn parse(
 ) -> Result<Config, ConfigError> {
     let context = Context { path, text };
     let raw: RawConfig = toml::from_str(text).map_err(|error| {
+        // Quote the fragment only when it is a key: a value may be a token or header value.
         let key = error
             .span()
+            .filter(|span| {
+                text.get(span.end..)
+                    .map(str::trim_start)
+                    .is_some_and(|rest| rest.starts_with(['=', '.', ']']))
+            })
             .and_then(|span| text.get(span))
             .filter(|fragment| {
                 !fragment.trim().is_empty() && !fragment.contains('\n') && fragment.len() < 80
@@ -680,18 +686,26 @@ max_items = 20
 
     #[test]
     fn daemon_keys_for_the_service() {
-        let config = parse_text("[daemon]\nkeep_removed = true\nlog_level = \"mcp_mirror=debug,warn\"\n")
-            .expect("valid config");
+        let config =
+            parse_text("[daemon]\nkeep_removed = true\nlog_level = \"mcp_mirror=debug,warn\"\n")
+                .expect("valid config");
         assert!(config.daemon.keep_removed);
-        assert_eq!(config.daemon.log_level.as_deref(), Some("mcp_mirror=debug,warn"));
+        assert_eq!(
+            config.daemon.log_level.as_deref(),
+            Some("mcp_mirror=debug,warn")
+        );
         let error = parse_text("[daemon]\nlog_level = \"=[\"\n").expect_err("bad filter");
-        assert!(error.to_string().contains(":2: daemon.log_level: "), "{error}");
+        assert!(
+            error.to_string().contains(":2: daemon.log_level: "),
+            "{error}"
+        );
     }
 
     #[test]
     fn token_files_expand_the_credentials_directory() {
         let directory = tempfile::tempdir().expect("temp dir");
-        std::fs::write(directory.path().join("docs-token"), "tok-from-credential\n").expect("write");
+        std::fs::write(directory.path().join("docs-token"), "tok-from-credential\n")
+            .expect("write");
         let credentials = directory.path().to_string_lossy().to_string();
         for reference in ["%d/docs-token", "$CREDENTIALS_DIRECTORY/docs-token"] {
             let text = format!("[servers.docs]\nurl = \"https://example.com/mcp\"\nbearer_token_file = \"{reference}\"\n");
@@ -732,6 +746,15 @@ max_items = 20
             ("[servers.a]\ncommand = \"x\"\nbogus = true\n", 3, "bogus"),
             ("[daemon\n", 1, ""),
         ];
+        // A value is never quoted back: it may be a secret.
+        let error = parse_text(
+            "[servers.a]\nurl = \"http://x/\"\nheaders = { \"K\" = tok-unquoted-secret }\n",
+        )
+        .expect_err("unquoted value");
+        assert!(
+            !error.to_string().contains("tok-unquoted-secret"),
+            "{error}"
+        );
         for (text, line, key) in cases {
             let error = parse_text(text).expect_err(text);
             let rendered = error.to_string();

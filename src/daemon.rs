@@ -115,20 +115,17 @@ pub async fn run_with(
     }
 
     let mut current = config;
-    loop {
-        match controls.recv().await {
-            Some(ControlEvent::Reload) => {
-                if let Some(notifier) = &notifier {
-                    notifier.reloading();
-                }
-                current = reload(current, &supervisor, &context).await;
-                if let Some(notifier) = &notifier {
-                    notifier.ready(&current_summary(&store).await);
-                }
-            }
-            Some(ControlEvent::Shutdown) | None => break,
+    // A closed channel (every sender gone) stops the daemon like a Shutdown event.
+    while let Some(ControlEvent::Reload) = controls.recv().await {
+        if let Some(notifier) = &notifier {
+            notifier.reloading();
+        }
+        current = reload(current, &supervisor, &context).await;
+        if let Some(notifier) = &notifier {
+            notifier.ready(&current_summary(&store).await);
         }
     }
+    drop(current);
 
     // The one shutdown path, in a fixed order: stop accepting on the socket, cancel walks and
     // close sessions (stdio children stopped, HTTP sessions deleted), close the store, and
@@ -138,7 +135,10 @@ pub async fn run_with(
         notifier.stopping();
     }
     let _ = stop.send(true);
-    if tokio::time::timeout(API_STOP_BOUND, api_task).await.is_err() {
+    if tokio::time::timeout(API_STOP_BOUND, api_task)
+        .await
+        .is_err()
+    {
         tracing::warn!("the socket's accept loop did not stop within {API_STOP_BOUND:?}");
     }
     if let Some(task) = health_task {
@@ -198,10 +198,7 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) 
     }
     next.daemon.database = current.daemon.database.clone();
     next.daemon.socket = current.daemon.socket.clone();
-    match supervisor
-        .apply(&next.servers, removed_policy(&next))
-        .await
-    {
+    match supervisor.apply(&next.servers, removed_policy(&next)).await {
         Ok(report) => tracing::info!(
             added = ?report.added,
             removed = ?report.removed,
@@ -327,7 +324,9 @@ async fn health_loop(
     socket: Option<PathBuf>,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let period = watchdog.map(|interval| interval / 2).unwrap_or(STATUS_INTERVAL);
+    let period = watchdog
+        .map(|interval| interval / 2)
+        .unwrap_or(STATUS_INTERVAL);
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_status = String::new();
@@ -356,9 +355,9 @@ async fn health_loop(
             Ok(Err(error)) => {
                 tracing::warn!(error = %format!("{error:#}"), "health check failed; not petting the watchdog")
             }
-            Err(_) => tracing::warn!(
-                "health check took longer than {period:?}; not petting the watchdog"
-            ),
+            Err(_) => {
+                tracing::warn!("health check took longer than {period:?}; not petting the watchdog")
+            }
         }
     }
 }

@@ -37,7 +37,9 @@ pub fn remember_secrets<'a>(secrets: impl IntoIterator<Item = &'a str>) {
 
 /// `text` with every known secret replaced by `REDACTED`.
 pub fn scrub(text: &str) -> Cow<'_, str> {
-    let known = SECRETS.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let known = SECRETS
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut scrubbed = Cow::Borrowed(text);
     for secret in known.iter() {
         if scrubbed.contains(secret.as_str()) {
@@ -105,8 +107,12 @@ mod tests {
         remember_secrets(["tok-scrub-test-1234", "short"]);
         assert_eq!(scrub("Bearer tok-scrub-test-1234!"), "Bearer <redacted>!");
         assert_eq!(scrub("short stays"), "short stays");
-        let mut value = serde_json::json!({"a": ["x tok-scrub-test-1234"], "tok-scrub-test-1234": 1});
+        let mut value =
+            serde_json::json!({"a": ["x tok-scrub-test-1234"], "tok-scrub-test-1234": 1});
         scrub_json(&mut value);
-        assert_eq!(value, serde_json::json!({"a": ["x <redacted>"], "<redacted>": 1}));
+        assert_eq!(
+            value,
+            serde_json::json!({"a": ["x <redacted>"], "<redacted>": 1})
+        );
     }
 }

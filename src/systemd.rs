@@ -204,10 +204,12 @@ mod tests {
     #[test]
     fn notifies_an_abstract_socket() {
         let name = format!("mcp-mirror-notify-test-{}", std::process::id());
-        let receiver =
-            UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).expect("name"))
-                .expect("bind");
-        let notifier = Notifier::connect(std::ffi::OsStr::new(&format!("@{name}"))).expect("connect");
+        let receiver = UnixDatagram::bind_addr(
+            &SocketAddr::from_abstract_name(name.as_bytes()).expect("name"),
+        )
+        .expect("bind");
+        let notifier =
+            Notifier::connect(std::ffi::OsStr::new(&format!("@{name}"))).expect("connect");
         notifier.ready("2 servers\nsecond line");
         let mut buffer = [0u8; 256];
         let length = receiver.recv(&mut buffer).expect("datagram");

@@ -190,7 +190,10 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
         Ok(config) => config,
         Err(error) => {
             redact::remember_secrets(secrets_in_file(&config_path).iter().map(String::as_str));
-            eprintln!("mcp-mirror: invalid configuration: {}", redact::scrub(&error.to_string()));
+            eprintln!(
+                "mcp-mirror: invalid configuration: {}",
+                redact::scrub(&error.to_string())
+            );
             return ExitCode::from(2);
         }
     };
@@ -257,7 +260,11 @@ fn secrets_in_file(path: &std::path::Path) -> Vec<String> {
     if let Some(servers) = table.get("servers").and_then(toml::Value::as_table) {
         for server in servers.values().filter_map(toml::Value::as_table) {
             if let Some(headers) = server.get("headers").and_then(toml::Value::as_table) {
-                secrets.extend(headers.values().filter_map(|value| value.as_str().map(str::to_string)));
+                secrets.extend(
+                    headers
+                        .values()
+                        .filter_map(|value| value.as_str().map(str::to_string)),
+                );
             }
         }
     }

@@ -260,7 +260,8 @@ impl Store {
 
     /// Records a (re)loaded configuration's servers, as `sync` says.
     pub async fn apply_servers(&self, sync: ServerSync) -> Result<(), StoreError> {
-        self.call(|reply| WriteOp::SyncServers { sync, reply }).await
+        self.call(|reply| WriteOp::SyncServers { sync, reply })
+            .await
     }
 
     /// A round trip through the writer thread: it answers only when it is not stuck.

@@ -150,9 +150,8 @@ fn sync_servers(connection: &mut Connection, sync: &ServerSync) -> Result<(), St
                  state = 'starting', retry_at = NULL",
         )?;
         // An untouched server's session carries on, so its row keeps the state it reported.
-        let mut touch_up = transaction.prepare_cached(
-            "UPDATE servers SET priority = ?2, transport = ?3 WHERE name = ?1",
-        )?;
+        let mut touch_up = transaction
+            .prepare_cached("UPDATE servers SET priority = ?2, transport = ?3 WHERE name = ?1")?;
         for server in servers {
             let arguments = params![server.name, server.priority, server.transport];
             if sync.untouched.contains(&server.name) {
