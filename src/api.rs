@@ -74,6 +74,17 @@ pub struct ApiContext {
     pub config_path: PathBuf,
     pub started: Instant,
     pub clients: AtomicUsize,
+    /// When the configuration in force was loaded, and why the last reload was refused.
+    pub config_load: std::sync::Mutex<ConfigLoad>,
+}
+
+/// The daemon's record of its configuration file, shown by `catalog/status`.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigLoad {
+    pub loaded_at_ms: i64,
+    /// Set when the last reload was rejected (the previous configuration stays in force).
+    pub error: Option<String>,
+    pub error_at_ms: Option<i64>,
 }
 
 /// Accepts connections until shutdown; each connection is served by its own task.
@@ -383,7 +394,12 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
         .map(|metadata| metadata.len())
         .ok();
     let resources: u64 = servers.iter().map(|server| server.resources).sum();
-    Ok(json!({
+    let config_load = context
+        .config_load
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    let mut status = json!({
         "daemon": {
             "version": env!("CARGO_PKG_VERSION"),
             "pid": std::process::id(),
@@ -394,6 +410,9 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
             "config": context.config_path,
             "clients": context.clients.load(Ordering::Relaxed),
             "resources": resources,
+            "configLoadedAt": config_load.loaded_at_ms,
+            "configError": config_load.error,
+            "configErrorAt": config_load.error_at_ms,
         },
         "servers": servers
             .iter()
@@ -403,5 +422,7 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
                 entry
             })
             .collect::<Vec<_>>(),
-    }))
+    });
+    crate::redact::scrub_json(&mut status);
+    Ok(status)
 }

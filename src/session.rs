@@ -324,7 +324,9 @@ impl Actor {
                 Reaction::Nothing
             }
             // Only the stateless era listens; elsewhere a cancellation is about something else.
-            Some(ServerEvent::ListenEnded(_)) if session.hello.era != Era::Modern => Reaction::Nothing,
+            Some(ServerEvent::ListenEnded(_)) if session.hello.era != Era::Modern => {
+                Reaction::Nothing
+            }
             Some(ServerEvent::ListenEnded(reason)) => {
                 self.listen_failures += 1;
                 if self.listen_failures > MAX_LISTEN_FAILURES {

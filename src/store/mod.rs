@@ -78,6 +78,24 @@ pub struct ServerEntry {
     pub transport: String,
 }
 
+/// What to do with the rows of servers that are no longer configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovedServers {
+    /// Delete the server and its snapshot.
+    Drop,
+    /// Keep the snapshot, served as before, with the server marked `offline`.
+    KeepOffline,
+}
+
+/// The configured servers to record, and which of them carry on untouched (a reload that did
+/// not change them keeps their state; every other one starts over).
+#[derive(Debug, Clone)]
+pub struct ServerSync {
+    pub configured: Vec<ServerEntry>,
+    pub untouched: Vec<String>,
+    pub removed: RemovedServers,
+}
+
 /// What a session reports about its server; each variant is one state transition.
 #[derive(Debug, Clone)]
 pub enum ServerUpdate {
@@ -232,8 +250,23 @@ impl Store {
 
     /// Records the configured servers; servers no longer configured are dropped with their snapshots.
     pub async fn sync_servers(&self, servers: Vec<ServerEntry>) -> Result<(), StoreError> {
-        self.call(|reply| WriteOp::SyncServers { servers, reply })
+        self.apply_servers(ServerSync {
+            configured: servers,
+            untouched: Vec::new(),
+            removed: RemovedServers::Drop,
+        })
+        .await
+    }
+
+    /// Records a (re)loaded configuration's servers, as `sync` says.
+    pub async fn apply_servers(&self, sync: ServerSync) -> Result<(), StoreError> {
+        self.call(|reply| WriteOp::SyncServers { sync, reply })
             .await
+    }
+
+    /// A round trip through the writer thread: it answers only when it is not stuck.
+    pub async fn ping_writer(&self) -> Result<(), StoreError> {
+        self.call(|reply| WriteOp::Ping { reply }).await
     }
 
     pub async fn update_server(
@@ -242,6 +275,17 @@ impl Store {
         update: ServerUpdate,
     ) -> Result<(), StoreError> {
         let server = server.to_string();
+        // Errors may quote what a server sent back, which may echo a credential.
+        let update = match update {
+            ServerUpdate::WalkFailed { error } => ServerUpdate::WalkFailed {
+                error: crate::redact::scrub(&error).into_owned(),
+            },
+            ServerUpdate::BackingOff { error, retry_at_ms } => ServerUpdate::BackingOff {
+                error: crate::redact::scrub(&error).into_owned(),
+                retry_at_ms,
+            },
+            other => other,
+        };
         self.call(|reply| WriteOp::UpdateServer {
             server,
             update,

@@ -7,15 +7,18 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
 use super::{
-    now_ms, ResourceRow, ServerEntry, ServerUpdate, StoreError, SwapOutcome, TemplateRow,
-    WalkReport,
+    now_ms, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError, SwapOutcome,
+    TemplateRow, WalkReport,
 };
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 pub enum WriteOp {
     SyncServers {
-        servers: Vec<ServerEntry>,
+        sync: ServerSync,
+        reply: Reply<()>,
+    },
+    Ping {
         reply: Reply<()>,
     },
     UpdateServer {
@@ -76,8 +79,11 @@ pub fn run(mut connection: Connection, mut operations: mpsc::UnboundedReceiver<W
     let mut failed_walks: HashMap<u64, String> = HashMap::new();
     while let Some(operation) = operations.blocking_recv() {
         match operation {
-            WriteOp::SyncServers { servers, reply } => {
-                let _ = reply.send(sync_servers(&mut connection, &servers));
+            WriteOp::SyncServers { sync, reply } => {
+                let _ = reply.send(sync_servers(&mut connection, &sync));
+            }
+            WriteOp::Ping { reply } => {
+                let _ = reply.send(Ok(()));
             }
             WriteOp::UpdateServer {
                 server,
@@ -134,7 +140,8 @@ pub fn run(mut connection: Connection, mut operations: mpsc::UnboundedReceiver<W
     }
 }
 
-fn sync_servers(connection: &mut Connection, servers: &[ServerEntry]) -> Result<(), StoreError> {
+fn sync_servers(connection: &mut Connection, sync: &ServerSync) -> Result<(), StoreError> {
+    let servers = &sync.configured;
     let transaction = connection.transaction()?;
     {
         let mut upsert = transaction.prepare_cached(
@@ -142,8 +149,16 @@ fn sync_servers(connection: &mut Connection, servers: &[ServerEntry]) -> Result<
              ON CONFLICT (name) DO UPDATE SET priority = excluded.priority, transport = excluded.transport,
                  state = 'starting', retry_at = NULL",
         )?;
+        // An untouched server's session carries on, so its row keeps the state it reported.
+        let mut touch_up = transaction
+            .prepare_cached("UPDATE servers SET priority = ?2, transport = ?3 WHERE name = ?1")?;
         for server in servers {
-            upsert.execute(params![server.name, server.priority, server.transport])?;
+            let arguments = params![server.name, server.priority, server.transport];
+            if sync.untouched.contains(&server.name) {
+                touch_up.execute(arguments)?;
+            } else {
+                upsert.execute(arguments)?;
+            }
         }
         let configured: Vec<&str> = servers.iter().map(|server| server.name.as_str()).collect();
         let mut known = transaction.prepare("SELECT id, name FROM servers")?;
@@ -156,6 +171,17 @@ fn sync_servers(connection: &mut Connection, servers: &[ServerEntry]) -> Result<
             .filter(|(_, name)| !configured.contains(&name.as_str()))
             .collect();
         for (id, name) in stale {
+            if sync.removed == RemovedServers::KeepOffline {
+                let updated = transaction.execute(
+                    "UPDATE servers SET state = 'offline', stale = 1, retry_at = NULL
+                     WHERE id = ?1 AND state != 'offline'",
+                    [id],
+                )?;
+                if updated > 0 {
+                    tracing::info!(server = %name, "kept the snapshot of a server no longer configured, marked offline");
+                }
+                continue;
+            }
             transaction.execute(
                 "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
                  SELECT 'delete', id, uri, name, title, description FROM resources WHERE server_id = ?1",

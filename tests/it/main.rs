@@ -7,5 +7,6 @@ mod config;
 mod crash;
 mod faults;
 mod interop;
+mod service;
 mod socket;
 mod walk;
