@@ -101,7 +101,8 @@ pub struct Args {
     /// Interval of keep-alive comments on long-lived SSE streams, in milliseconds.
     #[arg(long, default_value_t = 2_000)]
     pub keepalive_ms: u64,
-    /// Serve the 2024-11-05 HTTP+SSE transport (`GET /sse`, `POST /message`) instead of `/mcp`.
+    /// Serve the 2024-11-05 HTTP+SSE transport (`GET /sse`, `POST /message`) instead of `/mcp`;
+    /// everything on it is served in the handshake era.
     #[arg(long, requires = "http", conflicts_with = "endpoints")]
     pub legacy_sse: bool,
     /// Serve this many independent catalogs at `/mcp/0` .. `/mcp/{N-1}`.
@@ -125,6 +126,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.endpoints == Some(0) {
         bail!("--endpoints must be at least 1");
+    }
+    if args.legacy_sse && args.era == EraChoice::Modern {
+        bail!("--legacy-sse is the 2024-11-05 transport: it cannot serve --era modern");
     }
     if args.modern_versions.is_empty() {
         bail!("--modern-versions needs at least one version");

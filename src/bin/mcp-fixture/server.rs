@@ -196,7 +196,10 @@ impl Session {
     }
 
     fn queue_for_post(&self, messages: impl IntoIterator<Item = String>) {
-        self.inner().pending_post.extend(messages);
+        let mut inner = self.inner();
+        inner.pending_post.extend(messages);
+        let excess = inner.pending_post.len().saturating_sub(HISTORY_LIMIT);
+        inner.pending_post.drain(..excess);
     }
 
     pub fn mark_initialized(&self) {
