@@ -275,20 +275,53 @@ fn expired_sessions_killed_children_dropped_streams_and_restarts_recover() {
     wait_for_catalog(&daemon, "live", 40);
     drop(daemon);
 
-    // A dropped listen stream (stateless era) and a killed stdio child.
+    // A dropped listen stream over HTTP (stateless era).
+    let live = Live::new(&json!({"generate": 30, "page_size": 10}));
+    let fixture = HttpFixture::start(&live.fixture_args(&["--era", "modern"]));
+    let daemon = live.daemon(&http_server(&fixture.url, ""));
+    daemon.wait_for_walks("live", 1);
+    let (walks, listens) = (
+        counter(&live.stats, "walks"),
+        counter(&live.stats, "listens_opened"),
+    );
+    live.change(&json!({"generate": 30, "page_size": 10, "drop_streams": 1}));
+    wait_for(
+        "a new listen and a walk after the stream dropped",
+        Duration::from_secs(20),
+        || {
+            let relistened = counter(&live.stats, "listens_opened") > listens;
+            (relistened && counter(&live.stats, "walks") > walks).then_some(())
+        },
+    );
+    live.change(&json!({"generate": 34, "page_size": 10, "drop_streams": 1}));
+    wait_for_catalog(&daemon, "live", 34);
+    drop(daemon);
+
+    // Over stdio: the server ends the listen gracefully (a result), then cancels it; each
+    // time the mirror listens again and walks. Then the child is killed.
     let live = Live::new(&json!({"generate": 30, "page_size": 10}));
     let daemon = live.daemon(&stdio_server(
         "live",
         &live.fixture_args(&["--era", "modern"]),
     ));
     daemon.wait_for_walks("live", 1);
-    let walks = counter(&live.stats, "walks");
-    live.change(&json!({"generate": 30, "page_size": 10, "drop_streams": 1}));
-    wait_for(
-        "a walk after the listen stream dropped",
-        Duration::from_secs(20),
-        || (counter(&live.stats, "walks") > walks).then_some(()),
-    );
+    for ending in ["close_listens", "cancel_listens"] {
+        let (walks, listens) = (
+            counter(&live.stats, "walks"),
+            counter(&live.stats, "listens_opened"),
+        );
+        let mut scenario = json!({"generate": 30, "page_size": 10, "close_listens": 1});
+        scenario[ending] = json!(1);
+        live.change(&scenario);
+        wait_for(
+            &format!("a new listen and a walk after {ending}"),
+            Duration::from_secs(20),
+            || {
+                let relistened = counter(&live.stats, "listens_opened") > listens;
+                (relistened && counter(&live.stats, "walks") > walks).then_some(())
+            },
+        );
+    }
     let pid = counter(&live.stats, "pid");
     assert!(pid > 0, "{}", stats(&live.stats));
     // SAFETY: kill(2) on the fixture child the daemon started.

@@ -7,6 +7,7 @@ mod config;
 mod crash;
 mod faults;
 mod interop;
+mod live;
 mod service;
 mod socket;
 mod walk;

@@ -267,6 +267,9 @@ fn sighup_applies_exactly_the_diff_and_leaves_unchanged_sessions_alone() {
     let scratch = Scratch::new();
     let stats = scratch.path("keep-stats.json");
     let keep = HttpFixture::start(&[
+        // The handshake era, so the test server counts sessions.
+        "--era",
+        "legacy",
         "--name",
         "keep",
         "--generate",
@@ -431,6 +434,9 @@ fn sigterm_during_a_walk_stops_everything_in_order_within_the_bound() {
     let slow_stats = scratch.path("slow-stats.json");
     let http_stats = scratch.path("http-stats.json");
     let http = HttpFixture::start(&[
+        // The handshake era, so the test server counts sessions.
+        "--era",
+        "legacy",
         "--name",
         "remote",
         "--generate",
