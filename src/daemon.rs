@@ -21,11 +21,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let entries = config
         .servers
         .iter()
-        .map(|server| ServerEntry {
-            name: server.name.clone(),
-            priority: server.priority,
-            transport: server.transport.kind().to_string(),
-        })
+        .map(ServerEntry::from_config)
         .collect();
     store
         .sync_servers(entries)
