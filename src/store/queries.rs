@@ -254,9 +254,17 @@ pub fn search(
             "SELECT s.name, r.uri, r.name, r.title, r.description, r.mime_type, hits.rank, r.id
              FROM (SELECT f.rowid AS id, f.rank AS rank FROM resources_fts f
                    JOIN resources fr ON fr.id = f.rowid
+                   JOIN servers fs ON fs.id = fr.server_id
                    WHERE resources_fts MATCH ?1
-                     AND (?2 IS NULL OR fr.server_id = (SELECT id FROM servers WHERE name = ?2))
+                     AND (?2 IS NULL OR fs.name = ?2)
                      AND (?3 IS NULL OR fr.mime_type = ?3)
+                     -- Without a server filter, search the merged catalog: a URI listed by
+                     -- several servers is found once, from the server that wins it.
+                     AND (?2 IS NOT NULL OR NOT EXISTS (
+                         SELECT 1 FROM resources r2 JOIN servers s2 ON s2.id = r2.server_id
+                         WHERE r2.uri = fr.uri AND r2.server_id != fr.server_id
+                           AND (s2.priority < fs.priority
+                                OR (s2.priority = fs.priority AND s2.name < fs.name))))
                    ORDER BY f.rank LIMIT ?4 OFFSET ?5) hits
              JOIN resources r ON r.id = hits.id JOIN servers s ON s.id = r.server_id
              ORDER BY hits.rank",
