@@ -513,6 +513,9 @@ fn swap(
         "DELETE FROM resources WHERE id IN (SELECT id FROM temp.swap_ids WHERE kind = ?1)",
         [REMOVED],
     )?;
+    // Removed ids are done with, and must go: when the highest ids were removed, SQLite hands
+    // them out again to the rows added below, which would collide in `swap_ids`.
+    transaction.execute("DELETE FROM temp.swap_ids WHERE kind = ?1", [REMOVED])?;
     transaction.execute(
         "UPDATE resources AS r SET name = s.name, title = s.title, description = s.description,
              mime_type = s.mime_type, size = s.size, annotations = s.annotations, icons = s.icons,

@@ -2,10 +2,14 @@
 
 mod support;
 
+mod bridge;
 mod cli;
+mod client_commands;
 mod config;
 mod crash;
+mod endpoint;
 mod faults;
 mod interop;
+mod search;
 mod socket;
 mod walk;
