@@ -90,6 +90,17 @@ pub struct ApiContext {
     pub config_path: PathBuf,
     pub started: Instant,
     pub clients: AtomicUsize,
+    /// When the configuration in force was loaded, and why the last reload was refused.
+    pub config_load: std::sync::Mutex<ConfigLoad>,
+}
+
+/// The daemon's record of its configuration file, shown by `catalog/status`.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigLoad {
+    pub loaded_at_ms: i64,
+    /// Set when the last reload was rejected (the previous configuration stays in force).
+    pub error: Option<String>,
+    pub error_at_ms: Option<i64>,
 }
 
 /// Accepts connections until shutdown; each connection is served by its own task, so a slow
@@ -652,13 +663,19 @@ async fn search(params: &Value, context: &ApiContext) -> Result<Value, Failure> 
 
 async fn status(context: &ApiContext) -> Result<Value, Failure> {
     let servers = context.store.status().await.map_err(internal)?;
+    let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())
         .map(|metadata| metadata.len())
         .ok();
     let resources: u64 = servers.iter().map(|server| server.resources).sum();
     let change_seq = context.store.latest_change_seq().await.map_err(internal)?;
     let read_cache_bytes = context.store.read_cache_bytes().await.map_err(internal)?;
-    Ok(json!({
+    let config_load = context
+        .config_load
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    let mut status = json!({
         "daemon": {
             "version": env!("CARGO_PKG_VERSION"),
             "pid": std::process::id(),
@@ -671,7 +688,19 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
             "resources": resources,
             "changeSeq": change_seq,
             "readCacheBytes": read_cache_bytes,
+            "configLoadedAt": config_load.loaded_at_ms,
+            "configError": config_load.error,
+            "configErrorAt": config_load.error_at_ms,
         },
-        "servers": servers,
-    }))
+        "servers": servers
+            .iter()
+            .map(|server| {
+                let mut entry = serde_json::to_value(server).unwrap_or(Value::Null);
+                entry["live"] = serde_json::to_value(live.remove(&server.name)).unwrap_or(Value::Null);
+                entry
+            })
+            .collect::<Vec<_>>(),
+    });
+    crate::redact::scrub_json(&mut status);
+    Ok(status)
 }

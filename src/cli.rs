@@ -372,6 +372,14 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         daemon["resources"].as_u64().unwrap_or(0),
         daemon["database"].as_str().unwrap_or("?"),
     );
+    println!(
+        "config {} · loaded {} ago",
+        daemon["config"].as_str().unwrap_or("?"),
+        age(daemon["configLoadedAt"].as_i64()),
+    );
+    if let Some(error) = daemon["configError"].as_str() {
+        println!("config reload rejected, the previous configuration stays in force: {error}");
+    }
     let rows: Vec<Vec<String>> = servers
         .iter()
         .map(|server| {

@@ -84,6 +84,34 @@ pub struct DaemonConfig {
     pub resync_interval: Duration,
     pub request_timeout: Duration,
     pub limits: WalkLimits,
+    pub timings: SyncTimings,
+    /// A server removed from the configuration keeps its snapshot, marked offline, instead of
+    /// having it dropped.
+    pub keep_removed: bool,
+    /// A tracing filter (`info`, `mcp_mirror=debug,warn`); `RUST_LOG` overrides it.
+    pub log_level: Option<String>,
+}
+
+/// How a session paces itself between walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncTimings {
+    /// How often to re-walk a server that cannot push `list_changed`.
+    pub poll_interval: Duration,
+    /// The shortest poll a server's `ttlMs` hint may ask for.
+    pub poll_floor: Duration,
+    /// How often to ping a quiet server to notice a dead session; `None` turns pings off.
+    pub ping_interval: Option<Duration>,
+    /// The quiet period after a `list_changed` before walking.
+    pub debounce: Duration,
+}
+
+/// Which protocol era to speak to a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EraChoice {
+    /// Probe `server/discover` and fall back to `initialize`.
+    Auto,
+    Legacy,
+    Modern,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -96,9 +124,13 @@ pub struct ServerConfig {
     pub limits: WalkLimits,
     /// The size cap of the `resources/read` content cache; `None` (the default) turns it off.
     pub read_cache_bytes: Option<u64>,
+    pub timings: SyncTimings,
+    pub era: EraChoice,
+    /// A protocol version to insist on, instead of negotiating.
+    pub protocol_version: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub enum Transport {
     Stdio {
         command: PathBuf,
@@ -111,6 +143,63 @@ pub enum Transport {
         headers: Vec<(String, String)>,
         bearer_token: Option<Secret>,
     },
+}
+
+/// Every configured header value is treated as a secret (they often carry API keys, and a rule
+/// with no exceptions cannot be forgotten), so Debug shows header names only.
+impl fmt::Debug for Transport {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => formatter
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", env)
+                .field("cwd", cwd)
+                .finish(),
+            Transport::Http {
+                url,
+                headers,
+                bearer_token,
+            } => {
+                let header_names: Vec<String> = headers
+                    .iter()
+                    .map(|(name, _)| format!("{name}: <redacted>"))
+                    .collect();
+                formatter
+                    .debug_struct("Http")
+                    .field("url", url)
+                    .field("headers", &header_names)
+                    .field("bearer_token", bearer_token)
+                    .finish()
+            }
+        }
+    }
+}
+
+impl Config {
+    /// The values that must never be printed: bearer tokens and every header value.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.servers
+            .iter()
+            .flat_map(|server| match &server.transport {
+                Transport::Http {
+                    headers,
+                    bearer_token,
+                    ..
+                } => headers
+                    .iter()
+                    .map(|(_, value)| value.as_str())
+                    .chain(bearer_token.as_ref().map(Secret::expose))
+                    .collect(),
+                Transport::Stdio { .. } => Vec::new(),
+            })
+    }
 }
 
 impl Transport {
@@ -141,6 +230,12 @@ struct RawDaemon {
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
     max_pages_without_new: Option<Spanned<i64>>,
+    poll_interval: Option<Spanned<String>>,
+    poll_floor: Option<Spanned<String>>,
+    ping_interval: Option<Spanned<String>>,
+    debounce: Option<Spanned<String>>,
+    keep_removed: Option<bool>,
+    log_level: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -163,6 +258,10 @@ struct RawServer {
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
     read_cache: Option<Spanned<String>>,
+    poll_interval: Option<Spanned<String>>,
+    ping_interval: Option<Spanned<String>>,
+    era: Option<Spanned<String>>,
+    protocol_version: Option<Spanned<String>>,
 }
 
 /// Reads and validates the configuration file at `path`.
@@ -184,8 +283,14 @@ pub fn parse(
 ) -> Result<Config, ConfigError> {
     let context = Context { path, text };
     let raw: RawConfig = toml::from_str(text).map_err(|error| {
+        // Quote the fragment only when it is a key: a value may be a token or header value.
         let key = error
             .span()
+            .filter(|span| {
+                text.get(span.end..)
+                    .map(str::trim_start)
+                    .is_some_and(|rest| rest.starts_with(['=', '.', ']']))
+            })
             .and_then(|span| text.get(span))
             .filter(|fragment| {
                 !fragment.trim().is_empty() && !fragment.contains('\n') && fragment.len() < 80
@@ -297,12 +402,50 @@ impl Context<'_> {
                 3,
             )?,
         };
+        let timings = SyncTimings {
+            poll_interval: self.duration(
+                &daemon.poll_interval,
+                "daemon.poll_interval",
+                Duration::from_secs(60),
+            )?,
+            poll_floor: self.duration(
+                &daemon.poll_floor,
+                "daemon.poll_floor",
+                Duration::from_secs(5),
+            )?,
+            ping_interval: self.optional_duration(
+                &daemon.ping_interval,
+                "daemon.ping_interval",
+                Some(Duration::from_secs(60)),
+            )?,
+            debounce: self.duration(
+                &daemon.debounce,
+                "daemon.debounce",
+                Duration::from_millis(100),
+            )?,
+        };
+        let log_level = match &daemon.log_level {
+            None => None,
+            Some(level) => {
+                tracing_subscriber::EnvFilter::try_new(level.get_ref()).map_err(|error| {
+                    self.error(
+                        &level.span(),
+                        "daemon.log_level",
+                        format!("not a log filter (examples: info, debug, mcp_mirror=debug,warn): {error}"),
+                    )
+                })?;
+                Some(level.get_ref().clone())
+            }
+        };
         let daemon_config = DaemonConfig {
             database,
             socket,
             resync_interval,
             request_timeout,
             limits,
+            timings,
+            keep_removed: daemon.keep_removed.unwrap_or(false),
+            log_level,
         };
         let mut servers = Vec::new();
         for (name, server) in &raw.servers {
@@ -466,6 +609,54 @@ impl Context<'_> {
             )?,
             max_pages_without_new: daemon.limits.max_pages_without_new,
         };
+        let timings = SyncTimings {
+            poll_interval: self.duration(
+                &raw.poll_interval,
+                &key_of("poll_interval"),
+                daemon.timings.poll_interval,
+            )?,
+            ping_interval: self.optional_duration(
+                &raw.ping_interval,
+                &key_of("ping_interval"),
+                daemon.timings.ping_interval,
+            )?,
+            ..daemon.timings
+        };
+        let era = match &raw.era {
+            None => EraChoice::Auto,
+            Some(era) => match era.get_ref().as_str() {
+                "auto" => EraChoice::Auto,
+                "legacy" => EraChoice::Legacy,
+                "modern" => EraChoice::Modern,
+                other => {
+                    return Err(self.error(
+                        &era.span(),
+                        &key_of("era"),
+                        format!("`{other}` is not an era: use \"auto\", \"legacy\" or \"modern\""),
+                    ))
+                }
+            },
+        };
+        let protocol_version = match &raw.protocol_version {
+            None => None,
+            Some(version) => {
+                let known = crate::mcp::LEGACY_VERSIONS.contains(&version.get_ref().as_str())
+                    || crate::mcp::MODERN_VERSIONS.contains(&version.get_ref().as_str());
+                if !known {
+                    return Err(self.error(
+                        &version.span(),
+                        &key_of("protocol_version"),
+                        format!(
+                            "unknown protocol version `{}` (known: {}, {})",
+                            version.get_ref(),
+                            crate::mcp::MODERN_VERSIONS.join(", "),
+                            crate::mcp::LEGACY_VERSIONS.join(", ")
+                        ),
+                    ));
+                }
+                Some(version.get_ref().clone())
+            }
+        };
         Ok(ServerConfig {
             name: name.get_ref().clone(),
             transport,
@@ -489,7 +680,24 @@ impl Context<'_> {
                     })?)
                 }
             },
+            timings,
+            era,
+            protocol_version,
         })
+    }
+
+    /// Like `duration`, but `"off"` means none.
+    fn optional_duration(
+        &self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+        default: Option<Duration>,
+    ) -> Result<Option<Duration>, ConfigError> {
+        match value {
+            Some(spanned) if spanned.get_ref().trim() == "off" => Ok(None),
+            Some(_) => self.duration(value, key, Duration::ZERO).map(Some),
+            None => Ok(default),
+        }
     }
 }
 
@@ -646,6 +854,49 @@ max_items = 20
             other => panic!("unexpected transport {other:?}"),
         }
         assert_eq!(config.servers[1].limits.max_items, 20);
+        assert!(!config.daemon.keep_removed);
+        let secrets: Vec<&str> = config.secrets().collect();
+        assert_eq!(secrets, ["search", "s3cret"]);
+        assert!(!format!("{config:?}").contains("search\""), "{config:?}");
+    }
+
+    #[test]
+    fn daemon_keys_for_the_service() {
+        let config =
+            parse_text("[daemon]\nkeep_removed = true\nlog_level = \"mcp_mirror=debug,warn\"\n")
+                .expect("valid config");
+        assert!(config.daemon.keep_removed);
+        assert_eq!(
+            config.daemon.log_level.as_deref(),
+            Some("mcp_mirror=debug,warn")
+        );
+        let error = parse_text("[daemon]\nlog_level = \"=[\"\n").expect_err("bad filter");
+        assert!(
+            error.to_string().contains(":2: daemon.log_level: "),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn token_files_expand_the_credentials_directory() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        std::fs::write(directory.path().join("docs-token"), "tok-from-credential\n")
+            .expect("write");
+        let credentials = directory.path().to_string_lossy().to_string();
+        for reference in ["%d/docs-token", "$CREDENTIALS_DIRECTORY/docs-token"] {
+            let text = format!("[servers.docs]\nurl = \"https://example.com/mcp\"\nbearer_token_file = \"{reference}\"\n");
+            let config = parse(Path::new("/etc/mcp-mirror/daemon.toml"), &text, &|name| {
+                (name == "CREDENTIALS_DIRECTORY").then(|| credentials.clone())
+            })
+            .expect("valid config");
+            match &config.servers[0].transport {
+                Transport::Http { bearer_token, .. } => assert_eq!(
+                    bearer_token.as_ref().map(Secret::expose),
+                    Some("tok-from-credential")
+                ),
+                other => panic!("unexpected transport {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -671,6 +922,15 @@ max_items = 20
             ("[servers.a]\ncommand = \"x\"\nbogus = true\n", 3, "bogus"),
             ("[daemon\n", 1, ""),
         ];
+        // A value is never quoted back: it may be a secret.
+        let error = parse_text(
+            "[servers.a]\nurl = \"http://x/\"\nheaders = { \"K\" = tok-unquoted-secret }\n",
+        )
+        .expect_err("unquoted value");
+        assert!(
+            !error.to_string().contains("tok-unquoted-secret"),
+            "{error}"
+        );
         for (text, line, key) in cases {
             let error = parse_text(text).expect_err(text);
             let rendered = error.to_string();

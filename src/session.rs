@@ -1,8 +1,9 @@
 //! One actor per server: connect, walk, listen for changes, back off; reached only through its handle.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -10,12 +11,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::ServerConfig;
-use crate::mcp::{McpError, ServerEvent, Session};
+use crate::mcp::{event_channel, Era, EventStream, McpError, PushChannel, ServerEvent, Session};
 use crate::store::{now_ms, ServerUpdate, Store};
 use crate::walk::{self, WalkError, WalkSummary};
 
-/// A quiet period after a `list_changed` before walking, so a burst costs one walk.
-const DEBOUNCE: Duration = Duration::from_millis(100);
+/// Listen streams that may end unacknowledged in a row before we fall back to polling.
+const MAX_LISTEN_FAILURES: u32 = 5;
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -57,6 +58,7 @@ pub struct SessionHandle {
 pub struct SessionClient {
     name: String,
     commands: mpsc::Sender<SessionCommand>,
+    live: Arc<Mutex<LiveStatus>>,
 }
 
 impl SessionHandle {
@@ -64,6 +66,7 @@ impl SessionHandle {
         let (commands, command_receiver) = mpsc::channel(64);
         let (stop, stopping) = watch::channel(false);
         let span = tracing::info_span!("session", server = %config.name);
+        let live = Arc::new(Mutex::new(LiveStatus::default()));
         let actor = Actor {
             config: config.clone(),
             store,
@@ -72,12 +75,19 @@ impl SessionHandle {
             waiting: Vec::new(),
             backoff: Backoff::default(),
             last_problem: "not connected yet".into(),
+            live: live.clone(),
+            known_era: None,
+            notifications_before: 0,
+            notification_walks: 0,
+            polling: false,
+            listen_failures: 0,
         };
         let task = tokio::spawn(actor.run().instrument(span));
         SessionHandle {
             client: SessionClient {
                 name: config.name.clone(),
                 commands,
+                live,
             },
             config,
             stop,
@@ -101,6 +111,13 @@ impl SessionHandle {
 }
 
 impl SessionClient {
+    pub fn live_status(&self) -> LiveStatus {
+        self.live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     pub async fn refresh(&self, reply: Option<RefreshReply>) -> bool {
         let command = SessionCommand::Refresh { reply };
         self.commands.send(command).await.is_ok()
@@ -122,6 +139,27 @@ impl SessionClient {
     }
 }
 
+/// What this process knows about a session right now, beside what the database records.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveStatus {
+    pub era: Option<Era>,
+    pub transport: Option<String>,
+    /// How changes reach us: "GET stream", "subscriptions/listen", "polling (why)", ...
+    pub push: Option<String>,
+    /// `list_changed` notifications received, over every connection of this process.
+    pub notifications: u64,
+    /// Notifications that did not need a walk of their own (absorbed by debounce or a walk).
+    pub walks_coalesced: u64,
+    pub walks_started: u64,
+    /// Walks abandoned because the list changed while they ran.
+    pub walks_restarted: u64,
+    /// The number of the last walk started; each walk's results belong to it alone.
+    pub generation: u64,
+    pub connections: u64,
+    pub next_walk_at_ms: Option<i64>,
+}
+
 /// How a connected stretch of the session ended.
 enum Ended {
     Shutdown,
@@ -134,6 +172,14 @@ enum Step {
     Ended(Ended),
 }
 
+/// What an event from the server asks of the session.
+enum Reaction {
+    Nothing,
+    /// Walk (again): the list changed, or changes may have been missed.
+    Walk,
+    Lost(String),
+}
+
 struct Actor {
     config: ServerConfig,
     store: Store,
@@ -144,37 +190,66 @@ struct Actor {
     backoff: Backoff,
     /// Why the server is not connected, for reads that arrive meanwhile.
     last_problem: String,
+    live: Arc<Mutex<LiveStatus>>,
+    /// The era this server spoke last, so a reconnect need not probe again.
+    known_era: Option<Era>,
+    /// Notifications counted on connections that have ended.
+    notifications_before: u64,
+    /// Walks started because of a notification (or a reopened stream).
+    notification_walks: u64,
+    /// True while the server cannot push and we poll.
+    polling: bool,
+    /// Listen streams that ended without being acknowledged, in a row.
+    listen_failures: u32,
 }
 
 impl Actor {
     async fn run(mut self) {
         while !*self.stopping.borrow() {
             self.report(ServerUpdate::Connecting).await;
-            let (events, event_receiver) = mpsc::channel(64);
+            let (events, event_stream) = event_channel();
             let connected = tokio::select! {
-                connected = Session::connect(&self.config, events) => connected,
+                connected = Session::connect(&self.config, events, self.known_era) => connected,
                 _ = self.stopping.changed() => break,
             };
             let ended = match connected {
                 Ok(session) => {
                     let session = Arc::new(session);
+                    self.known_era = Some(session.hello.era);
                     tracing::info!(
-                        transport = session.transport_kind(),
+                        transport = session.transport_name(),
+                        era = ?session.hello.era,
                         protocol_version = %session.hello.protocol_version,
                         "connected"
                     );
+                    self.update_live(|live| {
+                        live.era = Some(session.hello.era);
+                        live.transport = Some(session.transport_name().to_string());
+                        live.connections += 1;
+                    });
                     self.report(ServerUpdate::Connected {
                         protocol_version: session.hello.protocol_version.clone(),
                         capabilities: session.hello.capabilities.clone(),
                         server_info: session.hello.server_info.clone(),
                     })
                     .await;
-                    let ended = self.serve(&session, event_receiver).await;
+                    let pinger = self.start_pinger(&session);
+                    let mut event_stream = event_stream;
+                    let ended = self.serve(&session, &mut event_stream).await;
+                    if let Some(pinger) = pinger {
+                        pinger.abort();
+                    }
+                    self.notifications_before += event_stream.notifications_received();
                     session.close().await;
                     ended
                 }
-                Err(error) => Ended::Lost(format!("cannot connect: {error}")),
+                Err(error) => {
+                    // Whatever it spoke before, probe afresh next time.
+                    self.known_era = None;
+                    Ended::Lost(format!("cannot connect: {error}"))
+                }
             };
+            self.update_live(|live| live.push = None);
             match ended {
                 Ended::Shutdown => break,
                 Ended::Lost(error) => {
@@ -186,6 +261,33 @@ impl Actor {
         }
         self.answer_waiting(Err("the daemon is shutting down".into()));
         self.report(ServerUpdate::Stopped).await;
+    }
+
+    fn update_live(&self, change: impl FnOnce(&mut LiveStatus)) {
+        change(
+            &mut self
+                .live
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+    }
+
+    /// Pings the server now and then; a failed ping ends the connection.
+    fn start_pinger(&self, session: &Arc<Session>) -> Option<JoinHandle<()>> {
+        let interval = self.config.timings.ping_interval?;
+        let session = session.clone();
+        let events = session.events();
+        Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                if let Err(error) = session.ping().await {
+                    if error.is_connection_lost() || matches!(error, McpError::Timeout { .. }) {
+                        events.send(ServerEvent::Disconnected(format!("ping failed: {error}")));
+                        return;
+                    }
+                }
+            }
+        }))
     }
 
     /// Handles a command in any state; `session` is the live one, if any. True when the
@@ -209,6 +311,46 @@ impl Actor {
                 false
             }
         }
+    }
+
+    /// Decides what a server event means for this session.
+    fn react(&mut self, event: Option<ServerEvent>, session: &Arc<Session>) -> Reaction {
+        match event {
+            None => Reaction::Lost("the server closed the connection".into()),
+            Some(ServerEvent::ResourcesListChanged) => Reaction::Walk,
+            Some(ServerEvent::ListenAcknowledged) => {
+                self.listen_failures = 0;
+                self.update_live(|live| live.push = Some(PushChannel::Listen.to_string()));
+                Reaction::Nothing
+            }
+            // Only the stateless era listens; elsewhere a cancellation is about something else.
+            Some(ServerEvent::ListenEnded(_)) if session.hello.era != Era::Modern => {
+                Reaction::Nothing
+            }
+            Some(ServerEvent::ListenEnded(reason)) => {
+                self.listen_failures += 1;
+                if self.listen_failures > MAX_LISTEN_FAILURES {
+                    let why = format!("the listen stream keeps ending: {reason}");
+                    self.start_polling(why);
+                } else {
+                    tracing::info!(%reason, "reopening the listen stream");
+                    session.start_listen();
+                }
+                Reaction::Walk
+            }
+            Some(ServerEvent::StreamResumed) => Reaction::Walk,
+            Some(ServerEvent::PushUnavailable(reason)) => {
+                self.start_polling(reason);
+                Reaction::Nothing
+            }
+            Some(ServerEvent::Disconnected(reason)) => Reaction::Lost(reason),
+        }
+    }
+
+    fn start_polling(&mut self, reason: String) {
+        tracing::info!(%reason, "the server cannot push changes; polling");
+        self.polling = true;
+        self.update_live(|live| live.push = Some(PushChannel::Polling(reason).to_string()));
     }
 
     /// Records a lost connection and sleeps before the next attempt; false on shutdown.
@@ -237,24 +379,33 @@ impl Actor {
     }
 
     /// Runs one connected session until it breaks or the daemon stops.
-    async fn serve(
-        &mut self,
-        session: &Arc<Session>,
-        mut events: mpsc::Receiver<ServerEvent>,
-    ) -> Ended {
+    async fn serve(&mut self, session: &Arc<Session>, events: &mut EventStream) -> Ended {
         let mirrors = session.hello.has_resources();
+        self.polling = false;
+        self.listen_failures = 0;
         if !mirrors {
             tracing::info!("server declares no resources capability; nothing to mirror");
             self.report(ServerUpdate::NoResources).await;
             self.last_problem = "it declares no resources capability".into();
+        } else {
+            let push = session.start_push();
+            if let PushChannel::Polling(reason) = &push {
+                self.start_polling(reason.clone());
+            } else {
+                self.update_live(|live| live.push = Some(push.to_string()));
+            }
         }
         let mut next_walk = Instant::now();
         loop {
             if !mirrors {
                 self.answer_waiting(Err("the server declares no resources capability".into()));
             } else if Instant::now() >= next_walk {
-                match self.walk_until_settled(session, &mut events).await {
-                    Step::Walked(delay) => next_walk = Instant::now() + delay,
+                match self.walk_until_settled(session, events).await {
+                    Step::Walked(delay) => {
+                        next_walk = Instant::now() + delay;
+                        let at = now_ms() + delay.as_millis() as i64;
+                        self.update_live(|live| live.next_walk_at_ms = Some(at));
+                    }
                     Step::Ended(ended) => return ended,
                 }
                 continue;
@@ -262,15 +413,17 @@ impl Actor {
             let timer = tokio::time::sleep_until(next_walk);
             tokio::select! {
                 _ = timer, if mirrors => {}
-                event = events.recv() => match event {
-                    Some(ServerEvent::ResourcesListChanged) if mirrors => {
-                        if let Some(ended) = self.debounce(&mut events).await {
+                event = events.recv() => match self.react(event, session) {
+                    Reaction::Nothing => {}
+                    Reaction::Walk if mirrors => {
+                        if let Some(ended) = self.debounce(events, session).await {
                             return ended;
                         }
+                        self.notification_walks += 1;
                         next_walk = Instant::now();
                     }
-                    Some(_) => {}
-                    None => return Ended::Lost("the server closed the connection".into()),
+                    Reaction::Walk => {}
+                    Reaction::Lost(reason) => return Ended::Lost(reason),
                 },
                 command = self.commands.recv() => match command {
                     Some(command) => {
@@ -285,41 +438,58 @@ impl Actor {
         }
     }
 
-    /// Waits until notifications pause for `DEBOUNCE`; `Some` when the session ends meanwhile.
-    async fn debounce(&mut self, events: &mut mpsc::Receiver<ServerEvent>) -> Option<Ended> {
+    /// Waits until events pause for the debounce period; `Some` when the session ends meanwhile.
+    async fn debounce(
+        &mut self,
+        events: &mut EventStream,
+        session: &Arc<Session>,
+    ) -> Option<Ended> {
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(DEBOUNCE) => return None,
-                event = events.recv() => if event.is_none() {
-                    return Some(Ended::Lost("the server closed the connection".into()));
+                _ = tokio::time::sleep(self.config.timings.debounce) => return None,
+                event = events.recv() => if let Reaction::Lost(reason) = self.react(event, session) {
+                    return Some(Ended::Lost(reason));
                 },
                 _ = self.stopping.changed() => return Some(Ended::Shutdown),
             }
         }
     }
 
-    /// Walks until a walk completes without a `list_changed` arriving during it.
+    /// Walks until a walk completes without a change arriving during it.
     async fn walk_until_settled(
         &mut self,
         session: &Arc<Session>,
-        events: &mut mpsc::Receiver<ServerEvent>,
+        events: &mut EventStream,
     ) -> Step {
         loop {
             self.report(ServerUpdate::Walking).await;
             let waiting_for_this_walk = std::mem::take(&mut self.waiting);
             let mut commands_during_walk = Vec::new();
+            let mut generation = 0;
+            let notifications = self.notifications_before + events.notifications_received();
+            let notification_walks = self.notification_walks;
+            self.update_live(|live| {
+                live.walks_started += 1;
+                live.generation += 1;
+                generation = live.generation;
+                live.notifications = notifications;
+                live.walks_coalesced = notifications.saturating_sub(notification_walks);
+                live.next_walk_at_ms = None;
+            });
+            let span = tracing::info_span!("walk", generation);
             let outcome = {
-                let walk = walk::walk(session, &self.store, &self.config.name, self.config.limits);
+                // The walk gets its own copies, so events can be handled while it runs.
+                let (store, name) = (self.store.clone(), self.config.name.clone());
+                let walk = walk::walk(session, &store, &name, self.config.limits).instrument(span);
                 tokio::pin!(walk);
                 loop {
                     tokio::select! {
                         outcome = &mut walk => break Some(outcome),
-                        event = events.recv() => match event {
+                        event = events.recv() => match self.react(event, session) {
+                            Reaction::Nothing => {}
                             // The walk may have read pages from before the change: start over.
-                            Some(ServerEvent::ResourcesListChanged) => break None,
-                            None => break Some(Err(WalkError::Connection(McpError::Closed(
-                                "the server closed the connection".into(),
-                            )))),
+                            Reaction::Walk => break None,
+                            Reaction::Lost(reason) => break Some(Err(WalkError::Connection(McpError::Closed(reason)))),
                         },
                         command = self.commands.recv() => match command {
                             Some(command) => commands_during_walk.push(command),
@@ -334,17 +504,29 @@ impl Actor {
                 self.handle(command, Some(session));
             }
             let Some(outcome) = outcome else {
-                tracing::info!("list_changed during the walk; discarding it and walking again");
+                tracing::info!(
+                    generation,
+                    "the list changed during the walk; discarding it and walking again"
+                );
+                self.update_live(|live| live.walks_restarted += 1);
                 self.waiting.extend(waiting_for_this_walk);
-                if let Some(ended) = self.debounce(events).await {
+                if let Some(ended) = self.debounce(events, session).await {
                     return Step::Ended(ended);
                 }
+                self.notification_walks += 1;
                 continue;
             };
+            let notifications = self.notifications_before + events.notifications_received();
+            let notification_walks = self.notification_walks;
+            self.update_live(|live| {
+                live.notifications = notifications;
+                live.walks_coalesced = notifications.saturating_sub(notification_walks);
+            });
             match outcome {
                 Ok(summary) => {
                     self.backoff.reset();
                     tracing::info!(
+                        generation,
                         pages = summary.report.pages,
                         resources = summary.swap.resources,
                         added = summary.swap.added,
@@ -355,10 +537,12 @@ impl Actor {
                     );
                     answer(waiting_for_this_walk, Ok(summary));
                     // A refresh that arrived during the walk gets a walk of its own.
-                    let delay = if self.waiting.is_empty() {
-                        self.config.resync_interval
-                    } else {
+                    let delay = if !self.waiting.is_empty() {
                         Duration::ZERO
+                    } else if self.polling {
+                        self.poll_delay(summary.ttl_ms)
+                    } else {
+                        self.config.resync_interval
                     };
                     return Step::Walked(delay);
                 }
@@ -370,7 +554,7 @@ impl Actor {
                 Err(error) => {
                     let message = format!("walk failed: {error}");
                     let delay = self.backoff.next_delay();
-                    tracing::warn!(error = %message, retry_in_ms = delay.as_millis() as u64, "keeping the last snapshot");
+                    tracing::warn!(generation, error = %message, retry_in_ms = delay.as_millis() as u64, "keeping the last snapshot");
                     self.report(ServerUpdate::WalkFailed {
                         error: message.clone(),
                     })
@@ -381,6 +565,18 @@ impl Actor {
                 }
             }
         }
+    }
+
+    /// When to poll a server that cannot push: its `ttlMs` hint (never below the floor) or
+    /// the configured interval, with jitter so many servers spread out.
+    fn poll_delay(&self, ttl_ms: Option<u64>) -> Duration {
+        let timings = &self.config.timings;
+        let base = match ttl_ms {
+            Some(ttl) => Duration::from_millis(ttl).max(timings.poll_floor),
+            None => timings.poll_interval,
+        };
+        let base = base.min(self.config.resync_interval);
+        base + base.mul_f64(jitter_fraction() / 10.0)
     }
 
     fn answer_waiting(&mut self, outcome: Result<WalkSummary, String>) {
@@ -423,6 +619,15 @@ fn answer(waiting: Vec<RefreshReply>, outcome: Result<WalkSummary, String>) {
     }
 }
 
+/// A number in [0, 1) from the clock's low bits: enough to spread retries, no generator needed.
+fn jitter_fraction() -> f64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.subsec_nanos())
+        .unwrap_or(0);
+    (nanos % 1000) as f64 / 1000.0
+}
+
 /// Exponential backoff with jitter, so many failing servers do not retry in lockstep.
 #[derive(Default)]
 struct Backoff {
@@ -434,13 +639,7 @@ impl Backoff {
         let exponent = self.failures.min(16);
         self.failures = self.failures.saturating_add(1);
         let base = BACKOFF_FIRST.saturating_mul(1 << exponent).min(BACKOFF_MAX);
-        // Up to 25% of jitter, from the clock's low bits: no need for a random generator here.
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|elapsed| elapsed.subsec_nanos())
-            .unwrap_or(0);
-        let jitter = base.mul_f64((nanos % 1000) as f64 / 4000.0);
-        base + jitter
+        base + base.mul_f64(jitter_fraction() / 4.0)
     }
 
     fn reset(&mut self) {

@@ -40,6 +40,8 @@ impl From<McpError> for WalkError {
 pub struct WalkSummary {
     pub swap: SwapOutcome,
     pub report: WalkReport,
+    /// The server's caching hint from the first page (stateless era), for pacing polls.
+    pub ttl_ms: Option<u64>,
 }
 
 /// Walks `resources/list` and `resources/templates/list` to the end and swaps the result in.
@@ -56,12 +58,16 @@ pub async fn walk(
     loop {
         let staged = store.begin_walk(server);
         match walk_once(session, &staged, limits).await {
-            Ok(mut report) => {
+            Ok((mut report, ttl_ms)) => {
                 walk_templates(session, &staged, limits).await?;
                 report.started_at_ms = started_at_ms;
                 report.duration_ms = started.elapsed().as_millis() as i64;
                 let swap = staged.commit(report).await?;
-                return Ok(WalkSummary { swap, report });
+                return Ok(WalkSummary {
+                    swap,
+                    report,
+                    ttl_ms,
+                });
             }
             Err(Attempt::StaleCursor(error)) if !restarted => {
                 tracing::info!(server, %error, "stale cursor part way through the walk; starting again");
@@ -92,13 +98,14 @@ async fn walk_once(
     session: &Session,
     staged: &StagedWalk,
     limits: WalkLimits,
-) -> Result<WalkReport, Attempt> {
+) -> Result<(WalkReport, Option<u64>), Attempt> {
     // Hashes of the URIs seen so far: enough to count new URIs per page without holding the catalog.
     let hasher = BuildHasherDefault::<DefaultHasher>::default();
     let mut seen: HashSet<u64> = HashSet::new();
     let mut report = WalkReport::default();
     let mut cursor: Option<String> = None;
     let mut pages_without_new = 0u64;
+    let mut ttl_ms = None;
     loop {
         if report.pages >= limits.max_pages {
             return Err(WalkError::Failed(format!(
@@ -118,6 +125,9 @@ async fn walk_once(
             Err(error) => return Err(error.into()),
         };
         report.pages += 1;
+        if report.pages == 1 {
+            ttl_ms = page.ttl_ms;
+        }
         let mut rows = Vec::with_capacity(page.items.len());
         for item in page.items {
             let Some(row) = resource_row(item) else {
@@ -140,7 +150,7 @@ async fn walk_once(
         let new_in_page = rows.len();
         staged.add_resources(rows).await?;
         let Some(next) = page.next_cursor else {
-            return Ok(report);
+            return Ok((report, ttl_ms));
         };
         if new_in_page == 0 {
             pages_without_new += 1;

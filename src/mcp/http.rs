@@ -1,32 +1,50 @@
-//! The Streamable HTTP transport (handshake era): POST each message, read JSON or SSE answers.
+//! The Streamable HTTP transport: POST each message and read JSON or SSE answers; in the
+//! handshake era, also the session id and the GET notification stream.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::StatusCode;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use super::rpc::{self, Incoming, PendingRequests};
 use super::sse::SseParser;
-use super::{McpError, ServerEvent};
+use super::{EventSink, McpError, RpcError, ServerEvent};
 use crate::config::Secret;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+const LAST_EVENT_HEADER: &str = "last-event-id";
 /// How much of an error body we keep for status and logs.
 const ERROR_BODY_LIMIT: usize = 300;
+/// The wait before reopening a GET stream when the server named none with `retry:`.
+const DEFAULT_STREAM_RETRY: Duration = Duration::from_secs(1);
+const MAX_STREAM_RETRY: Duration = Duration::from_secs(30);
 
-pub struct HttpConnection {
+/// What every request and stream of one connection shares.
+#[derive(Clone)]
+struct Endpoint {
     server: String,
     client: reqwest::Client,
     url: String,
     /// Configured headers and the bearer token, sent on every request.
     base_headers: HeaderMap,
+    events: EventSink,
+}
+
+pub struct HttpConnection {
+    endpoint: Endpoint,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
+    /// Stateless era: per-request method headers, no session.
+    modern: AtomicBool,
     ids: PendingRequests,
-    events: mpsc::Sender<ServerEvent>,
+    get_stream: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl HttpConnection {
@@ -35,7 +53,7 @@ impl HttpConnection {
         url: &str,
         headers: &[(String, String)],
         bearer_token: Option<&Secret>,
-        events: mpsc::Sender<ServerEvent>,
+        events: EventSink,
     ) -> Result<Self, McpError> {
         let mut base_headers = HeaderMap::new();
         for (name, value) in headers {
@@ -59,30 +77,54 @@ impl HttpConnection {
             .build()
             .map_err(|error| McpError::Transport(format!("cannot build HTTP client: {error}")))?;
         Ok(HttpConnection {
-            server: server.to_string(),
-            client,
-            url: url.to_string(),
-            base_headers,
+            endpoint: Endpoint {
+                server: server.to_string(),
+                client,
+                url: url.to_string(),
+                base_headers,
+                events,
+            },
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
+            modern: AtomicBool::new(false),
             ids: PendingRequests::default(),
-            events,
+            get_stream: Mutex::new(None),
         })
     }
 
-    pub fn set_protocol_version(&self, version: &str) {
-        *lock(&self.protocol_version) = Some(version.to_string());
+    /// The client, URL and configured headers, for the 2024-11-05 transport to reuse.
+    pub fn parts(&self) -> (reqwest::Client, String, HeaderMap) {
+        let endpoint = &self.endpoint;
+        (
+            endpoint.client.clone(),
+            endpoint.url.clone(),
+            endpoint.base_headers.clone(),
+        )
     }
 
-    fn headers(&self) -> HeaderMap {
-        let mut headers = self.base_headers.clone();
+    pub fn set_protocol_version(&self, version: &str, modern: bool) {
+        *lock(&self.protocol_version) = Some(version.to_string());
+        self.modern.store(modern, Ordering::Relaxed);
+    }
+
+    /// Forgets the version and era, so `initialize` goes out without version headers.
+    pub fn clear_protocol_version(&self) {
+        *lock(&self.protocol_version) = None;
+        self.modern.store(false, Ordering::Relaxed);
+    }
+
+    fn headers(&self, method: Option<&str>, params: &Value) -> HeaderMap {
+        let mut headers = self.endpoint.base_headers.clone();
         headers.insert(
             ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-        if let Some(session) = lock(&self.session_id).as_deref() {
-            if let Ok(value) = HeaderValue::from_str(session) {
-                headers.insert(SESSION_HEADER, value);
+        let modern = self.modern.load(Ordering::Relaxed);
+        if !modern {
+            if let Some(session) = lock(&self.session_id).as_deref() {
+                if let Ok(value) = HeaderValue::from_str(session) {
+                    headers.insert(SESSION_HEADER, value);
+                }
             }
         }
         if let Some(version) = lock(&self.protocol_version).as_deref() {
@@ -90,19 +132,40 @@ impl HttpConnection {
                 headers.insert(VERSION_HEADER, value);
             }
         }
+        if modern {
+            if let Some(method) = method {
+                if let Ok(value) = HeaderValue::from_str(method) {
+                    headers.insert(METHOD_HEADER, value);
+                }
+                // The spec names the target of these methods in a header, for routing.
+                let name = match method {
+                    "resources/read" => params.get("uri"),
+                    "tools/call" | "prompts/get" => params.get("name"),
+                    _ => None,
+                };
+                if let Some(value) = name
+                    .and_then(Value::as_str)
+                    .and_then(|name| HeaderValue::from_str(name).ok())
+                {
+                    headers.insert(NAME_HEADER, value);
+                }
+            }
+        }
         headers
     }
 
+    /// Sends a request and waits (within `timeout`, if any) for its answer.
     pub async fn request(
         &self,
         method: &str,
         params: Value,
-        timeout: Duration,
+        timeout: Option<Duration>,
     ) -> Result<Value, McpError> {
         let id = self.ids.next_id();
+        let headers = self.headers(Some(method), &params);
         let message = rpc::request_message(id, method, params);
         let exchange = async {
-            let response = self.post(&message).await?;
+            let response = self.post(&message, headers).await?;
             if let Some(session) = response.headers().get(SESSION_HEADER) {
                 if let Ok(session) = session.to_str() {
                     *lock(&self.session_id) = Some(session.to_string());
@@ -110,16 +173,12 @@ impl HttpConnection {
             }
             self.read_response(response, id).await
         };
-        let outcome = tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| McpError::Timeout {
+        rpc::within(method, timeout, exchange)
+            .await?
+            .map_err(|error| McpError::Rpc {
                 method: method.to_string(),
-                seconds: timeout.as_secs_f64(),
-            })??;
-        outcome.map_err(|error| McpError::Rpc {
-            method: method.to_string(),
-            error,
-        })
+                error,
+            })
     }
 
     pub async fn notify(
@@ -128,43 +187,43 @@ impl HttpConnection {
         params: Value,
         timeout: Duration,
     ) -> Result<(), McpError> {
+        let headers = self.headers(Some(method), &params);
         let message = rpc::notification_message(method, params);
-        tokio::time::timeout(timeout, self.post(&message))
-            .await
-            .map_err(|_| McpError::Timeout {
-                method: method.to_string(),
-                seconds: timeout.as_secs_f64(),
-            })??;
+        rpc::within(method, Some(timeout), self.post(&message, headers)).await?;
         Ok(())
     }
 
-    async fn post(&self, message: &Value) -> Result<reqwest::Response, McpError> {
-        let response = self
+    async fn post(
+        &self,
+        message: &Value,
+        headers: HeaderMap,
+    ) -> Result<reqwest::Response, McpError> {
+        let endpoint = &self.endpoint;
+        let response = endpoint
             .client
-            .post(&self.url)
-            .headers(self.headers())
+            .post(&endpoint.url)
+            .headers(headers)
             .header(CONTENT_TYPE, "application/json")
             .json(message)
             .send()
             .await
-            .map_err(|error| McpError::Transport(describe_reqwest_error(&self.url, &error)))?;
+            .map_err(|error| McpError::Transport(describe_reqwest_error(&endpoint.url, &error)))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
         }
         let body = response.text().await.unwrap_or_default();
-        Err(McpError::Http {
-            status: status.as_u16(),
-            body: shorten(&body),
-        })
+        let had_session = lock(&self.session_id).is_some() && !self.modern.load(Ordering::Relaxed);
+        Err(http_error(status, &body, had_session))
     }
 
-    /// Reads the answer to request `id` from a JSON body or from an SSE stream.
+    /// Reads the answer to request `id` from a JSON body or from an SSE stream; other
+    /// messages on the way (notifications, pings) are routed as they come.
     async fn read_response(
         &self,
         mut response: reqwest::Response,
         id: u64,
-    ) -> Result<Result<Value, super::RpcError>, McpError> {
+    ) -> Result<Result<Value, RpcError>, McpError> {
         let content_type = response
             .headers()
             .get(CONTENT_TYPE)
@@ -189,7 +248,7 @@ impl HttpConnection {
                     let message: Value = serde_json::from_str(&event.data).map_err(|error| {
                         McpError::Protocol(format!("SSE event data is not JSON: {error}"))
                     })?;
-                    if let Some(answer) = self.handle_message(message, id) {
+                    if let Some(answer) = self.route(message, Some(id)) {
                         return Ok(answer);
                     }
                 }
@@ -210,7 +269,7 @@ impl HttpConnection {
             single => vec![single],
         };
         for message in messages {
-            if let Some(answer) = self.handle_message(message, id) {
+            if let Some(answer) = self.route(message, Some(id)) {
                 return Ok(answer);
             }
         }
@@ -220,52 +279,202 @@ impl HttpConnection {
     }
 
     /// Routes one server message; returns the outcome when it answers request `id`.
-    fn handle_message(&self, message: Value, id: u64) -> Option<Result<Value, super::RpcError>> {
-        match rpc::classify(message) {
-            Some(Incoming::Response {
-                id: answered,
-                outcome,
-            }) if answered.as_u64() == Some(id) => Some(outcome),
-            Some(Incoming::Response { id: answered, .. }) => {
-                tracing::debug!(server = %self.server, %answered, "ignoring a response to another request");
-                None
-            }
-            Some(Incoming::Notification { method }) => {
-                rpc::route_notification(&self.server, &method, &self.events);
-                None
-            }
-            Some(Incoming::Request {
-                id: request_id,
-                method,
-            }) => {
-                let answer = rpc::answer_server_request(request_id, &method);
-                let request = self
-                    .client
-                    .post(&self.url)
-                    .headers(self.headers())
-                    .header(CONTENT_TYPE, "application/json")
-                    .json(&answer);
-                tokio::spawn(async move {
-                    let _ = request.send().await;
-                });
-                None
-            }
-            None => None,
+    fn route(&self, message: Value, id: Option<u64>) -> Option<Result<Value, RpcError>> {
+        route_message(
+            &self.endpoint,
+            &self.headers(None, &Value::Null),
+            message,
+            id,
+        )
+    }
+
+    /// Opens the handshake era's GET stream for server notifications, and keeps it open.
+    pub fn start_get_stream(&self) {
+        let endpoint = self.endpoint.clone();
+        let headers = self.headers(None, &Value::Null);
+        let task = tokio::spawn(run_get_stream(endpoint, headers));
+        if let Some(previous) = lock(&self.get_stream).replace(task) {
+            previous.abort();
         }
     }
 
-    /// Ends the server-side session, if the server assigned one.
+    /// Stops the GET stream and ends the server-side session, if the server assigned one.
     pub async fn close(&self) {
-        let Some(session) = lock(&self.session_id).clone() else {
+        if let Some(task) = lock(&self.get_stream).take() {
+            task.abort();
+        }
+        if self.modern.load(Ordering::Relaxed) || lock(&self.session_id).is_none() {
             return;
-        };
-        let request = self.client.delete(&self.url).headers(self.headers());
+        }
+        let endpoint = &self.endpoint;
+        let request = endpoint
+            .client
+            .delete(&endpoint.url)
+            .headers(self.headers(None, &Value::Null));
         match tokio::time::timeout(Duration::from_secs(2), request.send()).await {
             Ok(Ok(response)) => {
-                tracing::debug!(server = %self.server, status = %response.status(), session, "session deleted")
+                tracing::debug!(server = %endpoint.server, status = %response.status(), "session deleted")
             }
-            _ => tracing::debug!(server = %self.server, "could not delete the session"),
+            _ => tracing::debug!(server = %endpoint.server, "could not delete the session"),
         }
+    }
+}
+
+impl Drop for HttpConnection {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.get_stream).take() {
+            task.abort();
+        }
+    }
+}
+
+/// Routes a message from the server: answers for `id` are returned, notifications go to
+/// the session's events, and server requests (`ping`) are answered with a POST.
+fn route_message(
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    message: Value,
+    id: Option<u64>,
+) -> Option<Result<Value, RpcError>> {
+    match rpc::classify(message) {
+        Some(Incoming::Response {
+            id: answered,
+            outcome,
+        }) if id.is_some() && answered.as_u64() == id => Some(outcome),
+        Some(Incoming::Response { id: answered, .. }) => {
+            tracing::debug!(server = %endpoint.server, %answered, "ignoring a response to another request");
+            None
+        }
+        Some(Incoming::Notification { method }) => {
+            rpc::route_notification(&endpoint.server, &method, &endpoint.events);
+            None
+        }
+        Some(Incoming::Request {
+            id: request_id,
+            method,
+        }) => {
+            let answer = rpc::answer_server_request(request_id, &method);
+            let request = endpoint
+                .client
+                .post(&endpoint.url)
+                .headers(headers.clone())
+                .header(CONTENT_TYPE, "application/json")
+                .json(&answer);
+            tokio::spawn(async move {
+                let _ = request.send().await;
+            });
+            None
+        }
+        None => None,
+    }
+}
+
+/// Keeps the GET stream open: reconnects with `Last-Event-ID` after the server's `retry`,
+/// reports a reconnect (changes may have been missed), and gives up on 405 (no push) or
+/// on a forgotten session.
+async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
+    let mut parser = SseParser::new();
+    let mut opened_before = false;
+    let mut failures: u32 = 0;
+    loop {
+        let mut request = endpoint
+            .client
+            .get(&endpoint.url)
+            .headers(headers.clone())
+            .header(ACCEPT, "text/event-stream");
+        if let Some(last) = &parser.last_event_id {
+            request = request.header(LAST_EVENT_HEADER, last.as_str());
+        }
+        match request.send().await {
+            Ok(response) if response.status() == StatusCode::METHOD_NOT_ALLOWED => {
+                endpoint.events.send(ServerEvent::PushUnavailable(
+                    "the server offers no GET stream (HTTP 405)".into(),
+                ));
+                return;
+            }
+            Ok(response) if response.status().is_success() => {
+                if opened_before {
+                    endpoint.events.send(ServerEvent::StreamResumed);
+                }
+                opened_before = true;
+                failures = 0;
+                tracing::debug!(server = %endpoint.server, "GET stream open");
+                let mut response = response;
+                while let Ok(Some(chunk)) = response.chunk().await {
+                    for event in parser.feed(&chunk) {
+                        if event.event.as_deref().is_some_and(|name| name != "message") {
+                            continue;
+                        }
+                        match serde_json::from_str(&event.data) {
+                            Ok(message) => {
+                                route_message(&endpoint, &headers, message, None);
+                            }
+                            Err(error) => {
+                                tracing::debug!(server = %endpoint.server, %error, "GET stream event is not JSON")
+                            }
+                        }
+                    }
+                }
+                tracing::debug!(server = %endpoint.server, "GET stream ended; reopening");
+            }
+            Ok(response) => {
+                let status = response.status();
+                let body = response.text().await.unwrap_or_default();
+                match http_error(status, &body, true) {
+                    McpError::SessionExpired(reason) => {
+                        endpoint.events.send(ServerEvent::Disconnected(format!(
+                            "the server no longer knows our session: {reason}"
+                        )));
+                    }
+                    other => endpoint.events.send(ServerEvent::PushUnavailable(format!(
+                        "the GET stream was refused: {other}"
+                    ))),
+                }
+                return;
+            }
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                tracing::debug!(server = %endpoint.server, error = %describe_reqwest_error(&endpoint.url, &error), "GET stream failed");
+            }
+        }
+        let retry = parser
+            .retry_ms
+            .map(Duration::from_millis)
+            .unwrap_or(DEFAULT_STREAM_RETRY);
+        let delay = retry
+            .saturating_mul(1 << failures.min(5))
+            .min(MAX_STREAM_RETRY);
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Turns a failed HTTP answer into an error; a lost session is told apart, and a JSON-RPC
+/// error in the body keeps its code (the stateless era's header errors come as HTTP 400).
+fn http_error(status: StatusCode, body: &str, had_session: bool) -> McpError {
+    let lowered = body.to_ascii_lowercase();
+    let mentions_session = lowered.contains("session");
+    if had_session
+        && (status == StatusCode::NOT_FOUND
+            || (matches!(status, StatusCode::BAD_REQUEST | StatusCode::UNAUTHORIZED)
+                && mentions_session))
+    {
+        return McpError::SessionExpired(format!("HTTP {}: {}", status.as_u16(), shorten(body)));
+    }
+    if let Ok(message) = serde_json::from_str::<Value>(body) {
+        if let Some(Incoming::Response {
+            outcome: Err(error),
+            ..
+        }) = rpc::classify(message)
+        {
+            return McpError::Rpc {
+                method: String::new(),
+                error,
+            };
+        }
+    }
+    McpError::Http {
+        status: status.as_u16(),
+        body: shorten(body),
     }
 }
 
@@ -275,7 +484,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn shorten(text: &str) -> String {
+pub fn shorten(text: &str) -> String {
     let text = text.trim();
     if text.len() <= ERROR_BODY_LIMIT {
         return text.to_string();
@@ -288,7 +497,7 @@ fn shorten(text: &str) -> String {
 }
 
 /// Describes a reqwest error without its URL query (which may hold a secret someone put there).
-fn describe_reqwest_error(url: &str, error: &reqwest::Error) -> String {
+pub fn describe_reqwest_error(url: &str, error: &reqwest::Error) -> String {
     let base = url.split('?').next().unwrap_or(url);
     let kind = if error.is_connect() {
         "cannot connect to"

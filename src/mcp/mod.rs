@@ -1,21 +1,22 @@
 //! The protocol engine: JSON-RPC and MCP types, transports and SSE; only this module knows MCP wire details.
 
 mod client;
+mod events;
 mod http;
+mod legacy_sse;
 mod rpc;
 pub mod sse;
 mod stdio;
 
 use serde_json::Value;
 
-pub use client::{Page, ServerHello, Session, SUPPORTED_VERSIONS};
+pub use client::{Era, Page, PushChannel, ServerHello, Session};
+pub use events::{channel as event_channel, EventSink, EventStream, ServerEvent};
 
-/// What a server sent us that the session owner must act on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerEvent {
-    /// `notifications/resources/list_changed`: only a full re-walk is a safe reaction.
-    ResourcesListChanged,
-}
+/// Handshake-era versions we speak, newest first; `initialize` offers the first.
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// Stateless-era versions we speak, newest first.
+pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
 
 /// A JSON-RPC error object as a server sent it.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +31,9 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
+pub const HEADER_MISMATCH: i64 = -32020;
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
@@ -41,8 +45,13 @@ pub enum McpError {
     Closed(String),
     #[error("HTTP {status} from server: {body}")]
     Http { status: u16, body: String },
+    #[error("the server no longer knows our session: {0}")]
+    SessionExpired(String),
     #[error("{0}")]
     Transport(String),
+    /// A stateless-era server recognised us but refused (header mismatch, missing capability).
+    #[error("{0}")]
+    StatelessRefusal(String),
     #[error("protocol violation: {0}")]
     Protocol(String),
 }
@@ -58,6 +67,9 @@ impl McpError {
 
     /// True when the connection itself is unusable and a new one is needed.
     pub fn is_connection_lost(&self) -> bool {
-        matches!(self, McpError::Closed(_) | McpError::Transport(_))
+        matches!(
+            self,
+            McpError::Closed(_) | McpError::Transport(_) | McpError::SessionExpired(_)
+        )
     }
 }

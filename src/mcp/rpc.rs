@@ -3,11 +3,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::{RpcError, ServerEvent};
+use super::{EventSink, McpError, RpcError, ServerEvent};
 
 /// One message from the server, classified.
 pub enum Incoming {
@@ -80,13 +81,34 @@ pub fn answer_server_request(id: Value, method: &str) -> Value {
 }
 
 /// Forwards server notifications we act on; everything else is logged and ignored.
-pub fn route_notification(server: &str, method: &str, events: &mpsc::Sender<ServerEvent>) {
+pub fn route_notification(server: &str, method: &str, events: &EventSink) {
     match method {
-        "notifications/resources/list_changed" => {
-            // A full queue already holds a list_changed, so dropping this one loses nothing.
-            let _ = events.try_send(ServerEvent::ResourcesListChanged);
-        }
+        "notifications/resources/list_changed" => events.list_changed(),
+        "notifications/subscriptions/acknowledged" => events.send(ServerEvent::ListenAcknowledged),
+        // The only request we leave open is the listen, so a cancellation ends it.
+        "notifications/cancelled" => events.send(ServerEvent::ListenEnded(
+            "the server cancelled the listen request".into(),
+        )),
         other => tracing::debug!(server, method = other, "ignoring notification"),
+    }
+}
+
+/// Runs `exchange` within `timeout` (none for long-lived requests such as a listen).
+pub async fn within<T>(
+    method: &str,
+    timeout: Option<Duration>,
+    exchange: impl std::future::Future<Output = Result<T, McpError>>,
+) -> Result<T, McpError> {
+    match timeout {
+        None => exchange.await,
+        Some(limit) => tokio::time::timeout(limit, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Err(McpError::Timeout {
+                    method: method.to_string(),
+                    seconds: limit.as_secs_f64(),
+                })
+            }),
     }
 }
 

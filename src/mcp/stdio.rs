@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use super::rpc::{self, Incoming, PendingRequests};
-use super::{McpError, ServerEvent};
+use super::{EventSink, McpError, ServerEvent};
 
 /// How long a child gets after stdin closes, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -32,7 +32,7 @@ impl StdioConnection {
         args: &[String],
         env: &BTreeMap<String, String>,
         cwd: Option<&PathBuf>,
-        events: mpsc::Sender<ServerEvent>,
+        events: EventSink,
     ) -> Result<Self, McpError> {
         let mut builder = Command::new(command);
         builder
@@ -99,7 +99,9 @@ impl StdioConnection {
                 }
             }
             reader_pending.fail_all();
-            // Dropping `events` here tells the session that the connection is gone.
+            events.send(ServerEvent::Disconnected(
+                "the server process closed its stdout (it exited or crashed)".into(),
+            ));
         });
 
         let stderr_server = server.to_string();
@@ -122,7 +124,7 @@ impl StdioConnection {
         &self,
         method: &str,
         params: Value,
-        timeout: Duration,
+        timeout: Option<Duration>,
     ) -> Result<Value, McpError> {
         let id = self.pending.next_id();
         let waiter = self.pending.register(id);
@@ -137,21 +139,11 @@ impl StdioConnection {
                 error,
             })
         };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(outcome) => {
-                if outcome.is_err() {
-                    self.pending.forget(id);
-                }
-                outcome
-            }
-            Err(_) => {
-                self.pending.forget(id);
-                Err(McpError::Timeout {
-                    method: method.to_string(),
-                    seconds: timeout.as_secs_f64(),
-                })
-            }
+        let outcome = rpc::within(method, timeout, exchange).await;
+        if outcome.is_err() {
+            self.pending.forget(id);
         }
+        outcome
     }
 
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
@@ -206,7 +198,7 @@ fn handle_line(
     line: &str,
     pending: &PendingRequests,
     outgoing: &mpsc::Sender<Vec<u8>>,
-    events: &mpsc::Sender<ServerEvent>,
+    events: &EventSink,
 ) {
     if line.trim().is_empty() {
         return;

@@ -85,17 +85,6 @@ pub struct ServerEntry {
     pub read_cache_bytes: Option<u64>,
 }
 
-impl ServerEntry {
-    pub fn from_config(server: &crate::config::ServerConfig) -> ServerEntry {
-        ServerEntry {
-            name: server.name.clone(),
-            priority: server.priority,
-            transport: server.transport.kind().to_string(),
-            read_cache_bytes: server.read_cache_bytes,
-        }
-    }
-}
-
 /// Sent to every subscriber after a committed change to the catalog; carries no URIs (the
 /// change feed has them), so a subscriber that lags loses nothing it cannot query.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +95,24 @@ pub struct CatalogChanged {
     pub changed: u64,
     /// The change feed's newest sequence number after this change.
     pub latest_seq: i64,
+}
+
+/// What to do with the rows of servers that are no longer configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovedServers {
+    /// Delete the server and its snapshot.
+    Drop,
+    /// Keep the snapshot, served as before, with the server marked `offline`.
+    KeepOffline,
+}
+
+/// The configured servers to record, and which of them carry on untouched (a reload that did
+/// not change them keeps their state; every other one starts over).
+#[derive(Debug, Clone)]
+pub struct ServerSync {
+    pub configured: Vec<ServerEntry>,
+    pub untouched: Vec<String>,
+    pub removed: RemovedServers,
 }
 
 /// What a session reports about its server; each variant is one state transition.
@@ -279,8 +286,23 @@ impl Store {
 
     /// Records the configured servers; servers no longer configured are dropped with their snapshots.
     pub async fn sync_servers(&self, servers: Vec<ServerEntry>) -> Result<(), StoreError> {
-        self.call(|reply| WriteOp::SyncServers { servers, reply })
+        self.apply_servers(ServerSync {
+            configured: servers,
+            untouched: Vec::new(),
+            removed: RemovedServers::Drop,
+        })
+        .await
+    }
+
+    /// Records a (re)loaded configuration's servers, as `sync` says.
+    pub async fn apply_servers(&self, sync: ServerSync) -> Result<(), StoreError> {
+        self.call(|reply| WriteOp::SyncServers { sync, reply })
             .await
+    }
+
+    /// A round trip through the writer thread: it answers only when it is not stuck.
+    pub async fn ping_writer(&self) -> Result<(), StoreError> {
+        self.call(|reply| WriteOp::Ping { reply }).await
     }
 
     pub async fn update_server(
@@ -289,6 +311,17 @@ impl Store {
         update: ServerUpdate,
     ) -> Result<(), StoreError> {
         let server = server.to_string();
+        // Errors may quote what a server sent back, which may echo a credential.
+        let update = match update {
+            ServerUpdate::WalkFailed { error } => ServerUpdate::WalkFailed {
+                error: crate::redact::scrub(&error).into_owned(),
+            },
+            ServerUpdate::BackingOff { error, retry_at_ms } => ServerUpdate::BackingOff {
+                error: crate::redact::scrub(&error).into_owned(),
+                retry_at_ms,
+            },
+            other => other,
+        };
         self.call(|reply| WriteOp::UpdateServer {
             server,
             update,

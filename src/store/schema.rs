@@ -31,9 +31,10 @@ pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     connection
         .pragma_update(None, "foreign_keys", "ON")
         .map_err(open_error)?;
-    // Staging lives in memory-backed temp tables, so an abandoned walk leaves nothing on disk.
+    // Staging lives in temp tables: a crash leaves nothing behind in the database, and
+    // SQLite spills them to an unlinked temp file, so a million-row walk does not sit in RAM.
     connection
-        .pragma_update(None, "temp_store", "MEMORY")
+        .pragma_update(None, "temp_store", "FILE")
         .map_err(open_error)?;
     migrate(path, &mut connection)?;
     Ok(connection)

@@ -7,15 +7,18 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
 
 use super::{
-    now_ms, CatalogChanged, ResourceRow, ServerEntry, ServerUpdate, StoreError, SwapOutcome,
-    TemplateRow, WalkReport,
+    now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
+    SwapOutcome, TemplateRow, WalkReport,
 };
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 pub enum WriteOp {
     SyncServers {
-        servers: Vec<ServerEntry>,
+        sync: ServerSync,
+        reply: Reply<()>,
+    },
+    Ping {
         reply: Reply<()>,
     },
     UpdateServer {
@@ -92,8 +95,8 @@ pub fn run(
     let mut failed_walks: HashMap<u64, String> = HashMap::new();
     while let Some(operation) = operations.blocking_recv() {
         match operation {
-            WriteOp::SyncServers { servers, reply } => {
-                let outcome = sync_servers(&mut connection, &servers);
+            WriteOp::SyncServers { sync, reply } => {
+                let outcome = sync_servers(&mut connection, &sync);
                 if let Ok(dropped) = &outcome {
                     for event in dropped {
                         // Nobody listening is fine: the feed in the database has it all.
@@ -101,6 +104,9 @@ pub fn run(
                     }
                 }
                 let _ = reply.send(outcome.map(|_| ()));
+            }
+            WriteOp::Ping { reply } => {
+                let _ = reply.send(Ok(()));
             }
             WriteOp::UpdateServer {
                 server,
@@ -185,8 +191,9 @@ pub fn run(
 /// Records the configured servers; returns one event per dropped server that had resources.
 fn sync_servers(
     connection: &mut Connection,
-    servers: &[ServerEntry],
+    sync: &ServerSync,
 ) -> Result<Vec<CatalogChanged>, StoreError> {
+    let servers = &sync.configured;
     let mut dropped = Vec::new();
     let transaction = connection.transaction()?;
     {
@@ -196,16 +203,25 @@ fn sync_servers(
              ON CONFLICT (name) DO UPDATE SET priority = excluded.priority, transport = excluded.transport,
                  state = 'starting', retry_at = NULL, read_cache_bytes = excluded.read_cache_bytes",
         )?;
+        // An untouched server's session carries on, so its row keeps the state it reported.
+        let mut touch_up = transaction.prepare_cached(
+            "UPDATE servers SET priority = ?2, transport = ?3, read_cache_bytes = ?4 WHERE name = ?1",
+        )?;
         for server in servers {
             let read_cache_bytes = server
                 .read_cache_bytes
                 .map(|bytes| bytes.min(i64::MAX as u64) as i64);
-            upsert.execute(params![
+            let arguments = params![
                 server.name,
                 server.priority,
                 server.transport,
                 read_cache_bytes
-            ])?;
+            ];
+            if sync.untouched.contains(&server.name) {
+                touch_up.execute(arguments)?;
+            } else {
+                upsert.execute(arguments)?;
+            }
         }
         // A cache turned off in the configuration frees its space.
         transaction.execute(
@@ -224,6 +240,17 @@ fn sync_servers(
             .filter(|(_, name)| !configured.contains(&name.as_str()))
             .collect();
         for (id, name) in stale {
+            if sync.removed == RemovedServers::KeepOffline {
+                let updated = transaction.execute(
+                    "UPDATE servers SET state = 'offline', stale = 1, retry_at = NULL
+                     WHERE id = ?1 AND state != 'offline'",
+                    [id],
+                )?;
+                if updated > 0 {
+                    tracing::info!(server = %name, "kept the snapshot of a server no longer configured, marked offline");
+                }
+                continue;
+            }
             let now = now_ms();
             let removed: i64 = transaction.query_row(
                 "SELECT count(*) FROM resources WHERE server_id = ?1",

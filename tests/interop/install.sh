@@ -22,7 +22,7 @@ venv="$root/target/py"
 if [ ! -f "$venv/.installed-mcp-$python_sdk_version" ]; then
   if ! python3 -m venv "$venv" >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
-    python3 -m venv "$venv"
+    python3 -m venv --clear "$venv"
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$python_sdk_version"
   touch "$venv/.installed-mcp-$python_sdk_version"

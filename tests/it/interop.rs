@@ -95,3 +95,49 @@ fn server_everything_2025_12_18_over_streamable_http_mirrors_exactly_its_100_res
     assert_eq!(daemon.uris(), expected);
     assert_eq!(status["templates"], 1, "{status}");
 }
+
+/// The 2026.8.31 reference server lists 7 static documents; it also sends notifications we
+/// do not act on (tools/list_changed, log messages), which must pass without errors.
+fn assert_mirrors_the_seven_documents(daemon: &Daemon, expected_transport: &str) {
+    let status = daemon.wait_for_walks("everything", 1);
+    assert_eq!(status["resources"], 7, "{status}");
+    assert_eq!(status["walks_failed"], 0, "{status}");
+    assert!(status["last_error"].is_null(), "{status}");
+    assert_eq!(status["live"]["transport"], expected_transport, "{status}");
+    let uris = daemon.uris();
+    assert_eq!(uris.len(), 7);
+    assert!(
+        uris.iter()
+            .all(|uri| uri.starts_with("demo://resource/static/document/")),
+        "{uris:?}"
+    );
+}
+
+#[test]
+fn server_everything_2026_8_31_over_stdio_http_and_legacy_sse() {
+    let entry = server_everything("2026.8.31");
+    let scratch = Scratch::new();
+    let config = scratch.config(&format!(
+        "[servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+        entry.display().to_string()
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    assert_mirrors_the_seven_documents(&daemon, "stdio");
+    drop(daemon);
+
+    for (transport, path, expected) in [
+        ("streamableHttp", "mcp", "streamable-http"),
+        ("sse", "sse", "http+sse"),
+    ] {
+        let server = NodeServer::start(&entry, transport);
+        let scratch = Scratch::new();
+        let config = scratch.config(&format!(
+            "[servers.everything]\nurl = \"http://127.0.0.1:{}/{path}\"\n",
+            server.port
+        ));
+        let daemon = Daemon::start(&scratch, &config);
+        assert_mirrors_the_seven_documents(&daemon, expected);
+        let log = daemon.log_text();
+        assert!(!log.contains("ERROR"), "{transport}: {log}");
+    }
+}

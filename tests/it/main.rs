@@ -11,5 +11,6 @@ mod endpoint;
 mod faults;
 mod interop;
 mod search;
+mod service;
 mod socket;
 mod walk;

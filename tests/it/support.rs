@@ -308,8 +308,13 @@ pub struct HttpFixture {
 
 impl HttpFixture {
     pub fn start(args: &[&str]) -> HttpFixture {
+        HttpFixture::start_on("127.0.0.1:0", args)
+    }
+
+    /// Starts on a given loopback address, such as the one a stopped fixture had.
+    pub fn start_on(address: &str, args: &[&str]) -> HttpFixture {
         let mut child = Command::new(FIXTURE)
-            .args(["--http", "127.0.0.1:0"])
+            .args(["--http", address])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -1,0 +1,91 @@
+//! Server events on their way to the session owner: `list_changed` coalesced, the rest in order.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+/// What a connection reports that the session owner must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// `notifications/resources/list_changed`: only a full re-walk is a safe reaction.
+    ResourcesListChanged,
+    /// The server acknowledged our `subscriptions/listen`.
+    ListenAcknowledged,
+    /// The listen stream ended, gracefully or not: reopen it and walk (changes may be missed).
+    ListenEnded(String),
+    /// The notification stream came back after a break: walk, changes may have been missed.
+    StreamResumed,
+    /// The server cannot push changes to us, for the reason given: poll instead.
+    PushUnavailable(String),
+    /// The connection is gone (the server forgot our session, or a stream broke for good).
+    Disconnected(String),
+}
+
+/// The sending side, cloned into every task that reads from a server.
+#[derive(Clone)]
+pub struct EventSink {
+    sender: mpsc::UnboundedSender<ServerEvent>,
+    /// A `list_changed` is queued and not yet taken; more of them add nothing.
+    list_changed_queued: Arc<AtomicBool>,
+    notifications: Arc<AtomicU64>,
+}
+
+/// The receiving side, owned by the session actor. It ends when every sink is dropped.
+pub struct EventStream {
+    receiver: mpsc::UnboundedReceiver<ServerEvent>,
+    list_changed_queued: Arc<AtomicBool>,
+    notifications: Arc<AtomicU64>,
+}
+
+pub fn channel() -> (EventSink, EventStream) {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let list_changed_queued = Arc::new(AtomicBool::new(false));
+    let notifications = Arc::new(AtomicU64::new(0));
+    (
+        EventSink {
+            sender,
+            list_changed_queued: list_changed_queued.clone(),
+            notifications: notifications.clone(),
+        },
+        EventStream {
+            receiver,
+            list_changed_queued,
+            notifications,
+        },
+    )
+}
+
+impl EventSink {
+    /// Counts a `list_changed`; queues one only if none is waiting, so a storm stays one event.
+    pub fn list_changed(&self) {
+        self.notifications.fetch_add(1, Ordering::Relaxed);
+        if !self.list_changed_queued.swap(true, Ordering::AcqRel) {
+            let _ = self.sender.send(ServerEvent::ResourcesListChanged);
+        }
+    }
+
+    pub fn send(&self, event: ServerEvent) {
+        if event == ServerEvent::ResourcesListChanged {
+            self.list_changed();
+        } else {
+            let _ = self.sender.send(event);
+        }
+    }
+}
+
+impl EventStream {
+    pub async fn recv(&mut self) -> Option<ServerEvent> {
+        let event = self.receiver.recv().await;
+        if event == Some(ServerEvent::ResourcesListChanged) {
+            // Taken before the walk it causes starts, so a later notification queues a new one.
+            self.list_changed_queued.store(false, Ordering::Release);
+        }
+        event
+    }
+
+    /// How many `list_changed` notifications arrived on this connection.
+    pub fn notifications_received(&self) -> u64 {
+        self.notifications.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,214 @@
+//! The 2024-11-05 HTTP+SSE transport: one GET stream carries every server message; the
+//! first event names the URL to POST our messages to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use super::http::{describe_reqwest_error, shorten};
+use super::rpc::{self, Incoming, PendingRequests};
+use super::sse::SseParser;
+use super::{EventSink, McpError, ServerEvent};
+
+pub struct LegacySseConnection {
+    server: String,
+    client: reqwest::Client,
+    post_url: String,
+    headers: HeaderMap,
+    pending: Arc<PendingRequests>,
+    stream: JoinHandle<()>,
+}
+
+impl LegacySseConnection {
+    /// Opens the stream at `url` and waits (within `timeout`) for its `endpoint` event.
+    pub async fn connect(
+        server: &str,
+        client: reqwest::Client,
+        url: &str,
+        headers: HeaderMap,
+        events: EventSink,
+        timeout: Duration,
+    ) -> Result<Self, McpError> {
+        let opening = async {
+            let response = client
+                .get(url)
+                .headers(headers.clone())
+                .header(ACCEPT, "text/event-stream")
+                .send()
+                .await
+                .map_err(|error| McpError::Transport(describe_reqwest_error(url, &error)))?;
+            let status = response.status();
+            if !status.is_success() {
+                let body = response.text().await.unwrap_or_default();
+                return Err(McpError::Http {
+                    status: status.as_u16(),
+                    body: shorten(&body),
+                });
+            }
+            let mut response = response;
+            let mut parser = SseParser::new();
+            loop {
+                let chunk = response
+                    .chunk()
+                    .await
+                    .map_err(|error| {
+                        McpError::Closed(format!("the SSE stream broke off: {error}"))
+                    })?
+                    .ok_or_else(|| {
+                        McpError::Closed("the SSE stream ended before its endpoint event".into())
+                    })?;
+                for event in parser.feed(&chunk) {
+                    if event.event.as_deref() == Some("endpoint") {
+                        let base = reqwest::Url::parse(url)
+                            .map_err(|error| McpError::Transport(error.to_string()))?;
+                        let post_url = base.join(event.data.trim()).map_err(|error| {
+                            McpError::Protocol(format!("the endpoint event is not a URL: {error}"))
+                        })?;
+                        return Ok((response, parser, post_url.to_string()));
+                    }
+                }
+            }
+        };
+        let (response, parser, post_url) =
+            rpc::within("GET (SSE endpoint)", Some(timeout), opening).await?;
+        let pending = Arc::new(PendingRequests::default());
+        let stream = tokio::spawn(read_stream(
+            server.to_string(),
+            client.clone(),
+            post_url.clone(),
+            headers.clone(),
+            response,
+            parser,
+            pending.clone(),
+            events,
+        ));
+        Ok(LegacySseConnection {
+            server: server.to_string(),
+            client,
+            post_url,
+            headers,
+            pending,
+            stream,
+        })
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Option<Duration>,
+    ) -> Result<Value, McpError> {
+        let id = self.pending.next_id();
+        let waiter = self.pending.register(id);
+        let message = rpc::request_message(id, method, params);
+        let exchange = async {
+            self.post(&message).await?;
+            let outcome = waiter.await.map_err(|_| {
+                McpError::Closed(format!("the SSE stream of `{}` ended", self.server))
+            })?;
+            outcome.map_err(|error| McpError::Rpc {
+                method: method.to_string(),
+                error,
+            })
+        };
+        let outcome = rpc::within(method, timeout, exchange).await;
+        if outcome.is_err() {
+            self.pending.forget(id);
+        }
+        outcome
+    }
+
+    pub async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
+        self.post(&rpc::notification_message(method, params)).await
+    }
+
+    async fn post(&self, message: &Value) -> Result<(), McpError> {
+        post_message(&self.client, &self.post_url, &self.headers, message).await
+    }
+
+    pub fn close(&self) {
+        self.stream.abort();
+    }
+}
+
+impl Drop for LegacySseConnection {
+    fn drop(&mut self) {
+        self.stream.abort();
+    }
+}
+
+async fn post_message(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &HeaderMap,
+    message: &Value,
+) -> Result<(), McpError> {
+    let response = client
+        .post(url)
+        .headers(headers.clone())
+        .header(CONTENT_TYPE, "application/json")
+        .json(message)
+        .send()
+        .await
+        .map_err(|error| McpError::Transport(describe_reqwest_error(url, &error)))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let body = response.text().await.unwrap_or_default();
+    Err(McpError::Http {
+        status: status.as_u16(),
+        body: shorten(&body),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn read_stream(
+    server: String,
+    client: reqwest::Client,
+    post_url: String,
+    headers: HeaderMap,
+    mut response: reqwest::Response,
+    mut parser: SseParser,
+    pending: Arc<PendingRequests>,
+    events: EventSink,
+) {
+    let reason = loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break "the server ended the SSE stream".to_string(),
+            Err(error) => break format!("the SSE stream broke off: {error}"),
+        };
+        for event in parser.feed(&chunk) {
+            if event.event.as_deref().is_some_and(|name| name != "message") {
+                continue;
+            }
+            let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
+                tracing::debug!(server, "SSE event data is not JSON; ignoring it");
+                continue;
+            };
+            match rpc::classify(message) {
+                Some(Incoming::Response { id, outcome }) => {
+                    pending.complete(&id, outcome);
+                }
+                Some(Incoming::Notification { method }) => {
+                    rpc::route_notification(&server, &method, &events)
+                }
+                Some(Incoming::Request { id, method }) => {
+                    let answer = rpc::answer_server_request(id, &method);
+                    let (client, url, headers) =
+                        (client.clone(), post_url.clone(), headers.clone());
+                    tokio::spawn(async move {
+                        let _ = post_message(&client, &url, &headers, &answer).await;
+                    });
+                }
+                None => {}
+            }
+        }
+    };
+    pending.fail_all();
+    events.send(ServerEvent::Disconnected(reason));
+}
