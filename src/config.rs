@@ -122,6 +122,8 @@ pub struct ServerConfig {
     pub resync_interval: Duration,
     pub request_timeout: Duration,
     pub limits: WalkLimits,
+    /// The size cap of the `resources/read` content cache; `None` (the default) turns it off.
+    pub read_cache_bytes: Option<u64>,
     pub timings: SyncTimings,
     pub era: EraChoice,
     /// A protocol version to insist on, instead of negotiating.
@@ -255,6 +257,7 @@ struct RawServer {
     request_timeout: Option<Spanned<String>>,
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
+    read_cache: Option<Spanned<String>>,
     poll_interval: Option<Spanned<String>>,
     ping_interval: Option<Spanned<String>>,
     era: Option<Spanned<String>>,
@@ -669,6 +672,14 @@ impl Context<'_> {
                 daemon.request_timeout,
             )?,
             limits,
+            read_cache_bytes: match &raw.read_cache {
+                None => None,
+                Some(size) => {
+                    Some(parse_size(size.get_ref()).map_err(|message| {
+                        self.error(&size.span(), &key_of("read_cache"), message)
+                    })?)
+                }
+            },
             timings,
             era,
             protocol_version,
@@ -739,6 +750,36 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// Parses sizes such as `512KiB`, `10MiB`, `1GB` and `4096` (bytes).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let invalid = || format!("`{text}` is not a size (examples: 4096, 512KiB, 10MiB, 1GB)");
+    let trimmed = text.trim();
+    let digits = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    if digits == 0 {
+        return Err(invalid());
+    }
+    let number: u64 = trimmed[..digits].parse().map_err(|_| invalid())?;
+    let multiplier: u64 = match trimmed[digits..].trim() {
+        "" | "B" => 1,
+        "KB" | "kB" => 1_000,
+        "KiB" => 1 << 10,
+        "MB" => 1_000_000,
+        "MiB" => 1 << 20,
+        "GB" => 1_000_000_000,
+        "GiB" => 1 << 30,
+        _ => return Err(invalid()),
+    };
+    match number.checked_mul(multiplier) {
+        Some(0) => Err(format!(
+            "`{text}` must be larger than zero (leave the key out to keep the cache off)"
+        )),
+        Some(bytes) => Ok(bytes),
+        None => Err(invalid()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -747,6 +788,18 @@ mod tests {
         parse(Path::new("/etc/mcp-mirror/daemon.toml"), text, &|name| {
             (name == "SET_TOKEN").then(|| "s3cret".to_string())
         })
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("10MiB"), Ok(10 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("10 parsecs").is_err());
+        assert!(parse_size("99999999999999999999GiB").is_err());
     }
 
     #[test]

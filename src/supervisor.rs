@@ -35,6 +35,7 @@ pub fn server_entry(server: &ServerConfig) -> ServerEntry {
         name: server.name.clone(),
         priority: server.priority,
         transport: server.transport.kind().to_string(),
+        read_cache_bytes: server.read_cache_bytes,
     }
 }
 

@@ -27,6 +27,10 @@ struct Arguments {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     json: bool,
+    /// The database that `ls`, `show` and `search` read when the daemon is not running
+    /// (default: from the environment, else the standard location).
+    #[arg(long, global = true, env = "MCP_MIRROR_DATABASE")]
+    database: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -62,7 +66,27 @@ enum Command {
         /// Treat the query as raw FTS5 syntax.
         #[arg(long)]
         raw: bool,
+        /// Continue after an earlier page (the cursor it printed).
+        #[arg(long)]
+        cursor: Option<String>,
     },
+    /// Show every field of one resource and which servers list it.
+    Show { uri: String },
+    /// Read a resource through the server that listed it: text to stdout.
+    Read {
+        uri: String,
+        /// Write the contents (decoded, when binary) to this file.
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Print catalog changes as they happen.
+    Watch {
+        /// Start after this change sequence number (default: from now on).
+        #[arg(long)]
+        since: Option<i64>,
+    },
+    /// Serve MCP on stdio by bridging to the daemon's socket (for MCP clients that launch servers).
+    Mcp,
     /// Ask one server (or all) to walk its catalog again now.
     Refresh {
         server: Option<String>,
@@ -91,16 +115,21 @@ fn main() -> ExitCode {
         .socket
         .clone()
         .unwrap_or_else(paths::default_socket);
+    let database = arguments
+        .database
+        .clone()
+        .unwrap_or_else(paths::default_database);
     let outcome = match &arguments.command {
         Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
         Command::Status => cli::status(&socket, arguments.json),
-        Command::Ls { server } => cli::ls(&socket, server.as_deref(), arguments.json),
+        Command::Ls { server } => cli::ls(&socket, &database, server.as_deref(), arguments.json),
         Command::Search {
             query,
             limit,
             server,
             mime_type,
             raw,
+            cursor,
         } => {
             let search = cli::SearchArgs {
                 query,
@@ -108,9 +137,14 @@ fn main() -> ExitCode {
                 server: server.as_deref(),
                 mime_type: mime_type.as_deref(),
                 raw: *raw,
+                cursor: cursor.as_deref(),
             };
-            cli::search(&socket, &search, arguments.json)
+            cli::search(&socket, &database, &search, arguments.json)
         }
+        Command::Show { uri } => cli::show(&socket, &database, uri, arguments.json),
+        Command::Read { uri, output } => cli::read(&socket, uri, output.as_deref(), arguments.json),
+        Command::Watch { since } => cli::watch(&socket, *since, arguments.json),
+        Command::Mcp => cli::bridge(&socket),
         Command::Refresh { server, wait } => {
             cli::refresh(&socket, server.as_deref(), *wait, arguments.json)
         }
