@@ -382,20 +382,30 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
     }
     let rows: Vec<Vec<String>> = servers
         .iter()
-        .map(|server| {
+        .zip(result["servers"].as_array().into_iter().flatten())
+        .map(|(server, entry)| {
             let state = if server.stale && server.state != "failed" {
                 format!("{} (stale)", server.state)
             } else {
                 server.state.clone()
             };
+            // What this process knows beyond the database: the era, the actual transport and
+            // how changes reach us.
+            let live = &entry["live"];
+            let era = match (live["era"].as_str(), &server.protocol_version) {
+                (Some(era), Some(version)) => format!("{era} {version}"),
+                (None, Some(version)) => version.clone(),
+                _ => "-".into(),
+            };
             vec![
                 server.name.clone(),
                 state,
-                server.transport.clone(),
-                server
-                    .protocol_version
-                    .clone()
-                    .unwrap_or_else(|| "-".into()),
+                live["transport"]
+                    .as_str()
+                    .unwrap_or(&server.transport)
+                    .to_string(),
+                era,
+                live["push"].as_str().unwrap_or("-").to_string(),
                 server.resources.to_string(),
                 age(server.snapshot_at_ms),
                 server.last_error.clone().unwrap_or_default(),
@@ -407,7 +417,8 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
             "SERVER",
             "STATE",
             "TRANSPORT",
-            "VERSION",
+            "ERA",
+            "PUSH",
             "RESOURCES",
             "AGE",
             "LAST ERROR",

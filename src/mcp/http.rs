@@ -393,9 +393,11 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
                 return;
             }
             Ok(response) if response.status().is_success() => {
-                if opened_before {
-                    endpoint.events.send(ServerEvent::StreamResumed);
-                }
+                endpoint.events.send(if opened_before {
+                    ServerEvent::StreamResumed
+                } else {
+                    ServerEvent::StreamOpened
+                });
                 opened_before = true;
                 failures = 0;
                 tracing::debug!(server = %endpoint.server, "GET stream open");

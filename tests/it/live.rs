@@ -83,11 +83,14 @@ fn http_server(url: &str, extra: &str) -> String {
 fn assert_change_arrives(live: &Live, daemon: &Daemon, push: &str) {
     daemon.wait_for_walks("live", 1);
     wait_for_catalog(daemon, "live", 30);
-    let status = daemon.server_status("live");
-    let shown = status["live"]["push"].as_str().unwrap_or("");
-    assert!(
-        shown.starts_with(push),
-        "push channel {shown:?}, expected {push:?}: {status}"
+    wait_for(
+        &format!("the push channel {push}"),
+        Duration::from_secs(20),
+        || {
+            let status = daemon.server_status("live");
+            let shown = status["live"]["push"].as_str().unwrap_or("").to_string();
+            shown.starts_with(push).then_some(())
+        },
     );
     live.change(&json!({"generate": 37, "page_size": 10}));
     wait_for_catalog(daemon, "live", 37);
