@@ -656,6 +656,10 @@ pub fn read(
             )));
         }
         None => {
+            // Exact bytes for pipes; on a terminal, end the last line so the prompt starts fresh.
+            if std::io::stdout().is_terminal() && !bytes.ends_with(b"\n") {
+                bytes.push(b'\n');
+            }
             let mut stdout = std::io::stdout().lock();
             stdout
                 .write_all(&bytes)
