@@ -102,23 +102,11 @@ impl LegacySseConnection {
         timeout: Option<Duration>,
     ) -> Result<Value, McpError> {
         let id = self.pending.next_id();
-        let waiter = self.pending.register(id);
         let message = rpc::request_message(id, method, params);
-        let exchange = async {
-            self.post(&message).await?;
-            let outcome = waiter.await.map_err(|_| {
-                McpError::Closed(format!("the SSE stream of `{}` ended", self.server))
-            })?;
-            outcome.map_err(|error| McpError::Rpc {
-                method: method.to_string(),
-                error,
-            })
-        };
-        let outcome = rpc::within(method, timeout, exchange).await;
-        if outcome.is_err() {
-            self.pending.forget(id);
-        }
-        outcome
+        let gone = || format!("the SSE stream of `{}` ended", self.server);
+        self.pending
+            .exchange(id, method, timeout, self.post(&message), gone)
+            .await
     }
 
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {

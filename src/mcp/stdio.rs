@@ -127,23 +127,11 @@ impl StdioConnection {
         timeout: Option<Duration>,
     ) -> Result<Value, McpError> {
         let id = self.pending.next_id();
-        let waiter = self.pending.register(id);
         let message = rpc::request_message(id, method, params);
-        let exchange = async {
-            self.send(&message).await?;
-            let outcome = waiter.await.map_err(|_| {
-                McpError::Closed(format!("`{}` exited or closed stdout", self.server))
-            })?;
-            outcome.map_err(|error| McpError::Rpc {
-                method: method.to_string(),
-                error,
-            })
-        };
-        let outcome = rpc::within(method, timeout, exchange).await;
-        if outcome.is_err() {
-            self.pending.forget(id);
-        }
-        outcome
+        let gone = || format!("`{}` exited or closed stdout", self.server);
+        self.pending
+            .exchange(id, method, timeout, self.send(&message), gone)
+            .await
     }
 
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {

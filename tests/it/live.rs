@@ -338,3 +338,51 @@ fn expired_sessions_killed_children_dropped_streams_and_restarts_recover() {
     live.change(&json!({"generate": 44, "page_size": 10}));
     wait_for_catalog(&daemon, "live", 44);
 }
+
+#[test]
+fn the_era_is_detected_pinned_and_negotiated() {
+    // A server whose only stateless version is one we do not speak answers -32022; the
+    // mirror falls back to the handshake era.
+    let live = Live::new(&json!({"generate": 12, "page_size": 5}));
+    let fixture = HttpFixture::start(&live.fixture_args(&["--modern-versions", "2027-01-01"]));
+    let daemon = live.daemon(&http_server(&fixture.url, ""));
+    let status = daemon.wait_for_walks("live", 1);
+    assert_eq!(status["live"]["era"], "legacy", "{status}");
+    assert_eq!(status["protocol_version"], "2025-11-25", "{status}");
+    drop(daemon);
+
+    // Pinned to the handshake era (and an older version) on a server that speaks both.
+    let live = Live::new(&json!({"generate": 12, "page_size": 5}));
+    let fixture = HttpFixture::start(&live.fixture_args(&[]));
+    let daemon = live.daemon(&http_server(
+        &fixture.url,
+        "era = \"legacy\"\nprotocol_version = \"2025-06-18\"",
+    ));
+    let status = daemon.wait_for_walks("live", 1);
+    assert_eq!(status["live"]["era"], "legacy", "{status}");
+    assert_eq!(status["protocol_version"], "2025-06-18", "{status}");
+    assert_eq!(
+        counter(&live.stats, "discover"),
+        0,
+        "a pinned era is not probed"
+    );
+    drop(daemon);
+
+    // Pinned to the stateless era on a server that does not speak it: a clear error, and
+    // no fallback.
+    let live = Live::new(&json!({"generate": 12, "page_size": 5}));
+    let fixture = HttpFixture::start(&live.fixture_args(&["--era", "legacy"]));
+    let daemon = live.daemon(&http_server(&fixture.url, "era = \"modern\""));
+    let status = wait_for("the pinned era to fail", Duration::from_secs(20), || {
+        let status = daemon.server_status("live");
+        (status["state"] == "backing_off").then_some(status)
+    });
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("server/discover"),
+        "{status}"
+    );
+    assert_eq!(counter(&live.stats, "initialize"), 0, "{status}");
+}
