@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::watch;
 
+use crate::lines::{self, Line};
 use crate::mcp::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 use crate::session::ReadError;
 use crate::store::{
@@ -134,34 +135,6 @@ pub async fn serve(
     }
 }
 
-/// Reads the rest of one line of at most `MAX_LINE_BYTES` into `line`, which the caller
-/// clears after each complete line: cancelling this future loses no bytes. `Ok(None)` at end
-/// of stream, `Some(false)` for a line over the cap.
-async fn read_line(
-    reader: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
-    line: &mut Vec<u8>,
-) -> io::Result<Option<bool>> {
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(if line.is_empty() { None } else { Some(true) });
-        }
-        let (taken, done) = match available.iter().position(|&byte| byte == b'\n') {
-            Some(newline) => (newline + 1, true),
-            None => (available.len(), false),
-        };
-        if line.len() + taken > MAX_LINE_BYTES + 1 {
-            reader.consume(taken);
-            return Ok(Some(false));
-        }
-        line.extend_from_slice(&available[..taken]);
-        reader.consume(taken);
-        if done {
-            return Ok(Some(true));
-        }
-    }
-}
-
 /// What one connection has asked for.
 #[derive(Default)]
 struct ConnectionState {
@@ -185,7 +158,7 @@ async fn serve_connection(
     let mut changes_open = true;
     loop {
         let outcome = tokio::select! {
-            outcome = read_line(&mut reader, &mut line) => outcome?,
+            outcome = lines::read_line(&mut reader, &mut line, MAX_LINE_BYTES) => outcome?,
             event = catalog_changes.recv(), if changes_open => {
                 match event {
                     // A client that lagged behind gets one notification, like everyone else:
@@ -211,8 +184,8 @@ async fn serve_connection(
             _ = shutdown.changed() => return Ok(()),
         };
         let response = match outcome {
-            None => return Ok(()),
-            Some(false) => {
+            Line::End => return Ok(()),
+            Line::TooLong => {
                 let response = error_response(
                     Value::Null,
                     INVALID_REQUEST,
@@ -223,7 +196,7 @@ async fn serve_connection(
                 write_message(&mut write_half, &response).await?;
                 return Ok(());
             }
-            Some(true) => {
+            Line::Complete => {
                 let blank = line.iter().all(u8::is_ascii_whitespace);
                 let response = match blank {
                     true => None,

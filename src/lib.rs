@@ -4,6 +4,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod lines;
 pub mod mcp;
 pub mod paths;
 pub mod redact;

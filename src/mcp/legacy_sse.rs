@@ -60,7 +60,10 @@ impl LegacySseConnection {
                     .ok_or_else(|| {
                         McpError::Closed("the SSE stream ended before its endpoint event".into())
                     })?;
-                for event in parser.feed(&chunk) {
+                let events = parser
+                    .feed(&chunk)
+                    .map_err(|_| McpError::too_large("an SSE event"))?;
+                for event in events {
                     if event.event.as_deref() == Some("endpoint") {
                         let base = reqwest::Url::parse(url)
                             .map_err(|error| McpError::Transport(error.to_string()))?;
@@ -170,7 +173,10 @@ async fn read_stream(
             Ok(None) => break "the server ended the SSE stream".to_string(),
             Err(error) => break format!("the SSE stream broke off: {error}"),
         };
-        for event in parser.feed(&chunk) {
+        let Ok(completed) = parser.feed(&chunk) else {
+            break McpError::too_large("an SSE event").to_string();
+        };
+        for event in completed {
             if event.event.as_deref().is_some_and(|name| name != "message") {
                 continue;
             }
