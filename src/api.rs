@@ -8,12 +8,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::watch;
 
+use crate::lines::{self, Line};
 use crate::mcp::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
-use crate::store::{decode_cursor, encode_cursor, SearchFilters, Store};
+use crate::session::ReadError;
+use crate::store::{
+    decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor, SearchRequest, Store,
+    StoreError, DEFAULT_HIGHLIGHT, ORIGIN_META_KEY,
+};
 use crate::supervisor::{RefreshOutcome, Supervisor};
 
 /// The longest request line we accept; longer ones get an error and the connection closes.
@@ -21,8 +28,18 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 const PAGE_SIZE: usize = 500;
 const DEFAULT_SEARCH_LIMIT: usize = 20;
 const MAX_SEARCH_LIMIT: usize = 1000;
-/// The protocol version the socket speaks to MCP clients.
+const DEFAULT_CHANGES_LIMIT: usize = 1000;
+const MAX_CHANGES_LIMIT: usize = 10_000;
+/// The protocol version the socket offers MCP clients that ask for one it does not know.
 const API_PROTOCOL_VERSION: &str = "2025-11-25";
+/// The handshake-era versions the socket speaks; a client asking for one of them gets it.
+const API_PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// MCP's "resource not found" (handshake era).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
+/// The `_meta` key on a `resources/read` result served from the content cache.
+pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
+/// The notification `catalog/watch` subscribers get for new change feed entries.
+pub const CATALOG_CHANGED: &str = "notifications/catalog/changed";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
@@ -74,9 +91,21 @@ pub struct ApiContext {
     pub config_path: PathBuf,
     pub started: Instant,
     pub clients: AtomicUsize,
+    /// When the configuration in force was loaded, and why the last reload was refused.
+    pub config_load: std::sync::Mutex<ConfigLoad>,
 }
 
-/// Accepts connections until shutdown; each connection is served by its own task.
+/// The daemon's record of its configuration file, shown by `catalog/status`.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigLoad {
+    pub loaded_at_ms: i64,
+    /// Set when the last reload was rejected (the previous configuration stays in force).
+    pub error: Option<String>,
+    pub error_at_ms: Option<i64>,
+}
+
+/// Accepts connections until shutdown; each connection is served by its own task, so a slow
+/// or stuck client holds up nobody but itself.
 pub async fn serve(
     listener: UnixListener,
     context: Arc<ApiContext>,
@@ -106,31 +135,14 @@ pub async fn serve(
     }
 }
 
-/// Reads one line of at most `MAX_LINE_BYTES`; `Ok(None)` at end of stream.
-async fn read_line(
-    reader: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
-    line: &mut Vec<u8>,
-) -> io::Result<Option<bool>> {
-    line.clear();
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(if line.is_empty() { None } else { Some(true) });
-        }
-        let (taken, done) = match available.iter().position(|&byte| byte == b'\n') {
-            Some(newline) => (newline + 1, true),
-            None => (available.len(), false),
-        };
-        if line.len() + taken > MAX_LINE_BYTES + 1 {
-            reader.consume(taken);
-            return Ok(Some(false));
-        }
-        line.extend_from_slice(&available[..taken]);
-        reader.consume(taken);
-        if done {
-            return Ok(Some(true));
-        }
-    }
+/// What one connection has asked for.
+#[derive(Default)]
+struct ConnectionState {
+    /// The client sent `initialize`: it speaks MCP and expects `list_changed` notifications.
+    /// Plain JSON-RPC clients (the CLI, socat) never get unasked-for lines.
+    mcp_client: bool,
+    /// After `catalog/watch`: the last change feed sequence number sent to this client.
+    watching: Option<i64>,
 }
 
 async fn serve_connection(
@@ -141,14 +153,39 @@ async fn serve_connection(
     let (read_half, mut write_half) = stream.into_split();
     let mut reader = BufReader::new(read_half);
     let mut line = Vec::new();
+    let mut state = ConnectionState::default();
+    let mut catalog_changes = context.store.subscribe();
+    let mut changes_open = true;
     loop {
         let outcome = tokio::select! {
-            outcome = read_line(&mut reader, &mut line) => outcome?,
+            outcome = lines::read_line(&mut reader, &mut line, MAX_LINE_BYTES) => outcome?,
+            event = catalog_changes.recv(), if changes_open => {
+                match event {
+                    // A client that lagged behind gets one notification, like everyone else:
+                    // list_changed carries nothing, and the feed itself lives in the database.
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        // Coalesce a burst of swaps into one notification.
+                        loop {
+                            match catalog_changes.try_recv() {
+                                Ok(_) | Err(TryRecvError::Lagged(_)) => continue,
+                                Err(TryRecvError::Empty) => break,
+                                Err(TryRecvError::Closed) => {
+                                    changes_open = false;
+                                    break;
+                                }
+                            }
+                        }
+                        notify_catalog_changed(&mut state, &mut write_half, context).await?;
+                    }
+                    Err(RecvError::Closed) => changes_open = false,
+                }
+                continue;
+            }
             _ = shutdown.changed() => return Ok(()),
         };
         let response = match outcome {
-            None => return Ok(()),
-            Some(false) => {
+            Line::End => return Ok(()),
+            Line::TooLong => {
                 let response = error_response(
                     Value::Null,
                     INVALID_REQUEST,
@@ -159,23 +196,80 @@ async fn serve_connection(
                 write_message(&mut write_half, &response).await?;
                 return Ok(());
             }
-            Some(true) => {
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                handle_line(&line, context).await
+            Line::Complete => {
+                let blank = line.iter().all(u8::is_ascii_whitespace);
+                let response = match blank {
+                    true => None,
+                    false => handle_line(&line, context, &mut state).await,
+                };
+                line.clear();
+                response
             }
         };
         if let Some(response) = response {
             write_message(&mut write_half, &response).await?;
         }
+        if state.watching.is_some() {
+            // A new watcher that asked for changes `since` an older point gets them now,
+            // after its response; later ones arrive as they are committed.
+            send_watched_changes(&mut state, &mut write_half, context).await?;
+        }
     }
 }
 
-async fn write_message(
-    writer: &mut tokio::net::unix::OwnedWriteHalf,
-    message: &Value,
+/// Tells this client that the catalog changed, in whichever ways it asked for.
+async fn notify_catalog_changed(
+    state: &mut ConnectionState,
+    writer: &mut OwnedWriteHalf,
+    context: &ApiContext,
 ) -> io::Result<()> {
+    if state.mcp_client {
+        let notification =
+            json!({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"});
+        write_message(writer, &notification).await?;
+    }
+    if state.watching.is_some() {
+        send_watched_changes(state, writer, context).await?;
+    }
+    Ok(())
+}
+
+/// Sends a watcher every change feed entry after the last one it got, in batches.
+async fn send_watched_changes(
+    state: &mut ConnectionState,
+    writer: &mut OwnedWriteHalf,
+    context: &ApiContext,
+) -> io::Result<()> {
+    while let Some(since) = state.watching {
+        let page = match context
+            .store
+            .changes_since(Some(since), DEFAULT_CHANGES_LIMIT)
+            .await
+        {
+            Ok(page) => page,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the change feed for a watcher");
+                return Ok(());
+            }
+        };
+        let Some(last) = page.changes.last().map(|change| change.seq) else {
+            return Ok(());
+        };
+        let notification = json!({
+            "jsonrpc": "2.0",
+            "method": CATALOG_CHANGED,
+            "params": page,
+        });
+        write_message(writer, &notification).await?;
+        state.watching = Some(last);
+        if !page.more {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+async fn write_message(writer: &mut OwnedWriteHalf, message: &Value) -> io::Result<()> {
     let mut bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
     bytes.push(b'\n');
     writer.write_all(&bytes).await
@@ -185,19 +279,42 @@ fn error_response(id: Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
-/// A handler's failure: a JSON-RPC error code and message.
-struct Failure(i64, String);
+/// A handler's failure: a JSON-RPC error code, message and optional data.
+struct Failure {
+    code: i64,
+    message: String,
+    data: Option<Value>,
+}
+
+impl Failure {
+    fn new(code: i64, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    fn with_data(mut self, data: Value) -> Failure {
+        self.data = Some(data);
+        self
+    }
+}
 
 fn invalid_params(message: impl Into<String>) -> Failure {
-    Failure(INVALID_PARAMS, message.into())
+    Failure::new(INVALID_PARAMS, message)
 }
 
 fn internal(error: impl std::fmt::Display) -> Failure {
-    Failure(INTERNAL_ERROR, error.to_string())
+    Failure::new(INTERNAL_ERROR, error.to_string())
 }
 
 /// Handles one request line; `None` for notifications, which get no answer.
-async fn handle_line(line: &[u8], context: &ApiContext) -> Option<Value> {
+async fn handle_line(
+    line: &[u8],
+    context: &ApiContext,
+    state: &mut ConnectionState,
+) -> Option<Value> {
     let message: Value = match serde_json::from_slice(line) {
         Ok(message) => message,
         Err(error) => {
@@ -228,12 +345,18 @@ async fn handle_line(line: &[u8], context: &ApiContext) -> Option<Value> {
         return None;
     };
     let outcome = match &params {
-        Value::Null | Value::Object(_) => dispatch(method, &params, context).await,
+        Value::Null | Value::Object(_) => dispatch(method, &params, context, state).await,
         _ => Err(invalid_params("params must be an object")),
     };
     Some(match outcome {
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(Failure(code, message)) => error_response(id, code, &message),
+        Err(failure) => {
+            let mut response = error_response(id, failure.code, &failure.message);
+            if let Some(data) = failure.data {
+                response["error"]["data"] = data;
+            }
+            response
+        }
     })
 }
 
@@ -245,11 +368,28 @@ fn optional_string<'a>(params: &'a Value, key: &str) -> Result<Option<&'a str>, 
     }
 }
 
+fn required_string<'a>(params: &'a Value, key: &str) -> Result<&'a str, Failure> {
+    optional_string(params, key)?.ok_or_else(|| invalid_params(format!("`{key}` is required")))
+}
+
 fn optional_bool(params: &Value, key: &str) -> Result<bool, Failure> {
     match params.get(key) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(flag)) => Ok(*flag),
         Some(_) => Err(invalid_params(format!("`{key}` must be true or false"))),
+    }
+}
+
+/// A whole number of at least 1, capped at `max`; `default` when absent.
+fn optional_limit(params: &Value, key: &str, default: usize, max: usize) -> Result<usize, Failure> {
+    match params.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => match value.as_u64() {
+            Some(limit) if limit >= 1 => Ok((limit.min(max as u64)) as usize),
+            _ => Err(invalid_params(format!(
+                "`{key}` must be a whole number of at least 1"
+            ))),
+        },
     }
 }
 
@@ -262,14 +402,43 @@ fn page_cursor(params: &Value) -> Result<Option<String>, Failure> {
     }
 }
 
-async fn dispatch(method: &str, params: &Value, context: &ApiContext) -> Result<Value, Failure> {
+/// The page and, when more follow, a cursor after the last entry's `key` field.
+fn keyset_page(items: Vec<Value>, more: bool, list_key: &str, key: &str) -> Value {
+    let next = match more {
+        true => items
+            .last()
+            .and_then(|item| item.get(key))
+            .and_then(Value::as_str)
+            .map(encode_cursor),
+        false => None,
+    };
+    let mut result = json!({ list_key: items });
+    if let Some(next) = next {
+        result["nextCursor"] = Value::String(next);
+    }
+    result
+}
+
+async fn dispatch(
+    method: &str,
+    params: &Value,
+    context: &ApiContext,
+    state: &mut ConnectionState,
+) -> Result<Value, Failure> {
     match method {
-        "initialize" => Ok(json!({
-            "protocolVersion": API_PROTOCOL_VERSION,
-            "capabilities": {"resources": {"listChanged": true}},
-            "serverInfo": {"name": "mcp-mirror", "version": env!("CARGO_PKG_VERSION")},
-            "instructions": "A local mirror of the resource catalogs of the configured MCP servers.",
-        })),
+        "initialize" => {
+            state.mcp_client = true;
+            let requested = optional_string(params, "protocolVersion")?;
+            let version = requested
+                .filter(|version| API_PROTOCOL_VERSIONS.contains(version))
+                .unwrap_or(API_PROTOCOL_VERSION);
+            Ok(json!({
+                "protocolVersion": version,
+                "capabilities": {"resources": {"listChanged": true}},
+                "serverInfo": {"name": "mcp-mirror", "version": env!("CARGO_PKG_VERSION")},
+                "instructions": "A local mirror of the resource catalogs of the configured MCP servers.",
+            }))
+        }
         "ping" => Ok(json!({})),
         "resources/list" => {
             let after = page_cursor(params)?;
@@ -278,17 +447,7 @@ async fn dispatch(method: &str, params: &Value, context: &ApiContext) -> Result<
                 .list_resources(after, PAGE_SIZE)
                 .await
                 .map_err(internal)?;
-            let mut result = json!({ "resources": resources });
-            if more {
-                if let Some(last) = resources
-                    .last()
-                    .and_then(|resource| resource.get("uri"))
-                    .and_then(Value::as_str)
-                {
-                    result["nextCursor"] = Value::String(encode_cursor(last));
-                }
-            }
-            Ok(result)
+            Ok(keyset_page(resources, more, "resources", "uri"))
         }
         "resources/templates/list" => {
             let after = page_cursor(params)?;
@@ -297,47 +456,39 @@ async fn dispatch(method: &str, params: &Value, context: &ApiContext) -> Result<
                 .list_templates(after, PAGE_SIZE)
                 .await
                 .map_err(internal)?;
-            let mut result = json!({ "resourceTemplates": templates });
-            if more {
-                if let Some(last) = templates
-                    .last()
-                    .and_then(|template| template.get("uriTemplate"))
-                    .and_then(Value::as_str)
-                {
-                    result["nextCursor"] = Value::String(encode_cursor(last));
-                }
-            }
-            Ok(result)
+            Ok(keyset_page(
+                templates,
+                more,
+                "resourceTemplates",
+                "uriTemplate",
+            ))
+        }
+        "resources/read" => read_resource(required_string(params, "uri")?, context).await,
+        "catalog/resource" => {
+            let uri = required_string(params, "uri")?;
+            context
+                .store
+                .resource_details(uri)
+                .await
+                .map_err(internal)?
+                .ok_or_else(|| not_listed(uri))
         }
         "catalog/status" => status(context).await,
-        "catalog/search" => {
-            let query = optional_string(params, "query")?
-                .ok_or_else(|| invalid_params("`query` is required"))?;
-            let limit = match params.get("limit") {
-                None | Some(Value::Null) => DEFAULT_SEARCH_LIMIT,
-                Some(value) => match value.as_u64() {
-                    Some(limit) if limit >= 1 => (limit as usize).min(MAX_SEARCH_LIMIT),
-                    _ => {
-                        return Err(invalid_params(
-                            "`limit` must be a whole number of at least 1",
-                        ))
-                    }
-                },
-            };
-            let filters = SearchFilters {
-                server: optional_string(params, "server")?.map(str::to_string),
-                mime_type: optional_string(params, "mimeType")?.map(str::to_string),
-                raw: optional_bool(params, "raw")?,
-            };
-            let results = context
+        "catalog/search" => search(params, context).await,
+        "catalog/changes" => {
+            let since = optional_seq(params)?;
+            let limit = optional_limit(params, "limit", DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT)?;
+            let page = context
                 .store
-                .search(query.to_string(), filters, limit)
+                .changes_since(since, limit)
                 .await
-                .map_err(|error| match filters_error(&error.to_string()) {
-                    true => invalid_params(format!("invalid full-text query: {error}")),
-                    false => internal(error),
-                })?;
-            Ok(json!({ "results": results }))
+                .map_err(internal)?;
+            serde_json::to_value(page).map_err(internal)
+        }
+        "catalog/watch" => {
+            let latest = context.store.latest_change_seq().await.map_err(internal)?;
+            state.watching = Some(optional_seq(params)?.unwrap_or(latest));
+            Ok(json!({ "latestSeq": latest }))
         }
         "catalog/refresh" => {
             let server = optional_string(params, "server")?;
@@ -347,7 +498,9 @@ async fn dispatch(method: &str, params: &Value, context: &ApiContext) -> Result<
                 .refresh(server, wait)
                 .await
                 .ok_or_else(|| {
-                    invalid_params(format!("no server named {}", server.unwrap_or("")))
+                    let name = server.unwrap_or("");
+                    invalid_params(format!("no server named {name}"))
+                        .with_data(json!({"notFound": "server", "server": name}))
                 })?;
             let mut servers = serde_json::Map::new();
             for (name, outcome) in outcomes {
@@ -362,18 +515,123 @@ async fn dispatch(method: &str, params: &Value, context: &ApiContext) -> Result<
             }
             Ok(json!({ "servers": servers }))
         }
-        _ => Err(Failure(
+        _ => Err(Failure::new(
             METHOD_NOT_FOUND,
             format!("method not found: {method}"),
         )),
     }
 }
 
-/// Raw FTS5 syntax errors are the caller's mistake, not ours.
-fn filters_error(message: &str) -> bool {
-    message.contains("fts5")
-        || message.contains("syntax error")
-        || message.contains("no such column")
+fn optional_seq(params: &Value) -> Result<Option<i64>, Failure> {
+    match params.get("since") {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .filter(|since| *since >= 0)
+            .map(Some)
+            .ok_or_else(|| invalid_params("`since` must be a sequence number (0 or more)")),
+    }
+}
+
+fn not_listed(uri: &str) -> Failure {
+    Failure::new(
+        RESOURCE_NOT_FOUND,
+        format!("resource not found: no mirrored server lists {uri}"),
+    )
+    .with_data(json!({ "uri": uri }))
+}
+
+/// Reads through the server that wins `uri` in the merged catalog; when that server cannot
+/// be reached and its content cache has the URI, serves the cached contents instead.
+async fn read_resource(uri: &str, context: &ApiContext) -> Result<Value, Failure> {
+    let target = context
+        .store
+        .read_target(uri)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| not_listed(uri))?;
+    let server = target.server.as_str();
+    match context.supervisor.read(server, uri).await {
+        Ok(mut result) => {
+            if let Some(limit) = target.read_cache_bytes {
+                context.store.cache_contents(server, uri, &result, limit);
+            }
+            set_meta(&mut result, ORIGIN_META_KEY, json!(server));
+            Ok(result)
+        }
+        Err(error) => {
+            let unreachable = matches!(error, ReadError::Offline { .. } | ReadError::Failed { .. });
+            if unreachable && target.read_cache_bytes.is_some() {
+                let cached = context
+                    .store
+                    .cached_contents(server, uri)
+                    .await
+                    .map_err(internal)?;
+                if let Some((mut result, stored_at)) = cached {
+                    set_meta(&mut result, ORIGIN_META_KEY, json!(server));
+                    let note = json!({"storedAtMs": stored_at, "reason": error.to_string()});
+                    set_meta(&mut result, CACHE_META_KEY, note);
+                    return Ok(result);
+                }
+            }
+            // The server's own answer, such as its "resource not found", passes through.
+            let code = match error {
+                ReadError::Server { code, .. } => code,
+                ReadError::Offline { .. } | ReadError::Failed { .. } => INTERNAL_ERROR,
+            };
+            Err(Failure::new(code, error.to_string())
+                .with_data(json!({"server": server, "uri": uri, "offline": unreachable})))
+        }
+    }
+}
+
+/// Sets `_meta[key]` on a result object, creating `_meta` when needed.
+fn set_meta(result: &mut Value, key: &str, value: Value) {
+    let Value::Object(object) = result else {
+        return;
+    };
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Value::Object(meta) = meta {
+        meta.insert(key.to_string(), value);
+    }
+}
+
+async fn search(params: &Value, context: &ApiContext) -> Result<Value, Failure> {
+    let query = required_string(params, "query")?;
+    let mut request = SearchRequest::new(
+        query,
+        optional_limit(params, "limit", DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?,
+    );
+    request.server = optional_string(params, "server")?.map(str::to_string);
+    request.mime_type = optional_string(params, "mimeType")?.map(str::to_string);
+    request.raw = optional_bool(params, "raw")?;
+    if let Some(cursor) = optional_string(params, "cursor")? {
+        request.offset =
+            decode_search_cursor(cursor).ok_or_else(|| invalid_params("invalid cursor"))?;
+    }
+    request.highlight = match params.get("highlight") {
+        None | Some(Value::Null) => (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into()),
+        Some(Value::Array(markers)) => match markers.as_slice() {
+            [Value::String(open), Value::String(close)] => (open.clone(), close.clone()),
+            _ => return Err(invalid_params("`highlight` must be two strings")),
+        },
+        Some(_) => return Err(invalid_params("`highlight` must be two strings")),
+    };
+    let (results, next) = context
+        .store
+        .search(request)
+        .await
+        .map_err(|error| match error {
+            StoreError::InvalidQuery(_) => invalid_params(error.to_string()),
+            other => internal(other),
+        })?;
+    let mut answer = json!({ "results": results });
+    if let Some(next) = next {
+        answer["nextCursor"] = Value::String(encode_search_cursor(next));
+    }
+    Ok(answer)
 }
 
 async fn status(context: &ApiContext) -> Result<Value, Failure> {
@@ -383,7 +641,14 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
         .map(|metadata| metadata.len())
         .ok();
     let resources: u64 = servers.iter().map(|server| server.resources).sum();
-    Ok(json!({
+    let change_seq = context.store.latest_change_seq().await.map_err(internal)?;
+    let read_cache_bytes = context.store.read_cache_bytes().await.map_err(internal)?;
+    let config_load = context
+        .config_load
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    let mut status = json!({
         "daemon": {
             "version": env!("CARGO_PKG_VERSION"),
             "pid": std::process::id(),
@@ -394,6 +659,11 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
             "config": context.config_path,
             "clients": context.clients.load(Ordering::Relaxed),
             "resources": resources,
+            "changeSeq": change_seq,
+            "readCacheBytes": read_cache_bytes,
+            "configLoadedAt": config_load.loaded_at_ms,
+            "configError": config_load.error,
+            "configErrorAt": config_load.error_at_ms,
         },
         "servers": servers
             .iter()
@@ -403,5 +673,7 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
                 entry
             })
             .collect::<Vec<_>>(),
-    }))
+    });
+    crate::redact::scrub_json(&mut status);
+    Ok(status)
 }

@@ -85,6 +85,11 @@ pub struct DaemonConfig {
     pub request_timeout: Duration,
     pub limits: WalkLimits,
     pub timings: SyncTimings,
+    /// A server removed from the configuration keeps its snapshot, marked offline, instead of
+    /// having it dropped.
+    pub keep_removed: bool,
+    /// A tracing filter (`info`, `mcp_mirror=debug,warn`); `RUST_LOG` overrides it.
+    pub log_level: Option<String>,
 }
 
 /// How a session paces itself between walks.
@@ -117,13 +122,15 @@ pub struct ServerConfig {
     pub resync_interval: Duration,
     pub request_timeout: Duration,
     pub limits: WalkLimits,
+    /// The size cap of the `resources/read` content cache; `None` (the default) turns it off.
+    pub read_cache_bytes: Option<u64>,
     pub timings: SyncTimings,
     pub era: EraChoice,
     /// A protocol version to insist on, instead of negotiating.
     pub protocol_version: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub enum Transport {
     Stdio {
         command: PathBuf,
@@ -136,6 +143,63 @@ pub enum Transport {
         headers: Vec<(String, String)>,
         bearer_token: Option<Secret>,
     },
+}
+
+/// Every configured header value is treated as a secret (they often carry API keys, and a rule
+/// with no exceptions cannot be forgotten), so Debug shows header names only.
+impl fmt::Debug for Transport {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => formatter
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", env)
+                .field("cwd", cwd)
+                .finish(),
+            Transport::Http {
+                url,
+                headers,
+                bearer_token,
+            } => {
+                let header_names: Vec<String> = headers
+                    .iter()
+                    .map(|(name, _)| format!("{name}: <redacted>"))
+                    .collect();
+                formatter
+                    .debug_struct("Http")
+                    .field("url", url)
+                    .field("headers", &header_names)
+                    .field("bearer_token", bearer_token)
+                    .finish()
+            }
+        }
+    }
+}
+
+impl Config {
+    /// The values that must never be printed: bearer tokens and every header value.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.servers
+            .iter()
+            .flat_map(|server| match &server.transport {
+                Transport::Http {
+                    headers,
+                    bearer_token,
+                    ..
+                } => headers
+                    .iter()
+                    .map(|(_, value)| value.as_str())
+                    .chain(bearer_token.as_ref().map(Secret::expose))
+                    .collect(),
+                Transport::Stdio { .. } => Vec::new(),
+            })
+    }
 }
 
 impl Transport {
@@ -170,6 +234,8 @@ struct RawDaemon {
     poll_floor: Option<Spanned<String>>,
     ping_interval: Option<Spanned<String>>,
     debounce: Option<Spanned<String>>,
+    keep_removed: Option<bool>,
+    log_level: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -191,6 +257,7 @@ struct RawServer {
     request_timeout: Option<Spanned<String>>,
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
+    read_cache: Option<Spanned<String>>,
     poll_interval: Option<Spanned<String>>,
     ping_interval: Option<Spanned<String>>,
     era: Option<Spanned<String>>,
@@ -216,8 +283,14 @@ pub fn parse(
 ) -> Result<Config, ConfigError> {
     let context = Context { path, text };
     let raw: RawConfig = toml::from_str(text).map_err(|error| {
+        // Quote the fragment only when it is a key: a value may be a token or header value.
         let key = error
             .span()
+            .filter(|span| {
+                text.get(span.end..)
+                    .map(str::trim_start)
+                    .is_some_and(|rest| rest.starts_with(['=', '.', ']']))
+            })
             .and_then(|span| text.get(span))
             .filter(|fragment| {
                 !fragment.trim().is_empty() && !fragment.contains('\n') && fragment.len() < 80
@@ -351,6 +424,19 @@ impl Context<'_> {
                 Duration::from_millis(100),
             )?,
         };
+        let log_level = match &daemon.log_level {
+            None => None,
+            Some(level) => {
+                tracing_subscriber::EnvFilter::try_new(level.get_ref()).map_err(|error| {
+                    self.error(
+                        &level.span(),
+                        "daemon.log_level",
+                        format!("not a log filter (examples: info, debug, mcp_mirror=debug,warn): {error}"),
+                    )
+                })?;
+                Some(level.get_ref().clone())
+            }
+        };
         let daemon_config = DaemonConfig {
             database,
             socket,
@@ -358,6 +444,8 @@ impl Context<'_> {
             request_timeout,
             limits,
             timings,
+            keep_removed: daemon.keep_removed.unwrap_or(false),
+            log_level,
         };
         let mut servers = Vec::new();
         for (name, server) in &raw.servers {
@@ -584,6 +672,14 @@ impl Context<'_> {
                 daemon.request_timeout,
             )?,
             limits,
+            read_cache_bytes: match &raw.read_cache {
+                None => None,
+                Some(size) => {
+                    Some(parse_size(size.get_ref()).map_err(|message| {
+                        self.error(&size.span(), &key_of("read_cache"), message)
+                    })?)
+                }
+            },
             timings,
             era,
             protocol_version,
@@ -654,6 +750,36 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// Parses sizes such as `512KiB`, `10MiB`, `1GB` and `4096` (bytes).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let invalid = || format!("`{text}` is not a size (examples: 4096, 512KiB, 10MiB, 1GB)");
+    let trimmed = text.trim();
+    let digits = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    if digits == 0 {
+        return Err(invalid());
+    }
+    let number: u64 = trimmed[..digits].parse().map_err(|_| invalid())?;
+    let multiplier: u64 = match trimmed[digits..].trim() {
+        "" | "B" => 1,
+        "KB" | "kB" => 1_000,
+        "KiB" => 1 << 10,
+        "MB" => 1_000_000,
+        "MiB" => 1 << 20,
+        "GB" => 1_000_000_000,
+        "GiB" => 1 << 30,
+        _ => return Err(invalid()),
+    };
+    match number.checked_mul(multiplier) {
+        Some(0) => Err(format!(
+            "`{text}` must be larger than zero (leave the key out to keep the cache off)"
+        )),
+        Some(bytes) => Ok(bytes),
+        None => Err(invalid()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -662,6 +788,18 @@ mod tests {
         parse(Path::new("/etc/mcp-mirror/daemon.toml"), text, &|name| {
             (name == "SET_TOKEN").then(|| "s3cret".to_string())
         })
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("10MiB"), Ok(10 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("10 parsecs").is_err());
+        assert!(parse_size("99999999999999999999GiB").is_err());
     }
 
     #[test]
@@ -716,6 +854,49 @@ max_items = 20
             other => panic!("unexpected transport {other:?}"),
         }
         assert_eq!(config.servers[1].limits.max_items, 20);
+        assert!(!config.daemon.keep_removed);
+        let secrets: Vec<&str> = config.secrets().collect();
+        assert_eq!(secrets, ["search", "s3cret"]);
+        assert!(!format!("{config:?}").contains("search\""), "{config:?}");
+    }
+
+    #[test]
+    fn daemon_keys_for_the_service() {
+        let config =
+            parse_text("[daemon]\nkeep_removed = true\nlog_level = \"mcp_mirror=debug,warn\"\n")
+                .expect("valid config");
+        assert!(config.daemon.keep_removed);
+        assert_eq!(
+            config.daemon.log_level.as_deref(),
+            Some("mcp_mirror=debug,warn")
+        );
+        let error = parse_text("[daemon]\nlog_level = \"=[\"\n").expect_err("bad filter");
+        assert!(
+            error.to_string().contains(":2: daemon.log_level: "),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn token_files_expand_the_credentials_directory() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        std::fs::write(directory.path().join("docs-token"), "tok-from-credential\n")
+            .expect("write");
+        let credentials = directory.path().to_string_lossy().to_string();
+        for reference in ["%d/docs-token", "$CREDENTIALS_DIRECTORY/docs-token"] {
+            let text = format!("[servers.docs]\nurl = \"https://example.com/mcp\"\nbearer_token_file = \"{reference}\"\n");
+            let config = parse(Path::new("/etc/mcp-mirror/daemon.toml"), &text, &|name| {
+                (name == "CREDENTIALS_DIRECTORY").then(|| credentials.clone())
+            })
+            .expect("valid config");
+            match &config.servers[0].transport {
+                Transport::Http { bearer_token, .. } => assert_eq!(
+                    bearer_token.as_ref().map(Secret::expose),
+                    Some("tok-from-credential")
+                ),
+                other => panic!("unexpected transport {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -741,6 +922,15 @@ max_items = 20
             ("[servers.a]\ncommand = \"x\"\nbogus = true\n", 3, "bogus"),
             ("[daemon\n", 1, ""),
         ];
+        // A value is never quoted back: it may be a secret.
+        let error = parse_text(
+            "[servers.a]\nurl = \"http://x/\"\nheaders = { \"K\" = tok-unquoted-secret }\n",
+        )
+        .expect_err("unquoted value");
+        assert!(
+            !error.to_string().contains("tok-unquoted-secret"),
+            "{error}"
+        );
         for (text, line, key) in cases {
             let error = parse_text(text).expect_err(text);
             let rendered = error.to_string();

@@ -1,64 +1,421 @@
-//! `run(config, shutdown)`: wires config, store, supervisor and socket together, and stops them in order.
+//! `run` and `run_with`: wire config, store, supervisor and socket together, reload on request, stop in order.
 
 use std::future::Future;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tokio::sync::watch;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
 
-use crate::api::{self, ApiContext};
-use crate::config::Config;
-use crate::store::{ServerEntry, Store};
-use crate::supervisor::Supervisor;
+use crate::api::{self, ApiContext, ConfigLoad};
+use crate::config::{self, Config};
+use crate::redact;
+use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
+use crate::supervisor::{server_entry, Supervisor};
+use crate::systemd::{Notifier, ServiceEnvironment};
 
-/// Runs the daemon until `shutdown` completes, then stops in a fixed order: stop accepting on
-/// the socket, cancel walks and close sessions, close the store, remove the socket file.
+/// How often `STATUS=` is refreshed when systemd set no watchdog.
+const STATUS_INTERVAL: Duration = Duration::from_secs(10);
+/// How long the socket's accept loop gets to wind down at shutdown.
+const API_STOP_BOUND: Duration = Duration::from_secs(2);
+/// How long a self-probe of the socket may take before we call the daemon stuck.
+const PROBE_BOUND: Duration = Duration::from_secs(5);
+
+/// What the process asks of a running daemon (signals, in the binary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlEvent {
+    /// Re-read the configuration file and apply it as a diff (SIGHUP).
+    Reload,
+    /// Stop in order (SIGTERM, SIGINT).
+    Shutdown,
+}
+
+/// Runs the daemon until `shutdown` completes, outside systemd and without reloads.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let (controls, control_receiver) = mpsc::channel(1);
+    let daemon = run_with(config, control_receiver, ServiceEnvironment::default());
+    tokio::pin!(daemon);
+    tokio::select! {
+        outcome = &mut daemon => return outcome,
+        () = shutdown => {}
+    }
+    let _ = controls.send(ControlEvent::Shutdown).await;
+    daemon.await
+}
+
+/// Runs the daemon until a `Shutdown` event arrives (or every sender is gone), reloading the
+/// configuration on `Reload`, and speaking the systemd protocol through `service`.
+pub async fn run_with(
+    config: Config,
+    mut controls: mpsc::Receiver<ControlEvent>,
+    service: ServiceEnvironment,
+) -> anyhow::Result<()> {
+    redact::remember_secrets(config.secrets());
+    let notifier = service.notifier.map(Arc::new);
     let store =
         Store::open(&config.daemon.database).context("while opening the catalog database")?;
-    let entries = config
-        .servers
-        .iter()
-        .map(|server| ServerEntry {
-            name: server.name.clone(),
-            priority: server.priority,
-            transport: server.transport.kind().to_string(),
-        })
-        .collect();
     store
-        .sync_servers(entries)
+        .apply_servers(ServerSync {
+            configured: config.servers.iter().map(server_entry).collect(),
+            untouched: Vec::new(),
+            removed: removed_policy(&config),
+        })
         .await
         .context("while recording the configured servers")?;
-    let listener = api::bind(&config.daemon.socket)?;
+    let (listener, socket) = SocketFile::open(&config.daemon.socket, service.listener)?;
     let (stop, stopping) = watch::channel(false);
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
     let context = Arc::new(ApiContext {
         store: store.clone(),
         supervisor: supervisor.clone(),
-        socket_path: config.daemon.socket.clone(),
+        socket_path: socket
+            .path
+            .clone()
+            .unwrap_or_else(|| config.daemon.socket.clone()),
         config_path: config.source.clone(),
         started: Instant::now(),
         clients: AtomicUsize::new(0),
+        config_load: std::sync::Mutex::new(ConfigLoad {
+            loaded_at_ms: now_ms(),
+            ..ConfigLoad::default()
+        }),
     });
     let api_task = tokio::spawn(api::serve(listener, context.clone(), stopping.clone()));
+    // Ready means the last snapshot is servable: the database is open and the socket answers.
+    // Servers may not have answered yet, and need not have.
+    if let Some(path) = &socket.path {
+        probe_socket(path)
+            .await
+            .context("while checking that the socket answers")?;
+    }
     tracing::info!(
-        socket = %config.daemon.socket.display(),
+        socket = %context.socket_path.display(),
+        socket_from_systemd = socket.passed,
         database = %config.daemon.database.display(),
         servers = config.servers.len(),
         "mcp-mirror is serving"
     );
+    let mut health_task = None;
+    if let Some(notifier) = &notifier {
+        notifier.ready(&current_summary(&store).await);
+        health_task = Some(tokio::spawn(health_loop(
+            notifier.clone(),
+            service.watchdog_interval,
+            store.clone(),
+            socket.path.clone(),
+            stopping.clone(),
+        )));
+    }
 
-    shutdown.await;
+    let mut current = config;
+    // A closed channel (every sender gone) stops the daemon like a Shutdown event.
+    while let Some(ControlEvent::Reload) = controls.recv().await {
+        if let Some(notifier) = &notifier {
+            notifier.reloading();
+        }
+        current = reload(current, &supervisor, &context).await;
+        if let Some(notifier) = &notifier {
+            notifier.ready(&current_summary(&store).await);
+        }
+    }
+    drop(current);
+
+    // The one shutdown path, in a fixed order: stop accepting on the socket, cancel walks and
+    // close sessions (stdio children stopped, HTTP sessions deleted), close the store, and
+    // remove the socket file if it is ours.
     tracing::info!("shutting down");
+    if let Some(notifier) = &notifier {
+        notifier.stopping();
+    }
     let _ = stop.send(true);
-    let _ = api_task.await;
+    if tokio::time::timeout(API_STOP_BOUND, api_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the socket's accept loop did not stop within {API_STOP_BOUND:?}");
+    }
+    if let Some(task) = health_task {
+        task.abort();
+    }
     supervisor.shutdown().await;
     store.close().await;
-    if let Err(error) = std::fs::remove_file(&config.daemon.socket) {
-        tracing::debug!(%error, "could not remove the socket file");
-    }
+    socket.remove_file_if_ours();
     tracing::info!("stopped");
     Ok(())
+}
+
+fn removed_policy(config: &Config) -> RemovedServers {
+    if config.daemon.keep_removed {
+        RemovedServers::KeepOffline
+    } else {
+        RemovedServers::Drop
+    }
+}
+
+/// Re-reads the configuration file and applies it; returns the configuration now in force.
+/// A file that does not validate changes nothing: the error goes to the log and to status.
+async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) -> Config {
+    tracing::info!(config = %current.source.display(), "reloading the configuration");
+    let loaded = match config::load(&current.source) {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            let message = redact::scrub(&error.to_string()).into_owned();
+            tracing::error!(
+                error = %message,
+                "the new configuration is invalid; the previous one stays in force"
+            );
+            let mut record = lock(&context.config_load);
+            record.error = Some(message);
+            record.error_at_ms = Some(now_ms());
+            return current;
+        }
+    };
+    redact::remember_secrets(loaded.secrets());
+    let mut next = loaded;
+    // The open database and the listening socket cannot move under running clients.
+    for (key, old, new) in [
+        ("database", &current.daemon.database, &next.daemon.database),
+        ("socket", &current.daemon.socket, &next.daemon.socket),
+    ] {
+        if old != new {
+            tracing::warn!(
+                key,
+                in_force = %old.display(),
+                configured = %new.display(),
+                "daemon.{key} changes only at the next start"
+            );
+        }
+    }
+    if current.daemon.log_level != next.daemon.log_level {
+        tracing::warn!("daemon.log_level changes only at the next start");
+    }
+    next.daemon.database = current.daemon.database.clone();
+    next.daemon.socket = current.daemon.socket.clone();
+    match supervisor.apply(&next.servers, removed_policy(&next)).await {
+        Ok(report) => tracing::info!(
+            added = ?report.added,
+            removed = ?report.removed,
+            changed = ?report.changed,
+            unchanged = report.unchanged.len(),
+            "configuration reloaded"
+        ),
+        Err(error) => tracing::error!(
+            %error,
+            "configuration reloaded, but recording its servers in the database failed"
+        ),
+    }
+    let mut record = lock(&context.config_load);
+    record.loaded_at_ms = now_ms();
+    record.error = None;
+    record.error_at_ms = None;
+    drop(record);
+    next
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Where the listening socket came from, and whether its file is ours to remove.
+struct SocketFile {
+    /// The socket's path, when it has one (a passed socket may be abstract).
+    path: Option<PathBuf>,
+    passed: bool,
+    /// Device and inode of the file we bound; `None` when systemd owns the file.
+    bound_file: Option<(u64, u64)>,
+}
+
+impl SocketFile {
+    /// Listens on the socket systemd passed, if any, else binds `path`.
+    fn open(path: &Path, passed: Option<OwnedFd>) -> anyhow::Result<(UnixListener, SocketFile)> {
+        let Some(descriptor) = passed else {
+            let listener = api::bind(path)?;
+            let bound_file = std::fs::metadata(path)
+                .map(|metadata| (metadata.dev(), metadata.ino()))
+                .ok();
+            let file = SocketFile {
+                path: Some(path.to_path_buf()),
+                passed: false,
+                bound_file,
+            };
+            return Ok((listener, file));
+        };
+        let adopt = || -> io::Result<(UnixListener, Option<PathBuf>)> {
+            let listener = std::os::unix::net::UnixListener::from(descriptor);
+            // Fails unless the descriptor is a Unix socket, which is what we need to know.
+            let address = listener.local_addr()?;
+            listener.set_nonblocking(true)?;
+            let path = address.as_pathname().map(Path::to_path_buf);
+            Ok((UnixListener::from_std(listener)?, path))
+        };
+        let (listener, passed_path) = adopt().context(
+            "systemd passed a file descriptor that is not a listening Unix socket (check ListenStream= in mcp-mirror.socket)",
+        )?;
+        if passed_path.as_deref() != Some(path) {
+            tracing::info!(
+                passed = ?passed_path,
+                configured = %path.display(),
+                "serving on the socket systemd passed, not the configured path"
+            );
+        }
+        let file = SocketFile {
+            path: passed_path,
+            passed: true,
+            bound_file: None,
+        };
+        Ok((listener, file))
+    }
+
+    /// Removes the socket file only if it is still the one we created: never one systemd made,
+    /// nor one a newer daemon bound after ours went stale.
+    fn remove_file_if_ours(&self) {
+        let (Some(path), Some(identity)) = (&self.path, self.bound_file) else {
+            return;
+        };
+        let still_ours = std::fs::metadata(path)
+            .map(|metadata| (metadata.dev(), metadata.ino()) == identity)
+            .unwrap_or(false);
+        if still_ours {
+            if let Err(error) = std::fs::remove_file(path) {
+                tracing::warn!(%error, path = %path.display(), "cannot remove the socket file");
+            }
+        }
+    }
+}
+
+/// One JSON-RPC `ping` through the socket: proves the accept loop and dispatch are alive.
+async fn probe_socket(path: &Path) -> anyhow::Result<()> {
+    let exchange = async {
+        let mut stream = UnixStream::connect(path)
+            .await
+            .with_context(|| format!("cannot connect to {}", path.display()))?;
+        stream
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}\n")
+            .await?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).await?;
+        anyhow::ensure!(
+            line.contains("\"result\""),
+            "the socket answered ping with {line:?}"
+        );
+        Ok(())
+    };
+    tokio::time::timeout(PROBE_BOUND, exchange)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer to ping within {PROBE_BOUND:?}"))?
+}
+
+/// Keeps `STATUS=` current and pets the watchdog at half its interval, but only after a round
+/// trip through the store's writer thread and the socket's accept loop: a daemon stuck in
+/// either stops petting, and systemd restarts it.
+async fn health_loop(
+    notifier: Arc<Notifier>,
+    watchdog: Option<Duration>,
+    store: Store,
+    socket: Option<PathBuf>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let period = watchdog
+        .map(|interval| interval / 2)
+        .unwrap_or(STATUS_INTERVAL);
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_status = String::new();
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stopping.changed() => return,
+        }
+        let check = async {
+            store.ping_writer().await?;
+            if let Some(path) = &socket {
+                probe_socket(path).await?;
+            }
+            Ok::<_, anyhow::Error>(summarize(&store.status().await?))
+        };
+        match tokio::time::timeout(period, check).await {
+            Ok(Ok(summary)) => {
+                if watchdog.is_some() {
+                    notifier.watchdog();
+                }
+                if summary != last_status {
+                    notifier.status(&summary);
+                    last_status = summary;
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(error = %format!("{error:#}"), "health check failed; not petting the watchdog")
+            }
+            Err(_) => {
+                tracing::warn!("health check took longer than {period:?}; not petting the watchdog")
+            }
+        }
+    }
+}
+
+/// The summary sent with `READY=1`.
+async fn current_summary(store: &Store) -> String {
+    match store.status().await {
+        Ok(servers) => summarize(&servers),
+        Err(error) => format!("serving; cannot read the server states: {error}"),
+    }
+}
+
+/// "12 servers, 11 in sync, 48,213 resources": what `systemctl status` shows.
+pub fn summarize(servers: &[ServerStatus]) -> String {
+    let offline = servers
+        .iter()
+        .filter(|server| server.state == "offline")
+        .count();
+    let configured = servers.len() - offline;
+    let in_sync = servers
+        .iter()
+        .filter(|server| {
+            server.state != "offline" && !server.stale && server.snapshot_at_ms.is_some()
+        })
+        .count();
+    let resources: u64 = servers.iter().map(|server| server.resources).sum();
+    let mut summary = format!(
+        "{configured} server{}, {in_sync} in sync, {} resources",
+        if configured == 1 { "" } else { "s" },
+        thousands(resources)
+    );
+    if offline > 0 {
+        summary.push_str(&format!(", {offline} removed but kept offline"));
+    }
+    summary
+}
+
+fn thousands(number: u64) -> String {
+    let digits = number.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thousands;
+
+    #[test]
+    fn groups_thousands() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(48_213), "48,213");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+    }
 }

@@ -323,6 +323,10 @@ impl Actor {
                 self.update_live(|live| live.push = Some(PushChannel::Listen.to_string()));
                 Reaction::Nothing
             }
+            // Only the stateless era listens; elsewhere a cancellation is about something else.
+            Some(ServerEvent::ListenEnded(_)) if session.hello.era != Era::Modern => {
+                Reaction::Nothing
+            }
             Some(ServerEvent::ListenEnded(reason)) => {
                 self.listen_failures += 1;
                 if self.listen_failures > MAX_LISTEN_FAILURES {
@@ -334,7 +338,14 @@ impl Actor {
                 }
                 Reaction::Walk
             }
-            Some(ServerEvent::StreamResumed) => Reaction::Walk,
+            Some(ServerEvent::StreamOpened) => {
+                self.update_live(|live| live.push = Some(PushChannel::GetStream.to_string()));
+                Reaction::Nothing
+            }
+            Some(ServerEvent::StreamResumed) => {
+                self.update_live(|live| live.push = Some(PushChannel::GetStream.to_string()));
+                Reaction::Walk
+            }
             Some(ServerEvent::PushUnavailable(reason)) => {
                 self.start_polling(reason);
                 Reaction::Nothing
@@ -388,7 +399,12 @@ impl Actor {
             if let PushChannel::Polling(reason) = &push {
                 self.start_polling(reason.clone());
             } else {
-                self.update_live(|live| live.push = Some(push.to_string()));
+                // Streams that still have to open say so until they have.
+                let shown = match push {
+                    PushChannel::GetStream | PushChannel::Listen => format!("opening {push}"),
+                    other => other.to_string(),
+                };
+                self.update_live(|live| live.push = Some(shown));
             }
         }
         let mut next_walk = Instant::now();

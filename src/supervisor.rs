@@ -8,7 +8,7 @@ use tokio::sync::{oneshot, Mutex};
 
 use crate::config::ServerConfig;
 use crate::session::{LiveStatus, ReadError, SessionHandle};
-use crate::store::Store;
+use crate::store::{RemovedServers, ServerEntry, ServerSync, Store, StoreError};
 use crate::walk::WalkSummary;
 
 /// How long sessions get to close (stdio children stopped, HTTP sessions deleted) at shutdown.
@@ -18,6 +18,25 @@ pub struct Supervisor {
     store: Store,
     /// Behind an async mutex so the socket can refresh while a reload or shutdown changes the set.
     sessions: Mutex<BTreeMap<String, SessionHandle>>,
+}
+
+/// What a reload changed, by server name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+    pub unchanged: Vec<String>,
+}
+
+/// How the store records a configured server.
+pub fn server_entry(server: &ServerConfig) -> ServerEntry {
+    ServerEntry {
+        name: server.name.clone(),
+        priority: server.priority,
+        transport: server.transport.kind().to_string(),
+        read_cache_bytes: server.read_cache_bytes,
+    }
 }
 
 /// What `refresh` found for one server.
@@ -111,6 +130,64 @@ impl Supervisor {
                 reason: "it is no longer configured".into(),
             }),
         }
+    }
+
+    /// Applies a reloaded configuration as a diff: added servers start, removed ones stop (their
+    /// snapshots dropped or kept offline, as `removed` says), changed ones restart, and unchanged
+    /// ones are not touched at all, so their sessions and schedules carry on.
+    pub async fn apply(
+        &self,
+        servers: &[ServerConfig],
+        removed: RemovedServers,
+    ) -> Result<ApplyReport, StoreError> {
+        let mut sessions = self.sessions.lock().await;
+        let mut report = ApplyReport::default();
+        let wanted: BTreeMap<&str, &ServerConfig> = servers
+            .iter()
+            .map(|server| (server.name.as_str(), server))
+            .collect();
+        for (name, session) in sessions.iter() {
+            match wanted.get(name.as_str()) {
+                None => report.removed.push(name.clone()),
+                Some(server) if **server != session.config => report.changed.push(name.clone()),
+                Some(_) => report.unchanged.push(name.clone()),
+            }
+        }
+        report.added = wanted
+            .keys()
+            .filter(|name| !sessions.contains_key(**name))
+            .map(|name| name.to_string())
+            .collect();
+
+        // Sessions stop before the store forgets or resets their rows, so a late state report
+        // from a stopping session cannot land after the new configuration's.
+        let stopping: Vec<SessionHandle> = report
+            .removed
+            .iter()
+            .chain(&report.changed)
+            .filter_map(|name| sessions.remove(name))
+            .collect();
+        let all = futures_util::future::join_all(stopping.into_iter().map(SessionHandle::stop));
+        if tokio::time::timeout(STOP_BOUND, all).await.is_err() {
+            tracing::warn!("some sessions did not close within {STOP_BOUND:?} during a reload");
+        }
+        let recorded = self
+            .store
+            .apply_servers(ServerSync {
+                configured: servers.iter().map(server_entry).collect(),
+                untouched: report.unchanged.clone(),
+                removed,
+            })
+            .await;
+        // Even if recording failed, the configured servers run: their next state report or
+        // walk tells the operator what is wrong, and the daemon keeps serving.
+        for name in report.added.iter().chain(&report.changed) {
+            if let Some(server) = wanted.get(name.as_str()) {
+                let handle = SessionHandle::spawn((*server).clone(), self.store.clone());
+                sessions.insert(name.clone(), handle);
+            }
+        }
+        recorded.map(|()| report)
     }
 
     /// Stops every session (stdio children stopped, HTTP sessions deleted), within a bound.

@@ -3,10 +3,15 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use mcp_mirror::{cli, config, daemon, paths};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use mcp_mirror::{cli, config, daemon, paths, redact, systemd};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use tracing::Level;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -22,6 +27,10 @@ struct Arguments {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     json: bool,
+    /// The database that `ls`, `show` and `search` read when the daemon is not running
+    /// (default: from the environment, else the standard location).
+    #[arg(long, global = true, env = "MCP_MIRROR_DATABASE")]
+    database: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -57,7 +66,27 @@ enum Command {
         /// Treat the query as raw FTS5 syntax.
         #[arg(long)]
         raw: bool,
+        /// Continue after an earlier page (the cursor it printed).
+        #[arg(long)]
+        cursor: Option<String>,
     },
+    /// Show every field of one resource and which servers list it.
+    Show { uri: String },
+    /// Read a resource through the server that listed it: text to stdout.
+    Read {
+        uri: String,
+        /// Write the contents (decoded, when binary) to this file.
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Print catalog changes as they happen.
+    Watch {
+        /// Start after this change sequence number (default: from now on).
+        #[arg(long)]
+        since: Option<i64>,
+    },
+    /// Serve MCP on stdio by bridging to the daemon's socket (for MCP clients that launch servers).
+    Mcp,
     /// Ask one server (or all) to walk its catalog again now.
     Refresh {
         server: Option<String>,
@@ -86,16 +115,21 @@ fn main() -> ExitCode {
         .socket
         .clone()
         .unwrap_or_else(paths::default_socket);
+    let database = arguments
+        .database
+        .clone()
+        .unwrap_or_else(paths::default_database);
     let outcome = match &arguments.command {
         Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
         Command::Status => cli::status(&socket, arguments.json),
-        Command::Ls { server } => cli::ls(&socket, server.as_deref(), arguments.json),
+        Command::Ls { server } => cli::ls(&socket, &database, server.as_deref(), arguments.json),
         Command::Search {
             query,
             limit,
             server,
             mime_type,
             raw,
+            cursor,
         } => {
             let search = cli::SearchArgs {
                 query,
@@ -103,9 +137,14 @@ fn main() -> ExitCode {
                 server: server.as_deref(),
                 mime_type: mime_type.as_deref(),
                 raw: *raw,
+                cursor: cursor.as_deref(),
             };
-            cli::search(&socket, &search, arguments.json)
+            cli::search(&socket, &database, &search, arguments.json)
         }
+        Command::Show { uri } => cli::show(&socket, &database, uri, arguments.json),
+        Command::Read { uri, output } => cli::read(&socket, uri, output.as_deref(), arguments.json),
+        Command::Watch { since } => cli::watch(&socket, *since, arguments.json),
+        Command::Mcp => cli::bridge(&socket),
         Command::Refresh { server, wait } => {
             cli::refresh(&socket, server.as_deref(), *wait, arguments.json)
         }
@@ -119,19 +158,63 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// Logs to standard error, with configured secrets scrubbed from every line. `RUST_LOG` wins
+/// over `[daemon] log_level`, which wins over `info`.
+fn init_logging(format: LogFormat, configured_level: Option<&str>) {
+    let filter = EnvFilter::try_from_default_env()
+        .ok()
+        .or_else(|| configured_level.and_then(|level| EnvFilter::try_new(level).ok()))
+        .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(redact::ScrubbedStderr)
         .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Json => builder.json().init(),
-        // journald stamps every line itself.
-        LogFormat::Human if std::env::var_os("JOURNAL_STREAM").is_some() => {
-            builder.without_time().with_ansi(false).init()
-        }
+        LogFormat::Human if systemd::stderr_is_journal() => builder
+            .with_ansi(false)
+            .event_format(JournaldFormat::default())
+            .init(),
         LogFormat::Human => builder.init(),
+    }
+}
+
+/// Lines for journald: a `<N>` syslog priority prefix, which journald turns into the entry's
+/// priority (so `journalctl -p warning` works), and no timestamp, since journald stamps every
+/// entry itself. Plain level words alone would all land at journald's default priority.
+struct JournaldFormat {
+    inner: tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Full, ()>,
+}
+
+impl Default for JournaldFormat {
+    fn default() -> Self {
+        JournaldFormat {
+            inner: tracing_subscriber::fmt::format()
+                .without_time()
+                .with_ansi(false),
+        }
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for JournaldFormat
+where
+    S: tracing::Subscriber + for<'lookup> LookupSpan<'lookup>,
+    N: for<'writer> FormatFields<'writer> + 'static,
+{
+    fn format_event(
+        &self,
+        context: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let priority = match *event.metadata().level() {
+            Level::ERROR => 3,
+            Level::WARN => 4,
+            Level::INFO => 6,
+            Level::DEBUG | Level::TRACE => 7,
+        };
+        write!(writer, "<{priority}>")?;
+        self.inner.format_event(context, writer, event)
     }
 }
 
@@ -140,11 +223,24 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
     let config = match config::load(&config_path) {
         Ok(config) => config,
         Err(error) => {
-            eprintln!("mcp-mirror: invalid configuration: {error}");
+            redact::remember_secrets(secrets_in_file(&config_path).iter().map(String::as_str));
+            eprintln!(
+                "mcp-mirror: invalid configuration: {}",
+                redact::scrub(&error.to_string())
+            );
             return ExitCode::from(2);
         }
     };
-    init_logging(log_format);
+    init_logging(log_format, config.daemon.log_level.as_deref());
+    // Before the runtime starts its threads: this edits the environment.
+    let service = systemd::ServiceEnvironment::take_from_process();
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+        Ok(signals) => signals,
+        Err(error) => {
+            eprintln!("mcp-mirror: cannot install signal handlers: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -152,30 +248,59 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<i32>();
-    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
-        Ok(signals) => signals,
-        Err(error) => {
-            eprintln!("mcp-mirror: cannot install signal handlers: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let (controls, control_receiver) = tokio::sync::mpsc::channel(8);
     std::thread::spawn(move || {
-        if let Some(signal) = signals.forever().next() {
-            let _ = stop.send(signal);
+        for signal in signals.forever() {
+            let event = match signal {
+                SIGHUP => {
+                    tracing::info!("received SIGHUP");
+                    daemon::ControlEvent::Reload
+                }
+                _ => {
+                    tracing::info!(signal, "received a stop signal");
+                    daemon::ControlEvent::Shutdown
+                }
+            };
+            if controls.blocking_send(event).is_err() {
+                return;
+            }
         }
     });
-    let shutdown = async move {
-        if let Ok(signal) = stopped.await {
-            tracing::info!(signal, "received a stop signal");
-        }
-    };
-    match runtime.block_on(daemon::run(config, shutdown)) {
+    let outcome = runtime.block_on(daemon::run_with(config, control_receiver, service));
+    // Tasks that outlived the ordered shutdown (a session past its bound) are dropped here,
+    // which kills any child they still hold; never wait on them without a limit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!("{error:#}");
-            eprintln!("mcp-mirror: {error:#}");
+            let message = redact::scrub(&format!("{error:#}")).into_owned();
+            tracing::error!("{message}");
+            eprintln!("mcp-mirror: {message}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// A configuration that does not validate has no `Config` to take secrets from, but its error
+/// may still quote the file; scrub anything that looks like a token or header value in it.
+fn secrets_in_file(path: &std::path::Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let mut secrets = Vec::new();
+    if let Some(servers) = table.get("servers").and_then(toml::Value::as_table) {
+        for server in servers.values().filter_map(toml::Value::as_table) {
+            if let Some(headers) = server.get("headers").and_then(toml::Value::as_table) {
+                secrets.extend(
+                    headers
+                        .values()
+                        .filter_map(|value| value.as_str().map(str::to_string)),
+                );
+            }
+        }
+    }
+    secrets
 }

@@ -204,12 +204,14 @@ impl Session {
                 Ok(result) => result,
                 // A recognised stateless-era error means the server is of that era.
                 Err(error) if error.rpc_code() == Some(UNSUPPORTED_PROTOCOL_VERSION) => {
-                    let supported = supported_versions(&error);
-                    match MODERN_VERSIONS
-                        .iter()
-                        .find(|ours| supported.iter().any(|theirs| theirs == *ours))
-                    {
-                        Some(ours) if *ours != version => {
+                    let supported = match &error {
+                        McpError::Rpc { error, .. } => {
+                            string_list(error.data.as_ref().and_then(|data| data.get("supported")))
+                        }
+                        _ => Vec::new(),
+                    };
+                    match common_modern_version(&supported) {
+                        Some(ours) if ours != version => {
                             version = ours.to_string();
                             continue;
                         }
@@ -228,29 +230,15 @@ impl Session {
                 }
                 Err(error) => return Err(error),
             };
-            let supported: Vec<String> = result["supportedVersions"]
-                .as_array()
-                .map(|versions| {
-                    versions
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let supported = string_list(result.get("supportedVersions"));
             if !supported.is_empty() && !supported.contains(&version) {
-                match MODERN_VERSIONS
-                    .iter()
-                    .find(|ours| supported.iter().any(|theirs| theirs == *ours))
-                {
-                    Some(ours) => version = ours.to_string(),
-                    None => {
-                        return Err(McpError::Protocol(format!(
-                            "server/discover lists versions {} and none of ours",
-                            supported.join(", ")
-                        )))
-                    }
-                }
+                let Some(ours) = common_modern_version(&supported) else {
+                    return Err(McpError::Protocol(format!(
+                        "server/discover lists versions {} and none of ours",
+                        supported.join(", ")
+                    )));
+                };
+                version = ours.to_string();
             }
             self.set_era(Era::Modern, &version);
             let server_info = result["_meta"]["io.modelcontextprotocol/serverInfo"].clone();
@@ -537,23 +525,26 @@ fn client_info() -> Value {
     json!({"name": "mcp-mirror", "version": env!("CARGO_PKG_VERSION")})
 }
 
-fn supported_versions(error: &McpError) -> Vec<String> {
-    match error {
-        McpError::Rpc { error, .. } => error
-            .data
-            .as_ref()
-            .and_then(|data| data.get("supported"))
-            .and_then(Value::as_array)
-            .map(|versions| {
-                versions
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    }
+/// The strings in a JSON array (anything else is an empty list).
+fn string_list(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Our newest stateless-era version that the server also lists.
+fn common_modern_version(supported: &[String]) -> Option<&'static str> {
+    MODERN_VERSIONS
+        .iter()
+        .copied()
+        .find(|ours| supported.iter().any(|theirs| theirs == ours))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

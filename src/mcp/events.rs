@@ -14,6 +14,8 @@ pub enum ServerEvent {
     ListenAcknowledged,
     /// The listen stream ended, gracefully or not: reopen it and walk (changes may be missed).
     ListenEnded(String),
+    /// The GET stream is open for the first time on this connection.
+    StreamOpened,
     /// The notification stream came back after a break: walk, changes may have been missed.
     StreamResumed,
     /// The server cannot push changes to us, for the reason given: poll instead.

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 
 use super::rpc::{self, Incoming, PendingRequests};
 use super::sse::SseParser;
-use super::{EventSink, McpError, RpcError, ServerEvent};
+use super::{EventSink, McpError, RpcError, ServerEvent, MAX_MESSAGE_BYTES};
 use crate::config::Secret;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -241,7 +241,10 @@ impl HttpConnection {
                         "SSE response ended before the answer".into(),
                     ));
                 };
-                for event in parser.feed(&chunk) {
+                let events = parser
+                    .feed(&chunk)
+                    .map_err(|_| McpError::too_large("an SSE event"))?;
+                for event in events {
                     if event.event.as_deref().is_some_and(|name| name != "message") {
                         continue;
                     }
@@ -254,10 +257,17 @@ impl HttpConnection {
                 }
             }
         }
-        let body = response
-            .bytes()
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|error| McpError::Closed(format!("response body broke off: {error}")))?;
+            .map_err(|error| McpError::Closed(format!("response body broke off: {error}")))?
+        {
+            if body.len() + chunk.len() > MAX_MESSAGE_BYTES {
+                return Err(McpError::too_large("a response body"));
+            }
+            body.extend_from_slice(&chunk);
+        }
         let message: Value = serde_json::from_slice(&body).map_err(|error| {
             McpError::Protocol(format!(
                 "response is not JSON ({error}; content-type `{content_type}`): {}",
@@ -393,15 +403,23 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
                 return;
             }
             Ok(response) if response.status().is_success() => {
-                if opened_before {
-                    endpoint.events.send(ServerEvent::StreamResumed);
-                }
+                endpoint.events.send(if opened_before {
+                    ServerEvent::StreamResumed
+                } else {
+                    ServerEvent::StreamOpened
+                });
                 opened_before = true;
                 failures = 0;
                 tracing::debug!(server = %endpoint.server, "GET stream open");
                 let mut response = response;
                 while let Ok(Some(chunk)) = response.chunk().await {
-                    for event in parser.feed(&chunk) {
+                    let Ok(events) = parser.feed(&chunk) else {
+                        endpoint.events.send(ServerEvent::PushUnavailable(
+                            McpError::too_large("a GET stream event").to_string(),
+                        ));
+                        return;
+                    };
+                    for event in events {
                         if event.event.as_deref().is_some_and(|name| name != "message") {
                             continue;
                         }

@@ -60,7 +60,10 @@ impl LegacySseConnection {
                     .ok_or_else(|| {
                         McpError::Closed("the SSE stream ended before its endpoint event".into())
                     })?;
-                for event in parser.feed(&chunk) {
+                let events = parser
+                    .feed(&chunk)
+                    .map_err(|_| McpError::too_large("an SSE event"))?;
+                for event in events {
                     if event.event.as_deref() == Some("endpoint") {
                         let base = reqwest::Url::parse(url)
                             .map_err(|error| McpError::Transport(error.to_string()))?;
@@ -102,23 +105,11 @@ impl LegacySseConnection {
         timeout: Option<Duration>,
     ) -> Result<Value, McpError> {
         let id = self.pending.next_id();
-        let waiter = self.pending.register(id);
         let message = rpc::request_message(id, method, params);
-        let exchange = async {
-            self.post(&message).await?;
-            let outcome = waiter.await.map_err(|_| {
-                McpError::Closed(format!("the SSE stream of `{}` ended", self.server))
-            })?;
-            outcome.map_err(|error| McpError::Rpc {
-                method: method.to_string(),
-                error,
-            })
-        };
-        let outcome = rpc::within(method, timeout, exchange).await;
-        if outcome.is_err() {
-            self.pending.forget(id);
-        }
-        outcome
+        let gone = || format!("the SSE stream of `{}` ended", self.server);
+        self.pending
+            .exchange(id, method, timeout, self.post(&message), gone)
+            .await
     }
 
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
@@ -182,7 +173,10 @@ async fn read_stream(
             Ok(None) => break "the server ended the SSE stream".to_string(),
             Err(error) => break format!("the SSE stream broke off: {error}"),
         };
-        for event in parser.feed(&chunk) {
+        let Ok(completed) = parser.feed(&chunk) else {
+            break McpError::too_large("an SSE event").to_string();
+        };
+        for event in completed {
             if event.event.as_deref().is_some_and(|name| name != "message") {
                 continue;
             }

@@ -13,6 +13,10 @@ use serde_json::Value;
 pub use client::{Era, Page, PushChannel, ServerHello, Session};
 pub use events::{channel as event_channel, EventSink, EventStream, ServerEvent};
 
+/// The largest single message we accept from a server (a line on stdio, a body, an SSE
+/// event); a server that sends more is cut off, so its size limits stay its own problem.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
 /// Handshake-era versions we speak, newest first; `initialize` offers the first.
 pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 /// Stateless-era versions we speak, newest first.
@@ -57,6 +61,14 @@ pub enum McpError {
 }
 
 impl McpError {
+    /// The error for a server message past `MAX_MESSAGE_BYTES`.
+    pub fn too_large(what: &str) -> McpError {
+        McpError::Protocol(format!(
+            "the server sent {what} larger than {} MiB",
+            MAX_MESSAGE_BYTES >> 20
+        ))
+    }
+
     /// The JSON-RPC error code, when the server answered with an error object.
     pub fn rpc_code(&self) -> Option<i64> {
         match self {

@@ -130,6 +130,32 @@ impl PendingRequests {
         receiver
     }
 
+    /// Sends request `id` with `send` and waits (within `timeout`) for the answer a reader task
+    /// routes back; `gone` describes the connection if it ends first.
+    pub async fn exchange(
+        &self,
+        id: u64,
+        method: &str,
+        timeout: Option<Duration>,
+        send: impl std::future::Future<Output = Result<(), McpError>>,
+        gone: impl FnOnce() -> String,
+    ) -> Result<Value, McpError> {
+        let waiter = self.register(id);
+        let exchange = async {
+            send.await?;
+            let outcome = waiter.await.map_err(|_| McpError::Closed(gone()))?;
+            outcome.map_err(|error| McpError::Rpc {
+                method: method.to_string(),
+                error,
+            })
+        };
+        let outcome = within(method, timeout, exchange).await;
+        if outcome.is_err() {
+            self.forget(id);
+        }
+        outcome
+    }
+
     pub fn forget(&self, id: u64) {
         self.lock().remove(&id);
     }

@@ -22,17 +22,34 @@ pub struct SseParser {
     pub retry_ms: Option<u64>,
     /// The id of the last event with one, for `Last-Event-ID`.
     pub last_event_id: Option<String>,
+    /// The most bytes one line plus one event's data may hold.
+    limit: usize,
 }
+
+/// An event or line grew past the parser's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseTooLarge;
 
 impl SseParser {
     pub fn new() -> Self {
-        Self::default()
+        Self::with_limit(super::MAX_MESSAGE_BYTES)
     }
 
-    /// Consumes `bytes` and returns the events they completed.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+    pub fn with_limit(limit: usize) -> Self {
+        SseParser {
+            limit,
+            ..Self::default()
+        }
+    }
+
+    /// Consumes `bytes` and returns the events they completed; an error once a line or an
+    /// event outgrows the limit (the stream is then useless).
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, SseTooLarge> {
         let mut events = Vec::new();
         for &byte in bytes {
+            if self.line.len() + self.data.len() > self.limit {
+                return Err(SseTooLarge);
+            }
             if self.after_carriage_return {
                 self.after_carriage_return = false;
                 if byte == b'\n' {
@@ -48,7 +65,7 @@ impl SseParser {
                 other => self.line.push(other),
             }
         }
-        events
+        Ok(events)
     }
 
     fn end_line(&mut self, events: &mut Vec<SseEvent>) {
@@ -110,7 +127,7 @@ mod tests {
     fn parses_lf_crlf_and_split_data() {
         let mut parser = SseParser::new();
         let input = b": keep-alive\r\nevent: message\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\ndata: two\n\n";
-        let events = parser.feed(input);
+        let events = parser.feed(input).expect("within the limit");
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].event.as_deref(), Some("message"));
         assert_eq!(events[0].data, "{\"a\":\n1}");
@@ -122,9 +139,9 @@ mod tests {
     #[test]
     fn handles_chunk_boundaries_and_empty_data() {
         let mut parser = SseParser::new();
-        let mut events = parser.feed(b"retry: 1500\r");
-        events.extend(parser.feed(b"\ndata:\n\nda"));
-        events.extend(parser.feed(b"ta: x\r\r"));
+        let mut events = parser.feed(b"retry: 1500\r").expect("small");
+        events.extend(parser.feed(b"\ndata:\n\nda").expect("small"));
+        events.extend(parser.feed(b"ta: x\r\r").expect("small"));
         assert_eq!(
             events,
             vec![SseEvent {
@@ -134,5 +151,12 @@ mod tests {
             }]
         );
         assert_eq!(parser.retry_ms, Some(1500));
+    }
+
+    #[test]
+    fn refuses_an_event_past_the_limit() {
+        let mut parser = SseParser::with_limit(16);
+        assert!(parser.feed(b"data: 0123456789\n").is_ok());
+        assert_eq!(parser.feed(b"data: 0123456789\n"), Err(SseTooLarge));
     }
 }

@@ -7,12 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use super::rpc::{self, Incoming, PendingRequests};
-use super::{EventSink, McpError};
+use super::{EventSink, McpError, ServerEvent, MAX_MESSAGE_BYTES};
+use crate::lines::{self, Line};
+
+/// The longest stderr line we log; a child's stderr is free-form and may be noisy.
+const STDERR_LINE_BYTES: usize = 16 << 10;
 
 /// How long a child gets after stdin closes, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -81,32 +85,46 @@ impl StdioConnection {
         let reader_outgoing = outgoing.clone();
         let reader_server = server.to_string();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            loop {
-                match lines.next_line().await {
-                    Ok(Some(line)) => handle_line(
+            let mut reader = BufReader::new(stdout);
+            let mut line = Vec::new();
+            let reason = loop {
+                line.clear();
+                match lines::read_line(&mut reader, &mut line, MAX_MESSAGE_BYTES).await {
+                    Ok(Line::Complete) => handle_line(
                         &reader_server,
-                        &line,
+                        &String::from_utf8_lossy(&line),
                         &reader_pending,
                         &reader_outgoing,
                         &events,
                     ),
-                    Ok(None) => break,
-                    Err(error) => {
-                        tracing::warn!(server = %reader_server, %error, "cannot read the child's stdout");
-                        break;
+                    Ok(Line::End) => {
+                        break "the server process closed its stdout (it exited or crashed)"
+                            .to_string()
                     }
+                    Ok(Line::TooLong) => break McpError::too_large("a line").to_string(),
+                    Err(error) => break format!("cannot read the server's stdout: {error}"),
                 }
-            }
+            };
             reader_pending.fail_all();
-            // Dropping `events` here tells the session that the connection is gone.
+            events.send(ServerEvent::Disconnected(reason));
         });
 
         let stderr_server = server.to_string();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(server = %stderr_server, "child stderr: {line}");
+            let mut reader = BufReader::new(stderr);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match lines::read_line(&mut reader, &mut line, STDERR_LINE_BYTES).await {
+                    Ok(Line::Complete) => {
+                        let text = String::from_utf8_lossy(&line);
+                        tracing::info!(server = %stderr_server, "child stderr: {}", text.trim_end());
+                    }
+                    Ok(Line::TooLong) => {
+                        tracing::info!(server = %stderr_server, "child stderr: (a line over {STDERR_LINE_BYTES} bytes, not shown)")
+                    }
+                    Ok(Line::End) | Err(_) => break,
+                }
             }
         });
 
@@ -125,23 +143,11 @@ impl StdioConnection {
         timeout: Option<Duration>,
     ) -> Result<Value, McpError> {
         let id = self.pending.next_id();
-        let waiter = self.pending.register(id);
         let message = rpc::request_message(id, method, params);
-        let exchange = async {
-            self.send(&message).await?;
-            let outcome = waiter.await.map_err(|_| {
-                McpError::Closed(format!("`{}` exited or closed stdout", self.server))
-            })?;
-            outcome.map_err(|error| McpError::Rpc {
-                method: method.to_string(),
-                error,
-            })
-        };
-        let outcome = rpc::within(method, timeout, exchange).await;
-        if outcome.is_err() {
-            self.pending.forget(id);
-        }
-        outcome
+        let gone = || format!("`{}` exited or closed stdout", self.server);
+        self.pending
+            .exchange(id, method, timeout, self.send(&message), gone)
+            .await
     }
 
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {

@@ -12,9 +12,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use queries::{decode_cursor, encode_cursor, SearchFilters, ORIGIN_META_KEY};
+pub use queries::{
+    decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor, ChangeEntry,
+    ChangePage, ReadTarget, SearchRequest, DEFAULT_HIGHLIGHT, ORIGIN_META_KEY,
+};
 use writer::{Batch, WriteOp};
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +46,8 @@ pub enum StoreError {
     WriterGone,
     #[error("{0}")]
     Walk(String),
+    #[error("invalid full-text query: {0}")]
+    InvalidQuery(String),
 }
 
 /// One resource as the store keeps it; built from the server's JSON by the walk.
@@ -76,6 +81,38 @@ pub struct ServerEntry {
     pub name: String,
     pub priority: i64,
     pub transport: String,
+    /// The size cap of the server's `resources/read` content cache; `None` turns it off.
+    pub read_cache_bytes: Option<u64>,
+}
+
+/// Sent to every subscriber after a committed change to the catalog; carries no URIs (the
+/// change feed has them), so a subscriber that lags loses nothing it cannot query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogChanged {
+    pub server: String,
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+    /// The change feed's newest sequence number after this change.
+    pub latest_seq: i64,
+}
+
+/// What to do with the rows of servers that are no longer configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovedServers {
+    /// Delete the server and its snapshot.
+    Drop,
+    /// Keep the snapshot, served as before, with the server marked `offline`.
+    KeepOffline,
+}
+
+/// The configured servers to record, and which of them carry on untouched (a reload that did
+/// not change them keeps their state; every other one starts over).
+#[derive(Debug, Clone)]
+pub struct ServerSync {
+    pub configured: Vec<ServerEntry>,
+    pub untouched: Vec<String>,
+    pub removed: RemovedServers,
 }
 
 /// What a session reports about its server; each variant is one state transition.
@@ -165,7 +202,12 @@ pub struct SearchHit {
     pub title: Option<String>,
     #[serde(rename = "mimeType")]
     pub mime_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     pub score: f64,
+    /// The best matching stretch of text with the matched words between highlight markers.
+    #[serde(default)]
+    pub snippet: Option<String>,
 }
 
 pub fn now_ms() -> i64 {
@@ -177,6 +219,9 @@ pub fn now_ms() -> i64 {
 
 /// How many pages of one walk may wait for the writer before the walk waits too.
 const PAGES_IN_FLIGHT: usize = 4;
+/// Catalog-change events buffered per subscriber; one that falls further behind is told it
+/// lagged, and the writer never waits for it.
+const CHANGE_EVENTS_BUFFERED: usize = 256;
 
 /// The handle everything else uses; cheap to clone.
 #[derive(Clone)]
@@ -185,6 +230,7 @@ pub struct Store {
     writer: mpsc::UnboundedSender<WriteOp>,
     readers: Arc<Mutex<Vec<Connection>>>,
     next_walk_id: Arc<AtomicU64>,
+    changes: broadcast::Sender<CatalogChanged>,
 }
 
 impl Store {
@@ -201,9 +247,11 @@ impl Store {
         }
         let connection = schema::open_writer(path)?;
         let (sender, receiver) = mpsc::unbounded_channel();
+        let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
+        let writer_changes = changes.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || writer::run(connection, receiver))
+            .spawn(move || writer::run(connection, receiver, writer_changes))
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the writer thread: {error}"))
             })?;
@@ -212,7 +260,13 @@ impl Store {
             writer: sender,
             readers: Arc::new(Mutex::new(Vec::new())),
             next_walk_id: Arc::new(AtomicU64::new(1)),
+            changes,
         })
+    }
+
+    /// Events after every commit that changed the catalog, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<CatalogChanged> {
+        self.changes.subscribe()
     }
 
     pub fn path(&self) -> &Path {
@@ -232,8 +286,23 @@ impl Store {
 
     /// Records the configured servers; servers no longer configured are dropped with their snapshots.
     pub async fn sync_servers(&self, servers: Vec<ServerEntry>) -> Result<(), StoreError> {
-        self.call(|reply| WriteOp::SyncServers { servers, reply })
+        self.apply_servers(ServerSync {
+            configured: servers,
+            untouched: Vec::new(),
+            removed: RemovedServers::Drop,
+        })
+        .await
+    }
+
+    /// Records a (re)loaded configuration's servers, as `sync` says.
+    pub async fn apply_servers(&self, sync: ServerSync) -> Result<(), StoreError> {
+        self.call(|reply| WriteOp::SyncServers { sync, reply })
             .await
+    }
+
+    /// A round trip through the writer thread: it answers only when it is not stuck.
+    pub async fn ping_writer(&self) -> Result<(), StoreError> {
+        self.call(|reply| WriteOp::Ping { reply }).await
     }
 
     pub async fn update_server(
@@ -242,6 +311,17 @@ impl Store {
         update: ServerUpdate,
     ) -> Result<(), StoreError> {
         let server = server.to_string();
+        // Errors may quote what a server sent back, which may echo a credential.
+        let update = match update {
+            ServerUpdate::WalkFailed { error } => ServerUpdate::WalkFailed {
+                error: crate::redact::scrub(&error).into_owned(),
+            },
+            ServerUpdate::BackingOff { error, retry_at_ms } => ServerUpdate::BackingOff {
+                error: crate::redact::scrub(&error).into_owned(),
+                retry_at_ms,
+            },
+            other => other,
+        };
         self.call(|reply| WriteOp::UpdateServer {
             server,
             update,
@@ -313,14 +393,67 @@ impl Store {
             .await
     }
 
+    /// One page of ranked hits, and the offset of the next page when there is one.
     pub async fn search(
         &self,
-        query: String,
-        filters: SearchFilters,
-        limit: usize,
-    ) -> Result<Vec<SearchHit>, StoreError> {
-        self.read(move |connection| queries::search(connection, &query, &filters, limit))
+        request: SearchRequest,
+    ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
+        self.read(move |connection| queries::search(connection, &request))
             .await
+    }
+
+    /// The server a read of `uri` goes to; `None` when no server lists it.
+    pub async fn read_target(&self, uri: &str) -> Result<Option<ReadTarget>, StoreError> {
+        let uri = uri.to_string();
+        self.read(move |connection| queries::read_target(connection, &uri))
+            .await
+    }
+
+    /// The winning resource for `uri` and every server that lists it.
+    pub async fn resource_details(&self, uri: &str) -> Result<Option<Value>, StoreError> {
+        let uri = uri.to_string();
+        self.read(move |connection| queries::resource_details(connection, &uri))
+            .await
+    }
+
+    /// A cached `resources/read` result and when it was stored (ms since the epoch).
+    pub async fn cached_contents(
+        &self,
+        server: &str,
+        uri: &str,
+    ) -> Result<Option<(Value, i64)>, StoreError> {
+        let (server, uri) = (server.to_string(), uri.to_string());
+        self.read(move |connection| queries::cached_contents(connection, &server, &uri))
+            .await
+    }
+
+    /// Keeps a `resources/read` result for offline reads, evicting the oldest entries of the
+    /// server past `limit_bytes`. Does not wait for the writer: a cache is never worth a delay.
+    pub fn cache_contents(&self, server: &str, uri: &str, contents: &Value, limit_bytes: u64) {
+        let _ = self.writer.send(WriteOp::CacheContents {
+            server: server.to_string(),
+            uri: uri.to_string(),
+            contents: contents.to_string(),
+            limit_bytes,
+        });
+    }
+
+    /// Change feed entries after `since`, oldest first.
+    pub async fn changes_since(
+        &self,
+        since: Option<i64>,
+        limit: usize,
+    ) -> Result<ChangePage, StoreError> {
+        self.read(move |connection| queries::changes_since(connection, since, limit))
+            .await
+    }
+
+    pub async fn latest_change_seq(&self) -> Result<i64, StoreError> {
+        self.read(queries::latest_change_seq).await
+    }
+
+    pub async fn read_cache_bytes(&self) -> Result<u64, StoreError> {
+        self.read(queries::read_cache_bytes).await
     }
 
     /// Stops the writer after the operations already queued; returns when it has closed the database.
@@ -333,6 +466,49 @@ impl Store {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clear();
+    }
+}
+
+/// The catalog read straight from the database file, read-only, for the CLI when no daemon
+/// runs. It never writes, so it cannot disturb a daemon that starts meanwhile.
+pub struct ReadOnlyCatalog {
+    connection: Connection,
+}
+
+impl ReadOnlyCatalog {
+    /// Opens an existing database; a missing file is an error rather than a new database.
+    pub fn open(path: &Path) -> Result<ReadOnlyCatalog, StoreError> {
+        if !path.exists() {
+            return Err(StoreError::Open {
+                path: path.to_path_buf(),
+                source: rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                    Some("no such file".into()),
+                ),
+            });
+        }
+        Ok(ReadOnlyCatalog {
+            connection: schema::open_reader(path)?,
+        })
+    }
+
+    pub fn list_resources(
+        &self,
+        after_uri: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Value>, bool), StoreError> {
+        queries::merged_resources(&self.connection, after_uri, limit)
+    }
+
+    pub fn search(
+        &self,
+        request: &SearchRequest,
+    ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
+        queries::search(&self.connection, request)
+    }
+
+    pub fn resource_details(&self, uri: &str) -> Result<Option<Value>, StoreError> {
+        queries::resource_details(&self.connection, uri)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Read-only queries: server status, the merged catalog in keyset pages, and full-text search.
 
 use rusqlite::{params, Connection, OptionalExtension};
-use serde_json::{Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
 
 use super::{LastWalk, SearchHit, ServerStatus, StoreError};
 
@@ -160,21 +161,63 @@ pub fn merged_templates(
     Ok((page, more))
 }
 
-/// Filters for `catalog/search`.
-#[derive(Debug, Clone, Default)]
-pub struct SearchFilters {
+/// A `catalog/search` request, after the API has checked its params.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    pub query: String,
     pub server: Option<String>,
     pub mime_type: Option<String>,
     /// Use the query as raw FTS5 syntax instead of plain words.
     pub raw: bool,
+    pub limit: usize,
+    /// How many ranked hits to skip: the position a search cursor encodes.
+    pub offset: usize,
+    /// The markers put around matched words in snippets.
+    pub highlight: (String, String),
+}
+
+impl SearchRequest {
+    pub fn new(query: impl Into<String>, limit: usize) -> SearchRequest {
+        SearchRequest {
+            query: query.into(),
+            server: None,
+            mime_type: None,
+            raw: false,
+            limit,
+            offset: 0,
+            highlight: (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into()),
+        }
+    }
+}
+
+/// The markers around matched words in snippets unless the caller chooses others.
+pub const DEFAULT_HIGHLIGHT: (&str, &str) = ("\u{ab}", "\u{bb}");
+/// The most words of a typed query that take part in a search; a query pasted from a whole
+/// document would otherwise cost a phrase per word.
+const MAX_QUERY_WORDS: usize = 32;
+/// The longest word that takes part in a search.
+const MAX_WORD_CHARS: usize = 256;
+const SNIPPET_TOKENS: i64 = 12;
+const SEARCH_CURSOR_PREFIX: &str = "s1.";
+
+/// Encodes a position in a ranked result list as an opaque search cursor.
+pub fn encode_search_cursor(offset: usize) -> String {
+    format!("{SEARCH_CURSOR_PREFIX}{offset}")
+}
+
+/// Decodes a cursor made by `encode_search_cursor`; `None` when it is not one.
+pub fn decode_search_cursor(cursor: &str) -> Option<usize> {
+    cursor.strip_prefix(SEARCH_CURSOR_PREFIX)?.parse().ok()
 }
 
 /// Turns what a person typed into a safe FTS5 query: every word is a quoted phrase and
 /// the last one also matches as a prefix. `None` when nothing searchable is left.
 pub fn fts_query(text: &str) -> Option<String> {
-    let words: Vec<&str> = text
+    let words: Vec<String> = text
         .split_whitespace()
         .filter(|word| word.chars().any(char::is_alphanumeric))
+        .take(MAX_QUERY_WORDS)
+        .map(|word| word.chars().take(MAX_WORD_CHARS).collect())
         .collect();
     let last = words.len().checked_sub(1)?;
     let terms: Vec<String> = words
@@ -192,46 +235,268 @@ pub fn fts_query(text: &str) -> Option<String> {
     Some(terms.join(" "))
 }
 
+/// One page of ranked hits and the offset of the next page, if there is one.
 pub fn search(
     connection: &Connection,
-    text: &str,
-    filters: &SearchFilters,
-    limit: usize,
-) -> Result<Vec<SearchHit>, StoreError> {
-    let query = if filters.raw {
-        Some(text.to_string())
+    request: &SearchRequest,
+) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
+    let query = if request.raw {
+        Some(request.query.clone())
     } else {
-        fts_query(text)
+        fts_query(&request.query)
     };
     let Some(query) = query else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
+    };
+    // A raw query is the caller's FTS5 syntax: any error it causes is theirs to fix.
+    let blame = |error: rusqlite::Error| match request.raw {
+        true => StoreError::InvalidQuery(error.to_string()),
+        false => StoreError::Sql(error),
     };
     // Ranking happens in the inner query, so only the top `limit` rows pay for the joins.
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT s.name, r.uri, r.name, r.title, r.description, r.mime_type, hits.rank, r.id
+             FROM (SELECT f.rowid AS id, f.rank AS rank FROM resources_fts f
+                   JOIN resources fr ON fr.id = f.rowid
+                   JOIN servers fs ON fs.id = fr.server_id
+                   WHERE resources_fts MATCH ?1
+                     AND (?2 IS NULL OR fs.name = ?2)
+                     AND (?3 IS NULL OR fr.mime_type = ?3)
+                     -- Without a server filter, search the merged catalog: a URI listed by
+                     -- several servers is found once, from the server that wins it.
+                     AND (?2 IS NOT NULL OR NOT EXISTS (
+                         SELECT 1 FROM resources r2 JOIN servers s2 ON s2.id = r2.server_id
+                         WHERE r2.uri = fr.uri AND r2.server_id != fr.server_id
+                           AND (s2.priority < fs.priority
+                                OR (s2.priority = fs.priority AND s2.name < fs.name))))
+                   ORDER BY f.rank LIMIT ?4 OFFSET ?5) hits
+             JOIN resources r ON r.id = hits.id JOIN servers s ON s.id = r.server_id
+             ORDER BY hits.rank",
+        )
+        .map_err(blame)?;
+    let rows = statement
+        .query_map(
+            params![
+                query,
+                request.server,
+                request.mime_type,
+                (request.limit + 1) as i64,
+                request.offset as i64
+            ],
+            |row| {
+                Ok((
+                    SearchHit {
+                        server: row.get(0)?,
+                        uri: row.get(1)?,
+                        name: row.get(2)?,
+                        title: row.get(3)?,
+                        description: row.get(4)?,
+                        mime_type: row.get(5)?,
+                        score: -row.get::<_, f64>(6)?,
+                        snippet: None,
+                    },
+                    row.get::<_, i64>(7)?,
+                ))
+            },
+        )
+        .map_err(blame)?;
+    let mut hits = rows.collect::<Result<Vec<_>, _>>().map_err(blame)?;
+    let next = (hits.len() > request.limit).then_some(request.offset + request.limit);
+    hits.truncate(request.limit);
+    // Snippets only for the rows returned: computing them in the ranked query would pay
+    // for every match, not just the top ones.
+    let mut snippet = connection
+        .prepare_cached(
+            "SELECT snippet(resources_fts, -1, ?3, ?4, '\u{2026}', ?5) FROM resources_fts
+             WHERE resources_fts MATCH ?1 AND rowid = ?2",
+        )
+        .map_err(blame)?;
+    let mut page = Vec::with_capacity(hits.len());
+    for (mut hit, id) in hits {
+        hit.snippet = snippet
+            .query_row(
+                params![
+                    query,
+                    id,
+                    request.highlight.0,
+                    request.highlight.1,
+                    SNIPPET_TOKENS
+                ],
+                |row| row.get::<_, Option<String>>(0),
+            )
+            .optional()
+            .map_err(blame)?
+            .flatten();
+        page.push(hit);
+    }
+    Ok((page, next))
+}
+
+/// Where `resources/read` of `uri` goes: the server that wins it in the merged catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadTarget {
+    pub server: String,
+    /// The server's content cache size in bytes; `None` when its cache is off.
+    pub read_cache_bytes: Option<u64>,
+}
+
+pub fn read_target(connection: &Connection, uri: &str) -> Result<Option<ReadTarget>, StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT s.name, r.uri, r.name, r.title, r.mime_type, hits.rank
-         FROM (SELECT f.rowid AS id, f.rank AS rank FROM resources_fts f
-               JOIN resources fr ON fr.id = f.rowid
-               WHERE resources_fts MATCH ?1
-                 AND (?2 IS NULL OR fr.server_id = (SELECT id FROM servers WHERE name = ?2))
-                 AND (?3 IS NULL OR fr.mime_type = ?3)
-               ORDER BY f.rank LIMIT ?4) hits
-         JOIN resources r ON r.id = hits.id JOIN servers s ON s.id = r.server_id
-         ORDER BY hits.rank",
+        "SELECT s.name, s.read_cache_bytes FROM resources r JOIN servers s ON s.id = r.server_id
+         WHERE r.uri = ?1 ORDER BY s.priority, s.name LIMIT 1",
     )?;
-    let rows = statement.query_map(
-        params![query, filters.server, filters.mime_type, limit as i64],
-        |row| {
-            Ok(SearchHit {
+    Ok(statement
+        .query_row([uri], |row| {
+            Ok(ReadTarget {
                 server: row.get(0)?,
-                uri: row.get(1)?,
-                name: row.get(2)?,
-                title: row.get(3)?,
-                mime_type: row.get(4)?,
-                score: -row.get::<_, f64>(5)?,
+                read_cache_bytes: row
+                    .get::<_, Option<i64>>(1)?
+                    .map(|bytes| bytes.max(0) as u64),
             })
-        },
+        })
+        .optional()?)
+}
+
+/// Everything the mirror knows about `uri`: the winning resource (with its origin in
+/// `_meta`) and every server that lists it, winner first. `None` when no server lists it.
+pub fn resource_details(connection: &Connection, uri: &str) -> Result<Option<Value>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT s.name, s.priority, r.raw, s.stale, s.snapshot_at
+         FROM resources r JOIN servers s ON s.id = r.server_id
+         WHERE r.uri = ?1 ORDER BY s.priority, s.name",
     )?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    let rows = statement.query_map([uri], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, i64>(3)? != 0,
+            row.get::<_, Option<i64>>(4)?,
+        ))
+    })?;
+    let listings = rows.collect::<Result<Vec<_>, _>>()?;
+    let Some((server, _, raw, stale, snapshot_at)) = listings.first() else {
+        return Ok(None);
+    };
+    let listed_by: Vec<Value> = listings
+        .iter()
+        .map(|(server, priority, raw, _, _)| {
+            json!({"server": server, "priority": priority, "resource": parse_json(Some(raw.clone()))})
+        })
+        .collect();
+    Ok(Some(json!({
+        "server": server,
+        "resource": with_origin(raw, server),
+        "stale": stale,
+        "snapshotAtMs": snapshot_at,
+        "listedBy": listed_by,
+    })))
+}
+
+/// The cached `resources/read` result of `uri` from `server` and when it was stored.
+pub fn cached_contents(
+    connection: &Connection,
+    server: &str,
+    uri: &str,
+) -> Result<Option<(Value, i64)>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT c.contents, c.stored_at FROM read_cache c JOIN servers s ON s.id = c.server_id
+         WHERE s.name = ?1 AND c.uri = ?2",
+    )?;
+    let found = statement
+        .query_row([server, uri], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
+        .optional()?;
+    Ok(found.and_then(|(text, stored_at)| {
+        serde_json::from_str::<Value>(&text)
+            .ok()
+            .map(|contents| (contents, stored_at))
+    }))
+}
+
+/// One entry of the change feed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeEntry {
+    pub seq: i64,
+    #[serde(rename = "atMs")]
+    pub at_ms: i64,
+    pub server: String,
+    /// "added", "removed", "changed", or "truncated" (then `uri` is absent and `count`
+    /// says how many changes of that swap were not recorded one by one).
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub uri: Option<String>,
+    pub count: i64,
+}
+
+/// A page of the change feed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChangePage {
+    pub changes: Vec<ChangeEntry>,
+    /// The newest sequence number in the feed; pass the last `seq` you saw as `since`.
+    #[serde(rename = "latestSeq")]
+    pub latest_seq: i64,
+    /// True when entries after `since` were pruned from the bounded history: re-list.
+    pub truncated: bool,
+    /// True when more entries follow this page.
+    pub more: bool,
+}
+
+pub fn latest_change_seq(connection: &Connection) -> Result<i64, StoreError> {
+    Ok(
+        connection.query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |row| {
+            row.get(0)
+        })?,
+    )
+}
+
+/// Entries after `since` (all kept entries when `None`), oldest first, at most `limit`.
+pub fn changes_since(
+    connection: &Connection,
+    since: Option<i64>,
+    limit: usize,
+) -> Result<ChangePage, StoreError> {
+    let (oldest, latest): (Option<i64>, i64) = connection.query_row(
+        "SELECT min(seq), coalesce(max(seq), 0) FROM changes",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    let after = since.unwrap_or(0);
+    let truncated = since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since + 1));
+    let mut statement = connection.prepare_cached(
+        "SELECT seq, at, server, kind, uri, count FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+    )?;
+    let rows = statement.query_map(params![after, (limit + 1) as i64], |row| {
+        Ok(ChangeEntry {
+            seq: row.get(0)?,
+            at_ms: row.get(1)?,
+            server: row.get(2)?,
+            kind: row.get(3)?,
+            uri: row.get(4)?,
+            count: row.get(5)?,
+        })
+    })?;
+    let mut changes = rows.collect::<Result<Vec<_>, _>>()?;
+    let more = changes.len() > limit;
+    changes.truncate(limit);
+    Ok(ChangePage {
+        changes,
+        latest_seq: latest,
+        truncated,
+        more,
+    })
+}
+
+/// The bytes the content caches hold, over all servers.
+pub fn read_cache_bytes(connection: &Connection) -> Result<u64, StoreError> {
+    let bytes: i64 = connection.query_row(
+        "SELECT coalesce(sum(bytes), 0) FROM read_cache",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(bytes.max(0) as u64)
 }
 
 /// The number of resources in the merged catalog's underlying snapshots.
@@ -254,6 +519,105 @@ mod tests {
         assert_eq!(decode_cursor("nonsense"), None);
         assert_eq!(decode_cursor("k1.zz"), None);
         assert_eq!(decode_cursor("k1.abc"), None);
+    }
+
+    /// An in-memory database with the real schema and a few resources of server `docs`.
+    fn catalog() -> Connection {
+        let mut connection = Connection::open_in_memory().expect("open");
+        super::super::schema::migrate(std::path::Path::new(":memory:"), &mut connection)
+            .expect("migrate");
+        connection
+            .execute_batch(
+                "INSERT INTO servers (id, name) VALUES (1, 'docs');
+                 INSERT INTO resources (id, server_id, uri, name, title, description, mime_type, raw) VALUES
+                   (1, 1, 'file:///guide/readme.md', 'readme', 'Read me first', 'How to start', 'text/markdown', '{}'),
+                   (2, 1, 'file:///api/errors.md', 'errors', 'Error codes', 'Every (odd) error: -32602 and NEAR misses', 'text/plain', '{}'),
+                   (3, 1, 'file:///caf\u{e9}/men\u{fc}.txt', 'men\u{fc}', 'Caf\u{e9} men\u{fc}', 'Gr\u{fc}\u{df}e aus K\u{f6}ln', 'text/plain', '{}');
+                 INSERT INTO resources_fts (resources_fts) VALUES ('rebuild');",
+            )
+            .expect("fill");
+        connection
+    }
+
+    #[test]
+    fn hostile_queries_never_reach_fts5_as_syntax() {
+        let connection = catalog();
+        let long = "readme ".repeat(10_000);
+        let hostile = [
+            "\"",
+            "\"\"",
+            "'",
+            "-",
+            "-readme",
+            "read-me",
+            ":",
+            "title:readme",
+            "*",
+            "read*",
+            "(",
+            ")",
+            "(readme",
+            "NEAR",
+            "NEAR(readme errors)",
+            "AND",
+            "OR NOT",
+            "readme AND",
+            "^readme",
+            "{uri}: x",
+            "",
+            "   ",
+            long.as_str(),
+            "\u{fc}",
+            "caf\u{e9} \u{1f600}",
+            "\u{2163}",
+            "\0",
+            "a\"b\"c",
+        ];
+        for query in hostile {
+            let request = SearchRequest::new(query, 10);
+            if let Err(error) = search(&connection, &request) {
+                panic!("{query:?} failed: {error}");
+            }
+        }
+        let found = |query: &str| {
+            search(&connection, &SearchRequest::new(query, 10))
+                .expect("search")
+                .0
+                .into_iter()
+                .map(|hit| hit.uri)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(found("(odd"), vec!["file:///api/errors.md"]);
+        assert_eq!(found("NEAR"), vec!["file:///api/errors.md"]);
+        assert_eq!(found("-32602"), vec!["file:///api/errors.md"]);
+        assert_eq!(found("cafe"), vec!["file:///caf\u{e9}/men\u{fc}.txt"]);
+        assert_eq!(found("K\u{f6}ln"), vec!["file:///caf\u{e9}/men\u{fc}.txt"]);
+        assert_eq!(found("rea"), vec!["file:///guide/readme.md"]);
+        let mut raw = SearchRequest::new("NEAR(", 10);
+        raw.raw = true;
+        assert!(matches!(
+            search(&connection, &raw),
+            Err(StoreError::InvalidQuery(_))
+        ));
+    }
+
+    #[test]
+    fn snippets_highlight_and_cursors_page() {
+        let connection = catalog();
+        let mut request = SearchRequest::new("error", 10);
+        request.highlight = ("<".into(), ">".into());
+        let (hits, next) = search(&connection, &request).expect("search");
+        assert_eq!(next, None);
+        let snippet = hits[0].snippet.clone().expect("a snippet");
+        assert!(snippet.contains("<error"), "{snippet}");
+        let mut first = SearchRequest::new("file", 2);
+        let (page, next) = search(&connection, &first).expect("search");
+        assert_eq!((page.len(), next), (2, Some(2)));
+        first.offset = 2;
+        let (rest, next) = search(&connection, &first).expect("search");
+        assert_eq!((rest.len(), next), (1, None));
+        assert_eq!(decode_search_cursor(&encode_search_cursor(40)), Some(40));
+        assert_eq!(decode_search_cursor("k1.00"), None);
     }
 
     #[test]

@@ -8,7 +8,10 @@ use rusqlite::{Connection, OpenFlags};
 use super::StoreError;
 
 /// Every migration, in order; migration N brings the schema to `user_version` N.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_initial.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/0001_initial.sql"),
+    include_str!("../../migrations/0002_changes.sql"),
+];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     let open_error = |source| StoreError::Open {
@@ -37,7 +40,7 @@ pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     Ok(connection)
 }
 
-fn migrate(path: &Path, connection: &mut Connection) -> Result<(), StoreError> {
+pub(super) fn migrate(path: &Path, connection: &mut Connection) -> Result<(), StoreError> {
     let known = MIGRATIONS.len() as i64;
     let found: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
     if found > known {

@@ -4,18 +4,21 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use rusqlite::{params, Connection, OptionalExtension};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
 
 use super::{
-    now_ms, ResourceRow, ServerEntry, ServerUpdate, StoreError, SwapOutcome, TemplateRow,
-    WalkReport,
+    now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
+    SwapOutcome, TemplateRow, WalkReport,
 };
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 pub enum WriteOp {
     SyncServers {
-        servers: Vec<ServerEntry>,
+        sync: ServerSync,
+        reply: Reply<()>,
+    },
+    Ping {
         reply: Reply<()>,
     },
     UpdateServer {
@@ -37,6 +40,12 @@ pub enum WriteOp {
     },
     Abort {
         walk_id: u64,
+    },
+    CacheContents {
+        server: String,
+        uri: String,
+        contents: String,
+        limit_bytes: u64,
     },
     Close {
         reply: oneshot::Sender<()>,
@@ -69,7 +78,17 @@ const REMOVED: i64 = 0;
 const CHANGED: i64 = 1;
 const ADDED: i64 = 2;
 
-pub fn run(mut connection: Connection, mut operations: mpsc::UnboundedReceiver<WriteOp>) {
+/// The most per-URI rows one swap adds to the change feed; the rest become one
+/// 'truncated' row with a count, so a first load of a million resources costs little.
+pub const CHANGES_PER_SWAP: u64 = 1_000;
+/// The change feed keeps this many newest entries and forgets older ones.
+pub const CHANGES_KEPT: i64 = 100_000;
+
+pub fn run(
+    mut connection: Connection,
+    mut operations: mpsc::UnboundedReceiver<WriteOp>,
+    changes: broadcast::Sender<CatalogChanged>,
+) {
     if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
         tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
     }
@@ -79,8 +98,18 @@ pub fn run(mut connection: Connection, mut operations: mpsc::UnboundedReceiver<W
     let mut staged_rows: HashMap<u64, u64> = HashMap::new();
     while let Some(operation) = operations.blocking_recv() {
         match operation {
-            WriteOp::SyncServers { servers, reply } => {
-                let _ = reply.send(sync_servers(&mut connection, &servers));
+            WriteOp::SyncServers { sync, reply } => {
+                let outcome = sync_servers(&mut connection, &sync);
+                if let Ok(dropped) = &outcome {
+                    for event in dropped {
+                        // Nobody listening is fine: the feed in the database has it all.
+                        let _ = changes.send(event.clone());
+                    }
+                }
+                let _ = reply.send(outcome.map(|_| ()));
+            }
+            WriteOp::Ping { reply } => {
+                let _ = reply.send(Ok(()));
             }
             WriteOp::UpdateServer {
                 server,
@@ -122,8 +151,21 @@ pub fn run(mut connection: Connection, mut operations: mpsc::UnboundedReceiver<W
                         swap(&mut connection, walk_id, staged, &server, &report)
                     }
                 };
-                // The caller is answered first: dropping a million staged rows takes a while,
-                // and the snapshot is already committed (or the walk already failed).
+                // Subscribers and the caller hear first: dropping a million staged rows takes
+                // a while, and the snapshot is already committed (or the walk already failed).
+                let outcome = outcome.map(|(swap, latest_seq)| {
+                    if swap.added + swap.removed + swap.changed > 0 {
+                        // A broadcast never blocks: a slow subscriber lags, the writer goes on.
+                        let _ = changes.send(CatalogChanged {
+                            server: server.clone(),
+                            added: swap.added,
+                            removed: swap.removed,
+                            changed: swap.changed,
+                            latest_seq,
+                        });
+                    }
+                    swap
+                });
                 let _ = reply.send(outcome);
                 staged_rows.remove(&walk_id);
                 discard_staging(&connection, walk_id);
@@ -132,6 +174,18 @@ pub fn run(mut connection: Connection, mut operations: mpsc::UnboundedReceiver<W
                 failed_walks.remove(&walk_id);
                 staged_rows.remove(&walk_id);
                 discard_staging(&connection, walk_id);
+            }
+            WriteOp::CacheContents {
+                server,
+                uri,
+                contents,
+                limit_bytes,
+            } => {
+                if let Err(error) =
+                    cache_contents(&mut connection, &server, &uri, &contents, limit_bytes)
+                {
+                    tracing::warn!(server, %error, "cannot cache read contents");
+                }
             }
             WriteOp::Close { reply } => {
                 if let Err(error) = connection.execute_batch("PRAGMA optimize;") {
@@ -145,17 +199,47 @@ pub fn run(mut connection: Connection, mut operations: mpsc::UnboundedReceiver<W
     }
 }
 
-fn sync_servers(connection: &mut Connection, servers: &[ServerEntry]) -> Result<(), StoreError> {
+/// Records the configured servers; returns one event per dropped server that had resources.
+fn sync_servers(
+    connection: &mut Connection,
+    sync: &ServerSync,
+) -> Result<Vec<CatalogChanged>, StoreError> {
+    let servers = &sync.configured;
+    let mut dropped = Vec::new();
     let transaction = connection.transaction()?;
     {
         let mut upsert = transaction.prepare_cached(
-            "INSERT INTO servers (name, priority, transport, state) VALUES (?1, ?2, ?3, 'starting')
+            "INSERT INTO servers (name, priority, transport, state, read_cache_bytes)
+             VALUES (?1, ?2, ?3, 'starting', ?4)
              ON CONFLICT (name) DO UPDATE SET priority = excluded.priority, transport = excluded.transport,
-                 state = 'starting', retry_at = NULL",
+                 state = 'starting', retry_at = NULL, read_cache_bytes = excluded.read_cache_bytes",
+        )?;
+        // An untouched server's session carries on, so its row keeps the state it reported.
+        let mut touch_up = transaction.prepare_cached(
+            "UPDATE servers SET priority = ?2, transport = ?3, read_cache_bytes = ?4 WHERE name = ?1",
         )?;
         for server in servers {
-            upsert.execute(params![server.name, server.priority, server.transport])?;
+            let read_cache_bytes = server
+                .read_cache_bytes
+                .map(|bytes| bytes.min(i64::MAX as u64) as i64);
+            let arguments = params![
+                server.name,
+                server.priority,
+                server.transport,
+                read_cache_bytes
+            ];
+            if sync.untouched.contains(&server.name) {
+                touch_up.execute(arguments)?;
+            } else {
+                upsert.execute(arguments)?;
+            }
         }
+        // A cache turned off in the configuration frees its space.
+        transaction.execute(
+            "DELETE FROM read_cache WHERE server_id IN
+                 (SELECT id FROM servers WHERE read_cache_bytes IS NULL)",
+            [],
+        )?;
         let configured: Vec<&str> = servers.iter().map(|server| server.name.as_str()).collect();
         let mut known = transaction.prepare("SELECT id, name FROM servers")?;
         let stale: Vec<(i64, String)> = known
@@ -167,6 +251,29 @@ fn sync_servers(connection: &mut Connection, servers: &[ServerEntry]) -> Result<
             .filter(|(_, name)| !configured.contains(&name.as_str()))
             .collect();
         for (id, name) in stale {
+            if sync.removed == RemovedServers::KeepOffline {
+                let updated = transaction.execute(
+                    "UPDATE servers SET state = 'offline', stale = 1, retry_at = NULL
+                     WHERE id = ?1 AND state != 'offline'",
+                    [id],
+                )?;
+                if updated > 0 {
+                    tracing::info!(server = %name, "kept the snapshot of a server no longer configured, marked offline");
+                }
+                continue;
+            }
+            let now = now_ms();
+            let removed: i64 = transaction.query_row(
+                "SELECT count(*) FROM resources WHERE server_id = ?1",
+                [id],
+                |row| row.get(0),
+            )?;
+            let recorded = transaction.execute(
+                "INSERT INTO changes (at, server, kind, uri)
+                 SELECT ?1, ?2, 'removed', uri FROM resources WHERE server_id = ?3 LIMIT ?4",
+                params![now, name, id, CHANGES_PER_SWAP as i64],
+            )? as u64;
+            record_truncated(&transaction, now, &name, removed as u64, recorded)?;
             transaction.execute(
                 "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
                  SELECT 'delete', id, uri, name, title, description FROM resources WHERE server_id = ?1",
@@ -174,7 +281,90 @@ fn sync_servers(connection: &mut Connection, servers: &[ServerEntry]) -> Result<
             )?;
             transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
             tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
+            if removed > 0 {
+                dropped.push(CatalogChanged {
+                    server: name,
+                    added: 0,
+                    removed: removed as u64,
+                    changed: 0,
+                    latest_seq: 0,
+                });
+            }
         }
+        if !dropped.is_empty() {
+            let latest_seq = prune_changes(&transaction)?;
+            for event in &mut dropped {
+                event.latest_seq = latest_seq;
+            }
+        }
+    }
+    transaction.commit()?;
+    Ok(dropped)
+}
+
+/// Adds the 'truncated' row for the changes of one swap that were not recorded one by one.
+fn record_truncated(
+    transaction: &rusqlite::Transaction<'_>,
+    now: i64,
+    server: &str,
+    total: u64,
+    recorded: u64,
+) -> Result<(), StoreError> {
+    if total > recorded {
+        transaction.execute(
+            "INSERT INTO changes (at, server, kind, uri, count) VALUES (?1, ?2, 'truncated', NULL, ?3)",
+            params![now, server, (total - recorded) as i64],
+        )?;
+    }
+    Ok(())
+}
+
+/// Forgets the oldest change feed entries past `CHANGES_KEPT`; returns the newest seq.
+fn prune_changes(transaction: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
+    let latest: i64 =
+        transaction.query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |row| {
+            row.get(0)
+        })?;
+    transaction.execute(
+        "DELETE FROM changes WHERE seq <= ?1",
+        [latest - CHANGES_KEPT],
+    )?;
+    Ok(latest)
+}
+
+/// Stores one read result and evicts the server's oldest entries beyond `limit_bytes`.
+fn cache_contents(
+    connection: &mut Connection,
+    server: &str,
+    uri: &str,
+    contents: &str,
+    limit_bytes: u64,
+) -> Result<(), StoreError> {
+    let bytes = contents.len() as u64;
+    let transaction = connection.transaction()?;
+    if bytes > limit_bytes {
+        // Too big to keep: an older, smaller version would be stale, so drop it too.
+        transaction.execute(
+            "DELETE FROM read_cache WHERE uri = ?2
+                 AND server_id = (SELECT id FROM servers WHERE name = ?1)",
+            params![server, uri],
+        )?;
+    } else {
+        // REPLACE gives the entry a new rowid, which keeps "newest" well defined for eviction.
+        transaction.execute(
+            "INSERT OR REPLACE INTO read_cache (server_id, uri, contents, bytes, stored_at)
+             SELECT id, ?2, ?3, ?4, ?5 FROM servers WHERE name = ?1",
+            params![server, uri, contents, bytes as i64, now_ms()],
+        )?;
+        transaction.execute(
+            "DELETE FROM read_cache WHERE rowid IN (
+                 SELECT entry FROM (
+                     SELECT c.rowid AS entry,
+                            sum(c.bytes) OVER (ORDER BY c.stored_at DESC, c.rowid DESC) AS kept
+                     FROM read_cache c WHERE c.server_id = (SELECT id FROM servers WHERE name = ?1))
+                 WHERE kept > ?2)",
+            params![server, limit_bytes.min(i64::MAX as u64) as i64],
+        )?;
     }
     transaction.commit()?;
     Ok(())
@@ -326,6 +516,8 @@ fn discard_staging(connection: &Connection, walk_id: u64) {
 const BULK_INDEX_MIN_ROWS: u64 = 10_000;
 
 /// Applies the staged walk as a diff against the server's snapshot, all in one transaction.
+/// Returns what changed and the change feed's newest sequence number. `staged` is how many
+/// distinct resources the walk staged.
 ///
 /// The transaction is deferred on purpose: computing the diff only reads the snapshot and
 /// writes temp tables, so the write lock is taken by the first write to the snapshot and held
@@ -338,7 +530,7 @@ fn swap(
     staged: u64,
     server: &str,
     report: &WalkReport,
-) -> Result<SwapOutcome, StoreError> {
+) -> Result<(SwapOutcome, i64), StoreError> {
     let walk = walk_id as i64;
     let swap_started = std::time::Instant::now();
     let transaction =
@@ -351,6 +543,7 @@ fn swap(
         .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
     transaction.execute("DELETE FROM temp.swap_ids", [])?;
     transaction.execute("DELETE FROM temp.swap_added", [])?;
+
     // 1. The diff, read-only as far as the snapshot goes.
     let before: i64 = transaction.query_row(
         "SELECT count(*) FROM resources WHERE server_id = ?1",
@@ -398,6 +591,20 @@ fn swap(
 
     // 2. Applying it: the write lock is held from here to the commit.
     let hold_started = std::time::Instant::now();
+    let now = now_ms();
+    // The feed names removed and changed URIs now, while the old rows still exist.
+    let recorded_before = transaction.execute(
+        "INSERT INTO changes (at, server, kind, uri)
+         SELECT ?1, ?2, CASE x.kind WHEN ?3 THEN 'removed' ELSE 'changed' END, r.uri
+         FROM temp.swap_ids x JOIN resources r ON r.id = x.id LIMIT ?4",
+        params![now, server, REMOVED, CHANGES_PER_SWAP as i64],
+    )? as u64;
+    // Cached contents of a URI the server no longer lists can never be served again.
+    transaction.execute(
+        "DELETE FROM read_cache WHERE server_id = ?1 AND uri IN
+             (SELECT r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id WHERE x.kind = ?2)",
+        params![server_id, REMOVED],
+    )?;
     if !bulk_index {
         // The index forgets the old text of removed and changed rows before the rows change.
         transaction.execute(
@@ -455,6 +662,10 @@ fn swap(
             "swap found {inserted} new resources where it expected {added}"
         )));
     }
+    transaction.execute(
+        "INSERT INTO temp.swap_ids (id, kind) SELECT id, ?2 FROM resources WHERE id > ?1",
+        params![highest_id, ADDED],
+    )?;
     if bulk_index {
         transaction.execute(
             "INSERT INTO resources_fts (resources_fts) VALUES ('rebuild')",
@@ -462,16 +673,31 @@ fn swap(
         )?;
     } else {
         transaction.execute(
-            "INSERT INTO temp.swap_ids (id, kind) SELECT id, ?2 FROM resources WHERE id > ?1",
-            params![highest_id, ADDED],
-        )?;
-        transaction.execute(
             "INSERT INTO resources_fts (rowid, uri, name, title, description)
              SELECT r.id, r.uri, r.name, r.title, r.description
              FROM temp.swap_ids x JOIN resources r ON r.id = x.id WHERE x.kind IN (?1, ?2)",
             params![CHANGED, ADDED],
         )?;
     }
+    let recorded_added = transaction.execute(
+        "INSERT INTO changes (at, server, kind, uri)
+         SELECT ?1, ?2, 'added', r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id
+         WHERE x.kind = ?3 LIMIT ?4",
+        params![
+            now,
+            server,
+            ADDED,
+            CHANGES_PER_SWAP.saturating_sub(recorded_before) as i64
+        ],
+    )? as u64;
+    record_truncated(
+        &transaction,
+        now,
+        server,
+        added + removed + changed,
+        recorded_before + recorded_added,
+    )?;
+    let latest_seq = prune_changes(&transaction)?;
     transaction.execute(
         "DELETE FROM resource_templates WHERE server_id = ?1",
         [server_id],
@@ -482,7 +708,6 @@ fn swap(
          FROM temp.staging_templates WHERE walk_id = ?2",
         params![server_id, walk],
     )? as u64;
-    let now = now_ms();
     transaction.execute(
         "UPDATE servers SET state = 'synced', stale = 0, last_error = NULL, last_error_at = NULL,
              snapshot_at = ?2, resource_count = ?3, template_count = ?4,
@@ -520,11 +745,14 @@ fn swap(
         resources,
         "snapshot swapped"
     );
-    Ok(SwapOutcome {
-        added,
-        removed,
-        changed,
-        resources: resources as u64,
-        templates,
-    })
+    Ok((
+        SwapOutcome {
+            added,
+            removed,
+            changed,
+            resources: resources as u64,
+            templates,
+        },
+        latest_seq,
+    ))
 }

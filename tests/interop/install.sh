@@ -15,3 +15,16 @@ for pinned in "$root"/tests/interop/server-everything-*/; do
   touch "$destination/.installed"
   echo "installed $name into $destination"
 done
+
+# The official Python SDK, whose client the bridge test drives through `mcp-mirror mcp`.
+python_sdk_version="2.3.0"
+venv="$root/target/py"
+if [ ! -f "$venv/.installed-mcp-$python_sdk_version" ]; then
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv --clear "$venv"
+  fi
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$python_sdk_version"
+  touch "$venv/.installed-mcp-$python_sdk_version"
+  echo "installed the Python MCP SDK $python_sdk_version into $venv"
+fi

@@ -12,7 +12,7 @@ session's GET stream and to every open 2026-07-28 `subscriptions/listen` stream.
 The SDK itself always answers both eras (it routes on the MCP-Protocol-Version header alone);
 `--era` is a thin ASGI shim of ours in front of it that hides the other era:
   legacy: a 2026 header is dropped, so the request meets the handshake transport (no server/discover);
-  modern: anything without a 2026 header gets HTTP 400 / -32022 naming the supported versions.
+  modern: without a 2026 header, POST gets HTTP 400 / -32022 naming the supported versions, GET/DELETE 405.
 """
 
 import argparse
@@ -24,6 +24,7 @@ import anyio
 import mcp_types as types
 import uvicorn
 from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -34,10 +35,13 @@ args.add_argument("--resources", type=int, default=25, help="initial catalog siz
 args.add_argument("--page-size", type=int, default=10, help="resources per resources/list page")
 args.add_argument("--era", choices=("legacy", "modern", "both"), default="both")
 opts = args.parse_args()
+if opts.page_size < 1 or opts.resources < 0:
+    args.error("--page-size must be >= 1 and --resources >= 0")
 
 catalog: list[types.Resource] = []
-legacy_sessions: dict[str, object] = {}  # Mcp-Session-Id -> ServerSession (its standalone channel = GET stream)
+legacy_sessions: dict[str, ServerSession] = {}  # Mcp-Session-Id -> ServerSession (its standalone channel = GET stream)
 bus = InMemorySubscriptionBus()  # fan-out to subscriptions/listen streams
+listen = ListenHandler(bus)
 
 
 def add(count: int) -> None:
@@ -122,7 +126,7 @@ server = ResourceServer(
     on_read_resource=read_resource,
     on_list_tools=list_tools,
     on_call_tool=call_tool,
-    on_subscriptions_listen=ListenHandler(bus),  # also makes server/discover report listChanged: true
+    on_subscriptions_listen=listen,  # also makes server/discover report listChanged: true
 )
 server.add_notification_handler("notifications/initialized", types.NotificationParams, on_initialized)
 sdk_app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
@@ -136,13 +140,23 @@ async def app(scope, receive, send):
         if opts.era == "legacy" and modern:
             scope = dict(scope, headers=[(k, v) for k, v in scope["headers"] if k != b"mcp-protocol-version"])
         elif opts.era == "modern" and not modern and scope["path"] == "/mcp":
-            data = {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version or None}
-            error = {"code": types.UNSUPPORTED_PROTOCOL_VERSION, "message": "Unsupported protocol version", "data": data}
-            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
-            await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+            # What the SDK's 2026 entry answers: 405 to GET/DELETE, -32022 naming the served versions to POST.
+            status, headers, body = 405, [(b"allow", b"POST")], b""
+            if scope["method"] == "POST":
+                data = {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version or None}
+                error = {"code": types.UNSUPPORTED_PROTOCOL_VERSION, "message": "Unsupported protocol version", "data": data}
+                status, headers = 400, [(b"content-type", b"application/json")]
+                body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+            await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
     await sdk_app(scope, receive, send)
+
+
+class Web(uvicorn.Server):
+    async def shutdown(self, sockets=None):
+        listen.close()  # end listen streams gracefully (final frame: the listen result), then stop
+        await super().shutdown(sockets)
 
 
 async def main() -> None:
@@ -151,7 +165,7 @@ async def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", opts.port))
     config = uvicorn.Config(app, host="127.0.0.1", log_level="warning", timeout_graceful_shutdown=1)
-    web = uvicorn.Server(config)
+    web = Web(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: web.serve(sockets=[sock]))
         while not web.started:

@@ -43,7 +43,7 @@ fn status_ls_and_search_show_the_mirrored_catalog() {
         .find(|line| line.starts_with("docs "))
         .unwrap_or_else(|| panic!("{status}"));
     assert!(
-        row.contains("synced") && row.contains("12") && row.contains("2025-11-25"),
+        row.contains("synced") && row.contains("12") && row.contains("2026-07-28"),
         "{status}"
     );
 

@@ -141,3 +141,132 @@ fn server_everything_2026_8_31_over_stdio_http_and_legacy_sse() {
         assert!(!log.contains("ERROR"), "{transport}: {log}");
     }
 }
+
+/// The Python SDK (mcp 2.3) from tests/interop/install.sh's virtual environment.
+fn python_sdk() -> PathBuf {
+    let python = repository().join("target/py/bin/python");
+    if !python.exists() {
+        let status = Command::new("bash")
+            .arg(repository().join("tests/interop/install.sh"))
+            .status()
+            .expect("run tests/interop/install.sh");
+        assert!(status.success(), "installing the Python SDK failed");
+    }
+    python
+}
+
+/// A resource server written with the official Python SDK, killed when dropped.
+struct PythonServer {
+    child: Child,
+    url: String,
+}
+
+impl PythonServer {
+    fn start(resources: u32) -> PythonServer {
+        let script = repository().join("tests/interop/python_resource_server.py");
+        let mut child = Command::new(python_sdk())
+            .arg(script)
+            .args([
+                "--port",
+                "0",
+                "--page-size",
+                "10",
+                "--resources",
+                &resources.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the Python SDK server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the address");
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        PythonServer { child, url }
+    }
+
+    /// Calls the server's `add_resources` tool (stateless era, so no session is needed).
+    fn add_resources(&self, count: u32) {
+        let address = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp");
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {
+                "name": "add_resources", "arguments": {"count": count},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }
+            }
+        })
+        .to_string();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+             Mcp-Method: tools/call\r\nMcp-Name: add_resources\r\nConnection: close\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream =
+            std::net::TcpStream::connect(address).expect("connect to the Python server");
+        std::io::Write::write_all(&mut stream, request.as_bytes()).expect("send the tool call");
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut answer).expect("read the answer");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("catalog now has"), "{answer}");
+    }
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn python_sdk_server_changes_arrive_on_the_get_stream_and_through_listen() {
+    for (era, push) in [("legacy", "GET stream"), ("modern", "subscriptions/listen")] {
+        let server = PythonServer::start(25);
+        let scratch = Scratch::new();
+        let config = scratch.config(&format!(
+            "[servers.python]\nurl = \"{}\"\nera = \"{era}\"\n",
+            server.url
+        ));
+        let daemon = Daemon::start(&scratch, &config);
+        let status = daemon.wait_for_walks("python", 1);
+        assert_eq!(status["resources"], 25, "{era}: {status}");
+        assert_eq!(status["last_walk"]["pages"], 3, "{era}: {status}");
+        assert_eq!(status["live"]["era"], era, "{status}");
+        crate::support::wait_for(
+            "the push channel to open",
+            std::time::Duration::from_secs(20),
+            || {
+                let status = daemon.server_status("python");
+                status["live"]["push"]
+                    .as_str()
+                    .is_some_and(|shown| shown.starts_with(push))
+                    .then_some(())
+            },
+        );
+        server.add_resources(3);
+        crate::support::wait_for(
+            &format!("the change to arrive ({era})"),
+            std::time::Duration::from_secs(20),
+            || (daemon.uris().len() == 28).then_some(()),
+        );
+        let status = daemon.server_status("python");
+        assert!(
+            status["live"]["notifications"].as_u64().unwrap_or(0) >= 1,
+            "{era}: {status}"
+        );
+    }
+}

@@ -83,11 +83,14 @@ fn http_server(url: &str, extra: &str) -> String {
 fn assert_change_arrives(live: &Live, daemon: &Daemon, push: &str) {
     daemon.wait_for_walks("live", 1);
     wait_for_catalog(daemon, "live", 30);
-    let status = daemon.server_status("live");
-    let shown = status["live"]["push"].as_str().unwrap_or("");
-    assert!(
-        shown.starts_with(push),
-        "push channel {shown:?}, expected {push:?}: {status}"
+    wait_for(
+        &format!("the push channel {push}"),
+        Duration::from_secs(20),
+        || {
+            let status = daemon.server_status("live");
+            let shown = status["live"]["push"].as_str().unwrap_or("").to_string();
+            shown.starts_with(push).then_some(())
+        },
     );
     live.change(&json!({"generate": 37, "page_size": 10}));
     wait_for_catalog(daemon, "live", 37);
@@ -275,20 +278,53 @@ fn expired_sessions_killed_children_dropped_streams_and_restarts_recover() {
     wait_for_catalog(&daemon, "live", 40);
     drop(daemon);
 
-    // A dropped listen stream (stateless era) and a killed stdio child.
+    // A dropped listen stream over HTTP (stateless era).
+    let live = Live::new(&json!({"generate": 30, "page_size": 10}));
+    let fixture = HttpFixture::start(&live.fixture_args(&["--era", "modern"]));
+    let daemon = live.daemon(&http_server(&fixture.url, ""));
+    daemon.wait_for_walks("live", 1);
+    let (walks, listens) = (
+        counter(&live.stats, "walks"),
+        counter(&live.stats, "listens_opened"),
+    );
+    live.change(&json!({"generate": 30, "page_size": 10, "drop_streams": 1}));
+    wait_for(
+        "a new listen and a walk after the stream dropped",
+        Duration::from_secs(20),
+        || {
+            let relistened = counter(&live.stats, "listens_opened") > listens;
+            (relistened && counter(&live.stats, "walks") > walks).then_some(())
+        },
+    );
+    live.change(&json!({"generate": 34, "page_size": 10, "drop_streams": 1}));
+    wait_for_catalog(&daemon, "live", 34);
+    drop(daemon);
+
+    // Over stdio: the server ends the listen gracefully (a result), then cancels it; each
+    // time the mirror listens again and walks. Then the child is killed.
     let live = Live::new(&json!({"generate": 30, "page_size": 10}));
     let daemon = live.daemon(&stdio_server(
         "live",
         &live.fixture_args(&["--era", "modern"]),
     ));
     daemon.wait_for_walks("live", 1);
-    let walks = counter(&live.stats, "walks");
-    live.change(&json!({"generate": 30, "page_size": 10, "drop_streams": 1}));
-    wait_for(
-        "a walk after the listen stream dropped",
-        Duration::from_secs(20),
-        || (counter(&live.stats, "walks") > walks).then_some(()),
-    );
+    for ending in ["close_listens", "cancel_listens"] {
+        let (walks, listens) = (
+            counter(&live.stats, "walks"),
+            counter(&live.stats, "listens_opened"),
+        );
+        let mut scenario = json!({"generate": 30, "page_size": 10, "close_listens": 1});
+        scenario[ending] = json!(1);
+        live.change(&scenario);
+        wait_for(
+            &format!("a new listen and a walk after {ending}"),
+            Duration::from_secs(20),
+            || {
+                let relistened = counter(&live.stats, "listens_opened") > listens;
+                (relistened && counter(&live.stats, "walks") > walks).then_some(())
+            },
+        );
+    }
     let pid = counter(&live.stats, "pid");
     assert!(pid > 0, "{}", stats(&live.stats));
     // SAFETY: kill(2) on the fixture child the daemon started.
@@ -301,4 +337,52 @@ fn expired_sessions_killed_children_dropped_streams_and_restarts_recover() {
     });
     live.change(&json!({"generate": 44, "page_size": 10}));
     wait_for_catalog(&daemon, "live", 44);
+}
+
+#[test]
+fn the_era_is_detected_pinned_and_negotiated() {
+    // A server whose only stateless version is one we do not speak answers -32022; the
+    // mirror falls back to the handshake era.
+    let live = Live::new(&json!({"generate": 12, "page_size": 5}));
+    let fixture = HttpFixture::start(&live.fixture_args(&["--modern-versions", "2027-01-01"]));
+    let daemon = live.daemon(&http_server(&fixture.url, ""));
+    let status = daemon.wait_for_walks("live", 1);
+    assert_eq!(status["live"]["era"], "legacy", "{status}");
+    assert_eq!(status["protocol_version"], "2025-11-25", "{status}");
+    drop(daemon);
+
+    // Pinned to the handshake era (and an older version) on a server that speaks both.
+    let live = Live::new(&json!({"generate": 12, "page_size": 5}));
+    let fixture = HttpFixture::start(&live.fixture_args(&[]));
+    let daemon = live.daemon(&http_server(
+        &fixture.url,
+        "era = \"legacy\"\nprotocol_version = \"2025-06-18\"",
+    ));
+    let status = daemon.wait_for_walks("live", 1);
+    assert_eq!(status["live"]["era"], "legacy", "{status}");
+    assert_eq!(status["protocol_version"], "2025-06-18", "{status}");
+    assert_eq!(
+        counter(&live.stats, "discover"),
+        0,
+        "a pinned era is not probed"
+    );
+    drop(daemon);
+
+    // Pinned to the stateless era on a server that does not speak it: a clear error, and
+    // no fallback.
+    let live = Live::new(&json!({"generate": 12, "page_size": 5}));
+    let fixture = HttpFixture::start(&live.fixture_args(&["--era", "legacy"]));
+    let daemon = live.daemon(&http_server(&fixture.url, "era = \"modern\""));
+    let status = wait_for("the pinned era to fail", Duration::from_secs(20), || {
+        let status = daemon.server_status("live");
+        (status["state"] == "backing_off").then_some(status)
+    });
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("server/discover"),
+        "{status}"
+    );
+    assert_eq!(counter(&live.stats, "initialize"), 0, "{status}");
 }

@@ -2,10 +2,16 @@
 
 mod support;
 
+mod bridge;
 mod cli;
+mod client_commands;
 mod config;
 mod crash;
+mod endpoint;
 mod faults;
 mod interop;
+mod live;
+mod search;
+mod service;
 mod socket;
 mod walk;

@@ -290,7 +290,13 @@ impl SocketClient {
         let mut line = serde_json::to_vec(&request).expect("json");
         line.push(b'\n');
         self.send_raw(&line);
-        self.read_message().expect("a response")
+        // Clients that sent `initialize` or `catalog/watch` also get notifications.
+        loop {
+            let message = self.read_message().expect("a response");
+            if message.get("method").is_none() {
+                return message;
+            }
+        }
     }
 }
 

@@ -16,7 +16,9 @@ fn stdio_catalog_of_thousands_over_many_pages_arrives_whole() {
     assert_eq!(status["resources"], 3000, "{status}");
     assert_eq!(status["last_walk"]["pages"], 30, "{status}");
     assert_eq!(status["transport"], "stdio");
-    assert_eq!(status["protocol_version"], "2025-11-25");
+    // The fixture speaks both eras; the mirror prefers the stateless one.
+    assert_eq!(status["protocol_version"], "2026-07-28");
+    assert_eq!(status["live"]["era"], "modern");
     assert_eq!(status["templates"], 3);
     assert_eq!(daemon.uris(), generated_uris("docs", 3000));
 

@@ -1,0 +1,239 @@
+//! The systemd service protocol, spoken directly: sd_notify datagrams, socket activation, the watchdog interval.
+//!
+//! The protocol is a handful of environment variables and one datagram format, so we implement
+//! it here rather than depend on a crate (see sd_notify(3), sd_listen_fds(3), sd_watchdog_enabled(3)).
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::time::Duration;
+
+/// The first file descriptor systemd passes (`SD_LISTEN_FDS_START`).
+const LISTEN_FDS_START: i32 = 3;
+
+/// Variables systemd sets for this process alone; children must not inherit them, or a stdio
+/// server would believe it was socket-activated or could report readiness in our name.
+const SERVICE_VARIABLES: [&str; 6] = [
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+];
+
+/// What systemd handed this process: where to send notifications, how often the watchdog
+/// wants to hear from us, and a listening socket when the daemon was socket-activated.
+#[derive(Debug, Default)]
+pub struct ServiceEnvironment {
+    pub notifier: Option<Notifier>,
+    pub watchdog_interval: Option<Duration>,
+    pub listener: Option<OwnedFd>,
+}
+
+impl ServiceEnvironment {
+    /// Reads the service variables and removes them from the environment.
+    ///
+    /// Call it before any other thread exists: changing the environment is only sound while
+    /// nothing else can read it.
+    pub fn take_from_process() -> ServiceEnvironment {
+        let lookup = |name: &str| std::env::var_os(name);
+        let environment = ServiceEnvironment::from_variables(&lookup, std::process::id());
+        for name in SERVICE_VARIABLES {
+            std::env::remove_var(name);
+        }
+        environment
+    }
+
+    fn from_variables(
+        lookup: &dyn Fn(&str) -> Option<OsString>,
+        own_pid: u32,
+    ) -> ServiceEnvironment {
+        let for_us = |pid_variable: &str| match lookup(pid_variable) {
+            // Absent means "whoever reads this", which systemd does for WATCHDOG_PID.
+            None => true,
+            Some(pid) => pid.to_str().and_then(|pid| pid.parse::<u32>().ok()) == Some(own_pid),
+        };
+        let notifier = lookup("NOTIFY_SOCKET").and_then(|address| {
+            Notifier::connect(&address)
+                .map_err(|error| {
+                    tracing::warn!(%error, "NOTIFY_SOCKET is set but unusable; not notifying systemd")
+                })
+                .ok()
+        });
+        let watchdog_interval = lookup("WATCHDOG_USEC")
+            .and_then(|value| value.to_str()?.parse::<u64>().ok())
+            .filter(|usec| *usec > 0 && for_us("WATCHDOG_PID"))
+            .map(Duration::from_micros);
+        let passed = lookup("LISTEN_FDS")
+            .and_then(|value| value.to_str()?.parse::<i32>().ok())
+            .unwrap_or(0);
+        let listener = (passed >= 1 && lookup("LISTEN_PID").is_some() && for_us("LISTEN_PID"))
+            .then(|| {
+                if passed > 1 {
+                    tracing::warn!(
+                        passed,
+                        "systemd passed several sockets; serving on the first only"
+                    );
+                }
+                // SAFETY: systemd guarantees fds 3..3+LISTEN_FDS are open and ours when
+                // LISTEN_PID is our pid; we take ownership of the first exactly once.
+                let descriptor = unsafe { OwnedFd::from_raw_fd(LISTEN_FDS_START) };
+                // Close it on exec so stdio servers we spawn do not hold our socket open.
+                // SAFETY: fcntl on a descriptor we own.
+                unsafe {
+                    libc::fcntl(descriptor.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+                descriptor
+            });
+        ServiceEnvironment {
+            notifier,
+            watchdog_interval,
+            listener,
+        }
+    }
+}
+
+/// Sends sd_notify state datagrams to the service manager.
+#[derive(Debug)]
+pub struct Notifier {
+    socket: UnixDatagram,
+    address: SocketAddr,
+}
+
+impl Notifier {
+    /// `address` is a path, or `@name` for a socket in the abstract namespace.
+    pub fn connect(address: &std::ffi::OsStr) -> io::Result<Notifier> {
+        let bytes = address.as_bytes();
+        let address = match bytes.first() {
+            Some(b'@') => SocketAddr::from_abstract_name(&bytes[1..])?,
+            Some(b'/') => SocketAddr::from_pathname(std::path::Path::new(address))?,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "unsupported NOTIFY_SOCKET address {}",
+                        address.to_string_lossy()
+                    ),
+                ))
+            }
+        };
+        let socket = UnixDatagram::unbound()?;
+        // A service manager that stopped reading must never block the daemon.
+        socket.set_nonblocking(true)?;
+        Ok(Notifier { socket, address })
+    }
+
+    /// Sends one datagram of `KEY=value` lines; failures are logged, never fatal.
+    pub fn send(&self, state: &str) {
+        if let Err(error) = self.socket.send_to_addr(state.as_bytes(), &self.address) {
+            tracing::debug!(%error, state, "cannot notify the service manager");
+        }
+    }
+
+    pub fn ready(&self, status: &str) {
+        self.send(&format!("READY=1\nSTATUS={}", one_line(status)));
+    }
+
+    pub fn status(&self, status: &str) {
+        self.send(&format!("STATUS={}", one_line(status)));
+    }
+
+    /// Reloading starts; newer systemd wants the monotonic time with it to pair it with READY=1.
+    pub fn reloading(&self) {
+        self.send(&format!(
+            "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC={}",
+            monotonic_microseconds()
+        ));
+    }
+
+    pub fn stopping(&self) {
+        self.send("STOPPING=1\nSTATUS=shutting down");
+    }
+
+    pub fn watchdog(&self) {
+        self.send("WATCHDOG=1");
+    }
+}
+
+/// A STATUS value is one line of the datagram, so newlines inside it would start new keys.
+fn one_line(text: &str) -> String {
+    text.replace('\n', " ")
+}
+
+fn monotonic_microseconds() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we pass.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
+    }
+    (now.tv_sec as u64) * 1_000_000 + (now.tv_nsec as u64) / 1_000
+}
+
+/// Whether stderr is the journal stream systemd named in `JOURNAL_STREAM` ("device:inode").
+/// Checking the descriptor, not just the variable, keeps a child of a service that inherited
+/// the variable but writes to a terminal from dropping its timestamps.
+pub fn stderr_is_journal() -> bool {
+    let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((device, inode)) = value.to_str().and_then(|value| value.split_once(':')) else {
+        return false;
+    };
+    let (Ok(device), Ok(inode)) = (device.parse::<u64>(), inode.parse::<u64>()) else {
+        return false;
+    };
+    // SAFETY: fstat writes into the zeroed struct we pass; fd 2 may be closed, which fails cleanly.
+    let mut metadata: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(2, &mut metadata) } != 0 {
+        return false;
+    }
+    metadata.st_dev == device && metadata.st_ino == inode
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notifies_an_abstract_socket() {
+        let name = format!("mcp-mirror-notify-test-{}", std::process::id());
+        let receiver = UnixDatagram::bind_addr(
+            &SocketAddr::from_abstract_name(name.as_bytes()).expect("name"),
+        )
+        .expect("bind");
+        let notifier =
+            Notifier::connect(std::ffi::OsStr::new(&format!("@{name}"))).expect("connect");
+        notifier.ready("2 servers\nsecond line");
+        let mut buffer = [0u8; 256];
+        let length = receiver.recv(&mut buffer).expect("datagram");
+        assert_eq!(&buffer[..length], b"READY=1\nSTATUS=2 servers second line");
+    }
+
+    #[test]
+    fn ignores_variables_meant_for_another_process() {
+        let variables = |name: &str| match name {
+            "WATCHDOG_USEC" => Some(OsString::from("4000000")),
+            "WATCHDOG_PID" => Some(OsString::from("1")),
+            "LISTEN_FDS" => Some(OsString::from("1")),
+            "LISTEN_PID" => Some(OsString::from("1")),
+            _ => None,
+        };
+        let environment = ServiceEnvironment::from_variables(&variables, 4242);
+        assert!(environment.watchdog_interval.is_none());
+        assert!(environment.listener.is_none());
+        assert!(environment.notifier.is_none());
+        let ours = |name: &str| match name {
+            "WATCHDOG_USEC" => Some(OsString::from("4000000")),
+            _ => None,
+        };
+        let environment = ServiceEnvironment::from_variables(&ours, 4242);
+        assert_eq!(environment.watchdog_interval, Some(Duration::from_secs(4)));
+    }
+}
