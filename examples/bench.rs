@@ -600,7 +600,9 @@ fn fixture_args(size: usize, page: usize, name: &str) -> Vec<String> {
 fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
     let name = format!("w{}", case.size);
     let files = DaemonFiles::fresh(&format!("walk-{}-{}", case.size, case.page))?;
-    let args = fixture_args(case.size, case.page, &name);
+    // The handshake era for all three: the Python SDK's ClientSession speaks it.
+    let mut args = fixture_args(case.size, case.page, &name);
+    args.extend(["--era".to_string(), "legacy".to_string()]);
     let http = match case.wire {
         Wire::Http => Some(start_http_fixture(&args, &files.path("fixture.log"))?),
         Wire::Stdio => None,
@@ -987,11 +989,67 @@ fn scenario_swap(report: &mut Report) -> anyhow::Result<()> {
 // Change latency: list_changed sent -> new resource visible on the socket
 // ---------------------------------------------------------------------------------------------
 
+/// Timestamps (µs) of the fixture's "scenario reloaded" lines, in order, from its own log or
+/// relayed by the daemon from a stdio child's stderr.
+fn reload_times(log: &str) -> Vec<i64> {
+    log.lines()
+        .filter(|line| line.contains("scenario reloaded"))
+        .filter_map(|line| {
+            let own = line.split("child stderr: ").nth(1).unwrap_or(line);
+            parse_timestamp_us(own.split_whitespace().next()?)
+        })
+        .collect()
+}
+
+struct ChangeCase {
+    era: &'static str,
+    wire: Wire,
+    debounce: &'static str,
+}
+
 fn scenario_change(report: &mut Report) -> anyhow::Result<()> {
     report.line("## Change latency: list_changed to visible, 1,000 resources");
     report.line("");
+    let cases = [
+        ChangeCase {
+            era: "legacy",
+            wire: Wire::Stdio,
+            debounce: "100ms",
+        },
+        ChangeCase {
+            era: "legacy",
+            wire: Wire::Http,
+            debounce: "100ms",
+        },
+        ChangeCase {
+            era: "modern",
+            wire: Wire::Stdio,
+            debounce: "100ms",
+        },
+        ChangeCase {
+            era: "modern",
+            wire: Wire::Http,
+            debounce: "100ms",
+        },
+        ChangeCase {
+            era: "legacy",
+            wire: Wire::Stdio,
+            debounce: "10ms",
+        },
+        ChangeCase {
+            era: "modern",
+            wire: Wire::Http,
+            debounce: "10ms",
+        },
+    ];
     let mut rows = Vec::new();
-    for (label, debounce) in [("100ms (default)", "100ms"), ("10ms", "10ms")] {
+    for case in &cases {
+        eprintln!(
+            "change: {} era, {}, debounce {}",
+            case.era,
+            case.wire.label(),
+            case.debounce
+        );
         let files = DaemonFiles::fresh("change")?;
         let scenario_path = files.path("scenario.json");
         let scenario = |marker: usize| {
@@ -1005,20 +1063,34 @@ fn scenario_change(report: &mut Report) -> anyhow::Result<()> {
         let args = vec![
             "--name".into(),
             "change".into(),
+            "--era".into(),
+            case.era.into(),
             "--scenario".into(),
             scenario_path.display().to_string(),
         ];
-        let config = files.config(
-            &format!("debounce = \"{debounce}\""),
-            &stdio_server_table("change", &args),
-        )?;
+        let fixture_log = files.path("fixture.log");
+        let http = match case.wire {
+            Wire::Http => Some(start_http_fixture(&args, &fixture_log)?),
+            Wire::Stdio => None,
+        };
+        let server_table = match &http {
+            Some(fixture) => http_server_table("change", &fixture.url),
+            None => stdio_server_table("change", &args),
+        };
+        let config = files.config(&format!("debounce = \"{}\"", case.debounce), &server_table)?;
         let daemon = start_daemon(&files, &config)?;
         daemon.wait_for_walks(1, Duration::from_secs(60))?;
+        let push = daemon.server_status("change")?;
+        let reload_log = || match case.wire {
+            Wire::Http => std::fs::read_to_string(&fixture_log).unwrap_or_default(),
+            Wire::Stdio => daemon.log_text(),
+        };
         let mut client = daemon.client()?;
         let mut from_send = Samples::default();
         let mut from_write = Samples::default();
         let rounds = 101;
         for marker in 1..=rounds {
+            let reloads_before = reload_times(&reload_log()).len();
             let written = now_us();
             write_scenario(&scenario_path, &scenario(marker))?;
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -1034,26 +1106,16 @@ fn scenario_change(report: &mut Report) -> anyhow::Result<()> {
                     break now_us();
                 }
                 if Instant::now() > deadline {
-                    bail!("change {marker} never became visible");
+                    bail!(
+                        "change {marker} never became visible ({} era, {})",
+                        case.era,
+                        case.wire.label()
+                    );
                 }
                 std::thread::sleep(Duration::from_micros(500));
             };
-            // The fixture logs "scenario reloaded ... catalog_version=N" right after sending
-            // list_changed; the daemon relays the child's stderr line, fixture timestamp included.
-            let version = marker + 1;
-            let sent = daemon
-                .log_text()
-                .lines()
-                .filter(|line| {
-                    line.contains("scenario reloaded")
-                        && line
-                            .split_whitespace()
-                            .any(|field| field == format!("catalog_version={version}"))
-                })
-                .find_map(|line| {
-                    let relayed = line.split("child stderr: ").nth(1)?;
-                    parse_timestamp_us(relayed.split_whitespace().next()?)
-                });
+            // The fixture logs "scenario reloaded" right after sending list_changed.
+            let sent = reload_times(&reload_log()).get(reloads_before).copied();
             if marker == 1 {
                 continue; // warm-up
             }
@@ -1062,19 +1124,36 @@ fn scenario_change(report: &mut Report) -> anyhow::Result<()> {
                 from_send.push((visible - sent) as f64 / 1000.0);
             }
         }
+        let era = if push["protocol_version"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("2026")
+        {
+            "stateless (2026-07-28)"
+        } else {
+            "handshake (2025-11-25)"
+        };
+        let channel = push["live"]["push"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| push["live"]["push"].to_string());
         rows.push(vec![
-            "handshake (2025-11-25), stdio".into(),
-            label.into(),
+            format!("{era}, {}", case.wire.label()),
+            channel,
+            case.debounce.into(),
             from_send.len().to_string(),
             format!("{:.1}", from_send.median()),
             format!("{:.1}", from_send.quantile(0.99)),
             format!("{:.1}", from_write.median()),
             format!("{:.1}", from_write.quantile(0.99)),
         ]);
+        drop(daemon);
+        drop(http);
     }
     report.table(
         &[
             "era, transport",
+            "push channel",
             "debounce",
             "changes",
             "p50 ms from send",
@@ -1087,8 +1166,10 @@ fn scenario_change(report: &mut Report) -> anyhow::Result<()> {
     report.line(
         "*From send*: from the fixture's own log timestamp of the reload that sent \
          `notifications/resources/list_changed` to the new resource found by `catalog/search` \
-         (polled every 0.5 ms). *From file write* adds the fixture's 100 ms scenario-file poll. \
-         The floor is the session's debounce (quiet time after a notification before walking).",
+         (polled every 0.5 ms); 100 changes after one warm-up, each adding one resource and \
+         removing the previous one. *From file write* adds the fixture's 100 ms scenario-file \
+         poll. The floor is the session's debounce (quiet time after a notification before \
+         walking); 100 ms is the default.",
     );
     report.line("");
     Ok(())
@@ -1451,32 +1532,45 @@ fn scenario_idle(report: &mut Report, quick: bool) -> anyhow::Result<()> {
         let daemon = start_daemon(&files, &config)?;
         daemon.wait_for_walks(1, Duration::from_secs(300))?;
         std::thread::sleep(Duration::from_secs(5));
+        let status = daemon.call("catalog/status", json!({}))?;
+        let push = status["servers"][0]["live"]["push"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
         let (percent, rss, fds) = measure_idle(&daemon, window);
         rows.push(vec![
             "100".into(),
-            "stdio (100 fixture child processes)".into(),
+            format!("stdio, 100 fixture child processes; push: {push}"),
             format!("{percent:.3}"),
             mb(rss),
             fds.to_string(),
         ]);
     }
 
-    // 100 and 1,000 servers over Streamable HTTP, all served by one fixture process.
+    // 100 and 1,000 servers over Streamable HTTP: one fixture process serving one endpoint
+    // (its own catalog and sessions) per server at /mcp/0 .. /mcp/N-1.
     for count in [100usize, 1000] {
         let files = DaemonFiles::fresh(&format!("idle-http-{count}"))?;
-        let fixture =
-            start_http_fixture(&fixture_args(10, 100, "quiet"), &files.path("fixture.log"))?;
+        let mut args = fixture_args(10, 100, "quiet");
+        args.extend(["--endpoints".to_string(), count.to_string()]);
+        let fixture = start_http_fixture(&args, &files.path("fixture.log"))?;
+        let base = fixture.url.trim_end_matches('/');
         let servers: String = (0..count)
-            .map(|index| http_server_table(&format!("quiet{index:04}"), &fixture.url))
+            .map(|index| http_server_table(&format!("quiet{index:04}"), &format!("{base}/{index}")))
             .collect();
         let config = files.config("", &servers)?;
         let daemon = start_daemon(&files, &config)?;
         daemon.wait_for_walks(1, Duration::from_secs(600))?;
         std::thread::sleep(Duration::from_secs(5));
+        let status = daemon.call("catalog/status", json!({}))?;
+        let push = status["servers"][0]["live"]["push"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
         let (percent, rss, fds) = measure_idle(&daemon, window);
         rows.push(vec![
             count.to_string(),
-            "Streamable HTTP (one fixture process, one session per server)".into(),
+            format!("Streamable HTTP, one fixture process with {count} endpoints; push: {push}"),
             format!("{percent:.3}"),
             mb(rss),
             fds.to_string(),
