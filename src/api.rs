@@ -26,6 +26,8 @@ use crate::supervisor::{RefreshOutcome, Supervisor};
 /// The longest request line we accept; longer ones get an error and the connection closes.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 const PAGE_SIZE: usize = 500;
+/// Search pages reach this deep at most; a cursor past it is not one we made.
+const MAX_SEARCH_OFFSET: usize = 1_000_000;
 const DEFAULT_SEARCH_LIMIT: usize = 20;
 const MAX_SEARCH_LIMIT: usize = 1000;
 const DEFAULT_CHANGES_LIMIT: usize = 1000;
@@ -70,9 +72,20 @@ pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
             source,
         })?;
     }
-    if path.exists() {
+    if let Ok(metadata) = std::fs::symlink_metadata(path) {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(BindError::InUse(path.to_path_buf()));
+        }
+        // Only a stale socket is ours to replace; anything else at that path is a mistake.
+        if !std::os::unix::fs::FileTypeExt::is_socket(&metadata.file_type()) {
+            return Err(BindError::Io {
+                action: "replace",
+                path: path.to_path_buf(),
+                source: io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "it exists and is not a socket",
+                ),
+            });
         }
         std::fs::remove_file(path).map_err(|source| io_error("remove the stale socket", source))?;
     }
@@ -608,8 +621,9 @@ async fn search(params: &Value, context: &ApiContext) -> Result<Value, Failure> 
     request.mime_type = optional_string(params, "mimeType")?.map(str::to_string);
     request.raw = optional_bool(params, "raw")?;
     if let Some(cursor) = optional_string(params, "cursor")? {
-        request.offset =
-            decode_search_cursor(cursor).ok_or_else(|| invalid_params("invalid cursor"))?;
+        request.offset = decode_search_cursor(cursor)
+            .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
+            .ok_or_else(|| invalid_params("invalid cursor"))?;
     }
     request.highlight = match params.get("highlight") {
         None | Some(Value::Null) => (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into()),

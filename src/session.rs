@@ -15,6 +15,9 @@ use crate::mcp::{event_channel, Era, EventStream, McpError, PushChannel, ServerE
 use crate::store::{now_ms, ServerUpdate, Store};
 use crate::walk::{self, WalkError, WalkSummary};
 
+/// Walks a stream of changes may abandon in a row before one is let finish.
+const MAX_RESTARTS_IN_A_ROW: u32 = 3;
+
 /// Listen streams that may end unacknowledged in a row before we fall back to polling.
 const MAX_LISTEN_FAILURES: u32 = 5;
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
@@ -177,6 +180,8 @@ enum Reaction {
     Nothing,
     /// Walk (again): the list changed, or changes may have been missed.
     Walk,
+    /// We now poll: the next walk should come no later than a poll interval from now.
+    Poll,
     Lost(String),
 }
 
@@ -318,10 +323,19 @@ impl Actor {
         match event {
             None => Reaction::Lost("the server closed the connection".into()),
             Some(ServerEvent::ResourcesListChanged) => Reaction::Walk,
-            Some(ServerEvent::ListenAcknowledged) => {
+            Some(ServerEvent::ListenAcknowledged {
+                resources_list_changed,
+            }) => {
                 self.listen_failures = 0;
-                self.update_live(|live| live.push = Some(PushChannel::Listen.to_string()));
-                Reaction::Nothing
+                if resources_list_changed {
+                    self.update_live(|live| live.push = Some(PushChannel::Listen.to_string()));
+                    Reaction::Nothing
+                } else {
+                    self.start_polling(
+                        "the listen acknowledgement leaves out resource list changes".into(),
+                    );
+                    Reaction::Poll
+                }
             }
             // Only the stateless era listens; elsewhere a cancellation is about something else.
             Some(ServerEvent::ListenEnded(_)) if session.hello.era != Era::Modern => {
@@ -348,7 +362,7 @@ impl Actor {
             }
             Some(ServerEvent::PushUnavailable(reason)) => {
                 self.start_polling(reason);
-                Reaction::Nothing
+                Reaction::Poll
             }
             Some(ServerEvent::Disconnected(reason)) => Reaction::Lost(reason),
         }
@@ -435,6 +449,9 @@ impl Actor {
                         next_walk = Instant::now();
                     }
                     Reaction::Walk => {}
+                    Reaction::Poll => {
+                        next_walk = next_walk.min(Instant::now() + self.poll_delay(None));
+                    }
                     Reaction::Lost(reason) => return Ended::Lost(reason),
                 },
                 command = self.commands.recv() => match command {
@@ -456,11 +473,19 @@ impl Actor {
         events: &mut EventStream,
         session: &Arc<Session>,
     ) -> Option<Ended> {
+        // A server that never pauses still gets walked: the wait has a ceiling.
+        let debounce = self.config.timings.debounce;
+        let ceiling = Instant::now() + (debounce * 20).max(Duration::from_secs(1));
         loop {
+            let quiet = (Instant::now() + debounce).min(ceiling);
             tokio::select! {
-                _ = tokio::time::sleep(self.config.timings.debounce) => return None,
+                _ = tokio::time::sleep_until(quiet) => return None,
                 event = events.recv() => if let Reaction::Lost(reason) = self.react(event, session) {
                     return Some(Ended::Lost(reason));
+                },
+                command = self.commands.recv() => match command {
+                    Some(command) => { self.handle(command, Some(session)); }
+                    None => return Some(Ended::Shutdown),
                 },
                 _ = self.stopping.changed() => return Some(Ended::Shutdown),
             }
@@ -473,10 +498,15 @@ impl Actor {
         session: &Arc<Session>,
         events: &mut EventStream,
     ) -> Step {
+        let mut restarts = 0;
         loop {
             self.report(ServerUpdate::Walking).await;
             let waiting_for_this_walk = std::mem::take(&mut self.waiting);
-            let mut commands_during_walk = Vec::new();
+            // After a few restarts in a row the walk runs to the end, and the change that came
+            // meanwhile gets the walk after it: a server that changes faster than it can be
+            // walked is still mirrored, a little behind, instead of never.
+            let may_restart = restarts < MAX_RESTARTS_IN_A_ROW;
+            let mut changed_meanwhile = false;
             let mut generation = 0;
             let notifications = self.notifications_before + events.notifications_received();
             let notification_walks = self.notification_walks;
@@ -498,24 +528,23 @@ impl Actor {
                     tokio::select! {
                         outcome = &mut walk => break Some(outcome),
                         event = events.recv() => match self.react(event, session) {
-                            Reaction::Nothing => {}
+                            Reaction::Nothing | Reaction::Poll => {}
                             // The walk may have read pages from before the change: start over.
-                            Reaction::Walk => break None,
+                            Reaction::Walk if may_restart => break None,
+                            Reaction::Walk => changed_meanwhile = true,
                             Reaction::Lost(reason) => break Some(Err(WalkError::Connection(McpError::Closed(reason)))),
                         },
+                        // Reads start at once; a refresh waits for the walk after this one.
                         command = self.commands.recv() => match command {
-                            Some(command) => commands_during_walk.push(command),
+                            Some(command) => { self.handle(command, Some(session)); }
                             None => return Step::Ended(Ended::Shutdown),
                         },
                         _ = self.stopping.changed() => return Step::Ended(Ended::Shutdown),
                     }
                 }
             };
-            // Commands that came in during the walk: reads start now, refreshes wait for the next walk.
-            for command in commands_during_walk {
-                self.handle(command, Some(session));
-            }
             let Some(outcome) = outcome else {
+                restarts += 1;
                 tracing::info!(
                     generation,
                     "the list changed during the walk; discarding it and walking again"
@@ -548,8 +577,8 @@ impl Actor {
                         "walk committed"
                     );
                     answer(waiting_for_this_walk, Ok(summary));
-                    // A refresh that arrived during the walk gets a walk of its own.
-                    let delay = if !self.waiting.is_empty() {
+                    // A refresh or a change that arrived during the walk gets a walk of its own.
+                    let delay = if !self.waiting.is_empty() || changed_meanwhile {
                         Duration::ZERO
                     } else if self.polling {
                         self.poll_delay(summary.ttl_ms)

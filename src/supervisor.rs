@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, Mutex};
 
 use crate::config::ServerConfig;
-use crate::session::{LiveStatus, ReadError, SessionHandle};
+use crate::session::{LiveStatus, ReadError, SessionClient, SessionHandle};
 use crate::store::{RemovedServers, ServerEntry, ServerSync, Store, StoreError};
 use crate::walk::WalkSummary;
 
@@ -73,23 +73,29 @@ impl Supervisor {
         server: Option<&str>,
         wait: bool,
     ) -> Option<BTreeMap<String, RefreshOutcome>> {
-        let sessions = self.sessions.lock().await;
-        let targets: Vec<&SessionHandle> = match server {
-            Some(name) => vec![sessions.get(name)?],
-            None => sessions.values().collect(),
+        // Take cheap clients and let go of the lock before sending: a busy session must not
+        // hold up reads, status or reloads of the others.
+        let targets: Vec<(String, SessionClient)> = {
+            let sessions = self.sessions.lock().await;
+            match server {
+                Some(name) => vec![(name.to_string(), sessions.get(name)?.client())],
+                None => sessions
+                    .iter()
+                    .map(|(name, session)| (name.clone(), session.client()))
+                    .collect(),
+            }
         };
         let mut pending = Vec::new();
-        for session in targets {
+        for (name, client) in targets {
             if wait {
                 let (reply, answer) = oneshot::channel();
-                let accepted = session.client().refresh(Some(reply)).await;
-                pending.push((session.name().to_string(), accepted.then_some(answer)));
+                let accepted = client.refresh(Some(reply)).await;
+                pending.push((name, accepted.then_some(answer)));
             } else {
-                session.client().refresh(None).await;
-                pending.push((session.name().to_string(), None));
+                client.refresh(None).await;
+                pending.push((name, None));
             }
         }
-        drop(sessions);
         let mut outcomes = BTreeMap::new();
         for (name, answer) in pending {
             let outcome = match answer {

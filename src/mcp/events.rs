@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 pub enum ServerEvent {
     /// `notifications/resources/list_changed`: only a full re-walk is a safe reaction.
     ResourcesListChanged,
-    /// The server acknowledged our `subscriptions/listen`.
-    ListenAcknowledged,
+    /// The server acknowledged our `subscriptions/listen`, agreeing (or not) to send list changes.
+    ListenAcknowledged { resources_list_changed: bool },
     /// The listen stream ended, gracefully or not: reopen it and walk (changes may be missed).
     ListenEnded(String),
     /// The GET stream is open for the first time on this connection.

@@ -20,6 +20,8 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 const METHOD_HEADER: &str = "mcp-method";
 const NAME_HEADER: &str = "mcp-name";
 const LAST_EVENT_HEADER: &str = "last-event-id";
+/// How much of an error body we read at most.
+const ERROR_BODY_READ_LIMIT: usize = 8 << 10;
 /// How much of an error body we keep for status and logs.
 const ERROR_BODY_LIMIT: usize = 300;
 /// The wait before reopening a GET stream when the server named none with `retry:`.
@@ -72,8 +74,11 @@ impl HttpConnection {
             value.set_sensitive(true);
             base_headers.insert(AUTHORIZATION, value);
         }
+        // No redirects: one would carry our secret headers to wherever the server points, and
+        // turn a POST into a GET. A redirect is reported as the error it is.
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|error| McpError::Transport(format!("cannot build HTTP client: {error}")))?;
         Ok(HttpConnection {
@@ -212,7 +217,7 @@ impl HttpConnection {
         if status.is_success() {
             return Ok(response);
         }
-        let body = response.text().await.unwrap_or_default();
+        let body = error_body(response).await;
         let had_session = lock(&self.session_id).is_some() && !self.modern.load(Ordering::Relaxed);
         Err(http_error(status, &body, had_session))
     }
@@ -355,8 +360,8 @@ fn route_message(
             tracing::debug!(server = %endpoint.server, %answered, "ignoring a response to another request");
             None
         }
-        Some(Incoming::Notification { method }) => {
-            rpc::route_notification(&endpoint.server, &method, &endpoint.events);
+        Some(Incoming::Notification { method, params }) => {
+            rpc::route_notification(&endpoint.server, &method, &params, &endpoint.events);
             None
         }
         Some(Incoming::Request {
@@ -409,7 +414,9 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
                     ServerEvent::StreamOpened
                 });
                 opened_before = true;
-                failures = 0;
+                // Bytes of an event cut off with the last stream do not belong to this one.
+                parser.reset_partial();
+                let opened_at = tokio::time::Instant::now();
                 tracing::debug!(server = %endpoint.server, "GET stream open");
                 let mut response = response;
                 while let Ok(Some(chunk)) = response.chunk().await {
@@ -434,10 +441,16 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
                     }
                 }
                 tracing::debug!(server = %endpoint.server, "GET stream ended; reopening");
+                // A stream that keeps closing at once is retried ever more slowly.
+                if opened_at.elapsed() < Duration::from_secs(5) {
+                    failures = failures.saturating_add(1);
+                } else {
+                    failures = 0;
+                }
             }
             Ok(response) => {
                 let status = response.status();
-                let body = response.text().await.unwrap_or_default();
+                let body = error_body(response).await;
                 match http_error(status, &body, true) {
                     McpError::SessionExpired(reason) => {
                         endpoint.events.send(ServerEvent::Disconnected(format!(
@@ -494,6 +507,23 @@ fn http_error(status: StatusCode, body: &str, had_session: bool) -> McpError {
         status: status.as_u16(),
         body: shorten(body),
     }
+}
+
+/// The start of an error answer's body: enough to explain, never more than a few KiB, and
+/// never waiting long (a server may send an endless body).
+pub async fn error_body(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    let reading = async {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            body.extend_from_slice(&chunk);
+            if body.len() >= ERROR_BODY_READ_LIMIT {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), reading).await;
+    body.truncate(ERROR_BODY_READ_LIMIT);
+    String::from_utf8_lossy(&body).into_owned()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -8,7 +8,7 @@ use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use super::http::{describe_reqwest_error, shorten};
+use super::http::{describe_reqwest_error, error_body, shorten};
 use super::rpc::{self, Incoming, PendingRequests};
 use super::sse::SseParser;
 use super::{EventSink, McpError, ServerEvent};
@@ -42,7 +42,7 @@ impl LegacySseConnection {
                 .map_err(|error| McpError::Transport(describe_reqwest_error(url, &error)))?;
             let status = response.status();
             if !status.is_success() {
-                let body = response.text().await.unwrap_or_default();
+                let body = error_body(response).await;
                 return Err(McpError::Http {
                     status: status.as_u16(),
                     body: shorten(&body),
@@ -70,6 +70,13 @@ impl LegacySseConnection {
                         let post_url = base.join(event.data.trim()).map_err(|error| {
                             McpError::Protocol(format!("the endpoint event is not a URL: {error}"))
                         })?;
+                        // Our token and headers go wherever we POST: only to the same origin.
+                        if post_url.origin() != base.origin() {
+                            return Err(McpError::Protocol(format!(
+                                "the endpoint event names another origin ({}); refusing to send our credentials there",
+                                post_url.origin().ascii_serialization()
+                            )));
+                        }
                         return Ok((response, parser, post_url.to_string()));
                     }
                 }
@@ -149,7 +156,7 @@ async fn post_message(
     if status.is_success() {
         return Ok(());
     }
-    let body = response.text().await.unwrap_or_default();
+    let body = error_body(response).await;
     Err(McpError::Http {
         status: status.as_u16(),
         body: shorten(&body),
@@ -188,8 +195,8 @@ async fn read_stream(
                 Some(Incoming::Response { id, outcome }) => {
                     pending.complete(&id, outcome);
                 }
-                Some(Incoming::Notification { method }) => {
-                    rpc::route_notification(&server, &method, &events)
+                Some(Incoming::Notification { method, params }) => {
+                    rpc::route_notification(&server, &method, &params, &events)
                 }
                 Some(Incoming::Request { id, method }) => {
                     let answer = rpc::answer_server_request(id, &method);

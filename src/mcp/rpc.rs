@@ -18,6 +18,7 @@ pub enum Incoming {
     },
     Notification {
         method: String,
+        params: Value,
     },
     Request {
         id: Value,
@@ -36,7 +37,10 @@ pub fn classify(message: Value) -> Option<Incoming> {
     let id = object.remove("id");
     match (method, id) {
         (Some(method), Some(id)) if !id.is_null() => Some(Incoming::Request { id, method }),
-        (Some(method), _) => Some(Incoming::Notification { method }),
+        (Some(method), _) => Some(Incoming::Notification {
+            method,
+            params: object.remove("params").unwrap_or(Value::Null),
+        }),
         (None, Some(id)) => {
             let outcome = match object.remove("error") {
                 Some(error) => Err(parse_error_object(error)),
@@ -81,10 +85,17 @@ pub fn answer_server_request(id: Value, method: &str) -> Value {
 }
 
 /// Forwards server notifications we act on; everything else is logged and ignored.
-pub fn route_notification(server: &str, method: &str, events: &EventSink) {
+pub fn route_notification(server: &str, method: &str, params: &Value, events: &EventSink) {
     match method {
         "notifications/resources/list_changed" => events.list_changed(),
-        "notifications/subscriptions/acknowledged" => events.send(ServerEvent::ListenAcknowledged),
+        // The acknowledgement lists what the server agreed to send; without list changes the
+        // listen is of no use to a mirror.
+        "notifications/subscriptions/acknowledged" => {
+            events.send(ServerEvent::ListenAcknowledged {
+                resources_list_changed: params["notifications"]["resourcesListChanged"]
+                    == Value::Bool(true),
+            })
+        }
         // The only request we leave open is the listen, so a cancellation ends it.
         "notifications/cancelled" => events.send(ServerEvent::ListenEnded(
             "the server cancelled the listen request".into(),

@@ -42,6 +42,17 @@ impl SseParser {
         }
     }
 
+    /// Forgets a half-received line and event (after a stream broke), keeping the last
+    /// event id and the retry hint.
+    pub fn reset_partial(&mut self) {
+        self.line.clear();
+        self.after_carriage_return = false;
+        self.event = None;
+        self.data.clear();
+        self.has_data = false;
+        self.id = None;
+    }
+
     /// Consumes `bytes` and returns the events they completed; an error once a line or an
     /// event outgrows the limit (the stream is then useless).
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, SseTooLarge> {

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,9 @@ pub struct StdioConnection {
     outgoing: std::sync::Mutex<Option<mpsc::Sender<Vec<u8>>>>,
     pending: Arc<PendingRequests>,
     child: tokio::sync::Mutex<Child>,
+    /// The process group the child leads (its pid), for signalling its descendants too.
+    process_group: Option<libc::pid_t>,
+    closed: AtomicBool,
 }
 
 impl StdioConnection {
@@ -82,7 +86,8 @@ impl StdioConnection {
         });
 
         let reader_pending = pending.clone();
-        let reader_outgoing = outgoing.clone();
+        // Weak, so that closing the connection's sender really closes the child's stdin.
+        let reader_outgoing = outgoing.downgrade();
         let reader_server = server.to_string();
         tokio::spawn(async move {
             let mut reader = BufReader::new(stdout);
@@ -132,7 +137,9 @@ impl StdioConnection {
             server: server.to_string(),
             outgoing: std::sync::Mutex::new(Some(outgoing)),
             pending,
+            process_group: child.id().map(|pid| pid as libc::pid_t),
             child: tokio::sync::Mutex::new(child),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -180,20 +187,40 @@ impl StdioConnection {
         let mut child = self.child.lock().await;
         if let Ok(Ok(status)) = tokio::time::timeout(STOP_GRACE, child.wait()).await {
             tracing::debug!(server = %self.server, %status, "child exited after stdin closed");
+            // A wrapper (npx, uvx, sh -c) may leave the real server behind in its group.
+            self.signal_group(libc::SIGTERM);
+            self.closed.store(true, Ordering::Relaxed);
             return;
         }
-        if let Some(pid) = child.id() {
-            // SAFETY: kill(2) with a pid we own and a valid signal number.
-            unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGTERM);
-            }
-        }
+        self.signal_group(libc::SIGTERM);
         if let Ok(Ok(status)) = tokio::time::timeout(STOP_GRACE, child.wait()).await {
             tracing::debug!(server = %self.server, %status, "child exited after SIGTERM");
+            self.closed.store(true, Ordering::Relaxed);
             return;
         }
-        tracing::warn!(server = %self.server, "child ignored SIGTERM; killing it");
+        tracing::warn!(server = %self.server, "child ignored SIGTERM; killing its process group");
+        self.signal_group(libc::SIGKILL);
         let _ = child.kill().await;
+        self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Signals the child's whole process group (it leads one of its own), grandchildren too.
+    fn signal_group(&self, signal: libc::c_int) {
+        if let Some(group) = self.process_group {
+            // SAFETY: kill(2) on the negative id of the group our child leads.
+            unsafe {
+                libc::kill(-group, signal);
+            }
+        }
+    }
+}
+
+impl Drop for StdioConnection {
+    fn drop(&mut self) {
+        // Not closed in order (a task was aborted): leave no process of this server behind.
+        if !self.closed.load(Ordering::Relaxed) {
+            self.signal_group(libc::SIGKILL);
+        }
     }
 }
 
@@ -201,7 +228,7 @@ fn handle_line(
     server: &str,
     line: &str,
     pending: &PendingRequests,
-    outgoing: &mpsc::Sender<Vec<u8>>,
+    outgoing: &mpsc::WeakSender<Vec<u8>>,
     events: &EventSink,
 ) {
     if line.trim().is_empty() {
@@ -220,11 +247,15 @@ fn handle_line(
                 tracing::debug!(server, %id, "response for a request nobody waits for");
             }
         }
-        Some(Incoming::Notification { method }) => rpc::route_notification(server, &method, events),
+        Some(Incoming::Notification { method, params }) => {
+            rpc::route_notification(server, &method, &params, events)
+        }
         Some(Incoming::Request { id, method }) => {
             let answer = rpc::answer_server_request(id, &method);
             if let Ok(bytes) = serde_json::to_vec(&answer) {
-                let _ = outgoing.try_send(bytes);
+                if let Some(outgoing) = outgoing.upgrade() {
+                    let _ = outgoing.try_send(bytes);
+                }
             }
         }
         None => tracing::warn!(
