@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use crate::endpoint::ALL_BYTES_BASE64;
-use crate::support::{stdio_server, Daemon, Scratch, MIRROR};
+use crate::support::{Daemon, Scratch, MIRROR};
 
 fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -41,18 +41,7 @@ fn the_python_sdk_client_lists_and_reads_through_the_stdio_bridge() {
         "docs.json",
         &json!({"generate": 620, "resources": [{"uri": "fixture://docs/blob.bin", "name": "blob"}]}),
     );
-    let daemon = Daemon::start(
-        &scratch,
-        &scratch.config(&stdio_server(
-            "docs",
-            &[
-                "--name",
-                "docs",
-                "--scenario",
-                &scenario.display().to_string(),
-            ],
-        )),
-    );
+    let daemon = Daemon::with_scenario(&scratch, "docs", &scenario);
     daemon.wait_for_walks("docs", 1);
 
     let output = Command::new(python)

@@ -142,18 +142,7 @@ fn paging_the_merged_list_while_swaps_happen_yields_every_uri_exactly_once() {
         json!({"generate": GENERATED, "prefix": format!("v{number}"), "page_size": 500, "resources": extras})
     };
     let scenario = scratch.write_scenario("docs.json", &version(0));
-    let daemon = Daemon::start(
-        &scratch,
-        &scratch.config(&stdio_server(
-            "docs",
-            &[
-                "--name",
-                "docs",
-                "--scenario",
-                &scenario.display().to_string(),
-            ],
-        )),
-    );
+    let daemon = Daemon::with_scenario(&scratch, "docs", &scenario);
     daemon.wait_for_walks("docs", 1);
 
     let mut client = daemon.connect();
@@ -317,18 +306,7 @@ fn cli(socket: &Path, args: &[&str]) -> std::process::Output {
 fn swaps_notify_mcp_clients_and_watchers_and_the_change_feed_is_bounded_per_swap() {
     let scratch = Scratch::new();
     let scenario = scratch.write_scenario("docs.json", &json!({"generate": 5}));
-    let daemon = Daemon::start(
-        &scratch,
-        &scratch.config(&stdio_server(
-            "docs",
-            &[
-                "--name",
-                "docs",
-                "--scenario",
-                &scenario.display().to_string(),
-            ],
-        )),
-    );
+    let daemon = Daemon::with_scenario(&scratch, "docs", &scenario);
     daemon.wait_for_walks("docs", 1);
 
     let mut mcp = daemon.connect();
@@ -466,18 +444,7 @@ fn swaps_notify_mcp_clients_and_watchers_and_the_change_feed_is_bounded_per_swap
 fn garbage_oversized_lines_stuck_clients_and_500_concurrent_clients_leave_the_daemon_serving() {
     let scratch = Scratch::new();
     let scenario = scratch.write_scenario("docs.json", &json!({"generate": 600}));
-    let daemon = Daemon::start(
-        &scratch,
-        &scratch.config(&stdio_server(
-            "docs",
-            &[
-                "--name",
-                "docs",
-                "--scenario",
-                &scenario.display().to_string(),
-            ],
-        )),
-    );
+    let daemon = Daemon::with_scenario(&scratch, "docs", &scenario);
     daemon.wait_for_walks("docs", 1);
 
     // A client stuck half way through a line, and an MCP client that floods requests and

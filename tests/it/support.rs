@@ -127,6 +127,13 @@ impl Daemon {
         daemon
     }
 
+    /// A daemon mirroring one stdio fixture named `name`, driven by the scenario file at `scenario`.
+    pub fn with_scenario(scratch: &Scratch, name: &str, scenario: &Path) -> Daemon {
+        let scenario = scenario.display().to_string();
+        let server = stdio_server(name, &["--name", name, "--scenario", &scenario]);
+        Daemon::start(scratch, &scratch.config(&server))
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
