@@ -1,20 +1,12 @@
 //! The CLI against a running daemon, and its message when no daemon runs.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-use crate::support::{stdio_server, Daemon, Scratch, MIRROR};
+use crate::support::{stdio_server, Daemon, Scratch};
 
-fn run(socket: &Path, args: &[&str]) -> Output {
-    Command::new(MIRROR)
-        .args(args)
-        .arg("--socket")
-        .arg(socket)
-        .output()
-        .expect("run mcp-mirror")
-}
+use crate::support::run_cli as run;
 
 fn stdout(output: &Output) -> String {
     assert!(

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -293,14 +292,7 @@ fn reads_return_text_and_blob_byte_for_byte_serve_the_cache_offline_and_name_a_s
     );
 }
 
-fn cli(socket: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(MIRROR)
-        .args(args)
-        .arg("--socket")
-        .arg(socket)
-        .output()
-        .expect("run mcp-mirror")
-}
+use crate::support::run_cli as cli;
 
 #[test]
 fn swaps_notify_mcp_clients_and_watchers_and_the_change_feed_is_bounded_per_swap() {

@@ -252,6 +252,16 @@ impl Drop for Daemon {
     }
 }
 
+/// Runs a CLI command of the real binary against the daemon at `socket`.
+pub fn run_cli(socket: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(MIRROR)
+        .args(args)
+        .arg("--socket")
+        .arg(socket)
+        .output()
+        .expect("run mcp-mirror")
+}
+
 /// A line-oriented JSON-RPC client on the daemon's socket.
 pub struct SocketClient {
     reader: BufReader<UnixStream>,
