@@ -8,6 +8,7 @@ pub mod lines;
 pub mod mcp;
 pub mod paths;
 pub mod redact;
+pub mod search;
 pub mod session;
 pub mod store;
 pub mod supervisor;
