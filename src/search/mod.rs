@@ -14,6 +14,7 @@
 //! priorities recomputes them for the shared URIs only. Queries without `server` filter on
 //! `wins`, as an index term, so the filter takes part in top-k pruning like a word does.
 
+pub mod keeper;
 mod query;
 mod schema;
 
@@ -430,6 +431,14 @@ impl SearchIndex {
             listings.push(self.fields.entry(&document));
         }
         Ok(listings)
+    }
+
+    /// Records that the index reflects `generation` when a diff changed nothing it holds.
+    pub fn advance(&self, generation: u64) -> Result<(), SearchError> {
+        let mut writer = lock(&self.writer);
+        let mut payload = lock(&self.committed).clone();
+        payload.generation = Some(generation);
+        self.finish(&mut writer, Ok(payload))
     }
 
     /// Records new server priorities: recomputes the merged view's winners of every shared

@@ -1,5 +1,6 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
+mod index_source;
 mod queries;
 mod schema;
 mod writer;
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
+pub use index_source::{FeedDiff, IndexSource, SourceSnapshot};
 pub use queries::{
     decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor, ChangeEntry,
     ChangePage, ReadTarget, SearchRequest, DEFAULT_HIGHLIGHT, ORIGIN_META_KEY,
