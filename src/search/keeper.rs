@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use super::{Phase, Repair, SearchIndex, ServerDiff};
-use crate::store::{CatalogChanged, FeedDiff, IndexSource, StoreError};
+use crate::store::{CatalogChanged, FeedDiff, IndexSource, Store, StoreError};
 
 /// How often the keeper looks for priority changes when no swap happens.
 const QUIET_CHECK: Duration = Duration::from_secs(2);
@@ -33,20 +33,26 @@ pub enum KeepError {
     Index(#[from] super::SearchError),
 }
 
-/// Starts keeping `index` up to date with the database at `database` until `stopping` says so.
+/// Starts keeping `index` up to date with `store` until `stopping` says so.
 pub fn spawn(
     index: Arc<SearchIndex>,
-    database: PathBuf,
-    mut changes: broadcast::Receiver<CatalogChanged>,
+    store: Store,
     mut stopping: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
+    let mut changes: broadcast::Receiver<CatalogChanged> = store.subscribe();
+    let database: PathBuf = store.path().to_path_buf();
     tokio::spawn(async move {
         let mut first = true;
         loop {
             let pass = {
                 let index = index.clone();
                 let database = database.clone();
-                tokio::task::spawn_blocking(move || keep_up(&index, &database, first)).await
+                // Read before the pass: whatever the pass sees is at least this new.
+                let version = store.catalog_version();
+                tokio::task::spawn_blocking(move || {
+                    keep_up(&index, &database, first).map(|()| index.mark_caught_up(version))
+                })
+                .await
             };
             let pause = match pass {
                 Ok(Ok(())) => {

@@ -20,6 +20,7 @@ mod schema;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -64,6 +65,8 @@ pub enum SearchError {
     Busy,
     #[error("{0}")]
     InvalidQuery(String),
+    #[error("the search index is shutting down")]
+    Cancelled,
 }
 
 /// One listing of a URI by a server, as the index keeps it.
@@ -123,6 +126,17 @@ pub struct IndexStatus {
     pub generation: Option<u64>,
     pub documents: u64,
     pub bytes: u64,
+    /// The store's in-memory catalog version (`Store::catalog_version`) the index had caught
+    /// up with at its last pass; a search wanting a newer one waits for the next pass.
+    #[serde(skip)]
+    pub caught_up: u64,
+}
+
+impl IndexStatus {
+    /// True when the index answers for a catalog at `version`.
+    pub fn serves(&self, version: u64) -> bool {
+        self.phase == Phase::Ready && self.caught_up >= version
+    }
 }
 
 /// What an index needs before it agrees with a store at some generation.
@@ -168,6 +182,8 @@ pub struct SearchIndex {
     committed: Mutex<Payload>,
     status: watch::Sender<IndexStatus>,
     gate: SearchGate,
+    /// Set at shutdown: a long rebuild or diff stops and leaves the last commit in place.
+    cancelled: AtomicBool,
 }
 
 /// The directory the index of database `database` lives in: `catalog.db` -> `catalog.search`.
@@ -209,6 +225,7 @@ impl SearchIndex {
             generation: payload.generation,
             documents: 0,
             bytes: 0,
+            caught_up: 0,
         });
         let search_index = SearchIndex {
             directory: directory.to_path_buf(),
@@ -218,9 +235,22 @@ impl SearchIndex {
             committed: Mutex::new(payload),
             status,
             gate: SearchGate::new(max_searches),
+            cancelled: AtomicBool::new(false),
         };
         search_index.publish(None);
         Ok((search_index, opened))
+    }
+
+    /// Makes a running rebuild or diff stop soon, uncommitted; later ones stop at once.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    fn check_cancelled(&self, done: u64) -> Result<(), SearchError> {
+        if done % PROGRESS_EVERY == 0 && self.cancelled.load(Ordering::Relaxed) {
+            return Err(SearchError::Cancelled);
+        }
+        Ok(())
     }
 
     /// What this index needs to agree with a store whose latest generation is `store_generation`.
@@ -262,6 +292,14 @@ impl SearchIndex {
     /// Status changes, for observers.
     pub fn watch(&self) -> watch::Receiver<IndexStatus> {
         self.status.subscribe()
+    }
+
+    /// Records that the index reflects the catalog at in-memory `version` and is ready.
+    pub fn mark_caught_up(&self, version: u64) {
+        self.status.send_modify(|status| {
+            status.phase = Phase::Ready;
+            status.caught_up = status.caught_up.max(version);
+        });
     }
 
     /// True when queries should go to the index.
@@ -323,7 +361,8 @@ impl SearchIndex {
                 }
             }
         }
-        for entry in diff.upserted {
+        for (done, entry) in diff.upserted.into_iter().enumerate() {
+            self.check_cancelled(done as u64)?;
             orphaned.remove(&entry.uri);
             let others = if empty || searcher.doc_freq(&fields.uri_term(&entry.uri))? == 0 {
                 Vec::new()
@@ -531,6 +570,7 @@ impl SearchIndex {
             }
             group.push(entry);
             done += 1;
+            self.check_cancelled(done)?;
             if done % PROGRESS_EVERY == 0 && total > 0 {
                 let percent = (done.saturating_mul(100) / total).min(99) as u8;
                 if percent != last_percent {

@@ -233,6 +233,7 @@ pub struct Store {
     readers: Arc<Mutex<Vec<Connection>>>,
     next_walk_id: Arc<AtomicU64>,
     changes: broadcast::Sender<CatalogChanged>,
+    catalog_version: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -251,9 +252,11 @@ impl Store {
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
         let writer_changes = changes.clone();
+        let catalog_version = Arc::new(AtomicU64::new(0));
+        let writer_version = catalog_version.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || writer::run(connection, receiver, writer_changes))
+            .spawn(move || writer::run(connection, receiver, writer_changes, writer_version))
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the writer thread: {error}"))
             })?;
@@ -263,12 +266,20 @@ impl Store {
             readers: Arc::new(Mutex::new(Vec::new())),
             next_walk_id: Arc::new(AtomicU64::new(1)),
             changes,
+            catalog_version,
         })
     }
 
     /// Events after every commit that changed the catalog, from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<CatalogChanged> {
         self.changes.subscribe()
+    }
+
+    /// Counts the commits that changed what a search may find (swaps that changed something,
+    /// server records); bumped before the commit's caller hears back. In memory only: the
+    /// search index uses it to know whether it has seen everything a caller may have seen.
+    pub fn catalog_version(&self) -> u64 {
+        self.catalog_version.load(Ordering::Acquire)
     }
 
     pub fn path(&self) -> &Path {
