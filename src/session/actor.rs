@@ -2,7 +2,7 @@
 //!
 //! Sources: the stop signal, commands, and whatever the current state waits on (`state.rs`:
 //! the backoff timer, a connection attempt, the server's events, the debounce, poll and
-//! resync timers, a walk in flight, pings).
+//! resync timers, a walk in flight, pings, the listen retry).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +12,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::pacing::{poll_delay, Backoff};
-use super::state::{Event, Link, Phase, Ping, Push, State, Walk};
-use super::{LiveStatus, ReadError, ReadReply, RefreshReply, SessionCommand};
+use super::pacing::{listen_retry_delay, with_poll_jitter, Backoff, PollPace};
+use super::state::{Event, Link, Phase, Ping, Push, State, Waiter, Walk};
+use super::{LiveStatus, ReadError, ReadReply, Refreshed, SessionCommand};
 use crate::config::ServerConfig;
 use crate::mcp::{event_channel, Era, EventStream, McpError, PushChannel, ServerEvent, Session};
 use crate::store::{now_ms, ServerUpdate, Store};
@@ -24,7 +24,6 @@ use crate::walk::{self, WalkError, WalkSummary};
 const MAX_RESTARTS_IN_A_ROW: u32 = 3;
 /// Listen streams that may end unacknowledged in a row before we fall back to polling.
 const MAX_LISTEN_FAILURES: u32 = 5;
-const NOTHING_TO_WALK: &str = "the server declares no resources capability";
 
 /// Where the actor's orders come from: its handle's stop signal and the clients' commands.
 pub(super) struct Inbox {
@@ -44,6 +43,12 @@ struct Counters {
     connections: u64,
 }
 
+/// How a connection came to an end, for the log and for waiting refresh callers.
+enum Ending {
+    CannotConnect,
+    ConnectionLost,
+}
+
 pub(super) struct Actor {
     config: ServerConfig,
     store: Store,
@@ -51,7 +56,7 @@ pub(super) struct Actor {
     live: watch::Sender<LiveStatus>,
     state: State,
     /// Refresh callers waiting for the next walk.
-    waiting: Vec<RefreshReply>,
+    waiting: Vec<Waiter>,
     counters: Counters,
     backoff: Backoff,
     /// The era this server spoke last, so a reconnect need not probe again.
@@ -140,16 +145,20 @@ impl Actor {
                 state
             }
             SessionCommand::Refresh { reply } => {
+                let waiter = reply.map(|reply| Waiter {
+                    reply,
+                    rode_a_reconnect: false,
+                });
                 // While disconnected, a refresh is answered after the next connection's walk.
                 let State::Connected(mut link) = state else {
-                    self.waiting.extend(reply);
+                    self.waiting.extend(waiter);
                     return state;
                 };
                 if !link.mirrors {
-                    answer(reply.into_iter().collect(), Err(NOTHING_TO_WALK.into()));
+                    answer(waiter.into_iter().collect(), Ok(Refreshed::no_resources()));
                     return State::Connected(link);
                 }
-                self.waiting.extend(reply);
+                self.waiting.extend(waiter);
                 match &mut link.phase {
                     Phase::Idle { .. } => self.start_walk(link).await,
                     // The walk after the pause takes the caller along.
@@ -198,7 +207,8 @@ impl Actor {
             Err(error) => {
                 // Whatever it spoke before, probe afresh next time.
                 self.known_era = None;
-                return self.back_off(format!("cannot connect: {error}")).await;
+                let error = format!("cannot connect: {error}");
+                return self.back_off(error, Ending::CannotConnect).await;
             }
         };
         self.known_era = Some(session.hello.era);
@@ -227,6 +237,7 @@ impl Actor {
             phase: Phase::Idle { next_walk: None },
             ping: Ping::after(self.config.timings.ping_interval),
             push: Push::default(),
+            poll: PollPace::default(),
             restarts_in_a_row: 0,
         });
         self.show_counters(&link);
@@ -235,7 +246,7 @@ impl Actor {
             self.report(ServerUpdate::NoResources).await;
             answer(
                 std::mem::take(&mut self.waiting),
-                Err(NOTHING_TO_WALK.into()),
+                Ok(Refreshed::no_resources()),
             );
             return State::Connected(link);
         }
@@ -281,6 +292,13 @@ impl Actor {
                 link.ping = Ping::after(self.config.timings.ping_interval);
                 State::Connected(link)
             }
+            Event::RelistenDue => {
+                link.push.relisten_at = None;
+                // The warning went out with the first failure; the retries stay quiet.
+                tracing::debug!("reopening the listen stream");
+                link.session.start_listen();
+                State::Connected(link)
+            }
             Event::Command(_) | Event::RetryDue | Event::Connected(_) => State::Connected(link),
         }
     }
@@ -301,7 +319,11 @@ impl Actor {
             } => {
                 link.push.listen_failures = 0;
                 self.publish(|live| live.push = Some(PushChannel::Listen.to_string()));
-                State::Connected(link)
+                if self.push_restored(&mut link) {
+                    self.on_change(link)
+                } else {
+                    State::Connected(link)
+                }
             }
             // Only the stateless era listens; elsewhere a cancellation is about something else.
             ServerEvent::ListenEnded(_) if link.session.hello.era != Era::Modern => {
@@ -309,24 +331,36 @@ impl Actor {
             }
             ServerEvent::ListenEnded(reason) => {
                 link.push.listen_failures += 1;
-                if link.push.listen_failures > MAX_LISTEN_FAILURES {
+                let failures = link.push.listen_failures;
+                if failures > MAX_LISTEN_FAILURES {
                     let why = format!("the listen stream keeps ending: {reason}");
                     self.start_polling(&mut link, why);
-                } else {
+                } else if failures == 1 {
                     tracing::info!(%reason, "reopening the listen stream");
                     link.session.start_listen();
+                } else {
+                    // The stream we reopened ended before the server acknowledged it.
+                    let error = format!("the listen stream cannot be reopened: {reason}");
+                    self.push_broken(&mut link, error).await;
+                    link.push.relisten_at = Some(Instant::now() + listen_retry_delay(failures));
                 }
                 // Changes may have been missed while the stream was down.
                 self.on_change(link)
             }
-            ServerEvent::StreamOpened => {
+            ServerEvent::StreamOpened | ServerEvent::StreamResumed => {
                 self.publish(|live| live.push = Some(PushChannel::GetStream.to_string()));
-                State::Connected(link)
+                // A stream back after a break may have missed changes.
+                let restored = self.push_restored(&mut link);
+                if restored || event == ServerEvent::StreamResumed {
+                    self.on_change(link)
+                } else {
+                    State::Connected(link)
+                }
             }
-            // A stream back after a break may have missed changes.
-            ServerEvent::StreamResumed => {
-                self.publish(|live| live.push = Some(PushChannel::GetStream.to_string()));
-                self.on_change(link)
+            ServerEvent::StreamFailed(reason) => {
+                let error = format!("the GET stream cannot be reopened: {reason}");
+                self.push_broken(&mut link, error).await;
+                State::Connected(link)
             }
             ServerEvent::PushUnavailable(reason) => {
                 self.start_polling(&mut link, reason);
@@ -412,6 +446,7 @@ impl Actor {
         let summary = match outcome {
             Ok(summary) => summary,
             Err(WalkError::Connection(error)) => {
+                // Its callers ride through the reconnect with the rest.
                 self.waiting.extend(waiters);
                 return self.lose(link, format!("walk interrupted: {error}")).await;
             }
@@ -430,22 +465,46 @@ impl Actor {
             }
         };
         self.backoff.reset();
-        tracing::info!(
-            generation,
-            pages = summary.report.pages,
-            resources = summary.swap.resources,
-            added = summary.swap.added,
-            removed = summary.swap.removed,
-            changed = summary.swap.changed,
-            duration_ms = summary.report.duration_ms,
-            "walk committed"
-        );
-        answer(waiters, Ok(summary));
+        let swap = summary.swap;
+        let changed = swap.added + swap.removed + swap.changed > 0;
+        // A poll that found nothing new is routine: it stays out of the INFO log.
+        if changed {
+            tracing::info!(
+                generation,
+                pages = summary.report.pages,
+                resources = swap.resources,
+                added = swap.added,
+                removed = swap.removed,
+                changed = swap.changed,
+                duration_ms = summary.report.duration_ms,
+                "walk committed"
+            );
+        } else {
+            tracing::debug!(
+                generation,
+                pages = summary.report.pages,
+                resources = swap.resources,
+                duration_ms = summary.report.duration_ms,
+                "walk committed; nothing changed"
+            );
+        }
+        link.poll.record(changed, summary.ttl_ms);
+        let (ttl_ms, cache_scope) = (summary.ttl_ms, summary.cache_scope.clone());
+        self.publish(|live| {
+            live.ttl_ms = ttl_ms;
+            live.cache_scope = cache_scope;
+        });
+        answer(waiters, Ok(Refreshed::walked(&summary)));
+        if let Some(error) = &link.push.broken {
+            // The walk is in, but changes cannot reach us until the stream is back.
+            let error = error.clone();
+            self.report(ServerUpdate::Reconnecting { error }).await;
+        }
         // A refresh or a change that arrived during the walk gets a walk of its own.
         let delay = if again || !self.waiting.is_empty() {
             Duration::ZERO
         } else if link.push.polling {
-            self.poll_delay(summary.ttl_ms)
+            self.poll_delay(&link)
         } else {
             self.config.resync_interval
         };
@@ -465,27 +524,66 @@ impl Actor {
     fn poll_soon(&mut self, mut link: Box<Link>) -> State {
         if let Phase::Idle {
             next_walk: Some(next_walk),
-        } = &mut link.phase
+        } = link.phase
         {
-            *next_walk = (*next_walk).min(Instant::now() + self.poll_delay(None));
+            let delay = self.poll_delay(&link);
+            if Instant::now() + delay < next_walk {
+                self.schedule_walk(&mut link, delay);
+            }
         }
         State::Connected(link)
     }
 
-    fn poll_delay(&self, ttl_ms: Option<u64>) -> Duration {
-        poll_delay(&self.config.timings, self.config.resync_interval, ttl_ms)
+    /// The wait until the next poll, with jitter; the interval in force and why go to the live status.
+    fn poll_delay(&self, link: &Link) -> Duration {
+        let plan = link.poll.plan(
+            self.config.timings.poll_interval,
+            self.config.resync_interval,
+        );
+        let delay = with_poll_jitter(plan.interval);
+        self.publish(|live| {
+            live.poll_interval_ms = Some(plan.interval.as_millis() as u64);
+            live.poll_interval_reason = Some(plan.reason);
+        });
+        delay
     }
 
     fn start_polling(&self, link: &mut Link, reason: String) {
         tracing::info!(%reason, "the server cannot push changes; polling");
         link.push.polling = true;
+        // Polling replaces the stream that could not be reopened.
+        link.push.broken = None;
         self.publish(|live| live.push = Some(PushChannel::Polling(reason).to_string()));
+    }
+
+    /// The push stream cannot be reopened: the server is `reconnecting`, its snapshot stale.
+    /// Said once, however often the stream is retried.
+    async fn push_broken(&mut self, link: &mut Link, error: String) {
+        if link.push.broken.is_some() {
+            tracing::debug!(%error, "the push stream is still down");
+            return;
+        }
+        tracing::warn!(%error, "changes cannot reach the mirror until the push stream is reopened; keeping the snapshot, marked stale");
+        self.report(ServerUpdate::Reconnecting {
+            error: error.clone(),
+        })
+        .await;
+        link.push.broken = Some(error);
+    }
+
+    /// True when the push stream was down and is open again.
+    fn push_restored(&self, link: &mut Link) -> bool {
+        let Some(error) = link.push.broken.take() else {
+            return false;
+        };
+        tracing::info!(was = %error, "the push stream is open again");
+        true
     }
 
     /// Ends a connection that broke and schedules the next attempt.
     async fn lose(&mut self, link: Box<Link>, reason: String) -> State {
         self.close(link).await;
-        self.back_off(reason).await
+        self.back_off(reason, Ending::ConnectionLost).await
     }
 
     /// Closes a connection: abandons its walk (whose callers wait on), stops its pings and
@@ -504,15 +602,28 @@ impl Actor {
         }
         self.counters.notifications_on_ended_connections += events.notifications_received();
         session.close().await;
-        self.publish(|live| live.push = None);
+        self.publish(|live| {
+            live.push = None;
+            live.poll_interval_ms = None;
+            live.poll_interval_reason = None;
+        });
     }
 
     /// Records why the server is not connected and when we try again.
-    async fn back_off(&mut self, error: String) -> State {
+    async fn back_off(&mut self, error: String, ending: Ending) -> State {
         let delay = self.backoff.next_delay();
         let retry_in_ms = delay.as_millis() as u64;
-        tracing::warn!(%error, retry_in_ms, "connection lost");
-        answer(std::mem::take(&mut self.waiting), Err(error.clone()));
+        let waiting = std::mem::take(&mut self.waiting);
+        match ending {
+            Ending::CannotConnect => {
+                tracing::warn!(%error, retry_in_ms, "cannot connect");
+                answer(waiting, Err(error.clone()));
+            }
+            Ending::ConnectionLost => {
+                tracing::warn!(%error, retry_in_ms, "connection lost");
+                self.waiting = ride_through(waiting, &error);
+            }
+        }
         self.report(ServerUpdate::BackingOff {
             error: error.clone(),
             retry_at_ms: now_ms() + delay.as_millis() as i64,
@@ -577,8 +688,24 @@ fn start_read(server: &str, session: &Arc<Session>, uri: String, reply: ReadRepl
     });
 }
 
-fn answer(waiters: Vec<RefreshReply>, outcome: Result<WalkSummary, String>) {
+fn answer(waiters: Vec<Waiter>, outcome: Result<Refreshed, String>) {
     for waiter in waiters {
-        let _ = waiter.send(outcome.clone());
+        let _ = waiter.reply.send(outcome.clone());
     }
+}
+
+/// After a lost connection: callers that already rode through one reconnect get the error,
+/// the rest wait for the next connection's walk.
+fn ride_through(waiters: Vec<Waiter>, error: &str) -> Vec<Waiter> {
+    let (answered, riding): (Vec<Waiter>, Vec<Waiter>) = waiters
+        .into_iter()
+        .partition(|waiter| waiter.rode_a_reconnect);
+    answer(answered, Err(error.to_string()));
+    riding
+        .into_iter()
+        .map(|waiter| Waiter {
+            rode_a_reconnect: true,
+            ..waiter
+        })
+        .collect()
 }

@@ -1,7 +1,7 @@
 //! One actor per server, reached only through its handle: the handle, its commands and the live status it publishes.
 //!
-//! `actor.rs` is the state machine (connect, walk, listen for changes, back off); `pacing.rs`
-//! holds its waits (backoff, poll pace, jitter).
+//! `actor.rs` is the state machine (connect, walk, listen for changes, back off), `state.rs`
+//! its states and events, `pacing.rs` its waits (backoff, poll pace, listen retry, jitter).
 
 mod actor;
 mod pacing;
@@ -15,10 +15,10 @@ use tracing::Instrument;
 
 use crate::config::ServerConfig;
 use crate::mcp::Era;
-use crate::store::Store;
+use crate::store::{Store, SwapOutcome, WalkReport};
 use crate::walk::WalkSummary;
 
-pub type RefreshReply = oneshot::Sender<Result<WalkSummary, String>>;
+pub type RefreshReply = oneshot::Sender<Result<Refreshed, String>>;
 pub type ReadReply = oneshot::Sender<Result<Value, ReadError>>;
 
 pub enum SessionCommand {
@@ -41,6 +41,43 @@ pub enum ReadError {
     },
     #[error("reading from server {server} failed: {reason}")]
     Failed { server: String, reason: String },
+}
+
+/// What a refresh found once it settled: the server's state, and what the walk changed (all
+/// zero when there was nothing to walk).
+#[derive(Debug, Clone, Copy)]
+pub struct Refreshed {
+    pub state: SettledState,
+    pub swap: SwapOutcome,
+    pub report: WalkReport,
+}
+
+/// The states a refresh may settle in without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettledState {
+    /// A walk committed its swap.
+    Synced,
+    /// The server declares no resources capability: nothing to walk, and not an error.
+    NoResources,
+}
+
+impl Refreshed {
+    fn walked(summary: &WalkSummary) -> Refreshed {
+        Refreshed {
+            state: SettledState::Synced,
+            swap: summary.swap,
+            report: summary.report,
+        }
+    }
+
+    fn no_resources() -> Refreshed {
+        Refreshed {
+            state: SettledState::NoResources,
+            swap: SwapOutcome::default(),
+            report: WalkReport::default(),
+        }
+    }
 }
 
 /// The supervisor's handle on one session actor; the actor ends when told to stop.
@@ -147,4 +184,11 @@ pub struct LiveStatus {
     pub generation: u64,
     pub connections: u64,
     pub next_walk_at_ms: Option<i64>,
+    /// While polling a server that cannot push: the interval between polls now in force
+    /// (before jitter), and why it is that long.
+    pub poll_interval_ms: Option<u64>,
+    pub poll_interval_reason: Option<String>,
+    /// The caching hints of the server's last list result (stateless era).
+    pub ttl_ms: Option<u64>,
+    pub cache_scope: Option<String>,
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
+use super::pacing::PollPace;
 use super::{RefreshReply, SessionCommand};
 use crate::mcp::{EventStream, McpError, ServerEvent, Session};
 use crate::walk::{WalkError, WalkSummary};
@@ -32,6 +33,8 @@ pub(super) enum Event {
     Walked(Result<WalkSummary, WalkError>),
     PingDue,
     Pinged(Result<(), McpError>),
+    /// Time to reopen a listen stream that failed to reopen.
+    RelistenDue,
 }
 
 /// Where the session stands.
@@ -61,6 +64,7 @@ pub(super) struct Link {
     pub(super) phase: Phase,
     pub(super) ping: Ping,
     pub(super) push: Push,
+    pub(super) poll: PollPace,
     /// Walks abandoned in a row because the list changed while they ran.
     pub(super) restarts_in_a_row: u32,
 }
@@ -84,7 +88,7 @@ pub(super) struct Walk {
     pub(super) generation: u64,
     pub(super) run: BoxFuture<'static, Result<WalkSummary, WalkError>>,
     /// The refresh callers this walk answers.
-    pub(super) waiters: Vec<RefreshReply>,
+    pub(super) waiters: Vec<Waiter>,
     /// Something asked for a walk that this one may not include: walk again right after it.
     pub(super) again: bool,
 }
@@ -102,6 +106,17 @@ pub(super) struct Push {
     pub(super) polling: bool,
     /// Listen streams that ended without being acknowledged, in a row.
     pub(super) listen_failures: u32,
+    /// When to reopen a listen stream that failed to reopen.
+    pub(super) relisten_at: Option<Instant>,
+    /// Why the push stream cannot be reopened, while it cannot: the server is `reconnecting`.
+    pub(super) broken: Option<String>,
+}
+
+/// A `refresh --wait` caller, answered once a walk settles.
+pub(super) struct Waiter {
+    pub(super) reply: RefreshReply,
+    /// A caller rides through one lost connection to the next connection's walk.
+    pub(super) rode_a_reconnect: bool,
 }
 
 impl State {
@@ -124,12 +139,14 @@ impl Link {
             events,
             phase,
             ping,
+            push,
             ..
         } = self;
         tokio::select! {
             event = events.recv() => Event::Server(event),
             event = phase.next_event() => event,
             event = ping.next_event() => event,
+            () = until(push.relisten_at) => Event::RelistenDue,
         }
     }
 }
