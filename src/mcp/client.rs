@@ -84,6 +84,7 @@ pub struct Page {
     pub items: Vec<Value>,
     pub next_cursor: Option<String>,
     pub ttl_ms: Option<u64>,
+    pub cache_scope: Option<String>,
 }
 
 enum Connection {
@@ -431,6 +432,10 @@ impl Session {
             items,
             next_cursor,
             ttl_ms: result.get("ttlMs").and_then(Value::as_u64),
+            cache_scope: result
+                .get("cacheScope")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 

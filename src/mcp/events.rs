@@ -18,6 +18,8 @@ pub enum ServerEvent {
     StreamOpened,
     /// The notification stream came back after a break: walk, changes may have been missed.
     StreamResumed,
+    /// The GET stream could not be reopened, for the reason given; the transport keeps trying.
+    StreamFailed(String),
     /// The server cannot push changes to us, for the reason given: poll instead.
     PushUnavailable(String),
     /// The connection is gone (the server forgot our session, or a stream broke for good).

@@ -465,7 +465,9 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
             }
             Err(error) => {
                 failures = failures.saturating_add(1);
-                tracing::debug!(server = %endpoint.server, error = %describe_reqwest_error(&endpoint.url, &error), "GET stream failed");
+                let error = describe_reqwest_error(&endpoint.url, &error);
+                tracing::debug!(server = %endpoint.server, %error, "GET stream failed");
+                endpoint.events.send(ServerEvent::StreamFailed(error));
             }
         }
         let retry = parser

@@ -11,6 +11,7 @@ mod endpoint;
 mod faults;
 mod interop;
 mod live;
+mod liveness;
 mod search;
 mod service;
 mod socket;

@@ -82,6 +82,9 @@ pub struct Args {
     /// `ttlMs` of stateless-era results.
     #[arg(long, default_value_t = 60_000)]
     pub ttl_ms: u64,
+    /// `cacheScope` of stateless-era results (`public` or `private`).
+    #[arg(long, default_value = "public")]
+    pub cache_scope: String,
     /// Answer `subscriptions/listen` with -32601, so a client must poll.
     #[arg(long)]
     pub no_listen: bool,

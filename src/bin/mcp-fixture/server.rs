@@ -471,7 +471,7 @@ impl Server {
         );
         if cacheable {
             result["ttlMs"] = json!(self.args.ttl_ms);
-            result["cacheScope"] = json!("public");
+            result["cacheScope"] = json!(self.args.cache_scope);
         }
         result
     }
@@ -554,7 +554,7 @@ impl Server {
             "capabilities": capabilities,
             "instructions": "A synthetic resource catalog for testing MCP clients.",
             "ttlMs": self.args.ttl_ms,
-            "cacheScope": "public",
+            "cacheScope": self.args.cache_scope,
         })
     }
 
