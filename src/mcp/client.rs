@@ -104,6 +104,8 @@ pub struct Session {
     connect_timeout: Duration,
     /// No message of this connection has been answered yet.
     first_contact_pending: bool,
+    /// Until when this connection waits for its first answer (set by its first message).
+    first_contact_deadline: Option<Instant>,
     events: EventSink,
     pub hello: ServerHello,
     listen: Mutex<Option<JoinHandle<()>>>,
@@ -168,6 +170,7 @@ impl Session {
             timeout: server.request_timeout,
             connect_timeout: server.connect_timeout,
             first_contact_pending: true,
+            first_contact_deadline: None,
             events,
             hello: ServerHello {
                 era: Era::Legacy,
@@ -243,6 +246,7 @@ impl Session {
         self.close_connection().await;
         self.connection = open_connection(server, self.events.clone())?;
         self.first_contact_pending = true;
+        self.first_contact_deadline = None;
         Ok(())
     }
 
@@ -289,7 +293,12 @@ impl Session {
                                 version: Some(chosen),
                             })
                         }
-                        None => return Err(McpError::StatelessRefusal(no_common_version(&supported, pinned))),
+                        None => {
+                            return Err(McpError::StatelessRefusal(format!(
+                                "server/discover answered -32022 (unsupported protocol version {version}): {}",
+                                no_common_version(&supported, pinned)
+                            )))
+                        }
                     }
                 }
                 Some(HEADER_MISMATCH | MISSING_CLIENT_CAPABILITY) => {
@@ -394,9 +403,7 @@ impl Session {
             .and_then(|meta| meta.get("io.modelcontextprotocol/serverInfo"))
             .cloned();
         self.hello.capabilities = Value::Object(discovered.capabilities);
-        self.hello.server_info = from_meta
-            .or(discovered.server_info)
-            .unwrap_or(Value::Null);
+        self.hello.server_info = from_meta.or(discovered.server_info).unwrap_or(Value::Null);
         Ok(Probe::Stateless)
     }
 
@@ -457,16 +464,20 @@ impl Session {
         Ok(())
     }
 
-    /// Sends a request of the session's setup. The first message of a connection waits for
-    /// the server as long as `connect_timeout` (or a longer `request_timeout`) allows: a
-    /// server may be starting (a package manager fetching it, a loaded machine). A 429 or 503
+    /// Sends a request of the session's setup. Until the connection's first answer, messages
+    /// wait for the server as long as `connect_timeout` (or a longer `request_timeout`) allows,
+    /// counted from the first one: a server may be starting (a package manager fetching it, a
+    /// loaded machine). A later setup message gets at least `request_timeout`. A 429 or 503
     /// meanwhile is tried again after its `Retry-After`, within the same time.
     async fn setup_request(&mut self, method: &str, params: Value) -> Result<Value, McpError> {
         if !self.first_contact_pending {
             return self.request(method, params).await;
         }
         let patience = self.connect_timeout.max(self.timeout);
-        let deadline = Instant::now() + patience;
+        let first_deadline = *self
+            .first_contact_deadline
+            .get_or_insert_with(|| Instant::now() + patience);
+        let deadline = first_deadline.max(Instant::now() + self.timeout);
         let mut backoff = Backoff::default();
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -474,15 +485,11 @@ impl Session {
                 .request_within(method, params.clone(), Some(remaining))
                 .await;
             match outcome {
-                Err(McpError::Timeout { .. }) => {
-                    return Err(McpError::Timeout {
-                        method: method.to_string(),
-                        seconds: patience.as_secs_f64(),
-                    })
-                }
-                Err(error @ McpError::Http {
-                    status: 429 | 503, ..
-                }) => {
+                Err(
+                    error @ McpError::Http {
+                        status: 429 | 503, ..
+                    },
+                ) => {
                     let delay = backoff.next_delay_honouring(error.retry_after());
                     if Instant::now() + delay >= deadline {
                         return Err(error);
@@ -490,7 +497,12 @@ impl Session {
                     tracing::debug!(method, %error, delay_ms = delay.as_millis() as u64, "the server is busy; asking again");
                     tokio::time::sleep(delay).await;
                 }
-                Err(error @ (McpError::Closed(_) | McpError::Transport(_))) => return Err(error),
+                // No answer: the server may not be up yet.
+                Err(
+                    error @ (McpError::Timeout { .. }
+                    | McpError::Closed(_)
+                    | McpError::Transport(_)),
+                ) => return Err(error),
                 // Any answer, even an error, shows the server is up.
                 other => {
                     self.first_contact_pending = false;
@@ -846,12 +858,13 @@ mod tests {
     #[test]
     fn versions_are_chosen_stateless_first_and_pins_are_kept() {
         let list = |versions: &[&str]| versions.iter().map(|v| v.to_string()).collect::<Vec<_>>();
-        let chosen = |supported: &[&str], pinned: Option<&str>| {
-            match choose_version(&list(supported), pinned) {
-                Some(VersionChoice::Stateless(version)) => format!("stateless {version}"),
-                Some(VersionChoice::Handshake(version)) => format!("handshake {version}"),
-                None => "none".into(),
-            }
+        let chosen = |supported: &[&str], pinned: Option<&str>| match choose_version(
+            &list(supported),
+            pinned,
+        ) {
+            Some(VersionChoice::Stateless(version)) => format!("stateless {version}"),
+            Some(VersionChoice::Handshake(version)) => format!("handshake {version}"),
+            None => "none".into(),
         };
         assert_eq!(
             chosen(&["2025-11-25", "2026-07-28"], None),

@@ -60,7 +60,10 @@ impl StderrLog {
             return;
         }
         tracing::debug!(server = %server, "child stderr (first contact): {text}");
-        let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if held.len() == HELD_STDERR_LINES {
             held.pop_front();
         }

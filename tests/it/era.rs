@@ -110,8 +110,17 @@ fn a_bare_result_to_discover_means_the_handshake_era_over_stdio_and_http() {
         assert_eq!(status["protocol_version"], "2025-11-25", "{status}");
         // The probe got its `{}`, and the catalog came over initialize. On stdio both went
         // to the same process: its counters (the stats file is per process) show both.
-        assert!(fixture.counter("bare_results") >= 1, "{}", stats(&fixture.stats));
-        assert_eq!(fixture.counter("initialize"), 1, "{}", stats(&fixture.stats));
+        assert!(
+            fixture.counter("bare_results") >= 1,
+            "{}",
+            stats(&fixture.stats)
+        );
+        assert_eq!(
+            fixture.counter("initialize"),
+            1,
+            "{}",
+            stats(&fixture.stats)
+        );
     }
     wait_for_catalog(&daemon, "piped", 12, Duration::from_secs(10));
     wait_for_catalog(&daemon, "posted", 12, Duration::from_secs(10));
@@ -168,7 +177,10 @@ fn a_scripted_unsupported_version_is_retried_in_the_stateless_era_and_never_answ
             },
         );
         let counters = stats(&fixture.stats);
-        assert!(counters["refused_discovers"].as_u64() >= Some(2), "{counters}");
+        assert!(
+            counters["refused_discovers"].as_u64() >= Some(2),
+            "{counters}"
+        );
         assert_eq!(counters["initialize"], 0, "{counters}");
     }
 }
@@ -237,8 +249,12 @@ fn a_get_stream_with_retry_0_that_closes_at_once_is_reopened_at_most_once_a_seco
         "closing",
         &json!({"generate": 5, "faults": {"end_get_streams": true}}),
     );
-    let http = HttpFixture::start(&fixture.args("closing", &["--era", "legacy", "--sse-retry-ms", "0"]));
-    let daemon = Daemon::start(&scratch, &scratch.config(&http_server("closing", &http.url)));
+    let http =
+        HttpFixture::start(&fixture.args("closing", &["--era", "legacy", "--sse-retry-ms", "0"]));
+    let daemon = Daemon::start(
+        &scratch,
+        &scratch.config(&http_server("closing", &http.url)),
+    );
     daemon.wait_for_walks("closing", 1);
     // Watch the reopening for a while: about 8 s after the first GET.
     let first = wait_for("the first GET", Duration::from_secs(20), || {
@@ -246,7 +262,9 @@ fn a_get_stream_with_retry_0_that_closes_at_once_is_reopened_at_most_once_a_seco
     });
     wait_for("8 s of reopening", Duration::from_secs(30), || {
         let gets = fixture.times("get_requests_at_ms");
-        gets.last().is_some_and(|last| last - first >= 7_000).then_some(())
+        gets.last()
+            .is_some_and(|last| last - first >= 7_000)
+            .then_some(())
     });
     let gets = fixture.times("get_requests_at_ms");
     let gaps = gaps(&gets);
@@ -254,7 +272,10 @@ fn a_get_stream_with_retry_0_that_closes_at_once_is_reopened_at_most_once_a_seco
     assert!(gaps.iter().all(|gap| *gap >= 950), "{gaps:?}");
     let within_8s = gets.iter().filter(|at| **at - first < 8_000).count();
     assert!(within_8s <= 5, "{within_8s} GETs in 8 s: {gaps:?}");
-    assert!(gaps.len() >= 2 && gaps[gaps.len() - 1] > gaps[0] + 500, "{gaps:?}");
+    assert!(
+        gaps.len() >= 2 && gaps[gaps.len() - 1] > gaps[0] + 500,
+        "{gaps:?}"
+    );
     // The server keeps being mirrored meanwhile.
     assert_eq!(daemon.server_status("closing")["state"], "synced");
 }
@@ -275,7 +296,10 @@ fn a_listen_that_ends_at_once_is_reopened_at_most_once_a_second() {
     });
     wait_for("6 s of reopening", Duration::from_secs(30), || {
         let listens = fixture.times("listens_opened_at_ms");
-        listens.last().is_some_and(|last| last - first >= 5_000).then_some(())
+        listens
+            .last()
+            .is_some_and(|last| last - first >= 5_000)
+            .then_some(())
     });
     let listens = fixture.times("listens_opened_at_ms");
     let gaps = gaps(&listens);
@@ -314,7 +338,10 @@ fn retry_after_on_503_is_honoured_at_first_contact_and_on_the_get_stream() {
     assert_eq!(posts.counter("initialize"), 0, "{}", stats(&posts.stats));
     let refused = posts.times("unavailable_at_ms");
     assert_eq!(refused.len(), 2, "{refused:?}");
-    assert!(gaps(&refused).iter().all(|gap| *gap >= 1_950), "{refused:?}");
+    assert!(
+        gaps(&refused).iter().all(|gap| *gap >= 1_950),
+        "{refused:?}"
+    );
 
     daemon.wait_for_walks("busyget", 1);
     wait_for("the GET stream to open", Duration::from_secs(30), || {
@@ -324,7 +351,10 @@ fn retry_after_on_503_is_honoured_at_first_contact_and_on_the_get_stream() {
     let requests = gets.times("get_requests_at_ms");
     assert_eq!(refused.len(), 2, "{refused:?}");
     assert!(requests.len() >= 3, "{requests:?}");
-    assert!(gaps(&requests[..3]).iter().all(|gap| *gap >= 1_950), "{requests:?}");
+    assert!(
+        gaps(&requests[..3]).iter().all(|gap| *gap >= 1_950),
+        "{requests:?}"
+    );
     // Changes now arrive on that stream.
     scratch.write_scenario(
         "busyget.json",

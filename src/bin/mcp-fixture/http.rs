@@ -95,7 +95,8 @@ async fn mcp_endpoint(
 
 /// 503, with `Retry-After` in seconds when one is given (the `unavailable_*` faults).
 fn unavailable(retry_after_secs: Option<u64>) -> Response {
-    let mut response = (StatusCode::SERVICE_UNAVAILABLE, "unavailable on purpose\n").into_response();
+    let mut response =
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable on purpose\n").into_response();
     if let Some(seconds) = retry_after_secs {
         response
             .headers_mut()

@@ -600,11 +600,11 @@ impl Server {
         self.stats.update(|counters| counters.discover += 1);
         let catalog = self.catalog();
         if let Some(limit) = catalog.faults.refuse_discovers {
-            let claimed = self
-                .discovers_refused
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |count| {
-                    (count < limit).then_some(count + 1)
-                });
+            let claimed =
+                self.discovers_refused
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |count| {
+                        (count < limit).then_some(count + 1)
+                    });
             if claimed.is_ok() {
                 let requested = params
                     .and_then(|params| params.get("_meta"))
@@ -613,7 +613,10 @@ impl Server {
                     .unwrap_or_default();
                 self.stats
                     .update(|counters| counters.refused_discovers += 1);
-                warn!(requested, "refusing server/discover with -32022 on request of the refuse_discovers fault");
+                warn!(
+                    requested,
+                    "refusing server/discover with -32022 on request of the refuse_discovers fault"
+                );
                 return Err(self.unsupported_version(requested).into());
             }
         }

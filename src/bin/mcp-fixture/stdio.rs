@@ -33,7 +33,10 @@ struct Listen {
 pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
     if let Some(delay) = server.args.start_delay_ms {
         // A slow starter: nothing is read, so nothing is answered, until it is ready.
-        info!(delay_ms = delay, "starting slowly on request of --start-delay-ms");
+        info!(
+            delay_ms = delay,
+            "starting slowly on request of --start-delay-ms"
+        );
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
     // The crate's tokio has no `io-std` feature, so two plain threads own the
