@@ -370,3 +370,32 @@ fn retry_after_on_503_is_honoured_at_first_contact_and_on_the_get_stream() {
         "{status}"
     );
 }
+
+#[test]
+fn a_probe_left_unanswered_is_followed_by_initialize_in_a_new_process_only() {
+    let scratch = Scratch::new();
+    let fixture = Fixture::new(
+        &scratch,
+        "mute",
+        &json!({"generate": 6, "faults": {"unanswered_methods": ["server/discover"]}}),
+    );
+    let server = format!(
+        "{}request_timeout = \"1s\"\nconnect_timeout = \"2s\"\n\n",
+        stdio_server("mute", &fixture.args("mute", &["--era", "legacy"]))
+    );
+    let daemon = Daemon::start(&scratch, &scratch.config(&server));
+    let status = daemon.wait_for_walks("mute", 1);
+    assert_eq!(status["live"]["era"], "legacy", "{status}");
+    assert_eq!(status["resources"], 6, "{status}");
+    // The process that got initialize never saw the probe (the stats file is per process):
+    // the first one, still owing an answer, was replaced.
+    let counters = stats(&fixture.stats);
+    assert_eq!(counters["initialize"], 1, "{counters}");
+    assert_eq!(counters["unanswered"], 0, "{counters}");
+    // The replaced process's end did not reach the session as a lost connection.
+    wait_for_catalog(&daemon, "mute", 6, Duration::from_secs(10));
+    let status = daemon.server_status("mute");
+    assert_eq!(status["state"], "synced", "{status}");
+    assert_eq!(status["live"]["connections"], 1, "{status}");
+    assert_eq!(status["walks_ok"], 1, "{status}");
+}

@@ -99,6 +99,8 @@ pub struct Faults {
     /// The first N `server/discover` requests of the process answer -32022, listing the
     /// server's versions in `data.supported`, even when the requested one is among them.
     pub refuse_discovers: Option<u64>,
+    /// stdio: requests for these methods are read and never answered.
+    pub unanswered_methods: Vec<String>,
     /// GET streams end cleanly right after their first event (which carries `retry:`).
     pub end_get_streams: bool,
     /// Listens end gracefully (with their result) right after their acknowledgement.

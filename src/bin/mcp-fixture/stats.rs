@@ -37,6 +37,8 @@ pub struct Counters {
     pub refused_discovers: u64,
     /// Unknown methods answered `{}` by the `bare_result_for_unknown_methods` fault.
     pub bare_results: u64,
+    /// Requests left unanswered by the `unanswered_methods` fault.
+    pub unanswered: u64,
     /// When (ms since the Unix epoch) the last `TIMES_KEPT` GET requests to `/mcp` arrived,
     /// refused ones included, and listens opened, and 503 answers went out.
     pub get_requests_at_ms: Vec<u64>,
@@ -88,6 +90,7 @@ impl Stats {
             catalog_version,
             refused_discovers: 0,
             bare_results: 0,
+            unanswered: 0,
             get_requests_at_ms: Vec::new(),
             listens_opened_at_ms: Vec::new(),
             unavailable_at_ms: Vec::new(),

@@ -78,6 +78,11 @@ pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
                 match parse_message(trimmed) {
                     Err((id, error)) => send(error_message(id, &error).to_string()),
                     Ok(Incoming::Request { id, method, params }) => {
+                        if server.catalog().faults.unanswered_methods.contains(&method) {
+                            warn!(method, "leaving a request unanswered on request of the unanswered_methods fault");
+                            server.stats.update(|counters| counters.unanswered += 1);
+                            continue;
+                        }
                         let era = match server.stdio_era(&method, params.as_ref()) {
                             Ok(era) => era,
                             Err(error) => {
