@@ -8,6 +8,7 @@ mod client_commands;
 mod config;
 mod crash;
 mod endpoint;
+mod era;
 mod faults;
 mod interop;
 mod live;

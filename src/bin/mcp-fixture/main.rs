@@ -111,6 +111,10 @@ pub struct Args {
     /// Serve this many independent catalogs at `/mcp/0` .. `/mcp/{N-1}`.
     #[arg(long, requires = "http")]
     pub endpoints: Option<usize>,
+    /// stdio: wait this long before reading the first message, like a server that is slow
+    /// to start (a package manager fetching it, a loaded machine).
+    #[arg(long, conflicts_with = "http")]
+    pub start_delay_ms: Option<u64>,
 }
 
 #[tokio::main]
