@@ -1,5 +1,6 @@
 //! The one integration-test binary: real daemon, real MCP servers, real SQLite, real socket.
 
+mod install;
 mod support;
 
 mod bridge;
