@@ -7,6 +7,7 @@ mod bridge;
 mod cli;
 mod client_commands;
 mod config;
+mod conformance;
 mod crash;
 mod endpoint;
 mod faults;
