@@ -1,11 +1,13 @@
 //! The one integration-test binary: real daemon, real MCP servers, real SQLite, real socket.
 
+mod install;
 mod support;
 
 mod bridge;
 mod cli;
 mod client_commands;
 mod config;
+mod conformance;
 mod crash;
 mod endpoint;
 mod era;
