@@ -4,11 +4,16 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine as _;
+
 use super::client::Client;
 use super::offline::Catalog;
 use super::progress::Progress;
 use super::render::{
-    age, base64_decode, highlight_markers, print_json, print_table, utc_timestamp,
+    age, escaped, print_fields, print_json, print_table, shown_snippet, utc_timestamp,
+    SNIPPET_MARKERS,
 };
 use super::ClientError;
 use crate::protocol::{
@@ -40,7 +45,10 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         age(Some(daemon.config_loaded_at)),
     );
     if let Some(error) = &daemon.config_error {
-        println!("config reload rejected, the previous configuration stays in force: {error}");
+        println!(
+            "config reload rejected, the previous configuration stays in force: {}",
+            escaped(error)
+        );
     }
     let rows: Vec<Vec<String>> = status
         .servers
@@ -68,14 +76,14 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
                 None => "-".into(),
             };
             vec![
-                server.name.clone(),
+                escaped(&server.name).into_owned(),
                 state,
                 transport,
-                era,
-                push,
+                escaped(&era).into_owned(),
+                escaped(&push).into_owned(),
                 server.resources.to_string(),
                 age(server.snapshot_at_ms),
-                server.last_error.clone().unwrap_or_default(),
+                escaped(server.last_error.as_deref().unwrap_or_default()).into_owned(),
             ]
         })
         .collect();
@@ -90,7 +98,7 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
             "AGE",
             "LAST ERROR",
         ],
-        &rows,
+        rows,
     );
     Ok(())
 }
@@ -114,15 +122,12 @@ pub fn ls(
             if as_json {
                 all.push(resource);
             } else {
+                let fields = &resource.fields;
                 rows.push(vec![
-                    resource.uri.clone(),
-                    resource.fields.name.clone().unwrap_or_default(),
-                    resource
-                        .fields
-                        .mime_type
-                        .clone()
-                        .unwrap_or_else(|| "-".into()),
-                    resource.origin().unwrap_or_default().to_string(),
+                    escaped(&resource.uri).into_owned(),
+                    escaped(fields.name.as_deref().unwrap_or_default()).into_owned(),
+                    escaped(fields.mime_type.as_deref().unwrap_or("-")).into_owned(),
+                    escaped(resource.origin().unwrap_or_default()).into_owned(),
                 ]);
             }
         }
@@ -134,7 +139,7 @@ pub fn ls(
     if as_json {
         print_json(&all);
     } else {
-        print_table(&["URI", "NAME", "MIME TYPE", "SERVER"], &rows);
+        print_table(&["URI", "NAME", "MIME TYPE", "SERVER"], rows);
     }
     Ok(())
 }
@@ -154,7 +159,7 @@ pub fn search(
     args: &SearchArgs,
     as_json: bool,
 ) -> Result<(), ClientError> {
-    let (open, close) = highlight_markers();
+    let (open, close) = SNIPPET_MARKERS;
     let params = SearchParams {
         query: args.query.to_string(),
         limit: args.limit,
@@ -173,17 +178,19 @@ pub fn search(
         .results
         .iter()
         .map(|hit| {
+            let shown = match &hit.snippet {
+                Some(snippet) => shown_snippet(snippet),
+                None => escaped(hit.title.as_deref().unwrap_or(&hit.name)).into_owned(),
+            };
             vec![
                 format!("{:.2}", hit.score),
-                hit.uri.clone(),
-                hit.server.clone(),
-                hit.snippet
-                    .clone()
-                    .unwrap_or_else(|| hit.title.clone().unwrap_or_else(|| hit.name.clone())),
+                escaped(&hit.uri).into_owned(),
+                escaped(&hit.server).into_owned(),
+                shown,
             ]
         })
         .collect();
-    print_table(&["SCORE", "URI", "SERVER", "MATCH"], &rows);
+    print_table(&["SCORE", "URI", "SERVER", "MATCH"], rows);
     if let Some(next) = &result.next_cursor {
         eprintln!("mcp-mirror: more results: add --cursor {next}");
     }
@@ -207,15 +214,21 @@ pub fn show(socket: &Path, database: &Path, uri: &str, as_json: bool) -> Result<
                 serde_json::Value::String(text) => text,
                 other => other.to_string(),
             };
-            rows.push((format!("{key}:"), text));
+            rows.push((format!("{}:", escaped(&key)), escaped(&text).into_owned()));
         }
     }
     let listed_by: Vec<String> = details
         .listed_by
         .iter()
-        .map(|listing| format!("{} (priority {})", listing.server, listing.priority))
+        .map(|listing| {
+            format!(
+                "{} (priority {})",
+                escaped(&listing.server),
+                listing.priority
+            )
+        })
         .collect();
-    rows.push(("server:".into(), details.server.clone()));
+    rows.push(("server:".into(), escaped(&details.server).into_owned()));
     rows.push(("listed by:".into(), listed_by.join(", ")));
     if details.stale {
         rows.push((
@@ -224,14 +237,7 @@ pub fn show(socket: &Path, database: &Path, uri: &str, as_json: bool) -> Result<
         ));
     }
     rows.push(("snapshot age:".into(), age(details.snapshot_at_ms)));
-    let width = rows
-        .iter()
-        .map(|(label, _)| label.chars().count())
-        .max()
-        .unwrap_or(0);
-    for (label, value) in rows {
-        println!("{label:<width$} {value}");
-    }
+    print_fields(rows);
     Ok(())
 }
 
@@ -249,7 +255,7 @@ pub fn read(
         eprintln!(
             "mcp-mirror: served from the content cache (stored {} ago): {}",
             age(Some(cache.stored_at_ms)),
-            cache.reason
+            escaped(&cache.reason)
         );
     }
     if as_json {
@@ -263,7 +269,7 @@ pub fn read(
             bytes.extend_from_slice(text.as_bytes());
         } else if let Some(blob) = &content.blob {
             binary = true;
-            let decoded = base64_decode(blob).ok_or_else(|| {
+            let decoded = decode_blob(blob).ok_or_else(|| {
                 ClientError::Protocol("the server sent a blob that is not valid base64".into())
             })?;
             bytes.extend_from_slice(&decoded);
@@ -305,6 +311,23 @@ pub fn read(
     Ok(())
 }
 
+/// MCP's base64 (standard alphabet) as servers send it: padding optional, line breaks allowed.
+const BLOB_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// A blob's bytes; `None` when it is not base64.
+pub fn decode_blob(blob: &str) -> Option<Vec<u8>> {
+    let compact: String = blob
+        .chars()
+        .filter(|character| !character.is_ascii_whitespace())
+        .collect();
+    BLOB_BASE64.decode(compact).ok()
+}
+
 pub fn refresh(
     socket: &Path,
     server: Option<&str>,
@@ -339,7 +362,7 @@ pub fn refresh(
             ),
             RefreshOutcome::Failed { error, .. } => {
                 failed = true;
-                println!("{name}: failed: {error}");
+                println!("{name}: failed: {}", escaped(error));
             }
         }
     }
@@ -380,14 +403,14 @@ pub fn watch(socket: &Path, since: Option<i64>, as_json: bool) -> Result<(), Cli
                     (_, ChangeKind::Truncated) => {
                         format!("({} more changes not listed)", change.count)
                     }
-                    (Some(uri), _) => uri.clone(),
+                    (Some(uri), _) => escaped(uri).into_owned(),
                     (None, _) => String::new(),
                 };
                 format!(
                     "{}  #{}  {}  {:<8} {}",
                     utc_timestamp(change.at_ms),
                     change.seq,
-                    change.server,
+                    escaped(&change.server),
                     change.kind,
                     what
                 )
@@ -397,5 +420,21 @@ pub fn watch(socket: &Path, since: Option<i64>, as_json: bool) -> Result<(), Cli
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_decodes_what_servers_send() {
+        assert_eq!(
+            decode_blob("AAEC/w==").as_deref(),
+            Some(&[0u8, 1, 2, 255][..])
+        );
+        assert_eq!(decode_blob("aGVsbG8").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(decode_blob("aGVs\nbG8=").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(decode_blob("not base64!"), None);
     }
 }

@@ -1,63 +1,73 @@
 //! The progress line `refresh --wait` shows on a terminal while it waits.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
 
 use super::client::Client;
+use super::render::escaped;
 use crate::protocol::{CatalogStatus, NoParams};
 
-/// Each server's state and the time spent, redrawn in place from `catalog/status` on a
-/// second connection.
+const POLL_INTERVAL: Duration = Duration::from_millis(200);
+const TICK_INTERVAL: Duration = Duration::from_millis(100);
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A spinner on stderr with each server's state and the time spent, from `catalog/status`
+/// polled on a second connection. indicatif draws it only when stderr is a terminal.
 pub struct Progress {
     done: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
+    poller: std::thread::JoinHandle<()>,
+    bar: ProgressBar,
 }
 
 impl Progress {
     pub fn start(socket: &Path, server: Option<String>) -> Progress {
+        let bar = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template("{spinner} waiting {elapsed}: {msg}") {
+            bar.set_style(style);
+        }
+        bar.enable_steady_tick(TICK_INTERVAL);
         let done = Arc::new(AtomicBool::new(false));
-        let flag = done.clone();
-        let socket = socket.to_path_buf();
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            let Ok(mut client) = Client::connect(&socket) else {
-                return;
-            };
-            while !flag.load(Ordering::Relaxed) {
-                let Ok(status) =
-                    client.call::<CatalogStatus>(&NoParams {}, Some(Duration::from_secs(5)))
-                else {
-                    return;
-                };
-                let states: Vec<String> = status
-                    .servers
-                    .iter()
-                    .filter(|entry| server.as_ref().map_or(true, |name| entry.name == *name))
-                    .map(|entry| {
-                        format!(
-                            "{} {} ({} resources)",
-                            entry.name, entry.state, entry.resources
-                        )
-                    })
-                    .collect();
-                eprint!(
-                    "\r\x1b[2Kwaiting {:.1}s: {}",
-                    started.elapsed().as_secs_f64(),
-                    states.join(", ")
-                );
-                let _ = std::io::stderr().flush();
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        });
-        Progress { done, thread }
+        let poller = {
+            let (done, bar, socket) = (done.clone(), bar.clone(), socket.to_path_buf());
+            std::thread::spawn(move || poll(&socket, server.as_deref(), &done, &bar))
+        };
+        Progress { done, poller, bar }
     }
 
     pub fn finish(self) {
         self.done.store(true, Ordering::Relaxed);
-        let _ = self.thread.join();
-        eprint!("\r\x1b[2K");
+        let _ = self.poller.join();
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Shows the servers' states until `done`, or until the daemon stops answering.
+fn poll(socket: &Path, server: Option<&str>, done: &AtomicBool, bar: &ProgressBar) {
+    let Ok(mut client) = Client::connect(socket) else {
+        return;
+    };
+    while !done.load(Ordering::Relaxed) {
+        let Ok(status) = client.call::<CatalogStatus>(&NoParams {}, Some(STATUS_TIMEOUT)) else {
+            return;
+        };
+        let states: Vec<String> = status
+            .servers
+            .iter()
+            .filter(|entry| server.map_or(true, |name| entry.name == name))
+            .map(|entry| {
+                format!(
+                    "{} {} ({} resources)",
+                    escaped(&entry.name),
+                    entry.state,
+                    entry.resources
+                )
+            })
+            .collect();
+        bar.set_message(states.join(", "));
+        std::thread::sleep(POLL_INTERVAL);
     }
 }

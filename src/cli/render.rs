@@ -1,8 +1,25 @@
-//! Human output: tables, ages, timestamps, and how server-supplied text is shown.
+//! Human output: tables that cut wide cells, ages, timestamps, and server-supplied text shown
+//! with its control characters escaped (`--json` output stays exact).
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use serde::Serialize;
+use tabled::builder::Builder;
+use tabled::settings::object::{Columns, Segment};
+use tabled::settings::{Padding, Style, Width};
+
+/// The widest a table cell is drawn, in terminal columns; longer values end in "…" (their
+/// full text is in `--json`, and `show` prints a resource's fields whole).
+pub const MAX_CELL_WIDTH: usize = 120;
+/// Spaces between table columns.
+const COLUMN_GAP: usize = 2;
+const ELLIPSIS: &str = "\u{2026}";
+
+/// The markers the CLI asks the daemon to put around matched words: private-use characters,
+/// so they survive escaping and are then drawn as `highlight_markers` say.
+pub const SNIPPET_MARKERS: (&str, &str) = ("\u{e000}", "\u{e001}");
 
 /// Pretty JSON on stdout, exactly what the protocol carries.
 pub fn print_json(value: &impl Serialize) {
@@ -12,36 +29,86 @@ pub fn print_json(value: &impl Serialize) {
     );
 }
 
-/// Prints rows as columns padded to their widest cell; the last column is not padded.
-pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = headers
-        .iter()
-        .map(|header| header.chars().count())
-        .collect();
-    for row in rows {
-        for (index, cell) in row.iter().enumerate() {
-            widths[index] = widths[index].max(cell.chars().count());
+/// `text` with every control character (ESC, BEL, newline, …) written as its Rust escape
+/// (`\u{1b}`, `\u{7}`, `\n`), so a server cannot move the cursor, retitle the window or
+/// clear the screen of whoever reads our output.
+pub fn escaped(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for character in text.chars() {
+        if character.is_control() {
+            let _ = write!(shown, "{}", character.escape_default());
+        } else {
+            shown.push(character);
         }
     }
-    let render = |cells: Vec<String>| {
-        let last = cells.len().saturating_sub(1);
-        let line: Vec<String> = cells
-            .into_iter()
-            .enumerate()
-            .map(|(index, cell)| {
-                if index == last {
-                    cell
-                } else {
-                    format!("{cell:<width$}", width = widths[index])
-                }
-            })
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    };
-    render(headers.iter().map(|header| header.to_string()).collect());
-    for row in rows {
-        render(row.clone());
+    Cow::Owned(shown)
+}
+
+/// A snippet escaped, its match markers drawn bold on a terminal and as « » elsewhere.
+pub fn shown_snippet(snippet: &str) -> String {
+    let (open, close) = highlight_markers();
+    escaped(snippet)
+        .replace(SNIPPET_MARKERS.0, open)
+        .replace(SNIPPET_MARKERS.1, close)
+}
+
+/// Bold on a terminal; plain markers elsewhere, so piped output stays readable text.
+fn highlight_markers() -> (&'static str, &'static str) {
+    if std::io::stdout().is_terminal() {
+        ("\x1b[1m", "\x1b[0m")
+    } else {
+        crate::protocol::DEFAULT_HIGHLIGHT
     }
+}
+
+/// Rows as left-aligned columns under a header, cells cut at `MAX_CELL_WIDTH`. Cells must
+/// already be escaped where they hold server-supplied text.
+pub fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
+    let mut builder = Builder::default();
+    builder.push_record(headers.iter().map(|header| header.to_string()));
+    for row in rows {
+        builder.push_record(row);
+    }
+    let mut table = builder.build();
+    table
+        .with(Style::empty())
+        .modify(Segment::all(), Padding::new(0, COLUMN_GAP, 0, 0))
+        .modify(Columns::last(), Padding::zero())
+        .modify(
+            Segment::all(),
+            Width::truncate(MAX_CELL_WIDTH).suffix(ELLIPSIS),
+        );
+    print_lines(&table.to_string());
+}
+
+/// Label and value pairs, labels aligned (and cut), values whole.
+pub fn print_fields(rows: Vec<(String, String)>) {
+    let mut builder = Builder::default();
+    for (label, value) in rows {
+        builder.push_record([label, value]);
+    }
+    let mut table = builder.build();
+    table
+        .with(Style::empty())
+        .modify(Columns::first(), Padding::new(0, 1, 0, 0))
+        .modify(Columns::last(), Padding::zero())
+        .modify(
+            Columns::first(),
+            Width::truncate(MAX_CELL_WIDTH).suffix(ELLIPSIS),
+        );
+    print_lines(&table.to_string());
+}
+
+fn print_lines(text: &str) {
+    let mut stdout = String::with_capacity(text.len());
+    for line in text.lines() {
+        stdout.push_str(line.trim_end());
+        stdout.push('\n');
+    }
+    print!("{stdout}");
 }
 
 /// "3s", "5m", "2h", "4d": how long ago `at_ms` was.
@@ -58,66 +125,13 @@ pub fn age(at_ms: Option<i64>) -> String {
     }
 }
 
-/// Bold on a terminal; plain markers elsewhere, so piped output stays readable text.
-pub fn highlight_markers() -> (&'static str, &'static str) {
-    if std::io::stdout().is_terminal() {
-        ("\x1b[1m", "\x1b[0m")
-    } else {
-        crate::protocol::DEFAULT_HIGHLIGHT
-    }
-}
-
-/// `2026-01-31T12:34:56Z` from milliseconds since the epoch (UTC, proleptic Gregorian).
+/// `2026-01-31T12:34:56Z` from milliseconds since the epoch (UTC, whole seconds).
 pub fn utc_timestamp(at_ms: i64) -> String {
-    let seconds = at_ms.div_euclid(1000);
-    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil algorithm.
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60
-    )
-}
-
-/// Decodes standard base64 (padding optional, whitespace ignored); `None` on anything else.
-pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(text.len() / 4 * 3);
-    let mut buffer: u32 = 0;
-    let mut bits = 0;
-    for byte in text.bytes() {
-        let value = match byte {
-            b'A'..=b'Z' => byte - b'A',
-            b'a'..=b'z' => byte - b'a' + 26,
-            b'0'..=b'9' => byte - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' | b'\n' | b'\r' | b' ' => continue,
-            _ => return None,
-        };
-        buffer = (buffer << 6) | u32::from(value);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            bytes.push((buffer >> bits) as u8);
-            buffer &= (1 << bits) - 1;
-        }
+    match jiff::Timestamp::from_second(at_ms.div_euclid(1000)) {
+        Ok(timestamp) => timestamp.to_string(),
+        // Outside the years -9999..=9999: no date to show, so the number itself.
+        Err(_) => format!("{at_ms} ms"),
     }
-    Some(bytes)
 }
 
 #[cfg(test)]
@@ -125,19 +139,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_decodes_what_servers_send() {
-        assert_eq!(
-            base64_decode("AAEC/w==").as_deref(),
-            Some(&[0u8, 1, 2, 255][..])
-        );
-        assert_eq!(base64_decode("aGVsbG8").as_deref(), Some(&b"hello"[..]));
-        assert_eq!(base64_decode("not base64!"), None);
-    }
-
-    #[test]
     fn timestamps_are_utc() {
         assert_eq!(utc_timestamp(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc_timestamp(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert_eq!(utc_timestamp(1_767_225_599_000), "2025-12-31T23:59:59Z");
+        assert_eq!(utc_timestamp(1_767_225_599_999), "2025-12-31T23:59:59Z");
+        assert_eq!(utc_timestamp(i64::MAX), format!("{} ms", i64::MAX));
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(escaped("plain «text»"), "plain «text»");
+        assert_eq!(
+            escaped("\x1b]0;x\x07\x1b[2J\nnext\u{9b}"),
+            "\\u{1b}]0;x\\u{7}\\u{1b}[2J\\nnext\\u{9b}"
+        );
+        let snippet = format!("a {}match{} \x1b[2J", SNIPPET_MARKERS.0, SNIPPET_MARKERS.1);
+        let shown = shown_snippet(&snippet);
+        assert!(!shown.contains("\x1b[2J"), "{shown:?}");
+        assert!(shown.contains("match"), "{shown:?}");
     }
 }
