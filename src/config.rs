@@ -83,6 +83,8 @@ pub struct DaemonConfig {
     pub socket: PathBuf,
     pub resync_interval: Duration,
     pub request_timeout: Duration,
+    /// How long the first message of a connection may wait for a server that starts slowly.
+    pub connect_timeout: Duration,
     pub limits: WalkLimits,
     pub timings: SyncTimings,
     /// A server removed from the configuration keeps its snapshot, marked offline, instead of
@@ -121,6 +123,8 @@ pub struct ServerConfig {
     pub priority: i64,
     pub resync_interval: Duration,
     pub request_timeout: Duration,
+    /// How long the first message of a connection may wait for a server that starts slowly.
+    pub connect_timeout: Duration,
     pub limits: WalkLimits,
     /// The size cap of the `resources/read` content cache; `None` (the default) turns it off.
     pub read_cache_bytes: Option<u64>,
@@ -227,6 +231,7 @@ struct RawDaemon {
     socket: Option<Spanned<String>>,
     resync_interval: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
+    connect_timeout: Option<Spanned<String>>,
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
     max_pages_without_new: Option<Spanned<i64>>,
@@ -255,6 +260,7 @@ struct RawServer {
     priority: Option<i64>,
     resync_interval: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
+    connect_timeout: Option<Spanned<String>>,
     max_pages: Option<Spanned<i64>>,
     max_items: Option<Spanned<i64>>,
     read_cache: Option<Spanned<String>>,
@@ -393,6 +399,11 @@ impl Context<'_> {
             "daemon.request_timeout",
             Duration::from_secs(30),
         )?;
+        let connect_timeout = self.duration(
+            &daemon.connect_timeout,
+            "daemon.connect_timeout",
+            Duration::from_secs(60),
+        )?;
         let limits = WalkLimits {
             max_pages: self.count(&daemon.max_pages, "daemon.max_pages", DEFAULT_MAX_PAGES)?,
             max_items: self.count(&daemon.max_items, "daemon.max_items", DEFAULT_MAX_ITEMS)?,
@@ -442,6 +453,7 @@ impl Context<'_> {
             socket,
             resync_interval,
             request_timeout,
+            connect_timeout,
             limits,
             timings,
             keep_removed: daemon.keep_removed.unwrap_or(false),
@@ -670,6 +682,11 @@ impl Context<'_> {
                 &raw.request_timeout,
                 &key_of("request_timeout"),
                 daemon.request_timeout,
+            )?,
+            connect_timeout: self.duration(
+                &raw.connect_timeout,
+                &key_of("connect_timeout"),
+                daemon.connect_timeout,
             )?,
             limits,
             read_cache_bytes: match &raw.read_cache {

@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod lines;
 pub mod mcp;
 pub mod paths;
+pub mod protocol;
 pub mod redact;
 pub mod search;
 pub mod session;
