@@ -17,13 +17,15 @@ use tokio::sync::watch;
 
 use crate::lines::{self, Line};
 use crate::protocol::{
-    self as wire, encode_cursor, encode_search_cursor, parse_params, CacheNote, CatalogChanged,
-    CatalogChanges, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch,
-    ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams, ListResources,
-    ListTemplates, Method, NotificationMessage, Ping, ReadResource, ReadResourceResult,
-    ResourcesListChanged, Response, DEFAULT_CHANGES_LIMIT, INTERNAL_ERROR, INVALID_PARAMS,
-    INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE, PARSE_ERROR, RESOURCE_NOT_FOUND,
+    self as wire, encode_cursor, encode_index_cursor, encode_search_cursor, parse_params,
+    CacheNote, CatalogChanged, CatalogChanges, CatalogRefresh, CatalogResource, CatalogSearch,
+    CatalogStatus, CatalogWatch, ErrorData, ErrorObject, IncomingRequest, Initialize,
+    InvalidParams, ListResources, ListTemplates, Method, NotificationMessage, Ping, ReadResource,
+    ReadResourceResult, ResourcesListChanged, Response, DEFAULT_CHANGES_LIMIT, INTERNAL_ERROR,
+    INVALID_PARAMS, INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE, PARSE_ERROR,
+    RESOURCE_NOT_FOUND,
 };
+use crate::search::{SearchError, SearchIndex, SearchQuery};
 use crate::session::ReadError;
 use crate::store::{self, CatalogRow, ListingRow, Store, StoreError};
 use crate::supervisor::{RefreshOutcome, Supervisor};
@@ -91,6 +93,8 @@ pub struct ApiContext {
     pub clients: AtomicUsize,
     /// When the configuration in force was loaded, and why the last reload was refused.
     pub config_load: std::sync::Mutex<ConfigLoad>,
+    /// The derived search index; `None` when it could not be opened (SQLite answers).
+    pub search_index: Option<Arc<SearchIndex>>,
 }
 
 /// The daemon's record of its configuration file, shown by `catalog/status`.
@@ -384,9 +388,21 @@ async fn dispatch(
             Ok(status)
         }
         CatalogSearch::NAME => {
-            let request = params::<CatalogSearch>(raw)?
-                .into_request()
-                .map_err(invalid_params)?;
+            let params = params::<CatalogSearch>(raw)?;
+            let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
+            let request = params.into_request().map_err(invalid_params)?;
+            // A cursor stays with the engine that made it: the two rank differently.
+            let mut note = None;
+            if let (Some(index), false, true) = (
+                &context.search_index,
+                request.raw,
+                index_cursor.unwrap_or(true),
+            ) {
+                match search_index(index, &context.store, &request).await? {
+                    Ok(result) => return answer::<CatalogSearch>(result),
+                    Err(why) => note = Some(why),
+                }
+            }
             let (hits, next) =
                 context
                     .store
@@ -398,7 +414,9 @@ async fn dispatch(
                         }
                         other => internal(other),
                     })?;
-            answer::<CatalogSearch>(search_result(hits, next))
+            let mut result = search_result(hits, next);
+            result.note = note;
+            answer::<CatalogSearch>(result)
         }
         CatalogChanges::NAME => {
             let (since, limit) = params::<CatalogChanges>(raw)?
@@ -589,6 +607,7 @@ async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject>
         config_loaded_at: config_load.loaded_at_ms,
         config_error: config_load.error,
         config_error_at: config_load.error_at_ms,
+        search_index: context.search_index.as_ref().map(|index| index.status()),
     };
     let servers = servers
         .into_iter()
@@ -670,11 +689,86 @@ pub fn resource_details(
     }))
 }
 
+/// How long a search waits for the index to apply a swap its caller may already have seen
+/// (one committed before the search arrived) before SQLite answers instead.
+const INDEX_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long one search may run in the index, waiting for a free slot included.
+const INDEX_SEARCH_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Answers from the derived search index; `Ok(Err(why))` when it cannot answer for the
+/// catalog as it stands (repairing, or behind a swap it has not applied yet in time).
+async fn search_index(
+    index: &Arc<SearchIndex>,
+    store: &Store,
+    request: &store::SearchRequest,
+) -> Result<Result<wire::SearchResult, String>, ErrorObject> {
+    let wanted = store.catalog_version();
+    let mut status = index.watch();
+    if !status.borrow().serves(wanted) {
+        let caught_up = status.wait_for(|status| {
+            status.serves(wanted) || status.phase != crate::search::Phase::Ready
+        });
+        let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
+        let now = index.status();
+        if !now.serves(wanted) {
+            let state = match now.phase {
+                crate::search::Phase::Ready => "catching up with the latest change".to_string(),
+                crate::search::Phase::Opening => "opening".to_string(),
+                crate::search::Phase::CatchingUp => "catching up".to_string(),
+                crate::search::Phase::Rebuilding { percent } => format!("rebuilding ({percent}%)"),
+                crate::search::Phase::Failed => "unavailable (see the log)".to_string(),
+            };
+            return Ok(Err(format!(
+                "the search index is {state}; answered by SQLite full-text search"
+            )));
+        }
+    }
+    let mut query = SearchQuery::new(request.query.clone(), request.limit);
+    query.server = request.server.clone();
+    query.mime_type = request.mime_type.clone();
+    query.offset = request.offset;
+    query.highlight = request.highlight.clone();
+    query.time_limit = INDEX_SEARCH_TIME_LIMIT;
+    let index = index.clone();
+    let page = tokio::task::spawn_blocking(move || index.search(&query))
+        .await
+        .map_err(internal)?
+        .map_err(|error| match error {
+            SearchError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
+            SearchError::TimedOut(_) | SearchError::Busy => {
+                ErrorObject::new(INTERNAL_ERROR, error.to_string())
+            }
+            other => internal(other),
+        })?;
+    Ok(Ok(wire::SearchResult {
+        results: page
+            .hits
+            .into_iter()
+            .map(|hit| wire::SearchHit {
+                meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
+                server: hit.server,
+                uri: hit.uri,
+                name: hit.name,
+                title: hit.title,
+                mime_type: hit.mime_type,
+                description: hit.description,
+                score: f64::from(hit.score),
+                snippet: hit.snippet,
+            })
+            .collect(),
+        next_cursor: page.next_offset.map(encode_index_cursor),
+        engine: Some(wire::SearchEngine::Index),
+        match_mode: Some(page.mode),
+        note: None,
+    }))
+}
+
 pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::SearchResult {
     wire::SearchResult {
         results: hits
             .into_iter()
             .map(|hit| wire::SearchHit {
+                meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
                 server: hit.server,
                 uri: hit.uri,
                 name: hit.name,
@@ -686,6 +780,9 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
             })
             .collect(),
         next_cursor: next.map(encode_search_cursor),
+        engine: Some(wire::SearchEngine::Sqlite),
+        match_mode: None,
+        note: None,
     }
 }
 

@@ -15,7 +15,10 @@ use serde::Serialize;
 pub use crate::mcp::{
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
-pub use cursor::{decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor};
+pub use cursor::{
+    decode_cursor, decode_search_cursor, encode_cursor, encode_index_cursor, encode_search_cursor,
+    is_index_cursor,
+};
 pub use envelope::{
     CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
     Response, ServerMessage, JSONRPC_VERSION,
@@ -31,8 +34,8 @@ pub use resource::{
 pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
-    ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities,
-    ServerStatus, StatusResult, SwapSummary, WatchResult,
+    ResourceDetails, ResourcesCapability, SearchEngine, SearchHit, SearchResult,
+    ServerCapabilities, ServerStatus, StatusResult, SwapSummary, WatchResult,
 };
 pub use state::{
     ChangeKind, ConnectedTransport, Era, PushChannel, ServerState, TransportKind, UnknownName,

@@ -16,6 +16,7 @@ mod interop;
 mod live;
 mod liveness;
 mod search;
+mod search_index;
 mod service;
 mod socket;
 mod walk;
