@@ -25,6 +25,17 @@ fn fixture_entry(server: &str, index: usize) -> Entry {
     }
 }
 
+/// Resident memory now, split into anonymous and file-backed (the index's mmaps) pages.
+fn rss_split() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .filter(|line| line.starts_with("RssAnon:") || line.starts_with("RssFile:"))
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn vm_hwm_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -168,6 +179,7 @@ fn main() -> anyhow::Result<()> {
         status.bytes as f64 / 1e6,
         vm_hwm_mb()
     );
+    println!("resident after the build: {}", rss_split());
 
     // A catch-up-sized diff: 100 changed entries of one server.
     let started = Instant::now();
