@@ -181,6 +181,15 @@ fn main() -> anyhow::Result<()> {
     );
     println!("resident after the build: {}", rss_split());
 
+    // An empty commit: what tantivy's commit itself costs.
+    for _ in 0..3 {
+        let started = Instant::now();
+        index.advance(SERVERS as u64)?;
+        println!(
+            "an empty commit: {:.1} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+    }
     // A catch-up-sized diff: 100 changed entries of one server.
     let started = Instant::now();
     let changed: Vec<Entry> = (0..100)

@@ -730,16 +730,25 @@ async fn search_index(
     query.highlight = request.highlight.clone();
     query.time_limit = INDEX_SEARCH_TIME_LIMIT;
     let index = index.clone();
-    let page = tokio::task::spawn_blocking(move || index.search(&query))
+    let searched = tokio::task::spawn_blocking(move || index.search(&query))
         .await
-        .map_err(internal)?
-        .map_err(|error| match error {
-            SearchError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
-            SearchError::TimedOut(_) | SearchError::Busy => {
-                ErrorObject::new(INTERNAL_ERROR, error.to_string())
-            }
-            other => internal(other),
-        })?;
+        .map_err(internal)?;
+    let page = match searched {
+        Ok(page) => page,
+        Err(error @ SearchError::InvalidQuery(_)) => {
+            return Err(ErrorObject::new(INVALID_PARAMS, error.to_string()))
+        }
+        Err(error @ (SearchError::TimedOut(_) | SearchError::Busy)) => {
+            return Err(ErrorObject::new(INTERNAL_ERROR, error.to_string()))
+        }
+        // A damaged index must not cost an answer: SQLite has the same catalog.
+        Err(error) => {
+            tracing::warn!(%error, "the search index failed a search; SQLite answered");
+            return Ok(Err(format!(
+                "the search index failed ({error}); answered by SQLite full-text search"
+            )));
+        }
+    };
     Ok(Ok(wire::SearchResult {
         results: page
             .hits

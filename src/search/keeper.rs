@@ -59,6 +59,7 @@ pub fn spawn(
                     first = false;
                     QUIET_CHECK
                 }
+                Ok(Err(KeepError::Index(super::SearchError::Cancelled))) => return,
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "the search index could not catch up; searches use SQLite meanwhile");
                     index.set_phase(Phase::Failed);
@@ -96,6 +97,11 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
     let mut repair = index.repair_needed(target);
     // The same generation in another database (one replaced under the index) shows in the
     // counts; checked once, at start.
+    if first {
+        if let Some(reason) = index.damage() {
+            repair = Repair::Rebuild { reason };
+        }
+    }
     if first && repair == Repair::Nothing {
         let stored = snapshot.entry_count()?;
         let indexed = index.status().documents;
@@ -248,13 +254,13 @@ mod tests {
                 ServerEntry {
                     name: "docs".into(),
                     priority: docs,
-                    transport: "stdio".into(),
+                    transport: crate::protocol::TransportKind::Stdio,
                     read_cache_bytes: None,
                 },
                 ServerEntry {
                     name: "wiki".into(),
                     priority: 50,
-                    transport: "stdio".into(),
+                    transport: crate::protocol::TransportKind::Stdio,
                     read_cache_bytes: None,
                 },
             ]

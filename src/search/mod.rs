@@ -14,6 +14,7 @@
 //! priorities recomputes them for the shared URIs only. Queries without `server` filter on
 //! `wins`, as an index term, so the filter takes part in top-k pruning like a word does.
 
+mod directory;
 pub mod keeper;
 mod query;
 mod schema;
@@ -36,8 +37,10 @@ use schema::{Fields, Flags, SCHEMA_VERSION};
 
 /// A file that marks a directory as ours, so a reset never empties a directory it did not make.
 const MARKER_FILE: &str = "MCP-MIRROR-SEARCH-INDEX";
+/// Written at a clean close, removed at open: without it the files' checksums are checked.
+const CLEAN_FILE: &str = "CLOSED-CLEANLY";
 /// The index writer's memory budget: tantivy flushes a segment when it is used up.
-const WRITER_HEAP_BYTES: usize = 48 * 1024 * 1024;
+const WRITER_HEAP_BYTES: usize = 16 * 1024 * 1024;
 /// How often a rebuild reports its progress, in entries.
 const PROGRESS_EVERY: u64 = 10_000;
 /// The priority of a server the caller did not name: it loses to every named one.
@@ -177,6 +180,9 @@ struct Payload {
 pub struct SearchIndex {
     directory: PathBuf,
     fields: Fields,
+    index: Index,
+    /// The last run did not close the index cleanly: check its files before trusting them.
+    unclean: bool,
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     committed: Mutex<Payload>,
@@ -215,6 +221,15 @@ impl SearchIndex {
             }
         };
         let payload = read_payload(&index).unwrap_or_default();
+        let clean = directory.join(CLEAN_FILE);
+        let unclean = !clean.exists() && opened == Opened::Existing;
+        if clean.exists() {
+            std::fs::remove_file(&clean).map_err(|source| SearchError::Io {
+                action: "remove",
+                path: clean.clone(),
+                source,
+            })?;
+        }
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -230,6 +245,8 @@ impl SearchIndex {
         let search_index = SearchIndex {
             directory: directory.to_path_buf(),
             fields,
+            index,
+            unclean,
             reader,
             writer: Mutex::new(writer),
             committed: Mutex::new(payload),
@@ -239,6 +256,29 @@ impl SearchIndex {
         };
         search_index.publish(None);
         Ok((search_index, opened))
+    }
+
+    /// After a start that did not follow a clean close: the names of files whose checksum
+    /// fails (a machine crash can leave them), as the reason to rebuild.
+    pub fn damage(&self) -> Option<String> {
+        if !self.unclean {
+            return None;
+        }
+        match self.index.validate_checksum() {
+            Ok(damaged) if damaged.is_empty() => None,
+            Ok(damaged) => Some(format!("damaged files after an unclean stop: {damaged:?}")),
+            Err(error) => Some(format!(
+                "cannot check the files after an unclean stop: {error}"
+            )),
+        }
+    }
+
+    /// Marks a clean close: the next open trusts the files without reading them all.
+    pub fn close(&self) {
+        let clean = self.directory.join(CLEAN_FILE);
+        if let Err(error) = std::fs::write(&clean, b"") {
+            tracing::warn!(path = %clean.display(), %error, "cannot mark the search index closed");
+        }
     }
 
     /// Makes a running rebuild or diff stop soon, uncommitted; later ones stop at once.
@@ -354,9 +394,7 @@ impl SearchIndex {
         } else {
             for uri in &diff.removed {
                 writer.delete_term(fields.key_term(server, uri));
-                // Counts include deleted documents, so this may say "shared" wrongly; then
-                // the recomputation below merely finds nothing to change.
-                if !empty && searcher.doc_freq(&fields.uri_term(uri))? > 1 {
+                if !empty && self.others_may_list(&searcher, server, uri)? {
                     orphaned.insert(uri.clone());
                 }
             }
@@ -364,7 +402,7 @@ impl SearchIndex {
         for (done, entry) in diff.upserted.into_iter().enumerate() {
             self.check_cancelled(done as u64)?;
             orphaned.remove(&entry.uri);
-            let others = if empty || searcher.doc_freq(&fields.uri_term(&entry.uri))? == 0 {
+            let others = if empty || !self.others_may_list(&searcher, server, &entry.uri)? {
                 Vec::new()
             } else {
                 self.listings(&searcher, &entry.uri)?
@@ -425,6 +463,22 @@ impl SearchIndex {
             writer.add_document(self.fields.document(&entry, flags))?;
         }
         Ok(())
+    }
+
+    /// False when no other server's listing of `uri` was ever indexed in the live segments:
+    /// then the stored listings need not be read. Two term lookups; counts include deleted
+    /// documents, so a "true" may be wrong, which costs a look and changes nothing.
+    fn others_may_list(
+        &self,
+        searcher: &Searcher,
+        server: &str,
+        uri: &str,
+    ) -> Result<bool, SearchError> {
+        let listings = searcher.doc_freq(&self.fields.uri_term(uri))?;
+        if listings == 0 {
+            return Ok(false);
+        }
+        Ok(listings > searcher.doc_freq(&self.fields.key_term(server, uri))?)
     }
 
     /// Every live listing of `uri` in the committed index, with its flags.
@@ -666,8 +720,9 @@ fn open_existing(directory: &Path, fields: &Fields) -> Result<Option<Index>, Str
     if !directory.join("meta.json").exists() {
         return Ok(None);
     }
-    let index =
-        Index::open_in_dir(directory).map_err(|error| format!("cannot open it: {error}"))?;
+    let index = directory::UnsyncedDirectory::open(directory)
+        .and_then(Index::open)
+        .map_err(|error| format!("cannot open it: {error}"))?;
     if index.schema() != fields.schema {
         return Err("its fields are from another version".into());
     }
@@ -720,7 +775,11 @@ fn create(directory: &Path, fields: &Fields) -> Result<Index, SearchError> {
         path: marker.clone(),
         source,
     })?;
-    let index = Index::create_in_dir(directory, fields.schema.clone())?;
+    let index = Index::create(
+        directory::UnsyncedDirectory::open(directory)?,
+        fields.schema.clone(),
+        tantivy::IndexSettings::default(),
+    )?;
     Fields::register_analyzer(&index);
     Ok(index)
 }

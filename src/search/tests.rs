@@ -548,3 +548,31 @@ fn status_reports_phase_generation_documents_and_bytes() {
     assert_eq!(status["percent"], 42);
     assert!(!index.is_ready());
 }
+
+#[test]
+fn files_are_checked_after_an_unclean_stop_only() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("catalog.search");
+    {
+        let index = catalog(&path);
+        index.close();
+    }
+    let (index, _) = open(&path);
+    assert_eq!(index.damage(), None, "a clean close is trusted");
+    drop(index);
+    // No close this time (as after kill -9), and a segment file damaged (as after a power cut).
+    let segment = std::fs::read_dir(&path)
+        .expect("read_dir")
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|extension| extension == "idx"))
+        .expect("a segment's term file");
+    let mut bytes = std::fs::read(&segment).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&segment, bytes).expect("write");
+    let (index, opened) = open(&path);
+    assert_eq!(opened, Opened::Existing);
+    let damage = index.damage().expect("the damage is found");
+    assert!(damage.contains("damaged"), "{damage}");
+}
