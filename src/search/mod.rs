@@ -41,6 +41,8 @@ const MARKER_FILE: &str = "MCP-MIRROR-SEARCH-INDEX";
 const CLEAN_FILE: &str = "CLOSED-CLEANLY";
 /// The index writer's memory budget: tantivy flushes a segment when it is used up.
 const WRITER_HEAP_BYTES: usize = 16 * 1024 * 1024;
+/// Segments with this many documents are not merged further.
+const MAX_DOCS_BEFORE_MERGE: usize = 200_000;
 /// How often a rebuild reports its progress, in entries.
 const PROGRESS_EVERY: u64 = 10_000;
 /// The priority of a server the caller did not name: it loses to every named one.
@@ -234,7 +236,12 @@ impl SearchIndex {
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
-        let writer = index.writer_with_num_threads(1, WRITER_HEAP_BYTES)?;
+        let writer: IndexWriter = index.writer_with_num_threads(1, WRITER_HEAP_BYTES)?;
+        // Merging segments costs memory in proportion to their size; segments this large are
+        // left alone, which bounds it (a million entries stay in a handful of segments).
+        let mut merges = tantivy::merge_policy::LogMergePolicy::default();
+        merges.set_max_docs_before_merge(MAX_DOCS_BEFORE_MERGE);
+        writer.set_merge_policy(Box::new(merges));
         let (status, _) = watch::channel(IndexStatus {
             phase: Phase::Opening,
             generation: payload.generation,
@@ -410,7 +417,11 @@ impl SearchIndex {
                     .filter(|(other, _)| other.server != entry.server)
                     .collect()
             };
-            writer.delete_term(fields.key_term(&entry.server, &entry.uri));
+            // A replaced server's listings are all deleted already; a delete per entry would
+            // sit in tantivy's delete queue until the commit (some 250 bytes each).
+            if !diff.replace {
+                writer.delete_term(fields.key_term(&entry.server, &entry.uri));
+            }
             self.write_listings(writer, &servers, others, Some(entry))?;
         }
         for uri in orphaned {
