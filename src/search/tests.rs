@@ -402,7 +402,7 @@ fn diffs_and_a_rebuild_agree() {
     let mut every: Vec<Entry> = make("a", 0..250)
         .into_iter()
         .map(|mut entry| {
-            if entry.uri < "shared://0010".to_string() {
+            if entry.uri.as_str() < "shared://0010" {
                 entry.title = Some("Changed title".into());
             }
             entry
