@@ -593,7 +593,7 @@ async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject>
     let servers = servers
         .into_iter()
         .map(|server| {
-            let session = live.remove(&server.name).map(live_status);
+            let session = live.remove(&server.name);
             server_status(server, session)
         })
         .collect();
@@ -751,28 +751,5 @@ fn server_status(
         last_error: server.last_error,
         last_error_at_ms: server.last_error_at_ms,
         live,
-    }
-}
-
-/// The session's live status in the protocol's types. The session still reports its
-/// transport and push channel as text; a text no type knows is logged and left out.
-fn live_status(live: crate::session::LiveStatus) -> wire::LiveStatus {
-    fn known<T: std::str::FromStr<Err = wire::UnknownName>>(text: Option<String>) -> Option<T> {
-        text?
-            .parse()
-            .map_err(|error: wire::UnknownName| tracing::warn!(%error, "live status"))
-            .ok()
-    }
-    wire::LiveStatus {
-        era: live.era.map(wire::Era::from),
-        transport: known(live.transport),
-        push: known(live.push),
-        notifications: live.notifications,
-        walks_coalesced: live.walks_coalesced,
-        walks_started: live.walks_started,
-        walks_restarted: live.walks_restarted,
-        generation: live.generation,
-        connections: live.connections,
-        next_walk_at_ms: live.next_walk_at_ms,
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -24,40 +24,7 @@ const MAX_LISTEN_RETRY: Duration = Duration::from_secs(30);
 /// A listen that stayed open this long was healthy: its end is not a failure.
 const HEALTHY_LISTEN: Duration = Duration::from_secs(5);
 
-/// The two eras of MCP: the handshake era (`initialize`) and the stateless one (2026-07-28).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Era {
-    Legacy,
-    Modern,
-}
-
-/// How this connection learns that the server's list changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PushChannel {
-    /// Notifications arrive on the child's stdout.
-    Stdio,
-    /// The handshake era's GET stream.
-    GetStream,
-    /// The 2024-11-05 transport's one SSE stream.
-    SseStream,
-    /// A long-lived `subscriptions/listen` request.
-    Listen,
-    /// The server cannot push, for the reason given: we poll.
-    Polling(String),
-}
-
-impl std::fmt::Display for PushChannel {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PushChannel::Stdio => formatter.write_str("stdio notifications"),
-            PushChannel::GetStream => formatter.write_str("GET stream"),
-            PushChannel::SseStream => formatter.write_str("SSE stream"),
-            PushChannel::Listen => formatter.write_str("subscriptions/listen"),
-            PushChannel::Polling(reason) => write!(formatter, "polling ({reason})"),
-        }
-    }
-}
+pub use crate::protocol::{ConnectedTransport, Era, PushChannel};
 
 /// What the server told us about itself.
 #[derive(Debug, Clone)]
@@ -665,11 +632,11 @@ impl Session {
         self.events.clone()
     }
 
-    pub fn transport_name(&self) -> &'static str {
+    pub fn transport(&self) -> ConnectedTransport {
         match self.connection {
-            Connection::Stdio(_) => "stdio",
-            Connection::Http(_) => "streamable-http",
-            Connection::LegacySse(_) => "http+sse",
+            Connection::Stdio(_) => ConnectedTransport::Stdio,
+            Connection::Http(_) => ConnectedTransport::StreamableHttp,
+            Connection::LegacySse(_) => ConnectedTransport::HttpSse,
         }
     }
 

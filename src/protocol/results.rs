@@ -287,4 +287,15 @@ pub struct LiveStatus {
     pub generation: u64,
     pub connections: u64,
     pub next_walk_at_ms: Option<i64>,
+    /// While polling a server that cannot push: the interval between polls now in force
+    /// (before jitter), and why it is that long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval_reason: Option<String>,
+    /// The caching hints of the server's last list result (stateless era).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_scope: Option<String>,
 }

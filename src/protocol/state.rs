@@ -111,6 +111,8 @@ text_enum! {
         Failed => "failed",
         /// The connection failed or dropped; a retry is scheduled.
         BackingOff => "backing_off",
+        /// Connected, but the push stream cannot be reopened; the snapshot stays, marked stale.
+        Reconnecting => "reconnecting",
         Stopped => "stopped",
         /// No longer configured, its snapshot kept and served (`keep_removed`).
         Offline => "offline",
@@ -163,15 +165,6 @@ impl From<&crate::config::Transport> for TransportKind {
     }
 }
 
-impl From<crate::mcp::Era> for Era {
-    fn from(era: crate::mcp::Era) -> Era {
-        match era {
-            crate::mcp::Era::Legacy => Era::Legacy,
-            crate::mcp::Era::Modern => Era::Modern,
-        }
-    }
-}
-
 /// How a session learns that its server's list changed, as status shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PushChannel {
@@ -207,23 +200,11 @@ impl PushChannel {
     }
 
     /// The channel a session has started, still opening where a stream has to open first.
-    pub fn opening(started: crate::mcp::PushChannel) -> PushChannel {
-        match PushChannel::from(started) {
+    pub fn opening(started: PushChannel) -> PushChannel {
+        match started {
             PushChannel::GetStream => PushChannel::OpeningGetStream,
             PushChannel::Listen => PushChannel::OpeningListen,
             other => other,
-        }
-    }
-}
-
-impl From<crate::mcp::PushChannel> for PushChannel {
-    fn from(channel: crate::mcp::PushChannel) -> PushChannel {
-        match channel {
-            crate::mcp::PushChannel::Stdio => PushChannel::Stdio,
-            crate::mcp::PushChannel::GetStream => PushChannel::GetStream,
-            crate::mcp::PushChannel::SseStream => PushChannel::SseStream,
-            crate::mcp::PushChannel::Listen => PushChannel::Listen,
-            crate::mcp::PushChannel::Polling(reason) => PushChannel::Polling(reason),
         }
     }
 }
@@ -331,7 +312,7 @@ mod tests {
         for channel in engine {
             let shown = channel.to_string();
             let parsed: PushChannel = shown.parse().expect("parse");
-            assert_eq!(parsed, PushChannel::from(channel.clone()));
+            assert_eq!(parsed, channel.clone());
             let opening = format!("opening {shown}");
             if matches!(
                 channel,

@@ -213,13 +213,13 @@ impl Actor {
         };
         self.known_era = Some(session.hello.era);
         tracing::info!(
-            transport = session.transport_name(),
+            transport = %session.transport(),
             era = ?session.hello.era,
             protocol_version = %session.hello.protocol_version,
             "connected"
         );
         self.counters.connections += 1;
-        let (era, transport) = (session.hello.era, session.transport_name().to_string());
+        let (era, transport) = (session.hello.era, session.transport());
         self.publish(|live| {
             live.era = Some(era);
             live.transport = Some(transport);
@@ -247,10 +247,7 @@ impl Actor {
             PushChannel::Polling(reason) => self.start_polling(&mut link, reason),
             push => {
                 // Streams that still have to open say so until they have.
-                let shown = match push {
-                    PushChannel::GetStream | PushChannel::Listen => format!("opening {push}"),
-                    other => other.to_string(),
-                };
+                let shown = PushChannel::opening(push);
                 self.publish(|live| live.push = Some(shown));
             }
         }
@@ -320,7 +317,7 @@ impl Actor {
                 resources_list_changed: true,
             } => {
                 link.push.listen_failures = 0;
-                self.publish(|live| live.push = Some(PushChannel::Listen.to_string()));
+                self.publish(|live| live.push = Some(PushChannel::Listen));
                 if self.push_restored(&mut link) {
                     self.on_change(link)
                 } else {
@@ -350,7 +347,7 @@ impl Actor {
                 self.on_change(link)
             }
             ServerEvent::StreamOpened | ServerEvent::StreamResumed => {
-                self.publish(|live| live.push = Some(PushChannel::GetStream.to_string()));
+                self.publish(|live| live.push = Some(PushChannel::GetStream));
                 // A stream back after a break may have missed changes.
                 let restored = self.push_restored(&mut link);
                 if restored || event == ServerEvent::StreamResumed {
@@ -555,7 +552,7 @@ impl Actor {
         link.push.polling = true;
         // Polling replaces the stream that could not be reopened.
         link.push.broken = None;
-        self.publish(|live| live.push = Some(PushChannel::Polling(reason).to_string()));
+        self.publish(|live| live.push = Some(PushChannel::Polling(reason)));
     }
 
     /// The push stream cannot be reopened: the server is `reconnecting`, its snapshot stale.

@@ -424,9 +424,9 @@ fn update_server(
             params![server, error, now, ServerState::Failed],
         )?,
         ServerUpdate::Reconnecting { error } => connection.execute(
-            "UPDATE servers SET state = 'reconnecting', stale = 1, last_error = ?2, last_error_at = ?3
+            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3
                  WHERE name = ?1",
-            params![server, error, now],
+            params![server, error, now, ServerState::Reconnecting],
         )?,
         ServerUpdate::BackingOff { error, retry_at_ms } => connection.execute(
             "UPDATE servers SET state = ?5, stale = 1, last_error = ?2, last_error_at = ?3,
