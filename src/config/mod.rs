@@ -20,6 +20,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use secrecy::{ExposeSecret, SecretString};
+
 use source::SourceFile;
 pub use values::{parse_duration, parse_size};
 
@@ -69,25 +71,6 @@ impl ConfigError {
         }
         text.push_str(&self.message);
         text
-    }
-}
-
-/// A value that must never be printed: tokens and secret header values.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("Secret(<redacted>)")
     }
 }
 
@@ -161,10 +144,10 @@ pub struct ServerConfig {
     pub protocol_version: Option<String>,
 }
 
-/// How to reach a server. Header values are treated as secrets like the bearer token (they
-/// often carry API keys, and a rule with no exceptions cannot be forgotten): `Debug` shows
-/// their names only and `Config::secrets` lists them for the scrubber.
-#[derive(Clone, PartialEq)]
+/// How to reach a server. Header values and `env` values are treated as secrets like the
+/// bearer token (they often carry API keys, and a rule with no exceptions cannot be
+/// forgotten): `Debug` shows their names only and `Config::secrets` lists them for the scrubber.
+#[derive(Clone)]
 pub enum Transport {
     Stdio {
         command: PathBuf,
@@ -175,7 +158,7 @@ pub enum Transport {
     Http {
         url: String,
         headers: Vec<(String, String)>,
-        bearer_token: Option<Secret>,
+        bearer_token: Option<SecretString>,
     },
 }
 
@@ -207,7 +190,7 @@ impl fmt::Debug for Transport {
                 .debug_struct("Stdio")
                 .field("command", command)
                 .field("args", args)
-                .field("env", env)
+                .field("env", &redacted_names(env.keys()))
                 .field("cwd", cwd)
                 .finish(),
             Transport::Http {
@@ -227,8 +210,54 @@ impl fmt::Debug for Transport {
     }
 }
 
+/// A reload compares configurations to restart only the servers that changed, so a changed
+/// token must count; `SecretString` has no `PartialEq` of its own.
+impl PartialEq for Transport {
+    fn eq(&self, other: &Transport) -> bool {
+        match (self, other) {
+            (
+                Transport::Stdio {
+                    command,
+                    args,
+                    env,
+                    cwd,
+                },
+                Transport::Stdio {
+                    command: other_command,
+                    args: other_args,
+                    env: other_env,
+                    cwd: other_cwd,
+                },
+            ) => {
+                command == other_command
+                    && args == other_args
+                    && env == other_env
+                    && cwd == other_cwd
+            }
+            (
+                Transport::Http {
+                    url,
+                    headers,
+                    bearer_token,
+                },
+                Transport::Http {
+                    url: other_url,
+                    headers: other_headers,
+                    bearer_token: other_token,
+                },
+            ) => {
+                url == other_url
+                    && headers == other_headers
+                    && bearer_token.as_ref().map(ExposeSecret::expose_secret)
+                        == other_token.as_ref().map(ExposeSecret::expose_secret)
+            }
+            _ => false,
+        }
+    }
+}
+
 impl Config {
-    /// The values that must never be printed: bearer tokens and every header value.
+    /// The values that must never be printed: bearer tokens, header values and `env` values.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
         self.servers.iter().flat_map(|server| -> Vec<&str> {
             match &server.transport {
@@ -239,9 +268,9 @@ impl Config {
                 } => headers
                     .iter()
                     .map(|(_, value)| value.as_str())
-                    .chain(bearer_token.as_ref().map(Secret::expose))
+                    .chain(bearer_token.as_ref().map(ExposeSecret::expose_secret))
                     .collect(),
-                Transport::Stdio { .. } => Vec::new(),
+                Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
             }
         })
     }

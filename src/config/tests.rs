@@ -53,7 +53,7 @@ priority = 10
 [servers.local]
 command = "npx"
 args = ["-y", "@modelcontextprotocol/server-everything"]
-env = { LOG_LEVEL = "warn" }
+env = { LOG_LEVEL = "warn", API_KEY = "env-s3cret-value" }
 max_items = 20
 "#,
     )
@@ -69,7 +69,10 @@ max_items = 20
     assert_eq!(docs.limits.max_pages, 50);
     match &docs.transport {
         Transport::Http { bearer_token, .. } => {
-            assert_eq!(bearer_token.as_ref().map(Secret::expose), Some("s3cret"));
+            assert_eq!(
+                bearer_token.as_ref().map(ExposeSecret::expose_secret),
+                Some("s3cret")
+            );
             assert!(!format!("{docs:?}").contains("s3cret"));
         }
         other => panic!("unexpected transport {other:?}"),
@@ -77,8 +80,11 @@ max_items = 20
     assert_eq!(config.servers[1].limits.max_items, 20);
     assert!(!config.daemon.keep_removed);
     let secrets: Vec<&str> = config.secrets().collect();
-    assert_eq!(secrets, ["search", "s3cret"]);
-    assert!(!format!("{config:?}").contains("search\""), "{config:?}");
+    assert_eq!(secrets, ["search", "s3cret", "env-s3cret-value", "warn"]);
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("search\""), "{debug}");
+    assert!(!debug.contains("env-s3cret-value"), "{debug}");
+    assert!(debug.contains("API_KEY"), "{debug}");
 }
 
 #[test]
@@ -111,7 +117,7 @@ fn token_files_expand_the_credentials_directory() {
         .expect("valid config");
         match &config.servers[0].transport {
             Transport::Http { bearer_token, .. } => assert_eq!(
-                bearer_token.as_ref().map(Secret::expose),
+                bearer_token.as_ref().map(ExposeSecret::expose_secret),
                 Some("tok-from-credential")
             ),
             other => panic!("unexpected transport {other:?}"),
@@ -167,4 +173,25 @@ fn errors_name_file_line_and_key() {
         );
         assert!(rendered.contains(key), "{text:?} gave {rendered}");
     }
+}
+
+#[test]
+fn a_changed_token_or_env_value_is_a_changed_server() {
+    let http = |token: &'static str| {
+        parse(
+            Path::new("/etc/mcp-mirror/daemon.toml"),
+            "[servers.docs]\nurl = \"https://example.com/mcp\"\nbearer_token_env = \"T\"\n",
+            &move |_| Some(token.to_string()),
+        )
+        .expect("valid config")
+    };
+    assert_eq!(http("token-one"), http("token-one"));
+    assert_ne!(http("token-one"), http("token-two"));
+    let stdio = |value: &str| {
+        parse_text(&format!(
+            "[servers.local]\ncommand = \"x\"\nenv = {{ KEY = \"{value}\" }}\n"
+        ))
+        .expect("valid config")
+    };
+    assert_ne!(stdio("value-one"), stdio("value-two"));
 }

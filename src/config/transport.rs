@@ -3,11 +3,12 @@
 
 use std::path::PathBuf;
 
+use secrecy::SecretString;
 use toml::Spanned;
 
 use super::server::ServerTable;
 use super::source::SourceFile;
-use super::{ConfigError, Secret, Transport};
+use super::{ConfigError, Transport};
 
 /// Keys that only a server with a `url` may set.
 const HTTP_ONLY_KEYS: [&str; 3] = ["headers", "bearer_token_env", "bearer_token_file"];
@@ -122,7 +123,7 @@ fn bearer_token(
     source: &SourceFile,
     server: &ServerTable,
     lookup_env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<Secret>, ConfigError> {
+) -> Result<Option<SecretString>, ConfigError> {
     match (&server.raw.bearer_token_env, &server.raw.bearer_token_file) {
         (Some(_), Some(file)) => Err(source.error(
             &file.span(),
@@ -130,7 +131,7 @@ fn bearer_token(
             "set either `bearer_token_env` or `bearer_token_file`, not both",
         )),
         (Some(variable), None) => match lookup_env(variable.get_ref()) {
-            Some(token) if !token.trim().is_empty() => Ok(Some(Secret::new(token.trim()))),
+            Some(token) if !token.trim().is_empty() => Ok(Some(SecretString::from(token.trim()))),
             _ => Err(source.error(
                 &variable.span(),
                 &server.key_of("bearer_token_env"),
@@ -146,7 +147,7 @@ fn bearer_token(
                     format!("cannot read {}: {error}", path.display()),
                 )
             })?;
-            Ok(Some(Secret::new(token.trim())))
+            Ok(Some(SecretString::from(token.trim())))
         }
         (None, None) => Ok(None),
     }

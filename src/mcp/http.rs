@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::StatusCode;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use super::rpc::{self, Incoming, PendingRequests};
 use super::sse::SseParser;
 use super::{EventSink, McpError, RpcError, ServerEvent, MAX_MESSAGE_BYTES};
-use crate::config::Secret;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -54,7 +54,7 @@ impl HttpConnection {
         server: &str,
         url: &str,
         headers: &[(String, String)],
-        bearer_token: Option<&Secret>,
+        bearer_token: Option<&SecretString>,
         events: EventSink,
     ) -> Result<Self, McpError> {
         let mut base_headers = HeaderMap::new();
@@ -67,8 +67,8 @@ impl HttpConnection {
             base_headers.insert(name, value);
         }
         if let Some(token) = bearer_token {
-            let mut value =
-                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+            let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose_secret()))
+                .map_err(|_| {
                     McpError::Transport("the bearer token is not a valid header value".into())
                 })?;
             value.set_sensitive(true);

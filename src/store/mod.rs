@@ -32,6 +32,11 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot create the database file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(
         "the database {path} has schema version {found}, newer than this mcp-mirror knows ({known}); use a newer mcp-mirror or another database"
     )]
@@ -236,15 +241,18 @@ pub struct Store {
 impl Store {
     /// Opens (creating and migrating as needed) the database and starts the writer thread.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(parent) = path
-            .parent()
-            .filter(|parent| !parent.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::Directory {
-                path: parent.to_path_buf(),
-                source,
+        if let Some(parent) = path.parent() {
+            crate::paths::create_private_directory(parent).map_err(|source| {
+                StoreError::Directory {
+                    path: parent.to_path_buf(),
+                    source,
+                }
             })?;
         }
+        crate::paths::create_private_file(path).map_err(|source| StoreError::File {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let connection = schema::open_writer(path)?;
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
@@ -311,15 +319,29 @@ impl Store {
         update: ServerUpdate,
     ) -> Result<(), StoreError> {
         let server = server.to_string();
-        // Errors may quote what a server sent back, which may echo a credential.
+        // What a server says about itself may echo a credential (our token, its API key from
+        // `env`), and its errors may be of any length: no secret and no unbounded text is stored.
         let update = match update {
             ServerUpdate::WalkFailed { error } => ServerUpdate::WalkFailed {
-                error: crate::redact::scrub(&error).into_owned(),
+                error: crate::redact::scrub_server_text(&error),
             },
             ServerUpdate::BackingOff { error, retry_at_ms } => ServerUpdate::BackingOff {
-                error: crate::redact::scrub(&error).into_owned(),
+                error: crate::redact::scrub_server_text(&error),
                 retry_at_ms,
             },
+            ServerUpdate::Connected {
+                protocol_version,
+                mut capabilities,
+                mut server_info,
+            } => {
+                crate::redact::scrub_json(&mut capabilities);
+                crate::redact::scrub_json(&mut server_info);
+                ServerUpdate::Connected {
+                    protocol_version,
+                    capabilities,
+                    server_info,
+                }
+            }
             other => other,
         };
         self.call(|reply| WriteOp::UpdateServer {

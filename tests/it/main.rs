@@ -12,6 +12,7 @@ mod faults;
 mod interop;
 mod live;
 mod search;
+mod secrets;
 mod service;
 mod socket;
 mod walk;
