@@ -82,7 +82,7 @@ pub fn default_socket() -> PathBuf {
 
 /// Creates `directory` and its missing parents owner-only (0700) whatever the umask, so the
 /// catalog is not readable by other local users; a directory that exists is left as it is.
-pub fn create_private_directory(directory: &Path) -> io::Result<()> {
+pub(crate) fn create_private_directory(directory: &Path) -> io::Result<()> {
     if directory.as_os_str().is_empty() || directory.is_dir() {
         return Ok(());
     }
@@ -104,7 +104,7 @@ pub fn create_private_directory(directory: &Path) -> io::Result<()> {
 
 /// Creates an empty `path` owner-only (0600) whatever the umask, unless it exists. Done before
 /// SQLite opens the database, because SQLite creates `-wal` and `-shm` with the database's mode.
-pub fn create_private_file(path: &Path) -> io::Result<()> {
+pub(crate) fn create_private_file(path: &Path) -> io::Result<()> {
     match OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -13,15 +13,15 @@ use std::sync::RwLock;
 use serde_json::Value;
 
 /// What a secret becomes when scrubbed.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Shorter values cannot be scrubbed by substring without mangling ordinary text (a header
 /// value "1" would redact every digit), and are not credentials anyway.
-pub const MIN_SCRUBBED_LENGTH: usize = 8;
+pub(crate) const MIN_SCRUBBED_LENGTH: usize = 8;
 
 /// The most of one server-supplied string (an error text, a `serverInfo` field, a stderr
 /// line) that we store, log or echo; the rest is cut and counted.
-pub const MAX_SERVER_TEXT_BYTES: usize = 8 << 10;
+pub(crate) const MAX_SERVER_TEXT_BYTES: usize = 8 << 10;
 
 /// Every secret any configuration of this process has held; reloads only add to it, so a
 /// message about the old token that is still in flight stays scrubbed.
@@ -57,7 +57,7 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
 
 /// `text` cut to at most `MAX_SERVER_TEXT_BYTES` (at a character boundary), with
 /// "… (N bytes more)" appended when anything was cut.
-pub fn truncate_server_text(text: &str) -> Cow<'_, str> {
+pub(crate) fn truncate_server_text(text: &str) -> Cow<'_, str> {
     if text.len() <= MAX_SERVER_TEXT_BYTES {
         return Cow::Borrowed(text);
     }
@@ -74,12 +74,12 @@ pub fn truncate_server_text(text: &str) -> Cow<'_, str> {
 
 /// A server-supplied text as we keep it: scrubbed of known secrets, then bounded. Scrubbing
 /// comes first, so a cut can never leave the first half of a secret behind.
-pub fn scrub_server_text(text: &str) -> String {
+pub(crate) fn scrub_server_text(text: &str) -> String {
     truncate_server_text(&scrub(text)).into_owned()
 }
 
 /// Scrubs every string (keys too) inside a JSON value.
-pub fn scrub_json(value: &mut Value) {
+pub(crate) fn scrub_json(value: &mut Value) {
     match value {
         Value::String(text) => {
             if let Cow::Owned(scrubbed) = scrub(text) {

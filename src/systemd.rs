@@ -35,9 +35,9 @@ const SERVICE_VARIABLES: [&str; 6] = [
 /// wants to hear from us, and a listening socket when the daemon was socket-activated.
 #[derive(Debug, Default)]
 pub struct ServiceEnvironment {
-    pub notifier: Option<Notifier>,
-    pub watchdog_interval: Option<Duration>,
-    pub listener: Option<OwnedFd>,
+    pub(crate) notifier: Option<Notifier>,
+    pub(crate) watchdog_interval: Option<Duration>,
+    pub(crate) listener: Option<OwnedFd>,
 }
 
 impl ServiceEnvironment {
@@ -141,14 +141,14 @@ fn is_listening_unix_stream(descriptor: BorrowedFd<'_>) -> bool {
 
 /// Sends sd_notify state datagrams to the service manager.
 #[derive(Debug)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     socket: UnixDatagram,
     address: SocketAddr,
 }
 
 impl Notifier {
     /// `address` is a path, or `@name` for a socket in the abstract namespace.
-    pub fn connect(address: &std::ffi::OsStr) -> io::Result<Notifier> {
+    pub(crate) fn connect(address: &std::ffi::OsStr) -> io::Result<Notifier> {
         let bytes = address.as_bytes();
         let address = match bytes.first() {
             Some(b'@') => SocketAddr::from_abstract_name(&bytes[1..])?,
@@ -170,33 +170,33 @@ impl Notifier {
     }
 
     /// Sends one datagram of `KEY=value` lines; failures are logged, never fatal.
-    pub fn send(&self, state: &str) {
+    pub(crate) fn send(&self, state: &str) {
         if let Err(error) = self.socket.send_to_addr(state.as_bytes(), &self.address) {
             tracing::debug!(%error, state, "cannot notify the service manager");
         }
     }
 
-    pub fn ready(&self, status: &str) {
+    pub(crate) fn ready(&self, status: &str) {
         self.send(&format!("READY=1\nSTATUS={}", one_line(status)));
     }
 
-    pub fn status(&self, status: &str) {
+    pub(crate) fn status(&self, status: &str) {
         self.send(&format!("STATUS={}", one_line(status)));
     }
 
     /// Reloading starts; newer systemd wants the monotonic time with it to pair it with READY=1.
-    pub fn reloading(&self) {
+    pub(crate) fn reloading(&self) {
         self.send(&format!(
             "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC={}",
             monotonic_microseconds()
         ));
     }
 
-    pub fn stopping(&self) {
+    pub(crate) fn stopping(&self) {
         self.send("STOPPING=1\nSTATUS=shutting down");
     }
 
-    pub fn watchdog(&self) {
+    pub(crate) fn watchdog(&self) {
         self.send("WATCHDOG=1");
     }
 }

@@ -23,30 +23,29 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 
 use source::SourceFile;
-pub use values::{parse_duration, parse_size};
 
 /// `[daemon] resync_interval`: the backstop re-walk, besides `list_changed` notifications.
-pub const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(15 * 60);
+pub(crate) const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// `request_timeout`: the longest wait for any one request to a server.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// `max_pages`: a walk with more pages fails and keeps the last snapshot.
-pub const DEFAULT_MAX_PAGES: u64 = 10_000;
+pub(crate) const DEFAULT_MAX_PAGES: u64 = 10_000;
 /// `max_items`: a walk with more resources fails and keeps the last snapshot.
-pub const DEFAULT_MAX_ITEMS: u64 = 1_000_000;
+pub(crate) const DEFAULT_MAX_ITEMS: u64 = 1_000_000;
 /// `[daemon] max_pages_without_new`: pages in a row without a new URI that make a cursor loop.
-pub const DEFAULT_MAX_PAGES_WITHOUT_NEW: u64 = 3;
+pub(crate) const DEFAULT_MAX_PAGES_WITHOUT_NEW: u64 = 3;
 /// `poll_interval`: how often a server that cannot push changes is walked again.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(60);
 /// `[daemon] poll_floor`: the shortest poll a server's `ttlMs` hint may ask for.
-pub const DEFAULT_POLL_FLOOR: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_POLL_FLOOR: Duration = Duration::from_secs(5);
 /// `ping_interval`: how often a quiet server is pinged (`"off"` turns pings off).
-pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(60);
 /// `[daemon] debounce`: the quiet period after a `list_changed` before walking.
-pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
 /// `priority`: lower wins when two servers list the same URI.
-pub const DEFAULT_PRIORITY: i64 = 100;
+pub(crate) const DEFAULT_PRIORITY: i64 = 100;
 /// `[daemon] keep_removed`: a removed server's snapshot is dropped unless this is set.
-pub const DEFAULT_KEEP_REMOVED: bool = false;
+pub(crate) const DEFAULT_KEEP_REMOVED: bool = false;
 
 /// A configuration error that names the file, the line and the key at fault. It never quotes
 /// a configured value that could be a secret, so it can be printed before any scrubber runs.
@@ -289,7 +288,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 
 /// Parses configuration text; `path` names the file in errors and anchors relative paths.
 /// `lookup_env` reads the environment (`bearer_token_env`, `$CREDENTIALS_DIRECTORY`).
-pub fn parse(
+pub(crate) fn parse(
     path: &Path,
     text: &str,
     lookup_env: &dyn Fn(&str) -> Option<String>,

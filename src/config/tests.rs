@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::values::{parse_duration, parse_size};
 use super::*;
 
 fn parse_text(text: &str) -> Result<Config, ConfigError> {

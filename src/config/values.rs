@@ -12,7 +12,7 @@ use super::ConfigError;
 const OFF: &str = "off";
 
 /// Parses durations such as `500ms`, `30s`, `15m`, `1h30m` and `2d`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let invalid = || format!("`{text}` is not a duration (examples: 500ms, 30s, 15m, 1h30m)");
     let trimmed = text.trim();
     if trimmed.is_empty() {
@@ -51,7 +51,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Parses sizes such as `512KiB`, `10MiB`, `1GB` and `4096` (bytes).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let invalid = || format!("`{text}` is not a size (examples: 4096, 512KiB, 10MiB, 1GB)");
     let trimmed = text.trim();
     let digits = trimmed

@@ -292,16 +292,6 @@ impl Store {
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
-    /// Records the configured servers; servers no longer configured are dropped with their snapshots.
-    pub async fn sync_servers(&self, servers: Vec<ServerEntry>) -> Result<(), StoreError> {
-        self.apply_servers(ServerSync {
-            configured: servers,
-            untouched: Vec::new(),
-            removed: RemovedServers::Drop,
-        })
-        .await
-    }
-
     /// Records a (re)loaded configuration's servers, as `sync` says.
     pub async fn apply_servers(&self, sync: ServerSync) -> Result<(), StoreError> {
         self.call(|reply| WriteOp::SyncServers { sync, reply })
@@ -544,10 +534,6 @@ pub struct StagedWalk {
 }
 
 impl StagedWalk {
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
     /// Queues a page of resources for staging; waits only when the writer is behind.
     pub async fn add_resources(&self, rows: Vec<ResourceRow>) -> Result<(), StoreError> {
         self.stage(Batch::Resources(rows)).await
