@@ -28,6 +28,9 @@ use source::SourceFile;
 pub(crate) const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// `request_timeout`: the longest wait for any one request to a server.
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// `connect_timeout`: how long the first message of a connection may wait for a server that
+/// starts slowly.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// `max_pages`: a walk with more pages fails and keeps the last snapshot.
 pub(crate) const DEFAULT_MAX_PAGES: u64 = 10_000;
 /// `max_items`: a walk with more resources fails and keeps the last snapshot.
@@ -96,6 +99,8 @@ pub struct DaemonConfig {
     pub socket: PathBuf,
     pub resync_interval: Duration,
     pub request_timeout: Duration,
+    /// How long the first message of a connection may wait for a server that starts slowly.
+    pub connect_timeout: Duration,
     pub limits: WalkLimits,
     pub timings: SyncTimings,
     /// A server removed from the configuration keeps its snapshot, marked offline, instead of
@@ -134,6 +139,8 @@ pub struct ServerConfig {
     pub priority: i64,
     pub resync_interval: Duration,
     pub request_timeout: Duration,
+    /// How long the first message of a connection may wait for a server that starts slowly.
+    pub connect_timeout: Duration,
     pub limits: WalkLimits,
     /// The size cap of the `resources/read` content cache; `None` (the default) turns it off.
     pub read_cache_bytes: Option<u64>,

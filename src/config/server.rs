@@ -55,6 +55,12 @@ pub(super) fn server_config(
             &server.key_of("request_timeout"),
             daemon.request_timeout,
         )?,
+        connect_timeout: duration(
+            source,
+            &raw.connect_timeout,
+            &server.key_of("connect_timeout"),
+            daemon.connect_timeout,
+        )?,
         limits: walk_limits(source, &server, daemon.limits)?,
         read_cache_bytes: optional_size(source, &raw.read_cache, &server.key_of("read_cache"))?,
         timings: sync_timings(source, &server, daemon.timings)?,

@@ -7,10 +7,10 @@ use super::raw::{RawConfig, RawDaemon};
 use super::source::SourceFile;
 use super::values::{count, duration, optional_duration};
 use super::{
-    server, Config, ConfigError, DaemonConfig, SyncTimings, WalkLimits, DEFAULT_DEBOUNCE,
-    DEFAULT_KEEP_REMOVED, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES, DEFAULT_MAX_PAGES_WITHOUT_NEW,
-    DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_RESYNC_INTERVAL,
+    server, Config, ConfigError, DaemonConfig, SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES,
+    DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR,
+    DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL,
 };
 use crate::paths;
 
@@ -57,6 +57,12 @@ fn daemon_config(source: &SourceFile, raw: &RawDaemon) -> Result<DaemonConfig, C
             &raw.request_timeout,
             "daemon.request_timeout",
             DEFAULT_REQUEST_TIMEOUT,
+        )?,
+        connect_timeout: duration(
+            source,
+            &raw.connect_timeout,
+            "daemon.connect_timeout",
+            DEFAULT_CONNECT_TIMEOUT,
         )?,
         limits: walk_limits(source, raw)?,
         timings: sync_timings(source, raw)?,

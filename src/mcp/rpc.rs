@@ -96,13 +96,34 @@ pub fn route_notification(server: &str, method: &str, params: &Value, events: &E
                     == Value::Bool(true),
             })
         }
-        // The only request we leave open is the listen, so a cancellation ends it.
-        "notifications/cancelled" => events.send(ServerEvent::ListenEnded(
-            "the server cancelled the listen request".into(),
-        )),
+        // The transport ends the request it names (see `cancelled_request`); the request's
+        // owner reports what that means.
+        "notifications/cancelled" => {
+            tracing::debug!(server, request = %params["requestId"], "the server cancelled a request")
+        }
         other => tracing::debug!(server, method = other, "ignoring notification"),
     }
 }
+
+/// The id of the request a server's `notifications/cancelled` ends, if it is one.
+pub fn cancelled_request<'a>(method: &str, params: &'a Value) -> Option<&'a Value> {
+    (method == "notifications/cancelled")
+        .then(|| params.get("requestId"))
+        .flatten()
+}
+
+/// How a request the server cancelled fails for its caller.
+pub fn cancelled_error() -> RpcError {
+    RpcError {
+        code: REQUEST_CANCELLED,
+        message: "the server cancelled the request".into(),
+        data: None,
+    }
+}
+
+/// The error code we give a request the server cancelled (JSON-RPC has none; LSP's
+/// `RequestCancelled`).
+pub const REQUEST_CANCELLED: i64 = -32800;
 
 /// Runs `exchange` within `timeout` (none for long-lived requests such as a listen).
 pub async fn within<T>(

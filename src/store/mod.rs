@@ -136,6 +136,10 @@ pub enum ServerUpdate {
     WalkFailed {
         error: String,
     },
+    /// Connected, but the push stream cannot be reopened; the snapshot stays, marked stale.
+    Reconnecting {
+        error: String,
+    },
     /// The connection failed or dropped; a retry is scheduled.
     BackingOff {
         error: String,

@@ -403,6 +403,11 @@ fn update_server(
                  walks_failed = walks_failed + 1 WHERE name = ?1",
             params![server, error, now],
         )?,
+        ServerUpdate::Reconnecting { error } => connection.execute(
+            "UPDATE servers SET state = 'reconnecting', stale = 1, last_error = ?2, last_error_at = ?3
+                 WHERE name = ?1",
+            params![server, error, now],
+        )?,
         ServerUpdate::BackingOff { error, retry_at_ms } => connection.execute(
             "UPDATE servers SET state = 'backing_off', stale = 1, last_error = ?2, last_error_at = ?3,
                  retry_at = ?4 WHERE name = ?1",
@@ -734,17 +739,31 @@ fn swap(
     transaction.execute("DELETE FROM temp.swap_added", [])?;
     transaction.commit()?;
     // hold_ms is the write lock's hold time; swap_ms adds computing the diff before it.
-    tracing::info!(
-        server,
-        hold_ms = format!("{:.3}", hold_started.elapsed().as_secs_f64() * 1000.0),
-        swap_ms = format!("{:.3}", swap_started.elapsed().as_secs_f64() * 1000.0),
-        bulk_index,
-        added,
-        removed,
-        changed,
-        resources,
-        "snapshot swapped"
-    );
+    let hold_ms = format!("{:.3}", hold_started.elapsed().as_secs_f64() * 1000.0);
+    let swap_ms = format!("{:.3}", swap_started.elapsed().as_secs_f64() * 1000.0);
+    // A swap that changed nothing (a routine poll) stays out of the INFO log.
+    if added + removed + changed == 0 {
+        tracing::debug!(
+            server,
+            hold_ms,
+            swap_ms,
+            bulk_index,
+            resources,
+            "snapshot swapped; nothing changed"
+        );
+    } else {
+        tracing::info!(
+            server,
+            hold_ms,
+            swap_ms,
+            bulk_index,
+            added,
+            removed,
+            changed,
+            resources,
+            "snapshot swapped"
+        );
+    }
     Ok((
         SwapOutcome {
             added,

@@ -143,7 +143,8 @@ fn servers_that_cannot_push_are_polled() {
     assert_change_arrives(&live, &daemon, "polling");
     drop(daemon);
 
-    // No subscriptions/listen: polled, paced by the server's ttlMs.
+    // No subscriptions/listen: polled, paced by the server's ttlMs where it is longer than
+    // poll_interval (a shorter one never shortens it).
     let live = Live::new(&json!({"generate": 30, "page_size": 10}));
     let fixture = HttpFixture::start(&live.fixture_args(&[
         "--era",
@@ -152,8 +153,12 @@ fn servers_that_cannot_push_are_polled() {
         "--ttl-ms",
         "300",
     ]));
-    let daemon = live.daemon(&http_server(&fixture.url, "poll_interval = \"1h\""));
+    let daemon = live.daemon(&http_server(&fixture.url, "poll_interval = \"100ms\""));
     assert_change_arrives(&live, &daemon, "polling");
+    let status = daemon.server_status("live");
+    assert_eq!(status["live"]["ttlMs"], 300, "{status}");
+    let reason = status["live"]["pollIntervalReason"].as_str().unwrap_or("");
+    assert!(reason.contains("ttlMs (300 ms)"), "{status}");
 }
 
 #[test]

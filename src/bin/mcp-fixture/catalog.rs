@@ -93,6 +93,23 @@ pub struct Faults {
     pub http_500_at_page: Option<usize>,
     /// HTTP: 200 with a body that is not JSON; stdio: a line that is not JSON.
     pub garbage_at_page: Option<usize>,
+    /// Answer every method the server does not know (in the era of the request) with a bare
+    /// `{}` result, as some real servers do; with `--era legacy` that includes `server/discover`.
+    pub bare_result_for_unknown_methods: bool,
+    /// The first N `server/discover` requests of the process answer -32022, listing the
+    /// server's versions in `data.supported`, even when the requested one is among them.
+    pub refuse_discovers: Option<u64>,
+    /// stdio: requests for these methods are read and never answered.
+    pub unanswered_methods: Vec<String>,
+    /// GET streams end cleanly right after their first event (which carries `retry:`).
+    pub end_get_streams: bool,
+    /// Listens end gracefully (with their result) right after their acknowledgement.
+    pub end_listens: bool,
+    /// The first N GET / POST requests of the process answer 503 (with `Retry-After:
+    /// retry_after_secs` when that is set).
+    pub unavailable_gets: Option<u64>,
+    pub unavailable_posts: Option<u64>,
+    pub retry_after_secs: Option<u64>,
     /// Modern era: requests (other than `server/discover`) whose clientCapabilities lack
     /// this key fail with -32021 MissingRequiredClientCapability.
     pub require_client_capability: Option<String>,

@@ -74,6 +74,8 @@ impl From<RpcError> for Failure {
 /// What a handler produced.
 enum Handled {
     Result(Value),
+    /// A result sent exactly as is, without the stateless era's decorations.
+    Raw(Value),
     Listen(Value),
 }
 
@@ -231,6 +233,11 @@ pub struct Server {
     state: Mutex<State>,
     pushes: broadcast::Sender<Push>,
     stale_cursor_fired: AtomicBool,
+    /// How many discovers, GETs and POSTs the `refuse_discovers` and `unavailable_*` faults
+    /// have refused so far.
+    discovers_refused: AtomicU64,
+    gets_refused: AtomicU64,
+    posts_refused: AtomicU64,
 }
 
 impl Server {
@@ -250,6 +257,9 @@ impl Server {
             }),
             pushes: broadcast::channel(256).0,
             stale_cursor_fired: AtomicBool::new(false),
+            discovers_refused: AtomicU64::new(0),
+            gets_refused: AtomicU64::new(0),
+            posts_refused: AtomicU64::new(0),
         }
     }
 
@@ -378,14 +388,51 @@ impl Server {
             .filter(|capabilities| capabilities.is_object())
             .ok_or_else(|| missing(CLIENT_CAPABILITIES_KEY))?;
         if !self.modern_versions().iter().any(|known| known == version) {
-            let data = json!({"supported": self.modern_versions(), "requested": version});
-            return Err(RpcError::new(-32022, "Unsupported protocol version")
-                .with_data(data)
-                .with_status(400));
+            return Err(self.unsupported_version(version));
         }
         Ok(Era::Modern {
             capabilities: capabilities.clone(),
         })
+    }
+
+    /// -32022 for `requested`, listing every version the server speaks: its stateless ones,
+    /// and with `--era both` its handshake-era ones too (reached through `initialize`).
+    fn unsupported_version(&self, requested: &str) -> RpcError {
+        let mut supported: Vec<&str> = self.modern_versions().iter().map(String::as_str).collect();
+        if self.args.era == EraChoice::Both {
+            supported.extend(LEGACY_VERSIONS);
+        }
+        let data = json!({"supported": supported, "requested": requested});
+        RpcError::new(-32022, "Unsupported protocol version")
+            .with_data(data)
+            .with_status(400)
+    }
+
+    /// Whether the `bare_result_for_unknown_methods` fault is on.
+    pub fn answers_unknown_methods(&self) -> bool {
+        self.catalog().faults.bare_result_for_unknown_methods
+    }
+
+    /// For the `unavailable_*` faults: `Some(retry_after_secs)` when this GET (or POST) is to
+    /// be answered 503.
+    pub fn refuse_as_unavailable(&self, get: bool) -> Option<Option<u64>> {
+        let catalog = self.catalog();
+        let faults = &catalog.faults;
+        let (limit, refused) = if get {
+            (faults.unavailable_gets, &self.gets_refused)
+        } else {
+            (faults.unavailable_posts, &self.posts_refused)
+        };
+        let limit = limit?;
+        // Counted only while refusing, so raising the limit later refuses that many more.
+        let claimed = refused.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |count| {
+            (count < limit).then_some(count + 1)
+        });
+        claimed.ok()?;
+        self.stats
+            .update(|counters| crate::stats::record_now(&mut counters.unavailable_at_ms));
+        warn!(get, "answering 503 on request of the unavailable fault");
+        Some(faults.retry_after_secs)
     }
 
     /// Decides the era of a request on stdio, where nothing but the message itself can tell.
@@ -419,6 +466,10 @@ impl Server {
                     status: 200,
                 }
             }
+            Ok(Handled::Raw(result)) => Reply::Message {
+                message: result_message(id, result),
+                status: 200,
+            },
             Ok(Handled::Listen(honoured)) => Reply::Listen { id, honoured },
             Err(Failure::Rpc(error)) => Reply::Message {
                 message: error_message(id, &error),
@@ -446,12 +497,17 @@ impl Server {
                 Err(self.initialize_refused().into())
             }
             "initialize" if !modern => Ok(Handled::Result(self.initialize(params))),
-            "server/discover" if modern => Ok(Handled::Result(self.discover())),
+            "server/discover" if modern => self.discover(params),
             "subscriptions/listen" if modern && !self.args.no_listen => self.listen(params),
             "ping" => Ok(Handled::Result(json!({}))),
             "resources/list" => self.list_resources(params, modern).await,
             "resources/templates/list" => self.list_templates(),
             "resources/read" => self.read_resource(params, modern),
+            _ if self.answers_unknown_methods() => {
+                info!(method, "answering an unknown method with a bare result");
+                self.stats.update(|counters| counters.bare_results += 1);
+                Ok(Handled::Raw(json!({})))
+            }
             _ => Err(method_not_found(method, modern).into()),
         }
     }
@@ -471,7 +527,7 @@ impl Server {
         );
         if cacheable {
             result["ttlMs"] = json!(self.args.ttl_ms);
-            result["cacheScope"] = json!("public");
+            result["cacheScope"] = json!(self.args.cache_scope);
         }
         result
     }
@@ -540,22 +596,43 @@ impl Server {
         })
     }
 
-    fn discover(&self) -> Value {
+    fn discover(&self, params: Option<&Value>) -> Result<Handled, Failure> {
         self.stats.update(|counters| counters.discover += 1);
         let catalog = self.catalog();
+        if let Some(limit) = catalog.faults.refuse_discovers {
+            let claimed =
+                self.discovers_refused
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |count| {
+                        (count < limit).then_some(count + 1)
+                    });
+            if claimed.is_ok() {
+                let requested = params
+                    .and_then(|params| params.get("_meta"))
+                    .and_then(|meta| meta.get(PROTOCOL_VERSION_KEY))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.stats
+                    .update(|counters| counters.refused_discovers += 1);
+                warn!(
+                    requested,
+                    "refusing server/discover with -32022 on request of the refuse_discovers fault"
+                );
+                return Err(self.unsupported_version(requested).into());
+            }
+        }
         let mut capabilities = json!({});
         if catalog.resources_capability {
             // Without listen the server has no way to send list_changed in this era.
             capabilities["resources"] = json!({"listChanged": !self.args.no_listen});
         }
-        json!({
+        Ok(Handled::Result(json!({
             "resultType": "complete",
             "supportedVersions": self.modern_versions(),
             "capabilities": capabilities,
             "instructions": "A synthetic resource catalog for testing MCP clients.",
             "ttlMs": self.args.ttl_ms,
-            "cacheScope": "public",
-        })
+            "cacheScope": self.args.cache_scope,
+        })))
     }
 
     fn listen(&self, params: Option<&Value>) -> Result<Handled, Failure> {
