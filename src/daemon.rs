@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::api::{self, ApiContext, ConfigLoad};
 use crate::config::{self, Config};
+use crate::protocol::ServerState;
 use crate::redact;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
@@ -360,13 +361,13 @@ async fn current_summary(store: &Store) -> String {
 pub(crate) fn summarize(servers: &[ServerStatus]) -> String {
     let offline = servers
         .iter()
-        .filter(|server| server.state == "offline")
+        .filter(|server| server.state == ServerState::Offline)
         .count();
     let configured = servers.len() - offline;
     let in_sync = servers
         .iter()
         .filter(|server| {
-            server.state != "offline" && !server.stale && server.snapshot_at_ms.is_some()
+            server.state != ServerState::Offline && !server.stale && server.snapshot_at_ms.is_some()
         })
         .count();
     let resources: u64 = servers.iter().map(|server| server.resources).sum();

@@ -10,6 +10,7 @@ pub mod daemon;
 pub(crate) mod lines;
 pub mod mcp;
 pub mod paths;
+pub mod protocol;
 pub mod redact;
 pub mod session;
 pub(crate) mod store;

@@ -33,7 +33,7 @@ pub fn server_entry(server: &ServerConfig) -> ServerEntry {
     ServerEntry {
         name: server.name.clone(),
         priority: server.priority,
-        transport: server.transport.kind().to_string(),
+        transport: (&server.transport).into(),
         read_cache_bytes: server.read_cache_bytes,
     }
 }

@@ -676,6 +676,12 @@ impl Session {
     /// Starts whatever brings this server's change notifications to us, and says which.
     pub fn start_push(self: &Arc<Self>) -> PushChannel {
         if !self.hello.lists_changes() {
+            // The GET stream is the session's channel for whatever the server sends unasked
+            // (pings, logs, a notification it did not declare), so it opens all the same, as
+            // the SDK clients do; changes are still found by polling.
+            if let (Connection::Http(http), Era::Legacy) = (&self.connection, self.hello.era) {
+                http.start_get_stream();
+            }
             return PushChannel::Polling(
                 "the server does not declare resources.listChanged".into(),
             );

@@ -241,15 +241,8 @@ impl Actor {
             restarts_in_a_row: 0,
         });
         self.show_counters(&link);
-        if !link.mirrors {
-            tracing::info!("server declares no resources capability; nothing to mirror");
-            self.report(ServerUpdate::NoResources).await;
-            answer(
-                std::mem::take(&mut self.waiting),
-                Ok(Refreshed::no_resources()),
-            );
-            return State::Connected(link);
-        }
+        // The push channel is the session's, not one kind's: it opens even on a server with
+        // nothing to mirror yet, so its notifications and reconnects behave the same for all.
         match link.session.start_push() {
             PushChannel::Polling(reason) => self.start_polling(&mut link, reason),
             push => {
@@ -260,6 +253,15 @@ impl Actor {
                 };
                 self.publish(|live| live.push = Some(shown));
             }
+        }
+        if !link.mirrors {
+            tracing::info!("server declares no resources capability; nothing to mirror");
+            self.report(ServerUpdate::NoResources).await;
+            answer(
+                std::mem::take(&mut self.waiting),
+                Ok(Refreshed::no_resources()),
+            );
+            return State::Connected(link);
         }
         self.start_walk(link).await
     }

@@ -10,14 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use queries::{
-    decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor, ChangeEntry,
-    ChangePage, ReadTarget, SearchRequest, DEFAULT_HIGHLIGHT, ORIGIN_META_KEY,
-};
+pub use queries::{ChangePage, ReadTarget, SearchRequest};
+
+use crate::protocol::{ServerState, TransportKind};
 use writer::{Batch, WriteOp};
 
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +83,7 @@ pub struct TemplateRow {
 pub struct ServerEntry {
     pub name: String,
     pub priority: i64,
-    pub transport: String,
+    pub transport: TransportKind,
     /// The size cap of the server's `resources/read` content cache; `None` turns it off.
     pub read_cache_bytes: Option<u64>,
 }
@@ -159,7 +157,7 @@ pub struct WalkReport {
 }
 
 /// What a swap changed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SwapOutcome {
     pub added: u64,
     pub removed: u64,
@@ -168,13 +166,13 @@ pub struct SwapOutcome {
     pub templates: u64,
 }
 
-/// One server's row in `catalog/status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One server's row as the database records it.
+#[derive(Debug, Clone)]
 pub struct ServerStatus {
     pub name: String,
     pub priority: i64,
-    pub transport: String,
-    pub state: String,
+    pub transport: TransportKind,
+    pub state: ServerState,
     pub protocol_version: Option<String>,
     pub server_info: Option<Value>,
     pub resources: u64,
@@ -190,7 +188,7 @@ pub struct ServerStatus {
     pub last_error_at_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct LastWalk {
     pub at_ms: i64,
     pub duration_ms: i64,
@@ -203,20 +201,37 @@ pub struct LastWalk {
 }
 
 /// One search result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct SearchHit {
     pub server: String,
     pub uri: String,
     pub name: String,
     pub title: Option<String>,
-    #[serde(rename = "mimeType")]
     pub mime_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub score: f64,
     /// The best matching stretch of text with the matched words between highlight markers.
-    #[serde(default)]
     pub snippet: Option<String>,
+}
+
+/// One entry of the merged catalog (a resource or a template): the server's object as
+/// stored, its key (URI or URI template), and the server that wins it.
+#[derive(Debug, Clone)]
+pub struct CatalogRow {
+    pub server: String,
+    pub key: String,
+    pub raw: String,
+}
+
+/// One server's listing of a URI.
+#[derive(Debug, Clone)]
+pub struct ListingRow {
+    pub server: String,
+    pub priority: i64,
+    /// The resource as this server lists it.
+    pub raw: String,
+    pub stale: bool,
+    pub snapshot_at_ms: Option<i64>,
 }
 
 pub fn now_ms() -> i64 {
@@ -323,6 +338,9 @@ impl Store {
                 error: crate::redact::scrub_server_text(&error),
                 retry_at_ms,
             },
+            ServerUpdate::Reconnecting { error } => ServerUpdate::Reconnecting {
+                error: crate::redact::scrub_server_text(&error),
+            },
             ServerUpdate::Connected {
                 protocol_version,
                 mut capabilities,
@@ -336,7 +354,11 @@ impl Store {
                     server_info,
                 }
             }
-            other => other,
+            // Listed, not `_`: a new variant that carries server text must be handled above.
+            update @ (ServerUpdate::Connecting
+            | ServerUpdate::NoResources
+            | ServerUpdate::Walking
+            | ServerUpdate::Stopped) => update,
         };
         self.call(|reply| WriteOp::UpdateServer {
             server,
@@ -393,7 +415,7 @@ impl Store {
         &self,
         after_uri: Option<String>,
         limit: usize,
-    ) -> Result<(Vec<Value>, bool), StoreError> {
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
         self.read(move |connection| {
             queries::merged_resources(connection, after_uri.as_deref(), limit)
         })
@@ -404,7 +426,7 @@ impl Store {
         &self,
         after: Option<String>,
         limit: usize,
-    ) -> Result<(Vec<Value>, bool), StoreError> {
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
         self.read(move |connection| queries::merged_templates(connection, after.as_deref(), limit))
             .await
     }
@@ -425,19 +447,19 @@ impl Store {
             .await
     }
 
-    /// The winning resource for `uri` and every server that lists it.
-    pub async fn resource_details(&self, uri: &str) -> Result<Option<Value>, StoreError> {
+    /// Every server that lists `uri`, the winner first.
+    pub async fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
         let uri = uri.to_string();
-        self.read(move |connection| queries::resource_details(connection, &uri))
+        self.read(move |connection| queries::listings(connection, &uri))
             .await
     }
 
-    /// A cached `resources/read` result and when it was stored (ms since the epoch).
+    /// A cached `resources/read` result (its JSON text) and when it was stored (ms since the epoch).
     pub async fn cached_contents(
         &self,
         server: &str,
         uri: &str,
-    ) -> Result<Option<(Value, i64)>, StoreError> {
+    ) -> Result<Option<(String, i64)>, StoreError> {
         let (server, uri) = (server.to_string(), uri.to_string());
         self.read(move |connection| queries::cached_contents(connection, &server, &uri))
             .await
@@ -445,11 +467,11 @@ impl Store {
 
     /// Keeps a `resources/read` result for offline reads, evicting the oldest entries of the
     /// server past `limit_bytes`. Does not wait for the writer: a cache is never worth a delay.
-    pub fn cache_contents(&self, server: &str, uri: &str, contents: &Value, limit_bytes: u64) {
+    pub fn cache_contents(&self, server: &str, uri: &str, contents: String, limit_bytes: u64) {
         let _ = self.writer.send(WriteOp::CacheContents {
             server: server.to_string(),
             uri: uri.to_string(),
-            contents: contents.to_string(),
+            contents,
             limit_bytes,
         });
     }
@@ -512,7 +534,7 @@ impl ReadOnlyCatalog {
         &self,
         after_uri: Option<&str>,
         limit: usize,
-    ) -> Result<(Vec<Value>, bool), StoreError> {
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
         queries::merged_resources(&self.connection, after_uri, limit)
     }
 
@@ -523,8 +545,8 @@ impl ReadOnlyCatalog {
         queries::search(&self.connection, request)
     }
 
-    pub fn resource_details(&self, uri: &str) -> Result<Option<Value>, StoreError> {
-        queries::resource_details(&self.connection, uri)
+    pub fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
+        queries::listings(&self.connection, uri)
     }
 }
 

@@ -1,37 +1,10 @@
 //! Read-only queries: server status, the merged catalog in keyset pages, and full-text search.
 
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use super::{LastWalk, SearchHit, ServerStatus, StoreError};
-
-/// The `_meta` key that names a resource's origin server.
-pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";
-const CURSOR_PREFIX: &str = "k1.";
-
-/// Encodes a keyset position as an opaque cursor.
-pub fn encode_cursor(key: &str) -> String {
-    let mut cursor = String::with_capacity(CURSOR_PREFIX.len() + key.len() * 2);
-    cursor.push_str(CURSOR_PREFIX);
-    for byte in key.as_bytes() {
-        cursor.push_str(&format!("{byte:02x}"));
-    }
-    cursor
-}
-
-/// Decodes a cursor made by `encode_cursor`; `None` when it is not one.
-pub fn decode_cursor(cursor: &str) -> Option<String> {
-    let hex = cursor.strip_prefix(CURSOR_PREFIX)?;
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|index| u8::from_str_radix(hex.get(index..index + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
-}
+use super::{CatalogRow, LastWalk, ListingRow, SearchHit, ServerStatus, StoreError};
+use crate::protocol::{ChangeKind, DEFAULT_HIGHLIGHT};
 
 fn parse_json(text: Option<String>) -> Option<Value> {
     text.and_then(|text| serde_json::from_str(&text).ok())
@@ -83,36 +56,15 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// The stored object with the origin server named in its `_meta`.
-fn with_origin(raw: &str, server: &str) -> Value {
-    let mut object = match serde_json::from_str::<Value>(raw) {
-        Ok(Value::Object(object)) => object,
-        _ => Map::new(),
-    };
-    let meta = object
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    if let Value::Object(meta) = meta {
-        meta.insert(
-            ORIGIN_META_KEY.to_string(),
-            Value::String(server.to_string()),
-        );
-    }
-    Value::Object(object)
-}
-
 /// One page of the merged catalog: for a URI listed by several servers, the lowest priority
 /// wins, then the lowest server name. Keyed by URI, so a swap between pages skips nothing.
 pub fn merged_resources(
     connection: &Connection,
     after_uri: Option<&str>,
     limit: usize,
-) -> Result<(Vec<Value>, bool), StoreError> {
+) -> Result<(Vec<CatalogRow>, bool), StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT r.raw, s.name FROM resources r JOIN servers s ON s.id = r.server_id
+        "SELECT s.name, r.uri, r.raw FROM resources r JOIN servers s ON s.id = r.server_id
          WHERE r.uri > ?1
            AND NOT EXISTS (
                SELECT 1 FROM resources r2 JOIN servers s2 ON s2.id = r2.server_id
@@ -124,24 +76,28 @@ pub fn merged_resources(
     // server's (server_id, uri) index start at the cursor; `?1 IS NULL OR uri > ?1` made every
     // page skip row by row past all earlier pages (34 ms a page half way through 1,000,000).
     let after_uri = after_uri.unwrap_or("");
-    let rows = statement.query_map(params![after_uri, (limit + 1) as i64], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut page: Vec<Value> = rows
-        .map(|row| row.map(|(raw, server)| with_origin(&raw, &server)))
-        .collect::<Result<_, _>>()?;
+    let rows = statement.query_map(params![after_uri, (limit + 1) as i64], catalog_row)?;
+    let mut page: Vec<CatalogRow> = rows.collect::<Result<_, _>>()?;
     let more = page.len() > limit;
     page.truncate(limit);
     Ok((page, more))
+}
+
+fn catalog_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CatalogRow> {
+    Ok(CatalogRow {
+        server: row.get(0)?,
+        key: row.get(1)?,
+        raw: row.get(2)?,
+    })
 }
 
 pub fn merged_templates(
     connection: &Connection,
     after: Option<&str>,
     limit: usize,
-) -> Result<(Vec<Value>, bool), StoreError> {
+) -> Result<(Vec<CatalogRow>, bool), StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT t.raw, s.name FROM resource_templates t JOIN servers s ON s.id = t.server_id
+        "SELECT s.name, t.uri_template, t.raw FROM resource_templates t JOIN servers s ON s.id = t.server_id
          WHERE t.uri_template > ?1
            AND NOT EXISTS (
                SELECT 1 FROM resource_templates t2 JOIN servers s2 ON s2.id = t2.server_id
@@ -150,12 +106,8 @@ pub fn merged_templates(
          ORDER BY t.uri_template LIMIT ?2",
     )?;
     let after = after.unwrap_or("");
-    let rows = statement.query_map(params![after, (limit + 1) as i64], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut page: Vec<Value> = rows
-        .map(|row| row.map(|(raw, server)| with_origin(&raw, &server)))
-        .collect::<Result<_, _>>()?;
+    let rows = statement.query_map(params![after, (limit + 1) as i64], catalog_row)?;
+    let mut page: Vec<CatalogRow> = rows.collect::<Result<_, _>>()?;
     let more = page.len() > limit;
     page.truncate(limit);
     Ok((page, more))
@@ -190,26 +142,12 @@ impl SearchRequest {
     }
 }
 
-/// The markers around matched words in snippets unless the caller chooses others.
-pub const DEFAULT_HIGHLIGHT: (&str, &str) = ("\u{ab}", "\u{bb}");
 /// The most words of a typed query that take part in a search; a query pasted from a whole
 /// document would otherwise cost a phrase per word.
 const MAX_QUERY_WORDS: usize = 32;
 /// The longest word that takes part in a search.
 const MAX_WORD_CHARS: usize = 256;
 const SNIPPET_TOKENS: i64 = 12;
-const SEARCH_CURSOR_PREFIX: &str = "s1.";
-
-/// Encodes a position in a ranked result list as an opaque search cursor.
-pub fn encode_search_cursor(offset: usize) -> String {
-    format!("{SEARCH_CURSOR_PREFIX}{offset}")
-}
-
-/// Decodes a cursor made by `encode_search_cursor`; `None` when it is not one.
-pub fn decode_search_cursor(cursor: &str) -> Option<usize> {
-    cursor.strip_prefix(SEARCH_CURSOR_PREFIX)?.parse().ok()
-}
-
 /// Turns what a person typed into a safe FTS5 query: every word is a quoted phrase and
 /// the last one also matches as a prefix. `None` when nothing searchable is left.
 pub fn fts_query(text: &str) -> Option<String> {
@@ -468,40 +406,24 @@ pub fn read_target(connection: &Connection, uri: &str) -> Result<Option<ReadTarg
         .optional()?)
 }
 
-/// Everything the mirror knows about `uri`: the winning resource (with its origin in
-/// `_meta`) and every server that lists it, winner first. `None` when no server lists it.
-pub fn resource_details(connection: &Connection, uri: &str) -> Result<Option<Value>, StoreError> {
+/// Every server that lists `uri`, the winner first (lowest priority, then lowest name);
+/// empty when no server lists it.
+pub fn listings(connection: &Connection, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
     let mut statement = connection.prepare_cached(
         "SELECT s.name, s.priority, r.raw, s.stale, s.snapshot_at
          FROM resources r JOIN servers s ON s.id = r.server_id
          WHERE r.uri = ?1 ORDER BY s.priority, s.name",
     )?;
     let rows = statement.query_map([uri], |row| {
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, i64>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, i64>(3)? != 0,
-            row.get::<_, Option<i64>>(4)?,
-        ))
-    })?;
-    let listings = rows.collect::<Result<Vec<_>, _>>()?;
-    let Some((server, _, raw, stale, snapshot_at)) = listings.first() else {
-        return Ok(None);
-    };
-    let listed_by: Vec<Value> = listings
-        .iter()
-        .map(|(server, priority, raw, _, _)| {
-            json!({"server": server, "priority": priority, "resource": parse_json(Some(raw.clone()))})
+        Ok(ListingRow {
+            server: row.get(0)?,
+            priority: row.get(1)?,
+            raw: row.get(2)?,
+            stale: row.get::<_, i64>(3)? != 0,
+            snapshot_at_ms: row.get(4)?,
         })
-        .collect();
-    Ok(Some(json!({
-        "server": server,
-        "resource": with_origin(raw, server),
-        "stale": stale,
-        "snapshotAtMs": snapshot_at,
-        "listedBy": listed_by,
-    })))
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 /// The cached `resources/read` result of `uri` from `server` and when it was stored.
@@ -509,46 +431,38 @@ pub fn cached_contents(
     connection: &Connection,
     server: &str,
     uri: &str,
-) -> Result<Option<(Value, i64)>, StoreError> {
+) -> Result<Option<(String, i64)>, StoreError> {
     let mut statement = connection.prepare_cached(
         "SELECT c.contents, c.stored_at FROM read_cache c JOIN servers s ON s.id = c.server_id
          WHERE s.name = ?1 AND c.uri = ?2",
     )?;
-    let found = statement
+    Ok(statement
         .query_row([server, uri], |row| {
             Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
         })
-        .optional()?;
-    Ok(found.and_then(|(text, stored_at)| {
-        serde_json::from_str::<Value>(&text)
-            .ok()
-            .map(|contents| (contents, stored_at))
-    }))
+        .optional()?)
 }
 
 /// One entry of the change feed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeEntry {
     pub seq: i64,
-    #[serde(rename = "atMs")]
     pub at_ms: i64,
     pub server: String,
-    /// "added", "removed", "changed", or "truncated" (then `uri` is absent and `count`
-    /// says how many changes of that swap were not recorded one by one).
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
+    /// For `Truncated`, `uri` is absent and `count` says how many changes of that swap were
+    /// not recorded one by one.
+    pub kind: ChangeKind,
     pub uri: Option<String>,
     pub count: i64,
 }
 
 /// A page of the change feed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct ChangePage {
     pub changes: Vec<ChangeEntry>,
-    /// The newest sequence number in the feed; pass the last `seq` you saw as `since`.
-    #[serde(rename = "latestSeq")]
+    /// The newest sequence number in the feed.
     pub latest_seq: i64,
-    /// True when entries after `since` were pruned from the bounded history: re-list.
+    /// True when entries after `since` were pruned from the bounded history.
     pub truncated: bool,
     /// True when more entries follow this page.
     pub more: bool,
@@ -612,15 +526,6 @@ pub fn read_cache_bytes(connection: &Connection) -> Result<u64, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_reject_garbage() {
-        let cursor = encode_cursor("file:///tmp/a b/ü");
-        assert_eq!(decode_cursor(&cursor).as_deref(), Some("file:///tmp/a b/ü"));
-        assert_eq!(decode_cursor("nonsense"), None);
-        assert_eq!(decode_cursor("k1.zz"), None);
-        assert_eq!(decode_cursor("k1.abc"), None);
-    }
 
     /// An in-memory database with the real schema and a few resources of server `docs`.
     fn catalog() -> Connection {
@@ -717,8 +622,6 @@ mod tests {
         first.offset = 2;
         let (rest, next) = search(&connection, &first).expect("search");
         assert_eq!((rest.len(), next), (1, None));
-        assert_eq!(decode_search_cursor(&encode_search_cursor(40)), Some(40));
-        assert_eq!(decode_search_cursor("k1.00"), None);
     }
 
     #[test]

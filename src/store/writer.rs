@@ -10,6 +10,7 @@ use super::{
     now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
     SwapOutcome, TemplateRow, WalkReport,
 };
+use crate::protocol::{ChangeKind, ServerState};
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -210,9 +211,9 @@ fn sync_servers(
     {
         let mut upsert = transaction.prepare_cached(
             "INSERT INTO servers (name, priority, transport, state, read_cache_bytes)
-             VALUES (?1, ?2, ?3, 'starting', ?4)
+             VALUES (?1, ?2, ?3, ?5, ?4)
              ON CONFLICT (name) DO UPDATE SET priority = excluded.priority, transport = excluded.transport,
-                 state = 'starting', retry_at = NULL, read_cache_bytes = excluded.read_cache_bytes",
+                 state = excluded.state, retry_at = NULL, read_cache_bytes = excluded.read_cache_bytes",
         )?;
         // An untouched server's session carries on, so its row keeps the state it reported.
         let mut touch_up = transaction.prepare_cached(
@@ -231,7 +232,14 @@ fn sync_servers(
             if sync.untouched.contains(&server.name) {
                 touch_up.execute(arguments)?;
             } else {
-                upsert.execute(arguments)?;
+                let starting = params![
+                    server.name,
+                    server.priority,
+                    server.transport,
+                    read_cache_bytes,
+                    ServerState::Starting
+                ];
+                upsert.execute(starting)?;
             }
         }
         // A cache turned off in the configuration frees its space.
@@ -253,9 +261,9 @@ fn sync_servers(
         for (id, name) in stale {
             if sync.removed == RemovedServers::KeepOffline {
                 let updated = transaction.execute(
-                    "UPDATE servers SET state = 'offline', stale = 1, retry_at = NULL
-                     WHERE id = ?1 AND state != 'offline'",
-                    [id],
+                    "UPDATE servers SET state = ?2, stale = 1, retry_at = NULL
+                     WHERE id = ?1 AND state != ?2",
+                    params![id, ServerState::Offline],
                 )?;
                 if updated > 0 {
                     tracing::info!(server = %name, "kept the snapshot of a server no longer configured, marked offline");
@@ -270,8 +278,8 @@ fn sync_servers(
             )?;
             let recorded = transaction.execute(
                 "INSERT INTO changes (at, server, kind, uri)
-                 SELECT ?1, ?2, 'removed', uri FROM resources WHERE server_id = ?3 LIMIT ?4",
-                params![now, name, id, CHANGES_PER_SWAP as i64],
+                 SELECT ?1, ?2, ?5, uri FROM resources WHERE server_id = ?3 LIMIT ?4",
+                params![now, name, id, CHANGES_PER_SWAP as i64, ChangeKind::Removed],
             )? as u64;
             record_truncated(&transaction, now, &name, removed as u64, recorded)?;
             transaction.execute(
@@ -312,8 +320,13 @@ fn record_truncated(
 ) -> Result<(), StoreError> {
     if total > recorded {
         transaction.execute(
-            "INSERT INTO changes (at, server, kind, uri, count) VALUES (?1, ?2, 'truncated', NULL, ?3)",
-            params![now, server, (total - recorded) as i64],
+            "INSERT INTO changes (at, server, kind, uri, count) VALUES (?1, ?2, ?4, NULL, ?3)",
+            params![
+                now,
+                server,
+                (total - recorded) as i64,
+                ChangeKind::Truncated
+            ],
         )?;
     }
     Ok(())
@@ -378,30 +391,37 @@ fn update_server(
     let now = now_ms();
     match update {
         ServerUpdate::Connecting => connection.execute(
-            "UPDATE servers SET state = 'connecting', retry_at = NULL WHERE name = ?1",
-            params![server],
+            "UPDATE servers SET state = ?2, retry_at = NULL WHERE name = ?1",
+            params![server, ServerState::Connecting],
         )?,
         ServerUpdate::Connected {
             protocol_version,
             capabilities,
             server_info,
         } => connection.execute(
-            "UPDATE servers SET state = 'connected', protocol_version = ?2, capabilities = ?3,
+            "UPDATE servers SET state = ?6, protocol_version = ?2, capabilities = ?3,
                  server_info = ?4, connected_at = ?5, retry_at = NULL WHERE name = ?1",
-            params![server, protocol_version, capabilities.to_string(), server_info.to_string(), now],
+            params![
+                server,
+                protocol_version,
+                capabilities.to_string(),
+                server_info.to_string(),
+                now,
+                ServerState::Connected
+            ],
         )?,
         ServerUpdate::NoResources => connection.execute(
-            "UPDATE servers SET state = 'no_resources', stale = 0, last_error = NULL WHERE name = ?1",
-            params![server],
+            "UPDATE servers SET state = ?2, stale = 0, last_error = NULL WHERE name = ?1",
+            params![server, ServerState::NoResources],
         )?,
         ServerUpdate::Walking => connection.execute(
-            "UPDATE servers SET state = 'walking' WHERE name = ?1",
-            params![server],
+            "UPDATE servers SET state = ?2 WHERE name = ?1",
+            params![server, ServerState::Walking],
         )?,
         ServerUpdate::WalkFailed { error } => connection.execute(
-            "UPDATE servers SET state = 'failed', stale = 1, last_error = ?2, last_error_at = ?3,
+            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3,
                  walks_failed = walks_failed + 1 WHERE name = ?1",
-            params![server, error, now],
+            params![server, error, now, ServerState::Failed],
         )?,
         ServerUpdate::Reconnecting { error } => connection.execute(
             "UPDATE servers SET state = 'reconnecting', stale = 1, last_error = ?2, last_error_at = ?3
@@ -409,13 +429,13 @@ fn update_server(
             params![server, error, now],
         )?,
         ServerUpdate::BackingOff { error, retry_at_ms } => connection.execute(
-            "UPDATE servers SET state = 'backing_off', stale = 1, last_error = ?2, last_error_at = ?3,
+            "UPDATE servers SET state = ?5, stale = 1, last_error = ?2, last_error_at = ?3,
                  retry_at = ?4 WHERE name = ?1",
-            params![server, error, now, retry_at_ms],
+            params![server, error, now, retry_at_ms, ServerState::BackingOff],
         )?,
         ServerUpdate::Stopped => connection.execute(
-            "UPDATE servers SET state = 'stopped', retry_at = NULL WHERE name = ?1",
-            params![server],
+            "UPDATE servers SET state = ?2, retry_at = NULL WHERE name = ?1",
+            params![server, ServerState::Stopped],
         )?,
     };
     Ok(())
@@ -700,9 +720,16 @@ fn record_removed_and_changed(
 ) -> Result<u64, StoreError> {
     Ok(transaction.execute(
         "INSERT INTO changes (at, server, kind, uri)
-         SELECT ?1, ?2, CASE x.kind WHEN ?3 THEN 'removed' ELSE 'changed' END, r.uri
+         SELECT ?1, ?2, CASE x.kind WHEN ?3 THEN ?5 ELSE ?6 END, r.uri
          FROM temp.swap_ids x JOIN resources r ON r.id = x.id LIMIT ?4",
-        params![now, server, REMOVED, CHANGES_PER_SWAP as i64],
+        params![
+            now,
+            server,
+            REMOVED,
+            CHANGES_PER_SWAP as i64,
+            ChangeKind::Removed,
+            ChangeKind::Changed
+        ],
     )? as u64)
 }
 
@@ -829,13 +856,14 @@ fn record_added(
 ) -> Result<u64, StoreError> {
     Ok(transaction.execute(
         "INSERT INTO changes (at, server, kind, uri)
-         SELECT ?1, ?2, 'added', r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id
+         SELECT ?1, ?2, ?5, r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id
          WHERE x.kind = ?3 LIMIT ?4",
         params![
             now,
             server,
             ADDED,
-            CHANGES_PER_SWAP.saturating_sub(recorded_before) as i64
+            CHANGES_PER_SWAP.saturating_sub(recorded_before) as i64,
+            ChangeKind::Added
         ],
     )? as u64)
 }
@@ -866,7 +894,7 @@ fn record_walk(
     templates: u64,
 ) -> Result<(), StoreError> {
     transaction.execute(
-        "UPDATE servers SET state = 'synced', stale = 0, last_error = NULL, last_error_at = NULL,
+        "UPDATE servers SET state = ?13, stale = 0, last_error = NULL, last_error_at = NULL,
              snapshot_at = ?2, resource_count = ?3, template_count = ?4,
              last_walk_at = ?5, last_walk_ms = ?6, last_walk_pages = ?7, last_walk_added = ?8,
              last_walk_removed = ?9, last_walk_changed = ?10, last_walk_duplicates = ?11,
@@ -884,7 +912,8 @@ fn record_walk(
             diff.removed as i64,
             diff.changed as i64,
             report.duplicates as i64,
-            report.skipped as i64
+            report.skipped as i64,
+            ServerState::Synced
         ],
     )?;
     Ok(())

@@ -122,8 +122,8 @@ fn server_everything_2025_12_18_over_streamable_http_mirrors_exactly_its_100_res
     let daemon = Daemon::start(&scratch, &config);
     let status = daemon.wait_for_walks("everything", 1);
     assert_eq!(status["resources"], 100, "{status}");
-    assert_eq!(status["last_walk"]["pages"], 10, "{status}");
-    assert_eq!(status["protocol_version"], "2025-11-25", "{status}");
+    assert_eq!(status["lastWalk"]["pages"], 10, "{status}");
+    assert_eq!(status["protocolVersion"], "2025-11-25", "{status}");
     let mut expected: Vec<String> = (1..=100)
         .map(|index| format!("test://static/resource/{index}"))
         .collect();
@@ -137,8 +137,8 @@ fn server_everything_2025_12_18_over_streamable_http_mirrors_exactly_its_100_res
 fn assert_mirrors_the_seven_documents(daemon: &Daemon, expected_transport: &str) {
     let status = daemon.wait_for_walks("everything", 1);
     assert_eq!(status["resources"], 7, "{status}");
-    assert_eq!(status["walks_failed"], 0, "{status}");
-    assert!(status["last_error"].is_null(), "{status}");
+    assert_eq!(status["walksFailed"], 0, "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
     assert_eq!(status["live"]["transport"], expected_transport, "{status}");
     let uris = daemon.uris();
     assert_eq!(uris.len(), 7);
@@ -278,7 +278,7 @@ fn python_sdk_server_changes_arrive_on_the_get_stream_and_through_listen() {
         let daemon = Daemon::start(&scratch, &config);
         let status = daemon.wait_for_walks("python", 1);
         assert_eq!(status["resources"], 25, "{era}: {status}");
-        assert_eq!(status["last_walk"]["pages"], 3, "{era}: {status}");
+        assert_eq!(status["lastWalk"]["pages"], 3, "{era}: {status}");
         assert_eq!(status["live"]["era"], era, "{status}");
         crate::support::wait_for(
             "the push channel to open",

@@ -353,7 +353,7 @@ fn the_era_is_detected_pinned_and_negotiated() {
     let daemon = live.daemon(&http_server(&fixture.url, ""));
     let status = daemon.wait_for_walks("live", 1);
     assert_eq!(status["live"]["era"], "legacy", "{status}");
-    assert_eq!(status["protocol_version"], "2025-11-25", "{status}");
+    assert_eq!(status["protocolVersion"], "2025-11-25", "{status}");
     drop(daemon);
 
     // Pinned to the handshake era (and an older version) on a server that speaks both.
@@ -365,7 +365,7 @@ fn the_era_is_detected_pinned_and_negotiated() {
     ));
     let status = daemon.wait_for_walks("live", 1);
     assert_eq!(status["live"]["era"], "legacy", "{status}");
-    assert_eq!(status["protocol_version"], "2025-06-18", "{status}");
+    assert_eq!(status["protocolVersion"], "2025-06-18", "{status}");
     assert_eq!(
         counter(&live.stats, "discover"),
         0,
@@ -383,7 +383,7 @@ fn the_era_is_detected_pinned_and_negotiated() {
         (status["state"] == "backing_off").then_some(status)
     });
     assert!(
-        status["last_error"]
+        status["lastError"]
             .as_str()
             .unwrap_or("")
             .contains("server/discover"),

@@ -1,0 +1,131 @@
+//! The socket protocol in one place: every method's params and result, our notifications, the
+//! JSON-RPC envelope, the states, the limits and the `_meta` keys, shared by the daemon, the CLI
+//! (online and offline) and the bridge.
+
+mod cursor;
+mod envelope;
+mod params;
+mod resource;
+mod results;
+mod state;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub use crate::mcp::{
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+};
+pub use cursor::{decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor};
+pub use envelope::{
+    CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
+    Response, ServerMessage, JSONRPC_VERSION,
+};
+pub use params::{
+    parse_params, ChangesParams, InitializeParams, InvalidParams, ListParams, NoParams,
+    RefreshParams, SearchParams, UriParams, WatchParams,
+};
+pub use resource::{
+    CacheNote, ListedFields, MirrorMeta, ReadResourceResult, Resource, ResourceContents,
+    ResourceTemplate,
+};
+pub use results::{
+    Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
+    ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
+    ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities,
+    ServerStatus, StatusResult, SwapSummary, WatchResult,
+};
+pub use state::{
+    ChangeKind, ConnectedTransport, Era, PushChannel, ServerState, TransportKind, UnknownName,
+};
+
+/// The longest request line the socket accepts; longer ones get an error and the connection closes.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// Entries per page of `resources/list` and `resources/templates/list`.
+pub const PAGE_SIZE: usize = 500;
+/// Search pages reach this deep at most; a cursor past it is not one we made.
+pub const MAX_SEARCH_OFFSET: usize = 1_000_000;
+pub const DEFAULT_SEARCH_LIMIT: usize = 20;
+pub const MAX_SEARCH_LIMIT: usize = 1000;
+pub const DEFAULT_CHANGES_LIMIT: usize = 1000;
+pub const MAX_CHANGES_LIMIT: usize = 10_000;
+/// The markers around matched words in snippets unless the caller chooses others.
+pub const DEFAULT_HIGHLIGHT: (&str, &str) = ("\u{ab}", "\u{bb}");
+
+/// The protocol version the socket offers MCP clients that ask for one it does not know.
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The handshake-era versions the socket speaks; a client asking for one of them gets it.
+pub const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The name the socket gives in `serverInfo`.
+pub const SERVER_NAME: &str = "mcp-mirror";
+pub const INSTRUCTIONS: &str =
+    "A local mirror of the resource catalogs of the configured MCP servers.";
+
+/// MCP's "resource not found" (handshake era).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
+
+/// The `_meta` key that names a resource's origin server.
+pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";
+/// The `_meta` key on a `resources/read` result served from the content cache.
+pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
+
+/// A socket method: its name, params and result.
+pub trait Method {
+    const NAME: &'static str;
+    type Params: Serialize + DeserializeOwned;
+    type Result: Serialize + DeserializeOwned;
+}
+
+/// A notification the daemon sends: its name and params.
+pub trait Notification {
+    const NAME: &'static str;
+    type Params: Serialize + DeserializeOwned;
+}
+
+macro_rules! methods {
+    ($( $(#[$meta:meta])* $name:ident = $text:literal, $params:ty => $result:ty; )+) => {
+        $(
+            $(#[$meta])*
+            pub enum $name {}
+
+            impl Method for $name {
+                const NAME: &'static str = $text;
+                type Params = $params;
+                type Result = $result;
+            }
+        )+
+    };
+}
+
+methods! {
+    /// The MCP handshake; marks the connection as an MCP client that gets `list_changed`.
+    Initialize = "initialize", InitializeParams => InitializeResult;
+    Ping = "ping", NoParams => Empty;
+    /// The merged catalog, `PAGE_SIZE` per page, keyed by URI.
+    ListResources = "resources/list", ListParams => ListResourcesResult;
+    ListTemplates = "resources/templates/list", ListParams => ListTemplatesResult;
+    /// Read through the server that wins the URI (or from its content cache).
+    ReadResource = "resources/read", UriParams => ReadResourceResult;
+    CatalogStatus = "catalog/status", NoParams => StatusResult;
+    CatalogSearch = "catalog/search", SearchParams => SearchResult;
+    CatalogResource = "catalog/resource", UriParams => ResourceDetails;
+    CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult;
+    CatalogChanges = "catalog/changes", ChangesParams => ChangesResult;
+    /// Answers where the feed stands, then sends `notifications/catalog/changed`.
+    CatalogWatch = "catalog/watch", WatchParams => WatchResult;
+}
+
+/// Sent to MCP clients (those that sent `initialize`) once per committed change.
+pub enum ResourcesListChanged {}
+
+impl Notification for ResourcesListChanged {
+    const NAME: &'static str = "notifications/resources/list_changed";
+    type Params = Empty;
+}
+
+/// Sent to `catalog/watch` subscribers with the new change feed entries.
+pub enum CatalogChanged {}
+
+impl Notification for CatalogChanged {
+    const NAME: &'static str = "notifications/catalog/changed";
+    type Params = ChangesResult;
+}

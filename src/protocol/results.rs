@@ -1,0 +1,290 @@
+//! The result of every socket method and the params of our notifications. Every key of our
+//! own `catalog/*` answers is camelCase, as MCP's are.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::resource::{Resource, ResourceTemplate};
+use super::state::{ChangeKind, ConnectedTransport, Era, PushChannel, ServerState, TransportKind};
+
+/// `ping`'s answer, and any other empty object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Empty {}
+
+/// `initialize`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub protocol_version: String,
+    pub capabilities: ServerCapabilities,
+    pub server_info: Implementation,
+    pub instructions: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerCapabilities {
+    pub resources: ResourcesCapability,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesCapability {
+    pub list_changed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Implementation {
+    pub name: String,
+    pub version: String,
+}
+
+/// `resources/list`: a page of the merged catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResourcesResult {
+    pub resources: Vec<Resource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `resources/templates/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTemplatesResult {
+    pub resource_templates: Vec<ResourceTemplate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `catalog/resource`: the winning resource and every server that lists the URI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceDetails {
+    /// The server that wins the URI.
+    pub server: String,
+    /// The winner's resource, its origin in `_meta`.
+    pub resource: Resource,
+    pub stale: bool,
+    pub snapshot_at_ms: Option<i64>,
+    /// Every server that lists the URI, winner first.
+    pub listed_by: Vec<Listing>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Listing {
+    pub server: String,
+    pub priority: i64,
+    /// The resource as this server lists it.
+    pub resource: Resource,
+}
+
+/// `catalog/search`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchResult {
+    pub results: Vec<SearchHit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHit {
+    pub server: String,
+    pub uri: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub mime_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub score: f64,
+    /// The best matching stretch of text, matched words between the highlight markers.
+    #[serde(default)]
+    pub snippet: Option<String>,
+}
+
+/// `catalog/changes`, and the params of `notifications/catalog/changed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangesResult {
+    pub changes: Vec<Change>,
+    /// The newest sequence number in the feed; pass the last `seq` you saw as `since`.
+    pub latest_seq: i64,
+    /// True when entries after `since` were pruned from the bounded history: list again.
+    pub truncated: bool,
+    /// True when more entries follow this page.
+    pub more: bool,
+}
+
+/// One change feed entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    pub seq: i64,
+    pub at_ms: i64,
+    pub server: String,
+    /// For `truncated`, `uri` is absent and `count` says how many changes of that swap were
+    /// not recorded one by one.
+    pub kind: ChangeKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    pub count: i64,
+}
+
+/// `catalog/watch`: where the feed stands; changes follow as notifications.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchResult {
+    pub latest_seq: i64,
+}
+
+/// `catalog/refresh`: one outcome per server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefreshResult {
+    pub servers: BTreeMap<String, RefreshOutcome>,
+}
+
+/// One server's refresh: queued (without `wait`), walked, or failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RefreshOutcome {
+    Walked {
+        /// Always true.
+        ok: bool,
+        swap: SwapSummary,
+        pages: u64,
+        #[serde(rename = "durationMs")]
+        duration_ms: i64,
+    },
+    Failed {
+        /// Always false.
+        ok: bool,
+        error: String,
+    },
+    Queued {
+        /// Always true.
+        queued: bool,
+    },
+}
+
+impl RefreshOutcome {
+    pub fn walked(swap: SwapSummary, pages: u64, duration_ms: i64) -> RefreshOutcome {
+        RefreshOutcome::Walked {
+            ok: true,
+            swap,
+            pages,
+            duration_ms,
+        }
+    }
+
+    pub fn failed(error: String) -> RefreshOutcome {
+        RefreshOutcome::Failed { ok: false, error }
+    }
+
+    pub fn queued() -> RefreshOutcome {
+        RefreshOutcome::Queued { queued: true }
+    }
+}
+
+/// What a swap changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwapSummary {
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+    pub resources: u64,
+    pub templates: u64,
+}
+
+/// `catalog/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusResult {
+    pub daemon: DaemonStatus,
+    pub servers: Vec<ServerStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonStatus {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_ms: u64,
+    pub database: PathBuf,
+    pub database_bytes: Option<u64>,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+    /// Socket connections open now.
+    pub clients: usize,
+    /// Resources over every snapshot (a URI listed twice counts twice).
+    pub resources: u64,
+    pub change_seq: i64,
+    pub read_cache_bytes: u64,
+    /// When the configuration in force was loaded (ms since the epoch).
+    pub config_loaded_at: i64,
+    /// Why the last reload was refused; the previous configuration stays in force.
+    pub config_error: Option<String>,
+    pub config_error_at: Option<i64>,
+}
+
+/// One server in `catalog/status`: what the database records, and `live`, what the running
+/// session knows (null when it has none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStatus {
+    pub name: String,
+    pub priority: i64,
+    pub transport: TransportKind,
+    pub state: ServerState,
+    pub protocol_version: Option<String>,
+    pub server_info: Option<Value>,
+    pub resources: u64,
+    pub templates: u64,
+    /// The snapshot is kept from before the last failure.
+    pub stale: bool,
+    pub snapshot_at_ms: Option<i64>,
+    pub connected_at_ms: Option<i64>,
+    pub retry_at_ms: Option<i64>,
+    pub last_walk: Option<LastWalk>,
+    pub walks_ok: u64,
+    pub walks_failed: u64,
+    pub last_error: Option<String>,
+    pub last_error_at_ms: Option<i64>,
+    pub live: Option<LiveStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastWalk {
+    pub at_ms: i64,
+    pub duration_ms: i64,
+    pub pages: u64,
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+    pub duplicates: u64,
+    pub skipped: u64,
+}
+
+/// What the daemon process knows about a session right now, beside the database.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveStatus {
+    pub era: Option<Era>,
+    pub transport: Option<ConnectedTransport>,
+    /// How changes reach the mirror.
+    pub push: Option<PushChannel>,
+    /// `list_changed` notifications received, over every connection of this process.
+    pub notifications: u64,
+    /// Notifications that did not need a walk of their own.
+    pub walks_coalesced: u64,
+    pub walks_started: u64,
+    /// Walks abandoned because the list changed while they ran.
+    pub walks_restarted: u64,
+    /// The number of the last walk started.
+    pub generation: u64,
+    pub connections: u64,
+    pub next_walk_at_ms: Option<i64>,
+}
