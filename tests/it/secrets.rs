@@ -111,12 +111,12 @@ fn an_env_value_never_reaches_logs_status_or_the_database() {
         Duration::from_secs(20),
         || {
             let status = daemon.server_status("echo");
-            status["last_error"].is_string().then_some(status)
+            status["lastError"].is_string().then_some(status)
         },
     );
     // The key went through every path, scrubbed: the test would see a leak.
     assert!(
-        failed["last_error"]
+        failed["lastError"]
             .as_str()
             .is_some_and(|error| error.contains("<redacted>")),
         "{failed}"
