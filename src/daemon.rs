@@ -1,6 +1,5 @@
-//! `run` and `run_with`: wire config, store, supervisor and socket together, reload on request, stop in order.
+//! `run_with`: wire config, store, supervisor and socket together, reload on request, stop in order.
 
-use std::future::Future;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
@@ -36,19 +35,6 @@ pub enum ControlEvent {
     Reload,
     /// Stop in order (SIGTERM, SIGINT).
     Shutdown,
-}
-
-/// Runs the daemon until `shutdown` completes, outside systemd and without reloads.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let (controls, control_receiver) = mpsc::channel(1);
-    let daemon = run_with(config, control_receiver, ServiceEnvironment::default());
-    tokio::pin!(daemon);
-    tokio::select! {
-        outcome = &mut daemon => return outcome,
-        () = shutdown => {}
-    }
-    let _ = controls.send(ControlEvent::Shutdown).await;
-    daemon.await
 }
 
 /// Runs the daemon until a `Shutdown` event arrives (or every sender is gone), reloading the
@@ -372,7 +358,7 @@ async fn current_summary(store: &Store) -> String {
 }
 
 /// "12 servers, 11 in sync, 48,213 resources": what `systemctl status` shows.
-pub fn summarize(servers: &[ServerStatus]) -> String {
+pub(crate) fn summarize(servers: &[ServerStatus]) -> String {
     let offline = servers
         .iter()
         .filter(|server| server.state == ServerState::Offline)

@@ -1,8 +1,10 @@
-//! Keeps configured secrets out of every text we emit: log lines, status answers, stored errors.
+//! Keeps configured secrets out of every text we emit (log lines, status answers, stored
+//! errors), and bounds the server-supplied strings we keep.
 //!
-//! Secrets are `Secret` values and sensitive header values everywhere they travel, so this is
-//! the second line of defence: a server that echoes our token in an error body, or a library
-//! that formats a request, still cannot put the token in a log line or in `catalog/status`.
+//! Secrets are `SecretString`s, sensitive header values and `env` values redacted in `Debug`
+//! everywhere they travel, so this is the second line of defence: a server that echoes our
+//! token or its API key in an error, or a library that formats a request, still cannot put
+//! it in a log line, in `catalog/status` or in the database.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -11,11 +13,15 @@ use std::sync::RwLock;
 use serde_json::Value;
 
 /// What a secret becomes when scrubbed.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Shorter values cannot be scrubbed by substring without mangling ordinary text (a header
 /// value "1" would redact every digit), and are not credentials anyway.
-pub const MIN_SCRUBBED_LENGTH: usize = 8;
+pub(crate) const MIN_SCRUBBED_LENGTH: usize = 8;
+
+/// The most of one server-supplied string (an error text, a `serverInfo` field, a stderr
+/// line) that we store, log or echo; the rest is cut and counted.
+pub(crate) const MAX_SERVER_TEXT_BYTES: usize = 8 << 10;
 
 /// Every secret any configuration of this process has held; reloads only add to it, so a
 /// message about the old token that is still in flight stays scrubbed.
@@ -49,8 +55,31 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
     scrubbed
 }
 
+/// `text` cut to at most `MAX_SERVER_TEXT_BYTES` (at a character boundary), with
+/// "… (N bytes more)" appended when anything was cut.
+pub(crate) fn truncate_server_text(text: &str) -> Cow<'_, str> {
+    if text.len() <= MAX_SERVER_TEXT_BYTES {
+        return Cow::Borrowed(text);
+    }
+    let mut end = MAX_SERVER_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}… ({} bytes more)",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
+/// A server-supplied text as we keep it: scrubbed of known secrets, then bounded. Scrubbing
+/// comes first, so a cut can never leave the first half of a secret behind.
+pub(crate) fn scrub_server_text(text: &str) -> String {
+    truncate_server_text(&scrub(text)).into_owned()
+}
+
 /// Scrubs every string (keys too) inside a JSON value.
-pub fn scrub_json(value: &mut Value) {
+pub(crate) fn scrub_json(value: &mut Value) {
     match value {
         Value::String(text) => {
             if let Cow::Owned(scrubbed) = scrub(text) {
@@ -113,6 +142,45 @@ mod tests {
         assert_eq!(
             value,
             serde_json::json!({"a": ["x <redacted>"], "<redacted>": 1})
+        );
+    }
+
+    #[test]
+    fn server_text_is_bounded_at_a_character_boundary() {
+        assert_eq!(truncate_server_text("short"), "short");
+        let exact = "a".repeat(MAX_SERVER_TEXT_BYTES);
+        assert_eq!(truncate_server_text(&exact), exact.as_str());
+        // 'é' is two bytes: the limit falls inside one, so the cut moves before it.
+        let text = format!(
+            "{}é{}",
+            "a".repeat(MAX_SERVER_TEXT_BYTES - 1),
+            "b".repeat(100)
+        );
+        let bounded = truncate_server_text(&text);
+        assert_eq!(
+            bounded,
+            format!(
+                "{}… (102 bytes more)",
+                "a".repeat(MAX_SERVER_TEXT_BYTES - 1)
+            )
+        );
+    }
+
+    #[test]
+    fn server_text_is_scrubbed_before_it_is_cut() {
+        let secret = "tok-straddles-the-cut-5150";
+        remember_secrets([secret]);
+        let text = format!(
+            "{}{secret}{}",
+            "a".repeat(MAX_SERVER_TEXT_BYTES - 5),
+            "z".repeat(50)
+        );
+        let kept = scrub_server_text(&text);
+        assert!(!kept.contains(&secret[..5]), "{}", &kept[kept.len() - 40..]);
+        assert!(
+            kept.ends_with(" bytes more)"),
+            "{}",
+            &kept[kept.len() - 40..]
         );
     }
 }

@@ -220,17 +220,16 @@ where
 
 fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
     let config_path = config_path.unwrap_or_else(paths::default_config);
+    // A `ConfigError` never quotes a configured value, so it needs no scrubbing.
     let config = match config::load(&config_path) {
         Ok(config) => config,
         Err(error) => {
-            redact::remember_secrets(secrets_in_file(&config_path).iter().map(String::as_str));
-            eprintln!(
-                "mcp-mirror: invalid configuration: {}",
-                redact::scrub(&error.to_string())
-            );
+            eprintln!("mcp-mirror: invalid configuration: {error}");
             return ExitCode::from(2);
         }
     };
+    // Before the first log line: from here on every line is scrubbed of them.
+    redact::remember_secrets(config.secrets());
     init_logging(log_format, config.daemon.log_level.as_deref());
     // Before the runtime starts its threads: this edits the environment.
     let service = systemd::ServiceEnvironment::take_from_process();
@@ -279,28 +278,4 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// A configuration that does not validate has no `Config` to take secrets from, but its error
-/// may still quote the file; scrub anything that looks like a token or header value in it.
-fn secrets_in_file(path: &std::path::Path) -> Vec<String> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    let Ok(table) = text.parse::<toml::Table>() else {
-        return Vec::new();
-    };
-    let mut secrets = Vec::new();
-    if let Some(servers) = table.get("servers").and_then(toml::Value::as_table) {
-        for server in servers.values().filter_map(toml::Value::as_table) {
-            if let Some(headers) = server.get("headers").and_then(toml::Value::as_table) {
-                secrets.extend(
-                    headers
-                        .values()
-                        .filter_map(|value| value.as_str().map(str::to_string)),
-                );
-            }
-        }
-    }
-    secrets
 }

@@ -13,7 +13,7 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use queries::{ChangeEntry, ChangePage, ReadTarget, SearchRequest};
+pub use queries::{ChangePage, ReadTarget, SearchRequest};
 
 use crate::protocol::{ServerState, TransportKind};
 use writer::{Batch, WriteOp};
@@ -27,6 +27,11 @@ pub enum StoreError {
     },
     #[error("cannot create the directory {path}: {source}")]
     Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create the database file {path}: {source}")]
+    File {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -255,15 +260,18 @@ pub struct Store {
 impl Store {
     /// Opens (creating and migrating as needed) the database and starts the writer thread.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(parent) = path
-            .parent()
-            .filter(|parent| !parent.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::Directory {
-                path: parent.to_path_buf(),
-                source,
+        if let Some(parent) = path.parent() {
+            crate::paths::create_private_directory(parent).map_err(|source| {
+                StoreError::Directory {
+                    path: parent.to_path_buf(),
+                    source,
+                }
             })?;
         }
+        crate::paths::create_private_file(path).map_err(|source| StoreError::File {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let connection = schema::open_writer(path)?;
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
@@ -303,16 +311,6 @@ impl Store {
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
-    /// Records the configured servers; servers no longer configured are dropped with their snapshots.
-    pub async fn sync_servers(&self, servers: Vec<ServerEntry>) -> Result<(), StoreError> {
-        self.apply_servers(ServerSync {
-            configured: servers,
-            untouched: Vec::new(),
-            removed: RemovedServers::Drop,
-        })
-        .await
-    }
-
     /// Records a (re)loaded configuration's servers, as `sync` says.
     pub async fn apply_servers(&self, sync: ServerSync) -> Result<(), StoreError> {
         self.call(|reply| WriteOp::SyncServers { sync, reply })
@@ -330,16 +328,37 @@ impl Store {
         update: ServerUpdate,
     ) -> Result<(), StoreError> {
         let server = server.to_string();
-        // Errors may quote what a server sent back, which may echo a credential.
+        // What a server says about itself may echo a credential (our token, its API key from
+        // `env`), and its errors may be of any length: no secret and no unbounded text is stored.
         let update = match update {
             ServerUpdate::WalkFailed { error } => ServerUpdate::WalkFailed {
-                error: crate::redact::scrub(&error).into_owned(),
+                error: crate::redact::scrub_server_text(&error),
             },
             ServerUpdate::BackingOff { error, retry_at_ms } => ServerUpdate::BackingOff {
-                error: crate::redact::scrub(&error).into_owned(),
+                error: crate::redact::scrub_server_text(&error),
                 retry_at_ms,
             },
-            other => other,
+            ServerUpdate::Reconnecting { error } => ServerUpdate::Reconnecting {
+                error: crate::redact::scrub_server_text(&error),
+            },
+            ServerUpdate::Connected {
+                protocol_version,
+                mut capabilities,
+                mut server_info,
+            } => {
+                crate::redact::scrub_json(&mut capabilities);
+                crate::redact::scrub_json(&mut server_info);
+                ServerUpdate::Connected {
+                    protocol_version,
+                    capabilities,
+                    server_info,
+                }
+            }
+            // Listed, not `_`: a new variant that carries server text must be handled above.
+            update @ (ServerUpdate::Connecting
+            | ServerUpdate::NoResources
+            | ServerUpdate::Walking
+            | ServerUpdate::Stopped) => update,
         };
         self.call(|reply| WriteOp::UpdateServer {
             server,
@@ -541,10 +560,6 @@ pub struct StagedWalk {
 }
 
 impl StagedWalk {
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
     /// Queues a page of resources for staging; waits only when the writer is behind.
     pub async fn add_resources(&self, rows: Vec<ResourceRow>) -> Result<(), StoreError> {
         self.stage(Batch::Resources(rows)).await

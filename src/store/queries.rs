@@ -523,15 +523,6 @@ pub fn read_cache_bytes(connection: &Connection) -> Result<u64, StoreError> {
     Ok(bytes.max(0) as u64)
 }
 
-/// The number of resources in the merged catalog's underlying snapshots.
-#[allow(dead_code)]
-pub fn resource_count(connection: &Connection) -> Result<u64, StoreError> {
-    let count: Option<i64> = connection
-        .query_row("SELECT count(*) FROM resources", [], |row| row.get(0))
-        .optional()?;
-    Ok(count.unwrap_or(0) as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

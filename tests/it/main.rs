@@ -16,6 +16,7 @@ mod interop;
 mod live;
 mod liveness;
 mod search;
+mod secrets;
 mod service;
 mod socket;
 mod walk;
