@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::install::server_everything;
-use crate::support::{wait_for, Daemon, Scratch};
+use crate::support::{run_cli, wait_for, Daemon, Scratch};
 
 fn tool(name: &str, description: &str) -> Value {
     json!({
@@ -209,6 +209,32 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
         .connect()
         .request("tools/call", json!({"name": "weather", "arguments": {}}));
     assert!(unknown.get("error").is_some(), "{unknown}");
+
+    // The same through the CLI.
+    let cli = |args: &[&str]| {
+        let output = run_cli(&daemon.socket, args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).expect("utf-8")
+    };
+    let listed: Value = serde_json::from_str(&cli(&["tools", "--server", "fx", "--json"]))
+        .expect("json");
+    assert_eq!(listed.as_array().expect("array").len(), 5);
+    assert!(cli(&["prompts"]).contains("summarize"));
+    let shown = cli(&["show", "tool", "fx/weather"]);
+    assert!(shown.contains("Predicts the zephyr and rain"), "{shown}");
+    assert!(shown.contains("inputSchema:"), "{shown}");
+    let drifted = cli(&["drift", "--server", "fx"]);
+    assert!(drifted.contains("changed tool fx/weather"), "{drifted}");
+    assert!(
+        drifted.contains("accepted: \"Forecasts the weather\""),
+        "{drifted}"
+    );
+    let accepted: Value =
+        serde_json::from_str(&cli(&["accept", "--server", "fx", "--json"])).expect("json");
+    assert_eq!(accepted["accepted"], 6);
+    assert!(cli(&["drift"]).contains("no drift"));
+    let drift_json: Value = serde_json::from_str(&cli(&["drift", "--json"])).expect("json");
+    assert_eq!(drift_json["drift"], json!([]));
 }
 
 /// Runs server-everything over stdio and returns what its own `tools/list` and `prompts/list`
