@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::install::server_everything;
-use crate::support::{run_cli, wait_for, Daemon, Scratch};
+use crate::install::{python_sdk, repository, server_everything};
+use crate::support::{run_cli, wait_for, Daemon, Scratch, MIRROR};
 
 fn tool(name: &str, description: &str) -> Value {
     json!({
@@ -344,4 +344,39 @@ fn server_everything_2026_8_31_tools_and_prompts_are_mirrored_field_for_field() 
     }
     let log = daemon.log_text();
     assert!(!log.contains("ERROR"), "{log}");
+}
+
+#[test]
+fn the_python_sdk_client_searches_and_describes_through_the_bridge() {
+    let scratch = Scratch::new();
+    let path = scratch.write_scenario("scenario.json", &scenario("Forecasts the weather"));
+    let daemon = Daemon::with_scenario(&scratch, "fx", &path);
+    wait_for("the tools", Duration::from_secs(30), || {
+        let status = daemon.server_status("fx");
+        (status["kinds"]["tool"]["count"] == 5).then_some(())
+    });
+    let output = Command::new(python_sdk())
+        .arg(repository().join("tests/interop/catalog_tools_client.py"))
+        .arg(MIRROR)
+        .arg(&daemon.socket)
+        .arg("forecasts")
+        .output()
+        .expect("run the Python client");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).expect("the client's JSON");
+    assert_eq!(seen["toolsCapability"], true, "{seen}");
+    assert_eq!(seen["tools"], json!(["search_catalog", "describe_entry"]));
+    let hits = &seen["search"]["structuredContent"]["hits"];
+    assert_eq!(hits.as_array().map(Vec::len), Some(1), "{seen}");
+    assert_eq!(hits[0]["name"], "weather");
+    assert_eq!(hits[0]["kind"], "tool");
+    assert_eq!(
+        seen["describe"]["structuredContent"]["description"],
+        "Forecasts the weather",
+        "{seen}"
+    );
 }
