@@ -32,7 +32,10 @@ fn with_origin(listing: &EntryListing) -> Value {
             .entry("_meta")
             .or_insert_with(|| Value::Object(Default::default()));
         if let Value::Object(meta) = meta {
-            meta.insert(ORIGIN_META_KEY.into(), Value::String(listing.server.clone()));
+            meta.insert(
+                ORIGIN_META_KEY.into(),
+                Value::String(listing.server.clone()),
+            );
         }
     }
     value
@@ -81,7 +84,10 @@ pub async fn entry_details(
         .ok_or_else(|| {
             ErrorObject::new(
                 NOT_FOUND,
-                format!("server {} lists no {kind} named {}", params.server, params.name),
+                format!(
+                    "server {} lists no {kind} named {}",
+                    params.server, params.name
+                ),
             )
         })?;
     Ok(wire::EntryDetails {
@@ -98,10 +104,13 @@ pub async fn accept(
     store: &Store,
     params: wire::ServerParams,
 ) -> Result<wire::AcceptResult, ErrorObject> {
-    let accepted = store.accept(params.server).await.map_err(|error| match error {
-        StoreError::Walk(message) => invalid(message),
-        other => internal(other),
-    })?;
+    let accepted = store
+        .accept(params.server)
+        .await
+        .map_err(|error| match error {
+            StoreError::Walk(message) => invalid(message),
+            other => internal(other),
+        })?;
     Ok(wire::AcceptResult { accepted })
 }
 
@@ -175,7 +184,11 @@ pub async fn add_kind_status(
 
 /// The first line of a description, cut to `HIT_DESCRIPTION_CHARS`.
 fn one_line(description: Option<String>) -> Option<String> {
-    let line = description?.lines().find(|line| !line.trim().is_empty())?.trim().to_string();
+    let line = description?
+        .lines()
+        .find(|line| !line.trim().is_empty())?
+        .trim()
+        .to_string();
     Some(line.chars().take(wire::HIT_DESCRIPTION_CHARS).collect())
 }
 

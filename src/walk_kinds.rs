@@ -195,8 +195,7 @@ fn input_text(kind: Kind, object: &Map<String, Value>) -> String {
             {
                 for (name, property) in properties {
                     words.push(name.clone());
-                    if let Some(description) = property.get("description").and_then(Value::as_str)
-                    {
+                    if let Some(description) = property.get("description").and_then(Value::as_str) {
                         words.push(description.to_string());
                     }
                 }
@@ -238,7 +237,8 @@ mod tests {
         assert_eq!(row.inputs, "message\nWhat to echo");
         assert_eq!(serde_json::from_str::<Value>(&row.raw).expect("json"), tool);
         assert!(entry_row(Kind::Tool, json!({"description": "no name"})).is_none());
-        let prompt = json!({"name": "p", "arguments": [{"name": "topic", "description": "About what"}]});
+        let prompt =
+            json!({"name": "p", "arguments": [{"name": "topic", "description": "About what"}]});
         assert_eq!(
             entry_row(Kind::Prompt, prompt).expect("row").inputs,
             "topic\nAbout what"

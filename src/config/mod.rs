@@ -159,7 +159,11 @@ impl ServerConfig {
         use crate::protocol::Kind;
         [Kind::Resource, Kind::Tool, Kind::Prompt]
             .into_iter()
-            .filter(|kind| self.mirror.as_ref().is_none_or(|chosen| chosen.contains(kind)))
+            .filter(|kind| {
+                self.mirror
+                    .as_ref()
+                    .map_or(true, |chosen| chosen.contains(kind))
+            })
             .filter(|kind| {
                 capabilities
                     .get(kind.capability())

@@ -691,7 +691,8 @@ impl Session {
                 crate::protocol::Kind::Prompt,
             ] {
                 let declared = session.hello.capabilities.get(kind.capability());
-                if kind == crate::protocol::Kind::Resource || declared.is_some_and(Value::is_object) {
+                if kind == crate::protocol::Kind::Resource || declared.is_some_and(Value::is_object)
+                {
                     notifications.insert(kind.listen_key().into(), Value::Bool(true));
                 }
             }

@@ -106,7 +106,9 @@ impl EventSink {
         self.notifications.fetch_add(1, Ordering::Relaxed);
         let bit = kind_bit(kind);
         if self.kinds_queued.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
-            let _ = self.sender.send((self.epoch, ServerEvent::ListChanged(kind)));
+            let _ = self
+                .sender
+                .send((self.epoch, ServerEvent::ListChanged(kind)));
         }
     }
 

@@ -88,9 +88,7 @@ pub fn answer_server_request(id: Value, method: &str) -> Value {
 pub fn route_notification(server: &str, method: &str, params: &Value, events: &EventSink) {
     match method {
         "notifications/resources/list_changed" => events.list_changed(),
-        "notifications/tools/list_changed" => {
-            events.kind_list_changed(crate::protocol::Kind::Tool)
-        }
+        "notifications/tools/list_changed" => events.kind_list_changed(crate::protocol::Kind::Tool),
         "notifications/prompts/list_changed" => {
             events.kind_list_changed(crate::protocol::Kind::Prompt)
         }
@@ -100,9 +98,13 @@ pub fn route_notification(server: &str, method: &str, params: &Value, events: &E
             events.send(ServerEvent::ListenAcknowledged {
                 // Any kind acknowledged makes the listen useful; kinds it leaves out are
                 // covered by the session's scheduled walks.
-                resources_list_changed: ["resourcesListChanged", "toolsListChanged", "promptsListChanged"]
-                    .iter()
-                    .any(|key| params["notifications"][key] == Value::Bool(true)),
+                resources_list_changed: [
+                    "resourcesListChanged",
+                    "toolsListChanged",
+                    "promptsListChanged",
+                ]
+                .iter()
+                .any(|key| params["notifications"][key] == Value::Bool(true)),
             })
         }
         // The transport ends the request it names (see `cancelled_request`); the request's

@@ -39,12 +39,11 @@ pub use resource::{
 pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
-    ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities, ToolsCapability,
-    ServerStatus, StatusResult, SwapSummary, WatchResult,
+    ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities,
+    ServerStatus, StatusResult, SwapSummary, ToolsCapability, WatchResult,
 };
 pub use state::{
-    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,
-    UnknownName,
+    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
 };
 
 /// The longest request line the socket accepts; longer ones get an error and the connection closes.

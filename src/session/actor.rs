@@ -17,8 +17,8 @@ use super::state::{Event, Link, Phase, Ping, Push, State, Waiter, Walk};
 use super::{LiveStatus, ReadError, ReadReply, Refreshed, SessionCommand};
 use crate::config::ServerConfig;
 use crate::mcp::{event_channel, Era, EventStream, McpError, PushChannel, ServerEvent, Session};
-use crate::store::{now_ms, ServerUpdate, Store};
 use crate::protocol::Kind;
+use crate::store::{now_ms, ServerUpdate, Store};
 use crate::walk::{WalkError, WalkSummary};
 use crate::walk_kinds;
 
@@ -451,11 +451,10 @@ impl Actor {
             false => pending,
         };
         let walked = kinds.clone();
-        let run = async move {
-            walk_kinds::walk_kinds(&session, &store, &server, limits, &walked).await
-        }
-        .instrument(span)
-        .boxed();
+        let run =
+            async move { walk_kinds::walk_kinds(&session, &store, &server, limits, &walked).await }
+                .instrument(span)
+                .boxed();
         link.phase = Phase::Walking(Walk {
             generation,
             kinds,

@@ -129,8 +129,9 @@ pub(super) fn swap_entries(
     let transaction = connection.transaction()?;
     let server_id = server_id(&transaction, server)?;
     let mut existing: HashMap<String, (i64, String)> = {
-        let mut statement = transaction
-            .prepare_cached("SELECT id, name, raw FROM entries WHERE server_id = ?1 AND kind = ?2")?;
+        let mut statement = transaction.prepare_cached(
+            "SELECT id, name, raw FROM entries WHERE server_id = ?1 AND kind = ?2",
+        )?;
         let found = statement.query_map(params![server_id, kind], |row| {
             Ok((row.get::<_, String>(1)?, (row.get(0)?, row.get(2)?)))
         })?;
@@ -180,14 +181,26 @@ pub(super) fn swap_entries(
                         row.raw
                     ])?;
                     let id = transaction.last_insert_rowid();
-                    index.execute(params![id, row.name, row.title, row.description, row.inputs])?;
+                    index.execute(params![
+                        id,
+                        row.name,
+                        row.title,
+                        row.description,
+                        row.inputs
+                    ])?;
                     swap.added += 1;
                     record(ChangeKind::Added, &row.name, None)?;
                 }
                 Some((id, raw)) if raw != row.raw => {
                     update.execute(params![id, row.title, row.description, row.raw])?;
                     unindex.execute([id])?;
-                    index.execute(params![id, row.name, row.title, row.description, row.inputs])?;
+                    index.execute(params![
+                        id,
+                        row.name,
+                        row.title,
+                        row.description,
+                        row.inputs
+                    ])?;
                     swap.changed += 1;
                     let fields = serde_json::to_string(&changed_fields(&raw, &row.raw))
                         .unwrap_or_else(|_| "[]".into());
@@ -386,7 +399,11 @@ pub fn kind_counts(
     for name in names {
         let kinds = counts.entry(name?).or_default();
         for kind in Kind::ENTRY_KINDS {
-            kinds.entry(*kind).or_default().drift.get_or_insert_with(DriftCounts::default);
+            kinds
+                .entry(*kind)
+                .or_default()
+                .drift
+                .get_or_insert_with(DriftCounts::default);
         }
     }
     Ok(counts)
@@ -506,7 +523,8 @@ mod tests {
     #[test]
     fn changed_fields_name_every_top_level_difference() {
         let before = r#"{"name":"a","description":"old","inputSchema":{"type":"object"}}"#;
-        let after = r#"{"name":"a","description":"new","inputSchema":{"type":"object"},"title":"A"}"#;
+        let after =
+            r#"{"name":"a","description":"new","inputSchema":{"type":"object"},"title":"A"}"#;
         assert_eq!(changed_fields(before, after), vec!["description", "title"]);
         assert!(changed_fields(before, before).is_empty());
     }

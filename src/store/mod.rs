@@ -14,9 +14,7 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use entries::{
-    DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts,
-};
+pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 
 use crate::protocol::{Kind, ServerState, TransportKind};
@@ -551,8 +549,10 @@ impl Store {
 
     pub async fn kind_counts(
         &self,
-    ) -> Result<std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>, StoreError>
-    {
+    ) -> Result<
+        std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>,
+        StoreError,
+    > {
         self.read(entries::kind_counts).await
     }
 

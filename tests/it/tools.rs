@@ -90,7 +90,10 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
     );
     let prompts = list_all(&daemon, "catalog/prompts", "prompts");
     assert_eq!(prompts.len(), 1);
-    let prompt = daemon.call("catalog/prompt", json!({"server": "fx", "name": "summarize"}));
+    let prompt = daemon.call(
+        "catalog/prompt",
+        json!({"server": "fx", "name": "summarize"}),
+    );
     assert_eq!(prompt["definition"]["arguments"][0]["name"], "text");
     let missing = daemon
         .connect()
@@ -216,8 +219,8 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
         assert!(output.status.success(), "{args:?}: {output:?}");
         String::from_utf8(output.stdout).expect("utf-8")
     };
-    let listed: Value = serde_json::from_str(&cli(&["tools", "--server", "fx", "--json"]))
-        .expect("json");
+    let listed: Value =
+        serde_json::from_str(&cli(&["tools", "--server", "fx", "--json"])).expect("json");
     assert_eq!(listed.as_array().expect("array").len(), 5);
     assert!(cli(&["prompts"]).contains("summarize"));
     let shown = cli(&["show", "tool", "fx/weather"]);
@@ -375,8 +378,7 @@ fn the_python_sdk_client_searches_and_describes_through_the_bridge() {
     assert_eq!(hits[0]["name"], "weather");
     assert_eq!(hits[0]["kind"], "tool");
     assert_eq!(
-        seen["describe"]["structuredContent"]["description"],
-        "Forecasts the weather",
+        seen["describe"]["structuredContent"]["description"], "Forecasts the weather",
         "{seen}"
     );
 }
