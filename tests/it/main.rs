@@ -19,4 +19,5 @@ mod search;
 mod secrets;
 mod service;
 mod socket;
+mod throttle;
 mod walk;
