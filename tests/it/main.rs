@@ -19,5 +19,6 @@ mod search;
 mod secrets;
 mod service;
 mod socket;
+mod throttle;
 mod tools;
 mod walk;
