@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::install::{python_sdk, repository, server_everything};
-use crate::support::{run_cli, wait_for, Daemon, Scratch, MIRROR};
+use crate::support::{run_cli, stdio_server, wait_for, Daemon, Scratch, MIRROR};
 
 fn tool(name: &str, description: &str) -> Value {
     json!({
@@ -114,6 +114,7 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
         json!({"added": 0, "removed": 0, "changed": 0})
     );
     let since = daemon.call("catalog/changes", json!({}))["latestSeq"].clone();
+    let resources_walked_at = daemon.server_status("fx")["lastWalk"]["atMs"].clone();
     scratch.write_scenario("scenario.json", &scenario("Predicts the zephyr and rain"));
 
     let change = wait_for("the feed entry", Duration::from_secs(10), || {
@@ -130,6 +131,11 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
     assert_eq!(change["kind"], "changed", "{change}");
     assert_eq!(change["fields"], json!(["description"]), "{change}");
     assert_eq!(change["server"], "fx");
+    // tools/list_changed re-walked the tools only: the resource walk is the one from before.
+    assert_eq!(
+        daemon.server_status("fx")["lastWalk"]["atMs"],
+        resources_walked_at
+    );
 
     let drift = daemon.call("catalog/drift", json!({"server": "fx"}));
     let entries = drift["drift"].as_array().expect("drift");
@@ -381,4 +387,37 @@ fn the_python_sdk_client_searches_and_describes_through_the_bridge() {
         seen["describe"]["structuredContent"]["description"], "Forecasts the weather",
         "{seen}"
     );
+}
+
+#[test]
+fn a_failed_tools_walk_keeps_the_last_complete_snapshot() {
+    let scratch = Scratch::new();
+    let two = json!({"tools": [tool("alpha", "First tool"), tool("beta", "Second tool")]});
+    let path = scratch.write_scenario("scenario.json", &two);
+    let scenario = path.display().to_string();
+    let server = stdio_server("fx", &["--name", "fx", "--scenario", &scenario]);
+    let daemon = Daemon::start(&scratch, &scratch.config(&format!("{server}max_items = 3\n")));
+    wait_for("the two tools", Duration::from_secs(30), || {
+        (daemon.server_status("fx")["kinds"]["tool"]["count"] == 2).then_some(())
+    });
+
+    // Five tools are more than max_items: the walk fails and the two stay, marked stale.
+    let names = ["alpha", "beta", "gamma", "delta", "epsilon"];
+    let five: Vec<Value> = names.iter().map(|name| tool(name, "changed")).collect();
+    scratch.write_scenario("scenario.json", &json!({"tools": five}));
+    let status = wait_for("the failed walk", Duration::from_secs(10), || {
+        let status = daemon.server_status("fx");
+        let error = status["lastError"].as_str().unwrap_or("");
+        error.contains("max_items").then_some(status)
+    });
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["stale"], true, "{status}");
+    assert_eq!(status["kinds"]["tool"]["count"], 2, "{status}");
+    let tools = list_all(&daemon, "catalog/tools", "tools");
+    let kept: Vec<&str> = tools
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(kept, ["alpha", "beta"]);
+    assert_eq!(tools[0]["description"], "First tool");
 }
