@@ -2,8 +2,9 @@
 -- keyed by its name within the server. `raw` is the object as the server sent it; name, title
 -- and description are extracted from it for listing and search. (Resources and templates keep
 -- their own tables.) This migration depends only on 0001 and 0002.
+-- AUTOINCREMENT: an id is never reused, so the full-text index can never confuse two entries.
 CREATE TABLE entries (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     server_id INTEGER NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
     kind TEXT NOT NULL CHECK (kind IN ('tool', 'prompt')),
     name TEXT NOT NULL,

@@ -323,6 +323,11 @@ fn sync_servers(
                  SELECT 'delete', id, uri, name, title, description FROM resources WHERE server_id = ?1",
                 [id],
             )?;
+            // Tools and prompts go with the server (a cascade); their index rows must too.
+            transaction.execute(
+                "DELETE FROM entries_fts WHERE rowid IN (SELECT id FROM entries WHERE server_id = ?1)",
+                [id],
+            )?;
             transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
             tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
             if removed > 0 {

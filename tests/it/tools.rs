@@ -396,7 +396,10 @@ fn a_failed_tools_walk_keeps_the_last_complete_snapshot() {
     let path = scratch.write_scenario("scenario.json", &two);
     let scenario = path.display().to_string();
     let server = stdio_server("fx", &["--name", "fx", "--scenario", &scenario]);
-    let daemon = Daemon::start(&scratch, &scratch.config(&format!("{server}max_items = 3\n")));
+    let daemon = Daemon::start(
+        &scratch,
+        &scratch.config(&format!("{server}max_items = 3\n")),
+    );
     wait_for("the two tools", Duration::from_secs(30), || {
         (daemon.server_status("fx")["kinds"]["tool"]["count"] == 2).then_some(())
     });
