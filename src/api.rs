@@ -15,6 +15,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::watch;
 
+use crate::api_kinds;
 use crate::lines::{self, Line};
 use crate::protocol::{
     self as wire, encode_cursor, encode_search_cursor, parse_params, CacheNote, CatalogChanged,
@@ -423,6 +424,51 @@ async fn dispatch(
             let params = params::<CatalogRefresh>(raw)?;
             answer::<CatalogRefresh>(refresh(params, context).await?)
         }
+        wire::CatalogTools::NAME => {
+            let params = params::<wire::CatalogTools>(raw)?;
+            let (tools, next_cursor) =
+                api_kinds::entries_page(&context.store, wire::Kind::Tool, params).await?;
+            answer::<wire::CatalogTools>(wire::ListToolsResult { tools, next_cursor })
+        }
+        wire::CatalogPrompts::NAME => {
+            let params = params::<wire::CatalogPrompts>(raw)?;
+            let (prompts, next_cursor) =
+                api_kinds::entries_page(&context.store, wire::Kind::Prompt, params).await?;
+            answer::<wire::CatalogPrompts>(wire::ListPromptsResult {
+                prompts,
+                next_cursor,
+            })
+        }
+        wire::CatalogTool::NAME => {
+            let params = params::<wire::CatalogTool>(raw)?;
+            answer::<wire::CatalogTool>(
+                api_kinds::entry_details(&context.store, wire::Kind::Tool, params).await?,
+            )
+        }
+        wire::CatalogPrompt::NAME => {
+            let params = params::<wire::CatalogPrompt>(raw)?;
+            answer::<wire::CatalogPrompt>(
+                api_kinds::entry_details(&context.store, wire::Kind::Prompt, params).await?,
+            )
+        }
+        wire::CatalogAccept::NAME => {
+            let params = params::<wire::CatalogAccept>(raw)?;
+            answer::<wire::CatalogAccept>(api_kinds::accept(&context.store, params).await?)
+        }
+        wire::CatalogDrift::NAME => {
+            let params = params::<wire::CatalogDrift>(raw)?;
+            answer::<wire::CatalogDrift>(api_kinds::drift(&context.store, params).await?)
+        }
+        wire::ListTools::NAME => {
+            params::<wire::ListTools>(raw)?;
+            answer::<wire::ListTools>(wire::ListMirrorToolsResult {
+                tools: wire::mirror_tools(),
+            })
+        }
+        wire::CallTool::NAME => {
+            let params = params::<wire::CallTool>(raw)?;
+            answer::<wire::CallTool>(api_kinds::call_tool(context, params).await?)
+        }
         _ => Err(ErrorObject::new(
             METHOD_NOT_FOUND,
             format!("method not found: {method}"),
@@ -439,6 +485,9 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
         protocol_version: version,
         capabilities: wire::ServerCapabilities {
             resources: wire::ResourcesCapability { list_changed: true },
+            tools: Some(wire::ToolsCapability {
+                list_changed: false,
+            }),
         },
         server_info: wire::Implementation {
             name: wire::SERVER_NAME.into(),
@@ -590,13 +639,14 @@ async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject>
         config_error: config_load.error,
         config_error_at: config_load.error_at_ms,
     };
-    let servers = servers
+    let mut servers: Vec<wire::ServerStatus> = servers
         .into_iter()
         .map(|server| {
             let session = live.remove(&server.name);
             server_status(server, session)
         })
         .collect();
+    crate::api_kinds::add_kind_status(&context.store, &mut servers).await?;
     Ok(wire::StatusResult { daemon, servers })
 }
 
@@ -701,6 +751,9 @@ fn changes_result(page: store::ChangePage) -> wire::ChangesResult {
                 kind: change.kind,
                 uri: change.uri,
                 count: change.count,
+                entry_kind: change.entry_kind,
+                name: change.name,
+                fields: change.fields,
             })
             .collect(),
         latest_seq: page.latest_seq,
@@ -751,5 +804,6 @@ fn server_status(
         last_error: server.last_error,
         last_error_at_ms: server.last_error_at_ms,
         live,
+        kinds: Default::default(),
     }
 }

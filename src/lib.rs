@@ -4,6 +4,7 @@
 //! so the compiler reports an item nothing uses.
 
 pub(crate) mod api;
+pub(crate) mod api_kinds;
 pub mod cli;
 pub mod config;
 pub mod daemon;
@@ -17,3 +18,4 @@ pub(crate) mod store;
 pub(crate) mod supervisor;
 pub mod systemd;
 pub(crate) mod walk;
+pub(crate) mod walk_kinds;

@@ -70,8 +70,33 @@ enum Command {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Show every field of one resource and which servers list it.
-    Show { uri: String },
+    /// Show every field of one resource and which servers list it; `show tool SERVER/NAME`
+    /// (or `prompt`) shows a whole tool or prompt definition.
+    Show {
+        uri: String,
+        /// With `tool` or `prompt` as the first word: SERVER/NAME.
+        name: Option<String>,
+    },
+    /// List the mirrored tools.
+    Tools {
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// List the mirrored prompts.
+    Prompts {
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Show the tools and prompts that differ from the accepted definitions.
+    Drift {
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Accept the current tools and prompts; drift is measured from them.
+    Accept {
+        #[arg(long)]
+        server: Option<String>,
+    },
     /// Read a resource through the server that listed it: text to stdout.
     Read {
         uri: String,
@@ -141,7 +166,32 @@ fn main() -> ExitCode {
             };
             cli::search(&socket, &database, &search, arguments.json)
         }
-        Command::Show { uri } => cli::show(&socket, &database, uri, arguments.json),
+        Command::Show {
+            uri: kind,
+            name: Some(name),
+        } if kind == "tool" || kind == "prompt" => {
+            let kind = if kind == "tool" {
+                mcp_mirror::protocol::Kind::Tool
+            } else {
+                mcp_mirror::protocol::Kind::Prompt
+            };
+            cli::show_entry(&socket, kind, name, arguments.json)
+        }
+        Command::Show { uri, .. } => cli::show(&socket, &database, uri, arguments.json),
+        Command::Tools { server } => cli::list_kind(
+            &socket,
+            mcp_mirror::protocol::Kind::Tool,
+            server.as_deref(),
+            arguments.json,
+        ),
+        Command::Prompts { server } => cli::list_kind(
+            &socket,
+            mcp_mirror::protocol::Kind::Prompt,
+            server.as_deref(),
+            arguments.json,
+        ),
+        Command::Drift { server } => cli::drift(&socket, server.as_deref(), arguments.json),
+        Command::Accept { server } => cli::accept(&socket, server.as_deref(), arguments.json),
         Command::Read { uri, output } => cli::read(&socket, uri, output.as_deref(), arguments.json),
         Command::Watch { since } => cli::watch(&socket, *since, arguments.json),
         Command::Mcp => cli::bridge(&socket),

@@ -4,6 +4,7 @@
 mod bridge;
 mod client;
 mod commands;
+mod kinds;
 mod offline;
 mod progress;
 mod render;
@@ -16,6 +17,7 @@ use crate::store::StoreError;
 pub use bridge::bridge;
 pub use client::Client;
 pub use commands::{ls, read, refresh, search, show, status, watch, SearchArgs};
+pub use kinds::{accept, drift, list as list_kind, show as show_entry};
 
 /// Exit codes that tell outcomes apart for scripts.
 pub const EXIT_FAILURE: u8 = 1;

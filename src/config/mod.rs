@@ -153,6 +153,29 @@ pub struct ServerConfig {
     pub era: EraChoice,
     /// A protocol version to insist on, instead of negotiating.
     pub protocol_version: Option<String>,
+    /// The kinds to mirror (`mirror = [...]`); `None` mirrors every kind the server declares.
+    pub mirror: Option<Vec<crate::protocol::Kind>>,
+}
+
+impl ServerConfig {
+    /// The kinds to walk on a server that declares `capabilities`: those configured (or all)
+    /// that it declares. Templates ride with resources.
+    pub fn mirrored_kinds(&self, capabilities: &serde_json::Value) -> Vec<crate::protocol::Kind> {
+        use crate::protocol::Kind;
+        [Kind::Resource, Kind::Tool, Kind::Prompt]
+            .into_iter()
+            .filter(|kind| {
+                self.mirror
+                    .as_ref()
+                    .map_or(true, |chosen| chosen.contains(kind))
+            })
+            .filter(|kind| {
+                capabilities
+                    .get(kind.capability())
+                    .is_some_and(serde_json::Value::is_object)
+            })
+            .collect()
+    }
 }
 
 /// How to reach a server. Header values and `env` values are treated as secrets like the

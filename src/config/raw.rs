@@ -63,6 +63,8 @@ pub(super) struct RawServer {
     pub ping_interval: Option<Spanned<String>>,
     pub era: Option<Spanned<String>>,
     pub protocol_version: Option<Spanned<String>>,
+    /// The kinds to mirror: `["resources", "tools", "prompts"]`; every declared kind by default.
+    pub mirror: Option<Spanned<Vec<String>>>,
 }
 
 /// The longest fragment of the file an error may quote as the key at fault.

@@ -88,12 +88,23 @@ pub fn answer_server_request(id: Value, method: &str) -> Value {
 pub fn route_notification(server: &str, method: &str, params: &Value, events: &EventSink) {
     match method {
         "notifications/resources/list_changed" => events.list_changed(),
+        "notifications/tools/list_changed" => events.kind_list_changed(crate::protocol::Kind::Tool),
+        "notifications/prompts/list_changed" => {
+            events.kind_list_changed(crate::protocol::Kind::Prompt)
+        }
         // The acknowledgement lists what the server agreed to send; without list changes the
         // listen is of no use to a mirror.
         "notifications/subscriptions/acknowledged" => {
             events.send(ServerEvent::ListenAcknowledged {
-                resources_list_changed: params["notifications"]["resourcesListChanged"]
-                    == Value::Bool(true),
+                // Any kind acknowledged makes the listen useful; kinds it leaves out are
+                // covered by the session's scheduled walks.
+                resources_list_changed: [
+                    "resourcesListChanged",
+                    "toolsListChanged",
+                    "promptsListChanged",
+                ]
+                .iter()
+                .any(|key| params["notifications"][key] == Value::Bool(true)),
             })
         }
         // The transport ends the request it names (see `cancelled_request`); the request's

@@ -3,6 +3,7 @@
 //! (online and offline) and the bridge.
 
 mod cursor;
+mod entries;
 mod envelope;
 mod params;
 mod resource;
@@ -16,6 +17,13 @@ pub use crate::mcp::{
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 pub use cursor::{decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor};
+pub use entries::{
+    mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
+    DriftCount, DriftEntry, DriftResult, EntriesParams, EntryDetails, EntryParams, FieldChange,
+    KindStatus, ListMirrorToolsResult, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
+    SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL,
+    HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
+};
 pub use envelope::{
     CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
     Response, ServerMessage, JSONRPC_VERSION,
@@ -32,10 +40,10 @@ pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
     ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities,
-    ServerStatus, StatusResult, SwapSummary, WatchResult,
+    ServerStatus, StatusResult, SwapSummary, ToolsCapability, WatchResult,
 };
 pub use state::{
-    ChangeKind, ConnectedTransport, Era, PushChannel, ServerState, TransportKind, UnknownName,
+    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
 };
 
 /// The longest request line the socket accepts; longer ones get an error and the connection closes.
@@ -58,7 +66,7 @@ pub const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18
 /// The name the socket gives in `serverInfo`.
 pub const SERVER_NAME: &str = "mcp-mirror";
 pub const INSTRUCTIONS: &str =
-    "A local mirror of the resource catalogs of the configured MCP servers.";
+    "A local mirror of the resource catalogs of the configured MCP servers. Its tools search_catalog and describe_entry find the tools, prompts and resources of every mirrored server; call a tool on its own server.";
 
 /// MCP's "resource not found" (handshake era).
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
@@ -112,6 +120,17 @@ methods! {
     CatalogChanges = "catalog/changes", ChangesParams => ChangesResult;
     /// Answers where the feed stands, then sends `notifications/catalog/changed`.
     CatalogWatch = "catalog/watch", WatchParams => WatchResult;
+    /// Tools of every server (or one), `PAGE_SIZE` per page, ordered by server and name.
+    CatalogTools = "catalog/tools", EntriesParams => ListToolsResult;
+    CatalogPrompts = "catalog/prompts", EntriesParams => ListPromptsResult;
+    CatalogTool = "catalog/tool", EntryParams => EntryDetails;
+    CatalogPrompt = "catalog/prompt", EntryParams => EntryDetails;
+    /// Records the current tools and prompts as accepted; drift is measured from them.
+    CatalogAccept = "catalog/accept", ServerParams => AcceptResult;
+    CatalogDrift = "catalog/drift", ServerParams => DriftResult;
+    /// The mirror's own tools (`search_catalog`, `describe_entry`); it never proxies others'.
+    ListTools = "tools/list", ListParams => ListMirrorToolsResult;
+    CallTool = "tools/call", CallToolParams => CallToolResult;
 }
 
 /// Sent to MCP clients (those that sent `initialize`) once per committed change.

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::resource::{Resource, ResourceTemplate};
-use super::state::{ChangeKind, ConnectedTransport, Era, PushChannel, ServerState, TransportKind};
+use super::state::{
+    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,
+};
 
 /// `ping`'s answer, and any other empty object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +29,15 @@ pub struct InitializeResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerCapabilities {
     pub resources: ResourcesCapability,
+    /// The mirror's own tools (`search_catalog`, `describe_entry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolsCapability>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsCapability {
+    pub list_changed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +143,19 @@ pub struct Change {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
     pub count: i64,
+    /// The kind of entry (`resource`, `tool`, `prompt`); `kind` above is the kind of change.
+    #[serde(default = "resource_kind")]
+    pub entry_kind: Kind,
+    /// A tool's or prompt's name (they have no URI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// For a changed tool or prompt: the top-level fields that changed (`description`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<String>>,
+}
+
+fn resource_kind() -> Kind {
+    Kind::Resource
 }
 
 /// `catalog/watch`: where the feed stands; changes follow as notifications.
@@ -253,6 +277,9 @@ pub struct ServerStatus {
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
     pub live: Option<LiveStatus>,
+    /// Tools and prompts: counts and drift per kind (resources are counted above).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kinds: BTreeMap<Kind, super::entries::KindStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,5 +1,6 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
+mod entries;
 mod queries;
 mod schema;
 mod writer;
@@ -13,9 +14,10 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
+pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 
-use crate::protocol::{ServerState, TransportKind};
+use crate::protocol::{Kind, ServerState, TransportKind};
 use writer::{Batch, WriteOp};
 
 #[derive(Debug, thiserror::Error)]
@@ -492,6 +494,84 @@ impl Store {
 
     pub async fn read_cache_bytes(&self) -> Result<u64, StoreError> {
         self.read(queries::read_cache_bytes).await
+    }
+
+    /// Replaces the server's snapshot of one kind of entries (tools or prompts) with `rows`,
+    /// atomically; the previous snapshot stays if this fails.
+    pub async fn swap_entries(
+        &self,
+        server: &str,
+        kind: Kind,
+        rows: Vec<EntryRow>,
+    ) -> Result<EntrySwap, StoreError> {
+        let server = server.to_string();
+        self.call(|reply| WriteOp::SwapEntries {
+            server,
+            kind,
+            rows,
+            reply,
+        })
+        .await
+    }
+
+    /// Records the current tools and prompts of `server` (or every server) as accepted.
+    pub async fn accept(&self, server: Option<String>) -> Result<u64, StoreError> {
+        self.call(|reply| WriteOp::Accept { server, reply }).await
+    }
+
+    /// A page of one kind of entries, after (server, name), and whether more follow.
+    pub async fn list_entries(
+        &self,
+        kind: Kind,
+        server: Option<String>,
+        after: Option<(String, String)>,
+        limit: usize,
+    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
+        self.read(move |connection| {
+            let after = after
+                .as_ref()
+                .map(|(server, name)| (server.as_str(), name.as_str()));
+            entries::list_entries(connection, kind, server.as_deref(), after, limit)
+        })
+        .await
+    }
+
+    pub async fn entry(
+        &self,
+        kind: Kind,
+        server: &str,
+        name: &str,
+    ) -> Result<Option<EntryListing>, StoreError> {
+        let (server, name) = (server.to_string(), name.to_string());
+        self.read(move |connection| entries::entry(connection, kind, &server, &name))
+            .await
+    }
+
+    pub async fn kind_counts(
+        &self,
+    ) -> Result<
+        std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>,
+        StoreError,
+    > {
+        self.read(entries::kind_counts).await
+    }
+
+    pub async fn drift(&self, server: Option<String>) -> Result<Vec<DriftRow>, StoreError> {
+        self.read(move |connection| entries::drift(connection, server.as_deref()))
+            .await
+    }
+
+    pub async fn search_entries(
+        &self,
+        query: String,
+        kinds: Vec<Kind>,
+        server: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<EntryHit>, StoreError> {
+        self.read(move |connection| {
+            entries::search_entries(connection, &query, &kinds, server.as_deref(), limit)
+        })
+        .await
     }
 
     /// Stops the writer after the operations already queued; returns when it has closed the database.

@@ -454,6 +454,11 @@ pub struct ChangeEntry {
     pub kind: ChangeKind,
     pub uri: Option<String>,
     pub count: i64,
+    /// What kind of entry changed; a tool's or prompt's `name` stands where a resource's `uri` does.
+    pub entry_kind: crate::protocol::Kind,
+    pub name: Option<String>,
+    /// For a changed tool or prompt: the top-level fields that changed.
+    pub fields: Option<Vec<String>>,
 }
 
 /// A page of the change feed.
@@ -490,7 +495,8 @@ pub fn changes_since(
     let after = since.unwrap_or(0);
     let truncated = since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since + 1));
     let mut statement = connection.prepare_cached(
-        "SELECT seq, at, server, kind, uri, count FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        "SELECT seq, at, server, kind, uri, count, entry_kind, name, fields FROM changes
+         WHERE seq > ?1 ORDER BY seq LIMIT ?2",
     )?;
     let rows = statement.query_map(params![after, (limit + 1) as i64], |row| {
         Ok(ChangeEntry {
@@ -500,6 +506,11 @@ pub fn changes_since(
             kind: row.get(3)?,
             uri: row.get(4)?,
             count: row.get(5)?,
+            entry_kind: row.get(6)?,
+            name: row.get(7)?,
+            fields: row
+                .get::<_, Option<String>>(8)?
+                .and_then(|fields| serde_json::from_str(&fields).ok()),
         })
     })?;
     let mut changes = rows.collect::<Result<Vec<_>, _>>()?;

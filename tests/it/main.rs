@@ -20,4 +20,5 @@ mod secrets;
 mod service;
 mod socket;
 mod throttle;
+mod tools;
 mod walk;
