@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::lines::{self, Line};
 use crate::protocol::{
     self as wire, encode_cursor, encode_search_cursor, parse_params, CacheNote, CatalogChanged,
+    CheckedRequest,
     CatalogChanges, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch,
     ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams, ListResources,
     ListTemplates, Method, NotificationMessage, Ping, ReadResource, ReadResourceResult,
@@ -133,9 +134,9 @@ pub async fn serve(
     }
 }
 
-/// What one connection has asked for.
+/// What one connection has asked for (on the HTTP face: one request, or one session).
 #[derive(Default)]
-struct ConnectionState {
+pub(crate) struct ConnectionState {
     /// The client sent `initialize`: it speaks MCP and expects `list_changed` notifications.
     /// Plain JSON-RPC clients (the CLI, socat) never get unasked-for lines.
     mcp_client: bool,
@@ -301,10 +302,19 @@ async fn handle_line(
         Ok(request) => request.check(),
         Err(_) => IncomingRequest::default().check(),
     };
-    let request = match request {
-        Ok(request) => request,
-        Err(response) => return Some(*response),
-    };
+    match request {
+        Ok(request) => answer_request(request, context, state).await,
+        Err(response) => Some(*response),
+    }
+}
+
+/// Answers one checked request through `dispatch`: the socket and the HTTP face both come
+/// here. `None` for notifications, which get no answer.
+pub(crate) async fn answer_request(
+    request: CheckedRequest,
+    context: &ApiContext,
+    state: &mut ConnectionState,
+) -> Option<Response> {
     // Notifications (such as notifications/initialized) need no answer.
     let id = request.id?;
     let outcome = match request.params {
@@ -485,7 +495,7 @@ async fn refresh(
     Ok(wire::RefreshResult { servers })
 }
 
-fn not_listed(uri: &str) -> ErrorObject {
+pub(crate) fn not_listed(uri: &str) -> ErrorObject {
     ErrorObject::new(
         RESOURCE_NOT_FOUND,
         format!("resource not found: no mirrored server lists {uri}"),

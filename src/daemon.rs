@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::api::{self, ApiContext, ConfigLoad};
 use crate::config::{self, Config};
+use crate::http_face::{self, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
@@ -75,6 +76,7 @@ pub async fn run_with(
         }),
     });
     let api_task = tokio::spawn(api::serve(listener, context.clone(), stopping.clone()));
+    let http = start_http_face(&config, &context, &stopping).await?;
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
     if let Some(path) = &socket.path {
@@ -108,6 +110,9 @@ pub async fn run_with(
             notifier.reloading();
         }
         current = reload(current, &supervisor, &context).await;
+        if let Some((face, _)) = &http {
+            face.apply(&current);
+        }
         if let Some(notifier) = &notifier {
             notifier.ready(&current_summary(&store).await);
         }
@@ -128,6 +133,11 @@ pub async fn run_with(
     {
         tracing::warn!("the socket's accept loop did not stop within {API_STOP_BOUND:?}");
     }
+    if let Some((_, task)) = http {
+        if tokio::time::timeout(API_STOP_BOUND, task).await.is_err() {
+            tracing::warn!("the HTTP face did not stop within {API_STOP_BOUND:?}");
+        }
+    }
     if let Some(task) = health_task {
         task.abort();
     }
@@ -136,6 +146,26 @@ pub async fn run_with(
     socket.remove_file_if_ours();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the HTTP face when `[http] listen` is set; a bind failure stops the start.
+async fn start_http_face(
+    config: &Config,
+    context: &Arc<ApiContext>,
+    stopping: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
+    let Some(address) = config.http.listen else {
+        return Ok(None);
+    };
+    let listener = http_face::bind(address).await?;
+    let face = Arc::new(HttpFace::new(context.clone(), config, stopping.clone()));
+    tracing::info!(
+        address = %listener.local_addr().unwrap_or(address),
+        tokens = config.http.tokens.len(),
+        "the HTTP face is serving /mcp"
+    );
+    let task = tokio::spawn(http_face::serve(face.clone(), listener));
+    Ok(Some((face, task)))
 }
 
 fn removed_policy(config: &Config) -> RemovedServers {
@@ -180,6 +210,10 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) 
             );
         }
     }
+    if current.http != next.http {
+        tracing::warn!("the [http] table changes only at the next start (share = true applies now)");
+    }
+    next.http = current.http.clone();
     if current.daemon.log_level != next.daemon.log_level {
         tracing::warn!("daemon.log_level changes only at the next start");
     }

@@ -4,6 +4,7 @@
 //! so the compiler reports an item nothing uses.
 
 pub(crate) mod api;
+pub(crate) mod http_face;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -5,6 +5,7 @@
 //! and `transport`) turns them into one `Config` of durations, resolved paths and a
 //! `Transport`, or a `ConfigError` naming the file, the line and the key at fault.
 
+mod http;
 mod raw;
 mod server;
 mod source;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub use http::{HttpConfig, HttpToken};
 use source::SourceFile;
 
 /// `[daemon] resync_interval`: the backstop re-walk, besides `list_changed` notifications.
@@ -91,6 +93,8 @@ pub struct Config {
     pub source: PathBuf,
     pub daemon: DaemonConfig,
     pub servers: Vec<ServerConfig>,
+    /// The HTTP face (`[http]`); off unless `listen` is set.
+    pub http: HttpConfig,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -148,6 +152,9 @@ pub struct ServerConfig {
     pub era: EraChoice,
     /// A protocol version to insist on, instead of negotiating.
     pub protocol_version: Option<String>,
+    /// `share = true`: entries from this server may go to HTTP token clients even when its
+    /// results were `cacheScope: "private"` (the operator vouches that every client may see them).
+    pub share: bool,
 }
 
 /// How to reach a server. Header values and `env` values are treated as secrets like the
@@ -265,6 +272,11 @@ impl PartialEq for Transport {
 impl Config {
     /// The values that must never be printed: bearer tokens, header values and `env` values.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        let http_tokens = self
+            .http
+            .tokens
+            .iter()
+            .map(|token| token.value.expose_secret());
         self.servers.iter().flat_map(|server| -> Vec<&str> {
             match &server.transport {
                 Transport::Http {
@@ -279,6 +291,7 @@ impl Config {
                 Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
             }
         })
+        .chain(http_tokens)
     }
 }
 

@@ -16,6 +16,8 @@ pub(super) struct RawConfig {
     pub daemon: RawDaemon,
     #[serde(default)]
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
+    #[serde(default)]
+    pub http: super::http::RawHttp,
 }
 
 #[derive(Deserialize, Default)]
@@ -62,6 +64,7 @@ pub(super) struct RawServer {
     pub ping_interval: Option<Spanned<String>>,
     pub era: Option<Spanned<String>>,
     pub protocol_version: Option<Spanned<String>>,
+    pub share: Option<bool>,
 }
 
 /// The longest fragment of the file an error may quote as the key at fault.

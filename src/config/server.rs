@@ -66,6 +66,7 @@ pub(super) fn server_config(
         timings: sync_timings(source, &server, daemon.timings)?,
         era: era(source, &server)?,
         protocol_version: protocol_version(source, &server)?,
+        share: raw.share.unwrap_or(false),
     })
 }
 
