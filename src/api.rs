@@ -570,7 +570,7 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceRe
     }
 }
 
-async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
+pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
     let servers = context.store.status().await.map_err(internal)?;
     let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())

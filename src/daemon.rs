@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::api::{self, ApiContext, ConfigLoad};
 use crate::config::{self, Config};
-use crate::http_face::{self, HttpFace};
+use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
@@ -148,23 +148,40 @@ pub async fn run_with(
     Ok(())
 }
 
-/// Starts the HTTP face when `[http] listen` is set; a bind failure stops the start.
+/// Starts the HTTP face when `[http] listen` or `metrics_listen` is set; a bind failure stops
+/// the start.
 async fn start_http_face(
     config: &Config,
     context: &Arc<ApiContext>,
     stopping: &watch::Receiver<bool>,
 ) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
-    let Some(address) = config.http.listen else {
+    let listeners = [
+        (config.http.listen, Face::Mcp),
+        (config.http.metrics_listen, Face::MetricsOnly),
+    ];
+    if listeners.iter().all(|(address, _)| address.is_none()) {
         return Ok(None);
-    };
-    let listener = http_face::bind(address).await?;
+    }
     let face = Arc::new(HttpFace::new(context.clone(), config, stopping.clone()));
-    tracing::info!(
-        address = %listener.local_addr().unwrap_or(address),
-        tokens = config.http.tokens.len(),
-        "the HTTP face is serving /mcp"
-    );
-    let task = tokio::spawn(http_face::serve(face.clone(), listener));
+    let mut tasks = Vec::new();
+    for (address, serving) in listeners {
+        let Some(address) = address else {
+            continue;
+        };
+        let listener = http_face::bind(address).await?;
+        tracing::info!(
+            address = %listener.local_addr().unwrap_or(address),
+            tokens = config.http.tokens.len(),
+            ?serving,
+            "the HTTP face is serving"
+        );
+        tasks.push(tokio::spawn(http_face::serve(face.clone(), listener, serving)));
+    }
+    let task = tokio::spawn(async move {
+        for task in tasks {
+            let _ = task.await;
+        }
+    });
     Ok(Some((face, task)))
 }
 

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub(crate) mod lines;
+pub(crate) mod metrics;
 pub mod mcp;
 pub mod paths;
 pub mod protocol;

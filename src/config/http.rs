@@ -124,13 +124,19 @@ pub(super) fn http_config(
         });
     }
     // Without tokens anyone who reaches the port reads the catalog: only loopback may do that.
-    if let (Some(address), Some(spanned)) = (listen, &raw.listen) {
-        if tokens.is_empty() && !address.ip().is_loopback() {
-            return Err(source.error(
-                &spanned.span(),
-                "http.listen",
-                "a non-loopback address needs `[http] tokens` (anyone who reaches it could read the catalog)",
-            ));
+    let addresses = [
+        (listen, &raw.listen, "http.listen"),
+        (metrics_listen, &raw.metrics_listen, "http.metrics_listen"),
+    ];
+    for (address, spanned, key) in addresses {
+        if let (Some(address), Some(spanned)) = (address, spanned) {
+            if tokens.is_empty() && !address.ip().is_loopback() {
+                return Err(source.error(
+                    &spanned.span(),
+                    key,
+                    "a non-loopback address needs `[http] tokens` (anyone who reaches it could read the catalog)",
+                ));
+            }
         }
     }
     let max_body_bytes = optional_size(source, &raw.max_body, "http.max_body")?

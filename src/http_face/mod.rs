@@ -1,5 +1,6 @@
 //! The HTTP face: the socket's MCP face served over Streamable HTTP at `/mcp` (both eras), with
-//! bearer tokens, origin checks and bounds, so one mirror can be the upstream of a fleet.
+//! bearer tokens, origin checks and bounds, so one mirror can be the upstream of a fleet; and
+//! `GET /metrics` (also alone on `[http] metrics_listen`).
 //!
 //! Requests go through the socket's own `api::answer_request`; this module adds what HTTP
 //! needs around it: who may ask (`access`), the 2026-07-28 headers and `server/discover`,
@@ -16,6 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -95,15 +99,50 @@ impl HttpFace {
         self.clients.load(Ordering::Relaxed)
     }
 
-    fn router(self: &Arc<Self>) -> Router {
-        Router::new()
-            .route(
+    fn router(self: &Arc<Self>, face: Face) -> Router {
+        let router = Router::new().route("/metrics", get(metrics));
+        let router = match face {
+            Face::Mcp => router.route(
                 "/mcp",
                 get(mcp::get_stream)
                     .post(mcp::post_message)
                     .delete(mcp::delete_session),
-            )
-            .with_state(self.clone())
+            ),
+            Face::MetricsOnly => router,
+        };
+        router.with_state(self.clone())
+    }
+}
+
+/// What a listener serves: `/mcp` and `/metrics`, or `/metrics` alone (`metrics_listen`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Face {
+    Mcp,
+    MetricsOnly,
+}
+
+/// `GET /metrics`: the Prometheus text format, from the same status `catalog/status` answers.
+async fn metrics(State(face): State<Arc<HttpFace>>, headers: HeaderMap) -> Response {
+    let client = match access::admit(&face, &headers) {
+        Ok(client) => client,
+        Err(refusal) => return *refusal,
+    };
+    tracing::debug!(token = client.name(), "metrics scraped");
+    match crate::api::status(&face.api).await {
+        Ok(status) => {
+            let text = crate::metrics::render(&status, face.clients());
+            let mut response = (StatusCode::OK, text).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+            );
+            response
+        }
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read the status: {}\n", error.message),
+        )
+            .into_response(),
     }
 }
 
@@ -116,8 +155,8 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, HttpBindError> {
 
 /// Accepts connections until shutdown; each is served by its own task with hyper's http1
 /// server, whose buffer bound caps the request head.
-pub async fn serve(face: Arc<HttpFace>, listener: TcpListener) {
-    let router = face.router();
+pub async fn serve(face: Arc<HttpFace>, listener: TcpListener, serving: Face) {
+    let router = face.router(serving);
     let mut shutdown = face.shutdown.clone();
     loop {
         let permit = tokio::select! {

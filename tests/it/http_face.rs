@@ -106,12 +106,22 @@ impl Answer {
 }
 
 fn http_exchange(address: &str, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    http_exchange_at(address, method, "/mcp", headers, body)
+}
+
+fn http_exchange_at(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
     let mut stream = TcpStream::connect(address).expect("connect to the HTTP face");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
     let mut request = format!(
-        "{method} /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
     );
     for (name, value) in headers {
@@ -443,4 +453,142 @@ fn the_python_sdk_client_lists_and_reads_over_the_http_face() {
             "{mode}"
         );
     }
+}
+
+/// A strict reader of the OpenMetrics text format as `/metrics` serves it: every family
+/// declared by HELP and TYPE before its samples, every sample of a declared family, names and
+/// labels well formed, values numbers, `# EOF` last. Samples keyed by name and sorted labels.
+fn parse_metrics(text: &str) -> std::collections::BTreeMap<(String, Vec<(String, String)>), f64> {
+    let mut families: std::collections::BTreeMap<String, String> = Default::default();
+    let mut samples = std::collections::BTreeMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "the exposition ends with # EOF");
+    let name_ok = |name: &str| {
+        name.starts_with("mcp_mirror_")
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    for line in &lines[..lines.len() - 1] {
+        if let Some(comment) = line.strip_prefix("# ") {
+            let mut parts = comment.splitn(3, ' ');
+            let (kind, name, rest) = (parts.next(), parts.next(), parts.next());
+            let name = name.unwrap_or_else(|| panic!("bad comment line {line:?}"));
+            assert!(name_ok(name), "metric name {name:?}");
+            match kind {
+                Some("HELP") => assert!(rest.is_some_and(|help| !help.is_empty()), "{line}"),
+                Some("TYPE") => {
+                    let kind = rest.expect("a type");
+                    assert!(
+                        ["counter", "gauge", "histogram"].contains(&kind),
+                        "type {kind:?}"
+                    );
+                    families.insert(name.to_string(), kind.to_string());
+                }
+                Some("UNIT") => assert!(name.ends_with(&format!("_{}", rest.expect("unit")))),
+                _ => panic!("unknown comment line {line:?}"),
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line:?}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => {
+                let labels = labels.strip_suffix('}').unwrap_or_else(|| panic!("{line:?}"));
+                let mut pairs: Vec<(String, String)> = labels
+                    .split(',')
+                    .map(|pair| {
+                        let (key, quoted) = pair.split_once('=').unwrap_or_else(|| panic!("{line:?}"));
+                        let value = quoted
+                            .strip_prefix('"')
+                            .and_then(|rest| rest.strip_suffix('"'))
+                            .unwrap_or_else(|| panic!("label value in {line:?}"));
+                        (key.to_string(), value.to_string())
+                    })
+                    .collect();
+                pairs.sort();
+                (name, pairs)
+            }
+            None => (series, Vec::new()),
+        };
+        assert!(name_ok(name), "sample name {name:?}");
+        let family = families
+            .iter()
+            .filter(|(family, kind)| {
+                let suffixes: &[&str] = match kind.as_str() {
+                    "counter" => &["_total"],
+                    "histogram" => &["_sum", "_count", "_bucket"],
+                    _ => &[""],
+                };
+                suffixes
+                    .iter()
+                    .any(|suffix| name == format!("{family}{suffix}"))
+            })
+            .count();
+        assert_eq!(family, 1, "{name} belongs to one declared family");
+        samples.insert((name.to_string(), labels), value);
+    }
+    samples
+}
+
+#[test]
+fn metrics_parse_and_match_the_status() {
+    let servers = format!(
+        "{}{}",
+        stdio_server("demo", &["--name", "demo", "--generate", "12"]),
+        stdio_server("docs", &["--name", "docs", "--generate", "30"]),
+    );
+    let metrics_address = format!("127.0.0.1:{}", free_port());
+    let upstream = Upstream::start(&servers, &format!("metrics_listen = \"{metrics_address}\"\n"));
+    upstream.daemon.wait_for_walks("demo", 1);
+    upstream.daemon.wait_for_walks("docs", 1);
+    let bearer = format!("Bearer {TOKEN}");
+    let scrape = |address: &str| {
+        let answer = http_exchange_at(address, "GET", "/metrics", &[("Authorization", &bearer)], "");
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        parse_metrics(&answer.body)
+    };
+    let status = upstream.daemon.call("catalog/status", json!({}));
+    let metrics = scrape(&upstream.address);
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        let mut labels: Vec<(String, String)> = labels
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        labels.sort();
+        *metrics
+            .get(&(name.to_string(), labels.clone()))
+            .unwrap_or_else(|| panic!("no {name} {labels:?}"))
+    };
+    for server in status["servers"].as_array().expect("servers") {
+        let name = server["name"].as_str().expect("name");
+        let resources = server["resources"].as_f64().expect("resources");
+        assert_eq!(value("mcp_mirror_server_entries", &[("server", name), ("kind", "resource")]), resources);
+        assert_eq!(
+            value("mcp_mirror_walks_total", &[("server", name), ("outcome", "ok")]),
+            server["walksOk"].as_f64().expect("walksOk")
+        );
+        let state = server["state"].as_str().expect("state");
+        assert_eq!(value("mcp_mirror_server_state", &[("server", name), ("state", state)]), 1.0);
+        assert_eq!(
+            value("mcp_mirror_notifications_total", &[("server", name)]),
+            server["live"]["notifications"].as_f64().expect("notifications")
+        );
+        assert!(value("mcp_mirror_walk_duration_seconds_count", &[("server", name)]) >= 1.0);
+    }
+    assert_eq!(
+        value("mcp_mirror_change_feed_seq", &[]),
+        status["daemon"]["changeSeq"].as_f64().expect("changeSeq")
+    );
+    assert_eq!(value("mcp_mirror_resources", &[]), 42.0);
+    assert!(value("mcp_mirror_swap_hold_seconds_count", &[]) >= 2.0);
+    assert!(value("mcp_mirror_clients", &[("face", "http")]) >= 1.0);
+
+    // metrics_listen serves the same metrics, and nothing else.
+    let alone = scrape(&metrics_address);
+    assert!(alone.contains_key(&("mcp_mirror_change_feed_seq".to_string(), Vec::new())));
+    let no_mcp = http_exchange_at(&metrics_address, "POST", "/mcp", &[("Authorization", &bearer)], "{}");
+    assert_eq!(no_mcp.status, 404);
+    let no_token = http_exchange_at(&metrics_address, "GET", "/metrics", &[], "");
+    assert_eq!(no_token.status, 401);
 }
