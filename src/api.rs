@@ -18,12 +18,12 @@ use tokio::sync::watch;
 use crate::lines::{self, Line};
 use crate::protocol::{
     self as wire, encode_cursor, encode_search_cursor, parse_params, CacheNote, CatalogChanged,
-    CheckedRequest,
     CatalogChanges, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch,
-    ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams, ListResources,
-    ListTemplates, Method, NotificationMessage, Ping, ReadResource, ReadResourceResult,
-    ResourcesListChanged, Response, DEFAULT_CHANGES_LIMIT, INTERNAL_ERROR, INVALID_PARAMS,
-    INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE, PARSE_ERROR, RESOURCE_NOT_FOUND,
+    CheckedRequest, ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams,
+    ListResources, ListTemplates, Method, NotificationMessage, Ping, ReadResource,
+    ReadResourceResult, ResourcesListChanged, Response, DEFAULT_CHANGES_LIMIT, INTERNAL_ERROR,
+    INVALID_PARAMS, INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE, PARSE_ERROR,
+    RESOURCE_NOT_FOUND,
 };
 use crate::session::ReadError;
 use crate::store::{self, CatalogRow, ListingRow, Store, StoreError};

@@ -175,7 +175,11 @@ async fn start_http_face(
             ?serving,
             "the HTTP face is serving"
         );
-        tasks.push(tokio::spawn(http_face::serve(face.clone(), listener, serving)));
+        tasks.push(tokio::spawn(http_face::serve(
+            face.clone(),
+            listener,
+            serving,
+        )));
     }
     let task = tokio::spawn(async move {
         for task in tasks {
@@ -228,7 +232,9 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) 
         }
     }
     if current.http != next.http {
-        tracing::warn!("the [http] table changes only at the next start (share = true applies now)");
+        tracing::warn!(
+            "the [http] table changes only at the next start (share = true applies now)"
+        );
     }
     next.http = current.http.clone();
     if current.daemon.log_level != next.daemon.log_level {

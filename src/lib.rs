@@ -4,13 +4,13 @@
 //! so the compiler reports an item nothing uses.
 
 pub(crate) mod api;
-pub(crate) mod http_face;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub(crate) mod http_face;
 pub(crate) mod lines;
-pub(crate) mod metrics;
 pub mod mcp;
+pub(crate) mod metrics;
 pub mod paths;
 pub mod protocol;
 pub mod redact;

@@ -183,7 +183,12 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
     );
     let uptime: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
     uptime.set(status.daemon.uptime_ms as f64 / 1000.0);
-    registry.register_with_unit("uptime", "Time since the daemon started", Unit::Seconds, uptime);
+    registry.register_with_unit(
+        "uptime",
+        "Time since the daemon started",
+        Unit::Seconds,
+        uptime,
+    );
     let histograms = histograms();
     registry.register_with_unit(
         "walk_duration",

@@ -78,7 +78,11 @@ impl PartialEq for HttpToken {
 
 impl fmt::Debug for HttpConfig {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.tokens.iter().map(|token| token.name.as_str()).collect();
+        let names: Vec<&str> = self
+            .tokens
+            .iter()
+            .map(|token| token.name.as_str())
+            .collect();
         formatter
             .debug_struct("HttpConfig")
             .field("listen", &self.listen)
@@ -198,7 +202,10 @@ mod tests {
         let config = parse("").expect("empty config");
         assert_eq!(config.http.listen, None);
         let config = parse("[http]\nlisten = \"127.0.0.1:8788\"\n").expect("loopback");
-        assert_eq!(config.http.listen, Some("127.0.0.1:8788".parse().expect("addr")));
+        assert_eq!(
+            config.http.listen,
+            Some("127.0.0.1:8788".parse().expect("addr"))
+        );
         assert_eq!(config.http.max_body_bytes, 1 << 20);
     }
 

@@ -277,21 +277,23 @@ impl Config {
             .tokens
             .iter()
             .map(|token| token.value.expose_secret());
-        self.servers.iter().flat_map(|server| -> Vec<&str> {
-            match &server.transport {
-                Transport::Http {
-                    headers,
-                    bearer_token,
-                    ..
-                } => headers
-                    .iter()
-                    .map(|(_, value)| value.as_str())
-                    .chain(bearer_token.as_ref().map(ExposeSecret::expose_secret))
-                    .collect(),
-                Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
-            }
-        })
-        .chain(http_tokens)
+        self.servers
+            .iter()
+            .flat_map(|server| -> Vec<&str> {
+                match &server.transport {
+                    Transport::Http {
+                        headers,
+                        bearer_token,
+                        ..
+                    } => headers
+                        .iter()
+                        .map(|(_, value)| value.as_str())
+                        .chain(bearer_token.as_ref().map(ExposeSecret::expose_secret))
+                        .collect(),
+                    Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
+                }
+            })
+            .chain(http_tokens)
     }
 }
 

@@ -37,7 +37,10 @@ pub(super) fn admit(face: &HttpFace, headers: &HeaderMap) -> Result<Client, Box<
             .iter()
             .any(|allowed| allowed.eq_ignore_ascii_case(origin));
         if !allowed {
-            tracing::info!(origin, "HTTP request refused: origin not in [http] allowed_origins");
+            tracing::info!(
+                origin,
+                "HTTP request refused: origin not in [http] allowed_origins"
+            );
             return Err(Box::new(
                 (StatusCode::FORBIDDEN, "origin not allowed\n").into_response(),
             ));
@@ -83,7 +86,8 @@ fn unauthorized(error: Option<&str>) -> Response {
         Some(error) => format!("Bearer realm=\"mcp-mirror\", error=\"{error}\""),
         None => "Bearer realm=\"mcp-mirror\"".to_string(),
     };
-    let mut response = (StatusCode::UNAUTHORIZED, "a valid bearer token is needed\n").into_response();
+    let mut response =
+        (StatusCode::UNAUTHORIZED, "a valid bearer token is needed\n").into_response();
     if let Ok(value) = HeaderValue::from_str(&challenge) {
         response
             .headers_mut()

@@ -132,7 +132,9 @@ fn modern_version(params: &Value) -> Option<&str> {
 }
 
 fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).map(|value| value.to_str().unwrap_or("\u{fffd}"))
+    headers
+        .get(name)
+        .map(|value| value.to_str().unwrap_or("\u{fffd}"))
 }
 
 /// How the client wants answers: JSON unless it accepts only event streams.
@@ -204,7 +206,10 @@ pub(super) async fn post_message(
     let bytes = match axum::body::to_bytes(body, face.config.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(_) => {
-            tracing::info!(token = client.name(), "HTTP request refused: body too large");
+            tracing::info!(
+                token = client.name(),
+                "HTTP request refused: body too large"
+            );
             let message = format!(
                 "request body larger than {} bytes ([http] max_body)",
                 face.config.max_body_bytes
@@ -322,10 +327,7 @@ async fn modern_request(
                 Some(Ok(result)) => deliver(
                     headers,
                     StatusCode::OK,
-                    &wire::Response::success(
-                        request_id,
-                        modern_result(result, &audience, caching),
-                    ),
+                    &wire::Response::success(request_id, modern_result(result, &audience, caching)),
                 ),
                 Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
                 None => StatusCode::ACCEPTED.into_response(),
@@ -474,9 +476,10 @@ async fn answer(
     let response = api::answer_request(request, &face.api, &mut state).await?;
     let (result, error) = response.into_parts();
     match (result, error) {
-        (Some(result), _) => Some(withhold(&method, result, &audience.hidden).map_err(|error| {
-            wire::Response::failure(id, error)
-        })),
+        (Some(result), _) => Some(
+            withhold(&method, result, &audience.hidden)
+                .map_err(|error| wire::Response::failure(id, error)),
+        ),
         (None, Some(error)) => Some(Err(wire::Response::failure(id, error))),
         (None, None) => Some(Ok(Value::Null)),
     }
@@ -488,7 +491,8 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
         return Ok(result);
     }
     let visible = |server: Option<&str>| server.is_none_or(|server| !hidden.contains(server));
-    let internal = |error: serde_json::Error| ErrorObject::new(wire::INTERNAL_ERROR, error.to_string());
+    let internal =
+        |error: serde_json::Error| ErrorObject::new(wire::INTERNAL_ERROR, error.to_string());
     match method {
         ListResources::NAME => {
             let mut page: <ListResources as Method>::Result =
@@ -521,7 +525,9 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
             if !visible(Some(&details.server)) {
                 return Err(api::not_listed(&details.resource.uri));
             }
-            details.listed_by.retain(|listing| visible(Some(&listing.server)));
+            details
+                .listed_by
+                .retain(|listing| visible(Some(&listing.server)));
             serde_json::to_value(details).map_err(internal)
         }
         _ => Ok(result),
@@ -611,7 +617,12 @@ fn listen(face: &Arc<HttpFace>, headers: &HeaderMap, id: Value, params: &Value) 
         on_change: asked_resources.then(|| changed.to_string()),
         at_end: Some(closed.to_string()),
     };
-    stream::open(plan, face.api.store.subscribe(), face.shutdown.clone(), permit)
+    stream::open(
+        plan,
+        face.api.store.subscribe(),
+        face.shutdown.clone(),
+        permit,
+    )
 }
 
 fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value) -> Response {
@@ -650,7 +661,9 @@ pub(super) async fn get_stream(State(face): State<Arc<HttpFace>>, headers: Heade
         )
             .into_response();
     }
-    if header_text(&headers, VERSION_HEADER).is_some_and(|version| crate::mcp::MODERN_VERSIONS.contains(&version)) {
+    if header_text(&headers, VERSION_HEADER)
+        .is_some_and(|version| crate::mcp::MODERN_VERSIONS.contains(&version))
+    {
         return (
             StatusCode::METHOD_NOT_ALLOWED,
             "the 2026-07-28 era has no GET stream: use subscriptions/listen\n",
@@ -683,7 +696,12 @@ pub(super) async fn get_stream(State(face): State<Arc<HttpFace>>, headers: Heade
         on_change: Some(changed.to_string()),
         at_end: None,
     };
-    stream::open(plan, face.api.store.subscribe(), face.shutdown.clone(), permit)
+    stream::open(
+        plan,
+        face.api.store.subscribe(),
+        face.shutdown.clone(),
+        permit,
+    )
 }
 
 /// Ends a handshake-era session.
@@ -696,7 +714,11 @@ pub(super) async fn delete_session(
         Err(refusal) => return *refusal,
     };
     let Some(session) = header_text(&headers, SESSION_HEADER) else {
-        return (StatusCode::BAD_REQUEST, "DELETE /mcp needs an Mcp-Session-Id\n").into_response();
+        return (
+            StatusCode::BAD_REQUEST,
+            "DELETE /mcp needs an Mcp-Session-Id\n",
+        )
+            .into_response();
     };
     let removed = face
         .sessions

@@ -387,7 +387,11 @@ mod tests {
         let mirrored = json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "demo"}});
         let resource =
             Resource::from_stored(&mirrored.to_string(), Some("upstream")).expect("parse");
-        assert_eq!(resource.origin(), Some("demo"), "the origin survives a mirror of a mirror");
+        assert_eq!(
+            resource.origin(),
+            Some("demo"),
+            "the origin survives a mirror of a mirror"
+        );
         assert_eq!(
             serde_json::to_value(&resource).expect("serialize"),
             json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "demo", "io.mcp-mirror/via": "upstream"}})

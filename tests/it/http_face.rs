@@ -187,7 +187,10 @@ fn a_downstream_mirror_holds_the_upstream_catalog_and_gets_changes_by_push() {
     let servers = format!(
         "{}{}",
         stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]),
-        stdio_server("docs", &["--name", "docs", "--generate", "520", "--page-size", "100"]),
+        stdio_server(
+            "docs",
+            &["--name", "docs", "--generate", "520", "--page-size", "100"]
+        ),
     );
     let upstream = Upstream::start(&servers, "");
     upstream.daemon.wait_for_walks("demo", 1);
@@ -201,7 +204,10 @@ fn a_downstream_mirror_holds_the_upstream_catalog_and_gets_changes_by_push() {
         mirror.wait_for_walks("upstream", 1);
         let held = catalog_without_via(&mirror);
         assert_eq!(held.len(), expected.len(), "{era}");
-        assert_eq!(held, expected, "{era}: the downstream holds the upstream's merged catalog");
+        assert_eq!(
+            held, expected,
+            "{era}: the downstream holds the upstream's merged catalog"
+        );
         let listed = mirror.list_all();
         assert!(
             listed
@@ -222,8 +228,14 @@ fn a_downstream_mirror_holds_the_upstream_catalog_and_gets_changes_by_push() {
         let shown = run_cli(&mirror.socket, &["show", "fixture://demo/docs/000003.md"]);
         let shown = String::from_utf8_lossy(&shown.stdout).to_string();
         assert!(shown.contains("demo via upstream"), "{shown}");
-        let read = mirror.call("resources/read", json!({"uri": "fixture://docs/docs/000007.md"}));
-        assert_eq!(read["contents"][0]["text"], "contents of fixture://docs/docs/000007.md");
+        let read = mirror.call(
+            "resources/read",
+            json!({"uri": "fixture://docs/docs/000007.md"}),
+        );
+        assert_eq!(
+            read["contents"][0]["text"],
+            "contents of fixture://docs/docs/000007.md"
+        );
     }
 
     // A change at the origin reaches a downstream mirror through the upstream's push: the
@@ -245,7 +257,10 @@ fn a_downstream_mirror_holds_the_upstream_catalog_and_gets_changes_by_push() {
         status["live"]["notifications"].as_u64().unwrap_or(0) >= 1,
         "the change came by push: {status}"
     );
-    assert_eq!(catalog_without_via(&mirror), catalog_without_via(&upstream.daemon));
+    assert_eq!(
+        catalog_without_via(&mirror),
+        catalog_without_via(&upstream.daemon)
+    );
 }
 
 #[test]
@@ -258,7 +273,9 @@ fn tokens_origins_and_headers_guard_the_face() {
 
     let missing = upstream.post(&[], &list);
     assert_eq!(missing.status, 401, "{}", missing.body);
-    let challenge = missing.header("www-authenticate").expect("WWW-Authenticate");
+    let challenge = missing
+        .header("www-authenticate")
+        .expect("WWW-Authenticate");
     assert!(challenge.starts_with("Bearer"), "{challenge}");
     let wrong = upstream.post(&[("Authorization", "Bearer tok-fleet-7f3a9d")], &list);
     assert_eq!(wrong.status, 401);
@@ -275,7 +292,10 @@ fn tokens_origins_and_headers_guard_the_face() {
     assert!(result["ttlMs"].as_u64().is_some(), "{result}");
 
     let foreign = upstream.post(
-        &[("Authorization", &bearer), ("Origin", "http://evil.example")],
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "http://evil.example"),
+        ],
         &list,
     );
     assert_eq!(foreign.status, 403);
@@ -292,9 +312,15 @@ fn tokens_origins_and_headers_guard_the_face() {
     );
     assert_eq!(mismatch.status, 400);
     assert_eq!(mismatch.json()["error"]["code"], -32020);
-    let read = modern_request("resources/read", json!({"uri": "fixture://demo/docs/000001.md"}));
+    let read = modern_request(
+        "resources/read",
+        json!({"uri": "fixture://demo/docs/000001.md"}),
+    );
     let wrong_name = upstream.post(
-        &[("Authorization", &bearer), ("Mcp-Name", "fixture://demo/docs/000002.md")],
+        &[
+            ("Authorization", &bearer),
+            ("Mcp-Name", "fixture://demo/docs/000002.md"),
+        ],
         &read,
     );
     assert_eq!(wrong_name.json()["error"]["code"], -32020);
@@ -328,10 +354,16 @@ fn tokens_origins_and_headers_guard_the_face() {
     assert_eq!(gone.status, 404);
     // Bodies are bounded.
     let huge = json!({"jsonrpc": "2.0", "id": 3, "method": "ping", "params": {"pad": "x".repeat(2 << 20)}});
-    assert_eq!(upstream.post(&[("Authorization", &bearer)], &huge).status, 413);
+    assert_eq!(
+        upstream.post(&[("Authorization", &bearer)], &huge).status,
+        413
+    );
 
     let log = upstream.daemon.log_text();
-    assert!(log.contains("token=\"fleet\""), "requests are logged by token name");
+    assert!(
+        log.contains("token=\"fleet\""),
+        "requests are logged by token name"
+    );
     assert!(!log.contains(TOKEN), "the token's value is never logged");
 }
 
@@ -346,16 +378,33 @@ fn a_public_address_without_tokens_refuses_to_start() {
         .expect("run mcp-mirror");
     assert!(!output.status.success());
     let said = String::from_utf8_lossy(&output.stderr);
-    assert!(said.contains("http.listen") && said.contains("tokens"), "{said}");
+    assert!(
+        said.contains("http.listen") && said.contains("tokens"),
+        "{said}"
+    );
 }
 
 #[test]
 fn private_entries_reach_token_clients_only_when_shared() {
     let secret = HttpFixture::start(&[
-        "--era", "modern", "--cache-scope", "private", "--name", "secret", "--generate", "4",
+        "--era",
+        "modern",
+        "--cache-scope",
+        "private",
+        "--name",
+        "secret",
+        "--generate",
+        "4",
     ]);
     let shared = HttpFixture::start(&[
-        "--era", "modern", "--cache-scope", "private", "--name", "shared", "--generate", "5",
+        "--era",
+        "modern",
+        "--cache-scope",
+        "private",
+        "--name",
+        "shared",
+        "--generate",
+        "5",
     ]);
     let servers = format!(
         "[servers.secret]\nurl = \"{}\"\n\n[servers.shared]\nurl = \"{}\"\nshare = true\n\n{}",
@@ -368,9 +417,9 @@ fn private_entries_reach_token_clients_only_when_shared() {
         upstream.daemon.wait_for_walks(server, 1);
     }
     wait_for("the private scopes", Duration::from_secs(20), || {
-        let private = ["secret", "shared"].iter().all(|server| {
-            upstream.daemon.server_status(server)["live"]["cacheScope"] == "private"
-        });
+        let private = ["secret", "shared"]
+            .iter()
+            .all(|server| upstream.daemon.server_status(server)["live"]["cacheScope"] == "private");
         private.then_some(())
     });
     // The socket is the mirror's own context: it holds everything.
@@ -391,16 +440,29 @@ fn private_entries_reach_token_clients_only_when_shared() {
     assert_eq!(origins.len(), 11, "{result}");
     assert!(!origins.contains(&"secret"));
     assert!(origins.contains(&"shared") && origins.contains(&"open"));
-    assert_eq!(result["cacheScope"], "private", "shared private entries say so");
+    assert_eq!(
+        result["cacheScope"], "private",
+        "shared private entries say so"
+    );
 
     let read_secret = upstream.post(
         &[("Authorization", &bearer)],
-        &modern_request("resources/read", json!({"uri": "fixture://secret/docs/000001.md"})),
+        &modern_request(
+            "resources/read",
+            json!({"uri": "fixture://secret/docs/000001.md"}),
+        ),
     );
-    assert!(read_secret.json()["error"].is_object(), "{}", read_secret.body);
+    assert!(
+        read_secret.json()["error"].is_object(),
+        "{}",
+        read_secret.body
+    );
     let read_shared = upstream.post(
         &[("Authorization", &bearer)],
-        &modern_request("resources/read", json!({"uri": "fixture://shared/docs/000001.md"})),
+        &modern_request(
+            "resources/read",
+            json!({"uri": "fixture://shared/docs/000001.md"}),
+        ),
     );
     assert_eq!(
         read_shared.json()["result"]["contents"][0]["text"],
@@ -412,8 +474,9 @@ fn private_entries_reach_token_clients_only_when_shared() {
     );
     let hits = search.json()["result"]["results"].clone();
     assert!(
-        hits.as_array()
-            .is_some_and(|hits| !hits.is_empty() && hits.iter().all(|hit| hit["server"] != "secret")),
+        hits.as_array().is_some_and(
+            |hits| !hits.is_empty() && hits.iter().all(|hit| hit["server"] != "secret")
+        ),
         "{hits}"
     );
 }
@@ -462,7 +525,11 @@ fn parse_metrics(text: &str) -> std::collections::BTreeMap<(String, Vec<(String,
     let mut families: std::collections::BTreeMap<String, String> = Default::default();
     let mut samples = std::collections::BTreeMap::new();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.last(), Some(&"# EOF"), "the exposition ends with # EOF");
+    assert_eq!(
+        lines.last(),
+        Some(&"# EOF"),
+        "the exposition ends with # EOF"
+    );
     let name_ok = |name: &str| {
         name.starts_with("mcp_mirror_")
             && name
@@ -491,14 +558,19 @@ fn parse_metrics(text: &str) -> std::collections::BTreeMap<(String, Vec<(String,
             continue;
         }
         let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
-        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line:?}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("value in {line:?}"));
         let (name, labels) = match series.split_once('{') {
             Some((name, labels)) => {
-                let labels = labels.strip_suffix('}').unwrap_or_else(|| panic!("{line:?}"));
+                let labels = labels
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("{line:?}"));
                 let mut pairs: Vec<(String, String)> = labels
                     .split(',')
                     .map(|pair| {
-                        let (key, quoted) = pair.split_once('=').unwrap_or_else(|| panic!("{line:?}"));
+                        let (key, quoted) =
+                            pair.split_once('=').unwrap_or_else(|| panic!("{line:?}"));
                         let value = quoted
                             .strip_prefix('"')
                             .and_then(|rest| rest.strip_suffix('"'))
@@ -539,12 +611,21 @@ fn metrics_parse_and_match_the_status() {
         stdio_server("docs", &["--name", "docs", "--generate", "30"]),
     );
     let metrics_address = format!("127.0.0.1:{}", free_port());
-    let upstream = Upstream::start(&servers, &format!("metrics_listen = \"{metrics_address}\"\n"));
+    let upstream = Upstream::start(
+        &servers,
+        &format!("metrics_listen = \"{metrics_address}\"\n"),
+    );
     upstream.daemon.wait_for_walks("demo", 1);
     upstream.daemon.wait_for_walks("docs", 1);
     let bearer = format!("Bearer {TOKEN}");
     let scrape = |address: &str| {
-        let answer = http_exchange_at(address, "GET", "/metrics", &[("Authorization", &bearer)], "");
+        let answer = http_exchange_at(
+            address,
+            "GET",
+            "/metrics",
+            &[("Authorization", &bearer)],
+            "",
+        );
         assert_eq!(answer.status, 200, "{}", answer.body);
         parse_metrics(&answer.body)
     };
@@ -563,18 +644,40 @@ fn metrics_parse_and_match_the_status() {
     for server in status["servers"].as_array().expect("servers") {
         let name = server["name"].as_str().expect("name");
         let resources = server["resources"].as_f64().expect("resources");
-        assert_eq!(value("mcp_mirror_server_entries", &[("server", name), ("kind", "resource")]), resources);
         assert_eq!(
-            value("mcp_mirror_walks_total", &[("server", name), ("outcome", "ok")]),
+            value(
+                "mcp_mirror_server_entries",
+                &[("server", name), ("kind", "resource")]
+            ),
+            resources
+        );
+        assert_eq!(
+            value(
+                "mcp_mirror_walks_total",
+                &[("server", name), ("outcome", "ok")]
+            ),
             server["walksOk"].as_f64().expect("walksOk")
         );
         let state = server["state"].as_str().expect("state");
-        assert_eq!(value("mcp_mirror_server_state", &[("server", name), ("state", state)]), 1.0);
+        assert_eq!(
+            value(
+                "mcp_mirror_server_state",
+                &[("server", name), ("state", state)]
+            ),
+            1.0
+        );
         assert_eq!(
             value("mcp_mirror_notifications_total", &[("server", name)]),
-            server["live"]["notifications"].as_f64().expect("notifications")
+            server["live"]["notifications"]
+                .as_f64()
+                .expect("notifications")
         );
-        assert!(value("mcp_mirror_walk_duration_seconds_count", &[("server", name)]) >= 1.0);
+        assert!(
+            value(
+                "mcp_mirror_walk_duration_seconds_count",
+                &[("server", name)]
+            ) >= 1.0
+        );
     }
     assert_eq!(
         value("mcp_mirror_change_feed_seq", &[]),
@@ -587,7 +690,13 @@ fn metrics_parse_and_match_the_status() {
     // metrics_listen serves the same metrics, and nothing else.
     let alone = scrape(&metrics_address);
     assert!(alone.contains_key(&("mcp_mirror_change_feed_seq".to_string(), Vec::new())));
-    let no_mcp = http_exchange_at(&metrics_address, "POST", "/mcp", &[("Authorization", &bearer)], "{}");
+    let no_mcp = http_exchange_at(
+        &metrics_address,
+        "POST",
+        "/mcp",
+        &[("Authorization", &bearer)],
+        "{}",
+    );
     assert_eq!(no_mcp.status, 404);
     let no_token = http_exchange_at(&metrics_address, "GET", "/metrics", &[], "");
     assert_eq!(no_token.status, 401);
