@@ -490,7 +490,7 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
     if hidden.is_empty() {
         return Ok(result);
     }
-    let visible = |server: Option<&str>| server.is_none_or(|server| !hidden.contains(server));
+    let visible = |server: Option<&str>| server.map_or(true, |server| !hidden.contains(server));
     let internal =
         |error: serde_json::Error| ErrorObject::new(wire::INTERNAL_ERROR, error.to_string());
     match method {

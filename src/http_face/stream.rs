@@ -74,12 +74,7 @@ impl Driver {
                 event = self.changes.recv() => match event {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
                         // A burst of swaps is one notification: list_changed carries nothing.
-                        loop {
-                            match self.changes.try_recv() {
-                                Ok(_) | Err(TryRecvError::Lagged(_)) => continue,
-                                Err(TryRecvError::Empty) | Err(TryRecvError::Closed) => break,
-                            }
-                        }
+                        while let Ok(_) | Err(TryRecvError::Lagged(_)) = self.changes.try_recv() {}
                         if let Some(message) = &self.on_change {
                             return Some(message_event(message));
                         }
