@@ -277,28 +277,22 @@ impl PartialEq for Transport {
 impl Config {
     /// The values that must never be printed: bearer tokens, header values and `env` values.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
-        let http_tokens = self
-            .http
-            .tokens
-            .iter()
-            .map(|token| token.value.expose_secret());
-        self.servers
-            .iter()
-            .flat_map(|server| -> Vec<&str> {
-                match &server.transport {
-                    Transport::Http {
-                        headers,
-                        bearer_token,
-                        ..
-                    } => headers
-                        .iter()
-                        .map(|(_, value)| value.as_str())
-                        .chain(bearer_token.as_ref().map(ExposeSecret::expose_secret))
-                        .collect(),
-                    Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
-                }
-            })
-            .chain(http_tokens)
+        let servers = self.servers.iter().flat_map(|server| -> Vec<&str> {
+            match &server.transport {
+                Transport::Http {
+                    headers,
+                    bearer_token,
+                    ..
+                } => headers
+                    .iter()
+                    .map(|(_, value)| value.as_str())
+                    .chain(bearer_token.as_ref().map(ExposeSecret::expose_secret))
+                    .collect(),
+                Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
+            }
+        });
+        let http_tokens = self.http.tokens.iter();
+        servers.chain(http_tokens.map(|token| token.value.expose_secret()))
     }
 }
 
