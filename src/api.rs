@@ -20,10 +20,11 @@ use crate::lines::{self, Line};
 use crate::protocol::{
     self as wire, encode_cursor, encode_search_cursor, parse_params, CacheNote, CatalogChanged,
     CatalogChanges, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch,
-    ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams, ListResources,
-    ListTemplates, Method, NotificationMessage, Ping, ReadResource, ReadResourceResult,
-    ResourcesListChanged, Response, DEFAULT_CHANGES_LIMIT, INTERNAL_ERROR, INVALID_PARAMS,
-    INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE, PARSE_ERROR, RESOURCE_NOT_FOUND,
+    CheckedRequest, ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams,
+    ListResources, ListTemplates, Method, NotificationMessage, Ping, ReadResource,
+    ReadResourceResult, ResourcesListChanged, Response, DEFAULT_CHANGES_LIMIT, INTERNAL_ERROR,
+    INVALID_PARAMS, INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE, PARSE_ERROR,
+    RESOURCE_NOT_FOUND,
 };
 use crate::session::ReadError;
 use crate::store::{self, CatalogRow, ListingRow, Store, StoreError};
@@ -134,9 +135,9 @@ pub async fn serve(
     }
 }
 
-/// What one connection has asked for.
+/// What one connection has asked for (on the HTTP face: one request, or one session).
 #[derive(Default)]
-struct ConnectionState {
+pub(crate) struct ConnectionState {
     /// The client sent `initialize`: it speaks MCP and expects `list_changed` notifications.
     /// Plain JSON-RPC clients (the CLI, socat) never get unasked-for lines.
     mcp_client: bool,
@@ -302,10 +303,19 @@ async fn handle_line(
         Ok(request) => request.check(),
         Err(_) => IncomingRequest::default().check(),
     };
-    let request = match request {
-        Ok(request) => request,
-        Err(response) => return Some(*response),
-    };
+    match request {
+        Ok(request) => answer_request(request, context, state).await,
+        Err(response) => Some(*response),
+    }
+}
+
+/// Answers one checked request through `dispatch`: the socket and the HTTP face both come
+/// here. `None` for notifications, which get no answer.
+pub(crate) async fn answer_request(
+    request: CheckedRequest,
+    context: &ApiContext,
+    state: &mut ConnectionState,
+) -> Option<Response> {
     // Notifications (such as notifications/initialized) need no answer.
     let id = request.id?;
     let outcome = match request.params {
@@ -483,12 +493,7 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
         .unwrap_or_else(|| wire::PROTOCOL_VERSION.to_string());
     wire::InitializeResult {
         protocol_version: version,
-        capabilities: wire::ServerCapabilities {
-            resources: wire::ResourcesCapability { list_changed: true },
-            tools: Some(wire::ToolsCapability {
-                list_changed: false,
-            }),
-        },
+        capabilities: wire::ServerCapabilities::of_the_mirror(),
         server_info: wire::Implementation {
             name: wire::SERVER_NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -534,7 +539,7 @@ async fn refresh(
     Ok(wire::RefreshResult { servers })
 }
 
-fn not_listed(uri: &str) -> ErrorObject {
+pub(crate) fn not_listed(uri: &str) -> ErrorObject {
     ErrorObject::new(
         RESOURCE_NOT_FOUND,
         format!("resource not found: no mirrored server lists {uri}"),
@@ -609,7 +614,7 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceRe
     }
 }
 
-async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
+pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
     let servers = context.store.status().await.map_err(internal)?;
     let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())

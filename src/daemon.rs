@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::api::{self, ApiContext, ConfigLoad};
 use crate::config::{self, Config};
+use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
@@ -75,6 +76,7 @@ pub async fn run_with(
         }),
     });
     let api_task = tokio::spawn(api::serve(listener, context.clone(), stopping.clone()));
+    let http = start_http_face(&config, &context, &stopping).await?;
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
     if let Some(path) = &socket.path {
@@ -108,6 +110,9 @@ pub async fn run_with(
             notifier.reloading();
         }
         current = reload(current, &supervisor, &context).await;
+        if let Some((face, _)) = &http {
+            face.apply(&current);
+        }
         if let Some(notifier) = &notifier {
             notifier.ready(&current_summary(&store).await);
         }
@@ -128,6 +133,11 @@ pub async fn run_with(
     {
         tracing::warn!("the socket's accept loop did not stop within {API_STOP_BOUND:?}");
     }
+    if let Some((_, task)) = http {
+        if tokio::time::timeout(API_STOP_BOUND, task).await.is_err() {
+            tracing::warn!("the HTTP face did not stop within {API_STOP_BOUND:?}");
+        }
+    }
     if let Some(task) = health_task {
         task.abort();
     }
@@ -136,6 +146,47 @@ pub async fn run_with(
     socket.remove_file_if_ours();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the HTTP face when `[http] listen` or `metrics_listen` is set; a bind failure stops
+/// the start.
+async fn start_http_face(
+    config: &Config,
+    context: &Arc<ApiContext>,
+    stopping: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
+    let listeners = [
+        (config.http.listen, Face::Mcp),
+        (config.http.metrics_listen, Face::MetricsOnly),
+    ];
+    if listeners.iter().all(|(address, _)| address.is_none()) {
+        return Ok(None);
+    }
+    let face = Arc::new(HttpFace::new(context.clone(), config, stopping.clone()));
+    let mut tasks = Vec::new();
+    for (address, serving) in listeners {
+        let Some(address) = address else {
+            continue;
+        };
+        let listener = http_face::bind(address).await?;
+        tracing::info!(
+            address = %listener.local_addr().unwrap_or(address),
+            tokens = config.http.tokens.len(),
+            ?serving,
+            "the HTTP face is serving"
+        );
+        tasks.push(tokio::spawn(http_face::serve(
+            face.clone(),
+            listener,
+            serving,
+        )));
+    }
+    let task = tokio::spawn(async move {
+        for task in tasks {
+            let _ = task.await;
+        }
+    });
+    Ok(Some((face, task)))
 }
 
 fn removed_policy(config: &Config) -> RemovedServers {
@@ -180,6 +231,12 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) 
             );
         }
     }
+    if current.http != next.http {
+        tracing::warn!(
+            "the [http] table changes only at the next start (share = true applies now)"
+        );
+    }
+    next.http = current.http.clone();
     if current.daemon.log_level != next.daemon.log_level {
         tracing::warn!("daemon.log_level changes only at the next start");
     }

@@ -121,7 +121,7 @@ pub fn ls(
     loop {
         let page = catalog.list_page(&params)?;
         for resource in page.resources {
-            if server.is_some_and(|wanted| Some(wanted) != resource.origin()) {
+            if server.is_some_and(|wanted| !resource.comes_from(wanted)) {
                 continue;
             }
             if as_json {
@@ -132,7 +132,7 @@ pub fn ls(
                     escaped(&resource.uri).into_owned(),
                     escaped(fields.name.as_deref().unwrap_or_default()).into_owned(),
                     escaped(fields.mime_type.as_deref().unwrap_or("-")).into_owned(),
-                    escaped(resource.origin().unwrap_or_default()).into_owned(),
+                    escaped(&resource.attribution().unwrap_or_default()).into_owned(),
                 ]);
             }
         }
@@ -233,7 +233,11 @@ pub fn show(socket: &Path, database: &Path, uri: &str, as_json: bool) -> Result<
             )
         })
         .collect();
-    rows.push(("server:".into(), escaped(&details.server).into_owned()));
+    let server = details
+        .resource
+        .attribution()
+        .unwrap_or_else(|| details.server.clone());
+    rows.push(("server:".into(), escaped(&server).into_owned()));
     rows.push(("listed by:".into(), listed_by.join(", ")));
     if details.stale {
         rows.push((

@@ -5,6 +5,7 @@
 //! and `transport`) turns them into one `Config` of durations, resolved paths and a
 //! `Transport`, or a `ConfigError` naming the file, the line and the key at fault.
 
+mod http;
 mod raw;
 mod server;
 mod source;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub use http::{HttpConfig, HttpToken};
 use source::SourceFile;
 
 /// `[daemon] resync_interval`: the backstop re-walk, besides `list_changed` notifications.
@@ -94,6 +96,8 @@ pub struct Config {
     pub source: PathBuf,
     pub daemon: DaemonConfig,
     pub servers: Vec<ServerConfig>,
+    /// The HTTP face (`[http]`); off unless `listen` is set.
+    pub http: HttpConfig,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -155,6 +159,9 @@ pub struct ServerConfig {
     pub protocol_version: Option<String>,
     /// The kinds to mirror (`mirror = [...]`); `None` mirrors every kind the server declares.
     pub mirror: Option<Vec<crate::protocol::Kind>>,
+    /// `share = true`: entries from this server may go to HTTP token clients even when its
+    /// results were `cacheScope: "private"` (the operator vouches that every client may see them).
+    pub share: bool,
 }
 
 impl ServerConfig {
@@ -293,7 +300,7 @@ impl PartialEq for Transport {
 impl Config {
     /// The values that must never be printed: bearer tokens, header values and `env` values.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
-        self.servers.iter().flat_map(|server| -> Vec<&str> {
+        let servers = self.servers.iter().flat_map(|server| -> Vec<&str> {
             match &server.transport {
                 Transport::Http {
                     headers,
@@ -306,7 +313,9 @@ impl Config {
                     .collect(),
                 Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
             }
-        })
+        });
+        let http_tokens = self.http.tokens.iter();
+        servers.chain(http_tokens.map(|token| token.value.expose_secret()))
     }
 }
 

@@ -16,6 +16,8 @@ pub(super) struct RawConfig {
     pub daemon: RawDaemon,
     #[serde(default)]
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
+    #[serde(default)]
+    pub http: super::http::RawHttp,
 }
 
 #[derive(Deserialize, Default)]
@@ -65,6 +67,7 @@ pub(super) struct RawServer {
     pub protocol_version: Option<Spanned<String>>,
     /// The kinds to mirror: `["resources", "tools", "prompts"]`; every declared kind by default.
     pub mirror: Option<Spanned<Vec<String>>>,
+    pub share: Option<bool>,
 }
 
 /// The longest fragment of the file an error may quote as the key at fault.

@@ -67,6 +67,7 @@ pub(super) fn server_config(
         era: era(source, &server)?,
         protocol_version: protocol_version(source, &server)?,
         mirror: mirror(source, &server)?,
+        share: raw.share.unwrap_or(false),
     })
 }
 

@@ -26,10 +26,12 @@ pub(super) fn validate(
         .iter()
         .map(|(name, table)| server::server_config(source, name, table, &daemon, lookup_env))
         .collect::<Result<Vec<_>, _>>()?;
+    let http = super::http::http_config(source, &raw.http, lookup_env)?;
     Ok(Config {
         source: source.path.to_path_buf(),
         daemon,
         servers,
+        http,
     })
 }
 

@@ -73,6 +73,9 @@ pub const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// The `_meta` key that names a resource's origin server.
 pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";
+/// The `_meta` key naming the mirror an entry came through, when its origin is another
+/// mirror's server ("demo via upstream").
+pub const VIA_META_KEY: &str = "io.mcp-mirror/via";
 /// The `_meta` key on a `resources/read` result served from the content cache.
 pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
 

@@ -34,6 +34,19 @@ pub struct ServerCapabilities {
     pub tools: Option<ToolsCapability>,
 }
 
+impl ServerCapabilities {
+    /// What the mirror itself declares, on the socket and the HTTP face alike: its merged
+    /// resources (with `list_changed`) and its own tools.
+    pub fn of_the_mirror() -> ServerCapabilities {
+        ServerCapabilities {
+            resources: ResourcesCapability { list_changed: true },
+            tools: Some(ToolsCapability {
+                list_changed: false,
+            }),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolsCapability {

@@ -577,6 +577,10 @@ impl Actor {
             }
         };
         self.backoff.reset();
+        crate::metrics::observe_walk(
+            &self.config.name,
+            std::time::Duration::from_millis(summary.report.duration_ms.max(0) as u64),
+        );
         let swap = summary.swap;
         let changed = summary.changed_anything();
         // A poll that found nothing new is routine: it stays out of the INFO log.

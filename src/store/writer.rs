@@ -611,6 +611,7 @@ fn swap(
     transaction.execute("DELETE FROM temp.swap_ids", [])?;
     transaction.execute("DELETE FROM temp.swap_added", [])?;
     transaction.commit()?;
+    crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, swap_started);
     Ok((
         SwapOutcome {

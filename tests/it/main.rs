@@ -12,6 +12,7 @@ mod crash;
 mod endpoint;
 mod era;
 mod faults;
+mod http_face;
 mod interop;
 mod live;
 mod liveness;
