@@ -12,6 +12,7 @@ pub mod mcp;
 pub mod paths;
 pub mod protocol;
 pub mod redact;
+pub(crate) mod search_gate;
 pub mod session;
 pub(crate) mod store;
 pub(crate) mod supervisor;
