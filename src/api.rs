@@ -131,7 +131,7 @@ impl IntervalLog {
         self.unlogged += 1;
         let due = self
             .last_logged
-            .is_none_or(|last| last.elapsed() >= self.interval);
+            .map_or(true, |last| last.elapsed() >= self.interval);
         if !due {
             return None;
         }
@@ -677,12 +677,14 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceRe
                 ReadError::Offline { .. } | ReadError::Failed { .. } => INTERNAL_ERROR,
             };
             Err(
-                ErrorObject::new(code, redact::scrub_server_text(&error.to_string())).with_data(ErrorData {
-                    server: Some(server.into()),
-                    uri: Some(uri.into()),
-                    offline: Some(unreachable),
-                    ..ErrorData::default()
-                }),
+                ErrorObject::new(code, redact::scrub_server_text(&error.to_string())).with_data(
+                    ErrorData {
+                        server: Some(server.into()),
+                        uri: Some(uri.into()),
+                        offline: Some(unreachable),
+                        ..ErrorData::default()
+                    },
+                ),
             )
         }
     }

@@ -14,10 +14,10 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::api::{self, ApiContext, ConfigLoad, IntervalLog};
-use crate::search_gate::SearchGate;
 use crate::config::{self, Config};
 use crate::protocol::ServerState;
 use crate::redact;
+use crate::search_gate::SearchGate;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};

@@ -224,7 +224,11 @@ mod tests {
         let line = format!("{}\n", "l".repeat(MAX_LOG_LINE_BYTES * 3));
         let written = log_line(&line);
         assert!(written.len() < MAX_LOG_LINE_BYTES + 40);
-        assert!(written.ends_with(" bytes more)\n"), "{}", &written[written.len() - 30..]);
+        assert!(
+            written.ends_with(" bytes more)\n"),
+            "{}",
+            &written[written.len() - 30..]
+        );
         assert_eq!(log_line("short\n"), "short\n");
     }
 
@@ -239,7 +243,9 @@ mod tests {
             .collect();
         let mut huge = Value::Object(many);
         scrub_server_json(&mut huge);
-        assert!(huge.as_str().is_some_and(|text| text.ends_with(" bytes more)")));
+        assert!(huge
+            .as_str()
+            .is_some_and(|text| text.ends_with(" bytes more)")));
     }
 
     #[test]

@@ -301,15 +301,19 @@ mod tests {
             json!({"query": "a", "server": "s".repeat(MAX_NAME_BYTES + 1)}),
             json!({"query": "a", "mimeType": "m".repeat(MAX_NAME_BYTES + 1)}),
         ];
-        for (params, field) in cases.into_iter().zip(["query", "cursor", "server", "mimeType"]) {
+        for (params, field) in cases
+            .into_iter()
+            .zip(["query", "cursor", "server", "mimeType"])
+        {
             let error = parse_params::<SearchParams>(params).expect_err(field);
             assert!(error.0.starts_with(&format!("`{field}`")), "{error}");
         }
         let uri = parse_params::<UriParams>(json!({"uri": "u".repeat(MAX_URI_BYTES + 1)}))
             .expect_err("uri");
         assert!(uri.0.starts_with("`uri`"), "{uri}");
-        let cursor = parse_params::<ListParams>(json!({"cursor": "c".repeat(MAX_CURSOR_BYTES + 1)}))
-            .expect_err("cursor");
+        let cursor =
+            parse_params::<ListParams>(json!({"cursor": "c".repeat(MAX_CURSOR_BYTES + 1)}))
+                .expect_err("cursor");
         assert!(cursor.0.starts_with("`cursor`"), "{cursor}");
     }
 

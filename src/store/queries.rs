@@ -359,8 +359,8 @@ fn bound_hit_text(hit: &mut SearchHit) {
         &mut hit.snippet,
         &mut hit.mime_type,
     ]
-        .into_iter()
-        .flatten()
+    .into_iter()
+    .flatten()
     {
         bound_text(text);
     }
@@ -734,5 +734,81 @@ mod tests {
         assert_eq!(fts_query("( - :"), None);
         assert_eq!(fts_query("readme"), Some("\"readme\"*".into()));
         assert_eq!(fts_query("say \"hi"), Some("\"say\" \"\"\"hi\"*".into()));
+    }
+    #[test]
+    fn search_answers_cut_long_texts_and_pages_by_bytes() {
+        let connection = catalog();
+        // 10 entries whose descriptions are 600 KiB each: a page of all of them would be 6 MiB.
+        let description = format!("needle {}", "hay ".repeat(150_000));
+        for index in 0..10 {
+            connection
+                .execute(
+                    "INSERT INTO resources (server_id, uri, name, description, raw)
+                     VALUES (1, ?1, 'big', ?2, '{}')",
+                    params![format!("file:///big/{index}"), description],
+                )
+                .expect("insert");
+        }
+        connection
+            .execute_batch("INSERT INTO resources_fts (resources_fts) VALUES ('rebuild');")
+            .expect("rebuild");
+        let (hits, next) =
+            search(&connection, &SearchRequest::new("needle", 1000)).expect("search");
+        assert_eq!(
+            hits.len(),
+            10,
+            "texts are read cut, so all ten fit: {next:?}"
+        );
+        for hit in &hits {
+            let kept = hit.description.as_deref().expect("description");
+            assert!(kept.len() <= MAX_HIT_TEXT_BYTES + 3 && kept.ends_with('\u{2026}'));
+            assert!(hit
+                .snippet
+                .as_deref()
+                .is_some_and(|snippet| snippet.len() <= MAX_HIT_TEXT_BYTES + 3));
+        }
+        // Long URIs are never cut, so they are what a page is counted by.
+        let uri_bytes = MAX_SEARCH_PAGE_BYTES / 3;
+        let hits: Vec<(SearchHit, i64)> = (0..5)
+            .map(|index| {
+                let hit = SearchHit {
+                    server: "docs".into(),
+                    uri: format!("file:///{index}/{}", "u".repeat(uri_bytes)),
+                    name: "n".into(),
+                    title: None,
+                    description: None,
+                    mime_type: None,
+                    score: 1.0,
+                    snippet: None,
+                };
+                (hit, index)
+            })
+            .collect();
+        assert_eq!(hits_within_page_bytes(&hits), 2);
+        assert_eq!(hits_within_page_bytes(&hits[..1]), 1);
+    }
+
+    #[test]
+    fn a_search_past_its_deadline_is_cancelled_and_the_connection_is_clean_after() {
+        let connection = catalog();
+        // Enough rows that the query takes more steps than one look at the deadline.
+        connection
+            .execute_batch(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
+                 INSERT INTO resources (server_id, uri, name, raw)
+                 SELECT 1, 'file:///many/' || i, 'reading ' || i, '{}' FROM n;
+                 INSERT INTO resources_fts (resources_fts) VALUES ('rebuild');",
+            )
+            .expect("fill");
+        let mut request = SearchRequest::new("read*", 10);
+        request.raw = true;
+        request.deadline = Some(Instant::now());
+        assert!(matches!(
+            search(&connection, &request),
+            Err(StoreError::SearchTimedOut)
+        ));
+        request.deadline = None;
+        let (hits, _) = search(&connection, &request).expect("the handler is gone");
+        assert_eq!(hits.len(), 10);
     }
 }

@@ -82,7 +82,11 @@ fn a_20_mib_server_error_is_bounded_in_status_log_and_memory() {
         "{}",
         last_error.len()
     );
-    assert!(last_error.ends_with(" bytes more)"), "{}", &last_error[last_error.len() - 40..]);
+    assert!(
+        last_error.ends_with(" bytes more)"),
+        "{}",
+        &last_error[last_error.len() - 40..]
+    );
 
     // Sixteen status calls at once: each answer small, the daemon's memory with them.
     let answers: Vec<usize> = std::thread::scope(|scope| {
@@ -96,7 +100,10 @@ fn a_20_mib_server_error_is_bounded_in_status_log_and_memory() {
                 })
             })
             .collect();
-        calls.into_iter().map(|call| call.join().expect("status call")).collect()
+        calls
+            .into_iter()
+            .map(|call| call.join().expect("status call"))
+            .collect()
     });
     for size in &answers {
         assert!(*size < 64 << 10, "a status answer of {size} bytes");
@@ -134,9 +141,18 @@ fn an_800_kb_search_request_answers_invalid_params_quickly() {
     // Other overlong fields are named too, and the connection keeps working.
     let answer = client.request("resources/read", json!({"uri": "u".repeat(100_000)}));
     assert_eq!(answer["error"]["code"], INVALID_PARAMS, "{answer:.300}");
-    assert!(answer["error"]["message"].as_str().unwrap_or("").starts_with("`uri`"));
-    let answer = client.request("catalog/search", json!({"query": "document", "limit": 1000}));
-    assert_eq!(answer["result"]["results"].as_array().map(Vec::len), Some(50));
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("`uri`"));
+    let answer = client.request(
+        "catalog/search",
+        json!({"query": "document", "limit": 1000}),
+    );
+    assert_eq!(
+        answer["result"]["results"].as_array().map(Vec::len),
+        Some(50)
+    );
 }
 
 /// The query of the issue: prefixes of most words, OR-ed, over every row.
@@ -164,12 +180,18 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
     // One heavy search: cancelled at the limit, with a clear error, well within a bound.
     let mut client = SocketClient::connect(&daemon.socket);
     let started = Instant::now();
-    let answer = client.request("catalog/search", json!({"query": HEAVY_QUERY, "raw": true, "limit": 1000}));
+    let answer = client.request(
+        "catalog/search",
+        json!({"query": HEAVY_QUERY, "raw": true, "limit": 1000}),
+    );
     let elapsed = started.elapsed();
     assert_eq!(answer["error"]["code"], SEARCH_TIMED_OUT, "{answer:.500}");
     let message = answer["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("search_timeout"), "{message}");
-    assert!(elapsed < Duration::from_secs(3), "the cancelled search took {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "the cancelled search took {elapsed:?}"
+    );
 
     // Sixteen at once: never more than two run, the rest wait or are refused as busy, and
     // ping and status answer fast meanwhile.
@@ -194,7 +216,10 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
                 slowest = slowest.max(started.elapsed());
             }
         }
-        assert!(slowest < Duration::from_secs(1), "a cheap call took {slowest:?}");
+        assert!(
+            slowest < Duration::from_secs(1),
+            "a cheap call took {slowest:?}"
+        );
         searches
             .into_iter()
             .map(|search| search.join().expect("search"))
@@ -213,10 +238,18 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
     assert_eq!(limits["maxConcurrentSearches"], 2, "{limits}");
     assert_eq!(limits["searchesPeak"], 2, "{limits}");
     assert_eq!(limits["searchesRunning"], 0, "{limits}");
-    assert!(limits["searchesTimedOut"].as_u64().unwrap_or(0) >= 2, "{limits}");
+    assert!(
+        limits["searchesTimedOut"].as_u64().unwrap_or(0) >= 2,
+        "{limits}"
+    );
     // A plain search still works.
     let answer = daemon.call("catalog/search", json!({"query": "document 64999"}));
-    assert!(answer["results"].as_array().is_some_and(|hits| !hits.is_empty()), "{answer:.300}");
+    assert!(
+        answer["results"]
+            .as_array()
+            .is_some_and(|hits| !hits.is_empty()),
+        "{answer:.300}"
+    );
 }
 
 /// Connections the daemon counts as clients now.
@@ -266,8 +299,14 @@ fn clients_past_max_clients_get_one_error_line_and_one_log_line() {
         assert!(client.request("ping", json!({})).get("result").is_some());
     }
     let status = kept[0].request("catalog/status", json!({}));
-    assert_eq!(status["result"]["daemon"]["socketLimits"]["clientsRefused"], 6);
-    assert_eq!(status["result"]["daemon"]["socketLimits"]["maxClients"], MAX_CLIENTS);
+    assert_eq!(
+        status["result"]["daemon"]["socketLimits"]["clientsRefused"],
+        6
+    );
+    assert_eq!(
+        status["result"]["daemon"]["socketLimits"]["maxClients"],
+        MAX_CLIENTS
+    );
     let refusal_lines = daemon
         .log_text()
         .lines()
@@ -284,7 +323,9 @@ fn clients_past_max_clients_get_one_error_line_and_one_log_line() {
 /// `Some` when a new connection's `ping` is answered with a result rather than refused.
 fn ping_once(socket: &std::path::Path) -> Option<()> {
     let mut stream = UnixStream::connect(socket).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
     let _ = stream.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n");
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line).ok()?;
@@ -362,8 +403,11 @@ fn refresh_wait_answers_are_scrubbed_of_echoed_secrets() {
     const HEADER_VALUE: &str = "hdr-bounds-4a8f13-DO-NOT-LEAK";
     let scratch = Scratch::new();
     let token_file = scratch.write("token", &format!("{TOKEN}\n"));
-    std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .expect("chmod");
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
     let url = start_header_echoing_server();
     let servers = format!(
         "[servers.echo]\nurl = {url:?}\nera = \"legacy\"\nbearer_token_file = {:?}\nheaders = {{ \"X-Api-Key\" = {HEADER_VALUE:?} }}\n",
@@ -375,11 +419,15 @@ fn refresh_wait_answers_are_scrubbed_of_echoed_secrets() {
         status["lastError"].is_string().then_some(status)
     });
     assert!(
-        failed["lastError"].as_str().is_some_and(|error| error.contains("<redacted>")),
+        failed["lastError"]
+            .as_str()
+            .is_some_and(|error| error.contains("<redacted>")),
         "the server did not echo our headers: {failed}"
     );
     let socket_answer = daemon.call("catalog/refresh", json!({"server": "echo", "wait": true}));
-    let echoed = socket_answer["servers"]["echo"]["error"].as_str().unwrap_or("");
+    let echoed = socket_answer["servers"]["echo"]["error"]
+        .as_str()
+        .unwrap_or("");
     assert!(echoed.contains("<redacted>"), "{socket_answer}");
     let cli = run_cli(&daemon.socket, &["refresh", "--wait", "echo"]);
     let cli_json = run_cli(&daemon.socket, &["--json", "refresh", "--wait", "echo"]);
