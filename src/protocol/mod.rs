@@ -50,7 +50,8 @@ pub const DEFAULT_CHANGES_LIMIT: usize = 1000;
 pub const MAX_CHANGES_LIMIT: usize = 10_000;
 /// The longest highlight marker a search may ask for, in bytes (each of the two).
 pub const MAX_HIGHLIGHT_BYTES: usize = 32;
-/// The longest search query text, in bytes; a plain query uses at most its first 32 words.
+/// The longest raw (FTS5) search query, in bytes; a longer plain query is cut to this (the
+/// store uses at most its first 32 words anyway).
 pub const MAX_QUERY_BYTES: usize = 4 << 10;
 /// The longest cursor a client may send back; ours are far shorter.
 pub const MAX_CURSOR_BYTES: usize = 1 << 10;

@@ -129,7 +129,8 @@ pub struct UriParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchParams {
-    #[serde(deserialize_with = "bounded::<_, MAX_QUERY_BYTES>")]
+    /// Plain words (only the first `MAX_QUERY_BYTES` are used), or FTS5 syntax with `raw`
+    /// (refused past `MAX_QUERY_BYTES`).
     pub query: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
@@ -168,10 +169,27 @@ impl SearchParams {
     /// CLI reading the database alike).
     pub fn into_request(self) -> Result<SearchRequest, InvalidParams> {
         let limit = limit(self.limit, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?;
-        let mut request = SearchRequest::new(self.query, limit);
+        let raw = self.raw.unwrap_or(false);
+        let mut query = self.query;
+        if query.len() > MAX_QUERY_BYTES {
+            // Raw syntax cut anywhere could mean something else; plain words only ever use the
+            // first few (`MAX_QUERY_WORDS` in the store), so a long paste is simply cut.
+            if raw {
+                return Err(InvalidParams(format!(
+                    "`query`: a raw query of {} bytes is longer than the limit of {MAX_QUERY_BYTES} bytes",
+                    query.len()
+                )));
+            }
+            let mut end = MAX_QUERY_BYTES;
+            while !query.is_char_boundary(end) {
+                end -= 1;
+            }
+            query.truncate(end);
+        }
+        let mut request = SearchRequest::new(query, limit);
         request.server = self.server;
         request.mime_type = self.mime_type;
-        request.raw = self.raw.unwrap_or(false);
+        request.raw = raw;
         if let Some(cursor) = self.cursor {
             request.offset = decode_search_cursor(&cursor)
                 .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
@@ -296,18 +314,25 @@ mod tests {
         );
         assert!(fits.is_ok());
         let cases = [
-            json!({"query": "q".repeat(MAX_QUERY_BYTES + 1)}),
             json!({"query": "a", "cursor": "c".repeat(MAX_CURSOR_BYTES + 1)}),
             json!({"query": "a", "server": "s".repeat(MAX_NAME_BYTES + 1)}),
             json!({"query": "a", "mimeType": "m".repeat(MAX_NAME_BYTES + 1)}),
         ];
-        for (params, field) in cases
-            .into_iter()
-            .zip(["query", "cursor", "server", "mimeType"])
-        {
+        for (params, field) in cases.into_iter().zip(["cursor", "server", "mimeType"]) {
             let error = parse_params::<SearchParams>(params).expect_err(field);
             assert!(error.0.starts_with(&format!("`{field}`")), "{error}");
         }
+        let long = "q ".repeat(MAX_QUERY_BYTES);
+        let raw = parse_params::<SearchParams>(json!({"query": long, "raw": true}))
+            .expect("parses")
+            .into_request()
+            .expect_err("a long raw query");
+        assert!(raw.0.starts_with("`query`"), "{raw}");
+        let plain = parse_params::<SearchParams>(json!({"query": long}))
+            .expect("parses")
+            .into_request()
+            .expect("a long plain query is cut");
+        assert_eq!(plain.query.len(), MAX_QUERY_BYTES);
         let uri = parse_params::<UriParams>(json!({"uri": "u".repeat(MAX_URI_BYTES + 1)}))
             .expect_err("uri");
         assert!(uri.0.starts_with("`uri`"), "{uri}");

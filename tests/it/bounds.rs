@@ -252,13 +252,6 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
     );
 }
 
-/// Connections the daemon counts as clients now.
-fn clients_now(daemon: &Daemon) -> u64 {
-    daemon.call("catalog/status", json!({}))["daemon"]["clients"]
-        .as_u64()
-        .unwrap_or(0)
-}
-
 #[test]
 fn clients_past_max_clients_get_one_error_line_and_one_log_line() {
     const MAX_CLIENTS: usize = 4;
@@ -269,17 +262,25 @@ fn clients_past_max_clients_get_one_error_line_and_one_log_line() {
         &config(&scratch, &format!("max_clients = {MAX_CLIENTS}"), &servers),
     );
     daemon.wait_for_walks("docs", 1);
-    // The start-up probes have gone: only the status call itself is a client.
-    wait_for("the probes to close", Duration::from_secs(10), || {
-        (clients_now(&daemon) == 1).then_some(())
-    });
-    let mut kept: Vec<SocketClient> = (0..MAX_CLIENTS)
+    // One client that stays: once the daemon counts only it (the start-up probes and the
+    // walk checks have closed), the rest of the slots are ours to fill.
+    let mut observer = SocketClient::connect(&daemon.socket);
+    wait_for(
+        "the other connections to close",
+        Duration::from_secs(10),
+        || {
+            let status = observer.request("catalog/status", json!({}));
+            (status["result"]["daemon"]["clients"] == 1).then_some(())
+        },
+    );
+    let mut kept: Vec<SocketClient> = (1..MAX_CLIENTS)
         .map(|_| {
             let mut client = SocketClient::connect(&daemon.socket);
             assert!(client.request("ping", json!({})).get("result").is_some());
             client
         })
         .collect();
+    kept.insert(0, observer);
     for _ in 0..6 {
         let stream = UnixStream::connect(&daemon.socket).expect("connect");
         stream
