@@ -10,8 +10,8 @@ use super::{
     default_max_concurrent_searches, server, Config, ConfigError, DaemonConfig, SocketLimits,
     SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED,
     DEFAULT_MAX_CLIENTS, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES, DEFAULT_MAX_PAGES_WITHOUT_NEW,
-    DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_RESYNC_INTERVAL, DEFAULT_SEARCH_TIMEOUT,
+    DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL, DEFAULT_SEARCH_TIMEOUT,
 };
 use crate::paths;
 use crate::search_gate::SearchLimits;
@@ -143,6 +143,12 @@ fn sync_timings(source: &SourceFile, raw: &RawDaemon) -> Result<SyncTimings, Con
             Some(DEFAULT_PING_INTERVAL),
         )?,
         debounce: duration(source, &raw.debounce, "daemon.debounce", DEFAULT_DEBOUNCE)?,
+        min_walk_interval: duration(
+            source,
+            &raw.min_walk_interval,
+            "daemon.min_walk_interval",
+            DEFAULT_MIN_WALK_INTERVAL,
+        )?,
     })
 }
 

@@ -20,4 +20,5 @@ mod search;
 mod secrets;
 mod service;
 mod socket;
+mod throttle;
 mod walk;
