@@ -454,3 +454,66 @@ fn output_text(output: &std::process::Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     )
 }
+
+#[test]
+fn max_clients_is_cut_to_what_the_descriptor_limit_leaves_beside_the_reserve() {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    const HARD_LIMIT: u64 = 600;
+    let scratch = Scratch::new();
+    let servers = crate::support::stdio_server("docs", &["--name", "docs", "--generate", "5"]);
+    let config = config(&scratch, "max_clients = 1024", &servers);
+    let log = scratch.path("daemon.log");
+    let mut command = Command::new(crate::support::MIRROR);
+    command
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    // SAFETY: setrlimit(2) is async-signal-safe and touches only the child being started.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: HARD_LIMIT,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let mut daemon = Daemon {
+        child: command.spawn().expect("start mcp-mirror"),
+        socket: scratch.path("mirror.sock"),
+        database: scratch.path("catalog.db"),
+        log,
+    };
+    let socket = daemon.socket.clone();
+    wait_for("the daemon's socket", Duration::from_secs(20), || {
+        if let Ok(Some(status)) = daemon.child.try_wait() {
+            panic!("the daemon exited with {status}: {}", daemon.log_text());
+        }
+        ping_once(&socket)
+    });
+    // The soft limit was raised to the hard one, and 512 of those kept for everything else.
+    let status = daemon.call("catalog/status", json!({}));
+    assert_eq!(
+        status["daemon"]["socketLimits"]["maxClients"],
+        HARD_LIMIT - 512,
+        "{status}"
+    );
+    let soft = std::fs::read_to_string(format!("/proc/{}/limits", daemon.child.id()))
+        .expect("limits")
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .map(|line| line.split_whitespace().nth(3).unwrap_or("").to_string())
+        .expect("Max open files");
+    assert_eq!(soft, HARD_LIMIT.to_string());
+    assert!(daemon
+        .log_text()
+        .contains("leaves room for fewer clients than max_clients"));
+    daemon.stop();
+}
