@@ -109,6 +109,11 @@ fn a_20_mib_server_error_is_bounded_in_status_log_and_memory() {
         assert!(*size < 64 << 10, "a status answer of {size} bytes");
     }
     let rss = peak_rss(daemon.child.id());
+    eprintln!(
+        "20 MiB error: status answers up to {} bytes, peak RSS {} MiB",
+        answers.iter().max().unwrap_or(&0),
+        rss >> 20
+    );
     assert!(rss < 256 << 20, "the daemon peaked at {} MiB", rss >> 20);
     // The good server kept its snapshot and the daemon its log small.
     assert_eq!(daemon.server_status("good")["resources"], 20);
@@ -137,6 +142,10 @@ fn an_800_kb_search_request_answers_invalid_params_quickly() {
     assert!(answer.to_string().len() < 1024);
     assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
     let rss = peak_rss(daemon.child.id());
+    eprintln!(
+        "800 KB request: answered in {elapsed:?}, peak RSS {} MiB",
+        rss >> 20
+    );
     assert!(rss < 128 << 20, "the daemon peaked at {} MiB", rss >> 20);
     // Other overlong fields are named too, and the connection keeps working.
     let answer = client.request("resources/read", json!({"uri": "u".repeat(100_000)}));
@@ -188,6 +197,7 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
     assert_eq!(answer["error"]["code"], SEARCH_TIMED_OUT, "{answer:.500}");
     let message = answer["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("search_timeout"), "{message}");
+    eprintln!("heavy search: cancelled after {elapsed:?}");
     assert!(
         elapsed < Duration::from_secs(3),
         "the cancelled search took {elapsed:?}"
@@ -216,6 +226,7 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
                 slowest = slowest.max(started.elapsed());
             }
         }
+        eprintln!("16 heavy searches: slowest ping or status {slowest:?}");
         assert!(
             slowest < Duration::from_secs(1),
             "a cheap call took {slowest:?}"
