@@ -3,9 +3,9 @@
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -22,10 +22,12 @@ use crate::protocol::{
     CatalogChanges, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch,
     CheckedRequest, ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams,
     ListResources, ListTemplates, Method, NotificationMessage, Ping, ReadResource,
-    ReadResourceResult, ResourcesListChanged, Response, DEFAULT_CHANGES_LIMIT, INTERNAL_ERROR,
-    INVALID_PARAMS, INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE, PARSE_ERROR,
-    RESOURCE_NOT_FOUND,
+    ReadResourceResult, ResourcesListChanged, Response, BUSY, DEFAULT_CHANGES_LIMIT,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE,
+    PARSE_ERROR, RESOURCE_NOT_FOUND, SEARCH_TIMED_OUT,
 };
+use crate::redact;
+use crate::search_gate::SearchGate;
 use crate::session::ReadError;
 use crate::store::{self, CatalogRow, ListingRow, Store, StoreError};
 use crate::supervisor::{RefreshOutcome, Supervisor};
@@ -93,6 +95,56 @@ pub struct ApiContext {
     pub clients: AtomicUsize,
     /// When the configuration in force was loaded, and why the last reload was refused.
     pub config_load: std::sync::Mutex<ConfigLoad>,
+    /// Admits `catalog/search` calls: a bounded number at once, a bounded queue, a deadline.
+    pub search_gate: SearchGate,
+    /// The most connections served at once; more are refused at accept.
+    pub max_clients: usize,
+    /// Connections refused at accept, and the log of refusals (once per interval).
+    pub refused_clients: AtomicU64,
+    pub refusal_log: Mutex<IntervalLog>,
+}
+
+/// How often a repeated condition (refused clients, failing accepts) is logged at most.
+const REPEATED_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// The first and the longest pause after a failed accept (such as EMFILE, out of descriptors).
+const ACCEPT_RETRY_FIRST: Duration = Duration::from_millis(50);
+const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Logs a repeated event at most once per interval, with how many happened since the last line.
+#[derive(Debug)]
+pub struct IntervalLog {
+    interval: Duration,
+    last_logged: Option<Instant>,
+    unlogged: u64,
+}
+
+impl IntervalLog {
+    pub fn new(interval: Duration) -> IntervalLog {
+        IntervalLog {
+            interval,
+            last_logged: None,
+            unlogged: 0,
+        }
+    }
+
+    /// Counts one event; `Some(count)` when it is time to log, with the events since the last line.
+    pub fn record(&mut self) -> Option<u64> {
+        self.unlogged += 1;
+        let due = self
+            .last_logged
+            .map_or(true, |last| last.elapsed() >= self.interval);
+        if !due {
+            return None;
+        }
+        self.last_logged = Some(Instant::now());
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+impl Default for IntervalLog {
+    fn default() -> Self {
+        IntervalLog::new(REPEATED_LOG_INTERVAL)
+    }
 }
 
 /// The daemon's record of its configuration file, shown by `catalog/status`.
@@ -111,27 +163,74 @@ pub async fn serve(
     context: Arc<ApiContext>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut accept_retry = ACCEPT_RETRY_FIRST;
+    let mut accept_failures = IntervalLog::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    accept_retry = ACCEPT_RETRY_FIRST;
+                    // Only this loop adds clients, so the check and the count cannot race.
+                    if context.clients.load(Ordering::Acquire) >= context.max_clients {
+                        refuse_client(&stream, &context);
+                        continue;
+                    }
+                    context.clients.fetch_add(1, Ordering::AcqRel);
                     let context = context.clone();
                     let shutdown = shutdown.clone();
                     tokio::spawn(async move {
-                        context.clients.fetch_add(1, Ordering::Relaxed);
                         if let Err(error) = serve_connection(stream, &context, shutdown).await {
                             tracing::debug!(%error, "socket client connection ended with an error");
                         }
-                        context.clients.fetch_sub(1, Ordering::Relaxed);
+                        context.clients.fetch_sub(1, Ordering::AcqRel);
                     });
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "accept failed on the socket");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    // Out of descriptors (EMFILE) and the like: wait longer each time instead
+                    // of spinning, and say so once per interval.
+                    if let Some(count) = accept_failures.record() {
+                        tracing::warn!(%error, failures = count, retry_in_ms = accept_retry.as_millis() as u64, "accept failed on the socket");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(accept_retry) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                    accept_retry = (accept_retry * 2).min(ACCEPT_RETRY_MAX);
                 }
             },
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// Turns a client away at accept: one JSON-RPC error line, written without waiting (a client
+/// that does not read loses it), then the connection closes.
+fn refuse_client(stream: &UnixStream, context: &ApiContext) {
+    let max_clients = context.max_clients;
+    let response = Response::failure(
+        Value::Null,
+        ErrorObject::new(
+            BUSY,
+            format!("busy: too many clients (max_clients = {max_clients}); try again later"),
+        ),
+    );
+    if let Ok(mut line) = serde_json::to_vec(&response) {
+        line.push(b'\n');
+        let _ = stream.try_write(&line);
+    }
+    let total = context.refused_clients.fetch_add(1, Ordering::Relaxed) + 1;
+    let due = context
+        .refusal_log
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .record();
+    if let Some(count) = due {
+        tracing::warn!(
+            max_clients,
+            refused = count,
+            refused_total = total,
+            "refusing socket clients: max_clients connections are open"
+        );
     }
 }
 
@@ -268,8 +367,11 @@ async fn send_watched_changes(
     Ok(())
 }
 
+/// Writes one message; the one choke point every answer and notification passes, so no
+/// configured secret a server echoed (into an error, a walk failure, a read) reaches a client.
 async fn write_message(writer: &mut OwnedWriteHalf, message: &impl Serialize) -> io::Result<()> {
-    let mut bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
+    let text = serde_json::to_string(message).map_err(io::Error::other)?;
+    let mut bytes = redact::scrub(&text).into_owned().into_bytes();
     bytes.push(b'\n');
     writer.write_all(&bytes).await
 }
@@ -391,24 +493,17 @@ async fn dispatch(
         CatalogStatus::NAME => {
             params::<CatalogStatus>(raw)?;
             let mut status = answer::<CatalogStatus>(status(context).await?)?;
-            crate::redact::scrub_json(&mut status);
+            redact::scrub_json(&mut status);
+            // Server-supplied texts are bounded where they are stored; this bounds the rest
+            // (a session's live hints), so the answer stays small whatever a server sent.
+            redact::bound_json_strings(&mut status);
             Ok(status)
         }
         CatalogSearch::NAME => {
             let request = params::<CatalogSearch>(raw)?
                 .into_request()
                 .map_err(invalid_params)?;
-            let (hits, next) =
-                context
-                    .store
-                    .search(request)
-                    .await
-                    .map_err(|error| match error {
-                        StoreError::InvalidQuery(_) => {
-                            ErrorObject::new(INVALID_PARAMS, error.to_string())
-                        }
-                        other => internal(other),
-                    })?;
+            let (hits, next) = gated_search(request, context).await?;
             answer::<CatalogSearch>(search_result(hits, next))
         }
         CatalogChanges::NAME => {
@@ -486,6 +581,35 @@ async fn dispatch(
     }
 }
 
+/// Runs a search once the gate admits it, cancelled at the permit's deadline.
+async fn gated_search(
+    mut request: store::SearchRequest,
+    context: &ApiContext,
+) -> Result<(Vec<store::SearchHit>, Option<usize>), ErrorObject> {
+    let permit = context
+        .search_gate
+        .acquire()
+        .await
+        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+    request.deadline = Some(permit.deadline);
+    context
+        .store
+        .search(request)
+        .await
+        .map_err(|error| match error {
+            StoreError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
+            StoreError::SearchTimedOut => {
+                permit.timed_out();
+                let limit = context.search_gate.limits().timeout;
+                ErrorObject::new(
+                    SEARCH_TIMED_OUT,
+                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+                )
+            }
+            other => internal(other),
+        })
+}
+
 fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
     let version = params
         .protocol_version
@@ -531,7 +655,10 @@ async fn refresh(
                     summary.report.pages,
                     summary.report.duration_ms,
                 ),
-                RefreshOutcome::Walked(Err(error)) => wire::RefreshOutcome::failed(error),
+                // A server's words, bounded (secrets go at the answer's choke point).
+                RefreshOutcome::Walked(Err(error)) => {
+                    wire::RefreshOutcome::failed(redact::truncate_server_text(&error).into_owned())
+                }
             };
             (name, outcome)
         })
@@ -592,7 +719,7 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceRe
                     result.meta.origin = Some(server.to_string());
                     result.meta.cache = Some(CacheNote {
                         stored_at_ms,
-                        reason: error.to_string(),
+                        reason: redact::scrub_server_text(&error.to_string()),
                     });
                     return Ok(result);
                 }
@@ -603,12 +730,14 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceRe
                 ReadError::Offline { .. } | ReadError::Failed { .. } => INTERNAL_ERROR,
             };
             Err(
-                ErrorObject::new(code, error.to_string()).with_data(ErrorData {
-                    server: Some(server.into()),
-                    uri: Some(uri.into()),
-                    offline: Some(unreachable),
-                    ..ErrorData::default()
-                }),
+                ErrorObject::new(code, redact::scrub_server_text(&error.to_string())).with_data(
+                    ErrorData {
+                        server: Some(server.into()),
+                        uri: Some(uri.into()),
+                        offline: Some(unreachable),
+                        ..ErrorData::default()
+                    },
+                ),
             )
         }
     }
@@ -643,6 +772,7 @@ pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, E
         config_loaded_at: config_load.loaded_at_ms,
         config_error: config_load.error,
         config_error_at: config_load.error_at_ms,
+        socket_limits: socket_activity(context),
     };
     let mut servers: Vec<wire::ServerStatus> = servers
         .into_iter()
@@ -653,6 +783,21 @@ pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, E
         .collect();
     crate::api_kinds::add_kind_status(&context.store, &mut servers).await?;
     Ok(wire::StatusResult { daemon, servers })
+}
+
+fn socket_activity(context: &ApiContext) -> wire::SocketActivity {
+    let searches = context.search_gate.activity();
+    wire::SocketActivity {
+        max_clients: context.max_clients,
+        clients_refused: context.refused_clients.load(Ordering::Relaxed),
+        max_concurrent_searches: searches.max_concurrent,
+        search_timeout_ms: context.search_gate.limits().timeout.as_millis() as u64,
+        searches_running: searches.running,
+        searches_waiting: searches.waiting,
+        searches_peak: searches.peak_running,
+        searches_refused: searches.refused_busy,
+        searches_timed_out: searches.timed_out,
+    }
 }
 
 // Shaping the store's rows into the protocol's results: the daemon and the CLI reading the

@@ -4,7 +4,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,11 +13,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::api::{self, ApiContext, ConfigLoad};
+use crate::api::{self, ApiContext, ConfigLoad, IntervalLog};
 use crate::config::{self, Config};
 use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
+use crate::search_gate::SearchGate;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};
@@ -28,6 +29,48 @@ const STATUS_INTERVAL: Duration = Duration::from_secs(10);
 const API_STOP_BOUND: Duration = Duration::from_secs(2);
 /// How long a self-probe of the socket may take before we call the daemon stuck.
 const PROBE_BOUND: Duration = Duration::from_secs(5);
+
+/// Descriptors kept for everything but socket clients: the database's writer and readers
+/// (`store::MAX_READERS`, two each), stdio children's pipes, HTTP connections, the log.
+const DESCRIPTOR_RESERVE: u64 = 512;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, and returns how many socket clients fit
+/// beside `DESCRIPTOR_RESERVE`: `configured`, or fewer (said once in the log) when the limit
+/// is too low for it.
+fn client_budget(configured: usize) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+    let soft = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return configured;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit.rlim_cur = limit.rlim_max;
+            }
+        }
+        limit.rlim_cur
+    };
+    let room = soft.saturating_sub(DESCRIPTOR_RESERVE).max(1);
+    if (configured as u64) > room {
+        tracing::warn!(
+            max_clients = configured,
+            descriptor_limit = soft,
+            reserve = DESCRIPTOR_RESERVE,
+            serving = room,
+            "the descriptor limit (RLIMIT_NOFILE) leaves room for fewer clients than max_clients; raise LimitNOFILE or lower max_clients"
+        );
+        return room as usize;
+    }
+    configured
+}
 
 /// What the process asks of a running daemon (signals, in the binary).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +103,7 @@ pub async fn run_with(
     let (listener, socket) = SocketFile::open(&config.daemon.socket, service.listener)?;
     let (stop, stopping) = watch::channel(false);
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
+    let max_clients = client_budget(config.daemon.socket_limits.max_clients);
     let context = Arc::new(ApiContext {
         store: store.clone(),
         supervisor: supervisor.clone(),
@@ -74,6 +118,10 @@ pub async fn run_with(
             loaded_at_ms: now_ms(),
             ..ConfigLoad::default()
         }),
+        search_gate: SearchGate::new(config.daemon.socket_limits.search),
+        max_clients,
+        refused_clients: AtomicU64::new(0),
+        refusal_log: std::sync::Mutex::new(IntervalLog::default()),
     });
     let api_task = tokio::spawn(api::serve(listener, context.clone(), stopping.clone()));
     let http = start_http_face(&config, &context, &stopping).await?;

@@ -15,6 +15,7 @@ pub(crate) mod metrics;
 pub mod paths;
 pub mod protocol;
 pub mod redact;
+pub(crate) mod search_gate;
 pub mod session;
 pub(crate) mod store;
 pub(crate) mod supervisor;

@@ -55,6 +55,27 @@ pub(crate) const DEFAULT_PRIORITY: i64 = 100;
 /// `[daemon] keep_removed`: a removed server's snapshot is dropped unless this is set.
 pub(crate) const DEFAULT_KEEP_REMOVED: bool = false;
 
+/// `[daemon] search_timeout`: how long one `catalog/search` may run (and, separately, wait
+/// for a slot) before it is cancelled.
+pub(crate) const DEFAULT_SEARCH_TIMEOUT: Duration = Duration::from_secs(2);
+/// `[daemon] max_clients`: socket connections served at once; more are refused at accept.
+pub(crate) const DEFAULT_MAX_CLIENTS: u64 = 1024;
+
+/// `[daemon] max_concurrent_searches` when left out: the number of cores, at least 2.
+pub(crate) fn default_max_concurrent_searches() -> u64 {
+    std::thread::available_parallelism()
+        .map(|cores| cores.get() as u64)
+        .unwrap_or(2)
+        .max(2)
+}
+
+/// Bounds on what socket clients may ask of the daemon; read at start (a reload keeps them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketLimits {
+    pub search: crate::search_gate::SearchLimits,
+    pub max_clients: usize,
+}
+
 /// A configuration error that names the file, the line and the key at fault. It never quotes
 /// a configured value that could be a secret, so it can be printed before any scrubber runs.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +136,7 @@ pub struct DaemonConfig {
     pub keep_removed: bool,
     /// A tracing filter (`info`, `mcp_mirror=debug,warn`); `RUST_LOG` overrides it.
     pub log_level: Option<String>,
+    pub socket_limits: SocketLimits,
 }
 
 /// How a session paces itself between walks.

@@ -38,6 +38,9 @@ pub(super) struct RawDaemon {
     pub min_walk_interval: Option<Spanned<String>>,
     pub keep_removed: Option<bool>,
     pub log_level: Option<Spanned<String>>,
+    pub search_timeout: Option<Spanned<String>>,
+    pub max_concurrent_searches: Option<Spanned<i64>>,
+    pub max_clients: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

@@ -428,7 +428,8 @@ impl Session {
             .ok_or_else(|| McpError::Protocol("initialize result has no protocolVersion".into()))?;
         if !LEGACY_VERSIONS.contains(&version) {
             return Err(McpError::Protocol(format!(
-                "server answered protocol version {version}; this mirror speaks {}",
+                "server answered protocol version {}; this mirror speaks {}",
+                crate::redact::truncate_server_text(version),
                 LEGACY_VERSIONS.join(", ")
             )));
         }
@@ -584,7 +585,8 @@ impl Session {
         if let Some(kind) = result.get("resultType").and_then(Value::as_str) {
             if kind != "complete" {
                 return Err(McpError::Protocol(format!(
-                    "{method} answered resultType `{kind}`, which a mirror cannot complete"
+                    "{method} answered resultType `{}`, which a mirror cannot complete",
+                    crate::redact::truncate_server_text(kind)
                 )));
             }
         }
@@ -606,7 +608,8 @@ impl Session {
             Some(Value::String(cursor)) => Some(cursor.clone()),
             Some(other) => {
                 return Err(McpError::Protocol(format!(
-                    "nextCursor is not a string: {other}"
+                    "nextCursor is not a string: {}",
+                    crate::redact::truncate_server_text(&other.to_string())
                 )))
             }
         };

@@ -52,18 +52,26 @@ pub fn classify(message: Value) -> Option<Incoming> {
     }
 }
 
+/// A server's error object as we keep it: the one place a JSON-RPC error from any transport
+/// passes, so its message and data are scrubbed and bounded here, before anything logs,
+/// stores or echoes them.
 fn parse_error_object(error: Value) -> RpcError {
+    let data = error.get("data").cloned().map(|mut data| {
+        crate::redact::scrub_server_json(&mut data);
+        data
+    });
     RpcError {
         code: error
             .get("code")
             .and_then(Value::as_i64)
             .unwrap_or(super::INTERNAL_ERROR),
-        message: error
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("(no message)")
-            .to_string(),
-        data: error.get("data").cloned(),
+        message: crate::redact::scrub_server_text(
+            error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("(no message)"),
+        ),
+        data,
     }
 }
 

@@ -40,7 +40,7 @@ pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
     ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities,
-    ServerStatus, StatusResult, SwapSummary, ToolsCapability, WatchResult,
+    ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability, WatchResult,
 };
 pub use state::{
     ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
@@ -56,6 +56,17 @@ pub const DEFAULT_SEARCH_LIMIT: usize = 20;
 pub const MAX_SEARCH_LIMIT: usize = 1000;
 pub const DEFAULT_CHANGES_LIMIT: usize = 1000;
 pub const MAX_CHANGES_LIMIT: usize = 10_000;
+/// The longest highlight marker a search may ask for, in bytes (each of the two).
+pub const MAX_HIGHLIGHT_BYTES: usize = 32;
+/// The longest raw (FTS5) search query, in bytes; a longer plain query is cut to this (the
+/// store uses at most its first 32 words anyway).
+pub const MAX_QUERY_BYTES: usize = 4 << 10;
+/// The longest cursor a client may send back; ours are far shorter.
+pub const MAX_CURSOR_BYTES: usize = 1 << 10;
+/// The longest URI a client may ask about (`resources/read`, `catalog/resource`).
+pub const MAX_URI_BYTES: usize = 64 << 10;
+/// The longest server name, MIME type or protocol version a client may send.
+pub const MAX_NAME_BYTES: usize = 1 << 10;
 /// The markers around matched words in snippets unless the caller chooses others.
 pub const DEFAULT_HIGHLIGHT: (&str, &str) = ("\u{ab}", "\u{bb}");
 
@@ -70,6 +81,10 @@ pub const INSTRUCTIONS: &str =
 
 /// MCP's "resource not found" (handshake era).
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
+/// The daemon is at a bound (too many clients, too many searches): try again shortly.
+pub const BUSY: i64 = -32003;
+/// A search ran past `search_timeout` and was cancelled.
+pub const SEARCH_TIMED_OUT: i64 = -32004;
 
 /// The `_meta` key that names a resource's origin server.
 pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";

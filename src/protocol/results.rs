@@ -264,6 +264,28 @@ pub struct DaemonStatus {
     /// Why the last reload was refused; the previous configuration stays in force.
     pub config_error: Option<String>,
     pub config_error_at: Option<i64>,
+    /// The socket's bounds and what they turned away.
+    #[serde(default)]
+    pub socket_limits: SocketActivity,
+}
+
+/// The socket's client and search bounds, with counts of what they refused since start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SocketActivity {
+    pub max_clients: usize,
+    /// Connections refused at accept because `max_clients` were open.
+    pub clients_refused: u64,
+    pub max_concurrent_searches: usize,
+    pub search_timeout_ms: u64,
+    pub searches_running: usize,
+    pub searches_waiting: usize,
+    /// The most searches that ever ran at once.
+    pub searches_peak: usize,
+    /// Searches refused as busy (the queue was full, or no slot came free in time).
+    pub searches_refused: u64,
+    /// Searches cancelled at `search_timeout`.
+    pub searches_timed_out: u64,
 }
 
 /// One server in `catalog/status`: what the database records, and `live`, what the running

@@ -53,6 +53,16 @@ pub enum StoreError {
     Walk(String),
     #[error("invalid full-text query: {0}")]
     InvalidQuery(String),
+    #[error("the search ran out of time and was cancelled (search_timeout); narrow the query")]
+    SearchTimedOut,
+}
+
+impl StoreError {
+    /// True when SQLite stopped the statement on request (a progress handler or interrupt).
+    pub(crate) fn is_interrupted(&self) -> bool {
+        matches!(self, StoreError::Sql(error)
+            if error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted))
+    }
 }
 
 /// One resource as the store keeps it; built from the server's JSON by the walk.
@@ -245,6 +255,9 @@ pub fn now_ms() -> i64 {
 
 /// How many pages of one walk may wait for the writer before the walk waits too.
 const PAGES_IN_FLIGHT: usize = 4;
+/// Read-only connections open at once (each holds descriptors for the database and its WAL);
+/// more concurrent reads wait for one, so the daemon's descriptor reserve covers them.
+pub const MAX_READERS: usize = 64;
 /// Catalog-change events buffered per subscriber; one that falls further behind is told it
 /// lagged, and the writer never waits for it.
 const CHANGE_EVENTS_BUFFERED: usize = 256;
@@ -255,6 +268,7 @@ pub struct Store {
     path: PathBuf,
     writer: mpsc::UnboundedSender<WriteOp>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    reader_slots: Arc<Semaphore>,
     next_walk_id: Arc<AtomicU64>,
     changes: broadcast::Sender<CatalogChanged>,
 }
@@ -288,6 +302,7 @@ impl Store {
             path: path.to_path_buf(),
             writer: sender,
             readers: Arc::new(Mutex::new(Vec::new())),
+            reader_slots: Arc::new(Semaphore::new(MAX_READERS)),
             next_walk_id: Arc::new(AtomicU64::new(1)),
             changes,
         })
@@ -348,8 +363,8 @@ impl Store {
                 mut capabilities,
                 mut server_info,
             } => {
-                crate::redact::scrub_json(&mut capabilities);
-                crate::redact::scrub_json(&mut server_info);
+                crate::redact::scrub_server_json(&mut capabilities);
+                crate::redact::scrub_server_json(&mut server_info);
                 ServerUpdate::Connected {
                     protocol_version,
                     capabilities,
@@ -388,7 +403,15 @@ impl Store {
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        // Never closed; held until the blocking query is done with its connection.
+        let slot = self
+            .reader_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Walk("the store is closed".into()))?;
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let pooled = readers
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())

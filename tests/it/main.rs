@@ -3,6 +3,7 @@
 mod install;
 mod support;
 
+mod bounds;
 mod bridge;
 mod cli;
 mod client_commands;
