@@ -27,8 +27,9 @@ struct Arguments {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     json: bool,
-    /// The database that `ls`, `show` and `search` read when the daemon is not running
-    /// (default: from the environment, else the standard location).
+    /// The database that `ls`, `templates`, `show` and `search` read when the daemon is not
+    /// running (default: the one the socket's daemon recorded beside it; with neither
+    /// --socket nor a record, the standard location).
     #[arg(long, global = true, env = "MCP_MIRROR_DATABASE")]
     database: Option<PathBuf>,
     #[command(subcommand)]
@@ -48,19 +49,25 @@ enum Command {
     },
     /// Show the daemon and every server's state.
     Status,
-    /// List the merged catalog.
+    /// List the merged catalog (each URI once, from the server that wins it).
     Ls {
-        /// Only resources from this server.
+        /// List this server's own snapshot instead, marking the entries another server wins.
         #[arg(long)]
         server: Option<String>,
     },
+    /// List the merged resource templates.
+    Templates,
     /// Full-text search over URI, name, title and description.
     Search {
+        /// The words to find (the last one also matches as a prefix).
         query: String,
+        /// At most this many results (default 20, at most 1000).
         #[arg(long)]
         limit: Option<u64>,
+        /// Only this server's resources.
         #[arg(long)]
         server: Option<String>,
+        /// Only resources of this MIME type.
         #[arg(long)]
         mime_type: Option<String>,
         /// Treat the query as raw FTS5 syntax.
@@ -70,10 +77,14 @@ enum Command {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Show every field of one resource and which servers list it.
-    Show { uri: String },
-    /// Read a resource through the server that listed it: text to stdout.
+    /// Show every field of one resource and which servers list it (or of one URI template).
+    Show {
+        /// The resource's URI, or a template's uriTemplate as `templates` lists it.
+        uri: String,
+    },
+    /// Read a resource through the server that listed it (or whose template matches it): text to stdout.
     Read {
+        /// The resource's URI.
         uri: String,
         /// Write the contents (decoded, when binary) to this file.
         #[arg(long)]
@@ -89,6 +100,7 @@ enum Command {
     Mcp,
     /// Ask one server (or all) to walk its catalog again now.
     Refresh {
+        /// The server to walk (default: every server).
         server: Option<String>,
         /// Wait until the new snapshot is committed.
         #[arg(long)]
@@ -115,14 +127,18 @@ fn main() -> ExitCode {
         .socket
         .clone()
         .unwrap_or_else(paths::default_socket);
-    let database = arguments
-        .database
-        .clone()
-        .unwrap_or_else(paths::default_database);
+    // With a socket chosen and no database, only the database that socket's daemon recorded
+    // will do: the standard one may belong to another daemon.
+    let database = match (&arguments.database, &arguments.socket) {
+        (Some(database), _) => cli::DatabaseChoice::Given(database.clone()),
+        (None, Some(_)) => cli::DatabaseChoice::OfSocket,
+        (None, None) => cli::DatabaseChoice::Default(paths::default_database()),
+    };
     let outcome = match &arguments.command {
         Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
         Command::Status => cli::status(&socket, arguments.json),
         Command::Ls { server } => cli::ls(&socket, &database, server.as_deref(), arguments.json),
+        Command::Templates => cli::templates(&socket, &database, arguments.json),
         Command::Search {
             query,
             limit,
@@ -277,5 +293,45 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
             eprintln!("mcp-mirror: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every argument, at every depth, says what it is for.
+    #[test]
+    fn every_subcommand_and_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for argument in command.get_arguments() {
+                let id = argument.get_id().as_str();
+                // clap's own --help and --version carry their help already.
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if argument.get_help().is_none() && argument.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for subcommand in command.get_subcommands() {
+                let name = format!("{path} {}", subcommand.get_name());
+                if subcommand.get_about().is_none() && subcommand.get_long_about().is_none() {
+                    missing.push(name.clone());
+                }
+                walk(subcommand, &name, missing);
+            }
+        }
+        let mut command = Arguments::command();
+        command.build();
+        let mut missing = Vec::new();
+        walk(&command, "mcp-mirror", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+        // The walk sees every subcommand, so the test fails when one lacks help.
+        assert!(command
+            .get_subcommands()
+            .any(|sub| sub.get_name() == "templates"));
+        command.debug_assert();
     }
 }

@@ -5,6 +5,7 @@
 mod cursor;
 mod envelope;
 mod params;
+mod record;
 mod resource;
 mod results;
 mod state;
@@ -22,8 +23,9 @@ pub use envelope::{
 };
 pub use params::{
     parse_params, ChangesParams, InitializeParams, InvalidParams, ListParams, NoParams,
-    RefreshParams, SearchParams, UriParams, WatchParams,
+    RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
 };
+pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
     CacheNote, ListedFields, MirrorMeta, ReadResourceResult, Resource, ResourceContents,
     ResourceTemplate,
@@ -31,8 +33,9 @@ pub use resource::{
 pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
-    ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities,
-    ServerStatus, StatusResult, SwapSummary, WatchResult,
+    RefreshState, ResourceDetails, ResourcesCapability, SearchHit, SearchResult,
+    ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus, StatusResult, SwapSummary,
+    WatchResult,
 };
 pub use state::{
     ChangeKind, ConnectedTransport, Era, PushChannel, ServerState, TransportKind, UnknownName,
@@ -109,6 +112,8 @@ methods! {
     CatalogSearch = "catalog/search", SearchParams => SearchResult;
     CatalogResource = "catalog/resource", UriParams => ResourceDetails;
     CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult;
+    /// One server's own snapshot, each entry marked with the server that wins it if another.
+    CatalogList = "catalog/list", ServerListParams => ServerListResult;
     CatalogChanges = "catalog/changes", ChangesParams => ChangesResult;
     /// Answers where the feed stands, then sends `notifications/catalog/changed`.
     CatalogWatch = "catalog/watch", WatchParams => WatchResult;

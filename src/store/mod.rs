@@ -2,6 +2,7 @@
 
 mod queries;
 mod schema;
+mod views;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use views::SnapshotRow;
 
 use crate::protocol::{ServerState, TransportKind};
 use writer::{Batch, WriteOp};
