@@ -5,6 +5,7 @@ mod support;
 
 mod bridge;
 mod cli;
+mod cli_truth;
 mod client_commands;
 mod config;
 mod conformance;
@@ -19,4 +20,5 @@ mod search;
 mod secrets;
 mod service;
 mod socket;
+mod templates;
 mod walk;

@@ -740,8 +740,7 @@ impl Server {
             let template = catalog.templates.iter().find_map(|template| {
                 let text = template.get("uriTemplate")?.as_str()?;
                 let prefix = text.split('{').next().unwrap_or_default();
-                (text.contains('{') && uri.starts_with(prefix) && uri.len() > prefix.len())
-                    .then_some(text)
+                (text.contains('{') && uri.starts_with(prefix)).then_some(text)
             });
             if let Some(template) = template {
                 let text = format!("contents of {uri} from template {template}");
