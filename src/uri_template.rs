@@ -322,7 +322,7 @@ fn named_pairs(text: &str, separator: char, names: &[String], bare_name: bool) -
         };
         let known = names.iter().any(|known| known == name) && !seen.contains(&name);
         seen.push(name);
-        known && value.is_none_or(is_value)
+        known && value.map_or(true, is_value)
     })
 }
 
