@@ -38,7 +38,7 @@ pub enum ClientError {
     NotFound(String),
     #[error("{0}")]
     Usage(String),
-    #[error("cannot tell which database the daemon at {socket} uses: it left no record at {record}; pass --database PATH to read one")]
+    #[error("cannot tell which database the daemon at {socket} uses: it left no record we can read at {record}; pass --database PATH to read one")]
     UnknownDatabase { socket: PathBuf, record: PathBuf },
     #[error("cannot read the database {path} either: {source}")]
     Offline { path: PathBuf, source: StoreError },

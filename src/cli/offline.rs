@@ -42,28 +42,27 @@ impl Catalog {
         }
     }
 
+    /// Opens `database` read-only; `unreachable` is why the daemon could not answer.
     fn open_database(
         socket: &Path,
         database: &Path,
         unreachable: ClientError,
     ) -> Result<Catalog, ClientError> {
-        {
-            match ReadOnlyCatalog::open(database) {
-                Ok(catalog) => {
-                    eprintln!(
-                        "mcp-mirror: the daemon is not running (no answer at {}); reading the database {} directly, read-only",
-                        socket.display(),
-                        database.display()
-                    );
-                    Ok(Catalog::Database(catalog))
-                }
-                Err(source) => {
-                    eprintln!("mcp-mirror: {unreachable}");
-                    Err(ClientError::Offline {
-                        path: database.to_path_buf(),
-                        source,
-                    })
-                }
+        match ReadOnlyCatalog::open(database) {
+            Ok(catalog) => {
+                eprintln!(
+                    "mcp-mirror: the daemon is not running (no answer at {}); reading the database {} directly, read-only",
+                    socket.display(),
+                    database.display()
+                );
+                Ok(Catalog::Database(catalog))
+            }
+            Err(source) => {
+                eprintln!("mcp-mirror: {unreachable}");
+                Err(ClientError::Offline {
+                    path: database.to_path_buf(),
+                    source,
+                })
             }
         }
     }
