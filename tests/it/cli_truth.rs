@@ -1,7 +1,8 @@
 //! The CLI tells the truth (issue 9 items 6, 8–10, 12): refresh outcomes told apart, the
 //! offline fallback reads only the database of the socket asked for, an unknown server is
 //! exit 4, counts say what they count, `ls --server` lists the server's own snapshot, and a
-//! polled server says why in words a user acts on.
+//! polled server says why in words a user acts on; and every flag and subcommand has help
+//! (item 11).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -240,4 +241,72 @@ fn counts_agree_ls_server_lists_its_own_snapshot_and_unknown_servers_exit_4() {
     check(None);
     daemon.stop();
     check(Some(&database));
+}
+
+/// The entries of a help text's `Commands:`, `Arguments:` and `Options:` sections, one line
+/// each (clap does not wrap when its output is not a terminal).
+fn help_entries(help: &str) -> Vec<(String, String)> {
+    let mut entries = Vec::new();
+    let mut section = None;
+    for line in help.lines() {
+        if line.is_empty() {
+            section = None;
+        } else if let Some(name) = line.strip_suffix(':').filter(|name| !name.starts_with(' ')) {
+            section = Some(name.to_string());
+        } else if let Some(section) = &section {
+            entries.push((section.clone(), line.trim().to_string()));
+        }
+    }
+    entries
+}
+
+#[test]
+fn every_subcommand_and_flag_has_help_text() {
+    let help = |args: &[&str]| {
+        let output = Command::new(MIRROR)
+            .args(args)
+            .arg("--help")
+            .output()
+            .expect("run mcp-mirror --help");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        text(&output.stdout)
+    };
+    let top = help(&[]);
+    let entries = help_entries(&top);
+    let commands: Vec<String> = entries
+        .iter()
+        .filter(|(section, _)| section == "Commands")
+        .filter_map(|(_, entry)| entry.split_whitespace().next().map(str::to_string))
+        .filter(|name| name != "help")
+        .collect();
+    // The walk sees the subcommands, so a missing one would fail it.
+    for expected in [
+        "serve",
+        "status",
+        "ls",
+        "templates",
+        "search",
+        "show",
+        "read",
+        "refresh",
+    ] {
+        assert!(commands.iter().any(|name| name == expected), "{top}");
+    }
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for (command, text) in std::iter::once((String::new(), top.clone())).chain(
+        commands
+            .iter()
+            .map(|command| (command.clone(), help(&[command.as_str()]))),
+    ) {
+        for (section, entry) in help_entries(&text) {
+            seen += 1;
+            // A spec and its help are two columns, at least two spaces apart.
+            if !entry.contains("  ") {
+                missing.push(format!("mcp-mirror {command} ({section}): {entry}"));
+            }
+        }
+    }
+    assert!(seen > 40, "only {seen} entries parsed");
+    assert!(missing.is_empty(), "no help text: {missing:#?}");
 }
