@@ -174,10 +174,6 @@ pub enum RefreshOutcome {
 }
 
 impl RefreshOutcome {
-    pub fn walked(swap: SwapSummary, pages: u64, duration_ms: i64) -> RefreshOutcome {
-        RefreshOutcome::settled(RefreshState::Synced, swap, pages, duration_ms)
-    }
-
     /// A refresh that settled without failing, in `state`.
     pub fn settled(
         state: RefreshState,
