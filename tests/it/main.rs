@@ -21,4 +21,5 @@ mod secrets;
 mod service;
 mod socket;
 mod templates;
+mod throttle;
 mod walk;
