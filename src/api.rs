@@ -1,7 +1,7 @@
 //! The Unix socket API: JSON-RPC 2.0, one JSON object per line, MCP-compatible methods plus `catalog/*`.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,9 +19,9 @@ use crate::api_kinds;
 use crate::lines::{self, Line};
 use crate::protocol::{
     self as wire, encode_cursor, encode_search_cursor, parse_params, CacheNote, CatalogChanged,
-    CatalogChanges, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch,
-    CheckedRequest, ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams,
-    ListResources, ListTemplates, Method, NotificationMessage, Ping, ReadResource,
+    CatalogChanges, CatalogList, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus,
+    CatalogWatch, CheckedRequest, ErrorData, ErrorObject, IncomingRequest, Initialize,
+    InvalidParams, ListResources, ListTemplates, Method, NotificationMessage, Ping, ReadResource,
     ReadResourceResult, ResourcesListChanged, Response, BUSY, DEFAULT_CHANGES_LIMIT,
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE,
     PARSE_ERROR, RESOURCE_NOT_FOUND, SEARCH_TIMED_OUT,
@@ -83,6 +83,29 @@ pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|source| io_error("set permissions on", source))?;
     Ok(listener)
+}
+
+/// Leaves the record beside the socket at `socket` that names the database this daemon
+/// serves (owner-only, replaced atomically), so `--socket PATH` clients never fall back to
+/// another database. It stays after shutdown: that is when clients need it.
+pub fn record_socket_database(socket: &Path, database: &Path) -> io::Result<()> {
+    let record = wire::SocketRecord {
+        database: std::path::absolute(database)?,
+        pid: std::process::id(),
+    };
+    let path = wire::socket_record_path(socket);
+    let mut temporary = path.clone().into_os_string();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    let _ = std::fs::remove_file(&temporary);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    let text = serde_json::to_vec(&record).map_err(io::Error::other)?;
+    io::Write::write_all(&mut file, &text)?;
+    std::fs::rename(&temporary, &path)
 }
 
 /// What request handlers need.
@@ -574,6 +597,10 @@ async fn dispatch(
             let params = params::<wire::CallTool>(raw)?;
             answer::<wire::CallTool>(api_kinds::call_tool(context, params).await?)
         }
+        CatalogList::NAME => {
+            let params = params::<CatalogList>(raw)?;
+            answer::<CatalogList>(server_list(params, context).await?)
+        }
         _ => Err(ErrorObject::new(
             METHOD_NOT_FOUND,
             format!("method not found: {method}"),
@@ -650,7 +677,8 @@ async fn refresh(
         .map(|(name, outcome)| {
             let outcome = match outcome {
                 RefreshOutcome::Queued => wire::RefreshOutcome::queued(),
-                RefreshOutcome::Walked(Ok(summary)) => wire::RefreshOutcome::walked(
+                RefreshOutcome::Walked(Ok(summary)) => wire::RefreshOutcome::settled(
+                    refresh_state(summary.state),
                     swap_summary(summary.swap),
                     summary.report.pages,
                     summary.report.duration_ms,
@@ -680,12 +708,7 @@ pub(crate) fn not_listed(uri: &str) -> ErrorObject {
 /// Reads through the server that wins `uri` in the merged catalog; when that server cannot
 /// be reached and its content cache has the URI, serves the cached contents instead.
 async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceResult, ErrorObject> {
-    let target = context
-        .store
-        .read_target(uri)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| not_listed(uri))?;
+    let target = read_target_or_template(uri, context).await?;
     let server = target.server.as_str();
     match context.supervisor.read(server, uri).await {
         Ok(answer) => {
@@ -767,6 +790,13 @@ pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, E
         config: context.config_path.clone(),
         clients: context.clients.load(Ordering::Relaxed),
         resources,
+        merged_resources: Some(
+            context
+                .store
+                .merged_resource_count()
+                .await
+                .map_err(internal)?,
+        ),
         change_seq,
         read_cache_bytes,
         config_loaded_at: config_load.loaded_at_ms,
@@ -910,6 +940,90 @@ fn changes_result(page: store::ChangePage) -> wire::ChangesResult {
         truncated: page.truncated,
         more: page.more,
     }
+}
+
+fn refresh_state(state: crate::session::SettledState) -> wire::RefreshState {
+    match state {
+        crate::session::SettledState::Synced => wire::RefreshState::Synced,
+        crate::session::SettledState::NoResources => wire::RefreshState::NoResources,
+    }
+}
+
+/// The server a read of `uri` goes to: the one that wins the URI in the merged catalog, else
+/// (a URI no server lists) the one whose mirrored template matches it, by the same priority.
+async fn read_target_or_template(
+    uri: &str,
+    context: &ApiContext,
+) -> Result<store::ReadTarget, ErrorObject> {
+    if let Some(target) = context.store.read_target(uri).await.map_err(internal)? {
+        return Ok(target);
+    }
+    let template = context
+        .store
+        .template_target(uri)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| not_listed(uri))?;
+    Ok(store::ReadTarget {
+        server: template.server,
+        read_cache_bytes: template.read_cache_bytes,
+    })
+}
+
+/// The "no server named" error, as `catalog/refresh` and `catalog/list` answer it.
+fn no_such_server(name: &str) -> ErrorObject {
+    ErrorObject::new(INVALID_PARAMS, format!("no server named {name}")).with_data(ErrorData {
+        not_found: Some("server".into()),
+        server: Some(name.into()),
+        ..ErrorData::default()
+    })
+}
+
+async fn server_list(
+    params: wire::ServerListParams,
+    context: &ApiContext,
+) -> Result<wire::ServerListResult, ErrorObject> {
+    let (after, limit) = params.checked().map_err(invalid_params)?;
+    if !context
+        .store
+        .server_exists(&params.server)
+        .await
+        .map_err(internal)?
+    {
+        return Err(no_such_server(&params.server));
+    }
+    let (rows, more) = context
+        .store
+        .server_snapshot(&params.server, after, limit)
+        .await
+        .map_err(internal)?;
+    server_list_result(params.server, rows, more).map_err(internal)
+}
+
+/// A page of one server's own snapshot, with a cursor after its last URI when more follow.
+pub fn server_list_result(
+    server: String,
+    rows: Vec<store::SnapshotRow>,
+    more: bool,
+) -> Result<wire::ServerListResult, serde_json::Error> {
+    let next_cursor = match more {
+        true => rows.last().map(|row| encode_cursor(&row.uri)),
+        false => None,
+    };
+    let resources = rows
+        .into_iter()
+        .map(|row| {
+            Ok(wire::ServerListEntry {
+                resource: wire::Resource::from_stored(&row.raw, Some(&server))?,
+                won_by: row.won_by,
+            })
+        })
+        .collect::<Result<_, serde_json::Error>>()?;
+    Ok(wire::ServerListResult {
+        server,
+        resources,
+        next_cursor,
+    })
 }
 
 fn swap_summary(swap: store::SwapOutcome) -> wire::SwapSummary {

@@ -101,6 +101,12 @@ pub async fn run_with(
         .await
         .context("while recording the configured servers")?;
     let (listener, socket) = SocketFile::open(&config.daemon.socket, service.listener)?;
+    if let Some(path) = &socket.path {
+        // Without the record, clients that find this socket dead refuse to guess a database.
+        if let Err(error) = api::record_socket_database(path, &config.daemon.database) {
+            tracing::warn!(%error, socket = %path.display(), "cannot record the database beside the socket");
+        }
+    }
     let (stop, stopping) = watch::channel(false);
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
     let max_clients = client_budget(config.daemon.socket_limits.max_clients);

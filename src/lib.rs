@@ -20,5 +20,6 @@ pub mod session;
 pub(crate) mod store;
 pub(crate) mod supervisor;
 pub mod systemd;
+pub(crate) mod uri_template;
 pub(crate) mod walk;
 pub(crate) mod walk_kinds;

@@ -6,6 +6,7 @@ mod cursor;
 mod entries;
 mod envelope;
 mod params;
+mod record;
 mod resource;
 mod results;
 mod state;
@@ -30,8 +31,9 @@ pub use envelope::{
 };
 pub use params::{
     parse_params, ChangesParams, InitializeParams, InvalidParams, ListParams, NoParams,
-    RefreshParams, SearchParams, UriParams, WatchParams,
+    RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
 };
+pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
     CacheNote, ListedFields, MirrorMeta, ReadResourceResult, Resource, ResourceContents,
     ResourceTemplate,
@@ -39,8 +41,9 @@ pub use resource::{
 pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
-    ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities,
-    ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability, WatchResult,
+    RefreshState, ResourceDetails, ResourcesCapability, SearchHit, SearchResult,
+    ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus, SocketActivity,
+    StatusResult, SwapSummary, ToolsCapability, WatchResult,
 };
 pub use state::{
     ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
@@ -135,6 +138,8 @@ methods! {
     CatalogSearch = "catalog/search", SearchParams => SearchResult;
     CatalogResource = "catalog/resource", UriParams => ResourceDetails;
     CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult;
+    /// One server's own snapshot, each entry marked with the server that wins it if another.
+    CatalogList = "catalog/list", ServerListParams => ServerListResult;
     CatalogChanges = "catalog/changes", ChangesParams => ChangesResult;
     /// Answers where the feed stands, then sends `notifications/catalog/changed`.
     CatalogWatch = "catalog/watch", WatchParams => WatchResult;

@@ -273,6 +273,31 @@ pub struct RefreshParams {
     pub wait: Option<bool>,
 }
 
+/// `catalog/list`: one server's own snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerListParams {
+    pub server: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Entries per page, at most `PAGE_SIZE` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+impl ServerListParams {
+    /// The URI the page starts after, and the page size.
+    pub fn checked(&self) -> Result<(Option<String>, usize), InvalidParams> {
+        let after = ListParams {
+            cursor: self.cursor.clone(),
+        }
+        .after()?;
+        Ok((
+            after,
+            limit(self.limit, super::PAGE_SIZE, super::PAGE_SIZE)?,
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

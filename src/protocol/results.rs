@@ -191,6 +191,9 @@ pub enum RefreshOutcome {
     Walked {
         /// Always true.
         ok: bool,
+        /// How the refresh settled: a committed walk, or a server with nothing to walk.
+        #[serde(default)]
+        state: RefreshState,
         swap: SwapSummary,
         pages: u64,
         #[serde(rename = "durationMs")]
@@ -208,9 +211,16 @@ pub enum RefreshOutcome {
 }
 
 impl RefreshOutcome {
-    pub fn walked(swap: SwapSummary, pages: u64, duration_ms: i64) -> RefreshOutcome {
+    /// A refresh that settled without failing, in `state`.
+    pub fn settled(
+        state: RefreshState,
+        swap: SwapSummary,
+        pages: u64,
+        duration_ms: i64,
+    ) -> RefreshOutcome {
         RefreshOutcome::Walked {
             ok: true,
+            state,
             swap,
             pages,
             duration_ms,
@@ -224,6 +234,37 @@ impl RefreshOutcome {
     pub fn queued() -> RefreshOutcome {
         RefreshOutcome::Queued { queued: true }
     }
+}
+
+/// The states a refresh may settle in without failing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefreshState {
+    /// A walk committed its swap.
+    #[default]
+    Synced,
+    /// The server declares no resources capability: nothing to walk, and not an error.
+    NoResources,
+}
+
+/// `catalog/list`: a page of one server's own snapshot, keyed by URI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerListResult {
+    pub server: String,
+    pub resources: Vec<ServerListEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One resource as the server lists it, and the server that wins its URI in the merged
+/// catalog when that is another one (absent when this server wins it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerListEntry {
+    pub resource: Resource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub won_by: Option<String>,
 }
 
 /// What a swap changed.
@@ -257,6 +298,9 @@ pub struct DaemonStatus {
     pub clients: usize,
     /// Resources over every snapshot (a URI listed twice counts twice).
     pub resources: u64,
+    /// URIs in the merged catalog (a URI listed twice counts once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_resources: Option<u64>,
     pub change_seq: i64,
     pub read_cache_bytes: u64,
     /// When the configuration in force was loaded (ms since the epoch).

@@ -3,6 +3,7 @@
 mod entries;
 mod queries;
 mod schema;
+mod views;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
 pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use views::SnapshotRow;
 
 use crate::protocol::{Kind, ServerState, TransportKind};
 use writer::{Batch, WriteOp};

@@ -769,6 +769,19 @@ impl Server {
             .and_then(Value::as_str)
             .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
         let Some(&position) = catalog.index_by_uri.get(uri) else {
+            // A URI under one of our templates is served too, as template-backed servers do;
+            // the check is deliberately loose (the template's text before its first `{`), so
+            // the mirror's own matching decides what reaches us.
+            let template = catalog.templates.iter().find_map(|template| {
+                let text = template.get("uriTemplate")?.as_str()?;
+                let prefix = text.split('{').next().unwrap_or_default();
+                (text.contains('{') && uri.starts_with(prefix)).then_some(text)
+            });
+            if let Some(template) = template {
+                let text = format!("contents of {uri} from template {template}");
+                let content = json!({"uri": uri, "mimeType": "text/plain", "text": text});
+                return Ok(Handled::Result(json!({ "contents": [content] })));
+            }
             // 2026-07-28 replaced -32002 with -32602 for an unknown resource.
             let code = if modern { -32602 } else { -32002 };
             return Err(RpcError::new(code, format!("Resource not found: {uri}")).into());
