@@ -62,10 +62,6 @@ impl Supervisor {
         }
     }
 
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     /// Asks one server (or all) to walk now; with `wait`, returns after each walk finished.
     /// `None` when no server has that name.
     pub async fn refresh(

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -24,40 +24,7 @@ const MAX_LISTEN_RETRY: Duration = Duration::from_secs(30);
 /// A listen that stayed open this long was healthy: its end is not a failure.
 const HEALTHY_LISTEN: Duration = Duration::from_secs(5);
 
-/// The two eras of MCP: the handshake era (`initialize`) and the stateless one (2026-07-28).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Era {
-    Legacy,
-    Modern,
-}
-
-/// How this connection learns that the server's list changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PushChannel {
-    /// Notifications arrive on the child's stdout.
-    Stdio,
-    /// The handshake era's GET stream.
-    GetStream,
-    /// The 2024-11-05 transport's one SSE stream.
-    SseStream,
-    /// A long-lived `subscriptions/listen` request.
-    Listen,
-    /// The server cannot push, for the reason given: we poll.
-    Polling(String),
-}
-
-impl std::fmt::Display for PushChannel {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PushChannel::Stdio => formatter.write_str("stdio notifications"),
-            PushChannel::GetStream => formatter.write_str("GET stream"),
-            PushChannel::SseStream => formatter.write_str("SSE stream"),
-            PushChannel::Listen => formatter.write_str("subscriptions/listen"),
-            PushChannel::Polling(reason) => write!(formatter, "polling ({reason})"),
-        }
-    }
-}
+pub use crate::protocol::{ConnectedTransport, Era, PushChannel};
 
 /// What the server told us about itself.
 #[derive(Debug, Clone)]
@@ -75,9 +42,16 @@ impl ServerHello {
             .is_some_and(Value::is_object)
     }
 
-    /// True when the server promises `list_changed` notifications.
+    /// True when the server promises `list_changed` notifications (of any kind).
     pub fn lists_changes(&self) -> bool {
-        self.capabilities["resources"]["listChanged"] == Value::Bool(true)
+        ["resources", "tools", "prompts"]
+            .iter()
+            .any(|kind| self.kind_lists_changes(kind))
+    }
+
+    /// True when the server promises `list_changed` for one capability (`resources`, `tools`, …).
+    pub fn kind_lists_changes(&self, capability: &str) -> bool {
+        self.capabilities[capability]["listChanged"] == Value::Bool(true)
     }
 }
 
@@ -454,7 +428,8 @@ impl Session {
             .ok_or_else(|| McpError::Protocol("initialize result has no protocolVersion".into()))?;
         if !LEGACY_VERSIONS.contains(&version) {
             return Err(McpError::Protocol(format!(
-                "server answered protocol version {version}; this mirror speaks {}",
+                "server answered protocol version {}; this mirror speaks {}",
+                crate::redact::truncate_server_text(version),
                 LEGACY_VERSIONS.join(", ")
             )));
         }
@@ -610,7 +585,8 @@ impl Session {
         if let Some(kind) = result.get("resultType").and_then(Value::as_str) {
             if kind != "complete" {
                 return Err(McpError::Protocol(format!(
-                    "{method} answered resultType `{kind}`, which a mirror cannot complete"
+                    "{method} answered resultType `{}`, which a mirror cannot complete",
+                    crate::redact::truncate_server_text(kind)
                 )));
             }
         }
@@ -632,7 +608,8 @@ impl Session {
             Some(Value::String(cursor)) => Some(cursor.clone()),
             Some(other) => {
                 return Err(McpError::Protocol(format!(
-                    "nextCursor is not a string: {other}"
+                    "nextCursor is not a string: {}",
+                    crate::redact::truncate_server_text(&other.to_string())
                 )))
             }
         };
@@ -665,11 +642,11 @@ impl Session {
         self.events.clone()
     }
 
-    pub fn transport_name(&self) -> &'static str {
+    pub fn transport(&self) -> ConnectedTransport {
         match self.connection {
-            Connection::Stdio(_) => "stdio",
-            Connection::Http(_) => "streamable-http",
-            Connection::LegacySse(_) => "http+sse",
+            Connection::Stdio(_) => ConnectedTransport::Stdio,
+            Connection::Http(_) => ConnectedTransport::StreamableHttp,
+            Connection::LegacySse(_) => ConnectedTransport::HttpSse,
         }
     }
 
@@ -709,7 +686,20 @@ impl Session {
     pub fn start_listen(self: &Arc<Self>) {
         let session = self.clone();
         let task = tokio::spawn(async move {
-            let params = json!({"notifications": {"resourcesListChanged": true}});
+            // Ask for the list changes of every kind the server declares.
+            let mut notifications = serde_json::Map::new();
+            for kind in [
+                crate::protocol::Kind::Resource,
+                crate::protocol::Kind::Tool,
+                crate::protocol::Kind::Prompt,
+            ] {
+                let declared = session.hello.capabilities.get(kind.capability());
+                if kind == crate::protocol::Kind::Resource || declared.is_some_and(Value::is_object)
+                {
+                    notifications.insert(kind.listen_key().into(), Value::Bool(true));
+                }
+            }
+            let params = json!({ "notifications": notifications });
             let opened_at = Instant::now();
             let outcome = session
                 .request_within("subscriptions/listen", params, None)

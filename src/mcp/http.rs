@@ -9,6 +9,7 @@ use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER,
 };
 use reqwest::StatusCode;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
@@ -16,7 +17,6 @@ use super::backoff::{parse_retry_after, Backoff, RECONNECT_FLOOR};
 use super::rpc::{self, Incoming, PendingRequests};
 use super::sse::SseParser;
 use super::{EventSink, McpError, RpcError, ServerEvent, MAX_MESSAGE_BYTES};
-use crate::config::Secret;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -58,7 +58,7 @@ impl HttpConnection {
         server: &str,
         url: &str,
         headers: &[(String, String)],
-        bearer_token: Option<&Secret>,
+        bearer_token: Option<&SecretString>,
         events: EventSink,
     ) -> Result<Self, McpError> {
         let mut base_headers = HeaderMap::new();
@@ -71,8 +71,8 @@ impl HttpConnection {
             base_headers.insert(name, value);
         }
         if let Some(token) = bearer_token {
-            let mut value =
-                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+            let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose_secret()))
+                .map_err(|_| {
                     McpError::Transport("the bearer token is not a valid header value".into())
                 })?;
             value.set_sensitive(true);

@@ -1,8 +1,8 @@
 //! The session actor as a state machine: `next_event` turns every source into one `Event`, `handle` moves the `State`.
 //!
 //! Sources: the stop signal, commands, and whatever the current state waits on (`state.rs`:
-//! the backoff timer, a connection attempt, the server's events, the debounce, poll and
-//! resync timers, a walk in flight, pings, the listen retry).
+//! the backoff timer, a connection attempt, the server's events, the debounce, throttle, poll
+//! and resync timers, a walk in flight, pings, the listen retry).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,13 +12,17 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::pacing::{listen_retry_delay, with_poll_jitter, Backoff, PollPace};
+use super::pacing::{listen_retry_delay, with_poll_jitter, PollPace, WalkPace};
 use super::state::{Event, Link, Phase, Ping, Push, State, Waiter, Walk};
 use super::{LiveStatus, ReadError, ReadReply, Refreshed, SessionCommand};
 use crate::config::ServerConfig;
-use crate::mcp::{event_channel, Era, EventStream, McpError, PushChannel, ServerEvent, Session};
+use crate::mcp::{
+    event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
+};
+use crate::protocol::Kind;
 use crate::store::{now_ms, ServerUpdate, Store};
-use crate::walk::{self, WalkError, WalkSummary};
+use crate::walk::{WalkError, WalkSummary};
+use crate::walk_kinds;
 
 /// Walks a stream of changes may abandon in a row before one is let finish.
 const MAX_RESTARTS_IN_A_ROW: u32 = 3;
@@ -40,6 +44,8 @@ struct Counters {
     notification_walks: u64,
     walks_started: u64,
     walks_restarted: u64,
+    /// Notification-driven walks held back by the walk pace.
+    walks_throttled: u64,
     connections: u64,
 }
 
@@ -59,6 +65,10 @@ pub(super) struct Actor {
     waiting: Vec<Waiter>,
     counters: Counters,
     backoff: Backoff,
+    /// When the last walk ended and how long it took: the spacing of notification-driven walks.
+    walk_pace: WalkPace,
+    /// The throttle was announced in the log; said again only after a walk ran unthrottled.
+    throttle_announced: bool,
     /// The era this server spoke last, so a reconnect need not probe again.
     known_era: Option<Era>,
 }
@@ -79,6 +89,8 @@ impl Actor {
             waiting: Vec::new(),
             counters: Counters::default(),
             backoff: Backoff::default(),
+            walk_pace: WalkPace::default(),
+            throttle_announced: false,
             known_era: None,
         }
     }
@@ -160,7 +172,9 @@ impl Actor {
                 }
                 self.waiting.extend(waiter);
                 match &mut link.phase {
-                    Phase::Idle { .. } => self.start_walk(link).await,
+                    // A refresh is a person or a tool asking: the walk pace holds back only
+                    // the walks that notifications ask for.
+                    Phase::Idle { .. } | Phase::Throttled { .. } => self.start_walk(link).await,
                     // The walk after the pause takes the caller along.
                     Phase::Debouncing { .. } => State::Connected(link),
                     // The walk under way may have read its pages already: one more after it.
@@ -207,19 +221,24 @@ impl Actor {
             Err(error) => {
                 // Whatever it spoke before, probe afresh next time.
                 self.known_era = None;
+                // A 429 or 503 whose `Retry-After` outlasted the connection window is waited
+                // out here, before the next attempt.
+                let server_asked = error.retry_after();
                 let error = format!("cannot connect: {error}");
-                return self.back_off(error, Ending::CannotConnect).await;
+                return self
+                    .back_off(error, server_asked, Ending::CannotConnect)
+                    .await;
             }
         };
         self.known_era = Some(session.hello.era);
         tracing::info!(
-            transport = session.transport_name(),
+            transport = %session.transport(),
             era = ?session.hello.era,
             protocol_version = %session.hello.protocol_version,
             "connected"
         );
         self.counters.connections += 1;
-        let (era, transport) = (session.hello.era, session.transport_name().to_string());
+        let (era, transport) = (session.hello.era, session.transport());
         self.publish(|live| {
             live.era = Some(era);
             live.transport = Some(transport);
@@ -230,8 +249,15 @@ impl Actor {
             server_info: session.hello.server_info.clone(),
         })
         .await;
+        let kinds = self.config.mirrored_kinds(&session.hello.capabilities);
+        let kind_cannot_push = kinds
+            .iter()
+            .any(|kind| !session.hello.kind_lists_changes(kind.capability()));
         let mut link = Box::new(Link {
-            mirrors: session.hello.has_resources(),
+            mirrors: !kinds.is_empty(),
+            kinds,
+            pending: Vec::new(),
+            kind_cannot_push,
             session,
             events,
             phase: Phase::Idle { next_walk: None },
@@ -247,10 +273,7 @@ impl Actor {
             PushChannel::Polling(reason) => self.start_polling(&mut link, reason),
             push => {
                 // Streams that still have to open say so until they have.
-                let shown = match push {
-                    PushChannel::GetStream | PushChannel::Listen => format!("opening {push}"),
-                    other => other.to_string(),
-                };
+                let shown = PushChannel::opening(push);
                 self.publish(|live| live.push = Some(shown));
             }
         }
@@ -269,16 +292,18 @@ impl Actor {
     async fn on_link_event(&mut self, mut link: Box<Link>, event: Event) -> State {
         match event {
             Event::Server(None) => {
-                self.lose(link, "the server closed the connection".into())
+                self.lose(link, "the server closed the connection".into(), None)
                     .await
             }
             Event::Server(Some(event)) => self.on_server_event(link, event).await,
-            Event::WalkDue => {
-                if matches!(link.phase, Phase::Debouncing { .. }) {
+            Event::WalkDue => match link.phase {
+                Phase::Debouncing { .. } => self.walk_after_change(link).await,
+                Phase::Throttled { .. } => {
                     self.counters.notification_walks += 1;
+                    self.start_walk(link).await
                 }
-                self.start_walk(link).await
-            }
+                _ => self.start_walk(link).await,
+            },
             Event::Walked(outcome) => self.on_walked(link, outcome).await,
             Event::PingDue => {
                 let session = link.session.clone();
@@ -288,7 +313,9 @@ impl Actor {
             Event::Pinged(Err(error))
                 if error.is_connection_lost() || matches!(error, McpError::Timeout { .. }) =>
             {
-                self.lose(link, format!("ping failed: {error}")).await
+                let server_asked = error.retry_after();
+                self.lose(link, format!("ping failed: {error}"), server_asked)
+                    .await
             }
             Event::Pinged(_) => {
                 link.ping = Ping::after(self.config.timings.ping_interval);
@@ -307,7 +334,8 @@ impl Actor {
 
     async fn on_server_event(&mut self, mut link: Box<Link>, event: ServerEvent) -> State {
         match event {
-            ServerEvent::ResourcesListChanged => self.on_change(link),
+            ServerEvent::ResourcesListChanged => self.on_kind_change(link, Kind::Resource),
+            ServerEvent::ListChanged(kind) => self.on_kind_change(link, kind),
             ServerEvent::ListenAcknowledged {
                 resources_list_changed: false,
             } => {
@@ -320,7 +348,7 @@ impl Actor {
                 resources_list_changed: true,
             } => {
                 link.push.listen_failures = 0;
-                self.publish(|live| live.push = Some(PushChannel::Listen.to_string()));
+                self.publish(|live| live.push = Some(PushChannel::Listen));
                 if self.push_restored(&mut link) {
                     self.on_change(link)
                 } else {
@@ -350,7 +378,7 @@ impl Actor {
                 self.on_change(link)
             }
             ServerEvent::StreamOpened | ServerEvent::StreamResumed => {
-                self.publish(|live| live.push = Some(PushChannel::GetStream.to_string()));
+                self.publish(|live| live.push = Some(PushChannel::GetStream));
                 // A stream back after a break may have missed changes.
                 let restored = self.push_restored(&mut link);
                 if restored || event == ServerEvent::StreamResumed {
@@ -368,12 +396,29 @@ impl Actor {
                 self.start_polling(&mut link, reason);
                 self.poll_soon(link)
             }
-            ServerEvent::Disconnected(reason) => self.lose(link, reason).await,
+            ServerEvent::Disconnected(reason) => self.lose(link, reason, None).await,
         }
     }
 
-    /// The list changed (or may have): debounce, then walk; a walk under way starts over.
+    /// One kind's list changed: that kind alone is walked (with any other already pending).
+    fn on_kind_change(&mut self, mut link: Box<Link>, kind: Kind) -> State {
+        if !link.kinds.contains(&kind) {
+            return State::Connected(link);
+        }
+        if !link.pending.contains(&kind) {
+            link.pending.push(kind);
+        }
+        self.debounce_walk(link)
+    }
+
+    /// The lists changed (or may have): every kind is walked.
     fn on_change(&mut self, mut link: Box<Link>) -> State {
+        link.pending = link.kinds.clone();
+        self.debounce_walk(link)
+    }
+
+    /// Debounce, then walk the pending kinds; a walk under way starts over.
+    fn debounce_walk(&mut self, mut link: Box<Link>) -> State {
         if !link.mirrors {
             return State::Connected(link);
         }
@@ -384,14 +429,23 @@ impl Actor {
             Phase::Debouncing { quiet_at, ceiling } => {
                 *quiet_at = (Instant::now() + debounce).min(*ceiling);
             }
+            // The walk held back takes this change along.
+            Phase::Throttled { .. } => {}
             // After a few restarts in a row the walk runs to the end, and the change that came
             // meanwhile gets the walk after it: a server that changes faster than it can be
             // walked is still mirrored, a little behind, instead of never.
-            Phase::Walking(walk) if !may_restart => walk.again = true,
+            Phase::Walking(walk) if !may_restart => walk.changed = true,
             // The walk may have read pages from before the change: start over.
             Phase::Walking(_) => {
                 let abandoned = std::mem::replace(&mut link.phase, Phase::debouncing(debounce));
                 if let Phase::Walking(walk) = abandoned {
+                    for kind in walk.kinds {
+                        if !link.pending.contains(&kind) {
+                            link.pending.push(kind);
+                        }
+                    }
+                    // An abandoned walk counts for the pace like one that ended.
+                    self.walk_pace.record(walk.started, Instant::now());
                     tracing::info!(
                         generation = walk.generation,
                         "the list changed during the walk; discarding it and walking again"
@@ -411,18 +465,69 @@ impl Actor {
         self.counters.walks_started += 1;
         let generation = self.counters.walks_started;
         self.show_counters(&link);
-        self.publish(|live| live.next_walk_at_ms = None);
+        self.publish(|live| {
+            live.next_walk_at_ms = None;
+            live.throttled_until_ms = None;
+            live.throttle_reason = None;
+        });
         let span = tracing::info_span!("walk", generation);
         let (session, store) = (link.session.clone(), self.store.clone());
         let (server, limits) = (self.config.name.clone(), self.config.limits);
-        let run = async move { walk::walk(&session, &store, &server, limits).await }
-            .instrument(span)
-            .boxed();
+        // The kinds whose lists changed, or every kind for a scheduled walk or a refresh.
+        let pending = std::mem::take(&mut link.pending);
+        let kinds: Vec<Kind> = match pending.is_empty() {
+            true => link.kinds.clone(),
+            false => pending,
+        };
+        let walked = kinds.clone();
+        let run =
+            async move { walk_kinds::walk_kinds(&session, &store, &server, limits, &walked).await }
+                .instrument(span)
+                .boxed();
         link.phase = Phase::Walking(Walk {
             generation,
+            kinds,
+            started: Instant::now(),
             run,
             waiters: std::mem::take(&mut self.waiting),
             again: false,
+            changed: false,
+        });
+        State::Connected(link)
+    }
+
+    /// A walk that a change asks for: now, or held back until the walk pace allows it. A
+    /// server that says its list changed with every answer is walked no more often than
+    /// `min_walk_interval` (or its own walk time, when longer) allows, and the change that
+    /// waits is never lost: it gets the walk held back.
+    async fn walk_after_change(&mut self, mut link: Box<Link>) -> State {
+        let min_walk_interval = self.config.timings.min_walk_interval;
+        let Some(until) = self.walk_pace.held_until(min_walk_interval, Instant::now()) else {
+            self.throttle_announced = false;
+            self.counters.notification_walks += 1;
+            return self.start_walk(link).await;
+        };
+        let spacing = self.walk_pace.spacing(min_walk_interval);
+        let reason = format!(
+            "list_changed arrives faster than this server may be walked: at most one walk per \
+             {} ms (min_walk_interval, or the last walk's duration when longer)",
+            spacing.as_millis()
+        );
+        if !self.throttle_announced {
+            self.throttle_announced = true;
+            tracing::info!(
+                spacing_ms = spacing.as_millis() as u64,
+                "throttling walks: {reason}"
+            );
+        }
+        self.counters.walks_throttled += 1;
+        link.phase = Phase::Throttled { until };
+        self.show_counters(&link);
+        let at = now_ms() + until.saturating_duration_since(Instant::now()).as_millis() as i64;
+        self.publish(|live| {
+            live.throttled_until_ms = Some(at);
+            live.throttle_reason = Some(reason);
+            live.next_walk_at_ms = Some(at);
         });
         State::Connected(link)
     }
@@ -439,10 +544,13 @@ impl Actor {
         };
         let Walk {
             generation,
+            started,
             waiters,
             again,
+            changed: changed_meanwhile,
             ..
         } = walk;
+        self.walk_pace.record(started, Instant::now());
         link.restarts_in_a_row = 0;
         self.show_counters(&link);
         let summary = match outcome {
@@ -450,7 +558,9 @@ impl Actor {
             Err(WalkError::Connection(error)) => {
                 // Its callers ride through the reconnect with the rest.
                 self.waiting.extend(waiters);
-                return self.lose(link, format!("walk interrupted: {error}")).await;
+                let server_asked = error.retry_after();
+                let reason = format!("walk interrupted: {error}");
+                return self.lose(link, reason, server_asked).await;
             }
             Err(error) => {
                 let message = format!("walk failed: {error}");
@@ -467,8 +577,12 @@ impl Actor {
             }
         };
         self.backoff.reset();
+        crate::metrics::observe_walk(
+            &self.config.name,
+            std::time::Duration::from_millis(summary.report.duration_ms.max(0) as u64),
+        );
         let swap = summary.swap;
-        let changed = swap.added + swap.removed + swap.changed > 0;
+        let changed = summary.changed_anything();
         // A poll that found nothing new is routine: it stays out of the INFO log.
         if changed {
             tracing::info!(
@@ -502,10 +616,14 @@ impl Actor {
             let error = error.clone();
             self.report(ServerUpdate::Reconnecting { error }).await;
         }
-        // A refresh or a change that arrived during the walk gets a walk of its own.
+        // A refresh that arrived during the walk gets a walk of its own at once; a change
+        // gets one as the walk pace allows.
+        if changed_meanwhile && !again && self.waiting.is_empty() {
+            return self.walk_after_change(link).await;
+        }
         let delay = if again || !self.waiting.is_empty() {
             Duration::ZERO
-        } else if link.push.polling {
+        } else if link.push.polling || link.kind_cannot_push {
             self.poll_delay(&link)
         } else {
             self.config.resync_interval
@@ -555,7 +673,7 @@ impl Actor {
         link.push.polling = true;
         // Polling replaces the stream that could not be reopened.
         link.push.broken = None;
-        self.publish(|live| live.push = Some(PushChannel::Polling(reason).to_string()));
+        self.publish(|live| live.push = Some(PushChannel::Polling(reason)));
     }
 
     /// The push stream cannot be reopened: the server is `reconnecting`, its snapshot stale.
@@ -582,10 +700,17 @@ impl Actor {
         true
     }
 
-    /// Ends a connection that broke and schedules the next attempt.
-    async fn lose(&mut self, link: Box<Link>, reason: String) -> State {
+    /// Ends a connection that broke and schedules the next attempt, no sooner than the
+    /// server asked (`Retry-After`), if it did.
+    async fn lose(
+        &mut self,
+        link: Box<Link>,
+        reason: String,
+        server_asked: Option<Duration>,
+    ) -> State {
         self.close(link).await;
-        self.back_off(reason, Ending::ConnectionLost).await
+        self.back_off(reason, server_asked, Ending::ConnectionLost)
+            .await
     }
 
     /// Closes a connection: abandons its walk (whose callers wait on), stops its pings and
@@ -608,12 +733,20 @@ impl Actor {
             live.push = None;
             live.poll_interval_ms = None;
             live.poll_interval_reason = None;
+            live.throttled_until_ms = None;
+            live.throttle_reason = None;
         });
     }
 
-    /// Records why the server is not connected and when we try again.
-    async fn back_off(&mut self, error: String, ending: Ending) -> State {
-        let delay = self.backoff.next_delay();
+    /// Records why the server is not connected and when we try again: after the backoff, or
+    /// after the `Retry-After` the server sent with the failure when that is longer (capped).
+    async fn back_off(
+        &mut self,
+        error: String,
+        server_asked: Option<Duration>,
+        ending: Ending,
+    ) -> State {
+        let delay = self.backoff.next_delay_honouring(server_asked);
         let retry_in_ms = delay.as_millis() as u64;
         let waiting = std::mem::take(&mut self.waiting);
         match ending {
@@ -651,6 +784,7 @@ impl Actor {
             live.walks_started = counters.walks_started;
             live.generation = counters.walks_started;
             live.walks_restarted = counters.walks_restarted;
+            live.walks_throttled = counters.walks_throttled;
             live.connections = counters.connections;
         });
     }

@@ -1,7 +1,8 @@
 //! One actor per server, reached only through its handle: the handle, its commands and the live status it publishes.
 //!
-//! `actor.rs` is the state machine (connect, walk, listen for changes, back off), `state.rs`
-//! its states and events, `pacing.rs` its waits (backoff, poll pace, listen retry, jitter).
+//! `actor.rs` is the state machine (connect, walk, listen for changes, pace walks, back off),
+//! `state.rs` its states and events, `pacing.rs` its waits (walk pace, poll pace, listen retry,
+//! poll jitter); the reconnect backoff is the crate's one `mcp::Backoff`.
 
 mod actor;
 mod pacing;
@@ -14,7 +15,6 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::config::ServerConfig;
-use crate::mcp::Era;
 use crate::store::{Store, SwapOutcome, WalkReport};
 use crate::walk::WalkSummary;
 
@@ -165,30 +165,6 @@ impl SessionClient {
     }
 }
 
-/// What this process knows about a session right now, beside what the database records.
-#[derive(Debug, Clone, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LiveStatus {
-    pub era: Option<Era>,
-    pub transport: Option<String>,
-    /// How changes reach us: "GET stream", "subscriptions/listen", "polling (why)", ...
-    pub push: Option<String>,
-    /// `list_changed` notifications received, over every connection of this process.
-    pub notifications: u64,
-    /// Notifications that did not need a walk of their own (absorbed by debounce or a walk).
-    pub walks_coalesced: u64,
-    pub walks_started: u64,
-    /// Walks abandoned because the list changed while they ran.
-    pub walks_restarted: u64,
-    /// The number of the last walk started; each walk's results belong to it alone.
-    pub generation: u64,
-    pub connections: u64,
-    pub next_walk_at_ms: Option<i64>,
-    /// While polling a server that cannot push: the interval between polls now in force
-    /// (before jitter), and why it is that long.
-    pub poll_interval_ms: Option<u64>,
-    pub poll_interval_reason: Option<String>,
-    /// The caching hints of the server's last list result (stateless era).
-    pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
-}
+/// What this process knows about a session right now, beside what the database records:
+/// the socket protocol's own type, so what the session publishes is what clients read.
+pub use crate::protocol::LiveStatus;

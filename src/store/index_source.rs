@@ -138,7 +138,7 @@ impl SourceSnapshot<'_> {
         }
         let mut statement = self
             .transaction
-            .prepare("SELECT server, kind, uri FROM changes WHERE seq > ?1 ORDER BY seq")?;
+            .prepare("SELECT server, kind, uri FROM changes WHERE seq > ?1 AND entry_kind = 'resource' ORDER BY seq")?;
         let mut rows = statement.query([after])?;
         let mut diffs: BTreeMap<String, FeedDiff> = BTreeMap::new();
         while let Some(row) = rows.next()? {

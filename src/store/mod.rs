@@ -1,8 +1,10 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
+mod entries;
 mod index_source;
 mod queries;
 mod schema;
+mod views;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -14,10 +16,12 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use index_source::{FeedDiff, IndexSource, SourceSnapshot};
-pub use queries::{ChangeEntry, ChangePage, ReadTarget, SearchRequest};
+pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts};
+pub use index_source::{FeedDiff, IndexSource};
+pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use views::SnapshotRow;
 
-use crate::protocol::{ServerState, TransportKind};
+use crate::protocol::{Kind, ServerState, TransportKind};
 use writer::{Batch, WriteOp};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +33,11 @@ pub enum StoreError {
     },
     #[error("cannot create the directory {path}: {source}")]
     Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create the database file {path}: {source}")]
+    File {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -48,6 +57,16 @@ pub enum StoreError {
     Walk(String),
     #[error("invalid full-text query: {0}")]
     InvalidQuery(String),
+    #[error("the search ran out of time and was cancelled (search_timeout); narrow the query")]
+    SearchTimedOut,
+}
+
+impl StoreError {
+    /// True when SQLite stopped the statement on request (a progress handler or interrupt).
+    pub(crate) fn is_interrupted(&self) -> bool {
+        matches!(self, StoreError::Sql(error)
+            if error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted))
+    }
 }
 
 /// One resource as the store keeps it; built from the server's JSON by the walk.
@@ -240,6 +259,9 @@ pub fn now_ms() -> i64 {
 
 /// How many pages of one walk may wait for the writer before the walk waits too.
 const PAGES_IN_FLIGHT: usize = 4;
+/// Read-only connections open at once (each holds descriptors for the database and its WAL);
+/// more concurrent reads wait for one, so the daemon's descriptor reserve covers them.
+pub const MAX_READERS: usize = 64;
 /// Catalog-change events buffered per subscriber; one that falls further behind is told it
 /// lagged, and the writer never waits for it.
 const CHANGE_EVENTS_BUFFERED: usize = 256;
@@ -250,6 +272,7 @@ pub struct Store {
     path: PathBuf,
     writer: mpsc::UnboundedSender<WriteOp>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    reader_slots: Arc<Semaphore>,
     next_walk_id: Arc<AtomicU64>,
     changes: broadcast::Sender<CatalogChanged>,
     catalog_version: Arc<AtomicU64>,
@@ -258,15 +281,18 @@ pub struct Store {
 impl Store {
     /// Opens (creating and migrating as needed) the database and starts the writer thread.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(parent) = path
-            .parent()
-            .filter(|parent| !parent.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::Directory {
-                path: parent.to_path_buf(),
-                source,
+        if let Some(parent) = path.parent() {
+            crate::paths::create_private_directory(parent).map_err(|source| {
+                StoreError::Directory {
+                    path: parent.to_path_buf(),
+                    source,
+                }
             })?;
         }
+        crate::paths::create_private_file(path).map_err(|source| StoreError::File {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let connection = schema::open_writer(path)?;
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
@@ -283,6 +309,7 @@ impl Store {
             path: path.to_path_buf(),
             writer: sender,
             readers: Arc::new(Mutex::new(Vec::new())),
+            reader_slots: Arc::new(Semaphore::new(MAX_READERS)),
             next_walk_id: Arc::new(AtomicU64::new(1)),
             changes,
             catalog_version,
@@ -316,16 +343,6 @@ impl Store {
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
-    /// Records the configured servers; servers no longer configured are dropped with their snapshots.
-    pub async fn sync_servers(&self, servers: Vec<ServerEntry>) -> Result<(), StoreError> {
-        self.apply_servers(ServerSync {
-            configured: servers,
-            untouched: Vec::new(),
-            removed: RemovedServers::Drop,
-        })
-        .await
-    }
-
     /// Records a (re)loaded configuration's servers, as `sync` says.
     pub async fn apply_servers(&self, sync: ServerSync) -> Result<(), StoreError> {
         self.call(|reply| WriteOp::SyncServers { sync, reply })
@@ -343,16 +360,37 @@ impl Store {
         update: ServerUpdate,
     ) -> Result<(), StoreError> {
         let server = server.to_string();
-        // Errors may quote what a server sent back, which may echo a credential.
+        // What a server says about itself may echo a credential (our token, its API key from
+        // `env`), and its errors may be of any length: no secret and no unbounded text is stored.
         let update = match update {
             ServerUpdate::WalkFailed { error } => ServerUpdate::WalkFailed {
-                error: crate::redact::scrub(&error).into_owned(),
+                error: crate::redact::scrub_server_text(&error),
             },
             ServerUpdate::BackingOff { error, retry_at_ms } => ServerUpdate::BackingOff {
-                error: crate::redact::scrub(&error).into_owned(),
+                error: crate::redact::scrub_server_text(&error),
                 retry_at_ms,
             },
-            other => other,
+            ServerUpdate::Reconnecting { error } => ServerUpdate::Reconnecting {
+                error: crate::redact::scrub_server_text(&error),
+            },
+            ServerUpdate::Connected {
+                protocol_version,
+                mut capabilities,
+                mut server_info,
+            } => {
+                crate::redact::scrub_server_json(&mut capabilities);
+                crate::redact::scrub_server_json(&mut server_info);
+                ServerUpdate::Connected {
+                    protocol_version,
+                    capabilities,
+                    server_info,
+                }
+            }
+            // Listed, not `_`: a new variant that carries server text must be handled above.
+            update @ (ServerUpdate::Connecting
+            | ServerUpdate::NoResources
+            | ServerUpdate::Walking
+            | ServerUpdate::Stopped) => update,
         };
         self.call(|reply| WriteOp::UpdateServer {
             server,
@@ -380,7 +418,15 @@ impl Store {
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        // Never closed; held until the blocking query is done with its connection.
+        let slot = self
+            .reader_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Walk("the store is closed".into()))?;
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let pooled = readers
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -488,6 +534,84 @@ impl Store {
         self.read(queries::read_cache_bytes).await
     }
 
+    /// Replaces the server's snapshot of one kind of entries (tools or prompts) with `rows`,
+    /// atomically; the previous snapshot stays if this fails.
+    pub async fn swap_entries(
+        &self,
+        server: &str,
+        kind: Kind,
+        rows: Vec<EntryRow>,
+    ) -> Result<EntrySwap, StoreError> {
+        let server = server.to_string();
+        self.call(|reply| WriteOp::SwapEntries {
+            server,
+            kind,
+            rows,
+            reply,
+        })
+        .await
+    }
+
+    /// Records the current tools and prompts of `server` (or every server) as accepted.
+    pub async fn accept(&self, server: Option<String>) -> Result<u64, StoreError> {
+        self.call(|reply| WriteOp::Accept { server, reply }).await
+    }
+
+    /// A page of one kind of entries, after (server, name), and whether more follow.
+    pub async fn list_entries(
+        &self,
+        kind: Kind,
+        server: Option<String>,
+        after: Option<(String, String)>,
+        limit: usize,
+    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
+        self.read(move |connection| {
+            let after = after
+                .as_ref()
+                .map(|(server, name)| (server.as_str(), name.as_str()));
+            entries::list_entries(connection, kind, server.as_deref(), after, limit)
+        })
+        .await
+    }
+
+    pub async fn entry(
+        &self,
+        kind: Kind,
+        server: &str,
+        name: &str,
+    ) -> Result<Option<EntryListing>, StoreError> {
+        let (server, name) = (server.to_string(), name.to_string());
+        self.read(move |connection| entries::entry(connection, kind, &server, &name))
+            .await
+    }
+
+    pub async fn kind_counts(
+        &self,
+    ) -> Result<
+        std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>,
+        StoreError,
+    > {
+        self.read(entries::kind_counts).await
+    }
+
+    pub async fn drift(&self, server: Option<String>) -> Result<Vec<DriftRow>, StoreError> {
+        self.read(move |connection| entries::drift(connection, server.as_deref()))
+            .await
+    }
+
+    pub async fn search_entries(
+        &self,
+        query: String,
+        kinds: Vec<Kind>,
+        server: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<EntryHit>, StoreError> {
+        self.read(move |connection| {
+            entries::search_entries(connection, &query, &kinds, server.as_deref(), limit)
+        })
+        .await
+    }
+
     /// Stops the writer after the operations already queued; returns when it has closed the database.
     pub async fn close(&self) {
         let (reply, done) = oneshot::channel();
@@ -554,10 +678,6 @@ pub struct StagedWalk {
 }
 
 impl StagedWalk {
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
     /// Queues a page of resources for staging; waits only when the writer is behind.
     pub async fn add_resources(&self, rows: Vec<ResourceRow>) -> Result<(), StoreError> {
         self.stage(Batch::Resources(rows)).await

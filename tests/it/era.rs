@@ -107,7 +107,7 @@ fn a_bare_result_to_discover_means_the_handshake_era_over_stdio_and_http() {
         let status = daemon.wait_for_walks(name, 1);
         assert_eq!(status["resources"], 12, "{status}");
         assert_eq!(status["live"]["era"], "legacy", "{status}");
-        assert_eq!(status["protocol_version"], "2025-11-25", "{status}");
+        assert_eq!(status["protocolVersion"], "2025-11-25", "{status}");
         // The probe got its `{}`, and the catalog came over initialize. On stdio both went
         // to the same process: its counters (the stats file is per process) show both.
         assert!(
@@ -152,7 +152,7 @@ fn a_scripted_unsupported_version_is_retried_in_the_stateless_era_and_never_answ
     for (name, fixture) in [("piped", &piped), ("posted", &posted)] {
         let status = daemon.wait_for_walks(name, 1);
         assert_eq!(status["live"]["era"], "modern", "{status}");
-        assert_eq!(status["protocol_version"], "2026-07-28", "{status}");
+        assert_eq!(status["protocolVersion"], "2026-07-28", "{status}");
         assert_eq!(status["resources"], 9, "{status}");
         let counters = stats(&fixture.stats);
         assert_eq!(counters["refused_discovers"], 1, "{counters}");
@@ -172,7 +172,7 @@ fn a_scripted_unsupported_version_is_retried_in_the_stateless_era_and_never_answ
             Duration::from_secs(20),
             || {
                 let status = daemon.server_status(name);
-                let error = status["last_error"].as_str().unwrap_or("");
+                let error = status["lastError"].as_str().unwrap_or("");
                 (status["state"] == "backing_off" && error.contains("-32022")).then_some(())
             },
         );
@@ -214,7 +214,7 @@ fn stdio_servers_that_take_12_seconds_to_start_connect_in_both_eras() {
             Duration::from_secs(45),
             || {
                 let status = daemon.server_status(name);
-                (status["walks_ok"].as_u64().unwrap_or(0) >= 1).then_some(status)
+                (status["walksOk"].as_u64().unwrap_or(0) >= 1).then_some(status)
             },
         );
         assert_eq!(status["live"]["era"], era, "{status}");
@@ -397,5 +397,5 @@ fn a_probe_left_unanswered_is_followed_by_initialize_in_a_new_process_only() {
     let status = daemon.server_status("mute");
     assert_eq!(status["state"], "synced", "{status}");
     assert_eq!(status["live"]["connections"], 1, "{status}");
-    assert_eq!(status["walks_ok"], 1, "{status}");
+    assert_eq!(status["walksOk"], 1, "{status}");
 }

@@ -98,7 +98,7 @@ fn a_push_stream_that_cannot_be_reopened_makes_the_server_reconnecting_with_one_
     );
     assert_eq!(status["stale"], true, "{status}");
     assert_eq!(status["resources"], 30, "{status}");
-    let error = status["last_error"].as_str().unwrap_or("");
+    let error = status["lastError"].as_str().unwrap_or("");
     assert!(
         error.contains("the GET stream cannot be reopened"),
         "{status}"
@@ -122,7 +122,7 @@ fn a_push_stream_that_cannot_be_reopened_makes_the_server_reconnecting_with_one_
         synced.then_some(status)
     });
     assert_eq!(status["stale"], false, "{status}");
-    assert!(status["last_error"].is_null(), "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
 }
 
 #[test]
@@ -272,7 +272,7 @@ fn a_server_never_reached_says_cannot_connect() {
         let status = daemon.server_status("gone");
         (status["state"] == "backing_off").then_some(status)
     });
-    let error = status["last_error"].as_str().unwrap_or("");
+    let error = status["lastError"].as_str().unwrap_or("");
     assert!(error.starts_with("cannot connect"), "{status}");
     wait_for("the warning", Duration::from_secs(20), || {
         (log_lines(&daemon, &["WARN", "cannot connect"]) >= 1).then_some(())

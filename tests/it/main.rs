@@ -3,8 +3,10 @@
 mod install;
 mod support;
 
+mod bounds;
 mod bridge;
 mod cli;
+mod cli_truth;
 mod client_commands;
 mod config;
 mod conformance;
@@ -12,11 +14,16 @@ mod crash;
 mod endpoint;
 mod era;
 mod faults;
+mod http_face;
 mod interop;
 mod live;
 mod liveness;
 mod search;
 mod search_index;
+mod secrets;
 mod service;
 mod socket;
+mod templates;
+mod throttle;
+mod tools;
 mod walk;
