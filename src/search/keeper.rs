@@ -205,7 +205,7 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
 mod tests {
     use super::*;
     use crate::search::SearchQuery;
-    use crate::store::{ResourceRow, ServerEntry, Store, WalkReport};
+    use crate::store::{RemovedServers, ResourceRow, ServerEntry, ServerSync, Store, WalkReport};
 
     fn row(uri: &str, name: &str, description: &str) -> ResourceRow {
         ResourceRow {
@@ -221,6 +221,14 @@ mod tests {
             raw: format!(
                 "{{\"uri\":\"{uri}\",\"name\":\"{name}\",\"description\":\"{description}\"}}"
             ),
+        }
+    }
+
+    fn sync(configured: Vec<ServerEntry>) -> ServerSync {
+        ServerSync {
+            configured,
+            untouched: Vec::new(),
+            removed: RemovedServers::Drop,
         }
     }
 
@@ -265,7 +273,7 @@ mod tests {
                 },
             ]
         };
-        store.sync_servers(servers(10)).await.expect("servers");
+        store.apply_servers(sync(servers(10))).await.expect("servers");
         walk(
             &store,
             "docs",
@@ -319,7 +327,7 @@ mod tests {
             "x://45..50 went over to wiki"
         );
         // Priorities change with no swap: wiki wins the URIs it shares with docs.
-        store.sync_servers(servers(90)).await.expect("servers");
+        store.apply_servers(sync(servers(90))).await.expect("servers");
         keep_up(&index, &database, false).expect("catch up");
         assert_eq!(found(&index, "wiki").len(), 20, "x://40..45 now from wiki");
         // A swap with more changes than the feed records one by one: the server is re-read.
