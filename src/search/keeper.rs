@@ -273,7 +273,10 @@ mod tests {
                 },
             ]
         };
-        store.apply_servers(sync(servers(10))).await.expect("servers");
+        store
+            .apply_servers(sync(servers(10)))
+            .await
+            .expect("servers");
         walk(
             &store,
             "docs",
@@ -327,7 +330,10 @@ mod tests {
             "x://45..50 went over to wiki"
         );
         // Priorities change with no swap: wiki wins the URIs it shares with docs.
-        store.apply_servers(sync(servers(90))).await.expect("servers");
+        store
+            .apply_servers(sync(servers(90)))
+            .await
+            .expect("servers");
         keep_up(&index, &database, false).expect("catch up");
         assert_eq!(found(&index, "wiki").len(), 20, "x://40..45 now from wiki");
         // A swap with more changes than the feed records one by one: the server is re-read.
