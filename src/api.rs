@@ -930,14 +930,19 @@ async fn search_index(
     request: &store::SearchRequest,
 ) -> Result<Result<wire::SearchResult, String>, ErrorObject> {
     let wanted = context.store.catalog_version();
+    let generation = context
+        .store
+        .resource_generation()
+        .await
+        .map_err(internal)?;
     let mut status = index.watch();
-    if !status.borrow().serves(wanted) {
+    if !status.borrow().serves(wanted, generation) {
         let caught_up = status.wait_for(|status| {
-            status.serves(wanted) || status.phase != crate::search::Phase::Ready
+            status.serves(wanted, generation) || status.phase != crate::search::Phase::Ready
         });
         let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
         let now = index.status();
-        if !now.serves(wanted) {
+        if !now.serves(wanted, generation) {
             let state = match now.phase {
                 crate::search::Phase::Ready => "catching up with the latest change".to_string(),
                 crate::search::Phase::Opening => "opening".to_string(),

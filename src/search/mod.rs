@@ -138,9 +138,16 @@ pub struct IndexStatus {
 }
 
 impl IndexStatus {
-    /// True when the index answers for a catalog at `version`.
-    pub fn serves(&self, version: u64) -> bool {
-        self.phase == Phase::Ready && self.caught_up >= version
+    /// True when the index answers for a catalog at in-memory `version` whose newest
+    /// committed change is at `generation`. The generation is read from SQLite: a commit is
+    /// visible to readers before the writer's `commit()` returns (and so before the version
+    /// moves on), which the generation cannot miss.
+    pub fn serves(&self, version: u64, generation: u64) -> bool {
+        self.phase == Phase::Ready
+            && self.caught_up >= version
+            && self
+                .generation
+                .is_some_and(|reflected| reflected >= generation)
     }
 }
 

@@ -257,7 +257,10 @@ pub fn run(
                 .map(|(address, score)| (score, address))
                 .collect(),
         );
-        mode = MatchMode::Any;
+        // "Any word" only says something when it found something.
+        if !ranked.is_empty() {
+            mode = MatchMode::Any;
+        }
     }
     if search.expired.load(Ordering::Relaxed) {
         return Err(SearchError::TimedOut(query.time_limit));

@@ -164,6 +164,17 @@ impl SourceSnapshot<'_> {
     }
 }
 
+/// The sequence number of the newest resource row in the change feed (0 when none).
+pub fn resource_generation(connection: &Connection) -> Result<u64, StoreError> {
+    let seq: Option<i64> = connection
+        .prepare_cached(
+            "SELECT seq FROM changes WHERE entry_kind = 'resource' ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    Ok(seq.unwrap_or(0).max(0) as u64)
+}
+
 fn entry(row: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
     Ok(Entry {
         server: row.get(0)?,

@@ -526,6 +526,12 @@ impl Store {
             .await
     }
 
+    /// The change feed position of the newest committed resource change a reader can see now:
+    /// the search index answers only once it reflects at least this.
+    pub async fn resource_generation(&self) -> Result<u64, StoreError> {
+        self.read(index_source::resource_generation).await
+    }
+
     pub async fn latest_change_seq(&self) -> Result<i64, StoreError> {
         self.read(queries::latest_change_seq).await
     }
