@@ -9,7 +9,7 @@ use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
     ORIGIN_META_KEY, PAGE_SIZE,
 };
-use crate::store::{EntryListing, SearchRequest, Store, StoreError};
+use crate::store::{EntryHit, EntryListing, SearchHit, SearchRequest, Store, StoreError};
 
 /// JSON-RPC's "resource not found" for a tool or prompt no server lists.
 const NOT_FOUND: i64 = crate::protocol::RESOURCE_NOT_FOUND;
@@ -205,12 +205,15 @@ pub async fn search_catalog(
         .unwrap_or(wire::DEFAULT_CATALOG_HITS);
     let kinds = arguments.kinds.unwrap_or_else(|| Kind::ALL.to_vec());
     let mut hits: Vec<wire::CatalogHit> = store
-        .search_entries(
-            arguments.query.clone(),
-            kinds.clone(),
-            arguments.server.clone(),
+        .search_entries(crate::store::EntrySearch {
+            query: arguments.query.clone(),
+            raw: false,
+            kinds: kinds.clone(),
+            server: arguments.server.clone(),
             limit,
-        )
+            offset: 0,
+            deadline: None,
+        })
         .await?
         .into_iter()
         .map(|hit| wire::CatalogHit {
@@ -240,6 +243,123 @@ pub async fn search_catalog(
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     hits.truncate(limit);
     Ok(hits)
+}
+
+/// `catalog/search` over tools and prompts, with resources when asked: each engine runs
+/// through the search gate, then the two rankings are merged into one page.
+pub async fn search_kinds(
+    search: wire::KindsSearch,
+    context: &ApiContext,
+) -> Result<wire::SearchResult, ErrorObject> {
+    let offsets = (
+        search
+            .resources
+            .as_ref()
+            .map_or(0, |request| request.offset),
+        search.entries.offset,
+    );
+    let resources = match search.resources {
+        Some(request) => Some(crate::api::gated_search(request, context).await?),
+        None => None,
+    };
+    let entries = gated_entry_search(search.entries, context).await?;
+    Ok(merge_search_pages(
+        resources,
+        entries,
+        offsets,
+        search.limit,
+    ))
+}
+
+async fn gated_entry_search(
+    mut search: crate::store::EntrySearch,
+    context: &ApiContext,
+) -> Result<Vec<EntryHit>, ErrorObject> {
+    if search.kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let permit = context
+        .search_gate
+        .acquire()
+        .await
+        .map_err(|error| ErrorObject::new(wire::BUSY, error.to_string()))?;
+    search.deadline = Some(permit.deadline);
+    context
+        .store
+        .search_entries(search)
+        .await
+        .map_err(|error| match error {
+            StoreError::InvalidQuery(_) => invalid(error.to_string()),
+            StoreError::SearchTimedOut => {
+                permit.timed_out();
+                let limit = context.search_gate.limits().timeout;
+                ErrorObject::new(
+                    wire::SEARCH_TIMED_OUT,
+                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+                )
+            }
+            other => internal(other),
+        })
+}
+
+/// One page of a search of several kinds: the resource page (its hits and whether more
+/// follow) and the tool and prompt hits (one more than `limit` when more follow), merged best
+/// first. The cursor counts how many of each the pages so far showed, so each ranking
+/// continues where it stopped. When the resource page ended early (cut by its byte bound),
+/// the merged page stops there too, since an unseen resource could outrank what follows.
+pub fn merge_search_pages(
+    resources: Option<(Vec<SearchHit>, Option<usize>)>,
+    entries: Vec<EntryHit>,
+    (resource_offset, entry_offset): (usize, usize),
+    limit: usize,
+) -> wire::SearchResult {
+    let (resources, resources_follow) = match resources {
+        Some((hits, next)) => (hits, next.is_some()),
+        None => (Vec::new(), false),
+    };
+    let mut resources = resources.into_iter().peekable();
+    let mut entries = entries.into_iter().peekable();
+    let (mut shown_resources, mut shown_entries) = (0, 0);
+    let mut results = Vec::with_capacity(limit);
+    while results.len() < limit {
+        let take_resource = match (resources.peek(), entries.peek()) {
+            (Some(resource), Some(entry)) => resource.score >= entry.score,
+            (Some(_), None) => true,
+            // Resources past this page could outrank the next entry.
+            (None, Some(_)) if resources_follow => break,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_resource {
+            if let Some(hit) = resources.next() {
+                shown_resources += 1;
+                results.extend(crate::api::search_result(vec![hit], None).results);
+            }
+        } else if let Some(hit) = entries.next() {
+            shown_entries += 1;
+            results.push(wire::SearchHit {
+                kind: hit.kind,
+                server: hit.server,
+                uri: None,
+                name: hit.name,
+                title: hit.title,
+                mime_type: None,
+                description: hit.description,
+                score: hit.score,
+                snippet: None,
+            });
+        }
+    }
+    let more = resources.peek().is_some() || resources_follow || entries.peek().is_some();
+    wire::SearchResult {
+        results,
+        next_cursor: more.then(|| {
+            wire::encode_kinds_search_cursor(
+                resource_offset + shown_resources,
+                entry_offset + shown_entries,
+            )
+        }),
+    }
 }
 
 /// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.

@@ -18,7 +18,7 @@ use super::render::{
 };
 use super::ClientError;
 use crate::protocol::{
-    CatalogChanged, CatalogRefresh, CatalogStatus, CatalogWatch, ChangeKind, Era, ListParams,
+    CatalogChanged, CatalogRefresh, CatalogStatus, CatalogWatch, ChangeKind, Era, Kind, ListParams,
     LiveStatus, NoParams, PushChannel, ReadResource, RefreshOutcome, RefreshParams, RefreshState,
     ResourceTemplate, SearchParams, ServerListParams, ServerState, UriParams, WatchParams,
 };
@@ -289,6 +289,8 @@ pub struct SearchArgs<'a> {
     pub mime_type: Option<&'a str>,
     pub raw: bool,
     pub cursor: Option<&'a str>,
+    /// The kinds searched; every kind when empty.
+    pub kinds: &'a [Kind],
 }
 
 pub fn search(
@@ -306,6 +308,7 @@ pub fn search(
         raw: args.raw.then_some(true),
         cursor: args.cursor.map(str::to_string),
         highlight: (!as_json).then(|| (open.to_string(), close.to_string())),
+        kinds: (!args.kinds.is_empty()).then(|| args.kinds.to_vec()),
     };
     let mut catalog = Catalog::open(socket, database)?;
     if let Some(server) = args.server {
@@ -327,13 +330,14 @@ pub fn search(
             };
             vec![
                 format!("{:.2}", hit.score),
-                escaped(&hit.uri).into_owned(),
+                hit.kind.to_string(),
+                escaped(hit.uri.as_deref().unwrap_or(&hit.name)).into_owned(),
                 escaped(&hit.server).into_owned(),
                 shown,
             ]
         })
         .collect();
-    print_table(&["SCORE", "URI", "SERVER", "MATCH"], rows);
+    print_table(&["SCORE", "KIND", "URI OR NAME", "SERVER", "MATCH"], rows);
     if let Some(next) = &result.next_cursor {
         eprintln!("mcp-mirror: more results: add --cursor {next}");
     }

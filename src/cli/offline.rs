@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::client::Client;
 use super::ClientError;
 use crate::protocol::{
-    socket_record_path, CatalogList, CatalogResource, CatalogSearch, ListParams, ListResources,
-    ListResourcesResult, ListTemplates, ListTemplatesResult, ResourceDetails, SearchParams,
-    SearchResult, ServerListParams, ServerListResult, SocketRecord, UriParams,
+    socket_record_path, CatalogList, CatalogResource, CatalogSearch, InvalidParams, ListParams,
+    ListResources, ListResourcesResult, ListTemplates, ListTemplatesResult, ResourceDetails,
+    SearchParams, SearchResult, ServerListParams, ServerListResult, SocketRecord, UriParams,
 };
 use crate::store::{ReadOnlyCatalog, StoreError};
 
@@ -88,13 +88,37 @@ impl Catalog {
         match self {
             Catalog::Daemon(client) => client.call::<CatalogSearch>(&params, Some(QUERY_TIMEOUT)),
             Catalog::Database(catalog) => {
-                let request = params
-                    .into_request()
-                    .map_err(|error| ClientError::Usage(error.to_string()))?;
-                let (hits, next) = catalog.search(&request).map_err(|error| match error {
+                let usage = |error: InvalidParams| ClientError::Usage(error.to_string());
+                let searched = |error: StoreError| match error {
                     StoreError::InvalidQuery(_) => ClientError::Usage(error.to_string()),
                     other => database_error(other),
-                })?;
+                };
+                if params.searches_entries() {
+                    let search = params.into_kinds_request().map_err(usage)?;
+                    let offsets = (
+                        search
+                            .resources
+                            .as_ref()
+                            .map_or(0, |request| request.offset),
+                        search.entries.offset,
+                    );
+                    let resources = match &search.resources {
+                        Some(request) => Some(catalog.search(request).map_err(searched)?),
+                        None => None,
+                    };
+                    let entries = match search.entries.kinds.is_empty() {
+                        true => Vec::new(),
+                        false => catalog.search_entries(&search.entries).map_err(searched)?,
+                    };
+                    return Ok(crate::api_kinds::merge_search_pages(
+                        resources,
+                        entries,
+                        offsets,
+                        search.limit,
+                    ));
+                }
+                let request = params.into_request().map_err(usage)?;
+                let (hits, next) = catalog.search(&request).map_err(searched)?;
                 Ok(crate::api::search_result(hits, next))
             }
         }

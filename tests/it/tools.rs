@@ -424,3 +424,162 @@ fn a_failed_tools_walk_keeps_the_last_complete_snapshot() {
     assert_eq!(kept, ["alpha", "beta"]);
     assert_eq!(tools[0]["description"], "First tool");
 }
+
+/// The scenario of `scenario` with one resource whose text shares a word with a tool's.
+fn scenario_with_resource() -> Value {
+    let mut scenario = scenario("Forecasts the weather");
+    scenario["resources"] = json!([{
+        "uri": "file:///notes/weather.md",
+        "name": "weather-notes",
+        "description": "Notes about the weather"
+    }]);
+    scenario
+}
+
+fn hit_kinds(page: &Value) -> Vec<(String, String)> {
+    page["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|hit| {
+            let key = hit.get("uri").unwrap_or(&hit["name"]);
+            (
+                hit["kind"].as_str().expect("kind").to_string(),
+                key.as_str().expect("key").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn catalog_search_and_changes_filter_by_kind() {
+    let scratch = Scratch::new();
+    let path = scratch.write_scenario("scenario.json", &scenario_with_resource());
+    let mut daemon = Daemon::with_scenario(&scratch, "fx", &path);
+    wait_for(
+        "the tools and the resource",
+        Duration::from_secs(30),
+        || {
+            let status = daemon.server_status("fx");
+            (status["kinds"]["tool"]["count"] == 5 && status["resources"] == 1).then_some(())
+        },
+    );
+
+    // Every kind by default: the resource and the tool, each hit with its kind; tools have
+    // no URI, resources keep theirs.
+    let all = daemon.call("catalog/search", json!({"query": "weather"}));
+    let mut found = hit_kinds(&all);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            (
+                "resource".to_string(),
+                "file:///notes/weather.md".to_string()
+            ),
+            ("tool".to_string(), "weather".to_string()),
+        ],
+        "{all}"
+    );
+    let tool_hit = all["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|hit| hit["kind"] == "tool")
+        .expect("the tool hit");
+    assert!(tool_hit.get("uri").is_none(), "{tool_hit}");
+    assert_eq!(tool_hit["server"], "fx");
+    assert_eq!(tool_hit["description"], "Forecasts the weather");
+    // `kinds` narrows; a MIME type filter means resources only.
+    let tools = daemon.call(
+        "catalog/search",
+        json!({"query": "weather", "kinds": ["tool"]}),
+    );
+    assert_eq!(hit_kinds(&tools), [("tool".into(), "weather".into())]);
+    let resources = daemon.call(
+        "catalog/search",
+        json!({"query": "weather", "kinds": ["resource"]}),
+    );
+    assert_eq!(
+        hit_kinds(&resources),
+        [("resource".into(), "file:///notes/weather.md".into())]
+    );
+    let prompts = daemon.call(
+        "catalog/search",
+        json!({"query": "summarizes", "kinds": ["prompt"]}),
+    );
+    assert_eq!(hit_kinds(&prompts), [("prompt".into(), "summarize".into())]);
+
+    // Pages of one hit walk the merged ranking once each, with no hit twice or lost: the
+    // five tools (their input property "city") and nothing else.
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut params = json!({"query": "city", "limit": 2});
+        if let Some(cursor) = &cursor {
+            params["cursor"] = json!(cursor);
+        }
+        let page = daemon.call("catalog/search", params);
+        paged.extend(hit_kinds(&page));
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+        assert!(paged.len() <= 5, "{paged:?}");
+    }
+    paged.sort();
+    let names: Vec<&str> = paged.iter().map(|(_, name)| name.as_str()).collect();
+    assert_eq!(names, ["alpha", "beta", "delta", "gamma", "weather"]);
+    let bad = daemon.connect().request(
+        "catalog/search",
+        json!({"query": "city", "cursor": "m1.x.y"}),
+    );
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+
+    // The feed by entry kind: a tool change and a resource change, each under its kind.
+    let since = daemon.call("catalog/changes", json!({}))["latestSeq"].clone();
+    let mut changed = scenario_with_resource();
+    changed["tools"][4]["description"] = json!("Predicts the zephyr");
+    changed["resources"][0]["description"] = json!("Notes about the zephyr");
+    scratch.write_scenario("scenario.json", &changed);
+    let kinds_of = |kinds: Value| {
+        let page = daemon.call("catalog/changes", json!({"since": since, "kinds": kinds}));
+        page["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|change| change["entryKind"].as_str().expect("entryKind").to_string())
+            .collect::<Vec<_>>()
+    };
+    wait_for("both changes in the feed", Duration::from_secs(10), || {
+        let mut all = kinds_of(json!(["tool", "prompt", "resource"]));
+        all.sort();
+        (all == ["resource", "tool"]).then_some(())
+    });
+    assert_eq!(kinds_of(json!(["tool"])), ["tool"]);
+    assert_eq!(kinds_of(json!(["resource"])), ["resource"]);
+    assert!(kinds_of(json!(["prompt"])).is_empty());
+
+    // The CLI: `search --kind tool`, online and offline (the database read directly).
+    for online in [true, false] {
+        if !online {
+            daemon.stop();
+        }
+        let output = run_cli(
+            &daemon.socket,
+            &["search", "zephyr", "--kind", "tool", "--json"],
+        );
+        assert!(output.status.success(), "{output:?}");
+        let page: Value = serde_json::from_slice(&output.stdout).expect("json");
+        assert_eq!(
+            hit_kinds(&page),
+            [("tool".into(), "weather".into())],
+            "online: {online}"
+        );
+        let output = run_cli(&daemon.socket, &["search", "zephyr"]);
+        assert!(output.status.success(), "{output:?}");
+        let table = String::from_utf8(output.stdout).expect("utf-8");
+        assert!(table.contains("tool"), "{table}");
+        assert!(table.contains("file:///notes/weather.md"), "{table}");
+    }
+}
