@@ -41,26 +41,22 @@ fn with_origin(listing: &EntryListing) -> Value {
     value
 }
 
-/// A page of one kind's entries and the cursor to the next page.
-pub async fn entries_page(
-    store: &Store,
-    kind: Kind,
-    params: wire::EntriesParams,
-) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
-    let after = match &params.cursor {
-        None => None,
-        Some(cursor) => {
-            let key = decode_cursor(cursor).ok_or_else(|| invalid("invalid cursor"))?;
-            let (server, name) = key
-                .split_once(CURSOR_SEPARATOR)
-                .ok_or_else(|| invalid("invalid cursor"))?;
-            Some((server.to_string(), name.to_string()))
-        }
+/// Where a `catalog/tools` (or `/prompts`) page starts: after this (server, name).
+pub fn entries_after(
+    params: &wire::EntriesParams,
+) -> Result<Option<(String, String)>, ErrorObject> {
+    let Some(cursor) = &params.cursor else {
+        return Ok(None);
     };
-    let (rows, more) = store
-        .list_entries(kind, params.server, after, PAGE_SIZE)
-        .await
-        .map_err(internal)?;
+    let key = decode_cursor(cursor).ok_or_else(|| invalid("invalid cursor"))?;
+    let (server, name) = key
+        .split_once(CURSOR_SEPARATOR)
+        .ok_or_else(|| invalid("invalid cursor"))?;
+    Ok(Some((server.to_string(), name.to_string())))
+}
+
+/// The stored rows of a page as the socket answers them, and the cursor to the next page.
+pub fn entries_page_of(rows: &[EntryListing], more: bool) -> (Vec<Value>, Option<String>) {
     let next = match (more, rows.last()) {
         (true, Some(last)) => Some(encode_cursor(&format!(
             "{}{CURSOR_SEPARATOR}{}",
@@ -68,7 +64,46 @@ pub async fn entries_page(
         ))),
         _ => None,
     };
-    Ok((rows.iter().map(with_origin).collect(), next))
+    (rows.iter().map(with_origin).collect(), next)
+}
+
+/// A page of one kind's entries and the cursor to the next page.
+pub async fn entries_page(
+    store: &Store,
+    kind: Kind,
+    params: wire::EntriesParams,
+) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
+    let after = entries_after(&params)?;
+    let (rows, more) = store
+        .list_entries(kind, params.server, after, PAGE_SIZE)
+        .await
+        .map_err(internal)?;
+    Ok(entries_page_of(&rows, more))
+}
+
+/// One stored tool or prompt as `catalog/tool` answers; `NOT_FOUND` when there is none.
+pub fn entry_details_of(
+    kind: Kind,
+    params: &wire::EntryParams,
+    listing: Option<EntryListing>,
+) -> Result<wire::EntryDetails, ErrorObject> {
+    let listing = listing.ok_or_else(|| {
+        ErrorObject::new(
+            NOT_FOUND,
+            format!(
+                "server {} lists no {kind} named {}",
+                params.server, params.name
+            ),
+        )
+    })?;
+    Ok(wire::EntryDetails {
+        definition: serde_json::from_str(&listing.raw).map_err(internal)?,
+        server: listing.server,
+        kind,
+        name: listing.name,
+        stale: listing.stale,
+        snapshot_at_ms: listing.snapshot_at_ms,
+    })
 }
 
 /// One tool or prompt, whole; `NOT_FOUND` when the server does not list it.
@@ -80,24 +115,8 @@ pub async fn entry_details(
     let listing = store
         .entry(kind, &params.server, &params.name)
         .await
-        .map_err(internal)?
-        .ok_or_else(|| {
-            ErrorObject::new(
-                NOT_FOUND,
-                format!(
-                    "server {} lists no {kind} named {}",
-                    params.server, params.name
-                ),
-            )
-        })?;
-    Ok(wire::EntryDetails {
-        definition: serde_json::from_str(&listing.raw).map_err(internal)?,
-        server: listing.server,
-        kind,
-        name: listing.name,
-        stale: listing.stale,
-        snapshot_at_ms: listing.snapshot_at_ms,
-    })
+        .map_err(internal)?;
+    entry_details_of(kind, &params, listing)
 }
 
 pub async fn accept(

@@ -200,17 +200,19 @@ fn main() -> ExitCode {
             } else {
                 mcp_mirror::protocol::Kind::Prompt
             };
-            cli::show_entry(&socket, kind, name, arguments.json)
+            cli::show_entry(&socket, &database, kind, name, arguments.json)
         }
         Command::Show { uri, .. } => cli::show(&socket, &database, uri, arguments.json),
         Command::Tools { server } => cli::list_kind(
             &socket,
+            &database,
             mcp_mirror::protocol::Kind::Tool,
             server.as_deref(),
             arguments.json,
         ),
         Command::Prompts { server } => cli::list_kind(
             &socket,
+            &database,
             mcp_mirror::protocol::Kind::Prompt,
             server.as_deref(),
             arguments.json,

@@ -106,6 +106,9 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
                 escaped(&era).into_owned(),
                 escaped(&push).into_owned(),
                 server.resources.to_string(),
+                kind_count(server, Kind::Tool),
+                kind_count(server, Kind::Prompt),
+                drift_text(server),
                 age(server.snapshot_at_ms),
                 escaped(server.last_error.as_deref().unwrap_or_default()).into_owned(),
             ]
@@ -119,12 +122,53 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
             "ERA",
             "PUSH",
             "RESOURCES",
+            "TOOLS",
+            "PROMPTS",
+            "DRIFT",
             "AGE",
             "LAST ERROR",
         ],
         rows,
     );
     Ok(())
+}
+
+/// A server's count of one kind; `-` when that kind is not mirrored (not declared or not chosen).
+fn kind_count(server: &crate::protocol::ServerStatus, kind: Kind) -> String {
+    match server.kinds.get(&kind) {
+        Some(status) => status.count.to_string(),
+        None => "-".into(),
+    }
+}
+
+/// How the server's tools and prompts differ from what was accepted (`mcp-mirror accept`):
+/// `-` before any accept, `none`, or the added, removed and changed counts of both kinds.
+fn drift_text(server: &crate::protocol::ServerStatus) -> String {
+    let drifts: Vec<_> = server
+        .kinds
+        .values()
+        .filter_map(|status| status.drift.as_ref())
+        .collect();
+    if drifts.is_empty() {
+        return "-".into();
+    }
+    let sum = |count: fn(&crate::protocol::DriftCount) -> u64| -> u64 {
+        drifts.iter().map(|drift| count(drift)).sum()
+    };
+    let (added, removed, changed) = (
+        sum(|drift| drift.added),
+        sum(|drift| drift.removed),
+        sum(|drift| drift.changed),
+    );
+    if added + removed + changed == 0 {
+        return "none".into();
+    }
+    [(added, "added"), (removed, "removed"), (changed, "changed")]
+        .iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, word)| format!("{count} {word}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How changes reach the mirror, in words a user acts on: for a server that is polled, how

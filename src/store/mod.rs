@@ -660,6 +660,26 @@ impl ReadOnlyCatalog {
     pub fn search_entries(&self, search: &EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
         entries::search_entries(&self.connection, search)
     }
+
+    /// A page of one kind's tools or prompts, after (server, name), ordered by server and name.
+    pub fn list_entries(
+        &self,
+        kind: Kind,
+        server: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
+        entries::list_entries(&self.connection, kind, server, after, limit)
+    }
+
+    pub fn entry(
+        &self,
+        kind: Kind,
+        server: &str,
+        name: &str,
+    ) -> Result<Option<EntryListing>, StoreError> {
+        entries::entry(&self.connection, kind, server, name)
+    }
 }
 
 /// A walk being staged; dropping it without `commit` discards what it staged.

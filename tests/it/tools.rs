@@ -452,7 +452,7 @@ fn hit_kinds(page: &Value) -> Vec<(String, String)> {
 }
 
 #[test]
-fn catalog_search_and_changes_filter_by_kind() {
+fn search_changes_and_status_by_kind_online_and_offline() {
     let scratch = Scratch::new();
     let path = scratch.write_scenario("scenario.json", &scenario_with_resource());
     let mut daemon = Daemon::with_scenario(&scratch, "fx", &path);
@@ -536,6 +536,39 @@ fn catalog_search_and_changes_filter_by_kind() {
     );
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
 
+    // `status` before any accept: counts per kind, no drift yet.
+    let cli = |args: &[&str]| {
+        let output = run_cli(&daemon.socket, args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).expect("utf-8")
+    };
+    let status = cli(&["status"]);
+    assert!(
+        status.contains("TOOLS") && status.contains("DRIFT"),
+        "{status}"
+    );
+    let row = status
+        .lines()
+        .find(|line| line.starts_with("fx "))
+        .unwrap_or_else(|| panic!("{status}"));
+    let header = status
+        .lines()
+        .find(|line| line.starts_with("SERVER"))
+        .unwrap_or_else(|| panic!("{status}"));
+    // The table's columns are aligned: a cell starts where its header word does.
+    let column = |name: &str| {
+        let at = header.find(name).expect(name);
+        row[at..]
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(column("TOOLS"), "5", "{status}");
+    assert_eq!(column("PROMPTS"), "1", "{status}");
+    assert_eq!(column("DRIFT"), "-", "{status}");
+    daemon.call("catalog/accept", json!({"server": "fx"}));
+
     // The feed by entry kind: a tool change and a resource change, each under its kind.
     let since = daemon.call("catalog/changes", json!({}))["latestSeq"].clone();
     let mut changed = scenario_with_resource();
@@ -559,6 +592,18 @@ fn catalog_search_and_changes_filter_by_kind() {
     assert_eq!(kinds_of(json!(["tool"])), ["tool"]);
     assert_eq!(kinds_of(json!(["resource"])), ["resource"]);
     assert!(kinds_of(json!(["prompt"])).is_empty());
+    let status = cli(&["status"]);
+    let row = status
+        .lines()
+        .find(|line| line.starts_with("fx "))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(row.contains("1 changed"), "{status}");
+    let json_status: Value = serde_json::from_str(&cli(&["status", "--json"])).expect("json");
+    assert_eq!(
+        json_status["servers"][0]["kinds"]["tool"]["drift"],
+        json!({"added": 0, "removed": 0, "changed": 1}),
+        "{json_status}"
+    );
 
     // The CLI: `search --kind tool`, online and offline (the database read directly).
     for online in [true, false] {
@@ -581,5 +626,29 @@ fn catalog_search_and_changes_filter_by_kind() {
         let table = String::from_utf8(output.stdout).expect("utf-8");
         assert!(table.contains("tool"), "{table}");
         assert!(table.contains("file:///notes/weather.md"), "{table}");
+        // `tools`, `prompts` and `show tool` read the database like `ls` and `show` do.
+        let output = run_cli(&daemon.socket, &["tools", "--server", "fx", "--json"]);
+        assert!(output.status.success(), "online: {online}: {output:?}");
+        let tools: Value = serde_json::from_slice(&output.stdout).expect("json");
+        assert_eq!(tools.as_array().map(Vec::len), Some(5), "{tools}");
+        assert_eq!(tools[4]["_meta"]["io.mcp-mirror/server"], "fx");
+        let output = run_cli(&daemon.socket, &["prompts"]);
+        assert!(output.status.success(), "online: {online}: {output:?}");
+        assert!(String::from_utf8_lossy(&output.stdout).contains("summarize"));
+        let output = run_cli(&daemon.socket, &["show", "tool", "fx/weather"]);
+        assert!(output.status.success(), "online: {online}: {output:?}");
+        let shown = String::from_utf8(output.stdout).expect("utf-8");
+        assert!(shown.contains("Predicts the zephyr"), "{shown}");
+        assert!(shown.contains("inputSchema:"), "{shown}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.contains("reading the database"), !online, "{stderr}");
+        let missing = run_cli(&daemon.socket, &["show", "tool", "fx/nope"]);
+        assert!(!missing.status.success(), "online: {online}");
+        let unknown = run_cli(&daemon.socket, &["tools", "--server", "nope"]);
+        assert_eq!(
+            unknown.status.code(),
+            Some(4),
+            "online: {online}: {unknown:?}"
+        );
     }
 }
