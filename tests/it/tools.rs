@@ -318,17 +318,9 @@ fn ask_server_everything(entry: &std::path::Path) -> (Vec<Value>, Vec<Value>) {
     (tools, prompts)
 }
 
-#[test]
-fn server_everything_2026_8_31_tools_and_prompts_are_mirrored_field_for_field() {
-    let entry = server_everything("2026.8.31");
-    let (tools, prompts) = ask_server_everything(&entry);
-    assert!(!tools.is_empty() && !prompts.is_empty());
-    let scratch = Scratch::new();
-    let config = scratch.config(&format!(
-        "[servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
-        entry.display().to_string()
-    ));
-    let daemon = Daemon::start(&scratch, &config);
+/// Waits until the mirror holds as many tools and prompts of `everything` as its own lists
+/// answer, then checks each definition field for field.
+fn assert_mirrors_every_tool_and_prompt(daemon: &Daemon, tools: Vec<Value>, prompts: Vec<Value>) {
     for (kind, expected) in [("tool", tools), ("prompt", prompts)] {
         let expected: BTreeMap<String, Value> = expected
             .into_iter()
@@ -353,6 +345,39 @@ fn server_everything_2026_8_31_tools_and_prompts_are_mirrored_field_for_field() 
     }
     let log = daemon.log_text();
     assert!(!log.contains("ERROR"), "{log}");
+}
+
+#[test]
+fn server_everything_2026_8_31_tools_and_prompts_are_mirrored_field_for_field() {
+    let entry = server_everything("2026.8.31");
+    let (tools, prompts) = ask_server_everything(&entry);
+    assert!(!tools.is_empty() && !prompts.is_empty());
+    let scratch = Scratch::new();
+    let config = scratch.config(&format!(
+        "[servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+        entry.display().to_string()
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    assert_mirrors_every_tool_and_prompt(&daemon, tools, prompts);
+}
+
+/// Over Streamable HTTP too: every tool and prompt, field for field, including the tool it
+/// registers after `initialized` and announces with `notifications/tools/list_changed`, which
+/// re-walks tools (the first tools walk may come before it).
+#[test]
+fn server_everything_2026_8_31_over_streamable_http_mirrors_tools_and_prompts() {
+    let entry = server_everything("2026.8.31");
+    let (tools, prompts) = ask_server_everything(&entry);
+    let server = crate::interop::NodeServer::start(&entry, "streamableHttp");
+    let scratch = Scratch::new();
+    let config = scratch.config(&format!(
+        "[servers.everything]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+        server.port
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    let status = daemon.wait_for_walks("everything", 1);
+    assert_eq!(status["live"]["transport"], "streamable-http", "{status}");
+    assert_mirrors_every_tool_and_prompt(&daemon, tools, prompts);
 }
 
 #[test]
