@@ -490,3 +490,78 @@ async fn describe(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(uri: &str, score: f64) -> SearchHit {
+        SearchHit {
+            server: "docs".into(),
+            uri: uri.into(),
+            name: uri.into(),
+            title: None,
+            mime_type: None,
+            description: None,
+            score,
+            snippet: None,
+        }
+    }
+
+    fn tool(name: &str, score: f64) -> EntryHit {
+        EntryHit {
+            server: "fx".into(),
+            kind: Kind::Tool,
+            name: name.into(),
+            title: None,
+            description: None,
+            score,
+        }
+    }
+
+    fn keys(result: &wire::SearchResult) -> Vec<String> {
+        result
+            .results
+            .iter()
+            .map(|hit| hit.uri.clone().unwrap_or_else(|| hit.name.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn merged_pages_rank_by_score_and_count_each_side_in_the_cursor() {
+        let page = merge_search_pages(
+            Some((vec![resource("r1", 9.0), resource("r2", 5.0)], Some(2))),
+            vec![tool("t1", 7.0), tool("t2", 1.0), tool("t3", 0.5)],
+            (10, 20),
+            2,
+        );
+        assert_eq!(keys(&page), ["r1", "t1"]);
+        assert_eq!(page.results[1].kind, Kind::Tool);
+        assert_eq!(page.results[1].uri, None);
+        assert_eq!(
+            page.next_cursor.as_deref(),
+            Some(wire::encode_kinds_search_cursor(11, 21).as_str())
+        );
+        // Nothing follows on either side: no cursor.
+        let last = merge_search_pages(Some((vec![resource("r", 1.0)], None)), vec![], (0, 0), 5);
+        assert_eq!(keys(&last), ["r"]);
+        assert_eq!(last.next_cursor, None);
+    }
+
+    #[test]
+    fn a_resource_page_cut_short_stops_the_merged_page_where_it_ends() {
+        // The resource page carried one hit of the three asked for (its byte bound), and more
+        // follow: a tool that ranks below that hit must wait, an unseen resource may outrank it.
+        let page = merge_search_pages(
+            Some((vec![resource("r1", 9.0)], Some(1))),
+            vec![tool("t1", 10.0), tool("t2", 1.0)],
+            (0, 0),
+            3,
+        );
+        assert_eq!(keys(&page), ["t1", "r1"]);
+        assert_eq!(
+            page.next_cursor.as_deref(),
+            Some(wire::encode_kinds_search_cursor(1, 1).as_str())
+        );
+    }
+}
