@@ -219,8 +219,8 @@ pub struct Swap {
     pub changed: u64,
 }
 
-/// Runs a child that prints one JSON line per round with `seconds`; returns the rounds.
-pub fn timed_rounds(command: &mut Command, limit: Duration) -> anyhow::Result<Vec<f64>> {
+/// Runs a child that prints one JSON line per round (with at least `seconds`); returns them.
+pub fn timed_rounds(command: &mut Command, limit: Duration) -> anyhow::Result<Vec<Value>> {
     let started = std::time::Instant::now();
     let output = command
         .stdin(Stdio::null())
@@ -237,13 +237,12 @@ pub fn timed_rounds(command: &mut Command, limit: Duration) -> anyhow::Result<Ve
     if started.elapsed() > limit {
         eprintln!("warning: {command:?} took {:?}", started.elapsed());
     }
-    String::from_utf8_lossy(&output.stdout)
+    let rounds: Vec<Value> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .map(|value| {
-            value["seconds"]
-                .as_f64()
-                .ok_or_else(|| anyhow!("no seconds in {value}"))
-        })
-        .collect()
+        .collect();
+    if let Some(round) = rounds.iter().find(|round| round["seconds"].as_f64().is_none()) {
+        bail!("no seconds in {round}");
+    }
+    Ok(rounds)
 }

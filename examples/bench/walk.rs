@@ -124,11 +124,11 @@ struct WalkCase {
 }
 
 struct WalkResult {
-    bare: Samples,
+    bare: ClientRounds,
     mirror: Samples,
     first_load: Samples,
-    python: Samples,
-    rmcp: Samples,
+    python: ClientRounds,
+    rmcp: ClientRounds,
     swap_hold_ms: Samples,
     swap_total_ms: Samples,
     /// CPU seconds per re-walk of the daemon and of the server, over the timed re-walks.
@@ -156,6 +156,7 @@ pub fn bare_walk(config: &Path, rounds: usize) -> anyhow::Result<()> {
             .map_err(|error| anyhow!("connect: {error}"))?;
         for _ in 0..rounds {
             let started = Instant::now();
+            let cpu_started = own_cpu_seconds();
             let mut items = 0usize;
             for (method, field) in [
                 ("resources/list", "resources"),
@@ -176,7 +177,11 @@ pub fn bare_walk(config: &Path, rounds: usize) -> anyhow::Result<()> {
             }
             println!(
                 "{}",
-                json!({"seconds": started.elapsed().as_secs_f64(), "items": items})
+                json!({
+                    "seconds": started.elapsed().as_secs_f64(),
+                    "cpu_seconds": own_cpu_seconds() - cpu_started,
+                    "items": items,
+                })
             );
         }
         session.close().await;
@@ -184,11 +189,33 @@ pub fn bare_walk(config: &Path, rounds: usize) -> anyhow::Result<()> {
     })
 }
 
-/// Timed rounds of a client process, after dropping its warm-up round.
-fn client_rounds(command: &mut Command, limit: Duration) -> anyhow::Result<Samples> {
-    Ok(Samples(
-        timed_rounds(command, limit)?.into_iter().skip(1).collect(),
-    ))
+/// This process's CPU time (user + system) so far, in seconds.
+fn own_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id()).unwrap_or(f64::NAN)
+}
+
+/// What a client process reported for its timed rounds (its warm-up round dropped).
+struct ClientRounds {
+    seconds: Samples,
+    /// The client's own CPU seconds per round, when it reports them.
+    cpu_seconds: Samples,
+}
+
+fn client_rounds(command: &mut Command, limit: Duration) -> anyhow::Result<ClientRounds> {
+    let rounds = timed_rounds(command, limit)?;
+    let field = |key: &str| {
+        Samples(
+            rounds
+                .iter()
+                .skip(1)
+                .filter_map(|round| round[key].as_f64())
+                .collect(),
+        )
+    };
+    Ok(ClientRounds {
+        seconds: field("seconds"),
+        cpu_seconds: field("cpu_seconds"),
+    })
 }
 
 /// A client command walking the case's server: over HTTP at `url`, or spawning the server.
@@ -252,7 +279,11 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
     let bare = client_rounds(&mut bare_command, limit)?;
 
     // 2. The SDK clients, when this case includes them.
-    let mut python = Samples::default();
+    let none = || ClientRounds {
+        seconds: Samples::default(),
+        cpu_seconds: Samples::default(),
+    };
+    let mut python = none();
     if case.python {
         let mut command = Command::new(python_binary());
         command.arg(Path::new(ROOT).join("bench/python_walk.py"));
@@ -261,7 +292,7 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
             limit,
         )?;
     }
-    let mut rmcp = Samples::default();
+    let mut rmcp = none();
     if case.rmcp {
         let command = Command::new(bench_peer_binary("rmcp-walk"));
         rmcp = client_rounds(
@@ -486,8 +517,10 @@ fn run_table(
          start to the whole catalog visible on the socket (walk + insert + full-text index); \
          *python* = `mcp` 2.3.0 `ClientSession.list_resources` cursor loop; *rmcp* = `rmcp` \
          3.11 `Peer::list_resources` cursor loop (bench/rmcp-walk); for both SDKs the \
-         handshake and process start are excluded. *CPU s/100k* is the CPU time (user + \
-         system) of the daemon and of the server per re-walk, scaled to 100,000 resources. \
+         handshake and process start are excluded. *CPU s/100k* is CPU time (user + system) \
+         per walk scaled to 100,000 resources: the daemon's over its re-walks, each client \
+         process's own over its rounds (median), and the server's over the mirror's \
+         re-walks. \
          Peak RSS is the daemon's VmHWM over the first sync and every re-walk; rest is VmRSS \
          2 s after the last walk. *swap / lock* is the median re-walk swap (computing the diff \
          and applying it) and, within it, the write lock's hold time.",
@@ -503,29 +536,34 @@ fn run_table(
             case.wire.label()
         );
         let result = run_walk_case(case, bench)?;
-        let per_100k = |seconds: Option<f64>| {
-            seconds
-                .map(|seconds| format!("{:.3}", seconds * 100_000.0 / case.size as f64))
-                .unwrap_or_else(|| "?".into())
+        let per_100k = |seconds: Option<f64>| match seconds {
+            Some(seconds) if seconds.is_finite() => {
+                format!("{:.2}", seconds * 100_000.0 / case.size as f64)
+            }
+            _ => "–".into(),
         };
+        let client_cpu = |rounds: &ClientRounds| per_100k(Some(rounds.cpu_seconds.median()));
         rows.push(vec![
             format!("{}", case.size),
             format!("{}", case.page),
             case.wire.label().into(),
-            result.bare.summary(3),
+            result.bare.seconds.summary(3),
             result.mirror.summary(3),
-            ratio(result.mirror.median(), result.bare.median()),
+            ratio(result.mirror.median(), result.bare.seconds.median()),
             result.first_load.summary(3),
-            ratio(result.first_load.median(), result.bare.median()),
-            result.python.summary(3),
-            ratio(result.python.median(), result.mirror.median()),
-            result.rmcp.summary(3),
-            ratio(result.rmcp.median(), result.mirror.median()),
+            ratio(result.first_load.median(), result.bare.seconds.median()),
+            result.python.seconds.summary(3),
+            ratio(result.python.seconds.median(), result.mirror.median()),
+            result.rmcp.seconds.summary(3),
+            ratio(result.rmcp.seconds.median(), result.mirror.median()),
             format!(
-                "{} / {}",
+                "{} / {} / {} / {}",
                 per_100k(result.daemon_cpu_s),
-                per_100k(result.server_cpu_s)
+                client_cpu(&result.bare),
+                client_cpu(&result.python),
+                client_cpu(&result.rmcp),
             ),
+            per_100k(result.server_cpu_s),
             format!(
                 "{:.1} / {:.1}",
                 result.swap_total_ms.median(),
@@ -549,7 +587,8 @@ fn run_table(
             "python/mirror",
             "rmcp s",
             "rmcp/mirror",
-            "CPU s/100k daemon / server",
+            "client CPU s/100k: mirror / bare / python / rmcp",
+            "server CPU s/100k",
             "swap / lock ms",
             "peak RSS MB",
             "rest RSS MB",

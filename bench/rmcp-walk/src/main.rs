@@ -2,8 +2,8 @@
 //! stores nothing, the rmcp contender of `bench/run walk` (as bench/python_walk.py is Python's).
 //!
 //! Usage: `rmcp-walk http URL ROUNDS` | `rmcp-walk stdio ROUNDS COMMAND [ARGS...]`.
-//! Prints one JSON line per round: `{"seconds": s, "resources": n, "pages": p}`. Only the list
-//! loop is timed: process start and the handshake are left out, as for the Python client.
+//! Prints one JSON line per round: `{"seconds": s, "cpu_seconds": c, "resources": n, "pages": p}`
+//! (`cpu_seconds`: this process's user + system time in the round). Only the list loop is timed: process start and the handshake are left out, as for the Python client.
 //! It uses the handshake era (`initialize`), like the other contenders of the walk table.
 
 use std::time::Instant;
@@ -14,8 +14,23 @@ use rmcp::service::RunningService;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt as _};
 
+/// This process's CPU time (user + system, every thread) so far, in seconds.
+fn own_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes only into the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return f64::NAN;
+        }
+        usage
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 async fn walk(client: &RunningService<RoleClient, ()>) -> anyhow::Result<()> {
     let started = Instant::now();
+    let cpu_started = own_cpu_seconds();
     let mut cursor: Option<String> = None;
     let mut resources = 0usize;
     let mut pages = 0usize;
@@ -37,7 +52,12 @@ async fn walk(client: &RunningService<RoleClient, ()>) -> anyhow::Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     println!(
         "{}",
-        serde_json::json!({"seconds": seconds, "resources": resources, "pages": pages})
+        serde_json::json!({
+            "seconds": seconds,
+            "cpu_seconds": own_cpu_seconds() - cpu_started,
+            "resources": resources,
+            "pages": pages,
+        })
     );
     Ok(())
 }
