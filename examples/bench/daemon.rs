@@ -241,7 +241,10 @@ pub fn timed_rounds(command: &mut Command, limit: Duration) -> anyhow::Result<Ve
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .collect();
-    if let Some(round) = rounds.iter().find(|round| round["seconds"].as_f64().is_none()) {
+    if let Some(round) = rounds
+        .iter()
+        .find(|round| round["seconds"].as_f64().is_none())
+    {
         bail!("no seconds in {round}");
     }
     Ok(rounds)
