@@ -1,47 +1,36 @@
 //! The Unix socket API: JSON-RPC 2.0, one JSON object per line, MCP-compatible methods plus `catalog/*`.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::watch;
 
+use crate::api_kinds;
 use crate::lines::{self, Line};
-use crate::mcp::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
-use crate::session::ReadError;
-use crate::store::{
-    decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor, SearchRequest, Store,
-    StoreError, DEFAULT_HIGHLIGHT, ORIGIN_META_KEY,
+use crate::protocol::{
+    self as wire, encode_cursor, encode_search_cursor, parse_params, CacheNote, CatalogChanged,
+    CatalogChanges, CatalogList, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus,
+    CatalogWatch, CheckedRequest, ErrorData, ErrorObject, IncomingRequest, Initialize,
+    InvalidParams, ListResources, ListTemplates, Method, NotificationMessage, Ping, ReadResource,
+    ReadResourceResult, ResourcesListChanged, Response, BUSY, DEFAULT_CHANGES_LIMIT,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE,
+    PARSE_ERROR, RESOURCE_NOT_FOUND, SEARCH_TIMED_OUT,
 };
+use crate::redact;
+use crate::search_gate::SearchGate;
+use crate::session::ReadError;
+use crate::store::{self, CatalogRow, ListingRow, Store, StoreError};
 use crate::supervisor::{RefreshOutcome, Supervisor};
-
-/// The longest request line we accept; longer ones get an error and the connection closes.
-pub const MAX_LINE_BYTES: usize = 1 << 20;
-const PAGE_SIZE: usize = 500;
-/// Search pages reach this deep at most; a cursor past it is not one we made.
-const MAX_SEARCH_OFFSET: usize = 1_000_000;
-const DEFAULT_SEARCH_LIMIT: usize = 20;
-const MAX_SEARCH_LIMIT: usize = 1000;
-const DEFAULT_CHANGES_LIMIT: usize = 1000;
-const MAX_CHANGES_LIMIT: usize = 10_000;
-/// The protocol version the socket offers MCP clients that ask for one it does not know.
-const API_PROTOCOL_VERSION: &str = "2025-11-25";
-/// The handshake-era versions the socket speaks; a client asking for one of them gets it.
-const API_PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
-/// MCP's "resource not found" (handshake era).
-pub const RESOURCE_NOT_FOUND: i64 = -32002;
-/// The `_meta` key on a `resources/read` result served from the content cache.
-pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
-/// The notification `catalog/watch` subscribers get for new change feed entries.
-pub const CATALOG_CHANGED: &str = "notifications/catalog/changed";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
@@ -96,6 +85,29 @@ pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
     Ok(listener)
 }
 
+/// Leaves the record beside the socket at `socket` that names the database this daemon
+/// serves (owner-only, replaced atomically), so `--socket PATH` clients never fall back to
+/// another database. It stays after shutdown: that is when clients need it.
+pub fn record_socket_database(socket: &Path, database: &Path) -> io::Result<()> {
+    let record = wire::SocketRecord {
+        database: std::path::absolute(database)?,
+        pid: std::process::id(),
+    };
+    let path = wire::socket_record_path(socket);
+    let mut temporary = path.clone().into_os_string();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    let _ = std::fs::remove_file(&temporary);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    let text = serde_json::to_vec(&record).map_err(io::Error::other)?;
+    io::Write::write_all(&mut file, &text)?;
+    std::fs::rename(&temporary, &path)
+}
+
 /// What request handlers need.
 pub struct ApiContext {
     pub store: Store,
@@ -106,6 +118,56 @@ pub struct ApiContext {
     pub clients: AtomicUsize,
     /// When the configuration in force was loaded, and why the last reload was refused.
     pub config_load: std::sync::Mutex<ConfigLoad>,
+    /// Admits `catalog/search` calls: a bounded number at once, a bounded queue, a deadline.
+    pub search_gate: SearchGate,
+    /// The most connections served at once; more are refused at accept.
+    pub max_clients: usize,
+    /// Connections refused at accept, and the log of refusals (once per interval).
+    pub refused_clients: AtomicU64,
+    pub refusal_log: Mutex<IntervalLog>,
+}
+
+/// How often a repeated condition (refused clients, failing accepts) is logged at most.
+const REPEATED_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// The first and the longest pause after a failed accept (such as EMFILE, out of descriptors).
+const ACCEPT_RETRY_FIRST: Duration = Duration::from_millis(50);
+const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Logs a repeated event at most once per interval, with how many happened since the last line.
+#[derive(Debug)]
+pub struct IntervalLog {
+    interval: Duration,
+    last_logged: Option<Instant>,
+    unlogged: u64,
+}
+
+impl IntervalLog {
+    pub fn new(interval: Duration) -> IntervalLog {
+        IntervalLog {
+            interval,
+            last_logged: None,
+            unlogged: 0,
+        }
+    }
+
+    /// Counts one event; `Some(count)` when it is time to log, with the events since the last line.
+    pub fn record(&mut self) -> Option<u64> {
+        self.unlogged += 1;
+        let due = self
+            .last_logged
+            .map_or(true, |last| last.elapsed() >= self.interval);
+        if !due {
+            return None;
+        }
+        self.last_logged = Some(Instant::now());
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+impl Default for IntervalLog {
+    fn default() -> Self {
+        IntervalLog::new(REPEATED_LOG_INTERVAL)
+    }
 }
 
 /// The daemon's record of its configuration file, shown by `catalog/status`.
@@ -124,23 +186,39 @@ pub async fn serve(
     context: Arc<ApiContext>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut accept_retry = ACCEPT_RETRY_FIRST;
+    let mut accept_failures = IntervalLog::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    accept_retry = ACCEPT_RETRY_FIRST;
+                    // Only this loop adds clients, so the check and the count cannot race.
+                    if context.clients.load(Ordering::Acquire) >= context.max_clients {
+                        refuse_client(&stream, &context);
+                        continue;
+                    }
+                    context.clients.fetch_add(1, Ordering::AcqRel);
                     let context = context.clone();
                     let shutdown = shutdown.clone();
                     tokio::spawn(async move {
-                        context.clients.fetch_add(1, Ordering::Relaxed);
                         if let Err(error) = serve_connection(stream, &context, shutdown).await {
                             tracing::debug!(%error, "socket client connection ended with an error");
                         }
-                        context.clients.fetch_sub(1, Ordering::Relaxed);
+                        context.clients.fetch_sub(1, Ordering::AcqRel);
                     });
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "accept failed on the socket");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    // Out of descriptors (EMFILE) and the like: wait longer each time instead
+                    // of spinning, and say so once per interval.
+                    if let Some(count) = accept_failures.record() {
+                        tracing::warn!(%error, failures = count, retry_in_ms = accept_retry.as_millis() as u64, "accept failed on the socket");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(accept_retry) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                    accept_retry = (accept_retry * 2).min(ACCEPT_RETRY_MAX);
                 }
             },
             _ = shutdown.changed() => return,
@@ -148,9 +226,40 @@ pub async fn serve(
     }
 }
 
-/// What one connection has asked for.
+/// Turns a client away at accept: one JSON-RPC error line, written without waiting (a client
+/// that does not read loses it), then the connection closes.
+fn refuse_client(stream: &UnixStream, context: &ApiContext) {
+    let max_clients = context.max_clients;
+    let response = Response::failure(
+        Value::Null,
+        ErrorObject::new(
+            BUSY,
+            format!("busy: too many clients (max_clients = {max_clients}); try again later"),
+        ),
+    );
+    if let Ok(mut line) = serde_json::to_vec(&response) {
+        line.push(b'\n');
+        let _ = stream.try_write(&line);
+    }
+    let total = context.refused_clients.fetch_add(1, Ordering::Relaxed) + 1;
+    let due = context
+        .refusal_log
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .record();
+    if let Some(count) = due {
+        tracing::warn!(
+            max_clients,
+            refused = count,
+            refused_total = total,
+            "refusing socket clients: max_clients connections are open"
+        );
+    }
+}
+
+/// What one connection has asked for (on the HTTP face: one request, or one session).
 #[derive(Default)]
-struct ConnectionState {
+pub(crate) struct ConnectionState {
     /// The client sent `initialize`: it speaks MCP and expects `list_changed` notifications.
     /// Plain JSON-RPC clients (the CLI, socat) never get unasked-for lines.
     mcp_client: bool,
@@ -199,11 +308,13 @@ async fn serve_connection(
         let response = match outcome {
             Line::End => return Ok(()),
             Line::TooLong => {
-                let response = error_response(
+                let response = Response::failure(
                     Value::Null,
-                    INVALID_REQUEST,
-                    &format!(
-                        "request line longer than {MAX_LINE_BYTES} bytes; closing the connection"
+                    ErrorObject::new(
+                        INVALID_REQUEST,
+                        format!(
+                            "request line longer than {MAX_LINE_BYTES} bytes; closing the connection"
+                        ),
                     ),
                 );
                 write_message(&mut write_half, &response).await?;
@@ -237,8 +348,7 @@ async fn notify_catalog_changed(
     context: &ApiContext,
 ) -> io::Result<()> {
     if state.mcp_client {
-        let notification =
-            json!({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"});
+        let notification = NotificationMessage::new::<ResourcesListChanged>(None);
         write_message(writer, &notification).await?;
     }
     if state.watching.is_some() {
@@ -268,58 +378,33 @@ async fn send_watched_changes(
         let Some(last) = page.changes.last().map(|change| change.seq) else {
             return Ok(());
         };
-        let notification = json!({
-            "jsonrpc": "2.0",
-            "method": CATALOG_CHANGED,
-            "params": page,
-        });
+        let more = page.more;
+        let changes = changes_result(page);
+        let notification = NotificationMessage::new::<CatalogChanged>(Some(&changes));
         write_message(writer, &notification).await?;
         state.watching = Some(last);
-        if !page.more {
+        if !more {
             return Ok(());
         }
     }
     Ok(())
 }
 
-async fn write_message(writer: &mut OwnedWriteHalf, message: &Value) -> io::Result<()> {
-    let mut bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
+/// Writes one message; the one choke point every answer and notification passes, so no
+/// configured secret a server echoed (into an error, a walk failure, a read) reaches a client.
+async fn write_message(writer: &mut OwnedWriteHalf, message: &impl Serialize) -> io::Result<()> {
+    let text = serde_json::to_string(message).map_err(io::Error::other)?;
+    let mut bytes = redact::scrub(&text).into_owned().into_bytes();
     bytes.push(b'\n');
     writer.write_all(&bytes).await
 }
 
-fn error_response(id: Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+fn invalid_params(error: InvalidParams) -> ErrorObject {
+    ErrorObject::new(INVALID_PARAMS, error.0)
 }
 
-/// A handler's failure: a JSON-RPC error code, message and optional data.
-struct Failure {
-    code: i64,
-    message: String,
-    data: Option<Value>,
-}
-
-impl Failure {
-    fn new(code: i64, message: impl Into<String>) -> Failure {
-        Failure {
-            code,
-            message: message.into(),
-            data: None,
-        }
-    }
-
-    fn with_data(mut self, data: Value) -> Failure {
-        self.data = Some(data);
-        self
-    }
-}
-
-fn invalid_params(message: impl Into<String>) -> Failure {
-    Failure::new(INVALID_PARAMS, message)
-}
-
-fn internal(error: impl std::fmt::Display) -> Failure {
-    Failure::new(INTERNAL_ERROR, error.to_string())
+fn internal(error: impl std::fmt::Display) -> ErrorObject {
+    ErrorObject::new(INTERNAL_ERROR, error.to_string())
 }
 
 /// Handles one request line; `None` for notifications, which get no answer.
@@ -327,249 +412,317 @@ async fn handle_line(
     line: &[u8],
     context: &ApiContext,
     state: &mut ConnectionState,
-) -> Option<Value> {
+) -> Option<Response> {
     let message: Value = match serde_json::from_slice(line) {
         Ok(message) => message,
         Err(error) => {
-            return Some(error_response(
+            return Some(Response::failure(
                 Value::Null,
-                PARSE_ERROR,
-                &format!("parse error: {error}"),
+                ErrorObject::new(PARSE_ERROR, format!("parse error: {error}")),
             ))
         }
     };
-    let id = message.get("id").cloned();
-    let valid_id = matches!(id, None | Some(Value::Number(_)) | Some(Value::String(_)));
-    let method = message.get("method").and_then(Value::as_str);
-    let (Some(method), true, Some("2.0")) = (
-        method,
-        valid_id,
-        message.get("jsonrpc").and_then(Value::as_str),
-    ) else {
-        return Some(error_response(
-            if valid_id { id.unwrap_or(Value::Null) } else { Value::Null },
-            INVALID_REQUEST,
-            "not a JSON-RPC 2.0 request (needs \"jsonrpc\": \"2.0\", a string \"method\" and a number or string \"id\")",
-        ));
+    // Anything but an object (an array, a number) is not a request: checked like one with
+    // every field missing.
+    let request = match IncomingRequest::deserialize(message) {
+        Ok(request) => request.check(),
+        Err(_) => IncomingRequest::default().check(),
     };
-    let params = message.get("params").cloned().unwrap_or(Value::Null);
-    let Some(id) = id else {
-        // Notifications (such as notifications/initialized) need no answer.
-        return None;
-    };
-    let outcome = match &params {
-        Value::Null | Value::Object(_) => dispatch(method, &params, context, state).await,
-        _ => Err(invalid_params("params must be an object")),
+    match request {
+        Ok(request) => answer_request(request, context, state).await,
+        Err(response) => Some(*response),
+    }
+}
+
+/// Answers one checked request through `dispatch`: the socket and the HTTP face both come
+/// here. `None` for notifications, which get no answer.
+pub(crate) async fn answer_request(
+    request: CheckedRequest,
+    context: &ApiContext,
+    state: &mut ConnectionState,
+) -> Option<Response> {
+    // Notifications (such as notifications/initialized) need no answer.
+    let id = request.id?;
+    let outcome = match request.params {
+        params @ (Value::Null | Value::Object(_)) => {
+            dispatch(&request.method, params, context, state).await
+        }
+        _ => Err(ErrorObject::new(INVALID_PARAMS, "params must be an object")),
     };
     Some(match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(failure) => {
-            let mut response = error_response(id, failure.code, &failure.message);
-            if let Some(data) = failure.data {
-                response["error"]["data"] = data;
-            }
-            response
-        }
+        Ok(result) => Response::success(id, result),
+        Err(error) => Response::failure(id, error),
     })
 }
 
-fn optional_string<'a>(params: &'a Value, key: &str) -> Result<Option<&'a str>, Failure> {
-    match params.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => Ok(Some(text)),
-        Some(_) => Err(invalid_params(format!("`{key}` must be a string"))),
-    }
+/// `M`'s params, or `-32602` naming the field that does not fit.
+fn params<M: Method>(params: Value) -> Result<M::Params, ErrorObject> {
+    parse_params(params).map_err(invalid_params)
 }
 
-fn required_string<'a>(params: &'a Value, key: &str) -> Result<&'a str, Failure> {
-    optional_string(params, key)?.ok_or_else(|| invalid_params(format!("`{key}` is required")))
-}
-
-fn optional_bool(params: &Value, key: &str) -> Result<bool, Failure> {
-    match params.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(flag)) => Ok(*flag),
-        Some(_) => Err(invalid_params(format!("`{key}` must be true or false"))),
-    }
-}
-
-/// A whole number of at least 1, capped at `max`; `default` when absent.
-fn optional_limit(params: &Value, key: &str, default: usize, max: usize) -> Result<usize, Failure> {
-    match params.get(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(value) => match value.as_u64() {
-            Some(limit) if limit >= 1 => Ok((limit.min(max as u64)) as usize),
-            _ => Err(invalid_params(format!(
-                "`{key}` must be a whole number of at least 1"
-            ))),
-        },
-    }
-}
-
-fn page_cursor(params: &Value) -> Result<Option<String>, Failure> {
-    match optional_string(params, "cursor")? {
-        None => Ok(None),
-        Some(cursor) => decode_cursor(cursor)
-            .map(Some)
-            .ok_or_else(|| invalid_params("invalid cursor")),
-    }
-}
-
-/// The page and, when more follow, a cursor after the last entry's `key` field.
-fn keyset_page(items: Vec<Value>, more: bool, list_key: &str, key: &str) -> Value {
-    let next = match more {
-        true => items
-            .last()
-            .and_then(|item| item.get(key))
-            .and_then(Value::as_str)
-            .map(encode_cursor),
-        false => None,
-    };
-    let mut result = json!({ list_key: items });
-    if let Some(next) = next {
-        result["nextCursor"] = Value::String(next);
-    }
-    result
+/// `M`'s result as the JSON the answer carries.
+fn answer<M: Method>(result: M::Result) -> Result<Value, ErrorObject> {
+    serde_json::to_value(result).map_err(internal)
 }
 
 async fn dispatch(
     method: &str,
-    params: &Value,
+    raw: Value,
     context: &ApiContext,
     state: &mut ConnectionState,
-) -> Result<Value, Failure> {
+) -> Result<Value, ErrorObject> {
     match method {
-        "initialize" => {
+        Initialize::NAME => {
+            let params = params::<Initialize>(raw)?;
             state.mcp_client = true;
-            let requested = optional_string(params, "protocolVersion")?;
-            let version = requested
-                .filter(|version| API_PROTOCOL_VERSIONS.contains(version))
-                .unwrap_or(API_PROTOCOL_VERSION);
-            Ok(json!({
-                "protocolVersion": version,
-                "capabilities": {"resources": {"listChanged": true}},
-                "serverInfo": {"name": "mcp-mirror", "version": env!("CARGO_PKG_VERSION")},
-                "instructions": "A local mirror of the resource catalogs of the configured MCP servers.",
-            }))
+            answer::<Initialize>(initialize(params))
         }
-        "ping" => Ok(json!({})),
-        "resources/list" => {
-            let after = page_cursor(params)?;
-            let (resources, more) = context
+        Ping::NAME => {
+            params::<Ping>(raw)?;
+            answer::<Ping>(wire::Empty {})
+        }
+        ListResources::NAME => {
+            let after = params::<ListResources>(raw)?
+                .after()
+                .map_err(invalid_params)?;
+            let (rows, more) = context
                 .store
                 .list_resources(after, PAGE_SIZE)
                 .await
                 .map_err(internal)?;
-            Ok(keyset_page(resources, more, "resources", "uri"))
+            answer::<ListResources>(resources_page(rows, more).map_err(internal)?)
         }
-        "resources/templates/list" => {
-            let after = page_cursor(params)?;
-            let (templates, more) = context
+        ListTemplates::NAME => {
+            let after = params::<ListTemplates>(raw)?
+                .after()
+                .map_err(invalid_params)?;
+            let (rows, more) = context
                 .store
                 .list_templates(after, PAGE_SIZE)
                 .await
                 .map_err(internal)?;
-            Ok(keyset_page(
-                templates,
-                more,
-                "resourceTemplates",
-                "uriTemplate",
-            ))
+            answer::<ListTemplates>(templates_page(rows, more).map_err(internal)?)
         }
-        "resources/read" => read_resource(required_string(params, "uri")?, context).await,
-        "catalog/resource" => {
-            let uri = required_string(params, "uri")?;
-            context
-                .store
-                .resource_details(uri)
-                .await
-                .map_err(internal)?
-                .ok_or_else(|| not_listed(uri))
+        ReadResource::NAME => {
+            let uri = params::<ReadResource>(raw)?.uri;
+            answer::<ReadResource>(read_resource(&uri, context).await?)
         }
-        "catalog/status" => status(context).await,
-        "catalog/search" => search(params, context).await,
-        "catalog/changes" => {
-            let since = optional_seq(params)?;
-            let limit = optional_limit(params, "limit", DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT)?;
+        CatalogResource::NAME => {
+            let uri = params::<CatalogResource>(raw)?.uri;
+            let listings = context.store.listings(&uri).await.map_err(internal)?;
+            let details = resource_details(listings).map_err(internal)?;
+            answer::<CatalogResource>(details.ok_or_else(|| not_listed(&uri))?)
+        }
+        CatalogStatus::NAME => {
+            params::<CatalogStatus>(raw)?;
+            let mut status = answer::<CatalogStatus>(status(context).await?)?;
+            redact::scrub_json(&mut status);
+            // Server-supplied texts are bounded where they are stored; this bounds the rest
+            // (a session's live hints), so the answer stays small whatever a server sent.
+            redact::bound_json_strings(&mut status);
+            Ok(status)
+        }
+        CatalogSearch::NAME => {
+            let request = params::<CatalogSearch>(raw)?
+                .into_request()
+                .map_err(invalid_params)?;
+            let (hits, next) = gated_search(request, context).await?;
+            answer::<CatalogSearch>(search_result(hits, next))
+        }
+        CatalogChanges::NAME => {
+            let (since, limit) = params::<CatalogChanges>(raw)?
+                .checked()
+                .map_err(invalid_params)?;
             let page = context
                 .store
                 .changes_since(since, limit)
                 .await
                 .map_err(internal)?;
-            serde_json::to_value(page).map_err(internal)
+            answer::<CatalogChanges>(changes_result(page))
         }
-        "catalog/watch" => {
-            let latest = context.store.latest_change_seq().await.map_err(internal)?;
-            state.watching = Some(optional_seq(params)?.unwrap_or(latest));
-            Ok(json!({ "latestSeq": latest }))
+        CatalogWatch::NAME => {
+            let since = params::<CatalogWatch>(raw)?
+                .checked_since()
+                .map_err(invalid_params)?;
+            let latest_seq = context.store.latest_change_seq().await.map_err(internal)?;
+            state.watching = Some(since.unwrap_or(latest_seq));
+            answer::<CatalogWatch>(wire::WatchResult { latest_seq })
         }
-        "catalog/refresh" => {
-            let server = optional_string(params, "server")?;
-            let wait = optional_bool(params, "wait")?;
-            let outcomes = context
-                .supervisor
-                .refresh(server, wait)
-                .await
-                .ok_or_else(|| {
-                    let name = server.unwrap_or("");
-                    invalid_params(format!("no server named {name}"))
-                        .with_data(json!({"notFound": "server", "server": name}))
-                })?;
-            let mut servers = serde_json::Map::new();
-            for (name, outcome) in outcomes {
-                let entry = match outcome {
-                    RefreshOutcome::Queued => json!({"queued": true}),
-                    RefreshOutcome::Walked(Ok(summary)) => {
-                        json!({"ok": true, "swap": summary.swap, "pages": summary.report.pages, "durationMs": summary.report.duration_ms})
-                    }
-                    RefreshOutcome::Walked(Err(error)) => json!({"ok": false, "error": error}),
-                };
-                servers.insert(name, entry);
-            }
-            Ok(json!({ "servers": servers }))
+        CatalogRefresh::NAME => {
+            let params = params::<CatalogRefresh>(raw)?;
+            answer::<CatalogRefresh>(refresh(params, context).await?)
         }
-        _ => Err(Failure::new(
+        wire::CatalogTools::NAME => {
+            let params = params::<wire::CatalogTools>(raw)?;
+            let (tools, next_cursor) =
+                api_kinds::entries_page(&context.store, wire::Kind::Tool, params).await?;
+            answer::<wire::CatalogTools>(wire::ListToolsResult { tools, next_cursor })
+        }
+        wire::CatalogPrompts::NAME => {
+            let params = params::<wire::CatalogPrompts>(raw)?;
+            let (prompts, next_cursor) =
+                api_kinds::entries_page(&context.store, wire::Kind::Prompt, params).await?;
+            answer::<wire::CatalogPrompts>(wire::ListPromptsResult {
+                prompts,
+                next_cursor,
+            })
+        }
+        wire::CatalogTool::NAME => {
+            let params = params::<wire::CatalogTool>(raw)?;
+            answer::<wire::CatalogTool>(
+                api_kinds::entry_details(&context.store, wire::Kind::Tool, params).await?,
+            )
+        }
+        wire::CatalogPrompt::NAME => {
+            let params = params::<wire::CatalogPrompt>(raw)?;
+            answer::<wire::CatalogPrompt>(
+                api_kinds::entry_details(&context.store, wire::Kind::Prompt, params).await?,
+            )
+        }
+        wire::CatalogAccept::NAME => {
+            let params = params::<wire::CatalogAccept>(raw)?;
+            answer::<wire::CatalogAccept>(api_kinds::accept(&context.store, params).await?)
+        }
+        wire::CatalogDrift::NAME => {
+            let params = params::<wire::CatalogDrift>(raw)?;
+            answer::<wire::CatalogDrift>(api_kinds::drift(&context.store, params).await?)
+        }
+        wire::ListTools::NAME => {
+            params::<wire::ListTools>(raw)?;
+            answer::<wire::ListTools>(wire::ListMirrorToolsResult {
+                tools: wire::mirror_tools(),
+            })
+        }
+        wire::CallTool::NAME => {
+            let params = params::<wire::CallTool>(raw)?;
+            answer::<wire::CallTool>(api_kinds::call_tool(context, params).await?)
+        }
+        CatalogList::NAME => {
+            let params = params::<CatalogList>(raw)?;
+            answer::<CatalogList>(server_list(params, context).await?)
+        }
+        _ => Err(ErrorObject::new(
             METHOD_NOT_FOUND,
             format!("method not found: {method}"),
         )),
     }
 }
 
-fn optional_seq(params: &Value) -> Result<Option<i64>, Failure> {
-    match params.get("since") {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_i64()
-            .filter(|since| *since >= 0)
-            .map(Some)
-            .ok_or_else(|| invalid_params("`since` must be a sequence number (0 or more)")),
+/// Runs a search once the gate admits it, cancelled at the permit's deadline.
+async fn gated_search(
+    mut request: store::SearchRequest,
+    context: &ApiContext,
+) -> Result<(Vec<store::SearchHit>, Option<usize>), ErrorObject> {
+    let permit = context
+        .search_gate
+        .acquire()
+        .await
+        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+    request.deadline = Some(permit.deadline);
+    context
+        .store
+        .search(request)
+        .await
+        .map_err(|error| match error {
+            StoreError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
+            StoreError::SearchTimedOut => {
+                permit.timed_out();
+                let limit = context.search_gate.limits().timeout;
+                ErrorObject::new(
+                    SEARCH_TIMED_OUT,
+                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+                )
+            }
+            other => internal(other),
+        })
+}
+
+fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
+    let version = params
+        .protocol_version
+        .filter(|version| wire::PROTOCOL_VERSIONS.contains(&version.as_str()))
+        .unwrap_or_else(|| wire::PROTOCOL_VERSION.to_string());
+    wire::InitializeResult {
+        protocol_version: version,
+        capabilities: wire::ServerCapabilities::of_the_mirror(),
+        server_info: wire::Implementation {
+            name: wire::SERVER_NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        instructions: wire::INSTRUCTIONS.into(),
     }
 }
 
-fn not_listed(uri: &str) -> Failure {
-    Failure::new(
+async fn refresh(
+    params: wire::RefreshParams,
+    context: &ApiContext,
+) -> Result<wire::RefreshResult, ErrorObject> {
+    let server = params.server.as_deref();
+    let outcomes = context
+        .supervisor
+        .refresh(server, params.wait.unwrap_or(false))
+        .await
+        .ok_or_else(|| {
+            let name = server.unwrap_or("");
+            ErrorObject::new(INVALID_PARAMS, format!("no server named {name}")).with_data(
+                ErrorData {
+                    not_found: Some("server".into()),
+                    server: Some(name.into()),
+                    ..ErrorData::default()
+                },
+            )
+        })?;
+    let servers = outcomes
+        .into_iter()
+        .map(|(name, outcome)| {
+            let outcome = match outcome {
+                RefreshOutcome::Queued => wire::RefreshOutcome::queued(),
+                RefreshOutcome::Walked(Ok(summary)) => wire::RefreshOutcome::settled(
+                    refresh_state(summary.state),
+                    swap_summary(summary.swap),
+                    summary.report.pages,
+                    summary.report.duration_ms,
+                ),
+                // A server's words, bounded (secrets go at the answer's choke point).
+                RefreshOutcome::Walked(Err(error)) => {
+                    wire::RefreshOutcome::failed(redact::truncate_server_text(&error).into_owned())
+                }
+            };
+            (name, outcome)
+        })
+        .collect();
+    Ok(wire::RefreshResult { servers })
+}
+
+pub(crate) fn not_listed(uri: &str) -> ErrorObject {
+    ErrorObject::new(
         RESOURCE_NOT_FOUND,
         format!("resource not found: no mirrored server lists {uri}"),
     )
-    .with_data(json!({ "uri": uri }))
+    .with_data(ErrorData {
+        uri: Some(uri.into()),
+        ..ErrorData::default()
+    })
 }
 
 /// Reads through the server that wins `uri` in the merged catalog; when that server cannot
 /// be reached and its content cache has the URI, serves the cached contents instead.
-async fn read_resource(uri: &str, context: &ApiContext) -> Result<Value, Failure> {
-    let target = context
-        .store
-        .read_target(uri)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| not_listed(uri))?;
+async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceResult, ErrorObject> {
+    let target = read_target_or_template(uri, context).await?;
     let server = target.server.as_str();
     match context.supervisor.read(server, uri).await {
-        Ok(mut result) => {
+        Ok(answer) => {
+            let mut result: ReadResourceResult =
+                serde_json::from_value(answer).map_err(|error| {
+                    internal(format!(
+                        "server {server} answered resources/read with an invalid result: {error}"
+                    ))
+                })?;
             if let Some(limit) = target.read_cache_bytes {
-                context.store.cache_contents(server, uri, &result, limit);
+                let text = serde_json::to_string(&result).map_err(internal)?;
+                context.store.cache_contents(server, uri, text, limit);
             }
-            set_meta(&mut result, ORIGIN_META_KEY, json!(server));
+            result.meta.origin = Some(server.to_string());
             Ok(result)
         }
         Err(error) => {
@@ -580,10 +733,17 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<Value, Failure
                     .cached_contents(server, uri)
                     .await
                     .map_err(internal)?;
-                if let Some((mut result, stored_at)) = cached {
-                    set_meta(&mut result, ORIGIN_META_KEY, json!(server));
-                    let note = json!({"storedAtMs": stored_at, "reason": error.to_string()});
-                    set_meta(&mut result, CACHE_META_KEY, note);
+                // An entry that no longer parses is as good as none.
+                let cached = cached.and_then(|(text, stored_at_ms)| {
+                    let result = serde_json::from_str::<ReadResourceResult>(&text).ok()?;
+                    Some((result, stored_at_ms))
+                });
+                if let Some((mut result, stored_at_ms)) = cached {
+                    result.meta.origin = Some(server.to_string());
+                    result.meta.cache = Some(CacheNote {
+                        stored_at_ms,
+                        reason: redact::scrub_server_text(&error.to_string()),
+                    });
                     return Ok(result);
                 }
             }
@@ -592,63 +752,21 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<Value, Failure
                 ReadError::Server { code, .. } => code,
                 ReadError::Offline { .. } | ReadError::Failed { .. } => INTERNAL_ERROR,
             };
-            Err(Failure::new(code, error.to_string())
-                .with_data(json!({"server": server, "uri": uri, "offline": unreachable})))
+            Err(
+                ErrorObject::new(code, redact::scrub_server_text(&error.to_string())).with_data(
+                    ErrorData {
+                        server: Some(server.into()),
+                        uri: Some(uri.into()),
+                        offline: Some(unreachable),
+                        ..ErrorData::default()
+                    },
+                ),
+            )
         }
     }
 }
 
-/// Sets `_meta[key]` on a result object, creating `_meta` when needed.
-fn set_meta(result: &mut Value, key: &str, value: Value) {
-    let Value::Object(object) = result else {
-        return;
-    };
-    let meta = object
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(serde_json::Map::new()));
-    if let Value::Object(meta) = meta {
-        meta.insert(key.to_string(), value);
-    }
-}
-
-async fn search(params: &Value, context: &ApiContext) -> Result<Value, Failure> {
-    let query = required_string(params, "query")?;
-    let mut request = SearchRequest::new(
-        query,
-        optional_limit(params, "limit", DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?,
-    );
-    request.server = optional_string(params, "server")?.map(str::to_string);
-    request.mime_type = optional_string(params, "mimeType")?.map(str::to_string);
-    request.raw = optional_bool(params, "raw")?;
-    if let Some(cursor) = optional_string(params, "cursor")? {
-        request.offset = decode_search_cursor(cursor)
-            .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
-            .ok_or_else(|| invalid_params("invalid cursor"))?;
-    }
-    request.highlight = match params.get("highlight") {
-        None | Some(Value::Null) => (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into()),
-        Some(Value::Array(markers)) => match markers.as_slice() {
-            [Value::String(open), Value::String(close)] => (open.clone(), close.clone()),
-            _ => return Err(invalid_params("`highlight` must be two strings")),
-        },
-        Some(_) => return Err(invalid_params("`highlight` must be two strings")),
-    };
-    let (results, next) = context
-        .store
-        .search(request)
-        .await
-        .map_err(|error| match error {
-            StoreError::InvalidQuery(_) => invalid_params(error.to_string()),
-            other => internal(other),
-        })?;
-    let mut answer = json!({ "results": results });
-    if let Some(next) = next {
-        answer["nextCursor"] = Value::String(encode_search_cursor(next));
-    }
-    Ok(answer)
-}
-
-async fn status(context: &ApiContext) -> Result<Value, Failure> {
+pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
     let servers = context.store.status().await.map_err(internal)?;
     let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())
@@ -662,32 +780,294 @@ async fn status(context: &ApiContext) -> Result<Value, Failure> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .clone();
-    let mut status = json!({
-        "daemon": {
-            "version": env!("CARGO_PKG_VERSION"),
-            "pid": std::process::id(),
-            "uptimeMs": context.started.elapsed().as_millis() as u64,
-            "database": context.store.path(),
-            "databaseBytes": database_bytes,
-            "socket": context.socket_path,
-            "config": context.config_path,
-            "clients": context.clients.load(Ordering::Relaxed),
-            "resources": resources,
-            "changeSeq": change_seq,
-            "readCacheBytes": read_cache_bytes,
-            "configLoadedAt": config_load.loaded_at_ms,
-            "configError": config_load.error,
-            "configErrorAt": config_load.error_at_ms,
-        },
-        "servers": servers
-            .iter()
-            .map(|server| {
-                let mut entry = serde_json::to_value(server).unwrap_or(Value::Null);
-                entry["live"] = serde_json::to_value(live.remove(&server.name)).unwrap_or(Value::Null);
-                entry
+    let daemon = wire::DaemonStatus {
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        uptime_ms: context.started.elapsed().as_millis() as u64,
+        database: context.store.path().to_path_buf(),
+        database_bytes,
+        socket: context.socket_path.clone(),
+        config: context.config_path.clone(),
+        clients: context.clients.load(Ordering::Relaxed),
+        resources,
+        merged_resources: Some(
+            context
+                .store
+                .merged_resource_count()
+                .await
+                .map_err(internal)?,
+        ),
+        change_seq,
+        read_cache_bytes,
+        config_loaded_at: config_load.loaded_at_ms,
+        config_error: config_load.error,
+        config_error_at: config_load.error_at_ms,
+        socket_limits: socket_activity(context),
+    };
+    let mut servers: Vec<wire::ServerStatus> = servers
+        .into_iter()
+        .map(|server| {
+            let session = live.remove(&server.name);
+            server_status(server, session)
+        })
+        .collect();
+    crate::api_kinds::add_kind_status(&context.store, &mut servers).await?;
+    Ok(wire::StatusResult { daemon, servers })
+}
+
+fn socket_activity(context: &ApiContext) -> wire::SocketActivity {
+    let searches = context.search_gate.activity();
+    wire::SocketActivity {
+        max_clients: context.max_clients,
+        clients_refused: context.refused_clients.load(Ordering::Relaxed),
+        max_concurrent_searches: searches.max_concurrent,
+        search_timeout_ms: context.search_gate.limits().timeout.as_millis() as u64,
+        searches_running: searches.running,
+        searches_waiting: searches.waiting,
+        searches_peak: searches.peak_running,
+        searches_refused: searches.refused_busy,
+        searches_timed_out: searches.timed_out,
+    }
+}
+
+// Shaping the store's rows into the protocol's results: the daemon and the CLI reading the
+// database while no daemon runs answer through these alike.
+
+/// A page of the merged catalog, with a cursor after its last URI when more follow.
+pub fn resources_page(
+    rows: Vec<CatalogRow>,
+    more: bool,
+) -> Result<wire::ListResourcesResult, serde_json::Error> {
+    let next_cursor = next_cursor(&rows, more);
+    let resources = rows
+        .iter()
+        .map(|row| wire::Resource::from_stored(&row.raw, Some(&row.server)))
+        .collect::<Result<_, _>>()?;
+    Ok(wire::ListResourcesResult {
+        resources,
+        next_cursor,
+    })
+}
+
+pub fn templates_page(
+    rows: Vec<CatalogRow>,
+    more: bool,
+) -> Result<wire::ListTemplatesResult, serde_json::Error> {
+    let next_cursor = next_cursor(&rows, more);
+    let resource_templates = rows
+        .iter()
+        .map(|row| wire::ResourceTemplate::from_stored(&row.raw, Some(&row.server)))
+        .collect::<Result<_, _>>()?;
+    Ok(wire::ListTemplatesResult {
+        resource_templates,
+        next_cursor,
+    })
+}
+
+fn next_cursor(rows: &[CatalogRow], more: bool) -> Option<String> {
+    match more {
+        true => rows.last().map(|row| encode_cursor(&row.key)),
+        false => None,
+    }
+}
+
+/// The winner (first listing) with its origin, and every listing; `None` when there is none.
+pub fn resource_details(
+    listings: Vec<ListingRow>,
+) -> Result<Option<wire::ResourceDetails>, serde_json::Error> {
+    let Some(winner) = listings.first() else {
+        return Ok(None);
+    };
+    let resource = wire::Resource::from_stored(&winner.raw, Some(&winner.server))?;
+    let (server, stale, snapshot_at_ms) =
+        (winner.server.clone(), winner.stale, winner.snapshot_at_ms);
+    let listed_by = listings
+        .into_iter()
+        .map(|listing| {
+            Ok(wire::Listing {
+                resource: wire::Resource::from_stored(&listing.raw, None)?,
+                server: listing.server,
+                priority: listing.priority,
             })
-            .collect::<Vec<_>>(),
-    });
-    crate::redact::scrub_json(&mut status);
-    Ok(status)
+        })
+        .collect::<Result<_, serde_json::Error>>()?;
+    Ok(Some(wire::ResourceDetails {
+        server,
+        resource,
+        stale,
+        snapshot_at_ms,
+        listed_by,
+    }))
+}
+
+pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::SearchResult {
+    wire::SearchResult {
+        results: hits
+            .into_iter()
+            .map(|hit| wire::SearchHit {
+                server: hit.server,
+                uri: hit.uri,
+                name: hit.name,
+                title: hit.title,
+                mime_type: hit.mime_type,
+                description: hit.description,
+                score: hit.score,
+                snippet: hit.snippet,
+            })
+            .collect(),
+        next_cursor: next.map(encode_search_cursor),
+    }
+}
+
+fn changes_result(page: store::ChangePage) -> wire::ChangesResult {
+    wire::ChangesResult {
+        changes: page
+            .changes
+            .into_iter()
+            .map(|change| wire::Change {
+                seq: change.seq,
+                at_ms: change.at_ms,
+                server: change.server,
+                kind: change.kind,
+                uri: change.uri,
+                count: change.count,
+                entry_kind: change.entry_kind,
+                name: change.name,
+                fields: change.fields,
+            })
+            .collect(),
+        latest_seq: page.latest_seq,
+        truncated: page.truncated,
+        more: page.more,
+    }
+}
+
+fn refresh_state(state: crate::session::SettledState) -> wire::RefreshState {
+    match state {
+        crate::session::SettledState::Synced => wire::RefreshState::Synced,
+        crate::session::SettledState::NoResources => wire::RefreshState::NoResources,
+    }
+}
+
+/// The server a read of `uri` goes to: the one that wins the URI in the merged catalog, else
+/// (a URI no server lists) the one whose mirrored template matches it, by the same priority.
+async fn read_target_or_template(
+    uri: &str,
+    context: &ApiContext,
+) -> Result<store::ReadTarget, ErrorObject> {
+    if let Some(target) = context.store.read_target(uri).await.map_err(internal)? {
+        return Ok(target);
+    }
+    let template = context
+        .store
+        .template_target(uri)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| not_listed(uri))?;
+    Ok(store::ReadTarget {
+        server: template.server,
+        read_cache_bytes: template.read_cache_bytes,
+    })
+}
+
+/// The "no server named" error, as `catalog/refresh` and `catalog/list` answer it.
+fn no_such_server(name: &str) -> ErrorObject {
+    ErrorObject::new(INVALID_PARAMS, format!("no server named {name}")).with_data(ErrorData {
+        not_found: Some("server".into()),
+        server: Some(name.into()),
+        ..ErrorData::default()
+    })
+}
+
+async fn server_list(
+    params: wire::ServerListParams,
+    context: &ApiContext,
+) -> Result<wire::ServerListResult, ErrorObject> {
+    let (after, limit) = params.checked().map_err(invalid_params)?;
+    if !context
+        .store
+        .server_exists(&params.server)
+        .await
+        .map_err(internal)?
+    {
+        return Err(no_such_server(&params.server));
+    }
+    let (rows, more) = context
+        .store
+        .server_snapshot(&params.server, after, limit)
+        .await
+        .map_err(internal)?;
+    server_list_result(params.server, rows, more).map_err(internal)
+}
+
+/// A page of one server's own snapshot, with a cursor after its last URI when more follow.
+pub fn server_list_result(
+    server: String,
+    rows: Vec<store::SnapshotRow>,
+    more: bool,
+) -> Result<wire::ServerListResult, serde_json::Error> {
+    let next_cursor = match more {
+        true => rows.last().map(|row| encode_cursor(&row.uri)),
+        false => None,
+    };
+    let resources = rows
+        .into_iter()
+        .map(|row| {
+            Ok(wire::ServerListEntry {
+                resource: wire::Resource::from_stored(&row.raw, Some(&server))?,
+                won_by: row.won_by,
+            })
+        })
+        .collect::<Result<_, serde_json::Error>>()?;
+    Ok(wire::ServerListResult {
+        server,
+        resources,
+        next_cursor,
+    })
+}
+
+fn swap_summary(swap: store::SwapOutcome) -> wire::SwapSummary {
+    wire::SwapSummary {
+        added: swap.added,
+        removed: swap.removed,
+        changed: swap.changed,
+        resources: swap.resources,
+        templates: swap.templates,
+    }
+}
+
+fn server_status(
+    server: store::ServerStatus,
+    live: Option<wire::LiveStatus>,
+) -> wire::ServerStatus {
+    wire::ServerStatus {
+        name: server.name,
+        priority: server.priority,
+        transport: server.transport,
+        state: server.state,
+        protocol_version: server.protocol_version,
+        server_info: server.server_info,
+        resources: server.resources,
+        templates: server.templates,
+        stale: server.stale,
+        snapshot_at_ms: server.snapshot_at_ms,
+        connected_at_ms: server.connected_at_ms,
+        retry_at_ms: server.retry_at_ms,
+        last_walk: server.last_walk.map(|walk| wire::LastWalk {
+            at_ms: walk.at_ms,
+            duration_ms: walk.duration_ms,
+            pages: walk.pages,
+            added: walk.added,
+            removed: walk.removed,
+            changed: walk.changed,
+            duplicates: walk.duplicates,
+            skipped: walk.skipped,
+        }),
+        walks_ok: server.walks_ok,
+        walks_failed: server.walks_failed,
+        last_error: server.last_error,
+        last_error_at_ms: server.last_error_at_ms,
+        live,
+        kinds: Default::default(),
+    }
 }

@@ -1,11 +1,10 @@
-//! `run` and `run_with`: wire config, store, supervisor and socket together, reload on request, stop in order.
+//! `run_with`: wire config, store, supervisor and socket together, reload on request, stop in order.
 
-use std::future::Future;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,9 +13,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::api::{self, ApiContext, ConfigLoad};
+use crate::api::{self, ApiContext, ConfigLoad, IntervalLog};
 use crate::config::{self, Config};
+use crate::http_face::{self, Face, HttpFace};
+use crate::protocol::ServerState;
 use crate::redact;
+use crate::search_gate::SearchGate;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};
@@ -28,6 +30,48 @@ const API_STOP_BOUND: Duration = Duration::from_secs(2);
 /// How long a self-probe of the socket may take before we call the daemon stuck.
 const PROBE_BOUND: Duration = Duration::from_secs(5);
 
+/// Descriptors kept for everything but socket clients: the database's writer and readers
+/// (`store::MAX_READERS`, two each), stdio children's pipes, HTTP connections, the log.
+const DESCRIPTOR_RESERVE: u64 = 512;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, and returns how many socket clients fit
+/// beside `DESCRIPTOR_RESERVE`: `configured`, or fewer (said once in the log) when the limit
+/// is too low for it.
+fn client_budget(configured: usize) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+    let soft = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return configured;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit.rlim_cur = limit.rlim_max;
+            }
+        }
+        limit.rlim_cur
+    };
+    let room = soft.saturating_sub(DESCRIPTOR_RESERVE).max(1);
+    if (configured as u64) > room {
+        tracing::warn!(
+            max_clients = configured,
+            descriptor_limit = soft,
+            reserve = DESCRIPTOR_RESERVE,
+            serving = room,
+            "the descriptor limit (RLIMIT_NOFILE) leaves room for fewer clients than max_clients; raise LimitNOFILE or lower max_clients"
+        );
+        return room as usize;
+    }
+    configured
+}
+
 /// What the process asks of a running daemon (signals, in the binary).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ControlEvent {
@@ -35,19 +79,6 @@ pub enum ControlEvent {
     Reload,
     /// Stop in order (SIGTERM, SIGINT).
     Shutdown,
-}
-
-/// Runs the daemon until `shutdown` completes, outside systemd and without reloads.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let (controls, control_receiver) = mpsc::channel(1);
-    let daemon = run_with(config, control_receiver, ServiceEnvironment::default());
-    tokio::pin!(daemon);
-    tokio::select! {
-        outcome = &mut daemon => return outcome,
-        () = shutdown => {}
-    }
-    let _ = controls.send(ControlEvent::Shutdown).await;
-    daemon.await
 }
 
 /// Runs the daemon until a `Shutdown` event arrives (or every sender is gone), reloading the
@@ -70,8 +101,15 @@ pub async fn run_with(
         .await
         .context("while recording the configured servers")?;
     let (listener, socket) = SocketFile::open(&config.daemon.socket, service.listener)?;
+    if let Some(path) = &socket.path {
+        // Without the record, clients that find this socket dead refuse to guess a database.
+        if let Err(error) = api::record_socket_database(path, &config.daemon.database) {
+            tracing::warn!(%error, socket = %path.display(), "cannot record the database beside the socket");
+        }
+    }
     let (stop, stopping) = watch::channel(false);
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
+    let max_clients = client_budget(config.daemon.socket_limits.max_clients);
     let context = Arc::new(ApiContext {
         store: store.clone(),
         supervisor: supervisor.clone(),
@@ -86,8 +124,13 @@ pub async fn run_with(
             loaded_at_ms: now_ms(),
             ..ConfigLoad::default()
         }),
+        search_gate: SearchGate::new(config.daemon.socket_limits.search),
+        max_clients,
+        refused_clients: AtomicU64::new(0),
+        refusal_log: std::sync::Mutex::new(IntervalLog::default()),
     });
     let api_task = tokio::spawn(api::serve(listener, context.clone(), stopping.clone()));
+    let http = start_http_face(&config, &context, &stopping).await?;
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
     if let Some(path) = &socket.path {
@@ -121,6 +164,9 @@ pub async fn run_with(
             notifier.reloading();
         }
         current = reload(current, &supervisor, &context).await;
+        if let Some((face, _)) = &http {
+            face.apply(&current);
+        }
         if let Some(notifier) = &notifier {
             notifier.ready(&current_summary(&store).await);
         }
@@ -141,6 +187,11 @@ pub async fn run_with(
     {
         tracing::warn!("the socket's accept loop did not stop within {API_STOP_BOUND:?}");
     }
+    if let Some((_, task)) = http {
+        if tokio::time::timeout(API_STOP_BOUND, task).await.is_err() {
+            tracing::warn!("the HTTP face did not stop within {API_STOP_BOUND:?}");
+        }
+    }
     if let Some(task) = health_task {
         task.abort();
     }
@@ -149,6 +200,47 @@ pub async fn run_with(
     socket.remove_file_if_ours();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the HTTP face when `[http] listen` or `metrics_listen` is set; a bind failure stops
+/// the start.
+async fn start_http_face(
+    config: &Config,
+    context: &Arc<ApiContext>,
+    stopping: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
+    let listeners = [
+        (config.http.listen, Face::Mcp),
+        (config.http.metrics_listen, Face::MetricsOnly),
+    ];
+    if listeners.iter().all(|(address, _)| address.is_none()) {
+        return Ok(None);
+    }
+    let face = Arc::new(HttpFace::new(context.clone(), config, stopping.clone()));
+    let mut tasks = Vec::new();
+    for (address, serving) in listeners {
+        let Some(address) = address else {
+            continue;
+        };
+        let listener = http_face::bind(address).await?;
+        tracing::info!(
+            address = %listener.local_addr().unwrap_or(address),
+            tokens = config.http.tokens.len(),
+            ?serving,
+            "the HTTP face is serving"
+        );
+        tasks.push(tokio::spawn(http_face::serve(
+            face.clone(),
+            listener,
+            serving,
+        )));
+    }
+    let task = tokio::spawn(async move {
+        for task in tasks {
+            let _ = task.await;
+        }
+    });
+    Ok(Some((face, task)))
 }
 
 fn removed_policy(config: &Config) -> RemovedServers {
@@ -193,6 +285,12 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) 
             );
         }
     }
+    if current.http != next.http {
+        tracing::warn!(
+            "the [http] table changes only at the next start (share = true applies now)"
+        );
+    }
+    next.http = current.http.clone();
     if current.daemon.log_level != next.daemon.log_level {
         tracing::warn!("daemon.log_level changes only at the next start");
     }
@@ -371,16 +469,16 @@ async fn current_summary(store: &Store) -> String {
 }
 
 /// "12 servers, 11 in sync, 48,213 resources": what `systemctl status` shows.
-pub fn summarize(servers: &[ServerStatus]) -> String {
+pub(crate) fn summarize(servers: &[ServerStatus]) -> String {
     let offline = servers
         .iter()
-        .filter(|server| server.state == "offline")
+        .filter(|server| server.state == ServerState::Offline)
         .count();
     let configured = servers.len() - offline;
     let in_sync = servers
         .iter()
         .filter(|server| {
-            server.state != "offline" && !server.stale && server.snapshot_at_ms.is_some()
+            server.state != ServerState::Offline && !server.stale && server.snapshot_at_ms.is_some()
         })
         .count();
     let resources: u64 = servers.iter().map(|server| server.resources).sum();

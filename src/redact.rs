@@ -1,8 +1,10 @@
-//! Keeps configured secrets out of every text we emit: log lines, status answers, stored errors.
+//! Keeps configured secrets out of every text we emit (log lines, status answers, stored
+//! errors), and bounds the server-supplied strings we keep.
 //!
-//! Secrets are `Secret` values and sensitive header values everywhere they travel, so this is
-//! the second line of defence: a server that echoes our token in an error body, or a library
-//! that formats a request, still cannot put the token in a log line or in `catalog/status`.
+//! Secrets are `SecretString`s, sensitive header values and `env` values redacted in `Debug`
+//! everywhere they travel, so this is the second line of defence: a server that echoes our
+//! token or its API key in an error, or a library that formats a request, still cannot put
+//! it in a log line, in `catalog/status` or in the database.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -11,11 +13,15 @@ use std::sync::RwLock;
 use serde_json::Value;
 
 /// What a secret becomes when scrubbed.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Shorter values cannot be scrubbed by substring without mangling ordinary text (a header
 /// value "1" would redact every digit), and are not credentials anyway.
-pub const MIN_SCRUBBED_LENGTH: usize = 8;
+pub(crate) const MIN_SCRUBBED_LENGTH: usize = 8;
+
+/// The most of one server-supplied string (an error text, a `serverInfo` field, a stderr
+/// line) that we store, log or echo; the rest is cut and counted.
+pub(crate) const MAX_SERVER_TEXT_BYTES: usize = 8 << 10;
 
 /// Every secret any configuration of this process has held; reloads only add to it, so a
 /// message about the old token that is still in flight stays scrubbed.
@@ -49,8 +55,60 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
     scrubbed
 }
 
+/// `text` cut to at most `MAX_SERVER_TEXT_BYTES` (at a character boundary), with
+/// "… (N bytes more)" appended when anything was cut.
+pub(crate) fn truncate_server_text(text: &str) -> Cow<'_, str> {
+    if text.len() <= MAX_SERVER_TEXT_BYTES {
+        return Cow::Borrowed(text);
+    }
+    let mut end = MAX_SERVER_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}… ({} bytes more)",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
+/// A server-supplied text as we keep it: scrubbed of known secrets, then bounded. Scrubbing
+/// comes first, so a cut can never leave the first half of a secret behind.
+pub(crate) fn scrub_server_text(text: &str) -> String {
+    truncate_server_text(&scrub(text)).into_owned()
+}
+
+/// The most of one server-supplied JSON value (`serverInfo`, `capabilities`) that we keep,
+/// serialized; a larger one is kept as its bounded text instead.
+pub(crate) const MAX_SERVER_JSON_BYTES: usize = 4 * MAX_SERVER_TEXT_BYTES;
+
+/// A server-supplied JSON value as we keep it: every string scrubbed and bounded, and the
+/// whole no larger than `MAX_SERVER_JSON_BYTES` (else replaced by its bounded text).
+pub(crate) fn scrub_server_json(value: &mut Value) {
+    scrub_json(value);
+    bound_json_strings(value);
+    let serialized = value.to_string();
+    if serialized.len() > MAX_SERVER_JSON_BYTES {
+        *value = Value::String(truncate_server_text(&serialized).into_owned());
+    }
+}
+
+/// Bounds every string inside a JSON value to `MAX_SERVER_TEXT_BYTES`.
+pub(crate) fn bound_json_strings(value: &mut Value) {
+    match value {
+        Value::String(text) => {
+            if let Cow::Owned(bounded) = truncate_server_text(text) {
+                *text = bounded;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_json_strings),
+        Value::Object(object) => object.values_mut().for_each(bound_json_strings),
+        _ => {}
+    }
+}
+
 /// Scrubs every string (keys too) inside a JSON value.
-pub fn scrub_json(value: &mut Value) {
+pub(crate) fn scrub_json(value: &mut Value) {
     match value {
         Value::String(text) => {
             if let Cow::Owned(scrubbed) = scrub(text) {
@@ -74,14 +132,38 @@ pub fn scrub_json(value: &mut Value) {
     }
 }
 
-/// Standard error with known secrets scrubbed from every write; the logger formats each event
-/// into one buffer and writes it at once, so a secret is never split across writes.
+/// The longest log line we write; server texts in it are bounded where they enter, so this
+/// only catches what slipped past (a server's cursor quoted in a walk error, say).
+pub(crate) const MAX_LOG_LINE_BYTES: usize = 64 << 10;
+
+/// Standard error with known secrets scrubbed from every write and every line bounded to
+/// `MAX_LOG_LINE_BYTES`; the logger formats each event into one buffer and writes it at once,
+/// so a secret is never split across writes.
 pub struct ScrubbedStderr;
+
+/// One formatted log event as it is written: scrubbed, then cut to `MAX_LOG_LINE_BYTES`
+/// (keeping its final newline).
+fn log_line(text: &str) -> Cow<'_, str> {
+    let scrubbed = scrub(text);
+    if scrubbed.len() <= MAX_LOG_LINE_BYTES {
+        return scrubbed;
+    }
+    let mut end = MAX_LOG_LINE_BYTES;
+    while !scrubbed.is_char_boundary(end) {
+        end -= 1;
+    }
+    let newline = if scrubbed.ends_with('\n') { "\n" } else { "" };
+    Cow::Owned(format!(
+        "{}… ({} bytes more){newline}",
+        &scrubbed[..end],
+        scrubbed.len() - end
+    ))
+}
 
 impl Write for ScrubbedStderr {
     fn write(&mut self, buffer: &[u8]) -> io::Result<usize> {
         let text = String::from_utf8_lossy(buffer);
-        io::stderr().write_all(scrub(&text).as_bytes())?;
+        io::stderr().write_all(log_line(&text).as_bytes())?;
         Ok(buffer.len())
     }
 
@@ -113,6 +195,74 @@ mod tests {
         assert_eq!(
             value,
             serde_json::json!({"a": ["x <redacted>"], "<redacted>": 1})
+        );
+    }
+
+    #[test]
+    fn server_text_is_bounded_at_a_character_boundary() {
+        assert_eq!(truncate_server_text("short"), "short");
+        let exact = "a".repeat(MAX_SERVER_TEXT_BYTES);
+        assert_eq!(truncate_server_text(&exact), exact.as_str());
+        // 'é' is two bytes: the limit falls inside one, so the cut moves before it.
+        let text = format!(
+            "{}é{}",
+            "a".repeat(MAX_SERVER_TEXT_BYTES - 1),
+            "b".repeat(100)
+        );
+        let bounded = truncate_server_text(&text);
+        assert_eq!(
+            bounded,
+            format!(
+                "{}… (102 bytes more)",
+                "a".repeat(MAX_SERVER_TEXT_BYTES - 1)
+            )
+        );
+    }
+
+    #[test]
+    fn log_lines_are_bounded_and_keep_their_newline() {
+        let line = format!("{}\n", "l".repeat(MAX_LOG_LINE_BYTES * 3));
+        let written = log_line(&line);
+        assert!(written.len() < MAX_LOG_LINE_BYTES + 40);
+        assert!(
+            written.ends_with(" bytes more)\n"),
+            "{}",
+            &written[written.len() - 30..]
+        );
+        assert_eq!(log_line("short\n"), "short\n");
+    }
+
+    #[test]
+    fn server_json_is_bounded_string_by_string_and_whole() {
+        let mut info = serde_json::json!({"name": "x".repeat(100_000), "version": "1"});
+        scrub_server_json(&mut info);
+        let name = info["name"].as_str().expect("a string still");
+        assert!(name.len() < MAX_SERVER_TEXT_BYTES + 40, "{}", name.len());
+        let many: serde_json::Map<String, Value> = (0..10_000)
+            .map(|index| (format!("key{index}"), Value::from(index)))
+            .collect();
+        let mut huge = Value::Object(many);
+        scrub_server_json(&mut huge);
+        assert!(huge
+            .as_str()
+            .is_some_and(|text| text.ends_with(" bytes more)")));
+    }
+
+    #[test]
+    fn server_text_is_scrubbed_before_it_is_cut() {
+        let secret = "tok-straddles-the-cut-5150";
+        remember_secrets([secret]);
+        let text = format!(
+            "{}{secret}{}",
+            "a".repeat(MAX_SERVER_TEXT_BYTES - 5),
+            "z".repeat(50)
+        );
+        let kept = scrub_server_text(&text);
+        assert!(!kept.contains(&secret[..5]), "{}", &kept[kept.len() - 40..]);
+        assert!(
+            kept.ends_with(" bytes more)"),
+            "{}",
+            &kept[kept.len() - 40..]
         );
     }
 }

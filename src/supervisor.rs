@@ -7,9 +7,8 @@ use serde_json::Value;
 use tokio::sync::{oneshot, Mutex};
 
 use crate::config::ServerConfig;
-use crate::session::{LiveStatus, ReadError, SessionClient, SessionHandle};
+use crate::session::{LiveStatus, ReadError, Refreshed, SessionClient, SessionHandle};
 use crate::store::{RemovedServers, ServerEntry, ServerSync, Store, StoreError};
-use crate::walk::WalkSummary;
 
 /// How long sessions get to close (stdio children stopped, HTTP sessions deleted) at shutdown.
 const STOP_BOUND: Duration = Duration::from_secs(10);
@@ -34,7 +33,7 @@ pub fn server_entry(server: &ServerConfig) -> ServerEntry {
     ServerEntry {
         name: server.name.clone(),
         priority: server.priority,
-        transport: server.transport.kind().to_string(),
+        transport: (&server.transport).into(),
         read_cache_bytes: server.read_cache_bytes,
     }
 }
@@ -42,7 +41,8 @@ pub fn server_entry(server: &ServerConfig) -> ServerEntry {
 /// What `refresh` found for one server.
 pub enum RefreshOutcome {
     Queued,
-    Walked(Result<WalkSummary, String>),
+    /// The walk settled (its swap committed, or there was nothing to walk), or it failed.
+    Walked(Result<Refreshed, String>),
 }
 
 impl Supervisor {
@@ -60,10 +60,6 @@ impl Supervisor {
             store: store.clone(),
             sessions: Mutex::new(sessions),
         }
-    }
-
-    pub fn store(&self) -> &Store {
-        &self.store
     }
 
     /// Asks one server (or all) to walk now; with `wait`, returns after each walk finished.

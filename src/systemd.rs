@@ -1,11 +1,17 @@
 //! The systemd service protocol, spoken directly: sd_notify datagrams, socket activation, the watchdog interval.
 //!
 //! The protocol is a handful of environment variables and one datagram format, so we implement
-//! it here rather than depend on a crate (see sd_notify(3), sd_listen_fds(3), sd_watchdog_enabled(3)).
+//! it here (see sd_notify(3), sd_listen_fds(3), sd_watchdog_enabled(3)) rather than use the
+//! `sd-notify` and `listenfd` crates, which do less of what a daemon with children needs:
+//! `sd-notify` reads `NOTIFY_SOCKET` at every call (so it must stay in the environment our
+//! stdio servers inherit), sends on a blocking socket, and takes an abstract `@name` address
+//! for a path; `listenfd` adopts descriptors when `LISTEN_PID` is missing and honours a
+//! `LISTEN_FDS_FIRST_FD` that systemd never sets. Like `listenfd`, we check that what we
+//! adopt is a listening Unix stream socket.
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -29,9 +35,9 @@ const SERVICE_VARIABLES: [&str; 6] = [
 /// wants to hear from us, and a listening socket when the daemon was socket-activated.
 #[derive(Debug, Default)]
 pub struct ServiceEnvironment {
-    pub notifier: Option<Notifier>,
-    pub watchdog_interval: Option<Duration>,
-    pub listener: Option<OwnedFd>,
+    pub(crate) notifier: Option<Notifier>,
+    pub(crate) watchdog_interval: Option<Duration>,
+    pub(crate) listener: Option<OwnedFd>,
 }
 
 impl ServiceEnvironment {
@@ -72,23 +78,14 @@ impl ServiceEnvironment {
             .and_then(|value| value.to_str()?.parse::<i32>().ok())
             .unwrap_or(0);
         let listener = (passed >= 1 && lookup("LISTEN_PID").is_some() && for_us("LISTEN_PID"))
-            .then(|| {
-                if passed > 1 {
-                    tracing::warn!(
-                        passed,
-                        "systemd passed several sockets; serving on the first only"
-                    );
-                }
-                // SAFETY: systemd guarantees fds 3..3+LISTEN_FDS are open and ours when
-                // LISTEN_PID is our pid; we take ownership of the first exactly once.
-                let descriptor = unsafe { OwnedFd::from_raw_fd(LISTEN_FDS_START) };
-                // Close it on exec so stdio servers we spawn do not hold our socket open.
-                // SAFETY: fcntl on a descriptor we own.
-                unsafe {
-                    libc::fcntl(descriptor.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC);
-                }
-                descriptor
-            });
+            .then(adopt_listener)
+            .flatten();
+        if passed > 1 && listener.is_some() {
+            tracing::warn!(
+                passed,
+                "systemd passed several sockets; serving on the first only"
+            );
+        }
         ServiceEnvironment {
             notifier,
             watchdog_interval,
@@ -97,16 +94,61 @@ impl ServiceEnvironment {
     }
 }
 
+/// Takes the first descriptor systemd passed, if it is a socket we can serve on.
+fn adopt_listener() -> Option<OwnedFd> {
+    // SAFETY: systemd guarantees fds 3..3+LISTEN_FDS are open when LISTEN_PID is our pid;
+    // borrowing one to look at it is sound while nothing closes it.
+    let passed = unsafe { BorrowedFd::borrow_raw(LISTEN_FDS_START) };
+    if !is_listening_unix_stream(passed) {
+        tracing::warn!(
+            "the descriptor systemd passed is not a listening Unix stream socket; binding our own"
+        );
+        return None;
+    }
+    // SAFETY: as above, and it is ours: we take ownership of it exactly once.
+    let descriptor = unsafe { OwnedFd::from_raw_fd(LISTEN_FDS_START) };
+    // Close it on exec so stdio servers we spawn do not hold our socket open.
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        libc::fcntl(descriptor.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+    Some(descriptor)
+}
+
+/// Whether `descriptor` is a Unix stream socket that is listening: a socket unit with
+/// `ListenDatagram=`, `Accept=yes` or a FIFO passes something else, which we must not adopt.
+fn is_listening_unix_stream(descriptor: BorrowedFd<'_>) -> bool {
+    let option = |name: libc::c_int| -> Option<libc::c_int> {
+        let mut value: libc::c_int = 0;
+        let mut length = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `length` bytes into `value`; a descriptor that is
+        // not a socket fails with ENOTSOCK.
+        let outcome = unsafe {
+            libc::getsockopt(
+                descriptor.as_raw_fd(),
+                libc::SOL_SOCKET,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut length,
+            )
+        };
+        (outcome == 0).then_some(value)
+    };
+    option(libc::SO_DOMAIN) == Some(libc::AF_UNIX)
+        && option(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+        && option(libc::SO_ACCEPTCONN) == Some(1)
+}
+
 /// Sends sd_notify state datagrams to the service manager.
 #[derive(Debug)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     socket: UnixDatagram,
     address: SocketAddr,
 }
 
 impl Notifier {
     /// `address` is a path, or `@name` for a socket in the abstract namespace.
-    pub fn connect(address: &std::ffi::OsStr) -> io::Result<Notifier> {
+    pub(crate) fn connect(address: &std::ffi::OsStr) -> io::Result<Notifier> {
         let bytes = address.as_bytes();
         let address = match bytes.first() {
             Some(b'@') => SocketAddr::from_abstract_name(&bytes[1..])?,
@@ -128,33 +170,33 @@ impl Notifier {
     }
 
     /// Sends one datagram of `KEY=value` lines; failures are logged, never fatal.
-    pub fn send(&self, state: &str) {
+    pub(crate) fn send(&self, state: &str) {
         if let Err(error) = self.socket.send_to_addr(state.as_bytes(), &self.address) {
             tracing::debug!(%error, state, "cannot notify the service manager");
         }
     }
 
-    pub fn ready(&self, status: &str) {
+    pub(crate) fn ready(&self, status: &str) {
         self.send(&format!("READY=1\nSTATUS={}", one_line(status)));
     }
 
-    pub fn status(&self, status: &str) {
+    pub(crate) fn status(&self, status: &str) {
         self.send(&format!("STATUS={}", one_line(status)));
     }
 
     /// Reloading starts; newer systemd wants the monotonic time with it to pair it with READY=1.
-    pub fn reloading(&self) {
+    pub(crate) fn reloading(&self) {
         self.send(&format!(
             "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC={}",
             monotonic_microseconds()
         ));
     }
 
-    pub fn stopping(&self) {
+    pub(crate) fn stopping(&self) {
         self.send("STOPPING=1\nSTATUS=shutting down");
     }
 
-    pub fn watchdog(&self) {
+    pub(crate) fn watchdog(&self) {
         self.send("WATCHDOG=1");
     }
 }
@@ -199,6 +241,8 @@ pub fn stderr_is_journal() -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
     use super::*;
 
     #[test]
@@ -214,6 +258,23 @@ mod tests {
         let mut buffer = [0u8; 256];
         let length = receiver.recv(&mut buffer).expect("datagram");
         assert_eq!(&buffer[..length], b"READY=1\nSTATUS=2 servers second line");
+    }
+
+    #[test]
+    fn adopts_only_a_listening_unix_stream_socket() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let listener =
+            std::os::unix::net::UnixListener::bind(directory.path().join("s")).expect("bind");
+        assert!(is_listening_unix_stream(listener.as_fd()));
+        let connected =
+            std::os::unix::net::UnixStream::connect(directory.path().join("s")).expect("connect");
+        assert!(!is_listening_unix_stream(connected.as_fd()));
+        let datagram = UnixDatagram::unbound().expect("datagram");
+        assert!(!is_listening_unix_stream(datagram.as_fd()));
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
+        assert!(!is_listening_unix_stream(tcp.as_fd()));
+        let file = std::fs::File::create(directory.path().join("f")).expect("file");
+        assert!(!is_listening_unix_stream(file.as_fd()));
     }
 
     #[test]

@@ -36,12 +36,23 @@ impl From<McpError> for WalkError {
 }
 
 /// The result of a complete walk.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WalkSummary {
     pub swap: SwapOutcome,
     pub report: WalkReport,
-    /// The server's caching hint from the first page (stateless era), for pacing polls.
+    /// The server's caching hints from the first page (stateless era), for pacing polls.
     pub ttl_ms: Option<u64>,
+    pub cache_scope: Option<String>,
+    /// The swaps of the other kinds walked with it (`walk_kinds.rs`).
+    pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
+}
+
+impl WalkSummary {
+    /// True when any kind's swap changed something.
+    pub fn changed_anything(&self) -> bool {
+        self.swap.added + self.swap.removed + self.swap.changed > 0
+            || self.entries.iter().any(|(_, swap)| swap.touched() > 0)
+    }
 }
 
 /// Walks `resources/list` and `resources/templates/list` to the end and swaps the result in.
@@ -58,7 +69,7 @@ pub async fn walk(
     loop {
         let staged = store.begin_walk(server);
         match walk_once(session, &staged, limits).await {
-            Ok((mut report, ttl_ms)) => {
+            Ok((mut report, (ttl_ms, cache_scope))) => {
                 walk_templates(session, &staged, limits).await?;
                 report.started_at_ms = started_at_ms;
                 report.duration_ms = started.elapsed().as_millis() as i64;
@@ -67,6 +78,8 @@ pub async fn walk(
                     swap,
                     report,
                     ttl_ms,
+                    cache_scope,
+                    entries: Vec::new(),
                 });
             }
             Err(Attempt::StaleCursor(error)) if !restarted => {
@@ -98,14 +111,14 @@ async fn walk_once(
     session: &Session,
     staged: &StagedWalk,
     limits: WalkLimits,
-) -> Result<(WalkReport, Option<u64>), Attempt> {
+) -> Result<(WalkReport, (Option<u64>, Option<String>)), Attempt> {
     // Hashes of the URIs seen so far: enough to count new URIs per page without holding the catalog.
     let hasher = BuildHasherDefault::<DefaultHasher>::default();
     let mut seen: HashSet<u64> = HashSet::new();
     let mut report = WalkReport::default();
     let mut cursor: Option<String> = None;
     let mut pages_without_new = 0u64;
-    let mut ttl_ms = None;
+    let mut cache_hints = (None, None);
     loop {
         if report.pages >= limits.max_pages {
             return Err(WalkError::Failed(format!(
@@ -126,7 +139,7 @@ async fn walk_once(
         };
         report.pages += 1;
         if report.pages == 1 {
-            ttl_ms = page.ttl_ms;
+            cache_hints = (page.ttl_ms, page.cache_scope.clone());
         }
         let mut rows = Vec::with_capacity(page.items.len());
         for item in page.items {
@@ -150,7 +163,7 @@ async fn walk_once(
         let new_in_page = rows.len();
         staged.add_resources(rows).await?;
         let Some(next) = page.next_cursor else {
-            return Ok((report, ttl_ms));
+            return Ok((report, cache_hints));
         };
         if new_in_page == 0 {
             pages_without_new += 1;

@@ -146,7 +146,7 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
                 from_send.push((visible - sent) as f64 / 1000.0);
             }
         }
-        let era = if push["protocol_version"]
+        let era = if push["protocolVersion"]
             .as_str()
             .unwrap_or("")
             .starts_with("2026")

@@ -18,6 +18,10 @@ const SOCKET_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long a stopping daemon or server gets after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
+/// The daemon's log filter: the writer logs a swap that changed nothing only at debug level,
+/// and the walk scenario reads every swap's timings from the log.
+const DAEMON_LOG: &str = "info,mcp_mirror::store::writer=debug";
+
 /// Connects a socket client with the benchmark's timeout.
 pub fn connect(socket: &Path) -> anyhow::Result<SocketClient> {
     SocketClient::connect(socket, SOCKET_TIMEOUT)
@@ -117,7 +121,12 @@ pub struct Daemon {
 
 /// Starts target/release/mcp-mirror and waits until its socket accepts connections.
 pub fn start_daemon(files: &DaemonFiles, config: &Path) -> anyhow::Result<Daemon> {
-    let child = process::spawn_daemon(&release_binary("mcp-mirror"), config, &files.log(), "info")?;
+    let child = process::spawn_daemon(
+        &release_binary("mcp-mirror"),
+        config,
+        &files.log(),
+        DAEMON_LOG,
+    )?;
     let mut daemon = Daemon {
         process: ChildProcess {
             child,
@@ -137,7 +146,12 @@ pub fn start_daemon(files: &DaemonFiles, config: &Path) -> anyhow::Result<Daemon
 
 /// Spawns the release daemon without waiting for anything (the start scenario times that).
 pub fn spawn_daemon(files: &DaemonFiles, config: &Path) -> anyhow::Result<ChildProcess> {
-    let child = process::spawn_daemon(&release_binary("mcp-mirror"), config, &files.log(), "info")?;
+    let child = process::spawn_daemon(
+        &release_binary("mcp-mirror"),
+        config,
+        &files.log(),
+        DAEMON_LOG,
+    )?;
     Ok(ChildProcess {
         child,
         grace: STOP_GRACE,
@@ -173,7 +187,7 @@ impl Daemon {
                 Ok((!servers.is_empty()
                     && servers
                         .iter()
-                        .all(|server| server["walks_ok"].as_u64().unwrap_or(0) >= walks))
+                        .all(|server| server["walksOk"].as_u64().unwrap_or(0) >= walks))
                 .then_some(()))
             },
         );
@@ -185,7 +199,7 @@ impl Daemon {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-    /// Every "snapshot swapped" log line.
+    /// Every "snapshot swapped" log line (also "snapshot swapped; nothing changed").
     pub fn swaps(&self) -> Vec<Swap> {
         self.log_text()
             .lines()
@@ -196,7 +210,10 @@ impl Daemon {
                 let total: f64 = log_field(line, "swap_ms")
                     .and_then(|value| value.trim_matches('"').parse().ok())
                     .unwrap_or(hold);
-                let changed: u64 = log_field(line, "changed")?.parse().ok()?;
+                // A swap that changed nothing is logged without counts.
+                let changed: u64 = log_field(line, "changed")
+                    .and_then(|value| value.parse().ok())
+                    .unwrap_or(0);
                 Some(Swap {
                     committed_at_us: at,
                     hold_ms: hold,

@@ -27,8 +27,9 @@ struct Arguments {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     json: bool,
-    /// The database that `ls`, `show` and `search` read when the daemon is not running
-    /// (default: from the environment, else the standard location).
+    /// The database that `ls`, `templates`, `show` and `search` read when the daemon is not
+    /// running (default: the one the socket's daemon recorded beside it; with neither
+    /// --socket nor a record, the standard location).
     #[arg(long, global = true, env = "MCP_MIRROR_DATABASE")]
     database: Option<PathBuf>,
     #[command(subcommand)]
@@ -48,19 +49,25 @@ enum Command {
     },
     /// Show the daemon and every server's state.
     Status,
-    /// List the merged catalog.
+    /// List the merged catalog (each URI once, from the server that wins it).
     Ls {
-        /// Only resources from this server.
+        /// List this server's own snapshot instead, marking the entries another server wins.
         #[arg(long)]
         server: Option<String>,
     },
+    /// List the merged resource templates.
+    Templates,
     /// Full-text search over URI, name, title and description.
     Search {
+        /// The words to find (the last one also matches as a prefix).
         query: String,
+        /// At most this many results (default 20, at most 1000).
         #[arg(long)]
         limit: Option<u64>,
+        /// Only this server's resources.
         #[arg(long)]
         server: Option<String>,
+        /// Only resources of this MIME type.
         #[arg(long)]
         mime_type: Option<String>,
         /// Treat the query as raw FTS5 syntax.
@@ -70,10 +77,37 @@ enum Command {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Show every field of one resource and which servers list it.
-    Show { uri: String },
-    /// Read a resource through the server that listed it: text to stdout.
+    /// Show every field of one resource and which servers list it (or of one URI template);
+    /// `show tool SERVER/NAME` (or `prompt`) shows a whole tool or prompt definition.
+    Show {
+        /// The resource's URI, a template's uriTemplate as `templates` lists it, or `tool`/`prompt`.
+        uri: String,
+        /// With `tool` or `prompt` as the first word: SERVER/NAME.
+        name: Option<String>,
+    },
+    /// List the mirrored tools.
+    Tools {
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// List the mirrored prompts.
+    Prompts {
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Show the tools and prompts that differ from the accepted definitions.
+    Drift {
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Accept the current tools and prompts; drift is measured from them.
+    Accept {
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Read a resource through the server that listed it (or whose template matches it): text to stdout.
     Read {
+        /// The resource's URI.
         uri: String,
         /// Write the contents (decoded, when binary) to this file.
         #[arg(long)]
@@ -89,6 +123,7 @@ enum Command {
     Mcp,
     /// Ask one server (or all) to walk its catalog again now.
     Refresh {
+        /// The server to walk (default: every server).
         server: Option<String>,
         /// Wait until the new snapshot is committed.
         #[arg(long)]
@@ -115,14 +150,18 @@ fn main() -> ExitCode {
         .socket
         .clone()
         .unwrap_or_else(paths::default_socket);
-    let database = arguments
-        .database
-        .clone()
-        .unwrap_or_else(paths::default_database);
+    // With a socket chosen and no database, only the database that socket's daemon recorded
+    // will do: the standard one may belong to another daemon.
+    let database = match (&arguments.database, &arguments.socket) {
+        (Some(database), _) => cli::DatabaseChoice::Given(database.clone()),
+        (None, Some(_)) => cli::DatabaseChoice::OfSocket,
+        (None, None) => cli::DatabaseChoice::Default(paths::default_database()),
+    };
     let outcome = match &arguments.command {
         Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
         Command::Status => cli::status(&socket, arguments.json),
         Command::Ls { server } => cli::ls(&socket, &database, server.as_deref(), arguments.json),
+        Command::Templates => cli::templates(&socket, &database, arguments.json),
         Command::Search {
             query,
             limit,
@@ -141,7 +180,32 @@ fn main() -> ExitCode {
             };
             cli::search(&socket, &database, &search, arguments.json)
         }
-        Command::Show { uri } => cli::show(&socket, &database, uri, arguments.json),
+        Command::Show {
+            uri: kind,
+            name: Some(name),
+        } if kind == "tool" || kind == "prompt" => {
+            let kind = if kind == "tool" {
+                mcp_mirror::protocol::Kind::Tool
+            } else {
+                mcp_mirror::protocol::Kind::Prompt
+            };
+            cli::show_entry(&socket, kind, name, arguments.json)
+        }
+        Command::Show { uri, .. } => cli::show(&socket, &database, uri, arguments.json),
+        Command::Tools { server } => cli::list_kind(
+            &socket,
+            mcp_mirror::protocol::Kind::Tool,
+            server.as_deref(),
+            arguments.json,
+        ),
+        Command::Prompts { server } => cli::list_kind(
+            &socket,
+            mcp_mirror::protocol::Kind::Prompt,
+            server.as_deref(),
+            arguments.json,
+        ),
+        Command::Drift { server } => cli::drift(&socket, server.as_deref(), arguments.json),
+        Command::Accept { server } => cli::accept(&socket, server.as_deref(), arguments.json),
         Command::Read { uri, output } => cli::read(&socket, uri, output.as_deref(), arguments.json),
         Command::Watch { since } => cli::watch(&socket, *since, arguments.json),
         Command::Mcp => cli::bridge(&socket),
@@ -220,17 +284,16 @@ where
 
 fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
     let config_path = config_path.unwrap_or_else(paths::default_config);
+    // A `ConfigError` never quotes a configured value, so it needs no scrubbing.
     let config = match config::load(&config_path) {
         Ok(config) => config,
         Err(error) => {
-            redact::remember_secrets(secrets_in_file(&config_path).iter().map(String::as_str));
-            eprintln!(
-                "mcp-mirror: invalid configuration: {}",
-                redact::scrub(&error.to_string())
-            );
+            eprintln!("mcp-mirror: invalid configuration: {error}");
             return ExitCode::from(2);
         }
     };
+    // Before the first log line: from here on every line is scrubbed of them.
+    redact::remember_secrets(config.secrets());
     init_logging(log_format, config.daemon.log_level.as_deref());
     // Before the runtime starts its threads: this edits the environment.
     let service = systemd::ServiceEnvironment::take_from_process();
@@ -279,28 +342,4 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// A configuration that does not validate has no `Config` to take secrets from, but its error
-/// may still quote the file; scrub anything that looks like a token or header value in it.
-fn secrets_in_file(path: &std::path::Path) -> Vec<String> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    let Ok(table) = text.parse::<toml::Table>() else {
-        return Vec::new();
-    };
-    let mut secrets = Vec::new();
-    if let Some(servers) = table.get("servers").and_then(toml::Value::as_table) {
-        for server in servers.values().filter_map(toml::Value::as_table) {
-            if let Some(headers) = server.get("headers").and_then(toml::Value::as_table) {
-                secrets.extend(
-                    headers
-                        .values()
-                        .filter_map(|value| value.as_str().map(str::to_string)),
-                );
-            }
-        }
-    }
-    secrets
 }

@@ -4,10 +4,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
+use super::backoff::{Backoff, RECONNECT_FLOOR};
 use super::http::HttpConnection;
 use super::legacy_sse::LegacySseConnection;
 use super::stdio::StdioConnection;
@@ -17,43 +19,12 @@ use super::{
 };
 use crate::config::{EraChoice, ServerConfig, Transport};
 
-/// The longest we wait for a `server/discover` probe before falling back to `initialize`.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The slowest a listen that keeps ending is reopened.
+const MAX_LISTEN_RETRY: Duration = Duration::from_secs(30);
+/// A listen that stayed open this long was healthy: its end is not a failure.
+const HEALTHY_LISTEN: Duration = Duration::from_secs(5);
 
-/// The two eras of MCP: the handshake era (`initialize`) and the stateless one (2026-07-28).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Era {
-    Legacy,
-    Modern,
-}
-
-/// How this connection learns that the server's list changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PushChannel {
-    /// Notifications arrive on the child's stdout.
-    Stdio,
-    /// The handshake era's GET stream.
-    GetStream,
-    /// The 2024-11-05 transport's one SSE stream.
-    SseStream,
-    /// A long-lived `subscriptions/listen` request.
-    Listen,
-    /// The server cannot push, for the reason given: we poll.
-    Polling(String),
-}
-
-impl std::fmt::Display for PushChannel {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PushChannel::Stdio => formatter.write_str("stdio notifications"),
-            PushChannel::GetStream => formatter.write_str("GET stream"),
-            PushChannel::SseStream => formatter.write_str("SSE stream"),
-            PushChannel::Listen => formatter.write_str("subscriptions/listen"),
-            PushChannel::Polling(reason) => write!(formatter, "polling ({reason})"),
-        }
-    }
-}
+pub use crate::protocol::{ConnectedTransport, Era, PushChannel};
 
 /// What the server told us about itself.
 #[derive(Debug, Clone)]
@@ -71,9 +42,16 @@ impl ServerHello {
             .is_some_and(Value::is_object)
     }
 
-    /// True when the server promises `list_changed` notifications.
+    /// True when the server promises `list_changed` notifications (of any kind).
     pub fn lists_changes(&self) -> bool {
-        self.capabilities["resources"]["listChanged"] == Value::Bool(true)
+        ["resources", "tools", "prompts"]
+            .iter()
+            .any(|kind| self.kind_lists_changes(kind))
+    }
+
+    /// True when the server promises `list_changed` for one capability (`resources`, `tools`, …).
+    pub fn kind_lists_changes(&self, capability: &str) -> bool {
+        self.capabilities[capability]["listChanged"] == Value::Bool(true)
     }
 }
 
@@ -84,6 +62,7 @@ pub struct Page {
     pub items: Vec<Value>,
     pub next_cursor: Option<String>,
     pub ttl_ms: Option<u64>,
+    pub cache_scope: Option<String>,
 }
 
 enum Connection {
@@ -96,9 +75,60 @@ enum Connection {
 pub struct Session {
     connection: Connection,
     timeout: Duration,
+    /// How long the first message of a connection may wait for the server to start.
+    connect_timeout: Duration,
+    /// No message of this connection has been answered yet.
+    first_contact_pending: bool,
+    /// Until when this connection waits for its first answer (set by its first message).
+    first_contact_deadline: Option<Instant>,
     events: EventSink,
     pub hello: ServerHello,
     listen: Mutex<Option<JoinHandle<()>>>,
+    /// Paces reopening a listen that keeps ending.
+    listen_backoff: Mutex<Backoff>,
+}
+
+/// A `server/discover` answer as the 2026-07-28 schema defines it. An answer counts only
+/// when it has `supportedVersions` and `capabilities`; the schema's other required fields
+/// (`resultType`, `ttlMs`, `cacheScope`) are not insisted on.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DiscoverResult {
+    supported_versions: Vec<String>,
+    capabilities: Map<String, Value>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<Map<String, Value>>,
+    /// Not in the schema (it belongs in `_meta`), but some servers put it here.
+    #[serde(default)]
+    server_info: Option<Value>,
+}
+
+/// The `data` of an `UnsupportedProtocolVersion` (-32022) error.
+#[derive(Debug, Deserialize)]
+struct UnsupportedVersionData {
+    supported: Vec<String>,
+}
+
+/// What the `server/discover` probe showed, when it did not end the attempt.
+enum Probe {
+    /// The server speaks the stateless era; the session is established.
+    Stateless,
+    /// The server is not of the stateless era (as far as we can tell): `initialize` next.
+    Handshake {
+        /// Why; the error of a server pinned to `era = "modern"`.
+        why: McpError,
+        /// The probe may still be outstanding, or the child died: a stdio server needs a
+        /// new process before `initialize`, so a late answer to the probe cannot meet it.
+        fresh_connection: bool,
+        /// The handshake-era version the server named in a -32022's `supported`, if any.
+        version: Option<String>,
+    },
+}
+
+/// A version to use, chosen from the versions a server listed.
+enum VersionChoice {
+    Stateless(String),
+    Handshake(String),
 }
 
 impl Session {
@@ -109,35 +139,13 @@ impl Session {
         events: EventSink,
         known_era: Option<Era>,
     ) -> Result<Session, McpError> {
-        let connection = match &server.transport {
-            Transport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            } => Connection::Stdio(StdioConnection::spawn(
-                &server.name,
-                command,
-                args,
-                env,
-                cwd.as_ref(),
-                events.clone(),
-            )?),
-            Transport::Http {
-                url,
-                headers,
-                bearer_token,
-            } => Connection::Http(HttpConnection::new(
-                &server.name,
-                url,
-                headers,
-                bearer_token.as_ref(),
-                events.clone(),
-            )?),
-        };
+        let connection = open_connection(server, events.clone())?;
         let mut session = Session {
             connection,
             timeout: server.request_timeout,
+            connect_timeout: server.connect_timeout,
+            first_contact_pending: true,
+            first_contact_deadline: None,
             events,
             hello: ServerHello {
                 era: Era::Legacy,
@@ -146,11 +154,20 @@ impl Session {
                 server_info: Value::Null,
             },
             listen: Mutex::new(None),
+            listen_backoff: Mutex::new(Backoff::new(RECONNECT_FLOOR, MAX_LISTEN_RETRY)),
         };
         match session.establish(server, known_era).await {
-            Ok(()) => Ok(session),
+            Ok(()) => {
+                if let Connection::Stdio(stdio) = &session.connection {
+                    stdio.first_contact_done();
+                }
+                Ok(session)
+            }
             Err(error) => {
                 session.close().await;
+                if let Connection::Stdio(stdio) = &session.connection {
+                    stdio.report_first_contact_stderr().await;
+                }
                 Err(error)
             }
         }
@@ -169,90 +186,200 @@ impl Session {
             EraChoice::Legacy => false,
             EraChoice::Auto => pinned_legacy.is_none() && known_era != Some(Era::Legacy),
         };
+        let mut handshake_version = pinned_legacy.unwrap_or(LEGACY_VERSIONS[0]).to_string();
         if probe {
-            match self
-                .discover(pinned_modern.unwrap_or(MODERN_VERSIONS[0]))
-                .await
-            {
-                Ok(()) => return Ok(()),
-                Err(error) if server.era == EraChoice::Modern => return Err(error),
-                // The server is of the stateless era but refuses us: `initialize` will not help.
-                Err(error @ McpError::StatelessRefusal(_)) => return Err(error),
-                Err(error) => {
-                    tracing::debug!(server = %server.name, %error, "no stateless-era answer; trying initialize");
+            match self.discover(pinned_modern).await? {
+                Probe::Stateless => return Ok(()),
+                Probe::Handshake { why, .. } if server.era == EraChoice::Modern => return Err(why),
+                Probe::Handshake {
+                    why,
+                    fresh_connection,
+                    version,
+                } => {
+                    tracing::debug!(server = %server.name, reason = %why, "not the stateless era; trying initialize");
+                    if fresh_connection {
+                        self.reopen(server).await?;
+                    }
+                    if let Some(version) = version {
+                        handshake_version = version;
+                    }
                 }
             }
         }
-        self.initialize(pinned_legacy.unwrap_or(LEGACY_VERSIONS[0]), &server.name)
-            .await
+        self.initialize(&handshake_version, &server.name).await
     }
 
-    /// Probes the stateless era. `Ok` means the server speaks it; an error means try
-    /// `initialize` (unless the era was pinned).
-    async fn discover(&mut self, offered: &str) -> Result<(), McpError> {
-        let mut version = offered.to_string();
-        for _attempt in 0..2 {
+    /// Replaces a stdio child whose state after the probe is unknown (it may still answer
+    /// it, or it died) with a new one; the old one's events no longer reach the session.
+    /// Over HTTP every POST stands alone, and `initialize` resets what the probe set.
+    async fn reopen(&mut self, server: &ServerConfig) -> Result<(), McpError> {
+        if !matches!(self.connection, Connection::Stdio(_)) {
+            return Ok(());
+        }
+        tracing::debug!(server = %server.name, "starting the server again for initialize");
+        self.events = self.events.renewed();
+        self.close_connection().await;
+        self.connection = open_connection(server, self.events.clone())?;
+        self.first_contact_pending = true;
+        self.first_contact_deadline = None;
+        Ok(())
+    }
+
+    /// Probes the stateless era with `server/discover`. `Ok(Probe::Stateless)`: the session
+    /// is established; `Ok(Probe::Handshake)`: try `initialize`; an error ends this attempt
+    /// (the server is of the stateless era but we cannot agree, or it cannot be reached).
+    async fn discover(&mut self, pinned: Option<&str>) -> Result<Probe, McpError> {
+        let mut version = pinned.unwrap_or(MODERN_VERSIONS[0]).to_string();
+        // After a -32022 the server is known to be of the stateless era: no fallback then.
+        let mut proven = false;
+        loop {
             self.set_era(Era::Modern, &version);
-            let outcome = self
-                .request_within(
-                    "server/discover",
-                    json!({}),
-                    Some(PROBE_TIMEOUT.min(self.timeout)),
-                )
-                .await;
-            let result = match outcome {
-                Ok(result) => result,
-                // A recognised stateless-era error means the server is of that era.
-                Err(error) if error.rpc_code() == Some(UNSUPPORTED_PROTOCOL_VERSION) => {
+            let error = match self.setup_request("server/discover", json!({})).await {
+                Ok(result) => return self.accept_discover(result, &version, pinned, proven),
+                Err(error) if proven => return Err(error),
+                Err(error) => error,
+            };
+            match error.rpc_code() {
+                Some(UNSUPPORTED_PROTOCOL_VERSION) => {
                     let supported = match &error {
-                        McpError::Rpc { error, .. } => {
-                            string_list(error.data.as_ref().and_then(|data| data.get("supported")))
-                        }
+                        McpError::Rpc { error, .. } => error
+                            .data
+                            .clone()
+                            .and_then(|data| {
+                                serde_json::from_value::<UnsupportedVersionData>(data).ok()
+                            })
+                            .map(|data| data.supported)
+                            .unwrap_or_default(),
                         _ => Vec::new(),
                     };
-                    match common_modern_version(&supported) {
-                        Some(ours) if ours != version => {
-                            version = ours.to_string();
+                    match choose_version(&supported, pinned) {
+                        // Even the version just sent: a server may refuse a first attempt.
+                        Some(VersionChoice::Stateless(chosen)) => {
+                            tracing::debug!(refused = %version, retrying_with = %chosen, "server/discover answered -32022");
+                            version = chosen;
+                            proven = true;
                             continue;
                         }
-                        _ => return Err(error),
+                        // The server itself names a handshake-era version it speaks.
+                        Some(VersionChoice::Handshake(chosen)) => {
+                            return Ok(Probe::Handshake {
+                                why: error,
+                                fresh_connection: false,
+                                version: Some(chosen),
+                            })
+                        }
+                        None => {
+                            return Err(McpError::StatelessRefusal(format!(
+                                "server/discover answered -32022 (unsupported protocol version {version}): {}",
+                                no_common_version(&supported, pinned)
+                            )))
+                        }
                     }
                 }
-                Err(error)
-                    if matches!(
-                        error.rpc_code(),
-                        Some(HEADER_MISMATCH | MISSING_CLIENT_CAPABILITY)
-                    ) =>
-                {
+                Some(HEADER_MISMATCH | MISSING_CLIENT_CAPABILITY) => {
                     return Err(McpError::StatelessRefusal(format!(
                         "the server speaks {version} but refused our request: {error}"
                     )));
                 }
-                Err(error) => return Err(error),
-            };
-            let supported = string_list(result.get("supportedVersions"));
-            if !supported.is_empty() && !supported.contains(&version) {
-                let Some(ours) = common_modern_version(&supported) else {
-                    return Err(McpError::Protocol(format!(
-                        "server/discover lists versions {} and none of ours",
-                        supported.join(", ")
-                    )));
-                };
-                version = ours.to_string();
+                // Any other JSON-RPC error: the server does not know `server/discover`.
+                Some(_) => {
+                    return Ok(Probe::Handshake {
+                        why: error,
+                        fresh_connection: false,
+                        version: None,
+                    })
+                }
+                None => {}
             }
-            self.set_era(Era::Modern, &version);
-            let server_info = result["_meta"]["io.modelcontextprotocol/serverInfo"].clone();
-            self.hello.capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
-            self.hello.server_info = if server_info.is_null() {
-                result.get("serverInfo").cloned().unwrap_or(Value::Null)
-            } else {
-                server_info
+            return match error {
+                // Refusals that `initialize` would meet too, and a server that is busy or
+                // down: nothing here says which era it speaks.
+                McpError::Http {
+                    status: 401 | 403 | 429 | 502 | 503 | 504,
+                    ..
+                }
+                | McpError::Transport(_) => Err(error),
+                McpError::Http { .. } => Ok(Probe::Handshake {
+                    why: error,
+                    fresh_connection: false,
+                    version: None,
+                }),
+                // No answer (yet), or not one we could read: ask again on a new connection.
+                McpError::Timeout { .. }
+                | McpError::Closed(_)
+                | McpError::Protocol(_)
+                | McpError::SessionExpired(_)
+                | McpError::Rpc { .. }
+                | McpError::StatelessRefusal(_) => Ok(Probe::Handshake {
+                    why: error,
+                    fresh_connection: true,
+                    version: None,
+                }),
             };
-            return Ok(());
         }
-        Err(McpError::Protocol(
-            "protocol version negotiation did not settle".into(),
-        ))
+    }
+
+    /// Takes a `server/discover` result if it is a real `DiscoverResult`; anything else
+    /// (such as the bare `{}` some servers give every method they do not know) means the
+    /// server is not of the stateless era, unless a -32022 already `proven` it is.
+    fn accept_discover(
+        &mut self,
+        result: Value,
+        version: &str,
+        pinned: Option<&str>,
+        proven: bool,
+    ) -> Result<Probe, McpError> {
+        let not_this_era = |why: McpError| {
+            if proven {
+                Err(why)
+            } else {
+                Ok(Probe::Handshake {
+                    why,
+                    fresh_connection: false,
+                    version: None,
+                })
+            }
+        };
+        let discovered: DiscoverResult = match serde_json::from_value(result) {
+            Ok(discovered) => discovered,
+            Err(problem) => {
+                return not_this_era(McpError::Protocol(format!(
+                    "the answer to server/discover is not a DiscoverResult: {problem}"
+                )))
+            }
+        };
+        let supported = &discovered.supported_versions;
+        let version = if supported.iter().any(|listed| listed == version) {
+            version.to_string()
+        } else {
+            match choose_version(supported, pinned) {
+                Some(VersionChoice::Stateless(chosen)) => chosen,
+                Some(VersionChoice::Handshake(chosen)) if !proven => {
+                    return Ok(Probe::Handshake {
+                        why: McpError::Protocol(format!(
+                            "server/discover lists no stateless version of ours ({})",
+                            supported.join(", ")
+                        )),
+                        fresh_connection: false,
+                        version: Some(chosen),
+                    })
+                }
+                _ => {
+                    return not_this_era(McpError::StatelessRefusal(no_common_version(
+                        supported, pinned,
+                    )))
+                }
+            }
+        };
+        self.set_era(Era::Modern, &version);
+        let from_meta = discovered
+            .meta
+            .as_ref()
+            .and_then(|meta| meta.get("io.modelcontextprotocol/serverInfo"))
+            .cloned();
+        self.hello.capabilities = Value::Object(discovered.capabilities);
+        self.hello.server_info = from_meta.or(discovered.server_info).unwrap_or(Value::Null);
+        Ok(Probe::Stateless)
     }
 
     async fn initialize(&mut self, offered: &str, server: &str) -> Result<(), McpError> {
@@ -262,12 +389,20 @@ impl Session {
             "capabilities": {},
             "clientInfo": client_info(),
         });
-        let result = match self.request("initialize", params.clone()).await {
+        let result = match self.setup_request("initialize", params.clone()).await {
             Ok(result) => result,
             // The 2024-11-05 transport answers a POST at its SSE URL with 400, 404 or 405.
-            Err(McpError::Http { status, body }) if matches!(status, 400 | 404 | 405) => {
+            Err(McpError::Http {
+                status,
+                body,
+                retry_after,
+            }) if matches!(status, 400 | 404 | 405) => {
                 let Connection::Http(http) = &self.connection else {
-                    return Err(McpError::Http { status, body });
+                    return Err(McpError::Http {
+                        status,
+                        body,
+                        retry_after,
+                    });
                 };
                 tracing::debug!(
                     server,
@@ -293,7 +428,8 @@ impl Session {
             .ok_or_else(|| McpError::Protocol("initialize result has no protocolVersion".into()))?;
         if !LEGACY_VERSIONS.contains(&version) {
             return Err(McpError::Protocol(format!(
-                "server answered protocol version {version}; this mirror speaks {}",
+                "server answered protocol version {}; this mirror speaks {}",
+                crate::redact::truncate_server_text(version),
                 LEGACY_VERSIONS.join(", ")
             )));
         }
@@ -302,6 +438,54 @@ impl Session {
         self.hello.capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
         self.hello.server_info = result.get("serverInfo").cloned().unwrap_or(Value::Null);
         Ok(())
+    }
+
+    /// Sends a request of the session's setup. Until the connection's first answer, messages
+    /// wait for the server as long as `connect_timeout` (or a longer `request_timeout`) allows,
+    /// counted from the first one: a server may be starting (a package manager fetching it, a
+    /// loaded machine). A later setup message gets at least `request_timeout`. A 429 or 503
+    /// meanwhile is tried again after its `Retry-After`, within the same time.
+    async fn setup_request(&mut self, method: &str, params: Value) -> Result<Value, McpError> {
+        if !self.first_contact_pending {
+            return self.request(method, params).await;
+        }
+        let patience = self.connect_timeout.max(self.timeout);
+        let first_deadline = *self
+            .first_contact_deadline
+            .get_or_insert_with(|| Instant::now() + patience);
+        let deadline = first_deadline.max(Instant::now() + self.timeout);
+        let mut backoff = Backoff::default();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let outcome = self
+                .request_within(method, params.clone(), Some(remaining))
+                .await;
+            match outcome {
+                Err(
+                    error @ McpError::Http {
+                        status: 429 | 503, ..
+                    },
+                ) => {
+                    let delay = backoff.next_delay_honouring(error.retry_after());
+                    if Instant::now() + delay >= deadline {
+                        return Err(error);
+                    }
+                    tracing::debug!(method, %error, delay_ms = delay.as_millis() as u64, "the server is busy; asking again");
+                    tokio::time::sleep(delay).await;
+                }
+                // No answer: the server may not be up yet.
+                Err(
+                    error @ (McpError::Timeout { .. }
+                    | McpError::Closed(_)
+                    | McpError::Transport(_)),
+                ) => return Err(error),
+                // Any answer, even an error, shows the server is up.
+                other => {
+                    self.first_contact_pending = false;
+                    return other;
+                }
+            }
+        }
     }
 
     fn set_era(&mut self, era: Era, version: &str) {
@@ -401,7 +585,8 @@ impl Session {
         if let Some(kind) = result.get("resultType").and_then(Value::as_str) {
             if kind != "complete" {
                 return Err(McpError::Protocol(format!(
-                    "{method} answered resultType `{kind}`, which a mirror cannot complete"
+                    "{method} answered resultType `{}`, which a mirror cannot complete",
+                    crate::redact::truncate_server_text(kind)
                 )));
             }
         }
@@ -423,7 +608,8 @@ impl Session {
             Some(Value::String(cursor)) => Some(cursor.clone()),
             Some(other) => {
                 return Err(McpError::Protocol(format!(
-                    "nextCursor is not a string: {other}"
+                    "nextCursor is not a string: {}",
+                    crate::redact::truncate_server_text(&other.to_string())
                 )))
             }
         };
@@ -431,6 +617,10 @@ impl Session {
             items,
             next_cursor,
             ttl_ms: result.get("ttlMs").and_then(Value::as_u64),
+            cache_scope: result
+                .get("cacheScope")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 
@@ -452,17 +642,23 @@ impl Session {
         self.events.clone()
     }
 
-    pub fn transport_name(&self) -> &'static str {
+    pub fn transport(&self) -> ConnectedTransport {
         match self.connection {
-            Connection::Stdio(_) => "stdio",
-            Connection::Http(_) => "streamable-http",
-            Connection::LegacySse(_) => "http+sse",
+            Connection::Stdio(_) => ConnectedTransport::Stdio,
+            Connection::Http(_) => ConnectedTransport::StreamableHttp,
+            Connection::LegacySse(_) => ConnectedTransport::HttpSse,
         }
     }
 
     /// Starts whatever brings this server's change notifications to us, and says which.
     pub fn start_push(self: &Arc<Self>) -> PushChannel {
         if !self.hello.lists_changes() {
+            // The GET stream is the session's channel for whatever the server sends unasked
+            // (pings, logs, a notification it did not declare), so it opens all the same, as
+            // the SDK clients do; changes are still found by polling.
+            if let (Connection::Http(http), Era::Legacy) = (&self.connection, self.hello.era) {
+                http.start_get_stream();
+            }
             return PushChannel::Polling(
                 "the server does not declare resources.listChanged".into(),
             );
@@ -482,24 +678,60 @@ impl Session {
     }
 
     /// Opens (or reopens) the long-lived `subscriptions/listen` request.
+    ///
+    /// When it ends, the end is reported only after a pause paced by the session's listen
+    /// backoff (a floor, longer while listens keep ending at once, at least a 429 or 503's
+    /// `Retry-After`): the owner reopens the listen and walks when it hears of the end, so
+    /// the pause keeps a server that ends every listen from making a loop.
     pub fn start_listen(self: &Arc<Self>) {
         let session = self.clone();
         let task = tokio::spawn(async move {
-            let params = json!({"notifications": {"resourcesListChanged": true}});
+            // Ask for the list changes of every kind the server declares.
+            let mut notifications = serde_json::Map::new();
+            for kind in [
+                crate::protocol::Kind::Resource,
+                crate::protocol::Kind::Tool,
+                crate::protocol::Kind::Prompt,
+            ] {
+                let declared = session.hello.capabilities.get(kind.capability());
+                if kind == crate::protocol::Kind::Resource || declared.is_some_and(Value::is_object)
+                {
+                    notifications.insert(kind.listen_key().into(), Value::Bool(true));
+                }
+            }
+            let params = json!({ "notifications": notifications });
+            let opened_at = Instant::now();
             let outcome = session
                 .request_within("subscriptions/listen", params, None)
                 .await;
-            let event = match outcome {
-                Ok(_) => ServerEvent::ListenEnded("the server closed the listen stream".into()),
+            let (event, server_asked) = match outcome {
+                Ok(_) => (
+                    ServerEvent::ListenEnded("the server closed the listen stream".into()),
+                    None,
+                ),
                 Err(error) if error.rpc_code() == Some(METHOD_NOT_FOUND) => {
-                    ServerEvent::PushUnavailable(
+                    session.events.send(ServerEvent::PushUnavailable(
                         "the server does not support subscriptions/listen".into(),
-                    )
+                    ));
+                    return;
                 }
-                Err(error) => {
-                    ServerEvent::ListenEnded(format!("the listen stream dropped: {error}"))
-                }
+                Err(error) => (
+                    ServerEvent::ListenEnded(format!("the listen stream dropped: {error}")),
+                    error.retry_after(),
+                ),
             };
+            let delay = {
+                let mut backoff = lock(&session.listen_backoff);
+                if opened_at.elapsed() >= HEALTHY_LISTEN {
+                    backoff.reset();
+                }
+                backoff.next_delay_honouring(server_asked)
+            };
+            tracing::debug!(
+                delay_ms = delay.as_millis() as u64,
+                "the listen stream ended; reopening it after a pause"
+            );
+            tokio::time::sleep(delay).await;
             session.events.send(event);
         });
         if let Some(previous) = lock(&self.listen).replace(task) {
@@ -513,6 +745,10 @@ impl Session {
         if let Some(task) = lock(&self.listen).take() {
             task.abort();
         }
+        self.close_connection().await;
+    }
+
+    async fn close_connection(&self) {
         match &self.connection {
             Connection::Stdio(stdio) => stdio.close().await,
             Connection::Http(http) => http.close().await,
@@ -525,30 +761,126 @@ fn client_info() -> Value {
     json!({"name": "mcp-mirror", "version": env!("CARGO_PKG_VERSION")})
 }
 
-/// The strings in a JSON array (anything else is an empty list).
-fn string_list(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+/// Opens the configured transport; no message has been sent on it yet.
+fn open_connection(server: &ServerConfig, events: EventSink) -> Result<Connection, McpError> {
+    Ok(match &server.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => Connection::Stdio(StdioConnection::spawn(
+            &server.name,
+            command,
+            args,
+            env,
+            cwd.as_ref(),
+            events,
+        )?),
+        Transport::Http {
+            url,
+            headers,
+            bearer_token,
+        } => Connection::Http(HttpConnection::new(
+            &server.name,
+            url,
+            headers,
+            bearer_token.as_ref(),
+            events,
+        )?),
+    })
 }
 
-/// Our newest stateless-era version that the server also lists.
-fn common_modern_version(supported: &[String]) -> Option<&'static str> {
-    MODERN_VERSIONS
+/// The version to use from those a server listed: our newest stateless one (only `pinned`,
+/// if the configuration names one), else our newest handshake-era one.
+fn choose_version(supported: &[String], pinned: Option<&str>) -> Option<VersionChoice> {
+    let listed = |ours: &&str| supported.iter().any(|theirs| theirs == ours);
+    if let Some(pinned) = pinned {
+        return listed(&pinned).then(|| VersionChoice::Stateless(pinned.to_string()));
+    }
+    if let Some(ours) = MODERN_VERSIONS.iter().copied().find(listed) {
+        return Some(VersionChoice::Stateless(ours.to_string()));
+    }
+    LEGACY_VERSIONS
         .iter()
         .copied()
-        .find(|ours| supported.iter().any(|theirs| theirs == ours))
+        .find(listed)
+        .map(|ours| VersionChoice::Handshake(ours.to_string()))
+}
+
+/// Says that a stateless-era server lists no version we can use, and what to do.
+fn no_common_version(supported: &[String], pinned: Option<&str>) -> String {
+    let ours = match pinned {
+        Some(pinned) => format!("{pinned} (pinned by protocol_version)"),
+        None => MODERN_VERSIONS.join(", "),
+    };
+    let theirs = if supported.is_empty() {
+        "none".to_string()
+    } else {
+        supported.join(", ")
+    };
+    format!(
+        "the server speaks the stateless protocol but supports versions {theirs}, and this mirror speaks {ours}"
+    )
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parses(value: Value) -> bool {
+        serde_json::from_value::<DiscoverResult>(value).is_ok()
+    }
+
+    #[test]
+    fn only_a_real_discover_result_counts() {
+        assert!(!parses(json!({})));
+        assert!(!parses(
+            json!({"resultType": "complete", "_meta": {"x": 1}})
+        ));
+        assert!(!parses(json!({"supportedVersions": ["2026-07-28"]})));
+        assert!(!parses(
+            json!({"supportedVersions": ["2026-07-28"], "capabilities": null})
+        ));
+        assert!(!parses(
+            json!({"supportedVersions": "2026-07-28", "capabilities": {}})
+        ));
+        assert!(parses(
+            json!({"supportedVersions": ["2026-07-28"], "capabilities": {}})
+        ));
+    }
+
+    #[test]
+    fn versions_are_chosen_stateless_first_and_pins_are_kept() {
+        let list = |versions: &[&str]| versions.iter().map(|v| v.to_string()).collect::<Vec<_>>();
+        let chosen = |supported: &[&str], pinned: Option<&str>| match choose_version(
+            &list(supported),
+            pinned,
+        ) {
+            Some(VersionChoice::Stateless(version)) => format!("stateless {version}"),
+            Some(VersionChoice::Handshake(version)) => format!("handshake {version}"),
+            None => "none".into(),
+        };
+        assert_eq!(
+            chosen(&["2025-11-25", "2026-07-28"], None),
+            "stateless 2026-07-28"
+        );
+        assert_eq!(
+            chosen(&["2027-01-01", "2025-06-18"], None),
+            "handshake 2025-06-18"
+        );
+        assert_eq!(chosen(&["2027-01-01"], None), "none");
+        assert_eq!(chosen(&[], None), "none");
+        assert_eq!(
+            chosen(&["2026-07-28"], Some("2026-07-28")),
+            "stateless 2026-07-28"
+        );
+        assert_eq!(chosen(&["2025-11-25"], Some("2026-07-28")), "none");
+    }
 }

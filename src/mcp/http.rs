@@ -5,15 +5,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER,
+};
 use reqwest::StatusCode;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+use super::backoff::{parse_retry_after, Backoff, RECONNECT_FLOOR};
 use super::rpc::{self, Incoming, PendingRequests};
 use super::sse::SseParser;
 use super::{EventSink, McpError, RpcError, ServerEvent, MAX_MESSAGE_BYTES};
-use crate::config::Secret;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -24,9 +27,10 @@ const LAST_EVENT_HEADER: &str = "last-event-id";
 const ERROR_BODY_READ_LIMIT: usize = 8 << 10;
 /// How much of an error body we keep for status and logs.
 const ERROR_BODY_LIMIT: usize = 300;
-/// The wait before reopening a GET stream when the server named none with `retry:`.
-const DEFAULT_STREAM_RETRY: Duration = Duration::from_secs(1);
+/// The slowest a GET stream that keeps failing is reopened.
 const MAX_STREAM_RETRY: Duration = Duration::from_secs(30);
+/// A GET stream that stayed open this long was healthy: its end is not a failure.
+const HEALTHY_STREAM: Duration = Duration::from_secs(5);
 
 /// What every request and stream of one connection shares.
 #[derive(Clone)]
@@ -54,7 +58,7 @@ impl HttpConnection {
         server: &str,
         url: &str,
         headers: &[(String, String)],
-        bearer_token: Option<&Secret>,
+        bearer_token: Option<&SecretString>,
         events: EventSink,
     ) -> Result<Self, McpError> {
         let mut base_headers = HeaderMap::new();
@@ -67,8 +71,8 @@ impl HttpConnection {
             base_headers.insert(name, value);
         }
         if let Some(token) = bearer_token {
-            let mut value =
-                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+            let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose_secret()))
+                .map_err(|_| {
                     McpError::Transport("the bearer token is not a valid header value".into())
                 })?;
             value.set_sensitive(true);
@@ -112,9 +116,11 @@ impl HttpConnection {
         self.modern.store(modern, Ordering::Relaxed);
     }
 
-    /// Forgets the version and era, so `initialize` goes out without version headers.
+    /// Forgets the version, the era and any session id, so `initialize` goes out as the
+    /// first message of a new session, without version headers.
     pub fn clear_protocol_version(&self) {
         *lock(&self.protocol_version) = None;
+        *lock(&self.session_id) = None;
         self.modern.store(false, Ordering::Relaxed);
     }
 
@@ -217,9 +223,10 @@ impl HttpConnection {
         if status.is_success() {
             return Ok(response);
         }
+        let retry_after = retry_after(&response);
         let body = error_body(response).await;
         let had_session = lock(&self.session_id).is_some() && !self.modern.load(Ordering::Relaxed);
-        Err(http_error(status, &body, had_session))
+        Err(http_error(status, &body, had_session, retry_after))
     }
 
     /// Reads the answer to request `id` from a JSON body or from an SSE stream; other
@@ -362,7 +369,9 @@ fn route_message(
         }
         Some(Incoming::Notification { method, params }) => {
             rpc::route_notification(&endpoint.server, &method, &params, &endpoint.events);
-            None
+            // A cancellation of the request this stream answers ends it.
+            let cancelled = rpc::cancelled_request(&method, &params).and_then(Value::as_u64);
+            (id.is_some() && cancelled == id).then(|| Err(rpc::cancelled_error()))
         }
         Some(Incoming::Request {
             id: request_id,
@@ -384,13 +393,16 @@ fn route_message(
     }
 }
 
-/// Keeps the GET stream open: reconnects with `Last-Event-ID` after the server's `retry`,
-/// reports a reconnect (changes may have been missed), and gives up on 405 (no push) or
-/// on a forgotten session.
+/// Keeps the GET stream open: reconnects with `Last-Event-ID`, reports a reconnect (changes
+/// may have been missed), and gives up on 405 (no push) or on a forgotten session.
+///
+/// Reopening is paced by one `Backoff`: never sooner than its floor (whatever `retry:` says),
+/// slower while streams keep failing or ending at once, and no sooner than a 429 or 503
+/// answer's `Retry-After`.
 async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
     let mut parser = SseParser::new();
     let mut opened_before = false;
-    let mut failures: u32 = 0;
+    let mut backoff = Backoff::new(RECONNECT_FLOOR, MAX_STREAM_RETRY);
     loop {
         let mut request = endpoint
             .client
@@ -400,7 +412,7 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
         if let Some(last) = &parser.last_event_id {
             request = request.header(LAST_EVENT_HEADER, last.as_str());
         }
-        match request.send().await {
+        let server_asked = match request.send().await {
             Ok(response) if response.status() == StatusCode::METHOD_NOT_ALLOWED => {
                 endpoint.events.send(ServerEvent::PushUnavailable(
                     "the server offers no GET stream (HTTP 405)".into(),
@@ -440,18 +452,27 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
                         }
                     }
                 }
-                tracing::debug!(server = %endpoint.server, "GET stream ended; reopening");
-                // A stream that keeps closing at once is retried ever more slowly.
-                if opened_at.elapsed() < Duration::from_secs(5) {
-                    failures = failures.saturating_add(1);
-                } else {
-                    failures = 0;
+                // A stream that keeps closing at once counts as failing, and is reopened
+                // ever more slowly; one that lived a while starts again from the floor.
+                if opened_at.elapsed() >= HEALTHY_STREAM {
+                    backoff.reset();
                 }
+                parser.retry_ms.map(Duration::from_millis)
+            }
+            Ok(response)
+                if matches!(
+                    response.status(),
+                    StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+                ) =>
+            {
+                let asked = retry_after(&response);
+                tracing::debug!(server = %endpoint.server, status = %response.status(), retry_after_ms = asked.map(|asked| asked.as_millis() as u64), "GET stream refused for now");
+                asked
             }
             Ok(response) => {
                 let status = response.status();
                 let body = error_body(response).await;
-                match http_error(status, &body, true) {
+                match http_error(status, &body, true, None) {
                     McpError::SessionExpired(reason) => {
                         endpoint.events.send(ServerEvent::Disconnected(format!(
                             "the server no longer knows our session: {reason}"
@@ -464,24 +485,38 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
                 return;
             }
             Err(error) => {
-                failures = failures.saturating_add(1);
-                tracing::debug!(server = %endpoint.server, error = %describe_reqwest_error(&endpoint.url, &error), "GET stream failed");
+                let error = describe_reqwest_error(&endpoint.url, &error);
+                tracing::debug!(server = %endpoint.server, %error, "GET stream failed");
+                endpoint.events.send(ServerEvent::StreamFailed(error));
+                parser.retry_ms.map(Duration::from_millis)
             }
-        }
-        let retry = parser
-            .retry_ms
-            .map(Duration::from_millis)
-            .unwrap_or(DEFAULT_STREAM_RETRY);
-        let delay = retry
-            .saturating_mul(1 << failures.min(5))
-            .min(MAX_STREAM_RETRY);
+        };
+        let delay = backoff.next_delay_honouring(server_asked);
+        tracing::debug!(server = %endpoint.server, delay_ms = delay.as_millis() as u64, "reopening the GET stream");
         tokio::time::sleep(delay).await;
     }
 }
 
+/// The `Retry-After` of a 429 or 503 answer, the only ones where we honour it.
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    if !matches!(
+        response.status(),
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        return None;
+    }
+    let value = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
+    parse_retry_after(value, std::time::SystemTime::now())
+}
+
 /// Turns a failed HTTP answer into an error; a lost session is told apart, and a JSON-RPC
 /// error in the body keeps its code (the stateless era's header errors come as HTTP 400).
-fn http_error(status: StatusCode, body: &str, had_session: bool) -> McpError {
+fn http_error(
+    status: StatusCode,
+    body: &str,
+    had_session: bool,
+    retry_after: Option<Duration>,
+) -> McpError {
     let lowered = body.to_ascii_lowercase();
     let mentions_session = lowered.contains("session");
     if had_session
@@ -491,7 +526,15 @@ fn http_error(status: StatusCode, body: &str, had_session: bool) -> McpError {
     {
         return McpError::SessionExpired(format!("HTTP {}: {}", status.as_u16(), shorten(body)));
     }
-    if let Ok(message) = serde_json::from_str::<Value>(body) {
+    // "Come back later" is about the server's load, whatever its body says.
+    let busy = matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    );
+    let message = (!busy)
+        .then(|| serde_json::from_str::<Value>(body).ok())
+        .flatten();
+    if let Some(message) = message {
         if let Some(Incoming::Response {
             outcome: Err(error),
             ..
@@ -506,6 +549,7 @@ fn http_error(status: StatusCode, body: &str, had_session: bool) -> McpError {
     McpError::Http {
         status: status.as_u16(),
         body: shorten(body),
+        retry_after,
     }
 }
 

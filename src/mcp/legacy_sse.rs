@@ -46,6 +46,7 @@ impl LegacySseConnection {
                 return Err(McpError::Http {
                     status: status.as_u16(),
                     body: shorten(&body),
+                    retry_after: None,
                 });
             }
             let mut response = response;
@@ -160,6 +161,7 @@ async fn post_message(
     Err(McpError::Http {
         status: status.as_u16(),
         body: shorten(&body),
+        retry_after: None,
     })
 }
 
@@ -196,6 +198,9 @@ async fn read_stream(
                     pending.complete(&id, outcome);
                 }
                 Some(Incoming::Notification { method, params }) => {
+                    if let Some(id) = rpc::cancelled_request(&method, &params) {
+                        pending.complete(id, Err(rpc::cancelled_error()));
+                    }
                     rpc::route_notification(&server, &method, &params, &events)
                 }
                 Some(Incoming::Request { id, method }) => {

@@ -1,5 +1,6 @@
 //! The protocol engine: JSON-RPC and MCP types, transports and SSE; only this module knows MCP wire details.
 
+mod backoff;
 mod client;
 mod events;
 mod http;
@@ -8,8 +9,11 @@ mod rpc;
 pub mod sse;
 mod stdio;
 
+use std::time::Duration;
+
 use serde_json::Value;
 
+pub use backoff::{parse_retry_after, with_jitter, Backoff, MAX_SERVER_DELAY, RECONNECT_FLOOR};
 pub use client::{Era, Page, PushChannel, ServerHello, Session};
 pub use events::{channel as event_channel, EventSink, EventStream, ServerEvent};
 
@@ -48,7 +52,12 @@ pub enum McpError {
     #[error("connection closed: {0}")]
     Closed(String),
     #[error("HTTP {status} from server: {body}")]
-    Http { status: u16, body: String },
+    Http {
+        status: u16,
+        body: String,
+        /// The `Retry-After` of a 429 or 503 answer.
+        retry_after: Option<Duration>,
+    },
     #[error("the server no longer knows our session: {0}")]
     SessionExpired(String),
     #[error("{0}")]
@@ -73,6 +82,15 @@ impl McpError {
     pub fn rpc_code(&self) -> Option<i64> {
         match self {
             McpError::Rpc { error, .. } => Some(error.code),
+            _ => None,
+        }
+    }
+
+    /// How long the server asked us to wait (`Retry-After` on 429 or 503), for a caller's
+    /// `Backoff::next_delay_honouring`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            McpError::Http { retry_after, .. } => *retry_after,
             _ => None,
         }
     }

@@ -52,18 +52,26 @@ pub fn classify(message: Value) -> Option<Incoming> {
     }
 }
 
+/// A server's error object as we keep it: the one place a JSON-RPC error from any transport
+/// passes, so its message and data are scrubbed and bounded here, before anything logs,
+/// stores or echoes them.
 fn parse_error_object(error: Value) -> RpcError {
+    let data = error.get("data").cloned().map(|mut data| {
+        crate::redact::scrub_server_json(&mut data);
+        data
+    });
     RpcError {
         code: error
             .get("code")
             .and_then(Value::as_i64)
             .unwrap_or(super::INTERNAL_ERROR),
-        message: error
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("(no message)")
-            .to_string(),
-        data: error.get("data").cloned(),
+        message: crate::redact::scrub_server_text(
+            error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("(no message)"),
+        ),
+        data,
     }
 }
 
@@ -88,21 +96,53 @@ pub fn answer_server_request(id: Value, method: &str) -> Value {
 pub fn route_notification(server: &str, method: &str, params: &Value, events: &EventSink) {
     match method {
         "notifications/resources/list_changed" => events.list_changed(),
+        "notifications/tools/list_changed" => events.kind_list_changed(crate::protocol::Kind::Tool),
+        "notifications/prompts/list_changed" => {
+            events.kind_list_changed(crate::protocol::Kind::Prompt)
+        }
         // The acknowledgement lists what the server agreed to send; without list changes the
         // listen is of no use to a mirror.
         "notifications/subscriptions/acknowledged" => {
             events.send(ServerEvent::ListenAcknowledged {
-                resources_list_changed: params["notifications"]["resourcesListChanged"]
-                    == Value::Bool(true),
+                // Any kind acknowledged makes the listen useful; kinds it leaves out are
+                // covered by the session's scheduled walks.
+                resources_list_changed: [
+                    "resourcesListChanged",
+                    "toolsListChanged",
+                    "promptsListChanged",
+                ]
+                .iter()
+                .any(|key| params["notifications"][key] == Value::Bool(true)),
             })
         }
-        // The only request we leave open is the listen, so a cancellation ends it.
-        "notifications/cancelled" => events.send(ServerEvent::ListenEnded(
-            "the server cancelled the listen request".into(),
-        )),
+        // The transport ends the request it names (see `cancelled_request`); the request's
+        // owner reports what that means.
+        "notifications/cancelled" => {
+            tracing::debug!(server, request = %params["requestId"], "the server cancelled a request")
+        }
         other => tracing::debug!(server, method = other, "ignoring notification"),
     }
 }
+
+/// The id of the request a server's `notifications/cancelled` ends, if it is one.
+pub fn cancelled_request<'a>(method: &str, params: &'a Value) -> Option<&'a Value> {
+    (method == "notifications/cancelled")
+        .then(|| params.get("requestId"))
+        .flatten()
+}
+
+/// How a request the server cancelled fails for its caller.
+pub fn cancelled_error() -> RpcError {
+    RpcError {
+        code: REQUEST_CANCELLED,
+        message: "the server cancelled the request".into(),
+        data: None,
+    }
+}
+
+/// The error code we give a request the server cancelled (JSON-RPC has none; LSP's
+/// `RequestCancelled`).
+pub const REQUEST_CANCELLED: i64 = -32800;
 
 /// Runs `exchange` within `timeout` (none for long-lived requests such as a listen).
 pub async fn within<T>(

@@ -1,16 +1,16 @@
 //! The stdio transport: a child process speaking newline-delimited JSON-RPC on stdin and stdout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::rpc::{self, Incoming, PendingRequests};
 use super::{EventSink, McpError, ServerEvent, MAX_MESSAGE_BYTES};
@@ -22,6 +22,13 @@ const STDERR_LINE_BYTES: usize = 16 << 10;
 /// How long a child gets after stdin closes, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
+/// Stderr lines kept from a first contact, to show if it fails, and how much of each.
+const HELD_STDERR_LINES: usize = 20;
+const HELD_STDERR_LINE_BYTES: usize = 2 << 10;
+
+/// How long a failed first contact waits for the rest of a dying child's stderr.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
+
 pub struct StdioConnection {
     server: String,
     /// Taken (closing the child's stdin) when the connection closes.
@@ -31,6 +38,51 @@ pub struct StdioConnection {
     /// The process group the child leads (its pid), for signalling its descendants too.
     process_group: Option<libc::pid_t>,
     closed: AtomicBool,
+    stderr: Arc<StderrLog>,
+}
+
+/// The child's stderr as we log it: at DEBUG until the first contact is over (a server's
+/// complaint about our `server/discover` probe is not news), at INFO after. The lines of a
+/// first contact are held, so that if it fails they are shown after all.
+struct StderrLog {
+    server: String,
+    quiet: AtomicBool,
+    held: Mutex<VecDeque<String>>,
+    /// Becomes true when the child's stderr reached its end.
+    ended: watch::Sender<bool>,
+}
+
+impl StderrLog {
+    fn line(&self, text: &str) {
+        let text = crate::redact::scrub_server_text(text);
+        let text = text.as_str();
+        let server = &self.server;
+        if !self.quiet.load(Ordering::Acquire) {
+            tracing::info!(server = %server, "child stderr: {text}");
+            return;
+        }
+        tracing::debug!(server = %server, "child stderr (first contact): {text}");
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if held.len() == HELD_STDERR_LINES {
+            held.pop_front();
+        }
+        held.push_back(shorten_line(text, HELD_STDERR_LINE_BYTES));
+    }
+}
+
+/// At most `limit` bytes of `text`, saying how much was left out.
+fn shorten_line(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes more)", &text[..end], text.len() - end)
 }
 
 impl StdioConnection {
@@ -85,6 +137,12 @@ impl StdioConnection {
             // Dropping stdin here closes it, which asks a well-behaved server to exit.
         });
 
+        let stderr_log = Arc::new(StderrLog {
+            server: server.to_string(),
+            quiet: AtomicBool::new(true),
+            held: Mutex::new(VecDeque::new()),
+            ended: watch::channel(false).0,
+        });
         let reader_pending = pending.clone();
         // Weak, so that closing the connection's sender really closes the child's stdin.
         let reader_outgoing = outgoing.downgrade();
@@ -114,23 +172,21 @@ impl StdioConnection {
             events.send(ServerEvent::Disconnected(reason));
         });
 
-        let stderr_server = server.to_string();
+        let log = stderr_log.clone();
         tokio::spawn(async move {
             let mut reader = BufReader::new(stderr);
             let mut line = Vec::new();
             loop {
                 line.clear();
                 match lines::read_line(&mut reader, &mut line, STDERR_LINE_BYTES).await {
-                    Ok(Line::Complete) => {
-                        let text = String::from_utf8_lossy(&line);
-                        tracing::info!(server = %stderr_server, "child stderr: {}", text.trim_end());
-                    }
-                    Ok(Line::TooLong) => {
-                        tracing::info!(server = %stderr_server, "child stderr: (a line over {STDERR_LINE_BYTES} bytes, not shown)")
-                    }
+                    Ok(Line::Complete) => log.line(String::from_utf8_lossy(&line).trim_end()),
+                    Ok(Line::TooLong) => log.line(&format!(
+                        "(a line over {STDERR_LINE_BYTES} bytes, not shown)"
+                    )),
                     Ok(Line::End) | Err(_) => break,
                 }
             }
+            log.ended.send_replace(true);
         });
 
         Ok(StdioConnection {
@@ -140,7 +196,36 @@ impl StdioConnection {
             process_group: child.id().map(|pid| pid as libc::pid_t),
             child: tokio::sync::Mutex::new(child),
             closed: AtomicBool::new(false),
+            stderr: stderr_log,
         })
+    }
+
+    /// The first contact succeeded: the child's stderr is logged at INFO from now on.
+    pub fn first_contact_done(&self) {
+        self.stderr.quiet.store(false, Ordering::Release);
+        self.stderr
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
+
+    /// The first contact failed: shows at INFO what the child wrote to stderr meanwhile
+    /// (waiting briefly for the rest of it when the child is gone), since it may say why.
+    pub async fn report_first_contact_stderr(&self) {
+        let mut ended = self.stderr.ended.subscribe();
+        let _ = tokio::time::timeout(STDERR_DRAIN, ended.wait_for(|ended| *ended)).await;
+        self.stderr.quiet.store(false, Ordering::Release);
+        let held = std::mem::take(
+            &mut *self
+                .stderr
+                .held
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for line in held {
+            tracing::info!(server = %self.server, "child stderr before the failed first contact: {line}");
+        }
     }
 
     pub async fn request(
@@ -248,6 +333,9 @@ fn handle_line(
             }
         }
         Some(Incoming::Notification { method, params }) => {
+            if let Some(id) = rpc::cancelled_request(&method, &params) {
+                pending.complete(id, Err(rpc::cancelled_error()));
+            }
             rpc::route_notification(server, &method, &params, events)
         }
         Some(Incoming::Request { id, method }) => {

@@ -1,7 +1,9 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
+mod entries;
 mod queries;
 mod schema;
+mod views;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -10,14 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use queries::{
-    decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor, ChangeEntry,
-    ChangePage, ReadTarget, SearchRequest, DEFAULT_HIGHLIGHT, ORIGIN_META_KEY,
-};
+pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts};
+pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use views::SnapshotRow;
+
+use crate::protocol::{Kind, ServerState, TransportKind};
 use writer::{Batch, WriteOp};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +31,11 @@ pub enum StoreError {
     },
     #[error("cannot create the directory {path}: {source}")]
     Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create the database file {path}: {source}")]
+    File {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -48,6 +55,16 @@ pub enum StoreError {
     Walk(String),
     #[error("invalid full-text query: {0}")]
     InvalidQuery(String),
+    #[error("the search ran out of time and was cancelled (search_timeout); narrow the query")]
+    SearchTimedOut,
+}
+
+impl StoreError {
+    /// True when SQLite stopped the statement on request (a progress handler or interrupt).
+    pub(crate) fn is_interrupted(&self) -> bool {
+        matches!(self, StoreError::Sql(error)
+            if error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted))
+    }
 }
 
 /// One resource as the store keeps it; built from the server's JSON by the walk.
@@ -80,7 +97,7 @@ pub struct TemplateRow {
 pub struct ServerEntry {
     pub name: String,
     pub priority: i64,
-    pub transport: String,
+    pub transport: TransportKind,
     /// The size cap of the server's `resources/read` content cache; `None` turns it off.
     pub read_cache_bytes: Option<u64>,
 }
@@ -131,6 +148,10 @@ pub enum ServerUpdate {
     WalkFailed {
         error: String,
     },
+    /// Connected, but the push stream cannot be reopened; the snapshot stays, marked stale.
+    Reconnecting {
+        error: String,
+    },
     /// The connection failed or dropped; a retry is scheduled.
     BackingOff {
         error: String,
@@ -150,7 +171,7 @@ pub struct WalkReport {
 }
 
 /// What a swap changed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SwapOutcome {
     pub added: u64,
     pub removed: u64,
@@ -159,13 +180,13 @@ pub struct SwapOutcome {
     pub templates: u64,
 }
 
-/// One server's row in `catalog/status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One server's row as the database records it.
+#[derive(Debug, Clone)]
 pub struct ServerStatus {
     pub name: String,
     pub priority: i64,
-    pub transport: String,
-    pub state: String,
+    pub transport: TransportKind,
+    pub state: ServerState,
     pub protocol_version: Option<String>,
     pub server_info: Option<Value>,
     pub resources: u64,
@@ -181,7 +202,7 @@ pub struct ServerStatus {
     pub last_error_at_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct LastWalk {
     pub at_ms: i64,
     pub duration_ms: i64,
@@ -194,20 +215,37 @@ pub struct LastWalk {
 }
 
 /// One search result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct SearchHit {
     pub server: String,
     pub uri: String,
     pub name: String,
     pub title: Option<String>,
-    #[serde(rename = "mimeType")]
     pub mime_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub score: f64,
     /// The best matching stretch of text with the matched words between highlight markers.
-    #[serde(default)]
     pub snippet: Option<String>,
+}
+
+/// One entry of the merged catalog (a resource or a template): the server's object as
+/// stored, its key (URI or URI template), and the server that wins it.
+#[derive(Debug, Clone)]
+pub struct CatalogRow {
+    pub server: String,
+    pub key: String,
+    pub raw: String,
+}
+
+/// One server's listing of a URI.
+#[derive(Debug, Clone)]
+pub struct ListingRow {
+    pub server: String,
+    pub priority: i64,
+    /// The resource as this server lists it.
+    pub raw: String,
+    pub stale: bool,
+    pub snapshot_at_ms: Option<i64>,
 }
 
 pub fn now_ms() -> i64 {
@@ -219,6 +257,9 @@ pub fn now_ms() -> i64 {
 
 /// How many pages of one walk may wait for the writer before the walk waits too.
 const PAGES_IN_FLIGHT: usize = 4;
+/// Read-only connections open at once (each holds descriptors for the database and its WAL);
+/// more concurrent reads wait for one, so the daemon's descriptor reserve covers them.
+pub const MAX_READERS: usize = 64;
 /// Catalog-change events buffered per subscriber; one that falls further behind is told it
 /// lagged, and the writer never waits for it.
 const CHANGE_EVENTS_BUFFERED: usize = 256;
@@ -229,6 +270,7 @@ pub struct Store {
     path: PathBuf,
     writer: mpsc::UnboundedSender<WriteOp>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    reader_slots: Arc<Semaphore>,
     next_walk_id: Arc<AtomicU64>,
     changes: broadcast::Sender<CatalogChanged>,
 }
@@ -236,15 +278,18 @@ pub struct Store {
 impl Store {
     /// Opens (creating and migrating as needed) the database and starts the writer thread.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(parent) = path
-            .parent()
-            .filter(|parent| !parent.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::Directory {
-                path: parent.to_path_buf(),
-                source,
+        if let Some(parent) = path.parent() {
+            crate::paths::create_private_directory(parent).map_err(|source| {
+                StoreError::Directory {
+                    path: parent.to_path_buf(),
+                    source,
+                }
             })?;
         }
+        crate::paths::create_private_file(path).map_err(|source| StoreError::File {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let connection = schema::open_writer(path)?;
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
@@ -259,6 +304,7 @@ impl Store {
             path: path.to_path_buf(),
             writer: sender,
             readers: Arc::new(Mutex::new(Vec::new())),
+            reader_slots: Arc::new(Semaphore::new(MAX_READERS)),
             next_walk_id: Arc::new(AtomicU64::new(1)),
             changes,
         })
@@ -284,16 +330,6 @@ impl Store {
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
-    /// Records the configured servers; servers no longer configured are dropped with their snapshots.
-    pub async fn sync_servers(&self, servers: Vec<ServerEntry>) -> Result<(), StoreError> {
-        self.apply_servers(ServerSync {
-            configured: servers,
-            untouched: Vec::new(),
-            removed: RemovedServers::Drop,
-        })
-        .await
-    }
-
     /// Records a (re)loaded configuration's servers, as `sync` says.
     pub async fn apply_servers(&self, sync: ServerSync) -> Result<(), StoreError> {
         self.call(|reply| WriteOp::SyncServers { sync, reply })
@@ -311,16 +347,37 @@ impl Store {
         update: ServerUpdate,
     ) -> Result<(), StoreError> {
         let server = server.to_string();
-        // Errors may quote what a server sent back, which may echo a credential.
+        // What a server says about itself may echo a credential (our token, its API key from
+        // `env`), and its errors may be of any length: no secret and no unbounded text is stored.
         let update = match update {
             ServerUpdate::WalkFailed { error } => ServerUpdate::WalkFailed {
-                error: crate::redact::scrub(&error).into_owned(),
+                error: crate::redact::scrub_server_text(&error),
             },
             ServerUpdate::BackingOff { error, retry_at_ms } => ServerUpdate::BackingOff {
-                error: crate::redact::scrub(&error).into_owned(),
+                error: crate::redact::scrub_server_text(&error),
                 retry_at_ms,
             },
-            other => other,
+            ServerUpdate::Reconnecting { error } => ServerUpdate::Reconnecting {
+                error: crate::redact::scrub_server_text(&error),
+            },
+            ServerUpdate::Connected {
+                protocol_version,
+                mut capabilities,
+                mut server_info,
+            } => {
+                crate::redact::scrub_server_json(&mut capabilities);
+                crate::redact::scrub_server_json(&mut server_info);
+                ServerUpdate::Connected {
+                    protocol_version,
+                    capabilities,
+                    server_info,
+                }
+            }
+            // Listed, not `_`: a new variant that carries server text must be handled above.
+            update @ (ServerUpdate::Connecting
+            | ServerUpdate::NoResources
+            | ServerUpdate::Walking
+            | ServerUpdate::Stopped) => update,
         };
         self.call(|reply| WriteOp::UpdateServer {
             server,
@@ -348,7 +405,15 @@ impl Store {
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        // Never closed; held until the blocking query is done with its connection.
+        let slot = self
+            .reader_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Walk("the store is closed".into()))?;
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let pooled = readers
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -377,7 +442,7 @@ impl Store {
         &self,
         after_uri: Option<String>,
         limit: usize,
-    ) -> Result<(Vec<Value>, bool), StoreError> {
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
         self.read(move |connection| {
             queries::merged_resources(connection, after_uri.as_deref(), limit)
         })
@@ -388,7 +453,7 @@ impl Store {
         &self,
         after: Option<String>,
         limit: usize,
-    ) -> Result<(Vec<Value>, bool), StoreError> {
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
         self.read(move |connection| queries::merged_templates(connection, after.as_deref(), limit))
             .await
     }
@@ -409,19 +474,19 @@ impl Store {
             .await
     }
 
-    /// The winning resource for `uri` and every server that lists it.
-    pub async fn resource_details(&self, uri: &str) -> Result<Option<Value>, StoreError> {
+    /// Every server that lists `uri`, the winner first.
+    pub async fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
         let uri = uri.to_string();
-        self.read(move |connection| queries::resource_details(connection, &uri))
+        self.read(move |connection| queries::listings(connection, &uri))
             .await
     }
 
-    /// A cached `resources/read` result and when it was stored (ms since the epoch).
+    /// A cached `resources/read` result (its JSON text) and when it was stored (ms since the epoch).
     pub async fn cached_contents(
         &self,
         server: &str,
         uri: &str,
-    ) -> Result<Option<(Value, i64)>, StoreError> {
+    ) -> Result<Option<(String, i64)>, StoreError> {
         let (server, uri) = (server.to_string(), uri.to_string());
         self.read(move |connection| queries::cached_contents(connection, &server, &uri))
             .await
@@ -429,11 +494,11 @@ impl Store {
 
     /// Keeps a `resources/read` result for offline reads, evicting the oldest entries of the
     /// server past `limit_bytes`. Does not wait for the writer: a cache is never worth a delay.
-    pub fn cache_contents(&self, server: &str, uri: &str, contents: &Value, limit_bytes: u64) {
+    pub fn cache_contents(&self, server: &str, uri: &str, contents: String, limit_bytes: u64) {
         let _ = self.writer.send(WriteOp::CacheContents {
             server: server.to_string(),
             uri: uri.to_string(),
-            contents: contents.to_string(),
+            contents,
             limit_bytes,
         });
     }
@@ -454,6 +519,84 @@ impl Store {
 
     pub async fn read_cache_bytes(&self) -> Result<u64, StoreError> {
         self.read(queries::read_cache_bytes).await
+    }
+
+    /// Replaces the server's snapshot of one kind of entries (tools or prompts) with `rows`,
+    /// atomically; the previous snapshot stays if this fails.
+    pub async fn swap_entries(
+        &self,
+        server: &str,
+        kind: Kind,
+        rows: Vec<EntryRow>,
+    ) -> Result<EntrySwap, StoreError> {
+        let server = server.to_string();
+        self.call(|reply| WriteOp::SwapEntries {
+            server,
+            kind,
+            rows,
+            reply,
+        })
+        .await
+    }
+
+    /// Records the current tools and prompts of `server` (or every server) as accepted.
+    pub async fn accept(&self, server: Option<String>) -> Result<u64, StoreError> {
+        self.call(|reply| WriteOp::Accept { server, reply }).await
+    }
+
+    /// A page of one kind of entries, after (server, name), and whether more follow.
+    pub async fn list_entries(
+        &self,
+        kind: Kind,
+        server: Option<String>,
+        after: Option<(String, String)>,
+        limit: usize,
+    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
+        self.read(move |connection| {
+            let after = after
+                .as_ref()
+                .map(|(server, name)| (server.as_str(), name.as_str()));
+            entries::list_entries(connection, kind, server.as_deref(), after, limit)
+        })
+        .await
+    }
+
+    pub async fn entry(
+        &self,
+        kind: Kind,
+        server: &str,
+        name: &str,
+    ) -> Result<Option<EntryListing>, StoreError> {
+        let (server, name) = (server.to_string(), name.to_string());
+        self.read(move |connection| entries::entry(connection, kind, &server, &name))
+            .await
+    }
+
+    pub async fn kind_counts(
+        &self,
+    ) -> Result<
+        std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>,
+        StoreError,
+    > {
+        self.read(entries::kind_counts).await
+    }
+
+    pub async fn drift(&self, server: Option<String>) -> Result<Vec<DriftRow>, StoreError> {
+        self.read(move |connection| entries::drift(connection, server.as_deref()))
+            .await
+    }
+
+    pub async fn search_entries(
+        &self,
+        query: String,
+        kinds: Vec<Kind>,
+        server: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<EntryHit>, StoreError> {
+        self.read(move |connection| {
+            entries::search_entries(connection, &query, &kinds, server.as_deref(), limit)
+        })
+        .await
     }
 
     /// Stops the writer after the operations already queued; returns when it has closed the database.
@@ -496,7 +639,7 @@ impl ReadOnlyCatalog {
         &self,
         after_uri: Option<&str>,
         limit: usize,
-    ) -> Result<(Vec<Value>, bool), StoreError> {
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
         queries::merged_resources(&self.connection, after_uri, limit)
     }
 
@@ -507,8 +650,8 @@ impl ReadOnlyCatalog {
         queries::search(&self.connection, request)
     }
 
-    pub fn resource_details(&self, uri: &str) -> Result<Option<Value>, StoreError> {
-        queries::resource_details(&self.connection, uri)
+    pub fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
+        queries::listings(&self.connection, uri)
     }
 }
 
@@ -522,10 +665,6 @@ pub struct StagedWalk {
 }
 
 impl StagedWalk {
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
     /// Queues a page of resources for staging; waits only when the writer is behind.
     pub async fn add_resources(&self, rows: Vec<ResourceRow>) -> Result<(), StoreError> {
         self.stage(Batch::Resources(rows)).await

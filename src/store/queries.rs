@@ -1,37 +1,12 @@
 //! Read-only queries: server status, the merged catalog in keyset pages, and full-text search.
 
+use std::time::Instant;
+
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use super::{LastWalk, SearchHit, ServerStatus, StoreError};
-
-/// The `_meta` key that names a resource's origin server.
-pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";
-const CURSOR_PREFIX: &str = "k1.";
-
-/// Encodes a keyset position as an opaque cursor.
-pub fn encode_cursor(key: &str) -> String {
-    let mut cursor = String::with_capacity(CURSOR_PREFIX.len() + key.len() * 2);
-    cursor.push_str(CURSOR_PREFIX);
-    for byte in key.as_bytes() {
-        cursor.push_str(&format!("{byte:02x}"));
-    }
-    cursor
-}
-
-/// Decodes a cursor made by `encode_cursor`; `None` when it is not one.
-pub fn decode_cursor(cursor: &str) -> Option<String> {
-    let hex = cursor.strip_prefix(CURSOR_PREFIX)?;
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|index| u8::from_str_radix(hex.get(index..index + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
-}
+use super::{CatalogRow, LastWalk, ListingRow, SearchHit, ServerStatus, StoreError};
+use crate::protocol::{ChangeKind, DEFAULT_HIGHLIGHT};
 
 fn parse_json(text: Option<String>) -> Option<Value> {
     text.and_then(|text| serde_json::from_str(&text).ok())
@@ -83,36 +58,15 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// The stored object with the origin server named in its `_meta`.
-fn with_origin(raw: &str, server: &str) -> Value {
-    let mut object = match serde_json::from_str::<Value>(raw) {
-        Ok(Value::Object(object)) => object,
-        _ => Map::new(),
-    };
-    let meta = object
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    if let Value::Object(meta) = meta {
-        meta.insert(
-            ORIGIN_META_KEY.to_string(),
-            Value::String(server.to_string()),
-        );
-    }
-    Value::Object(object)
-}
-
 /// One page of the merged catalog: for a URI listed by several servers, the lowest priority
 /// wins, then the lowest server name. Keyed by URI, so a swap between pages skips nothing.
 pub fn merged_resources(
     connection: &Connection,
     after_uri: Option<&str>,
     limit: usize,
-) -> Result<(Vec<Value>, bool), StoreError> {
+) -> Result<(Vec<CatalogRow>, bool), StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT r.raw, s.name FROM resources r JOIN servers s ON s.id = r.server_id
+        "SELECT s.name, r.uri, r.raw FROM resources r JOIN servers s ON s.id = r.server_id
          WHERE r.uri > ?1
            AND NOT EXISTS (
                SELECT 1 FROM resources r2 JOIN servers s2 ON s2.id = r2.server_id
@@ -124,24 +78,28 @@ pub fn merged_resources(
     // server's (server_id, uri) index start at the cursor; `?1 IS NULL OR uri > ?1` made every
     // page skip row by row past all earlier pages (34 ms a page half way through 1,000,000).
     let after_uri = after_uri.unwrap_or("");
-    let rows = statement.query_map(params![after_uri, (limit + 1) as i64], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut page: Vec<Value> = rows
-        .map(|row| row.map(|(raw, server)| with_origin(&raw, &server)))
-        .collect::<Result<_, _>>()?;
+    let rows = statement.query_map(params![after_uri, (limit + 1) as i64], catalog_row)?;
+    let mut page: Vec<CatalogRow> = rows.collect::<Result<_, _>>()?;
     let more = page.len() > limit;
     page.truncate(limit);
     Ok((page, more))
+}
+
+fn catalog_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CatalogRow> {
+    Ok(CatalogRow {
+        server: row.get(0)?,
+        key: row.get(1)?,
+        raw: row.get(2)?,
+    })
 }
 
 pub fn merged_templates(
     connection: &Connection,
     after: Option<&str>,
     limit: usize,
-) -> Result<(Vec<Value>, bool), StoreError> {
+) -> Result<(Vec<CatalogRow>, bool), StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT t.raw, s.name FROM resource_templates t JOIN servers s ON s.id = t.server_id
+        "SELECT s.name, t.uri_template, t.raw FROM resource_templates t JOIN servers s ON s.id = t.server_id
          WHERE t.uri_template > ?1
            AND NOT EXISTS (
                SELECT 1 FROM resource_templates t2 JOIN servers s2 ON s2.id = t2.server_id
@@ -150,12 +108,8 @@ pub fn merged_templates(
          ORDER BY t.uri_template LIMIT ?2",
     )?;
     let after = after.unwrap_or("");
-    let rows = statement.query_map(params![after, (limit + 1) as i64], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut page: Vec<Value> = rows
-        .map(|row| row.map(|(raw, server)| with_origin(&raw, &server)))
-        .collect::<Result<_, _>>()?;
+    let rows = statement.query_map(params![after, (limit + 1) as i64], catalog_row)?;
+    let mut page: Vec<CatalogRow> = rows.collect::<Result<_, _>>()?;
     let more = page.len() > limit;
     page.truncate(limit);
     Ok((page, more))
@@ -174,6 +128,8 @@ pub struct SearchRequest {
     pub offset: usize,
     /// The markers put around matched words in snippets.
     pub highlight: (String, String),
+    /// When set, the query is cancelled (`StoreError::SearchTimedOut`) once this passes.
+    pub deadline: Option<Instant>,
 }
 
 impl SearchRequest {
@@ -186,30 +142,17 @@ impl SearchRequest {
             limit,
             offset: 0,
             highlight: (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into()),
+            deadline: None,
         }
     }
 }
 
-/// The markers around matched words in snippets unless the caller chooses others.
-pub const DEFAULT_HIGHLIGHT: (&str, &str) = ("\u{ab}", "\u{bb}");
 /// The most words of a typed query that take part in a search; a query pasted from a whole
 /// document would otherwise cost a phrase per word.
 const MAX_QUERY_WORDS: usize = 32;
 /// The longest word that takes part in a search.
 const MAX_WORD_CHARS: usize = 256;
 const SNIPPET_TOKENS: i64 = 12;
-const SEARCH_CURSOR_PREFIX: &str = "s1.";
-
-/// Encodes a position in a ranked result list as an opaque search cursor.
-pub fn encode_search_cursor(offset: usize) -> String {
-    format!("{SEARCH_CURSOR_PREFIX}{offset}")
-}
-
-/// Decodes a cursor made by `encode_search_cursor`; `None` when it is not one.
-pub fn decode_search_cursor(cursor: &str) -> Option<usize> {
-    cursor.strip_prefix(SEARCH_CURSOR_PREFIX)?.parse().ok()
-}
-
 /// Turns what a person typed into a safe FTS5 query: every word is a quoted phrase and
 /// the last one also matches as a prefix. `None` when nothing searchable is left.
 pub fn fts_query(text: &str) -> Option<String> {
@@ -235,8 +178,42 @@ pub fn fts_query(text: &str) -> Option<String> {
     Some(terms.join(" "))
 }
 
-/// One page of ranked hits and the offset of the next page, if there is one.
+/// SQLite virtual machine steps between two looks at a search's deadline (a look costs one
+/// clock read; at 10,000 a 300 ms limit was overrun by 700 ms in a debug build, at 1,000 by 60).
+const DEADLINE_CHECK_STEPS: i32 = 1_000;
+/// The most of a hit's title, description or snippet a search answer carries; the entry
+/// itself (`catalog/resource`) has the whole text.
+pub const MAX_HIT_TEXT_BYTES: usize = 1 << 10;
+/// A search page stops growing past this many bytes of hits; the cursor continues after the
+/// last hit it carries.
+pub const MAX_SEARCH_PAGE_BYTES: usize = 4 << 20;
+
+/// One page of ranked hits and the offset of the next page, if there is one; cancelled with
+/// `StoreError::SearchTimedOut` when the request's deadline passes.
 pub fn search(
+    connection: &Connection,
+    request: &SearchRequest,
+) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
+    let Some(deadline) = request.deadline else {
+        return search_unbounded(connection, request);
+    };
+    // The handler belongs to this search only: it is removed before the pooled connection
+    // serves anyone else, whatever the outcome.
+    connection.progress_handler(
+        DEADLINE_CHECK_STEPS,
+        Some(move || Instant::now() >= deadline),
+    );
+    let outcome = search_unbounded(connection, request);
+    connection.progress_handler(0, None::<fn() -> bool>);
+    match outcome {
+        Err(error) if Instant::now() >= deadline && error.is_interrupted() => {
+            Err(StoreError::SearchTimedOut)
+        }
+        other => other,
+    }
+}
+
+fn search_unbounded(
     connection: &Connection,
     request: &SearchRequest,
 ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
@@ -249,14 +226,22 @@ pub fn search(
         return Ok((Vec::new(), None));
     };
     // A raw query is the caller's FTS5 syntax: any error it causes is theirs to fix.
-    let blame = |error: rusqlite::Error| match request.raw {
-        true => StoreError::InvalidQuery(error.to_string()),
-        false => StoreError::Sql(error),
+    let blame = |error: rusqlite::Error| {
+        let interrupted =
+            error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted);
+        match request.raw && !interrupted {
+            true => StoreError::InvalidQuery(error.to_string()),
+            false => StoreError::Sql(error),
+        }
     };
     // Ranking happens in the inner query, so only the top `limit` rows pay for the joins.
     let mut statement = connection
         .prepare_cached(
-            "SELECT s.name, r.uri, r.name, r.title, r.description, r.mime_type, hits.rank, r.id
+            // Long texts are read cut (a hit carries at most MAX_HIT_TEXT_BYTES of each, and
+            // a snippet comes from the first few thousand characters), so a huge entry costs
+            // a page no memory.
+            "SELECT s.name, r.uri, substr(r.name, 1, 4096), substr(r.title, 1, 4096),
+                    substr(r.description, 1, 4096), substr(r.mime_type, 1, 4096), hits.rank, r.id
              FROM (SELECT f.rowid AS id, f.rank AS rank FROM resources_fts f
                    JOIN resources fr ON fr.id = f.rowid
                    JOIN servers fs ON fs.id = fr.server_id
@@ -302,8 +287,13 @@ pub fn search(
         )
         .map_err(blame)?;
     let mut hits = rows.collect::<Result<Vec<_>, _>>().map_err(blame)?;
-    let next = (hits.len() > request.limit).then_some(request.offset + request.limit);
+    let mut next = (hits.len() > request.limit).then_some(request.offset + request.limit);
     hits.truncate(request.limit);
+    let kept = hits_within_page_bytes(&hits);
+    if kept < hits.len() {
+        hits.truncate(kept);
+        next = Some(request.offset + kept);
+    }
     // Snippets only for the rows returned. For plain words they are built here from the hit's
     // own fields: asking FTS5 per hit re-runs the match (and re-expands a prefix) every time,
     // which profiled at 100 ms and more per hit for common prefixes. Raw FTS5 syntax can mean
@@ -314,6 +304,7 @@ pub fn search(
             .into_iter()
             .map(|(mut hit, _)| {
                 hit.snippet = snippet_from_fields(&hit, &terms, &request.highlight);
+                bound_hit_text(&mut hit);
                 hit
             })
             .collect();
@@ -341,9 +332,61 @@ pub fn search(
             .optional()
             .map_err(blame)?
             .flatten();
+        bound_hit_text(&mut hit);
         page.push(hit);
     }
     Ok((page, next))
+}
+
+/// `text` cut to `MAX_HIT_TEXT_BYTES` at a character boundary, ending in "…" when cut.
+fn bound_text(text: &mut String) {
+    if text.len() <= MAX_HIT_TEXT_BYTES {
+        return;
+    }
+    let mut end = MAX_HIT_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('\u{2026}');
+}
+
+/// A hit's free text (name, title, description, snippet) bounded for the answer.
+fn bound_hit_text(hit: &mut SearchHit) {
+    bound_text(&mut hit.name);
+    for text in [
+        &mut hit.title,
+        &mut hit.description,
+        &mut hit.snippet,
+        &mut hit.mime_type,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        bound_text(text);
+    }
+}
+
+/// How many of the leading `hits` fit in `MAX_SEARCH_PAGE_BYTES` (always at least one), counting
+/// each hit's bounded text and its whole URI, which is an identifier and never cut.
+fn hits_within_page_bytes(hits: &[(SearchHit, i64)]) -> usize {
+    let mut total = 0;
+    for (index, (hit, _)) in hits.iter().enumerate() {
+        let text = |field: &Option<String>| field.as_ref().map_or(0, |text| text.len());
+        let bytes = hit.uri.len()
+            + hit.server.len()
+            + hit.name.len().min(MAX_HIT_TEXT_BYTES)
+            + text(&hit.title).min(MAX_HIT_TEXT_BYTES)
+            + text(&hit.description).min(MAX_HIT_TEXT_BYTES)
+            + text(&hit.mime_type).min(MAX_HIT_TEXT_BYTES)
+            // The snippet is made later; it is bounded like the other texts.
+            + MAX_HIT_TEXT_BYTES;
+        total += bytes;
+        if total > MAX_SEARCH_PAGE_BYTES && index > 0 {
+            return index;
+        }
+    }
+    hits.len()
 }
 
 /// The words of a plain query as the index tokenizes them (letters and digits, lowercased);
@@ -468,40 +511,24 @@ pub fn read_target(connection: &Connection, uri: &str) -> Result<Option<ReadTarg
         .optional()?)
 }
 
-/// Everything the mirror knows about `uri`: the winning resource (with its origin in
-/// `_meta`) and every server that lists it, winner first. `None` when no server lists it.
-pub fn resource_details(connection: &Connection, uri: &str) -> Result<Option<Value>, StoreError> {
+/// Every server that lists `uri`, the winner first (lowest priority, then lowest name);
+/// empty when no server lists it.
+pub fn listings(connection: &Connection, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
     let mut statement = connection.prepare_cached(
         "SELECT s.name, s.priority, r.raw, s.stale, s.snapshot_at
          FROM resources r JOIN servers s ON s.id = r.server_id
          WHERE r.uri = ?1 ORDER BY s.priority, s.name",
     )?;
     let rows = statement.query_map([uri], |row| {
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, i64>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, i64>(3)? != 0,
-            row.get::<_, Option<i64>>(4)?,
-        ))
-    })?;
-    let listings = rows.collect::<Result<Vec<_>, _>>()?;
-    let Some((server, _, raw, stale, snapshot_at)) = listings.first() else {
-        return Ok(None);
-    };
-    let listed_by: Vec<Value> = listings
-        .iter()
-        .map(|(server, priority, raw, _, _)| {
-            json!({"server": server, "priority": priority, "resource": parse_json(Some(raw.clone()))})
+        Ok(ListingRow {
+            server: row.get(0)?,
+            priority: row.get(1)?,
+            raw: row.get(2)?,
+            stale: row.get::<_, i64>(3)? != 0,
+            snapshot_at_ms: row.get(4)?,
         })
-        .collect();
-    Ok(Some(json!({
-        "server": server,
-        "resource": with_origin(raw, server),
-        "stale": stale,
-        "snapshotAtMs": snapshot_at,
-        "listedBy": listed_by,
-    })))
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 /// The cached `resources/read` result of `uri` from `server` and when it was stored.
@@ -509,46 +536,43 @@ pub fn cached_contents(
     connection: &Connection,
     server: &str,
     uri: &str,
-) -> Result<Option<(Value, i64)>, StoreError> {
+) -> Result<Option<(String, i64)>, StoreError> {
     let mut statement = connection.prepare_cached(
         "SELECT c.contents, c.stored_at FROM read_cache c JOIN servers s ON s.id = c.server_id
          WHERE s.name = ?1 AND c.uri = ?2",
     )?;
-    let found = statement
+    Ok(statement
         .query_row([server, uri], |row| {
             Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
         })
-        .optional()?;
-    Ok(found.and_then(|(text, stored_at)| {
-        serde_json::from_str::<Value>(&text)
-            .ok()
-            .map(|contents| (contents, stored_at))
-    }))
+        .optional()?)
 }
 
 /// One entry of the change feed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeEntry {
     pub seq: i64,
-    #[serde(rename = "atMs")]
     pub at_ms: i64,
     pub server: String,
-    /// "added", "removed", "changed", or "truncated" (then `uri` is absent and `count`
-    /// says how many changes of that swap were not recorded one by one).
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
+    /// For `Truncated`, `uri` is absent and `count` says how many changes of that swap were
+    /// not recorded one by one.
+    pub kind: ChangeKind,
     pub uri: Option<String>,
     pub count: i64,
+    /// What kind of entry changed; a tool's or prompt's `name` stands where a resource's `uri` does.
+    pub entry_kind: crate::protocol::Kind,
+    pub name: Option<String>,
+    /// For a changed tool or prompt: the top-level fields that changed.
+    pub fields: Option<Vec<String>>,
 }
 
 /// A page of the change feed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct ChangePage {
     pub changes: Vec<ChangeEntry>,
-    /// The newest sequence number in the feed; pass the last `seq` you saw as `since`.
-    #[serde(rename = "latestSeq")]
+    /// The newest sequence number in the feed.
     pub latest_seq: i64,
-    /// True when entries after `since` were pruned from the bounded history: re-list.
+    /// True when entries after `since` were pruned from the bounded history.
     pub truncated: bool,
     /// True when more entries follow this page.
     pub more: bool,
@@ -576,7 +600,8 @@ pub fn changes_since(
     let after = since.unwrap_or(0);
     let truncated = since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since + 1));
     let mut statement = connection.prepare_cached(
-        "SELECT seq, at, server, kind, uri, count FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        "SELECT seq, at, server, kind, uri, count, entry_kind, name, fields FROM changes
+         WHERE seq > ?1 ORDER BY seq LIMIT ?2",
     )?;
     let rows = statement.query_map(params![after, (limit + 1) as i64], |row| {
         Ok(ChangeEntry {
@@ -586,6 +611,11 @@ pub fn changes_since(
             kind: row.get(3)?,
             uri: row.get(4)?,
             count: row.get(5)?,
+            entry_kind: row.get(6)?,
+            name: row.get(7)?,
+            fields: row
+                .get::<_, Option<String>>(8)?
+                .and_then(|fields| serde_json::from_str(&fields).ok()),
         })
     })?;
     let mut changes = rows.collect::<Result<Vec<_>, _>>()?;
@@ -609,27 +639,9 @@ pub fn read_cache_bytes(connection: &Connection) -> Result<u64, StoreError> {
     Ok(bytes.max(0) as u64)
 }
 
-/// The number of resources in the merged catalog's underlying snapshots.
-#[allow(dead_code)]
-pub fn resource_count(connection: &Connection) -> Result<u64, StoreError> {
-    let count: Option<i64> = connection
-        .query_row("SELECT count(*) FROM resources", [], |row| row.get(0))
-        .optional()?;
-    Ok(count.unwrap_or(0) as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_reject_garbage() {
-        let cursor = encode_cursor("file:///tmp/a b/ü");
-        assert_eq!(decode_cursor(&cursor).as_deref(), Some("file:///tmp/a b/ü"));
-        assert_eq!(decode_cursor("nonsense"), None);
-        assert_eq!(decode_cursor("k1.zz"), None);
-        assert_eq!(decode_cursor("k1.abc"), None);
-    }
 
     /// An in-memory database with the real schema and a few resources of server `docs`.
     fn catalog() -> Connection {
@@ -726,8 +738,6 @@ mod tests {
         first.offset = 2;
         let (rest, next) = search(&connection, &first).expect("search");
         assert_eq!((rest.len(), next), (1, None));
-        assert_eq!(decode_search_cursor(&encode_search_cursor(40)), Some(40));
-        assert_eq!(decode_search_cursor("k1.00"), None);
     }
 
     #[test]
@@ -736,5 +746,81 @@ mod tests {
         assert_eq!(fts_query("( - :"), None);
         assert_eq!(fts_query("readme"), Some("\"readme\"*".into()));
         assert_eq!(fts_query("say \"hi"), Some("\"say\" \"\"\"hi\"*".into()));
+    }
+    #[test]
+    fn search_answers_cut_long_texts_and_pages_by_bytes() {
+        let connection = catalog();
+        // 10 entries whose descriptions are 600 KiB each: a page of all of them would be 6 MiB.
+        let description = format!("needle {}", "hay ".repeat(150_000));
+        for index in 0..10 {
+            connection
+                .execute(
+                    "INSERT INTO resources (server_id, uri, name, description, raw)
+                     VALUES (1, ?1, 'big', ?2, '{}')",
+                    params![format!("file:///big/{index}"), description],
+                )
+                .expect("insert");
+        }
+        connection
+            .execute_batch("INSERT INTO resources_fts (resources_fts) VALUES ('rebuild');")
+            .expect("rebuild");
+        let (hits, next) =
+            search(&connection, &SearchRequest::new("needle", 1000)).expect("search");
+        assert_eq!(
+            hits.len(),
+            10,
+            "texts are read cut, so all ten fit: {next:?}"
+        );
+        for hit in &hits {
+            let kept = hit.description.as_deref().expect("description");
+            assert!(kept.len() <= MAX_HIT_TEXT_BYTES + 3 && kept.ends_with('\u{2026}'));
+            assert!(hit
+                .snippet
+                .as_deref()
+                .is_some_and(|snippet| snippet.len() <= MAX_HIT_TEXT_BYTES + 3));
+        }
+        // Long URIs are never cut, so they are what a page is counted by.
+        let uri_bytes = MAX_SEARCH_PAGE_BYTES / 3;
+        let hits: Vec<(SearchHit, i64)> = (0..5)
+            .map(|index| {
+                let hit = SearchHit {
+                    server: "docs".into(),
+                    uri: format!("file:///{index}/{}", "u".repeat(uri_bytes)),
+                    name: "n".into(),
+                    title: None,
+                    description: None,
+                    mime_type: None,
+                    score: 1.0,
+                    snippet: None,
+                };
+                (hit, index)
+            })
+            .collect();
+        assert_eq!(hits_within_page_bytes(&hits), 2);
+        assert_eq!(hits_within_page_bytes(&hits[..1]), 1);
+    }
+
+    #[test]
+    fn a_search_past_its_deadline_is_cancelled_and_the_connection_is_clean_after() {
+        let connection = catalog();
+        // Enough rows that the query takes more steps than one look at the deadline.
+        connection
+            .execute_batch(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
+                 INSERT INTO resources (server_id, uri, name, raw)
+                 SELECT 1, 'file:///many/' || i, 'reading ' || i, '{}' FROM n;
+                 INSERT INTO resources_fts (resources_fts) VALUES ('rebuild');",
+            )
+            .expect("fill");
+        let mut request = SearchRequest::new("read*", 10);
+        request.raw = true;
+        request.deadline = Some(Instant::now());
+        assert!(matches!(
+            search(&connection, &request),
+            Err(StoreError::SearchTimedOut)
+        ));
+        request.deadline = None;
+        let (hits, _) = search(&connection, &request).expect("the handler is gone");
+        assert_eq!(hits.len(), 10);
     }
 }

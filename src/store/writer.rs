@@ -10,6 +10,7 @@ use super::{
     now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
     SwapOutcome, TemplateRow, WalkReport,
 };
+use crate::protocol::{ChangeKind, Kind, ServerState};
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -40,6 +41,18 @@ pub enum WriteOp {
     },
     Abort {
         walk_id: u64,
+    },
+    /// Replaces one (server, kind) snapshot of tools or prompts (`entries.rs`).
+    SwapEntries {
+        server: String,
+        kind: Kind,
+        rows: Vec<super::EntryRow>,
+        reply: Reply<super::EntrySwap>,
+    },
+    /// Records the current tools and prompts as accepted (`entries.rs`).
+    Accept {
+        server: Option<String>,
+        reply: Reply<u64>,
     },
     CacheContents {
         server: String,
@@ -175,6 +188,30 @@ pub fn run(
                 staged_rows.remove(&walk_id);
                 discard_staging(&connection, walk_id);
             }
+            WriteOp::SwapEntries {
+                server,
+                kind,
+                rows,
+                reply,
+            } => {
+                let outcome = super::entries::swap_entries(&mut connection, &server, kind, rows);
+                let outcome = outcome.map(|(swap, latest_seq)| {
+                    if swap.touched() > 0 {
+                        let _ = changes.send(CatalogChanged {
+                            server: server.clone(),
+                            added: swap.added,
+                            removed: swap.removed,
+                            changed: swap.changed,
+                            latest_seq,
+                        });
+                    }
+                    swap
+                });
+                let _ = reply.send(outcome);
+            }
+            WriteOp::Accept { server, reply } => {
+                let _ = reply.send(super::entries::accept(&mut connection, server.as_deref()));
+            }
             WriteOp::CacheContents {
                 server,
                 uri,
@@ -210,9 +247,9 @@ fn sync_servers(
     {
         let mut upsert = transaction.prepare_cached(
             "INSERT INTO servers (name, priority, transport, state, read_cache_bytes)
-             VALUES (?1, ?2, ?3, 'starting', ?4)
+             VALUES (?1, ?2, ?3, ?5, ?4)
              ON CONFLICT (name) DO UPDATE SET priority = excluded.priority, transport = excluded.transport,
-                 state = 'starting', retry_at = NULL, read_cache_bytes = excluded.read_cache_bytes",
+                 state = excluded.state, retry_at = NULL, read_cache_bytes = excluded.read_cache_bytes",
         )?;
         // An untouched server's session carries on, so its row keeps the state it reported.
         let mut touch_up = transaction.prepare_cached(
@@ -231,7 +268,14 @@ fn sync_servers(
             if sync.untouched.contains(&server.name) {
                 touch_up.execute(arguments)?;
             } else {
-                upsert.execute(arguments)?;
+                let starting = params![
+                    server.name,
+                    server.priority,
+                    server.transport,
+                    read_cache_bytes,
+                    ServerState::Starting
+                ];
+                upsert.execute(starting)?;
             }
         }
         // A cache turned off in the configuration frees its space.
@@ -253,9 +297,9 @@ fn sync_servers(
         for (id, name) in stale {
             if sync.removed == RemovedServers::KeepOffline {
                 let updated = transaction.execute(
-                    "UPDATE servers SET state = 'offline', stale = 1, retry_at = NULL
-                     WHERE id = ?1 AND state != 'offline'",
-                    [id],
+                    "UPDATE servers SET state = ?2, stale = 1, retry_at = NULL
+                     WHERE id = ?1 AND state != ?2",
+                    params![id, ServerState::Offline],
                 )?;
                 if updated > 0 {
                     tracing::info!(server = %name, "kept the snapshot of a server no longer configured, marked offline");
@@ -270,13 +314,18 @@ fn sync_servers(
             )?;
             let recorded = transaction.execute(
                 "INSERT INTO changes (at, server, kind, uri)
-                 SELECT ?1, ?2, 'removed', uri FROM resources WHERE server_id = ?3 LIMIT ?4",
-                params![now, name, id, CHANGES_PER_SWAP as i64],
+                 SELECT ?1, ?2, ?5, uri FROM resources WHERE server_id = ?3 LIMIT ?4",
+                params![now, name, id, CHANGES_PER_SWAP as i64, ChangeKind::Removed],
             )? as u64;
             record_truncated(&transaction, now, &name, removed as u64, recorded)?;
             transaction.execute(
                 "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
                  SELECT 'delete', id, uri, name, title, description FROM resources WHERE server_id = ?1",
+                [id],
+            )?;
+            // Tools and prompts go with the server (a cascade); their index rows must too.
+            transaction.execute(
+                "DELETE FROM entries_fts WHERE rowid IN (SELECT id FROM entries WHERE server_id = ?1)",
                 [id],
             )?;
             transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
@@ -312,15 +361,20 @@ fn record_truncated(
 ) -> Result<(), StoreError> {
     if total > recorded {
         transaction.execute(
-            "INSERT INTO changes (at, server, kind, uri, count) VALUES (?1, ?2, 'truncated', NULL, ?3)",
-            params![now, server, (total - recorded) as i64],
+            "INSERT INTO changes (at, server, kind, uri, count) VALUES (?1, ?2, ?4, NULL, ?3)",
+            params![
+                now,
+                server,
+                (total - recorded) as i64,
+                ChangeKind::Truncated
+            ],
         )?;
     }
     Ok(())
 }
 
 /// Forgets the oldest change feed entries past `CHANGES_KEPT`; returns the newest seq.
-fn prune_changes(transaction: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
+pub(super) fn prune_changes(transaction: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
     let latest: i64 =
         transaction.query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |row| {
             row.get(0)
@@ -378,39 +432,51 @@ fn update_server(
     let now = now_ms();
     match update {
         ServerUpdate::Connecting => connection.execute(
-            "UPDATE servers SET state = 'connecting', retry_at = NULL WHERE name = ?1",
-            params![server],
+            "UPDATE servers SET state = ?2, retry_at = NULL WHERE name = ?1",
+            params![server, ServerState::Connecting],
         )?,
         ServerUpdate::Connected {
             protocol_version,
             capabilities,
             server_info,
         } => connection.execute(
-            "UPDATE servers SET state = 'connected', protocol_version = ?2, capabilities = ?3,
+            "UPDATE servers SET state = ?6, protocol_version = ?2, capabilities = ?3,
                  server_info = ?4, connected_at = ?5, retry_at = NULL WHERE name = ?1",
-            params![server, protocol_version, capabilities.to_string(), server_info.to_string(), now],
+            params![
+                server,
+                protocol_version,
+                capabilities.to_string(),
+                server_info.to_string(),
+                now,
+                ServerState::Connected
+            ],
         )?,
         ServerUpdate::NoResources => connection.execute(
-            "UPDATE servers SET state = 'no_resources', stale = 0, last_error = NULL WHERE name = ?1",
-            params![server],
+            "UPDATE servers SET state = ?2, stale = 0, last_error = NULL WHERE name = ?1",
+            params![server, ServerState::NoResources],
         )?,
         ServerUpdate::Walking => connection.execute(
-            "UPDATE servers SET state = 'walking' WHERE name = ?1",
-            params![server],
+            "UPDATE servers SET state = ?2 WHERE name = ?1",
+            params![server, ServerState::Walking],
         )?,
         ServerUpdate::WalkFailed { error } => connection.execute(
-            "UPDATE servers SET state = 'failed', stale = 1, last_error = ?2, last_error_at = ?3,
+            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3,
                  walks_failed = walks_failed + 1 WHERE name = ?1",
-            params![server, error, now],
+            params![server, error, now, ServerState::Failed],
+        )?,
+        ServerUpdate::Reconnecting { error } => connection.execute(
+            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3
+                 WHERE name = ?1",
+            params![server, error, now, ServerState::Reconnecting],
         )?,
         ServerUpdate::BackingOff { error, retry_at_ms } => connection.execute(
-            "UPDATE servers SET state = 'backing_off', stale = 1, last_error = ?2, last_error_at = ?3,
+            "UPDATE servers SET state = ?5, stale = 1, last_error = ?2, last_error_at = ?3,
                  retry_at = ?4 WHERE name = ?1",
-            params![server, error, now, retry_at_ms],
+            params![server, error, now, retry_at_ms, ServerState::BackingOff],
         )?,
         ServerUpdate::Stopped => connection.execute(
-            "UPDATE servers SET state = 'stopped', retry_at = NULL WHERE name = ?1",
-            params![server],
+            "UPDATE servers SET state = ?2, retry_at = NULL WHERE name = ?1",
+            params![server, ServerState::Stopped],
         )?,
     };
     Ok(())
@@ -531,10 +597,68 @@ fn swap(
     server: &str,
     report: &WalkReport,
 ) -> Result<(SwapOutcome, i64), StoreError> {
-    let walk = walk_id as i64;
     let swap_started = std::time::Instant::now();
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)?;
+    // 1. The diff, read-only as far as the snapshot goes.
+    let diff = compute_diff(&transaction, walk_id as i64, staged, server)?;
+    // 2. Applying it: the write lock is held from here to the commit.
+    let hold_started = std::time::Instant::now();
+    let now = now_ms();
+    let applied = apply_diff(&transaction, &diff, server, now)?;
+    let templates = replace_templates(&transaction, &diff)?;
+    record_walk(&transaction, &diff, report, now, templates)?;
+    transaction.execute("DELETE FROM temp.swap_ids", [])?;
+    transaction.execute("DELETE FROM temp.swap_added", [])?;
+    transaction.commit()?;
+    crate::metrics::observe_swap_hold(hold_started.elapsed());
+    log_swap(server, &diff, hold_started, swap_started);
+    Ok((
+        SwapOutcome {
+            added: diff.added,
+            removed: diff.removed,
+            changed: diff.changed,
+            resources: diff.resources() as u64,
+            templates,
+        },
+        applied.latest_seq,
+    ))
+}
+
+/// What a staged walk changes in its server's snapshot. The rows themselves are in temp
+/// tables: `swap_ids` holds the removed and changed snapshot rows, `swap_added` the URIs of
+/// new ones (left empty on a first load, when every staged row is new).
+struct SnapshotDiff {
+    server_id: i64,
+    walk: i64,
+    /// Resources in the snapshot before the swap.
+    before: i64,
+    added: u64,
+    removed: u64,
+    changed: u64,
+    first_load: bool,
+    /// Rebuild the full-text index at once instead of row by row (`BULK_INDEX_MIN_ROWS`).
+    bulk_index: bool,
+}
+
+impl SnapshotDiff {
+    /// Resources in the snapshot after the swap.
+    fn resources(&self) -> i64 {
+        self.before - self.removed as i64 + self.added as i64
+    }
+
+    fn touched(&self) -> u64 {
+        self.added + self.removed + self.changed
+    }
+}
+
+/// Compares the staged walk with the snapshot, reading it and writing only temp tables.
+fn compute_diff(
+    transaction: &rusqlite::Transaction<'_>,
+    walk: i64,
+    staged: u64,
+    server: &str,
+) -> Result<SnapshotDiff, StoreError> {
     let server_id: i64 = transaction
         .query_row("SELECT id FROM servers WHERE name = ?1", [server], |row| {
             row.get(0)
@@ -543,8 +667,6 @@ fn swap(
         .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
     transaction.execute("DELETE FROM temp.swap_ids", [])?;
     transaction.execute("DELETE FROM temp.swap_added", [])?;
-
-    // 1. The diff, read-only as far as the snapshot goes.
     let before: i64 = transaction.query_row(
         "SELECT count(*) FROM resources WHERE server_id = ?1",
         [server_id],
@@ -581,32 +703,91 @@ fn swap(
             params![server_id, walk],
         )?;
     }
-    let resources = before - removed as i64 + added as i64;
-    let touched = added + removed + changed;
-    let bulk_index = touched >= BULK_INDEX_MIN_ROWS && {
+    let mut diff = SnapshotDiff {
+        server_id,
+        walk,
+        before,
+        added,
+        removed,
+        changed,
+        first_load,
+        bulk_index: false,
+    };
+    diff.bulk_index = diff.touched() >= BULK_INDEX_MIN_ROWS && {
         let catalog_rows: i64 =
             transaction.query_row("SELECT count(*) FROM resources", [], |row| row.get(0))?;
-        touched as i64 * 3 >= catalog_rows - removed as i64 + added as i64
+        diff.touched() as i64 * 3 >= catalog_rows - removed as i64 + added as i64
     };
+    Ok(diff)
+}
 
-    // 2. Applying it: the write lock is held from here to the commit.
-    let hold_started = std::time::Instant::now();
-    let now = now_ms();
-    // The feed names removed and changed URIs now, while the old rows still exist.
-    let recorded_before = transaction.execute(
+/// What applying a diff left in the change feed.
+struct AppliedDiff {
+    latest_seq: i64,
+}
+
+/// Applies the diff to the resources, their full-text index, the read cache and the change
+/// feed, in the order each step needs: the feed and the index learn of old rows before they
+/// change, and the index of new rows after they exist.
+fn apply_diff(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+    server: &str,
+    now: i64,
+) -> Result<AppliedDiff, StoreError> {
+    let recorded_before = record_removed_and_changed(transaction, server, now)?;
+    retire_old_rows(transaction, diff)?;
+    update_changed_rows(transaction, diff)?;
+    insert_added_rows(transaction, diff)?;
+    index_new_text(transaction, diff)?;
+    let recorded_added = record_added(transaction, server, now, recorded_before)?;
+    record_truncated(
+        transaction,
+        now,
+        server,
+        diff.touched(),
+        recorded_before + recorded_added,
+    )?;
+    Ok(AppliedDiff {
+        latest_seq: prune_changes(transaction)?,
+    })
+}
+
+/// The feed names removed and changed URIs now, while the old rows still exist; returns how
+/// many it recorded (at most `CHANGES_PER_SWAP`).
+fn record_removed_and_changed(
+    transaction: &rusqlite::Transaction<'_>,
+    server: &str,
+    now: i64,
+) -> Result<u64, StoreError> {
+    Ok(transaction.execute(
         "INSERT INTO changes (at, server, kind, uri)
-         SELECT ?1, ?2, CASE x.kind WHEN ?3 THEN 'removed' ELSE 'changed' END, r.uri
+         SELECT ?1, ?2, CASE x.kind WHEN ?3 THEN ?5 ELSE ?6 END, r.uri
          FROM temp.swap_ids x JOIN resources r ON r.id = x.id LIMIT ?4",
-        params![now, server, REMOVED, CHANGES_PER_SWAP as i64],
-    )? as u64;
+        params![
+            now,
+            server,
+            REMOVED,
+            CHANGES_PER_SWAP as i64,
+            ChangeKind::Removed,
+            ChangeKind::Changed
+        ],
+    )? as u64)
+}
+
+/// Deletes the removed rows, and makes the index forget the old text of removed and changed
+/// rows before the rows change.
+fn retire_old_rows(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+) -> Result<(), StoreError> {
     // Cached contents of a URI the server no longer lists can never be served again.
     transaction.execute(
         "DELETE FROM read_cache WHERE server_id = ?1 AND uri IN
              (SELECT r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id WHERE x.kind = ?2)",
-        params![server_id, REMOVED],
+        params![diff.server_id, REMOVED],
     )?;
-    if !bulk_index {
-        // The index forgets the old text of removed and changed rows before the rows change.
+    if !diff.bulk_index {
         transaction.execute(
             "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
              SELECT 'delete', r.id, r.uri, r.name, r.title, r.description
@@ -621,6 +802,13 @@ fn swap(
     // Removed ids are done with, and must go: when the highest ids were removed, SQLite hands
     // them out again to the rows added below, which would collide in `swap_ids`.
     transaction.execute("DELETE FROM temp.swap_ids WHERE kind = ?1", [REMOVED])?;
+    Ok(())
+}
+
+fn update_changed_rows(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+) -> Result<(), StoreError> {
     // Driven by the (few) changed ids, in this join order: letting the planner start from
     // staging made this statement visit every staged row (1.2 s for 100,000 rows).
     transaction.execute(
@@ -634,39 +822,57 @@ fn swap(
                CROSS JOIN temp.staging_resources s ON s.walk_id = ?1 AND s.uri = old.uri
                WHERE x.kind = ?2) AS c
          WHERE r.id = c.id",
-        params![walk, CHANGED],
+        params![diff.walk, CHANGED],
     )?;
+    Ok(())
+}
+
+/// Inserts the added rows and lists their ids in `swap_ids`; refuses a count that differs
+/// from the diff's.
+fn insert_added_rows(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+) -> Result<(), StoreError> {
     // New rows get ids above the current maximum, which is how we find them for the index.
     let highest_id: i64 =
         transaction.query_row("SELECT coalesce(max(id), 0) FROM resources", [], |row| {
             row.get(0)
         })?;
-    let inserted = if first_load {
+    let inserted = if diff.first_load {
         transaction.execute(
             "INSERT INTO resources (server_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw)
              SELECT ?1, s.uri, s.name, s.title, s.description, s.mime_type, s.size, s.annotations, s.icons, s.meta, s.raw
              FROM temp.staging_resources s WHERE s.walk_id = ?2",
-            params![server_id, walk],
+            params![diff.server_id, diff.walk],
         )?
     } else {
         transaction.execute(
             "INSERT INTO resources (server_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw)
              SELECT ?1, s.uri, s.name, s.title, s.description, s.mime_type, s.size, s.annotations, s.icons, s.meta, s.raw
              FROM temp.swap_added a CROSS JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = a.uri",
-            params![server_id, walk],
+            params![diff.server_id, diff.walk],
         )?
     } as u64;
-    if inserted != added {
+    if inserted != diff.added {
         // Only possible if the staged count disagrees with the table; refuse, do not guess.
         return Err(StoreError::Walk(format!(
-            "swap found {inserted} new resources where it expected {added}"
+            "swap found {inserted} new resources where it expected {}",
+            diff.added
         )));
     }
     transaction.execute(
         "INSERT INTO temp.swap_ids (id, kind) SELECT id, ?2 FROM resources WHERE id > ?1",
         params![highest_id, ADDED],
     )?;
-    if bulk_index {
+    Ok(())
+}
+
+/// Indexes the text of changed and added rows, or rebuilds the whole index for a large diff.
+fn index_new_text(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+) -> Result<(), StoreError> {
+    if diff.bulk_index {
         transaction.execute(
             "INSERT INTO resources_fts (resources_fts) VALUES ('rebuild')",
             [],
@@ -679,80 +885,113 @@ fn swap(
             params![CHANGED, ADDED],
         )?;
     }
-    let recorded_added = transaction.execute(
+    Ok(())
+}
+
+/// The feed names added URIs, up to what `CHANGES_PER_SWAP` leaves after the removed and
+/// changed ones; returns how many it recorded.
+fn record_added(
+    transaction: &rusqlite::Transaction<'_>,
+    server: &str,
+    now: i64,
+    recorded_before: u64,
+) -> Result<u64, StoreError> {
+    Ok(transaction.execute(
         "INSERT INTO changes (at, server, kind, uri)
-         SELECT ?1, ?2, 'added', r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id
+         SELECT ?1, ?2, ?5, r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id
          WHERE x.kind = ?3 LIMIT ?4",
         params![
             now,
             server,
             ADDED,
-            CHANGES_PER_SWAP.saturating_sub(recorded_before) as i64
+            CHANGES_PER_SWAP.saturating_sub(recorded_before) as i64,
+            ChangeKind::Added
         ],
-    )? as u64;
-    record_truncated(
-        &transaction,
-        now,
-        server,
-        added + removed + changed,
-        recorded_before + recorded_added,
-    )?;
-    let latest_seq = prune_changes(&transaction)?;
+    )? as u64)
+}
+
+/// Templates are few: the staged ones replace the snapshot's whole. Returns how many.
+fn replace_templates(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+) -> Result<u64, StoreError> {
     transaction.execute(
         "DELETE FROM resource_templates WHERE server_id = ?1",
-        [server_id],
+        [diff.server_id],
     )?;
-    let templates = transaction.execute(
+    Ok(transaction.execute(
         "INSERT INTO resource_templates (server_id, uri_template, name, title, description, mime_type, raw)
          SELECT ?1, uri_template, name, title, description, mime_type, raw
          FROM temp.staging_templates WHERE walk_id = ?2",
-        params![server_id, walk],
-    )? as u64;
+        params![diff.server_id, diff.walk],
+    )? as u64)
+}
+
+/// The server's row: synced, fresh, and the numbers of this walk.
+fn record_walk(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+    report: &WalkReport,
+    now: i64,
+    templates: u64,
+) -> Result<(), StoreError> {
     transaction.execute(
-        "UPDATE servers SET state = 'synced', stale = 0, last_error = NULL, last_error_at = NULL,
+        "UPDATE servers SET state = ?13, stale = 0, last_error = NULL, last_error_at = NULL,
              snapshot_at = ?2, resource_count = ?3, template_count = ?4,
              last_walk_at = ?5, last_walk_ms = ?6, last_walk_pages = ?7, last_walk_added = ?8,
              last_walk_removed = ?9, last_walk_changed = ?10, last_walk_duplicates = ?11,
              last_walk_skipped = ?12, walks_ok = walks_ok + 1
          WHERE id = ?1",
         params![
-            server_id,
+            diff.server_id,
             now,
-            resources,
+            diff.resources(),
             templates as i64,
             report.started_at_ms,
             report.duration_ms,
             report.pages as i64,
-            added as i64,
-            removed as i64,
-            changed as i64,
+            diff.added as i64,
+            diff.removed as i64,
+            diff.changed as i64,
             report.duplicates as i64,
-            report.skipped as i64
+            report.skipped as i64,
+            ServerState::Synced
         ],
     )?;
-    transaction.execute("DELETE FROM temp.swap_ids", [])?;
-    transaction.execute("DELETE FROM temp.swap_added", [])?;
-    transaction.commit()?;
-    // hold_ms is the write lock's hold time; swap_ms adds computing the diff before it.
-    tracing::info!(
-        server,
-        hold_ms = format!("{:.3}", hold_started.elapsed().as_secs_f64() * 1000.0),
-        swap_ms = format!("{:.3}", swap_started.elapsed().as_secs_f64() * 1000.0),
-        bulk_index,
-        added,
-        removed,
-        changed,
-        resources,
-        "snapshot swapped"
-    );
-    Ok((
-        SwapOutcome {
-            added,
-            removed,
-            changed,
-            resources: resources as u64,
-            templates,
-        },
-        latest_seq,
-    ))
+    Ok(())
+}
+
+/// hold_ms is the write lock's hold time; swap_ms adds computing the diff before it.
+fn log_swap(
+    server: &str,
+    diff: &SnapshotDiff,
+    hold_started: std::time::Instant,
+    swap_started: std::time::Instant,
+) {
+    let hold_ms = format!("{:.3}", hold_started.elapsed().as_secs_f64() * 1000.0);
+    let swap_ms = format!("{:.3}", swap_started.elapsed().as_secs_f64() * 1000.0);
+    let (bulk_index, resources) = (diff.bulk_index, diff.resources());
+    // A swap that changed nothing (a routine poll) stays out of the INFO log.
+    if diff.touched() == 0 {
+        tracing::debug!(
+            server,
+            hold_ms,
+            swap_ms,
+            bulk_index,
+            resources,
+            "snapshot swapped; nothing changed"
+        );
+    } else {
+        tracing::info!(
+            server,
+            hold_ms,
+            swap_ms,
+            bulk_index,
+            added = diff.added,
+            removed = diff.removed,
+            changed = diff.changed,
+            resources,
+            "snapshot swapped"
+        );
+    }
 }

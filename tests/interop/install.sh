@@ -1,30 +1,70 @@
 #!/usr/bin/env bash
-# Installs the pinned reference MCP servers the interop tests run, into target/interop.
-# Idempotent: a version already installed from the same lock file is kept.
+# Installs the pinned tools the tests run from registries into target/: the reference MCP
+# servers (target/interop), the official Python SDK (target/py) and the official conformance
+# suite with the Node.js 22 it needs (target/conformance).
+#
+# Safe to run at the same time from many processes: one file lock serializes the runs, and each
+# tool is built in a temporary directory renamed into place only when complete, so a half-made
+# install is never seen. Idempotent: a tool already installed from the same pin is kept.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-for pinned in "$root"/tests/interop/server-everything-*/; do
-  name="$(basename "$pinned")"
-  destination="$root/target/interop/$name"
-  if [ -f "$destination/.installed" ] && cmp -s "$pinned/package-lock.json" "$destination/package-lock.json"; then
-    continue
+mkdir -p "$root/target"
+exec 9>"$root/target/.install.lock"
+flock 9
+
+# move_into_place PARTIAL DESTINATION: swaps a complete install in for the old one, if any.
+move_into_place() {
+  local partial="$1" destination="$2"
+  if [ -e "$destination" ]; then
+    local old="$destination.old.$$"
+    mv "$destination" "$old"
+    mv "$partial" "$destination"
+    rm -rf "$old"
+  else
+    mv "$partial" "$destination"
   fi
-  mkdir -p "$destination"
-  cp "$pinned/package.json" "$pinned/package-lock.json" "$destination/"
-  (cd "$destination" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-  touch "$destination/.installed"
-  echo "installed $name into $destination"
+}
+
+# npm_install PINNED DESTINATION: `npm ci` of PINNED's package.json and package-lock.json.
+npm_install() {
+  local pinned="$1" destination="$2"
+  if [ -f "$destination/.installed" ] && cmp -s "$pinned/package-lock.json" "$destination/package-lock.json"; then
+    return
+  fi
+  # Leftovers of a run that was killed; the lock says nobody is writing them now.
+  rm -rf "$destination".partial.* "$destination".old.*
+  local partial="$destination.partial.$$"
+  mkdir -p "$partial"
+  cp "$pinned/package.json" "$pinned/package-lock.json" "$partial/"
+  (cd "$partial" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  touch "$partial/.installed"
+  move_into_place "$partial" "$destination"
+  echo "installed $(basename "$pinned") into $destination"
+}
+
+mkdir -p "$root/target/interop"
+for pinned in "$root"/tests/interop/server-everything-*/; do
+  npm_install "${pinned%/}" "$root/target/interop/$(basename "$pinned")"
 done
 
-# The official Python SDK, whose client the bridge test drives through `mcp-mirror mcp`.
+# The official conformance suite on both lines, and Node.js 22 as an npm package
+# (node_modules/node/bin/node), because the suite needs a newer Node than Debian ships.
+npm_install "$root/tests/conformance" "$root/target/conformance"
+
+# The official Python SDK, whose client the bridge test drives through `mcp-mirror mcp` and whose
+# server the interop tests mirror. Only bin/python is used: a venv's python finds its packages
+# relative to its own path, so it works after the rename (the console scripts would not).
 python_sdk_version="2.3.0"
 venv="$root/target/py"
 if [ ! -f "$venv/.installed-mcp-$python_sdk_version" ]; then
-  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+  rm -rf "$venv".partial.* "$venv".old.*
+  partial="$venv.partial.$$"
+  if ! python3 -m venv "$partial" >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
-    python3 -m venv --clear "$venv"
+    python3 -m venv --clear "$partial"
   fi
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$python_sdk_version"
-  touch "$venv/.installed-mcp-$python_sdk_version"
+  "$partial/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$python_sdk_version"
+  touch "$partial/.installed-mcp-$python_sdk_version"
+  move_into_place "$partial" "$venv"
   echo "installed the Python MCP SDK $python_sdk_version into $venv"
 fi

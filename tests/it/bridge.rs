@@ -13,24 +13,9 @@ fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The venv with the pinned SDK, installed by tests/interop/install.sh (which `.ci/run` runs
-/// first; running it again here makes a bare `cargo test` work too).
+/// The venv with the pinned SDK, installed once per test binary.
 fn python_with_sdk() -> PathBuf {
-    let python = repository().join("target/py/bin/python");
-    let marker = repository().join("target/py/.installed-mcp-2.3.0");
-    if !marker.exists() {
-        let status = Command::new("bash")
-            .arg(repository().join("tests/interop/install.sh"))
-            .status()
-            .expect("run tests/interop/install.sh");
-        assert!(status.success(), "installing the Python MCP SDK failed");
-    }
-    assert!(
-        python.exists(),
-        "{} is missing after install",
-        python.display()
-    );
-    python
+    crate::install::python_sdk()
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! The CLI against a running daemon, and its message when no daemon runs.
 
-use std::process::Output;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::support::{stdio_server, Daemon, Scratch};
+use crate::support::{stdio_server, wait_for, Daemon, Scratch, MIRROR};
 
 use crate::support::run_cli as run;
 
@@ -82,4 +84,125 @@ fn without_a_daemon_the_cli_says_how_to_start_one() {
         stderr.contains("cannot reach the daemon") && stderr.contains("mcp-mirror serve"),
         "{stderr}"
     );
+}
+
+/// What a hostile server may put in any text field: set the window title, ring, clear the screen.
+const HOSTILE: &str = "\u{1b}]0;x\u{7}\u{1b}[2J";
+const HOSTILE_SHOWN: &str = "\\u{1b}]0;x\\u{7}\\u{1b}[2J";
+
+fn run_with_database(socket: &Path, database: &Path, args: &[&str]) -> Output {
+    Command::new(MIRROR)
+        .args(args)
+        .arg("--socket")
+        .arg(socket)
+        .arg("--database")
+        .arg(database)
+        .output()
+        .expect("run mcp-mirror")
+}
+
+/// Human output never carries a raw escape character; `--json` carries the text as it is.
+fn human(output: &Output) -> String {
+    let text = stdout(output);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "raw control characters in {text:?}"
+    );
+    text
+}
+
+/// Asserts that the table row holding `needle` is there and cut with an ellipsis.
+fn assert_cut(text: &str, needle: &str) {
+    let row = text
+        .lines()
+        .find(|line| line.contains(needle))
+        .unwrap_or_else(|| panic!("no row with {needle} in {}", &text[..text.len().min(2000)]));
+    assert!(
+        row.contains('\u{2026}'),
+        "not cut: {}",
+        &row[..row.len().min(2000)]
+    );
+    assert!(
+        row.chars().count() < 1000,
+        "a {}-character row",
+        row.chars().count()
+    );
+}
+
+#[test]
+fn long_uris_are_cut_and_server_text_is_escaped_in_human_output_online_and_offline() {
+    let scratch = Scratch::new();
+    let long_uri = format!("file:///long/{}", "x".repeat(70_000));
+    let resources = json!([
+        {"uri": long_uri, "name": "long", "title": "Long one", "description": format!("long {HOSTILE} end")},
+        {"uri": "file:///hostile", "name": "hostile", "title": format!("Hostile {HOSTILE} title"),
+         "description": HOSTILE},
+    ]);
+    let scenario = scratch.write_scenario("docs.json", &json!({ "resources": resources }));
+    // TOML's escapes for the same characters; the path does not exist, so starting it fails
+    // and the error quotes it.
+    let broken = "[servers.broken]\ncommand = \"/nonexistent/\\u001b]0;x\\u0007\\u001b[2J\"\n\n";
+    let servers = format!(
+        "{}{broken}",
+        stdio_server("docs", &["--scenario", &scenario.display().to_string()])
+    );
+    let mut daemon = Daemon::start(&scratch, &scratch.config(&servers));
+    daemon.wait_for_walks("docs", 1);
+    wait_for(
+        "broken to report its error",
+        Duration::from_secs(30),
+        || {
+            daemon.server_status("broken")["lastError"]
+                .as_str()
+                .map(str::to_string)
+        },
+    );
+    let (socket, database) = (daemon.socket.clone(), daemon.database.clone());
+    let run = |args: &[&str]| run_with_database(&socket, &database, args);
+
+    let status = human(&run(&["status"]));
+    let row = status
+        .lines()
+        .find(|line| line.starts_with("broken "))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(row.contains(HOSTILE_SHOWN), "{status}");
+
+    let shown = human(&run(&["show", "file:///hostile"]));
+    assert!(
+        shown.contains(&format!("Hostile {HOSTILE_SHOWN} title")),
+        "{shown}"
+    );
+    assert!(shown.contains(HOSTILE_SHOWN), "{shown}");
+    let json: Value =
+        serde_json::from_str(&stdout(&run(&["show", "file:///hostile", "--json"]))).expect("json");
+    assert_eq!(
+        json["resource"]["description"], HOSTILE,
+        "--json stays exact"
+    );
+
+    let found = human(&run(&["search", "hostile"]));
+    assert!(found.contains(HOSTILE_SHOWN), "{found}");
+
+    // The same with the daemon running and with it stopped (the database read directly).
+    for online in [true, false] {
+        if !online {
+            daemon.stop();
+        }
+        let listing = human(&run(&["ls"]));
+        assert_cut(&listing, "file:///long/xxx");
+        assert!(
+            listing
+                .lines()
+                .any(|line| line.starts_with("file:///long/xxx")),
+            "{online}"
+        );
+        let found = human(&run(&["search", "long"]));
+        assert_cut(&found, "file:///long/xxx");
+        let json: Value =
+            serde_json::from_str(&stdout(&run(&["search", "long", "--json"]))).expect("json");
+        assert_eq!(
+            json["results"][0]["uri"], long_uri,
+            "--json has the whole URI"
+        );
+    }
 }

@@ -61,3 +61,26 @@ fn a_missing_config_file_is_named() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
 }
+
+#[test]
+fn a_refused_config_never_quotes_a_value() {
+    const SECRET: &str = "tok-misplaced-3c9e1a77";
+    let scratch = Scratch::new();
+    for text in [
+        format!("[servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = \"X-Key: {SECRET}\"\n"),
+        format!(
+            "[servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = {{ \"X-Key\" = {SECRET} }}\n"
+        ),
+        format!(
+            "[servers.a]\ncommand = \"x\"\nenv = {{ KEY = \"{SECRET}\" }}\npriority = \"high\"\n"
+        ),
+    ] {
+        let (code, stderr) = serve_output(&scratch, &text);
+        assert_eq!(code, 2, "{text:?}: {stderr}");
+        assert!(
+            stderr.contains(":3: ") || stderr.contains(":4: "),
+            "{text:?}: {stderr}"
+        );
+        assert!(!stderr.contains(SECRET), "{text:?}: {stderr}");
+    }
+}

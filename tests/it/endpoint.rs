@@ -403,7 +403,7 @@ fn swaps_notify_mcp_clients_and_watchers_and_the_change_feed_is_bounded_per_swap
         let status = daemon.server_status("docs");
         (status["resources"] == 1507).then_some(status)
     });
-    assert_eq!(walked["last_walk"]["added"], 1500, "{walked}");
+    assert_eq!(walked["lastWalk"]["added"], 1500, "{walked}");
     let big = daemon.call("catalog/changes", json!({"since": before, "limit": 5000}));
     let changes = big["changes"].as_array().expect("changes");
     assert_eq!(changes.len(), 1001, "{}", changes.len());

@@ -29,7 +29,7 @@ fn wait_for_failure(daemon: &Daemon, server: &str, needle: &str) -> Value {
         Duration::from_secs(30),
         || {
             let status = daemon.server_status(server);
-            let error = status["last_error"].as_str().unwrap_or("");
+            let error = status["lastError"].as_str().unwrap_or("");
             error.contains(needle).then_some(status)
         },
     )
@@ -107,7 +107,7 @@ fn duplicates_are_kept_once_and_counted_and_empty_cursors_are_followed() {
     );
     let status = daemon.wait_for_walks("flaky", 1);
     assert_eq!(status["resources"], 100, "{status}");
-    assert_eq!(status["last_walk"]["duplicates"], 10, "{status}");
+    assert_eq!(status["lastWalk"]["duplicates"], 10, "{status}");
     assert_eq!(daemon.uris(), generated_uris("flaky", 100));
 }
 
@@ -121,7 +121,7 @@ fn a_stale_cursor_restarts_the_walk_once() {
     );
     let status = daemon.wait_for_walks("flaky", 1);
     assert_eq!(status["resources"], 50, "{status}");
-    assert_eq!(status["walks_failed"], 0, "{status}");
+    assert_eq!(status["walksFailed"], 0, "{status}");
 }
 
 #[test]
@@ -147,5 +147,5 @@ fn a_slow_page_times_out_and_a_server_without_resources_is_not_an_error() {
             (status["state"] == "no_resources").then_some(status)
         },
     );
-    assert!(bare["last_error"].is_null(), "{bare}");
+    assert!(bare["lastError"].is_null(), "{bare}");
 }

@@ -1,40 +1,67 @@
 //! Interop with the official reference server `@modelcontextprotocol/server-everything`.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
+use crate::install::{python_sdk, repository, server_everything};
 use crate::support::{Daemon, Scratch};
 
-fn repository() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// Forwards a child's stderr, line by line, to the test's output (shown when the test fails)
+/// and keeps it for a panic message; the child never blocks on a full pipe.
+struct ChildStderr {
+    text: Arc<Mutex<String>>,
+    reader: Option<JoinHandle<()>>,
 }
 
-/// The entry point of a pinned server-everything, installed by tests/interop/install.sh
-/// (which `.ci/run` runs first; running it again here makes a bare `cargo test` work too).
-fn server_everything(version: &str) -> PathBuf {
-    let entry = repository().join(format!(
-        "target/interop/server-everything-{version}/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-    ));
-    if !entry.exists() {
-        let status = Command::new("bash")
-            .arg(repository().join("tests/interop/install.sh"))
-            .status()
-            .expect("run tests/interop/install.sh");
-        assert!(status.success(), "installing the reference servers failed");
+impl ChildStderr {
+    fn forward(label: &'static str, lines: impl Iterator<Item = String> + Send + 'static) -> Self {
+        let text = Arc::new(Mutex::new(String::new()));
+        let kept = Arc::clone(&text);
+        // Spawned threads inherit the test's output capture, so these lines land in its output.
+        let reader = std::thread::spawn(move || {
+            for line in lines {
+                eprintln!("[{label}] {line}");
+                let mut kept = kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                kept.push_str(&line);
+                kept.push('\n');
+            }
+        });
+        ChildStderr {
+            text,
+            reader: Some(reader),
+        }
     }
-    assert!(
-        entry.exists(),
-        "{} is missing after install",
-        entry.display()
-    );
-    entry
+
+    /// Everything the child wrote, once it has exited (its stderr then reaches end of file).
+    fn after_exit(&mut self, child: &mut Child) -> String {
+        let _ = child.kill();
+        let status = exit_status(child);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        let text = self
+            .text
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        format!("it exited ({status}); its stderr:\n{text}")
+    }
+}
+
+fn exit_status(child: &mut Child) -> String {
+    match child.wait() {
+        Ok(status) => status.to_string(),
+        Err(error) => format!("cannot wait for it: {error}"),
+    }
 }
 
 /// A node reference server on loopback, killed when dropped.
 struct NodeServer {
     child: Child,
     port: u16,
+    _stderr: ChildStderr,
 }
 
 impl NodeServer {
@@ -51,19 +78,28 @@ impl NodeServer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start node (is Node.js installed?)");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr"))
+            .lines()
+            .map_while(Result::ok);
+        let mut before = String::new();
         let port = loop {
-            let line = lines
-                .next()
-                .expect("the server exited before listening")
-                .expect("read stderr");
+            let Some(line) = lines.next() else {
+                let status = exit_status(&mut child);
+                panic!("the node server exited ({status}) before listening; its stderr:\n{before}");
+            };
             if let Some(address) = line.strip_prefix("bind-loopback: listening on 127.0.0.1:") {
                 break address.trim().parse().expect("port");
             }
+            eprintln!("[node server] {line}");
+            before.push_str(&line);
+            before.push('\n');
         };
-        // Keep draining its log so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        NodeServer { child, port }
+        let stderr = ChildStderr::forward("node server", lines);
+        NodeServer {
+            child,
+            port,
+            _stderr: stderr,
+        }
     }
 }
 
@@ -86,8 +122,8 @@ fn server_everything_2025_12_18_over_streamable_http_mirrors_exactly_its_100_res
     let daemon = Daemon::start(&scratch, &config);
     let status = daemon.wait_for_walks("everything", 1);
     assert_eq!(status["resources"], 100, "{status}");
-    assert_eq!(status["last_walk"]["pages"], 10, "{status}");
-    assert_eq!(status["protocol_version"], "2025-11-25", "{status}");
+    assert_eq!(status["lastWalk"]["pages"], 10, "{status}");
+    assert_eq!(status["protocolVersion"], "2025-11-25", "{status}");
     let mut expected: Vec<String> = (1..=100)
         .map(|index| format!("test://static/resource/{index}"))
         .collect();
@@ -101,8 +137,8 @@ fn server_everything_2025_12_18_over_streamable_http_mirrors_exactly_its_100_res
 fn assert_mirrors_the_seven_documents(daemon: &Daemon, expected_transport: &str) {
     let status = daemon.wait_for_walks("everything", 1);
     assert_eq!(status["resources"], 7, "{status}");
-    assert_eq!(status["walks_failed"], 0, "{status}");
-    assert!(status["last_error"].is_null(), "{status}");
+    assert_eq!(status["walksFailed"], 0, "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
     assert_eq!(status["live"]["transport"], expected_transport, "{status}");
     let uris = daemon.uris();
     assert_eq!(uris.len(), 7);
@@ -142,23 +178,11 @@ fn server_everything_2026_8_31_over_stdio_http_and_legacy_sse() {
     }
 }
 
-/// The Python SDK (mcp 2.3) from tests/interop/install.sh's virtual environment.
-fn python_sdk() -> PathBuf {
-    let python = repository().join("target/py/bin/python");
-    if !python.exists() {
-        let status = Command::new("bash")
-            .arg(repository().join("tests/interop/install.sh"))
-            .status()
-            .expect("run tests/interop/install.sh");
-        assert!(status.success(), "installing the Python SDK failed");
-    }
-    python
-}
-
 /// A resource server written with the official Python SDK, killed when dropped.
 struct PythonServer {
     child: Child,
     url: String,
+    _stderr: ChildStderr,
 }
 
 impl PythonServer {
@@ -176,19 +200,29 @@ impl PythonServer {
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start the Python SDK server");
+        let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut stderr =
+            ChildStderr::forward("python server", stderr.lines().map_while(Result::ok));
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
             .expect("read the address");
-        let url = line
+        let Some(url) = line
             .trim()
             .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        PythonServer { child, url }
+            .map(str::to_string)
+        else {
+            let said = stderr.after_exit(&mut child);
+            panic!("the Python SDK server's first line was {line:?}, not its address: {said}");
+        };
+        PythonServer {
+            child,
+            url,
+            _stderr: stderr,
+        }
     }
 
     /// Calls the server's `add_resources` tool (stateless era, so no session is needed).
@@ -244,7 +278,7 @@ fn python_sdk_server_changes_arrive_on_the_get_stream_and_through_listen() {
         let daemon = Daemon::start(&scratch, &config);
         let status = daemon.wait_for_walks("python", 1);
         assert_eq!(status["resources"], 25, "{era}: {status}");
-        assert_eq!(status["last_walk"]["pages"], 3, "{era}: {status}");
+        assert_eq!(status["lastWalk"]["pages"], 3, "{era}: {status}");
         assert_eq!(status["live"]["era"], era, "{status}");
         crate::support::wait_for(
             "the push channel to open",

@@ -143,7 +143,8 @@ fn servers_that_cannot_push_are_polled() {
     assert_change_arrives(&live, &daemon, "polling");
     drop(daemon);
 
-    // No subscriptions/listen: polled, paced by the server's ttlMs.
+    // No subscriptions/listen: polled, paced by the server's ttlMs where it is longer than
+    // poll_interval (a shorter one never shortens it).
     let live = Live::new(&json!({"generate": 30, "page_size": 10}));
     let fixture = HttpFixture::start(&live.fixture_args(&[
         "--era",
@@ -152,8 +153,12 @@ fn servers_that_cannot_push_are_polled() {
         "--ttl-ms",
         "300",
     ]));
-    let daemon = live.daemon(&http_server(&fixture.url, "poll_interval = \"1h\""));
+    let daemon = live.daemon(&http_server(&fixture.url, "poll_interval = \"100ms\""));
     assert_change_arrives(&live, &daemon, "polling");
+    let status = daemon.server_status("live");
+    assert_eq!(status["live"]["ttlMs"], 300, "{status}");
+    let reason = status["live"]["pollIntervalReason"].as_str().unwrap_or("");
+    assert!(reason.contains("ttlMs (300 ms)"), "{status}");
 }
 
 #[test]
@@ -348,7 +353,7 @@ fn the_era_is_detected_pinned_and_negotiated() {
     let daemon = live.daemon(&http_server(&fixture.url, ""));
     let status = daemon.wait_for_walks("live", 1);
     assert_eq!(status["live"]["era"], "legacy", "{status}");
-    assert_eq!(status["protocol_version"], "2025-11-25", "{status}");
+    assert_eq!(status["protocolVersion"], "2025-11-25", "{status}");
     drop(daemon);
 
     // Pinned to the handshake era (and an older version) on a server that speaks both.
@@ -360,7 +365,7 @@ fn the_era_is_detected_pinned_and_negotiated() {
     ));
     let status = daemon.wait_for_walks("live", 1);
     assert_eq!(status["live"]["era"], "legacy", "{status}");
-    assert_eq!(status["protocol_version"], "2025-06-18", "{status}");
+    assert_eq!(status["protocolVersion"], "2025-06-18", "{status}");
     assert_eq!(
         counter(&live.stats, "discover"),
         0,
@@ -378,7 +383,7 @@ fn the_era_is_detected_pinned_and_negotiated() {
         (status["state"] == "backing_off").then_some(status)
     });
     assert!(
-        status["last_error"]
+        status["lastError"]
             .as_str()
             .unwrap_or("")
             .contains("server/discover"),

@@ -1,17 +1,28 @@
 //! The one integration-test binary: real daemon, real MCP servers, real SQLite, real socket.
 
+mod install;
 mod support;
 
+mod bounds;
 mod bridge;
 mod cli;
+mod cli_truth;
 mod client_commands;
 mod config;
+mod conformance;
 mod crash;
 mod endpoint;
+mod era;
 mod faults;
+mod http_face;
 mod interop;
 mod live;
+mod liveness;
 mod search;
+mod secrets;
 mod service;
 mod socket;
+mod templates;
+mod throttle;
+mod tools;
 mod walk;

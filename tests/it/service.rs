@@ -321,11 +321,8 @@ fn sighup_applies_exactly_the_diff_and_leaves_unchanged_sessions_alone() {
     assert_eq!(stats_after["initialize"], 1, "{stats_after}");
     assert_eq!(stats_after["sessions"], stats_before["sessions"]);
     let keep_after = daemon.server_status("keep");
-    assert_eq!(keep_after["walks_ok"], keep_before["walks_ok"]);
-    assert_eq!(
-        keep_after["connected_at_ms"],
-        keep_before["connected_at_ms"]
-    );
+    assert_eq!(keep_after["walksOk"], keep_before["walksOk"]);
+    assert_eq!(keep_after["connectedAtMs"], keep_before["connectedAtMs"]);
     assert_eq!(keep_after["state"], "synced");
 
     wait_for(
@@ -552,7 +549,7 @@ fn configured_tokens_never_reach_logs_status_or_errors() {
         "the unreachable server to fail",
         Duration::from_secs(20),
         || {
-            daemon.server_status("unreachable")["last_error"]
+            daemon.server_status("unreachable")["lastError"]
                 .is_string()
                 .then_some(())
         },

@@ -36,6 +36,19 @@ fn bad_requests_get_errors_and_the_connection_stays_usable() {
     }
     let search = client.request("catalog/search", json!({"limit": 5}));
     assert_eq!(search["error"]["code"], -32602, "{search}");
+    // Params are typed: a missing field or a wrong type is -32602 naming the field.
+    let named = |response: &serde_json::Value, field: &str| {
+        response["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains(&format!("`{field}`")))
+    };
+    assert!(named(&search, "query"), "{search}");
+    let wrong = client.request("catalog/search", json!({"query": "a", "limit": "ten"}));
+    assert_eq!(wrong["error"]["code"], -32602, "{wrong}");
+    assert!(named(&wrong, "limit"), "{wrong}");
+    let wrong = client.request("resources/read", json!({"uri": 7}));
+    assert_eq!(wrong["error"]["code"], -32602, "{wrong}");
+    assert!(named(&wrong, "uri"), "{wrong}");
     let initialize = client.request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
     assert_eq!(
         initialize["result"]["capabilities"]["resources"]["listChanged"], true,

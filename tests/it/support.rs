@@ -140,7 +140,7 @@ impl Daemon {
             Duration::from_secs(30),
             || {
                 let status = self.server_status(server);
-                (status["walks_ok"].as_u64().unwrap_or(0) >= walks).then_some(status)
+                (status["walksOk"].as_u64().unwrap_or(0) >= walks).then_some(status)
             },
         )
     }

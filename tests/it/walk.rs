@@ -14,10 +14,10 @@ fn stdio_catalog_of_thousands_over_many_pages_arrives_whole() {
     let daemon = Daemon::start(&scratch, &config);
     let status = daemon.wait_for_walks("docs", 1);
     assert_eq!(status["resources"], 3000, "{status}");
-    assert_eq!(status["last_walk"]["pages"], 30, "{status}");
+    assert_eq!(status["lastWalk"]["pages"], 30, "{status}");
     assert_eq!(status["transport"], "stdio");
     // The fixture speaks both eras; the mirror prefers the stateless one.
-    assert_eq!(status["protocol_version"], "2026-07-28");
+    assert_eq!(status["protocolVersion"], "2026-07-28");
     assert_eq!(status["live"]["era"], "modern");
     assert_eq!(status["templates"], 3);
     assert_eq!(daemon.uris(), generated_uris("docs", 3000));
@@ -82,8 +82,8 @@ fn a_changed_catalog_file_is_mirrored_through_list_changed_over_stdio() {
     );
     let status = daemon.wait_for_walks("live", 2);
     assert_eq!(status["resources"], 55, "{status}");
-    assert_eq!(status["last_walk"]["added"], 15, "{status}");
-    assert_eq!(status["last_walk"]["changed"], 40, "{status}");
+    assert_eq!(status["lastWalk"]["added"], 15, "{status}");
+    assert_eq!(status["lastWalk"]["changed"], 40, "{status}");
     assert_eq!(daemon.uris(), generated_uris("live", 55));
     let hits = daemon.call("catalog/search", json!({"query": "Document 54 v2"}));
     assert_eq!(

@@ -27,6 +27,11 @@ pub struct Scenario {
     pub templates: Option<Vec<Value>>,
     pub page_size: Option<usize>,
     pub capabilities_resources: Option<bool>,
+    /// Tools served by `tools/list` (declared when present), `tools_page_size` per page.
+    pub tools: Option<Vec<Value>>,
+    pub tools_page_size: Option<usize>,
+    /// Prompts served by `prompts/list` (declared when present).
+    pub prompts: Option<Vec<Value>>,
     /// Every catalog change sends this many `list_changed` notifications back to back.
     pub notify_burst: Option<usize>,
     /// Whenever this value changes, every HTTP session becomes unknown (404) and its streams close.
@@ -93,6 +98,26 @@ pub struct Faults {
     pub http_500_at_page: Option<usize>,
     /// HTTP: 200 with a body that is not JSON; stdio: a line that is not JSON.
     pub garbage_at_page: Option<usize>,
+    /// Answer every method the server does not know (in the era of the request) with a bare
+    /// `{}` result, as some real servers do; with `--era legacy` that includes `server/discover`.
+    pub bare_result_for_unknown_methods: bool,
+    /// The first N `server/discover` requests of the process answer -32022, listing the
+    /// server's versions in `data.supported`, even when the requested one is among them.
+    pub refuse_discovers: Option<u64>,
+    /// stdio: requests for these methods are read and never answered.
+    pub unanswered_methods: Vec<String>,
+    /// GET streams end cleanly right after their first event (which carries `retry:`).
+    pub end_get_streams: bool,
+    /// Listens end gracefully (with their result) right after their acknowledgement.
+    pub end_listens: bool,
+    /// The first N GET / POST requests of the process answer 503 (with `Retry-After:
+    /// retry_after_secs` when that is set).
+    pub unavailable_gets: Option<u64>,
+    pub unavailable_posts: Option<u64>,
+    pub retry_after_secs: Option<u64>,
+    /// Every request answered also sends `notifications/resources/list_changed` on every
+    /// channel that carries them (as `notify_burst` 1 would), though nothing changed.
+    pub notify_with_every_answer: bool,
     /// Modern era: requests (other than `server/discover`) whose clientCapabilities lack
     /// this key fail with -32021 MissingRequiredClientCapability.
     pub require_client_capability: Option<String>,
@@ -114,6 +139,11 @@ pub struct Catalog {
     pub templates: Vec<Value>,
     pub page_size: usize,
     pub resources_capability: bool,
+    pub tools: Vec<Value>,
+    pub tools_declared: bool,
+    pub tools_page_size: usize,
+    pub prompts: Vec<Value>,
+    pub prompts_declared: bool,
     pub notify_burst: usize,
     pub faults: Faults,
 }
@@ -157,6 +187,11 @@ impl Catalog {
             templates,
             page_size,
             resources_capability: scenario.capabilities_resources.unwrap_or(true),
+            tools: scenario.tools.clone().unwrap_or_default(),
+            tools_declared: scenario.tools.is_some(),
+            tools_page_size: scenario.tools_page_size.unwrap_or(100).max(1),
+            prompts: scenario.prompts.clone().unwrap_or_default(),
+            prompts_declared: scenario.prompts.is_some(),
             notify_burst: scenario.notify_burst.unwrap_or(1).max(1),
             faults: scenario.faults.clone(),
         })

@@ -66,6 +66,16 @@ async fn mcp_endpoint(
         return (StatusCode::FORBIDDEN, "foreign Origin refused\n").into_response();
     }
     let stateless_only = server.args.era == EraChoice::Modern;
+    if method == Method::GET {
+        server
+            .stats
+            .update(|counters| crate::stats::record_now(&mut counters.get_requests_at_ms));
+    }
+    if matches!(method, Method::GET | Method::POST) {
+        if let Some(retry_after) = server.refuse_as_unavailable(method == Method::GET) {
+            return unavailable(retry_after);
+        }
+    }
     match method {
         Method::POST => post_message(server, headers, body).await,
         Method::GET if !stateless_only && !server.args.no_get_stream => get_stream(server, headers),
@@ -81,6 +91,18 @@ async fn mcp_endpoint(
             (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, allow)]).into_response()
         }
     }
+}
+
+/// 503, with `Retry-After` in seconds when one is given (the `unavailable_*` faults).
+fn unavailable(retry_after_secs: Option<u64>) -> Response {
+    let mut response =
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable on purpose\n").into_response();
+    if let Some(seconds) = retry_after_secs {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
 }
 
 /// Whether an `Origin` header names something other than this loopback server (DNS rebinding).
@@ -185,6 +207,11 @@ async fn post_request(
     match (server.args.era, session) {
         (EraChoice::Modern, _) | (EraChoice::Both, None) => {
             modern_request(server, headers, id, &method, params).await
+        }
+        // A server that answers every unknown method serves them without a session too.
+        (EraChoice::Legacy, None) if server.answers_unknown_methods() => {
+            let reply = server.serve(id, &method, params, &Era::Legacy).await;
+            render(server, reply, None)
         }
         (EraChoice::Legacy, None) => {
             // A handshake-only server knows nothing of the stateless methods; anything

@@ -13,6 +13,7 @@
 //! framing and long-lived streams), `rpc` (JSON-RPC framing), `stats`.
 
 mod catalog;
+mod entries;
 mod http;
 mod legacy_sse;
 mod rpc;
@@ -82,6 +83,9 @@ pub struct Args {
     /// `ttlMs` of stateless-era results.
     #[arg(long, default_value_t = 60_000)]
     pub ttl_ms: u64,
+    /// `cacheScope` of stateless-era results (`public` or `private`).
+    #[arg(long, default_value = "public")]
+    pub cache_scope: String,
     /// Answer `subscriptions/listen` with -32601, so a client must poll.
     #[arg(long)]
     pub no_listen: bool,
@@ -108,6 +112,10 @@ pub struct Args {
     /// Serve this many independent catalogs at `/mcp/0` .. `/mcp/{N-1}`.
     #[arg(long, requires = "http")]
     pub endpoints: Option<usize>,
+    /// stdio: wait this long before reading the first message, like a server that is slow
+    /// to start (a package manager fetching it, a loaded machine).
+    #[arg(long, conflicts_with = "http")]
+    pub start_delay_ms: Option<u64>,
 }
 
 #[tokio::main]

@@ -31,6 +31,8 @@ static NEXT_SERVER_PING: AtomicU64 = AtomicU64::new(1);
 pub enum Push {
     /// The catalog changed: send this many `list_changed` notifications.
     ListChanged(usize),
+    /// Tools or prompts changed: send this notification (handshake-era stdio sessions).
+    EntriesChanged(&'static str),
     /// Cut every GET, listen and legacy SSE stream without a goodbye.
     DropStreams,
     /// End every listen gracefully: with its result, or on stdio with `notifications/cancelled`.
@@ -74,6 +76,8 @@ impl From<RpcError> for Failure {
 /// What a handler produced.
 enum Handled {
     Result(Value),
+    /// A result sent exactly as is, without the stateless era's decorations.
+    Raw(Value),
     Listen(Value),
 }
 
@@ -231,6 +235,11 @@ pub struct Server {
     state: Mutex<State>,
     pushes: broadcast::Sender<Push>,
     stale_cursor_fired: AtomicBool,
+    /// How many discovers, GETs and POSTs the `refuse_discovers` and `unavailable_*` faults
+    /// have refused so far.
+    discovers_refused: AtomicU64,
+    gets_refused: AtomicU64,
+    posts_refused: AtomicU64,
 }
 
 impl Server {
@@ -250,6 +259,9 @@ impl Server {
             }),
             pushes: broadcast::channel(256).0,
             stale_cursor_fired: AtomicBool::new(false),
+            discovers_refused: AtomicU64::new(0),
+            gets_refused: AtomicU64::new(0),
+            posts_refused: AtomicU64::new(0),
         }
     }
 
@@ -299,15 +311,35 @@ impl Server {
     pub fn replace_catalog(&self, scenario: &Scenario) -> anyhow::Result<u64> {
         let mut catalog = Catalog::build(&self.args, scenario, 0, self.endpoint)?;
         let burst = catalog.notify_burst;
-        let (version, sessions) = {
+        let (version, sessions, (entry_notifications, resources_notify)) = {
             let mut state = self.state();
             catalog.version = state.catalog.version + 1;
+            let notify = crate::entries::notifications_for(&state.catalog, &catalog);
             state.catalog = Arc::new(catalog);
             let sessions: Vec<Arc<Session>> = state.sessions.values().cloned().collect();
-            (state.catalog.version, sessions)
+            (state.catalog.version, sessions, notify)
         };
+        for method in entry_notifications {
+            let _ = self.pushes.send(Push::EntriesChanged(method));
+            for session in sessions.iter().filter(|session| session.is_initialized()) {
+                if session.kind == SessionKind::StreamableHttp && !self.args.no_get_stream {
+                    session.push_messages([crate::entries::notification(method, None)]);
+                }
+            }
+        }
+        if !resources_notify {
+            self.stats
+                .update(|counters| counters.catalog_version = version);
+            return Ok(version);
+        }
         self.stats
             .update(|counters| counters.catalog_version = version);
+        self.announce_list_changed(&sessions, burst);
+        Ok(version)
+    }
+
+    /// Sends `burst` list_changed notifications on every channel of every initialized session.
+    fn announce_list_changed(&self, sessions: &[Arc<Session>], burst: usize) {
         let notifications = || std::iter::repeat(rpc::list_changed(None)).take(burst);
         for session in sessions.iter().filter(|session| session.is_initialized()) {
             match session.kind {
@@ -323,7 +355,6 @@ impl Server {
         }
         // Nobody listening (no stdio session or listen stream yet) is not an error.
         let _ = self.pushes.send(Push::ListChanged(burst));
-        Ok(version)
     }
 
     /// Performs the one-shot actions of changed scenario counters.
@@ -378,14 +409,51 @@ impl Server {
             .filter(|capabilities| capabilities.is_object())
             .ok_or_else(|| missing(CLIENT_CAPABILITIES_KEY))?;
         if !self.modern_versions().iter().any(|known| known == version) {
-            let data = json!({"supported": self.modern_versions(), "requested": version});
-            return Err(RpcError::new(-32022, "Unsupported protocol version")
-                .with_data(data)
-                .with_status(400));
+            return Err(self.unsupported_version(version));
         }
         Ok(Era::Modern {
             capabilities: capabilities.clone(),
         })
+    }
+
+    /// -32022 for `requested`, listing every version the server speaks: its stateless ones,
+    /// and with `--era both` its handshake-era ones too (reached through `initialize`).
+    fn unsupported_version(&self, requested: &str) -> RpcError {
+        let mut supported: Vec<&str> = self.modern_versions().iter().map(String::as_str).collect();
+        if self.args.era == EraChoice::Both {
+            supported.extend(LEGACY_VERSIONS);
+        }
+        let data = json!({"supported": supported, "requested": requested});
+        RpcError::new(-32022, "Unsupported protocol version")
+            .with_data(data)
+            .with_status(400)
+    }
+
+    /// Whether the `bare_result_for_unknown_methods` fault is on.
+    pub fn answers_unknown_methods(&self) -> bool {
+        self.catalog().faults.bare_result_for_unknown_methods
+    }
+
+    /// For the `unavailable_*` faults: `Some(retry_after_secs)` when this GET (or POST) is to
+    /// be answered 503.
+    pub fn refuse_as_unavailable(&self, get: bool) -> Option<Option<u64>> {
+        let catalog = self.catalog();
+        let faults = &catalog.faults;
+        let (limit, refused) = if get {
+            (faults.unavailable_gets, &self.gets_refused)
+        } else {
+            (faults.unavailable_posts, &self.posts_refused)
+        };
+        let limit = limit?;
+        // Counted only while refusing, so raising the limit later refuses that many more.
+        let claimed = refused.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |count| {
+            (count < limit).then_some(count + 1)
+        });
+        claimed.ok()?;
+        self.stats
+            .update(|counters| crate::stats::record_now(&mut counters.unavailable_at_ms));
+        warn!(get, "answering 503 on request of the unavailable fault");
+        Some(faults.retry_after_secs)
     }
 
     /// Decides the era of a request on stdio, where nothing but the message itself can tell.
@@ -408,6 +476,11 @@ impl Server {
     pub async fn serve(&self, id: Value, method: &str, params: Option<Value>, era: &Era) -> Reply {
         debug!(method, %id, ?era, "request");
         let outcome = self.dispatch(method, params.as_ref(), era).await;
+        if self.catalog().faults.notify_with_every_answer {
+            // The `notify_with_every_answer` fault: the list "changed" with every answer.
+            let sessions: Vec<Arc<Session>> = self.state().sessions.values().cloned().collect();
+            self.announce_list_changed(&sessions, 1);
+        }
         match outcome {
             Ok(Handled::Result(result)) => {
                 let result = match era {
@@ -419,6 +492,10 @@ impl Server {
                     status: 200,
                 }
             }
+            Ok(Handled::Raw(result)) => Reply::Message {
+                message: result_message(id, result),
+                status: 200,
+            },
             Ok(Handled::Listen(honoured)) => Reply::Listen { id, honoured },
             Err(Failure::Rpc(error)) => Reply::Message {
                 message: error_message(id, &error),
@@ -446,12 +523,23 @@ impl Server {
                 Err(self.initialize_refused().into())
             }
             "initialize" if !modern => Ok(Handled::Result(self.initialize(params))),
-            "server/discover" if modern => Ok(Handled::Result(self.discover())),
+            "server/discover" if modern => self.discover(params),
             "subscriptions/listen" if modern && !self.args.no_listen => self.listen(params),
             "ping" => Ok(Handled::Result(json!({}))),
             "resources/list" => self.list_resources(params, modern).await,
             "resources/templates/list" => self.list_templates(),
             "resources/read" => self.read_resource(params, modern),
+            "tools/list" if self.catalog().tools_declared => Ok(Handled::Result(
+                crate::entries::list_tools(&self.catalog(), params)?,
+            )),
+            "prompts/list" if self.catalog().prompts_declared => Ok(Handled::Result(
+                crate::entries::list_prompts(&self.catalog()),
+            )),
+            _ if self.answers_unknown_methods() => {
+                info!(method, "answering an unknown method with a bare result");
+                self.stats.update(|counters| counters.bare_results += 1);
+                Ok(Handled::Raw(json!({})))
+            }
             _ => Err(method_not_found(method, modern).into()),
         }
     }
@@ -471,7 +559,7 @@ impl Server {
         );
         if cacheable {
             result["ttlMs"] = json!(self.args.ttl_ms);
-            result["cacheScope"] = json!("public");
+            result["cacheScope"] = json!(self.args.cache_scope);
         }
         result
     }
@@ -533,6 +621,7 @@ impl Server {
         if catalog.resources_capability {
             capabilities["resources"] = json!({"listChanged": true, "subscribe": false});
         }
+        crate::entries::declare(&catalog, &mut capabilities);
         json!({
             "protocolVersion": version,
             "capabilities": capabilities,
@@ -540,22 +629,44 @@ impl Server {
         })
     }
 
-    fn discover(&self) -> Value {
+    fn discover(&self, params: Option<&Value>) -> Result<Handled, Failure> {
         self.stats.update(|counters| counters.discover += 1);
         let catalog = self.catalog();
+        if let Some(limit) = catalog.faults.refuse_discovers {
+            let claimed =
+                self.discovers_refused
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |count| {
+                        (count < limit).then_some(count + 1)
+                    });
+            if claimed.is_ok() {
+                let requested = params
+                    .and_then(|params| params.get("_meta"))
+                    .and_then(|meta| meta.get(PROTOCOL_VERSION_KEY))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.stats
+                    .update(|counters| counters.refused_discovers += 1);
+                warn!(
+                    requested,
+                    "refusing server/discover with -32022 on request of the refuse_discovers fault"
+                );
+                return Err(self.unsupported_version(requested).into());
+            }
+        }
         let mut capabilities = json!({});
         if catalog.resources_capability {
             // Without listen the server has no way to send list_changed in this era.
             capabilities["resources"] = json!({"listChanged": !self.args.no_listen});
         }
-        json!({
+        crate::entries::declare(&catalog, &mut capabilities);
+        Ok(Handled::Result(json!({
             "resultType": "complete",
             "supportedVersions": self.modern_versions(),
             "capabilities": capabilities,
             "instructions": "A synthetic resource catalog for testing MCP clients.",
             "ttlMs": self.args.ttl_ms,
-            "cacheScope": "public",
-        })
+            "cacheScope": self.args.cache_scope,
+        })))
     }
 
     fn listen(&self, params: Option<&Value>) -> Result<Handled, Failure> {
@@ -567,11 +678,12 @@ impl Server {
             })?;
         let wants_list_changed = requested.get("resourcesListChanged") == Some(&json!(true));
         // Only resource list changes are supported; anything else asked for is left out.
-        let honoured = if wants_list_changed && self.catalog().resources_capability {
+        let mut honoured = if wants_list_changed && self.catalog().resources_capability {
             json!({"resourcesListChanged": true})
         } else {
             json!({})
         };
+        crate::entries::honour(&self.catalog(), requested, &mut honoured);
         Ok(Handled::Listen(honoured))
     }
 
@@ -657,6 +769,19 @@ impl Server {
             .and_then(Value::as_str)
             .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
         let Some(&position) = catalog.index_by_uri.get(uri) else {
+            // A URI under one of our templates is served too, as template-backed servers do;
+            // the check is deliberately loose (the template's text before its first `{`), so
+            // the mirror's own matching decides what reaches us.
+            let template = catalog.templates.iter().find_map(|template| {
+                let text = template.get("uriTemplate")?.as_str()?;
+                let prefix = text.split('{').next().unwrap_or_default();
+                (text.contains('{') && uri.starts_with(prefix)).then_some(text)
+            });
+            if let Some(template) = template {
+                let text = format!("contents of {uri} from template {template}");
+                let content = json!({"uri": uri, "mimeType": "text/plain", "text": text});
+                return Ok(Handled::Result(json!({ "contents": [content] })));
+            }
             // 2026-07-28 replaced -32002 with -32602 for an unknown resource.
             let code = if modern { -32602 } else { -32002 };
             return Err(RpcError::new(code, format!("Resource not found: {uri}")).into());

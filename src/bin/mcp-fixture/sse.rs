@@ -137,6 +137,8 @@ pub struct SessionStream {
     keep_alive: Interval,
     pings: Option<Interval>,
     ended: bool,
+    /// The `end_get_streams` fault: end cleanly right after the first event.
+    end_after_preamble: bool,
 }
 
 impl SessionStream {
@@ -180,6 +182,8 @@ impl SessionStream {
             pings,
             cursor,
             preamble: Some(preamble),
+            end_after_preamble: session.kind == SessionKind::StreamableHttp
+                && server.catalog().faults.end_get_streams,
             server,
             session,
             ended: false,
@@ -213,6 +217,11 @@ impl Driver for SessionStream {
         }
         if let Some(preamble) = self.preamble.take() {
             return Some(Ok(Bytes::from(preamble)));
+        }
+        if self.end_after_preamble {
+            info!(session = %self.session.id, "ending the GET stream on request of the end_get_streams fault");
+            self.ended = true;
+            return None;
         }
         loop {
             match self.session.messages_after(self.cursor) {
@@ -299,10 +308,16 @@ impl ListenStream {
     /// between the two is lost.
     pub fn open(server: Arc<Server>, id: Value, honoured: &Value) -> Self {
         let wants_list_changed = honoured.get("resourcesListChanged") == Some(&Value::Bool(true));
-        let acknowledgement = message_event(None, &rpc::acknowledged(&id, honoured));
+        let mut acknowledgement = message_event(None, &rpc::acknowledged(&id, honoured));
+        // The `end_listens` fault: the result follows the acknowledgement at once.
+        let end_at_once = server.catalog().faults.end_listens;
+        if end_at_once {
+            acknowledgement.push_str(&message_event(None, &rpc::listen_closed(&id)));
+        }
         server.stats.update(|counters| {
             counters.listens_opened += 1;
             counters.listens_open += 1;
+            crate::stats::record_now(&mut counters.listens_opened_at_ms);
         });
         info!(%id, "listen stream opened");
         Self {
@@ -312,7 +327,7 @@ impl ListenStream {
             server,
             id,
             wants_list_changed,
-            ended: false,
+            ended: end_at_once,
         }
     }
 
@@ -325,11 +340,12 @@ impl ListenStream {
 
 impl Driver for ListenStream {
     async fn next_chunk(&mut self) -> Option<Result<Bytes, std::io::Error>> {
-        if self.ended {
-            return None;
-        }
+        // The acknowledgement goes out even when the stream is to end right after it.
         if let Some(preamble) = self.preamble.take() {
             return Some(Ok(Bytes::from(preamble)));
+        }
+        if self.ended {
+            return None;
         }
         loop {
             tokio::select! {
@@ -360,7 +376,7 @@ impl Driver for ListenStream {
                         self.ended = true;
                         return None;
                     }
-                    Ok(Push::ListChanged(_)) | Err(RecvError::Lagged(_)) => {}
+                    Ok(Push::ListChanged(_) | Push::EntriesChanged(_)) | Err(RecvError::Lagged(_)) => {}
                 },
             }
         }

@@ -33,6 +33,31 @@ pub struct Counters {
     pub server_pings_sent: u64,
     pub client_ping_answers: u64,
     pub catalog_version: u64,
+    /// `server/discover` requests refused with -32022 by the `refuse_discovers` fault.
+    pub refused_discovers: u64,
+    /// Unknown methods answered `{}` by the `bare_result_for_unknown_methods` fault.
+    pub bare_results: u64,
+    /// Requests left unanswered by the `unanswered_methods` fault.
+    pub unanswered: u64,
+    /// When (ms since the Unix epoch) the last `TIMES_KEPT` GET requests to `/mcp` arrived,
+    /// refused ones included, and listens opened, and 503 answers went out.
+    pub get_requests_at_ms: Vec<u64>,
+    pub listens_opened_at_ms: Vec<u64>,
+    pub unavailable_at_ms: Vec<u64>,
+}
+
+/// How many times each `*_at_ms` list keeps.
+const TIMES_KEPT: usize = 256;
+
+/// Appends the current time to one of the `*_at_ms` lists, keeping the newest `TIMES_KEPT`.
+pub fn record_now(times: &mut Vec<u64>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64);
+    if times.len() == TIMES_KEPT {
+        times.remove(0);
+    }
+    times.push(now);
 }
 
 /// The counters and where to write them.
@@ -63,6 +88,12 @@ impl Stats {
             server_pings_sent: 0,
             client_ping_answers: 0,
             catalog_version,
+            refused_discovers: 0,
+            bare_results: 0,
+            unanswered: 0,
+            get_requests_at_ms: Vec::new(),
+            listens_opened_at_ms: Vec::new(),
+            unavailable_at_ms: Vec::new(),
         };
         Self {
             path,

@@ -27,10 +27,20 @@ enum Outgoing {
 struct Listen {
     id: Value,
     wants_list_changed: bool,
+    /// What the acknowledgement honoured (tools and prompts list changes among it).
+    honoured: Value,
 }
 
 /// Serves stdin and stdout until stdin closes.
 pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
+    if let Some(delay) = server.args.start_delay_ms {
+        // A slow starter: nothing is read, so nothing is answered, until it is ready.
+        info!(
+            delay_ms = delay,
+            "starting slowly on request of --start-delay-ms"
+        );
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
     // The crate's tokio has no `io-std` feature, so two plain threads own the
     // blocking stdin and stdout; one writer also keeps lines from interleaving.
     let (outgoing, outgoing_queue) = mpsc::unbounded_channel::<Outgoing>();
@@ -70,6 +80,11 @@ pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
                 match parse_message(trimmed) {
                     Err((id, error)) => send(error_message(id, &error).to_string()),
                     Ok(Incoming::Request { id, method, params }) => {
+                        if server.catalog().faults.unanswered_methods.contains(&method) {
+                            warn!(method, "leaving a request unanswered on request of the unanswered_methods fault");
+                            server.stats.update(|counters| counters.unanswered += 1);
+                            continue;
+                        }
                         let era = match server.stdio_era(&method, params.as_ref()) {
                             Ok(era) => era,
                             Err(error) => {
@@ -117,13 +132,31 @@ pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
                 server.stats.update(|counters| {
                     counters.listens_opened += 1;
                     counters.listens_open += 1;
+                    crate::stats::record_now(&mut counters.listens_opened_at_ms);
                 });
                 info!(%id, "listen opened on stdio");
-                listens.push(Listen { id, wants_list_changed });
+                if server.catalog().faults.end_listens {
+                    // The `end_listens` fault: the result follows the acknowledgement at once.
+                    send(rpc::listen_closed(&id));
+                    close_listens(&server, 1);
+                    continue;
+                }
+                listens.push(Listen { id, wants_list_changed, honoured });
             }
             push = pushes.recv() => {
                 let count = match push {
                     Ok(Push::ListChanged(count)) => count,
+                    Ok(Push::EntriesChanged(method)) => {
+                        if legacy_session {
+                            send(crate::entries::notification(method, None));
+                        }
+                        for listen in &listens {
+                            if crate::entries::listen_wants(&listen.honoured, method) {
+                                send(crate::entries::notification(method, Some(&listen.id)));
+                            }
+                        }
+                        continue;
+                    }
                     // Missed pushes still mean the list changed; one notification covers them.
                     Err(RecvError::Lagged(_)) => 1,
                     Ok(Push::CloseListens { cancel }) => {

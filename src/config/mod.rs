@@ -1,0 +1,365 @@
+//! Reads `daemon.toml` into a validated `Config`; the rest of the code never sees raw TOML.
+//!
+//! Two stages, as ripgrep goes from `LowArgs` to `HiArgs`: `raw` deserializes the file into
+//! serde structs that keep every value's place in the file, then `validate` (with `server`
+//! and `transport`) turns them into one `Config` of durations, resolved paths and a
+//! `Transport`, or a `ConfigError` naming the file, the line and the key at fault.
+
+mod http;
+mod raw;
+mod server;
+mod source;
+mod transport;
+mod validate;
+mod values;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+pub use http::{HttpConfig, HttpToken};
+use source::SourceFile;
+
+/// `[daemon] resync_interval`: the backstop re-walk, besides `list_changed` notifications.
+pub(crate) const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(15 * 60);
+/// `request_timeout`: the longest wait for any one request to a server.
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// `connect_timeout`: how long the first message of a connection may wait for a server that
+/// starts slowly.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// `max_pages`: a walk with more pages fails and keeps the last snapshot.
+pub(crate) const DEFAULT_MAX_PAGES: u64 = 10_000;
+/// `max_items`: a walk with more resources fails and keeps the last snapshot.
+pub(crate) const DEFAULT_MAX_ITEMS: u64 = 1_000_000;
+/// `[daemon] max_pages_without_new`: pages in a row without a new URI that make a cursor loop.
+pub(crate) const DEFAULT_MAX_PAGES_WITHOUT_NEW: u64 = 3;
+/// `poll_interval`: how often a server that cannot push changes is walked again.
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(60);
+/// `[daemon] poll_floor`: the shortest poll a server's `ttlMs` hint may ask for.
+pub(crate) const DEFAULT_POLL_FLOOR: Duration = Duration::from_secs(5);
+/// `ping_interval`: how often a quiet server is pinged (`"off"` turns pings off).
+pub(crate) const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(60);
+/// `[daemon] debounce`: the quiet period after a `list_changed` before walking.
+pub(crate) const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+/// `[daemon] min_walk_interval`: the least time between the end of a server's walk and a walk
+/// its notifications ask for (the last walk's duration, when longer, spaces them instead).
+pub(crate) const DEFAULT_MIN_WALK_INTERVAL: Duration = Duration::from_secs(1);
+/// `priority`: lower wins when two servers list the same URI.
+pub(crate) const DEFAULT_PRIORITY: i64 = 100;
+/// `[daemon] keep_removed`: a removed server's snapshot is dropped unless this is set.
+pub(crate) const DEFAULT_KEEP_REMOVED: bool = false;
+
+/// `[daemon] search_timeout`: how long one `catalog/search` may run (and, separately, wait
+/// for a slot) before it is cancelled.
+pub(crate) const DEFAULT_SEARCH_TIMEOUT: Duration = Duration::from_secs(2);
+/// `[daemon] max_clients`: socket connections served at once; more are refused at accept.
+pub(crate) const DEFAULT_MAX_CLIENTS: u64 = 1024;
+
+/// `[daemon] max_concurrent_searches` when left out: the number of cores, at least 2.
+pub(crate) fn default_max_concurrent_searches() -> u64 {
+    std::thread::available_parallelism()
+        .map(|cores| cores.get() as u64)
+        .unwrap_or(2)
+        .max(2)
+}
+
+/// Bounds on what socket clients may ask of the daemon; read at start (a reload keeps them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketLimits {
+    pub search: crate::search_gate::SearchLimits,
+    pub max_clients: usize,
+}
+
+/// A configuration error that names the file, the line and the key at fault. It never quotes
+/// a configured value that could be a secret, so it can be printed before any scrubber runs.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub key: Option<String>,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn render(&self) -> String {
+        let mut text = self.file.display().to_string();
+        if let Some(line) = self.line {
+            text.push_str(&format!(":{line}"));
+        }
+        text.push_str(": ");
+        if let Some(key) = &self.key {
+            text.push_str(&format!("{key}: "));
+        }
+        text.push_str(&self.message);
+        text
+    }
+}
+
+/// Limits that stop a walk from running away on a misbehaving server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalkLimits {
+    pub max_pages: u64,
+    pub max_items: u64,
+    /// Consecutive pages without a new URI that count as a cursor loop.
+    pub max_pages_without_new: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file this configuration came from.
+    pub source: PathBuf,
+    pub daemon: DaemonConfig,
+    pub servers: Vec<ServerConfig>,
+    /// The HTTP face (`[http]`); off unless `listen` is set.
+    pub http: HttpConfig,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DaemonConfig {
+    pub database: PathBuf,
+    pub socket: PathBuf,
+    pub resync_interval: Duration,
+    pub request_timeout: Duration,
+    /// How long the first message of a connection may wait for a server that starts slowly.
+    pub connect_timeout: Duration,
+    pub limits: WalkLimits,
+    pub timings: SyncTimings,
+    /// A server removed from the configuration keeps its snapshot, marked offline, instead of
+    /// having it dropped.
+    pub keep_removed: bool,
+    /// A tracing filter (`info`, `mcp_mirror=debug,warn`); `RUST_LOG` overrides it.
+    pub log_level: Option<String>,
+    pub socket_limits: SocketLimits,
+}
+
+/// How a session paces itself between walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncTimings {
+    /// How often to re-walk a server that cannot push `list_changed`.
+    pub poll_interval: Duration,
+    /// The shortest poll a server's `ttlMs` hint may ask for.
+    pub poll_floor: Duration,
+    /// How often to ping a quiet server to notice a dead session; `None` turns pings off.
+    pub ping_interval: Option<Duration>,
+    /// The quiet period after a `list_changed` before walking.
+    pub debounce: Duration,
+    /// The floor of the spacing between notification-driven walks of one server.
+    pub min_walk_interval: Duration,
+}
+
+/// Which protocol era to speak to a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EraChoice {
+    /// Probe `server/discover` and fall back to `initialize`.
+    Auto,
+    Legacy,
+    Modern,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    pub name: String,
+    pub transport: Transport,
+    pub priority: i64,
+    pub resync_interval: Duration,
+    pub request_timeout: Duration,
+    /// How long the first message of a connection may wait for a server that starts slowly.
+    pub connect_timeout: Duration,
+    pub limits: WalkLimits,
+    /// The size cap of the `resources/read` content cache; `None` (the default) turns it off.
+    pub read_cache_bytes: Option<u64>,
+    pub timings: SyncTimings,
+    pub era: EraChoice,
+    /// A protocol version to insist on, instead of negotiating.
+    pub protocol_version: Option<String>,
+    /// The kinds to mirror (`mirror = [...]`); `None` mirrors every kind the server declares.
+    pub mirror: Option<Vec<crate::protocol::Kind>>,
+    /// `share = true`: entries from this server may go to HTTP token clients even when its
+    /// results were `cacheScope: "private"` (the operator vouches that every client may see them).
+    pub share: bool,
+}
+
+impl ServerConfig {
+    /// The kinds to walk on a server that declares `capabilities`: those configured (or all)
+    /// that it declares. Templates ride with resources.
+    pub fn mirrored_kinds(&self, capabilities: &serde_json::Value) -> Vec<crate::protocol::Kind> {
+        use crate::protocol::Kind;
+        [Kind::Resource, Kind::Tool, Kind::Prompt]
+            .into_iter()
+            .filter(|kind| {
+                self.mirror
+                    .as_ref()
+                    .map_or(true, |chosen| chosen.contains(kind))
+            })
+            .filter(|kind| {
+                capabilities
+                    .get(kind.capability())
+                    .is_some_and(serde_json::Value::is_object)
+            })
+            .collect()
+    }
+}
+
+/// How to reach a server. Header values and `env` values are treated as secrets like the
+/// bearer token (they often carry API keys, and a rule with no exceptions cannot be
+/// forgotten): `Debug` shows their names only and `Config::secrets` lists them for the scrubber.
+#[derive(Clone)]
+pub enum Transport {
+    Stdio {
+        command: PathBuf,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    Http {
+        url: String,
+        headers: Vec<(String, String)>,
+        bearer_token: Option<SecretString>,
+    },
+}
+
+impl Transport {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Transport::Stdio { .. } => "stdio",
+            Transport::Http { .. } => "http",
+        }
+    }
+}
+
+/// Names with their values replaced, for `Debug`.
+fn redacted_names<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
+    names
+        .map(|name| format!("{name}: {}", crate::redact::REDACTED))
+        .collect()
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => formatter
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &redacted_names(env.keys()))
+                .field("cwd", cwd)
+                .finish(),
+            Transport::Http {
+                url,
+                headers,
+                bearer_token,
+            } => formatter
+                .debug_struct("Http")
+                .field("url", url)
+                .field(
+                    "headers",
+                    &redacted_names(headers.iter().map(|(name, _)| name)),
+                )
+                .field("bearer_token", bearer_token)
+                .finish(),
+        }
+    }
+}
+
+/// A reload compares configurations to restart only the servers that changed, so a changed
+/// token must count; `SecretString` has no `PartialEq` of its own.
+impl PartialEq for Transport {
+    fn eq(&self, other: &Transport) -> bool {
+        match (self, other) {
+            (
+                Transport::Stdio {
+                    command,
+                    args,
+                    env,
+                    cwd,
+                },
+                Transport::Stdio {
+                    command: other_command,
+                    args: other_args,
+                    env: other_env,
+                    cwd: other_cwd,
+                },
+            ) => {
+                command == other_command
+                    && args == other_args
+                    && env == other_env
+                    && cwd == other_cwd
+            }
+            (
+                Transport::Http {
+                    url,
+                    headers,
+                    bearer_token,
+                },
+                Transport::Http {
+                    url: other_url,
+                    headers: other_headers,
+                    bearer_token: other_token,
+                },
+            ) => {
+                url == other_url
+                    && headers == other_headers
+                    && bearer_token.as_ref().map(ExposeSecret::expose_secret)
+                        == other_token.as_ref().map(ExposeSecret::expose_secret)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Config {
+    /// The values that must never be printed: bearer tokens, header values and `env` values.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        let servers = self.servers.iter().flat_map(|server| -> Vec<&str> {
+            match &server.transport {
+                Transport::Http {
+                    headers,
+                    bearer_token,
+                    ..
+                } => headers
+                    .iter()
+                    .map(|(_, value)| value.as_str())
+                    .chain(bearer_token.as_ref().map(ExposeSecret::expose_secret))
+                    .collect(),
+                Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
+            }
+        });
+        let http_tokens = self.http.tokens.iter();
+        servers.chain(http_tokens.map(|token| token.value.expose_secret()))
+    }
+}
+
+/// Reads and validates the configuration file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
+        file: path.to_path_buf(),
+        line: None,
+        key: None,
+        message: format!("cannot read the configuration file: {error}"),
+    })?;
+    parse(path, &text, &|name| std::env::var(name).ok())
+}
+
+/// Parses configuration text; `path` names the file in errors and anchors relative paths.
+/// `lookup_env` reads the environment (`bearer_token_env`, `$CREDENTIALS_DIRECTORY`).
+pub(crate) fn parse(
+    path: &Path,
+    text: &str,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let source = SourceFile { path, text };
+    let raw = raw::parse(&source)?;
+    validate::validate(&source, &raw, lookup_env)
+}

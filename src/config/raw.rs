@@ -1,0 +1,146 @@
+//! The first stage: `daemon.toml` deserialized as written, every value with its place in the
+//! file, and TOML errors turned into `ConfigError`s that never quote a value.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::source::SourceFile;
+use super::ConfigError;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub daemon: RawDaemon,
+    #[serde(default)]
+    pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
+    #[serde(default)]
+    pub http: super::http::RawHttp,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDaemon {
+    pub database: Option<Spanned<String>>,
+    pub socket: Option<Spanned<String>>,
+    pub resync_interval: Option<Spanned<String>>,
+    pub request_timeout: Option<Spanned<String>>,
+    pub connect_timeout: Option<Spanned<String>>,
+    pub max_pages: Option<Spanned<i64>>,
+    pub max_items: Option<Spanned<i64>>,
+    pub max_pages_without_new: Option<Spanned<i64>>,
+    pub poll_interval: Option<Spanned<String>>,
+    pub poll_floor: Option<Spanned<String>>,
+    pub ping_interval: Option<Spanned<String>>,
+    pub debounce: Option<Spanned<String>>,
+    pub min_walk_interval: Option<Spanned<String>>,
+    pub keep_removed: Option<bool>,
+    pub log_level: Option<Spanned<String>>,
+    pub search_timeout: Option<Spanned<String>>,
+    pub max_concurrent_searches: Option<Spanned<i64>>,
+    pub max_clients: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub url: Option<Spanned<String>>,
+    pub command: Option<Spanned<String>>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<Spanned<String>>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub bearer_token_env: Option<Spanned<String>>,
+    pub bearer_token_file: Option<Spanned<String>>,
+    pub priority: Option<i64>,
+    pub resync_interval: Option<Spanned<String>>,
+    pub request_timeout: Option<Spanned<String>>,
+    pub connect_timeout: Option<Spanned<String>>,
+    pub max_pages: Option<Spanned<i64>>,
+    pub max_items: Option<Spanned<i64>>,
+    pub read_cache: Option<Spanned<String>>,
+    pub poll_interval: Option<Spanned<String>>,
+    pub ping_interval: Option<Spanned<String>>,
+    pub era: Option<Spanned<String>>,
+    pub protocol_version: Option<Spanned<String>>,
+    /// The kinds to mirror: `["resources", "tools", "prompts"]`; every declared kind by default.
+    pub mirror: Option<Spanned<Vec<String>>>,
+    pub share: Option<bool>,
+}
+
+/// The longest fragment of the file an error may quote as the key at fault.
+const MAX_QUOTED_KEY_LENGTH: usize = 80;
+
+/// Deserializes the file; a TOML error names the line, and the key when the fault is one.
+pub(super) fn parse(source: &SourceFile) -> Result<RawConfig, ConfigError> {
+    toml::from_str(source.text).map_err(|error| ConfigError {
+        file: source.path.to_path_buf(),
+        line: error.span().map(|span| source.line_of(&span)),
+        key: error.span().and_then(|span| key_at(source.text, span)),
+        message: without_string_values(error.message().trim()),
+    })
+}
+
+/// The fragment at `span` when it is a key (followed by `=`, `.` or `]`): a value is never
+/// quoted back, since it may be a token or a header value.
+fn key_at(text: &str, span: std::ops::Range<usize>) -> Option<String> {
+    let followed_by_key_end = text
+        .get(span.end..)
+        .map(str::trim_start)
+        .is_some_and(|rest| rest.starts_with(['=', '.', ']']));
+    if !followed_by_key_end {
+        return None;
+    }
+    let fragment = text.get(span)?.trim();
+    let quotable =
+        !fragment.is_empty() && !fragment.contains('\n') && fragment.len() < MAX_QUOTED_KEY_LENGTH;
+    quotable.then(|| fragment.to_string())
+}
+
+/// serde quotes a string of the wrong type (`invalid type: string "…", expected a map`), and
+/// that string may be a secret in the wrong place (`headers = "X-Key: …"`): drop its text.
+fn without_string_values(message: &str) -> String {
+    const MARKER: &str = "string \"";
+    let mut kept = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = rest.find(MARKER) {
+        kept.push_str(&rest[..start]);
+        kept.push_str("a string");
+        let quoted = &rest[start + MARKER.len()..];
+        // The value is Debug-escaped, so its closing quote is the first one not after a `\`.
+        let mut escaped = false;
+        let end = quoted.char_indices().find_map(|(index, character)| {
+            let closes = character == '"' && !escaped;
+            escaped = character == '\\' && !escaped;
+            closes.then_some(index)
+        });
+        rest = match end {
+            Some(end) => &quoted[end + 1..],
+            None => "",
+        };
+    }
+    kept.push_str(rest);
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_values_are_dropped_from_messages() {
+        assert_eq!(
+            without_string_values(r#"invalid type: string "X-Key: s\"ecret", expected a map"#),
+            "invalid type: a string, expected a map"
+        );
+        assert_eq!(
+            without_string_values("unknown field `bogus`, expected one of `url`"),
+            "unknown field `bogus`, expected one of `url`"
+        );
+    }
+}

@@ -1,0 +1,170 @@
+//! The second stage: the raw tables become one `Config`; this file does the `[daemon]` table
+//! and hands each `[servers.NAME]` table to `server`.
+
+use tracing_subscriber::EnvFilter;
+
+use super::raw::{RawConfig, RawDaemon};
+use super::source::SourceFile;
+use super::values::{count, duration, optional_duration};
+use super::{
+    default_max_concurrent_searches, server, Config, ConfigError, DaemonConfig, SocketLimits,
+    SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED,
+    DEFAULT_MAX_CLIENTS, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES, DEFAULT_MAX_PAGES_WITHOUT_NEW,
+    DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL, DEFAULT_SEARCH_TIMEOUT,
+};
+use crate::paths;
+use crate::search_gate::SearchLimits;
+
+/// Validates the whole file; the first problem found is the error.
+pub(super) fn validate(
+    source: &SourceFile,
+    raw: &RawConfig,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let daemon = daemon_config(source, &raw.daemon)?;
+    let servers = raw
+        .servers
+        .iter()
+        .map(|(name, table)| server::server_config(source, name, table, &daemon, lookup_env))
+        .collect::<Result<Vec<_>, _>>()?;
+    let http = super::http::http_config(source, &raw.http, lookup_env)?;
+    Ok(Config {
+        source: source.path.to_path_buf(),
+        daemon,
+        servers,
+        http,
+    })
+}
+
+/// The `[daemon]` table; its durations and limits are also every server's defaults.
+fn daemon_config(source: &SourceFile, raw: &RawDaemon) -> Result<DaemonConfig, ConfigError> {
+    Ok(DaemonConfig {
+        database: raw
+            .database
+            .as_ref()
+            .map(|value| source.resolve(value.get_ref()))
+            .unwrap_or_else(paths::default_database),
+        socket: raw
+            .socket
+            .as_ref()
+            .map(|value| source.resolve(value.get_ref()))
+            .unwrap_or_else(paths::default_socket),
+        resync_interval: duration(
+            source,
+            &raw.resync_interval,
+            "daemon.resync_interval",
+            DEFAULT_RESYNC_INTERVAL,
+        )?,
+        request_timeout: duration(
+            source,
+            &raw.request_timeout,
+            "daemon.request_timeout",
+            DEFAULT_REQUEST_TIMEOUT,
+        )?,
+        connect_timeout: duration(
+            source,
+            &raw.connect_timeout,
+            "daemon.connect_timeout",
+            DEFAULT_CONNECT_TIMEOUT,
+        )?,
+        limits: walk_limits(source, raw)?,
+        timings: sync_timings(source, raw)?,
+        keep_removed: raw.keep_removed.unwrap_or(DEFAULT_KEEP_REMOVED),
+        log_level: log_level(source, raw)?,
+        socket_limits: socket_limits(source, raw)?,
+    })
+}
+
+fn socket_limits(source: &SourceFile, raw: &RawDaemon) -> Result<SocketLimits, ConfigError> {
+    Ok(SocketLimits {
+        search: SearchLimits {
+            timeout: duration(
+                source,
+                &raw.search_timeout,
+                "daemon.search_timeout",
+                DEFAULT_SEARCH_TIMEOUT,
+            )?,
+            max_concurrent: count(
+                source,
+                &raw.max_concurrent_searches,
+                "daemon.max_concurrent_searches",
+                default_max_concurrent_searches(),
+            )? as usize,
+        },
+        max_clients: count(
+            source,
+            &raw.max_clients,
+            "daemon.max_clients",
+            DEFAULT_MAX_CLIENTS,
+        )? as usize,
+    })
+}
+
+fn walk_limits(source: &SourceFile, raw: &RawDaemon) -> Result<WalkLimits, ConfigError> {
+    Ok(WalkLimits {
+        max_pages: count(
+            source,
+            &raw.max_pages,
+            "daemon.max_pages",
+            DEFAULT_MAX_PAGES,
+        )?,
+        max_items: count(
+            source,
+            &raw.max_items,
+            "daemon.max_items",
+            DEFAULT_MAX_ITEMS,
+        )?,
+        max_pages_without_new: count(
+            source,
+            &raw.max_pages_without_new,
+            "daemon.max_pages_without_new",
+            DEFAULT_MAX_PAGES_WITHOUT_NEW,
+        )?,
+    })
+}
+
+fn sync_timings(source: &SourceFile, raw: &RawDaemon) -> Result<SyncTimings, ConfigError> {
+    Ok(SyncTimings {
+        poll_interval: duration(
+            source,
+            &raw.poll_interval,
+            "daemon.poll_interval",
+            DEFAULT_POLL_INTERVAL,
+        )?,
+        poll_floor: duration(
+            source,
+            &raw.poll_floor,
+            "daemon.poll_floor",
+            DEFAULT_POLL_FLOOR,
+        )?,
+        ping_interval: optional_duration(
+            source,
+            &raw.ping_interval,
+            "daemon.ping_interval",
+            Some(DEFAULT_PING_INTERVAL),
+        )?,
+        debounce: duration(source, &raw.debounce, "daemon.debounce", DEFAULT_DEBOUNCE)?,
+        min_walk_interval: duration(
+            source,
+            &raw.min_walk_interval,
+            "daemon.min_walk_interval",
+            DEFAULT_MIN_WALK_INTERVAL,
+        )?,
+    })
+}
+
+/// A tracing filter, checked now so that a typo is an error at start, not silence.
+fn log_level(source: &SourceFile, raw: &RawDaemon) -> Result<Option<String>, ConfigError> {
+    let Some(level) = &raw.log_level else {
+        return Ok(None);
+    };
+    EnvFilter::try_new(level.get_ref()).map_err(|error| {
+        source.error(
+            &level.span(),
+            "daemon.log_level",
+            format!("not a log filter (examples: info, debug, mcp_mirror=debug,warn): {error}"),
+        )
+    })?;
+    Ok(Some(level.get_ref().clone()))
+}

@@ -1,0 +1,209 @@
+//! The JSON-RPC 2.0 envelope as the socket uses it: requests, answers, errors, notifications.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::{Method, Notification};
+
+pub const JSONRPC_VERSION: &str = "2.0";
+
+/// A request as the CLI sends it.
+#[derive(Debug, Serialize)]
+pub struct Request<'a, P> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'static str,
+    params: &'a P,
+}
+
+impl<'a, P: Serialize> Request<'a, P> {
+    pub fn new<M: Method<Params = P>>(id: u64, params: &'a P) -> Request<'a, P> {
+        Request {
+            jsonrpc: JSONRPC_VERSION,
+            id,
+            method: M::NAME,
+            params,
+        }
+    }
+}
+
+/// A request line as the daemon receives it, before it is checked: any field may be missing
+/// or of the wrong type, and an `id` of `null` is told apart from no `id`.
+#[derive(Debug, Default, Deserialize)]
+pub struct IncomingRequest {
+    #[serde(default)]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default)]
+    params: Option<Value>,
+}
+
+/// A field that is present, even as `null`, is `Some`.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+/// A checked request: `id` is `None` for a notification, which gets no answer.
+#[derive(Debug)]
+pub struct CheckedRequest {
+    pub id: Option<Value>,
+    pub method: String,
+    pub params: Value,
+}
+
+impl IncomingRequest {
+    /// The request, or the error answer for a message that is not one.
+    pub fn check(self) -> Result<CheckedRequest, Box<Response>> {
+        let valid_id = matches!(
+            self.id,
+            None | Some(Value::Number(_)) | Some(Value::String(_))
+        );
+        match (self.method, valid_id, self.jsonrpc) {
+            (Some(Value::String(method)), true, Some(Value::String(version)))
+                if version == JSONRPC_VERSION =>
+            {
+                Ok(CheckedRequest {
+                    id: self.id,
+                    method,
+                    params: self.params.unwrap_or(Value::Null),
+                })
+            }
+            _ => Err(Box::new(Response::failure(
+                match valid_id {
+                    true => self.id.unwrap_or(Value::Null),
+                    false => Value::Null,
+                },
+                ErrorObject::new(
+                    super::INVALID_REQUEST,
+                    "not a JSON-RPC 2.0 request (needs \"jsonrpc\": \"2.0\", a string \"method\" and a number or string \"id\")",
+                ),
+            ))),
+        }
+    }
+}
+
+/// An answer as the daemon sends it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Response {
+    jsonrpc: &'static str,
+    id: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorObject>,
+}
+
+impl Response {
+    pub fn success(id: Value, result: Value) -> Response {
+        Response {
+            jsonrpc: JSONRPC_VERSION,
+            id,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    pub fn failure(id: Value, error: ErrorObject) -> Response {
+        Response {
+            jsonrpc: JSONRPC_VERSION,
+            id,
+            result: None,
+            error: Some(error),
+        }
+    }
+
+    /// The result and the error, for a face that reshapes answers (the HTTP face).
+    pub fn into_parts(self) -> (Option<Value>, Option<ErrorObject>) {
+        (self.result, self.error)
+    }
+}
+
+/// A JSON-RPC error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<ErrorData>,
+}
+
+impl ErrorObject {
+    pub fn new(code: i64, message: impl Into<String>) -> ErrorObject {
+        ErrorObject {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn with_data(mut self, data: ErrorData) -> ErrorObject {
+        self.data = Some(data);
+        self
+    }
+}
+
+/// What an error is about, for scripts: the server, the URI, what was not found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorData {
+    /// What was not found (`"server"`), when the error is a lookup that found nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_found: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// The server could not be reached (a read that found it down).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline: Option<bool>,
+}
+
+/// A notification as the daemon sends it.
+#[derive(Debug, Serialize)]
+pub struct NotificationMessage<'a, P> {
+    jsonrpc: &'static str,
+    method: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a P>,
+}
+
+impl<'a, P: Serialize> NotificationMessage<'a, P> {
+    pub fn new<N: Notification<Params = P>>(params: Option<&'a P>) -> NotificationMessage<'a, P> {
+        NotificationMessage {
+            jsonrpc: JSONRPC_VERSION,
+            method: N::NAME,
+            params,
+        }
+    }
+}
+
+/// Whatever the daemon sends the CLI: an answer (`id`, and `result` or `error`) or a
+/// notification (`method`, `params`).
+#[derive(Debug, Deserialize)]
+pub struct ServerMessage {
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub params: Option<Value>,
+    #[serde(default)]
+    pub result: Option<Value>,
+    #[serde(default)]
+    pub error: Option<ErrorObject>,
+}
+
+impl ServerMessage {
+    pub fn is_notification(&self) -> bool {
+        self.method.is_some()
+    }
+
+    /// The params of notification `N`, when this is one.
+    pub fn notification<N: Notification>(self) -> Option<Result<N::Params, serde_json::Error>> {
+        if self.method.as_deref() != Some(N::NAME) {
+            return None;
+        }
+        Some(serde_json::from_value(self.params.unwrap_or(Value::Null)))
+    }
+}

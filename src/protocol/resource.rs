@@ -1,0 +1,411 @@
+//! The MCP objects the mirror passes on (resources, templates, read results): the fields we
+//! use are typed, every other field is kept exactly as the server sent it, and our own notes
+//! travel in `_meta` under the `io.mcp-mirror/…` keys.
+
+use serde::de::{DeserializeOwned, Error as _};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use super::{CACHE_META_KEY, ORIGIN_META_KEY, VIA_META_KEY};
+
+const META: &str = "_meta";
+
+/// Why a `resources/read` result came from the content cache, and from when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheNote {
+    pub stored_at_ms: i64,
+    pub reason: String,
+}
+
+/// What the mirror adds to an object's `_meta`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MirrorMeta {
+    /// `_meta["io.mcp-mirror/server"]`: the mirrored server the object comes from.
+    pub origin: Option<String>,
+    /// `_meta["io.mcp-mirror/cache"]`: set when a read was served from the content cache.
+    pub cache: Option<CacheNote>,
+    /// `_meta["io.mcp-mirror/via"]`: when the origin is another mirror's server, our name for
+    /// that mirror (an entry of a mirror of mirrors: "demo via upstream").
+    pub via: Option<String>,
+}
+
+impl MirrorMeta {
+    fn is_empty(&self) -> bool {
+        self.origin.is_none() && self.cache.is_none() && self.via.is_none()
+    }
+
+    /// Names the server an object was listed by. An object that already names its origin came
+    /// from another mirror: it keeps that origin and `server` becomes the mirror it came via.
+    fn attribute(&mut self, server: Option<&str>) {
+        let Some(server) = server else {
+            return;
+        };
+        match self.origin {
+            Some(_) => self.via = Some(server.to_string()),
+            None => self.origin = Some(server.to_string()),
+        }
+    }
+
+    /// Takes our keys out of `object["_meta"]`; what does not have our shape stays put.
+    fn take(object: &mut Map<String, Value>) -> MirrorMeta {
+        let Some(Value::Object(meta)) = object.get_mut(META) else {
+            return MirrorMeta::default();
+        };
+        MirrorMeta {
+            origin: take_string(meta, ORIGIN_META_KEY),
+            cache: take_typed(meta, CACHE_META_KEY),
+            via: take_string(meta, VIA_META_KEY),
+        }
+    }
+
+    /// Writes `_meta`: the object's own (when it is an object; anything else is replaced,
+    /// since our keys must be readable) with ours added.
+    fn write<M: SerializeMap>(&self, map: &mut M, own: Option<&Value>) -> Result<(), M::Error> {
+        if self.is_empty() {
+            if let Some(own) = own {
+                map.serialize_entry(META, own)?;
+            }
+            return Ok(());
+        }
+        let empty = Map::new();
+        let own = match own {
+            Some(Value::Object(own)) => own,
+            _ => &empty,
+        };
+        map.serialize_entry(META, &MergedMeta { own, ours: self })
+    }
+}
+
+struct MergedMeta<'a> {
+    own: &'a Map<String, Value>,
+    ours: &'a MirrorMeta,
+}
+
+impl Serialize for MergedMeta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.own {
+            map.serialize_entry(key, value)?;
+        }
+        if let Some(origin) = &self.ours.origin {
+            map.serialize_entry(ORIGIN_META_KEY, origin)?;
+        }
+        if let Some(cache) = &self.ours.cache {
+            map.serialize_entry(CACHE_META_KEY, cache)?;
+        }
+        if let Some(via) = &self.ours.via {
+            map.serialize_entry(VIA_META_KEY, via)?;
+        }
+        map.end()
+    }
+}
+
+/// Removes `object[key]` when it is a string; anything else stays in the object.
+fn take_string(object: &mut Map<String, Value>, key: &str) -> Option<String> {
+    match object.get(key) {
+        Some(Value::String(_)) => match object.remove(key) {
+            Some(Value::String(text)) => Some(text),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Removes `object[key]` when it has `T`'s shape; anything else stays in the object.
+fn take_typed<T: DeserializeOwned>(object: &mut Map<String, Value>, key: &str) -> Option<T> {
+    let typed = T::deserialize(object.get(key)?).ok()?;
+    object.remove(key);
+    Some(typed)
+}
+
+/// Writes the typed string fields that are set, then every other field as it came, then `_meta`.
+fn write_object<S: Serializer>(
+    serializer: S,
+    strings: &[(&str, Option<&str>)],
+    other: &Map<String, Value>,
+    meta: &MirrorMeta,
+) -> Result<S::Ok, S::Error> {
+    let mut map = serializer.serialize_map(None)?;
+    for (key, value) in strings {
+        if let Some(value) = value {
+            map.serialize_entry(key, value)?;
+        }
+    }
+    for (key, value) in other {
+        if key != META {
+            map.serialize_entry(key, value)?;
+        }
+    }
+    meta.write(&mut map, other.get(META))?;
+    map.end()
+}
+
+/// The fields a resource and a template share.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListedFields {
+    pub name: Option<String>,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub meta: MirrorMeta,
+    /// Every other field, exactly as the server sent it.
+    pub other: Map<String, Value>,
+}
+
+impl ListedFields {
+    fn take(mut object: Map<String, Value>) -> ListedFields {
+        ListedFields {
+            name: take_string(&mut object, "name"),
+            title: take_string(&mut object, "title"),
+            description: take_string(&mut object, "description"),
+            mime_type: take_string(&mut object, "mimeType"),
+            meta: MirrorMeta::take(&mut object),
+            other: object,
+        }
+    }
+
+    fn write<S: Serializer>(&self, serializer: S, key: (&str, &str)) -> Result<S::Ok, S::Error> {
+        let strings = [
+            (key.0, Some(key.1)),
+            ("name", self.name.as_deref()),
+            ("title", self.title.as_deref()),
+            ("description", self.description.as_deref()),
+            ("mimeType", self.mime_type.as_deref()),
+        ];
+        write_object(serializer, &strings, &self.other, &self.meta)
+    }
+}
+
+/// Parses a stored (or received) object; `key` must be a string field of it.
+fn listed_object(value: Value, key: &str) -> Result<(String, ListedFields), String> {
+    let Value::Object(mut object) = value else {
+        return Err(format!("expected an object with a string `{key}`"));
+    };
+    let Some(identity) = take_string(&mut object, key) else {
+        return Err(format!("missing string field `{key}`"));
+    };
+    Ok((identity, ListedFields::take(object)))
+}
+
+/// A resource as the mirror serves it: the server's own object, every field kept, with its
+/// origin server in `_meta["io.mcp-mirror/server"]` when it comes from the merged catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resource {
+    pub uri: String,
+    pub fields: ListedFields,
+}
+
+impl Resource {
+    /// A snapshot row: the server's object as stored, from `origin`.
+    pub fn from_stored(raw: &str, origin: Option<&str>) -> Result<Resource, serde_json::Error> {
+        let mut resource: Resource = serde_json::from_str(raw)?;
+        resource.fields.meta.attribute(origin);
+        Ok(resource)
+    }
+
+    /// The server that lists it in the merged catalog.
+    pub fn origin(&self) -> Option<&str> {
+        self.fields.meta.origin.as_deref()
+    }
+
+    /// Where it comes from, for people: `demo`, or `demo via upstream` for an entry of a
+    /// mirror of mirrors.
+    pub fn attribution(&self) -> Option<String> {
+        let origin = self.origin()?;
+        Some(match &self.fields.meta.via {
+            Some(via) => format!("{origin} via {via}"),
+            None => origin.to_string(),
+        })
+    }
+
+    /// Whether `server` is its origin or the mirror it came through.
+    pub fn comes_from(&self, server: &str) -> bool {
+        self.origin() == Some(server) || self.fields.meta.via.as_deref() == Some(server)
+    }
+}
+
+impl Serialize for Resource {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.fields.write(serializer, ("uri", &self.uri))
+    }
+}
+
+impl<'de> Deserialize<'de> for Resource {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (uri, fields) = listed_object(Value::deserialize(deserializer)?, "uri")
+            .map_err(|error| D::Error::custom(format!("resource: {error}")))?;
+        Ok(Resource { uri, fields })
+    }
+}
+
+/// A resource template as the mirror serves it, like `Resource`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceTemplate {
+    pub uri_template: String,
+    pub fields: ListedFields,
+}
+
+impl ResourceTemplate {
+    pub fn from_stored(
+        raw: &str,
+        origin: Option<&str>,
+    ) -> Result<ResourceTemplate, serde_json::Error> {
+        let mut template: ResourceTemplate = serde_json::from_str(raw)?;
+        template.fields.meta.attribute(origin);
+        Ok(template)
+    }
+}
+
+impl Serialize for ResourceTemplate {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.fields
+            .write(serializer, ("uriTemplate", &self.uri_template))
+    }
+}
+
+impl<'de> Deserialize<'de> for ResourceTemplate {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (uri_template, fields) =
+            listed_object(Value::deserialize(deserializer)?, "uriTemplate")
+                .map_err(|error| D::Error::custom(format!("resource template: {error}")))?;
+        Ok(ResourceTemplate {
+            uri_template,
+            fields,
+        })
+    }
+}
+
+/// One item of a read result's `contents`: text or a base64 blob.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResourceContents {
+    pub uri: Option<String>,
+    pub mime_type: Option<String>,
+    pub text: Option<String>,
+    pub blob: Option<String>,
+    pub other: Map<String, Value>,
+}
+
+impl Serialize for ResourceContents {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let strings = [
+            ("uri", self.uri.as_deref()),
+            ("mimeType", self.mime_type.as_deref()),
+            ("text", self.text.as_deref()),
+            ("blob", self.blob.as_deref()),
+        ];
+        write_object(serializer, &strings, &self.other, &MirrorMeta::default())
+    }
+}
+
+impl<'de> Deserialize<'de> for ResourceContents {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut object = Map::deserialize(deserializer)?;
+        Ok(ResourceContents {
+            uri: take_string(&mut object, "uri"),
+            mime_type: take_string(&mut object, "mimeType"),
+            text: take_string(&mut object, "text"),
+            blob: take_string(&mut object, "blob"),
+            other: object,
+        })
+    }
+}
+
+/// A `resources/read` result as the server sent it, with the mirror's notes in `_meta`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReadResourceResult {
+    pub contents: Vec<ResourceContents>,
+    pub meta: MirrorMeta,
+    /// Every other field, exactly as the server sent it.
+    pub other: Map<String, Value>,
+}
+
+impl Serialize for ReadResourceResult {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("contents", &self.contents)?;
+        for (key, value) in &self.other {
+            if key != META {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        self.meta.write(&mut map, self.other.get(META))?;
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ReadResourceResult {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut object = Map::deserialize(deserializer)?;
+        let contents = match object.remove("contents") {
+            Some(contents) => Vec::<ResourceContents>::deserialize(contents)
+                .map_err(|error| D::Error::custom(format!("`contents`: {error}")))?,
+            None => return Err(D::Error::missing_field("contents")),
+        };
+        Ok(ReadResourceResult {
+            contents,
+            meta: MirrorMeta::take(&mut object),
+            other: object,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn objects_pass_through_exactly_with_our_meta_added() {
+        let sent = json!({
+            "uri": "file:///a", "name": 7, "title": "A", "size": 3,
+            "annotations": {"audience": ["user"]}, "_meta": {"theirs": true}, "extra": null
+        });
+        let resource = Resource::from_stored(&sent.to_string(), Some("docs")).expect("parse");
+        assert_eq!(resource.uri, "file:///a");
+        assert_eq!(
+            resource.fields.name, None,
+            "a name that is not a string stays as sent"
+        );
+        assert_eq!(resource.origin(), Some("docs"));
+        let mut expected = sent.clone();
+        expected["_meta"]["io.mcp-mirror/server"] = json!("docs");
+        let served = serde_json::to_value(&resource).expect("serialize");
+        assert_eq!(served, expected);
+        let again: Resource = serde_json::from_value(served.clone()).expect("parse again");
+        assert_eq!(serde_json::to_value(&again).expect("serialize"), served);
+
+        let odd_meta = json!({"uri": "u", "_meta": "not an object"});
+        let resource = Resource::from_stored(&odd_meta.to_string(), Some("x")).expect("parse");
+        assert_eq!(
+            serde_json::to_value(&resource).expect("serialize"),
+            json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "x"}})
+        );
+        assert!(Resource::from_stored(r#"{"name": "no uri"}"#, None).is_err());
+
+        let mirrored = json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "demo"}});
+        let resource =
+            Resource::from_stored(&mirrored.to_string(), Some("upstream")).expect("parse");
+        assert_eq!(
+            resource.origin(),
+            Some("demo"),
+            "the origin survives a mirror of a mirror"
+        );
+        assert_eq!(
+            serde_json::to_value(&resource).expect("serialize"),
+            json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "demo", "io.mcp-mirror/via": "upstream"}})
+        );
+
+        let read = json!({"contents": [{"uri": "u", "blob": "AA==", "x": 1}], "_meta": {"a": 1}});
+        let mut result: ReadResourceResult = serde_json::from_value(read.clone()).expect("read");
+        result.meta.cache = Some(CacheNote {
+            stored_at_ms: 5,
+            reason: "down".into(),
+        });
+        let mut expected = read;
+        expected["_meta"]["io.mcp-mirror/cache"] = json!({"storedAtMs": 5, "reason": "down"});
+        assert_eq!(serde_json::to_value(&result).expect("serialize"), expected);
+        assert!(serde_json::from_value::<ReadResourceResult>(json!({"x": 1})).is_err());
+    }
+}

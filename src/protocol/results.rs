@@ -1,0 +1,416 @@
+//! The result of every socket method and the params of our notifications. Every key of our
+//! own `catalog/*` answers is camelCase, as MCP's are.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::resource::{Resource, ResourceTemplate};
+use super::state::{
+    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,
+};
+
+/// `ping`'s answer, and any other empty object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Empty {}
+
+/// `initialize`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub protocol_version: String,
+    pub capabilities: ServerCapabilities,
+    pub server_info: Implementation,
+    pub instructions: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerCapabilities {
+    pub resources: ResourcesCapability,
+    /// The mirror's own tools (`search_catalog`, `describe_entry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolsCapability>,
+}
+
+impl ServerCapabilities {
+    /// What the mirror itself declares, on the socket and the HTTP face alike: its merged
+    /// resources (with `list_changed`) and its own tools.
+    pub fn of_the_mirror() -> ServerCapabilities {
+        ServerCapabilities {
+            resources: ResourcesCapability { list_changed: true },
+            tools: Some(ToolsCapability {
+                list_changed: false,
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsCapability {
+    pub list_changed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesCapability {
+    pub list_changed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Implementation {
+    pub name: String,
+    pub version: String,
+}
+
+/// `resources/list`: a page of the merged catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResourcesResult {
+    pub resources: Vec<Resource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `resources/templates/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTemplatesResult {
+    pub resource_templates: Vec<ResourceTemplate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `catalog/resource`: the winning resource and every server that lists the URI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceDetails {
+    /// The server that wins the URI.
+    pub server: String,
+    /// The winner's resource, its origin in `_meta`.
+    pub resource: Resource,
+    pub stale: bool,
+    pub snapshot_at_ms: Option<i64>,
+    /// Every server that lists the URI, winner first.
+    pub listed_by: Vec<Listing>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Listing {
+    pub server: String,
+    pub priority: i64,
+    /// The resource as this server lists it.
+    pub resource: Resource,
+}
+
+/// `catalog/search`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchResult {
+    pub results: Vec<SearchHit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHit {
+    pub server: String,
+    pub uri: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub mime_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub score: f64,
+    /// The best matching stretch of text, matched words between the highlight markers.
+    #[serde(default)]
+    pub snippet: Option<String>,
+}
+
+/// `catalog/changes`, and the params of `notifications/catalog/changed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangesResult {
+    pub changes: Vec<Change>,
+    /// The newest sequence number in the feed; pass the last `seq` you saw as `since`.
+    pub latest_seq: i64,
+    /// True when entries after `since` were pruned from the bounded history: list again.
+    pub truncated: bool,
+    /// True when more entries follow this page.
+    pub more: bool,
+}
+
+/// One change feed entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    pub seq: i64,
+    pub at_ms: i64,
+    pub server: String,
+    /// For `truncated`, `uri` is absent and `count` says how many changes of that swap were
+    /// not recorded one by one.
+    pub kind: ChangeKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    pub count: i64,
+    /// The kind of entry (`resource`, `tool`, `prompt`); `kind` above is the kind of change.
+    #[serde(default = "resource_kind")]
+    pub entry_kind: Kind,
+    /// A tool's or prompt's name (they have no URI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// For a changed tool or prompt: the top-level fields that changed (`description`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<String>>,
+}
+
+fn resource_kind() -> Kind {
+    Kind::Resource
+}
+
+/// `catalog/watch`: where the feed stands; changes follow as notifications.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchResult {
+    pub latest_seq: i64,
+}
+
+/// `catalog/refresh`: one outcome per server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefreshResult {
+    pub servers: BTreeMap<String, RefreshOutcome>,
+}
+
+/// One server's refresh: queued (without `wait`), walked, or failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RefreshOutcome {
+    Walked {
+        /// Always true.
+        ok: bool,
+        /// How the refresh settled: a committed walk, or a server with nothing to walk.
+        #[serde(default)]
+        state: RefreshState,
+        swap: SwapSummary,
+        pages: u64,
+        #[serde(rename = "durationMs")]
+        duration_ms: i64,
+    },
+    Failed {
+        /// Always false.
+        ok: bool,
+        error: String,
+    },
+    Queued {
+        /// Always true.
+        queued: bool,
+    },
+}
+
+impl RefreshOutcome {
+    /// A refresh that settled without failing, in `state`.
+    pub fn settled(
+        state: RefreshState,
+        swap: SwapSummary,
+        pages: u64,
+        duration_ms: i64,
+    ) -> RefreshOutcome {
+        RefreshOutcome::Walked {
+            ok: true,
+            state,
+            swap,
+            pages,
+            duration_ms,
+        }
+    }
+
+    pub fn failed(error: String) -> RefreshOutcome {
+        RefreshOutcome::Failed { ok: false, error }
+    }
+
+    pub fn queued() -> RefreshOutcome {
+        RefreshOutcome::Queued { queued: true }
+    }
+}
+
+/// The states a refresh may settle in without failing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefreshState {
+    /// A walk committed its swap.
+    #[default]
+    Synced,
+    /// The server declares no resources capability: nothing to walk, and not an error.
+    NoResources,
+}
+
+/// `catalog/list`: a page of one server's own snapshot, keyed by URI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerListResult {
+    pub server: String,
+    pub resources: Vec<ServerListEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One resource as the server lists it, and the server that wins its URI in the merged
+/// catalog when that is another one (absent when this server wins it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerListEntry {
+    pub resource: Resource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub won_by: Option<String>,
+}
+
+/// What a swap changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwapSummary {
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+    pub resources: u64,
+    pub templates: u64,
+}
+
+/// `catalog/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusResult {
+    pub daemon: DaemonStatus,
+    pub servers: Vec<ServerStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonStatus {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_ms: u64,
+    pub database: PathBuf,
+    pub database_bytes: Option<u64>,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+    /// Socket connections open now.
+    pub clients: usize,
+    /// Resources over every snapshot (a URI listed twice counts twice).
+    pub resources: u64,
+    /// URIs in the merged catalog (a URI listed twice counts once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_resources: Option<u64>,
+    pub change_seq: i64,
+    pub read_cache_bytes: u64,
+    /// When the configuration in force was loaded (ms since the epoch).
+    pub config_loaded_at: i64,
+    /// Why the last reload was refused; the previous configuration stays in force.
+    pub config_error: Option<String>,
+    pub config_error_at: Option<i64>,
+    /// The socket's bounds and what they turned away.
+    #[serde(default)]
+    pub socket_limits: SocketActivity,
+}
+
+/// The socket's client and search bounds, with counts of what they refused since start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SocketActivity {
+    pub max_clients: usize,
+    /// Connections refused at accept because `max_clients` were open.
+    pub clients_refused: u64,
+    pub max_concurrent_searches: usize,
+    pub search_timeout_ms: u64,
+    pub searches_running: usize,
+    pub searches_waiting: usize,
+    /// The most searches that ever ran at once.
+    pub searches_peak: usize,
+    /// Searches refused as busy (the queue was full, or no slot came free in time).
+    pub searches_refused: u64,
+    /// Searches cancelled at `search_timeout`.
+    pub searches_timed_out: u64,
+}
+
+/// One server in `catalog/status`: what the database records, and `live`, what the running
+/// session knows (null when it has none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStatus {
+    pub name: String,
+    pub priority: i64,
+    pub transport: TransportKind,
+    pub state: ServerState,
+    pub protocol_version: Option<String>,
+    pub server_info: Option<Value>,
+    pub resources: u64,
+    pub templates: u64,
+    /// The snapshot is kept from before the last failure.
+    pub stale: bool,
+    pub snapshot_at_ms: Option<i64>,
+    pub connected_at_ms: Option<i64>,
+    pub retry_at_ms: Option<i64>,
+    pub last_walk: Option<LastWalk>,
+    pub walks_ok: u64,
+    pub walks_failed: u64,
+    pub last_error: Option<String>,
+    pub last_error_at_ms: Option<i64>,
+    pub live: Option<LiveStatus>,
+    /// Tools and prompts: counts and drift per kind (resources are counted above).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kinds: BTreeMap<Kind, super::entries::KindStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastWalk {
+    pub at_ms: i64,
+    pub duration_ms: i64,
+    pub pages: u64,
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+    pub duplicates: u64,
+    pub skipped: u64,
+}
+
+/// What the daemon process knows about a session right now, beside the database.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveStatus {
+    pub era: Option<Era>,
+    pub transport: Option<ConnectedTransport>,
+    /// How changes reach the mirror.
+    pub push: Option<PushChannel>,
+    /// `list_changed` notifications received, over every connection of this process.
+    pub notifications: u64,
+    /// Notifications that did not need a walk of their own.
+    pub walks_coalesced: u64,
+    pub walks_started: u64,
+    /// Walks abandoned because the list changed while they ran.
+    pub walks_restarted: u64,
+    /// Notification-driven walks held back by the walk pace: no sooner than
+    /// `min_walk_interval`, or the last walk's duration when longer, after the last walk.
+    #[serde(default)]
+    pub walks_throttled: u64,
+    /// While such a walk is held back: when it may start, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_until_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_reason: Option<String>,
+    /// The number of the last walk started.
+    pub generation: u64,
+    pub connections: u64,
+    pub next_walk_at_ms: Option<i64>,
+    /// While polling a server that cannot push: the interval between polls now in force
+    /// (before jitter), and why it is that long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval_reason: Option<String>,
+    /// The caching hints of the server's last list result (stateless era).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_scope: Option<String>,
+}

@@ -1,0 +1,847 @@
+//! The session actor as a state machine: `next_event` turns every source into one `Event`, `handle` moves the `State`.
+//!
+//! Sources: the stop signal, commands, and whatever the current state waits on (`state.rs`:
+//! the backoff timer, a connection attempt, the server's events, the debounce, throttle, poll
+//! and resync timers, a walk in flight, pings, the listen retry).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::pacing::{listen_retry_delay, with_poll_jitter, PollPace, WalkPace};
+use super::state::{Event, Link, Phase, Ping, Push, State, Waiter, Walk};
+use super::{LiveStatus, ReadError, ReadReply, Refreshed, SessionCommand};
+use crate::config::ServerConfig;
+use crate::mcp::{
+    event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
+};
+use crate::protocol::Kind;
+use crate::store::{now_ms, ServerUpdate, Store};
+use crate::walk::{WalkError, WalkSummary};
+use crate::walk_kinds;
+
+/// Walks a stream of changes may abandon in a row before one is let finish.
+const MAX_RESTARTS_IN_A_ROW: u32 = 3;
+/// Listen streams that may end unacknowledged in a row before we fall back to polling.
+const MAX_LISTEN_FAILURES: u32 = 5;
+
+/// Where the actor's orders come from: its handle's stop signal and the clients' commands.
+pub(super) struct Inbox {
+    pub stopping: watch::Receiver<bool>,
+    pub commands: mpsc::Receiver<SessionCommand>,
+}
+
+/// Counts kept across connections, shown in the live status.
+#[derive(Default)]
+struct Counters {
+    /// `list_changed` notifications counted on connections that have ended.
+    notifications_on_ended_connections: u64,
+    /// Walks started because of a notification (or a reopened stream).
+    notification_walks: u64,
+    walks_started: u64,
+    walks_restarted: u64,
+    /// Notification-driven walks held back by the walk pace.
+    walks_throttled: u64,
+    connections: u64,
+}
+
+/// How a connection came to an end, for the log and for waiting refresh callers.
+enum Ending {
+    CannotConnect,
+    ConnectionLost,
+}
+
+pub(super) struct Actor {
+    config: ServerConfig,
+    store: Store,
+    inbox: Inbox,
+    live: watch::Sender<LiveStatus>,
+    state: State,
+    /// Refresh callers waiting for the next walk.
+    waiting: Vec<Waiter>,
+    counters: Counters,
+    backoff: Backoff,
+    /// When the last walk ended and how long it took: the spacing of notification-driven walks.
+    walk_pace: WalkPace,
+    /// The throttle was announced in the log; said again only after a walk ran unthrottled.
+    throttle_announced: bool,
+    /// The era this server spoke last, so a reconnect need not probe again.
+    known_era: Option<Era>,
+}
+
+impl Actor {
+    pub(super) fn new(
+        config: ServerConfig,
+        store: Store,
+        inbox: Inbox,
+        live: watch::Sender<LiveStatus>,
+    ) -> Actor {
+        Actor {
+            config,
+            store,
+            inbox,
+            live,
+            state: State::Stopped,
+            waiting: Vec::new(),
+            counters: Counters::default(),
+            backoff: Backoff::default(),
+            walk_pace: WalkPace::default(),
+            throttle_announced: false,
+            known_era: None,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        if !*self.inbox.stopping.borrow() {
+            self.state = self.connect("not connected yet".into()).await;
+            while let Some(event) = self.next_event().await {
+                self.handle(event).await;
+            }
+        }
+        self.stop().await;
+    }
+
+    /// Waits for the next event from any source; `None` when the session must stop.
+    async fn next_event(&mut self) -> Option<Event> {
+        let Actor { inbox, state, .. } = self;
+        tokio::select! {
+            biased;
+            _ = inbox.stopping.changed() => None,
+            // Every client gone means the handle is gone too.
+            command = inbox.commands.recv() => command.map(Event::Command),
+            event = state.next_event() => Some(event),
+        }
+    }
+
+    async fn handle(&mut self, event: Event) {
+        let state = std::mem::replace(&mut self.state, State::Stopped);
+        self.state = match (state, event) {
+            (state, Event::Command(command)) => self.on_command(state, command).await,
+            (State::BackingOff { problem, .. }, Event::RetryDue) => self.connect(problem).await,
+            (State::Connecting { events, .. }, Event::Connected(outcome)) => {
+                self.on_connected(outcome, events).await
+            }
+            (State::Connected(link), event) => self.on_link_event(link, event).await,
+            // Each state waits only on its own sources, so no other pair arrives.
+            (state, _) => state,
+        };
+    }
+
+    async fn stop(&mut self) {
+        if let State::Connected(link) = std::mem::replace(&mut self.state, State::Stopped) {
+            self.close(link).await;
+        }
+        answer(
+            std::mem::take(&mut self.waiting),
+            Err("the daemon is shutting down".into()),
+        );
+        self.report(ServerUpdate::Stopped).await;
+    }
+
+    async fn on_command(&mut self, state: State, command: SessionCommand) -> State {
+        match command {
+            SessionCommand::Read { uri, reply } => {
+                match &state {
+                    State::Connected(link) => {
+                        start_read(&self.config.name, &link.session, uri, reply)
+                    }
+                    State::BackingOff { problem, .. } | State::Connecting { problem, .. } => {
+                        self.refuse_read(reply, problem)
+                    }
+                    State::Stopped => self.refuse_read(reply, "its session has stopped"),
+                }
+                state
+            }
+            SessionCommand::Refresh { reply } => {
+                let waiter = reply.map(|reply| Waiter {
+                    reply,
+                    rode_a_reconnect: false,
+                });
+                // While disconnected, a refresh is answered after the next connection's walk.
+                let State::Connected(mut link) = state else {
+                    self.waiting.extend(waiter);
+                    return state;
+                };
+                if !link.mirrors {
+                    answer(waiter.into_iter().collect(), Ok(Refreshed::no_resources()));
+                    return State::Connected(link);
+                }
+                self.waiting.extend(waiter);
+                match &mut link.phase {
+                    // A refresh is a person or a tool asking: the walk pace holds back only
+                    // the walks that notifications ask for.
+                    Phase::Idle { .. } | Phase::Throttled { .. } => self.start_walk(link).await,
+                    // The walk after the pause takes the caller along.
+                    Phase::Debouncing { .. } => State::Connected(link),
+                    // The walk under way may have read its pages already: one more after it.
+                    Phase::Walking(walk) => {
+                        walk.again = true;
+                        State::Connected(link)
+                    }
+                }
+            }
+        }
+    }
+
+    fn refuse_read(&self, reply: ReadReply, reason: &str) {
+        let _ = reply.send(Err(ReadError::Offline {
+            server: self.config.name.clone(),
+            reason: reason.to_string(),
+        }));
+    }
+
+    /// Starts a connection attempt; `problem` stays the answer to reads until it succeeds.
+    async fn connect(&mut self, problem: String) -> State {
+        self.report(ServerUpdate::Connecting).await;
+        let (sink, events) = event_channel();
+        let (config, known_era) = (self.config.clone(), self.known_era);
+        let attempt = async move {
+            let session = Session::connect(&config, sink, known_era).await?;
+            Ok(Arc::new(session))
+        }
+        .boxed();
+        State::Connecting {
+            attempt,
+            events,
+            problem,
+        }
+    }
+
+    async fn on_connected(
+        &mut self,
+        outcome: Result<Arc<Session>, McpError>,
+        events: EventStream,
+    ) -> State {
+        let session = match outcome {
+            Ok(session) => session,
+            Err(error) => {
+                // Whatever it spoke before, probe afresh next time.
+                self.known_era = None;
+                // A 429 or 503 whose `Retry-After` outlasted the connection window is waited
+                // out here, before the next attempt.
+                let server_asked = error.retry_after();
+                let error = format!("cannot connect: {error}");
+                return self
+                    .back_off(error, server_asked, Ending::CannotConnect)
+                    .await;
+            }
+        };
+        self.known_era = Some(session.hello.era);
+        tracing::info!(
+            transport = %session.transport(),
+            era = ?session.hello.era,
+            protocol_version = %session.hello.protocol_version,
+            "connected"
+        );
+        self.counters.connections += 1;
+        let (era, transport) = (session.hello.era, session.transport());
+        self.publish(|live| {
+            live.era = Some(era);
+            live.transport = Some(transport);
+        });
+        self.report(ServerUpdate::Connected {
+            protocol_version: session.hello.protocol_version.clone(),
+            capabilities: session.hello.capabilities.clone(),
+            server_info: session.hello.server_info.clone(),
+        })
+        .await;
+        let kinds = self.config.mirrored_kinds(&session.hello.capabilities);
+        let kind_cannot_push = kinds
+            .iter()
+            .any(|kind| !session.hello.kind_lists_changes(kind.capability()));
+        let mut link = Box::new(Link {
+            mirrors: !kinds.is_empty(),
+            kinds,
+            pending: Vec::new(),
+            kind_cannot_push,
+            session,
+            events,
+            phase: Phase::Idle { next_walk: None },
+            ping: Ping::after(self.config.timings.ping_interval),
+            push: Push::default(),
+            poll: PollPace::default(),
+            restarts_in_a_row: 0,
+        });
+        self.show_counters(&link);
+        // The push channel is the session's, not one kind's: it opens even on a server with
+        // nothing to mirror yet, so its notifications and reconnects behave the same for all.
+        match link.session.start_push() {
+            PushChannel::Polling(reason) => self.start_polling(&mut link, reason),
+            push => {
+                // Streams that still have to open say so until they have.
+                let shown = PushChannel::opening(push);
+                self.publish(|live| live.push = Some(shown));
+            }
+        }
+        if !link.mirrors {
+            tracing::info!("server declares no resources capability; nothing to mirror");
+            self.report(ServerUpdate::NoResources).await;
+            answer(
+                std::mem::take(&mut self.waiting),
+                Ok(Refreshed::no_resources()),
+            );
+            return State::Connected(link);
+        }
+        self.start_walk(link).await
+    }
+
+    async fn on_link_event(&mut self, mut link: Box<Link>, event: Event) -> State {
+        match event {
+            Event::Server(None) => {
+                self.lose(link, "the server closed the connection".into(), None)
+                    .await
+            }
+            Event::Server(Some(event)) => self.on_server_event(link, event).await,
+            Event::WalkDue => match link.phase {
+                Phase::Debouncing { .. } => self.walk_after_change(link).await,
+                Phase::Throttled { .. } => {
+                    self.counters.notification_walks += 1;
+                    self.start_walk(link).await
+                }
+                _ => self.start_walk(link).await,
+            },
+            Event::Walked(outcome) => self.on_walked(link, outcome).await,
+            Event::PingDue => {
+                let session = link.session.clone();
+                link.ping = Ping::InFlight(async move { session.ping().await }.boxed());
+                State::Connected(link)
+            }
+            Event::Pinged(Err(error))
+                if error.is_connection_lost() || matches!(error, McpError::Timeout { .. }) =>
+            {
+                let server_asked = error.retry_after();
+                self.lose(link, format!("ping failed: {error}"), server_asked)
+                    .await
+            }
+            Event::Pinged(_) => {
+                link.ping = Ping::after(self.config.timings.ping_interval);
+                State::Connected(link)
+            }
+            Event::RelistenDue => {
+                link.push.relisten_at = None;
+                // The warning went out with the first failure; the retries stay quiet.
+                tracing::debug!("reopening the listen stream");
+                link.session.start_listen();
+                State::Connected(link)
+            }
+            Event::Command(_) | Event::RetryDue | Event::Connected(_) => State::Connected(link),
+        }
+    }
+
+    async fn on_server_event(&mut self, mut link: Box<Link>, event: ServerEvent) -> State {
+        match event {
+            ServerEvent::ResourcesListChanged => self.on_kind_change(link, Kind::Resource),
+            ServerEvent::ListChanged(kind) => self.on_kind_change(link, kind),
+            ServerEvent::ListenAcknowledged {
+                resources_list_changed: false,
+            } => {
+                link.push.listen_failures = 0;
+                let reason = "the listen acknowledgement leaves out resource list changes";
+                self.start_polling(&mut link, reason.into());
+                self.poll_soon(link)
+            }
+            ServerEvent::ListenAcknowledged {
+                resources_list_changed: true,
+            } => {
+                link.push.listen_failures = 0;
+                self.publish(|live| live.push = Some(PushChannel::Listen));
+                if self.push_restored(&mut link) {
+                    self.on_change(link)
+                } else {
+                    State::Connected(link)
+                }
+            }
+            // Only the stateless era listens; elsewhere a cancellation is about something else.
+            ServerEvent::ListenEnded(_) if link.session.hello.era != Era::Modern => {
+                State::Connected(link)
+            }
+            ServerEvent::ListenEnded(reason) => {
+                link.push.listen_failures += 1;
+                let failures = link.push.listen_failures;
+                if failures > MAX_LISTEN_FAILURES {
+                    let why = format!("the listen stream keeps ending: {reason}");
+                    self.start_polling(&mut link, why);
+                } else if failures == 1 {
+                    tracing::info!(%reason, "reopening the listen stream");
+                    link.session.start_listen();
+                } else {
+                    // The stream we reopened ended before the server acknowledged it.
+                    let error = format!("the listen stream cannot be reopened: {reason}");
+                    self.push_broken(&mut link, error).await;
+                    link.push.relisten_at = Some(Instant::now() + listen_retry_delay(failures));
+                }
+                // Changes may have been missed while the stream was down.
+                self.on_change(link)
+            }
+            ServerEvent::StreamOpened | ServerEvent::StreamResumed => {
+                self.publish(|live| live.push = Some(PushChannel::GetStream));
+                // A stream back after a break may have missed changes.
+                let restored = self.push_restored(&mut link);
+                if restored || event == ServerEvent::StreamResumed {
+                    self.on_change(link)
+                } else {
+                    State::Connected(link)
+                }
+            }
+            ServerEvent::StreamFailed(reason) => {
+                let error = format!("the GET stream cannot be reopened: {reason}");
+                self.push_broken(&mut link, error).await;
+                State::Connected(link)
+            }
+            ServerEvent::PushUnavailable(reason) => {
+                self.start_polling(&mut link, reason);
+                self.poll_soon(link)
+            }
+            ServerEvent::Disconnected(reason) => self.lose(link, reason, None).await,
+        }
+    }
+
+    /// One kind's list changed: that kind alone is walked (with any other already pending).
+    fn on_kind_change(&mut self, mut link: Box<Link>, kind: Kind) -> State {
+        if !link.kinds.contains(&kind) {
+            return State::Connected(link);
+        }
+        if !link.pending.contains(&kind) {
+            link.pending.push(kind);
+        }
+        self.debounce_walk(link)
+    }
+
+    /// The lists changed (or may have): every kind is walked.
+    fn on_change(&mut self, mut link: Box<Link>) -> State {
+        link.pending = link.kinds.clone();
+        self.debounce_walk(link)
+    }
+
+    /// Debounce, then walk the pending kinds; a walk under way starts over.
+    fn debounce_walk(&mut self, mut link: Box<Link>) -> State {
+        if !link.mirrors {
+            return State::Connected(link);
+        }
+        let debounce = self.config.timings.debounce;
+        let may_restart = link.restarts_in_a_row < MAX_RESTARTS_IN_A_ROW;
+        match &mut link.phase {
+            Phase::Idle { .. } => link.phase = Phase::debouncing(debounce),
+            Phase::Debouncing { quiet_at, ceiling } => {
+                *quiet_at = (Instant::now() + debounce).min(*ceiling);
+            }
+            // The walk held back takes this change along.
+            Phase::Throttled { .. } => {}
+            // After a few restarts in a row the walk runs to the end, and the change that came
+            // meanwhile gets the walk after it: a server that changes faster than it can be
+            // walked is still mirrored, a little behind, instead of never.
+            Phase::Walking(walk) if !may_restart => walk.changed = true,
+            // The walk may have read pages from before the change: start over.
+            Phase::Walking(_) => {
+                let abandoned = std::mem::replace(&mut link.phase, Phase::debouncing(debounce));
+                if let Phase::Walking(walk) = abandoned {
+                    for kind in walk.kinds {
+                        if !link.pending.contains(&kind) {
+                            link.pending.push(kind);
+                        }
+                    }
+                    // An abandoned walk counts for the pace like one that ended.
+                    self.walk_pace.record(walk.started, Instant::now());
+                    tracing::info!(
+                        generation = walk.generation,
+                        "the list changed during the walk; discarding it and walking again"
+                    );
+                    self.waiting.extend(walk.waiters);
+                }
+                link.restarts_in_a_row += 1;
+                self.counters.walks_restarted += 1;
+                self.show_counters(&link);
+            }
+        }
+        State::Connected(link)
+    }
+
+    async fn start_walk(&mut self, mut link: Box<Link>) -> State {
+        self.report(ServerUpdate::Walking).await;
+        self.counters.walks_started += 1;
+        let generation = self.counters.walks_started;
+        self.show_counters(&link);
+        self.publish(|live| {
+            live.next_walk_at_ms = None;
+            live.throttled_until_ms = None;
+            live.throttle_reason = None;
+        });
+        let span = tracing::info_span!("walk", generation);
+        let (session, store) = (link.session.clone(), self.store.clone());
+        let (server, limits) = (self.config.name.clone(), self.config.limits);
+        // The kinds whose lists changed, or every kind for a scheduled walk or a refresh.
+        let pending = std::mem::take(&mut link.pending);
+        let kinds: Vec<Kind> = match pending.is_empty() {
+            true => link.kinds.clone(),
+            false => pending,
+        };
+        let walked = kinds.clone();
+        let run =
+            async move { walk_kinds::walk_kinds(&session, &store, &server, limits, &walked).await }
+                .instrument(span)
+                .boxed();
+        link.phase = Phase::Walking(Walk {
+            generation,
+            kinds,
+            started: Instant::now(),
+            run,
+            waiters: std::mem::take(&mut self.waiting),
+            again: false,
+            changed: false,
+        });
+        State::Connected(link)
+    }
+
+    /// A walk that a change asks for: now, or held back until the walk pace allows it. A
+    /// server that says its list changed with every answer is walked no more often than
+    /// `min_walk_interval` (or its own walk time, when longer) allows, and the change that
+    /// waits is never lost: it gets the walk held back.
+    async fn walk_after_change(&mut self, mut link: Box<Link>) -> State {
+        let min_walk_interval = self.config.timings.min_walk_interval;
+        let Some(until) = self.walk_pace.held_until(min_walk_interval, Instant::now()) else {
+            self.throttle_announced = false;
+            self.counters.notification_walks += 1;
+            return self.start_walk(link).await;
+        };
+        let spacing = self.walk_pace.spacing(min_walk_interval);
+        let reason = format!(
+            "list_changed arrives faster than this server may be walked: at most one walk per \
+             {} ms (min_walk_interval, or the last walk's duration when longer)",
+            spacing.as_millis()
+        );
+        if !self.throttle_announced {
+            self.throttle_announced = true;
+            tracing::info!(
+                spacing_ms = spacing.as_millis() as u64,
+                "throttling walks: {reason}"
+            );
+        }
+        self.counters.walks_throttled += 1;
+        link.phase = Phase::Throttled { until };
+        self.show_counters(&link);
+        let at = now_ms() + until.saturating_duration_since(Instant::now()).as_millis() as i64;
+        self.publish(|live| {
+            live.throttled_until_ms = Some(at);
+            live.throttle_reason = Some(reason);
+            live.next_walk_at_ms = Some(at);
+        });
+        State::Connected(link)
+    }
+
+    async fn on_walked(
+        &mut self,
+        mut link: Box<Link>,
+        outcome: Result<WalkSummary, WalkError>,
+    ) -> State {
+        let Phase::Walking(walk) =
+            std::mem::replace(&mut link.phase, Phase::Idle { next_walk: None })
+        else {
+            return State::Connected(link);
+        };
+        let Walk {
+            generation,
+            started,
+            waiters,
+            again,
+            changed: changed_meanwhile,
+            ..
+        } = walk;
+        self.walk_pace.record(started, Instant::now());
+        link.restarts_in_a_row = 0;
+        self.show_counters(&link);
+        let summary = match outcome {
+            Ok(summary) => summary,
+            Err(WalkError::Connection(error)) => {
+                // Its callers ride through the reconnect with the rest.
+                self.waiting.extend(waiters);
+                let server_asked = error.retry_after();
+                let reason = format!("walk interrupted: {error}");
+                return self.lose(link, reason, server_asked).await;
+            }
+            Err(error) => {
+                let message = format!("walk failed: {error}");
+                let delay = self.backoff.next_delay();
+                tracing::warn!(generation, error = %message, retry_in_ms = delay.as_millis() as u64, "keeping the last snapshot");
+                self.report(ServerUpdate::WalkFailed {
+                    error: message.clone(),
+                })
+                .await;
+                answer(waiters, Err(message.clone()));
+                answer(std::mem::take(&mut self.waiting), Err(message));
+                self.schedule_walk(&mut link, delay.min(self.config.resync_interval));
+                return State::Connected(link);
+            }
+        };
+        self.backoff.reset();
+        crate::metrics::observe_walk(
+            &self.config.name,
+            std::time::Duration::from_millis(summary.report.duration_ms.max(0) as u64),
+        );
+        let swap = summary.swap;
+        let changed = summary.changed_anything();
+        // A poll that found nothing new is routine: it stays out of the INFO log.
+        if changed {
+            tracing::info!(
+                generation,
+                pages = summary.report.pages,
+                resources = swap.resources,
+                added = swap.added,
+                removed = swap.removed,
+                changed = swap.changed,
+                duration_ms = summary.report.duration_ms,
+                "walk committed"
+            );
+        } else {
+            tracing::debug!(
+                generation,
+                pages = summary.report.pages,
+                resources = swap.resources,
+                duration_ms = summary.report.duration_ms,
+                "walk committed; nothing changed"
+            );
+        }
+        link.poll.record(changed, summary.ttl_ms);
+        let (ttl_ms, cache_scope) = (summary.ttl_ms, summary.cache_scope.clone());
+        self.publish(|live| {
+            live.ttl_ms = ttl_ms;
+            live.cache_scope = cache_scope;
+        });
+        answer(waiters, Ok(Refreshed::walked(&summary)));
+        if let Some(error) = &link.push.broken {
+            // The walk is in, but changes cannot reach us until the stream is back.
+            let error = error.clone();
+            self.report(ServerUpdate::Reconnecting { error }).await;
+        }
+        // A refresh that arrived during the walk gets a walk of its own at once; a change
+        // gets one as the walk pace allows.
+        if changed_meanwhile && !again && self.waiting.is_empty() {
+            return self.walk_after_change(link).await;
+        }
+        let delay = if again || !self.waiting.is_empty() {
+            Duration::ZERO
+        } else if link.push.polling || link.kind_cannot_push {
+            self.poll_delay(&link)
+        } else {
+            self.config.resync_interval
+        };
+        self.schedule_walk(&mut link, delay);
+        State::Connected(link)
+    }
+
+    fn schedule_walk(&self, link: &mut Link, delay: Duration) {
+        link.phase = Phase::Idle {
+            next_walk: Some(Instant::now() + delay),
+        };
+        let at = now_ms() + delay.as_millis() as i64;
+        self.publish(|live| live.next_walk_at_ms = Some(at));
+    }
+
+    /// Brings the next walk of a server we now poll within one poll interval.
+    fn poll_soon(&mut self, mut link: Box<Link>) -> State {
+        if let Phase::Idle {
+            next_walk: Some(next_walk),
+        } = link.phase
+        {
+            let delay = self.poll_delay(&link);
+            if Instant::now() + delay < next_walk {
+                self.schedule_walk(&mut link, delay);
+            }
+        }
+        State::Connected(link)
+    }
+
+    /// The wait until the next poll, with jitter; the interval in force and why go to the live status.
+    fn poll_delay(&self, link: &Link) -> Duration {
+        let plan = link.poll.plan(
+            self.config.timings.poll_interval,
+            self.config.resync_interval,
+        );
+        let delay = with_poll_jitter(plan.interval);
+        self.publish(|live| {
+            live.poll_interval_ms = Some(plan.interval.as_millis() as u64);
+            live.poll_interval_reason = Some(plan.reason);
+        });
+        delay
+    }
+
+    fn start_polling(&self, link: &mut Link, reason: String) {
+        tracing::info!(%reason, "the server cannot push changes; polling");
+        link.push.polling = true;
+        // Polling replaces the stream that could not be reopened.
+        link.push.broken = None;
+        self.publish(|live| live.push = Some(PushChannel::Polling(reason)));
+    }
+
+    /// The push stream cannot be reopened: the server is `reconnecting`, its snapshot stale.
+    /// Said once, however often the stream is retried.
+    async fn push_broken(&mut self, link: &mut Link, error: String) {
+        if link.push.broken.is_some() {
+            tracing::debug!(%error, "the push stream is still down");
+            return;
+        }
+        tracing::warn!(%error, "changes cannot reach the mirror until the push stream is reopened; keeping the snapshot, marked stale");
+        self.report(ServerUpdate::Reconnecting {
+            error: error.clone(),
+        })
+        .await;
+        link.push.broken = Some(error);
+    }
+
+    /// True when the push stream was down and is open again.
+    fn push_restored(&self, link: &mut Link) -> bool {
+        let Some(error) = link.push.broken.take() else {
+            return false;
+        };
+        tracing::info!(was = %error, "the push stream is open again");
+        true
+    }
+
+    /// Ends a connection that broke and schedules the next attempt, no sooner than the
+    /// server asked (`Retry-After`), if it did.
+    async fn lose(
+        &mut self,
+        link: Box<Link>,
+        reason: String,
+        server_asked: Option<Duration>,
+    ) -> State {
+        self.close(link).await;
+        self.back_off(reason, server_asked, Ending::ConnectionLost)
+            .await
+    }
+
+    /// Closes a connection: abandons its walk (whose callers wait on), stops its pings and
+    /// streams, and closes the session (stdio child stopped, HTTP session deleted).
+    async fn close(&mut self, link: Box<Link>) {
+        let Link {
+            session,
+            events,
+            phase,
+            ping,
+            ..
+        } = *link;
+        drop(ping);
+        if let Phase::Walking(walk) = phase {
+            self.waiting.extend(walk.waiters);
+        }
+        self.counters.notifications_on_ended_connections += events.notifications_received();
+        session.close().await;
+        self.publish(|live| {
+            live.push = None;
+            live.poll_interval_ms = None;
+            live.poll_interval_reason = None;
+            live.throttled_until_ms = None;
+            live.throttle_reason = None;
+        });
+    }
+
+    /// Records why the server is not connected and when we try again: after the backoff, or
+    /// after the `Retry-After` the server sent with the failure when that is longer (capped).
+    async fn back_off(
+        &mut self,
+        error: String,
+        server_asked: Option<Duration>,
+        ending: Ending,
+    ) -> State {
+        let delay = self.backoff.next_delay_honouring(server_asked);
+        let retry_in_ms = delay.as_millis() as u64;
+        let waiting = std::mem::take(&mut self.waiting);
+        match ending {
+            Ending::CannotConnect => {
+                tracing::warn!(%error, retry_in_ms, "cannot connect");
+                answer(waiting, Err(error.clone()));
+            }
+            Ending::ConnectionLost => {
+                tracing::warn!(%error, retry_in_ms, "connection lost");
+                self.waiting = ride_through(waiting, &error);
+            }
+        }
+        self.report(ServerUpdate::BackingOff {
+            error: error.clone(),
+            retry_at_ms: now_ms() + delay.as_millis() as i64,
+        })
+        .await;
+        State::BackingOff {
+            retry_at: Instant::now() + delay,
+            problem: error,
+        }
+    }
+
+    fn publish(&self, change: impl FnOnce(&mut LiveStatus)) {
+        self.live.send_modify(change);
+    }
+
+    fn show_counters(&self, link: &Link) {
+        let counters = &self.counters;
+        let notifications =
+            counters.notifications_on_ended_connections + link.events.notifications_received();
+        self.publish(|live| {
+            live.notifications = notifications;
+            live.walks_coalesced = notifications.saturating_sub(counters.notification_walks);
+            live.walks_started = counters.walks_started;
+            live.generation = counters.walks_started;
+            live.walks_restarted = counters.walks_restarted;
+            live.walks_throttled = counters.walks_throttled;
+            live.connections = counters.connections;
+        });
+    }
+
+    /// Records a state transition in the store. The future borrows nothing from the actor,
+    /// whose in-flight futures are `Send` but not `Sync`.
+    fn report(&self, update: ServerUpdate) -> impl std::future::Future<Output = ()> + Send {
+        let (store, server) = (self.store.clone(), self.config.name.clone());
+        async move {
+            if let Err(error) = store.update_server(&server, update).await {
+                tracing::warn!(%error, "cannot record the server's state");
+            }
+        }
+    }
+}
+
+/// Reads run beside walks and each other, so a slow read never holds up the session.
+fn start_read(server: &str, session: &Arc<Session>, uri: String, reply: ReadReply) {
+    let session = session.clone();
+    let server = server.to_string();
+    tokio::spawn(async move {
+        let outcome = session
+            .read_resource(&uri)
+            .await
+            .map_err(|error| match error {
+                McpError::Rpc { error, .. } => ReadError::Server {
+                    server,
+                    code: error.code,
+                    message: error.message,
+                },
+                other => ReadError::Failed {
+                    server,
+                    reason: other.to_string(),
+                },
+            });
+        let _ = reply.send(outcome);
+    });
+}
+
+fn answer(waiters: Vec<Waiter>, outcome: Result<Refreshed, String>) {
+    for waiter in waiters {
+        let _ = waiter.reply.send(outcome.clone());
+    }
+}
+
+/// After a lost connection: callers that already rode through one reconnect get the error,
+/// the rest wait for the next connection's walk.
+fn ride_through(waiters: Vec<Waiter>, error: &str) -> Vec<Waiter> {
+    let (answered, riding): (Vec<Waiter>, Vec<Waiter>) = waiters
+        .into_iter()
+        .partition(|waiter| waiter.rode_a_reconnect);
+    answer(answered, Err(error.to_string()));
+    riding
+        .into_iter()
+        .map(|waiter| Waiter {
+            rode_a_reconnect: true,
+            ..waiter
+        })
+        .collect()
+}

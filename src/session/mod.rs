@@ -1,0 +1,170 @@
+//! One actor per server, reached only through its handle: the handle, its commands and the live status it publishes.
+//!
+//! `actor.rs` is the state machine (connect, walk, listen for changes, pace walks, back off),
+//! `state.rs` its states and events, `pacing.rs` its waits (walk pace, poll pace, listen retry,
+//! poll jitter); the reconnect backoff is the crate's one `mcp::Backoff`.
+
+mod actor;
+mod pacing;
+mod state;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::config::ServerConfig;
+use crate::store::{Store, SwapOutcome, WalkReport};
+use crate::walk::WalkSummary;
+
+pub type RefreshReply = oneshot::Sender<Result<Refreshed, String>>;
+pub type ReadReply = oneshot::Sender<Result<Value, ReadError>>;
+
+pub enum SessionCommand {
+    /// Walk again now; with a reply, answer after that walk's swap committed (or failed).
+    Refresh { reply: Option<RefreshReply> },
+    /// `resources/read` through the live session.
+    Read { uri: String, reply: ReadReply },
+}
+
+/// Why a read through a session failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReadError {
+    #[error("server {server} is not connected ({reason})")]
+    Offline { server: String, reason: String },
+    #[error("server {server} answered error {code}: {message}")]
+    Server {
+        server: String,
+        code: i64,
+        message: String,
+    },
+    #[error("reading from server {server} failed: {reason}")]
+    Failed { server: String, reason: String },
+}
+
+/// What a refresh found once it settled: the server's state, and what the walk changed (all
+/// zero when there was nothing to walk).
+#[derive(Debug, Clone, Copy)]
+pub struct Refreshed {
+    pub state: SettledState,
+    pub swap: SwapOutcome,
+    pub report: WalkReport,
+}
+
+/// The states a refresh may settle in without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettledState {
+    /// A walk committed its swap.
+    Synced,
+    /// The server declares no resources capability: nothing to walk, and not an error.
+    NoResources,
+}
+
+impl Refreshed {
+    fn walked(summary: &WalkSummary) -> Refreshed {
+        Refreshed {
+            state: SettledState::Synced,
+            swap: summary.swap,
+            report: summary.report,
+        }
+    }
+
+    fn no_resources() -> Refreshed {
+        Refreshed {
+            state: SettledState::NoResources,
+            swap: SwapOutcome::default(),
+            report: WalkReport::default(),
+        }
+    }
+}
+
+/// The supervisor's handle on one session actor; the actor ends when told to stop.
+pub struct SessionHandle {
+    pub config: ServerConfig,
+    client: SessionClient,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// A cheap, cloneable way to send a session commands without holding its handle.
+#[derive(Clone)]
+pub struct SessionClient {
+    name: String,
+    commands: mpsc::Sender<SessionCommand>,
+    live: watch::Receiver<LiveStatus>,
+}
+
+impl SessionHandle {
+    pub fn spawn(config: ServerConfig, store: Store) -> SessionHandle {
+        let (commands, command_receiver) = mpsc::channel(64);
+        let (stop, stopping) = watch::channel(false);
+        let (live_sender, live) = watch::channel(LiveStatus::default());
+        let span = tracing::info_span!("session", server = %config.name);
+        let actor = actor::Actor::new(
+            config.clone(),
+            store,
+            actor::Inbox {
+                stopping,
+                commands: command_receiver,
+            },
+            live_sender,
+        );
+        let task = tokio::spawn(actor.run().instrument(span));
+        SessionHandle {
+            client: SessionClient {
+                name: config.name.clone(),
+                commands,
+                live,
+            },
+            config,
+            stop,
+            task,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn client(&self) -> SessionClient {
+        self.client.clone()
+    }
+
+    /// Tells the actor to stop (closing its connection) and waits until it has.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+impl SessionClient {
+    pub fn live_status(&self) -> LiveStatus {
+        self.live.borrow().clone()
+    }
+
+    pub async fn refresh(&self, reply: Option<RefreshReply>) -> bool {
+        let command = SessionCommand::Refresh { reply };
+        self.commands.send(command).await.is_ok()
+    }
+
+    /// Reads `uri` through the live session; a server that is down gives `ReadError::Offline`.
+    pub async fn read(&self, uri: &str) -> Result<Value, ReadError> {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || ReadError::Offline {
+            server: self.name.clone(),
+            reason: "its session has stopped".into(),
+        };
+        let command = SessionCommand::Read {
+            uri: uri.to_string(),
+            reply,
+        };
+        self.commands.send(command).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// What this process knows about a session right now, beside what the database records:
+/// the socket protocol's own type, so what the session publishes is what clients read.
+pub use crate::protocol::LiveStatus;
