@@ -87,21 +87,25 @@ enum Command {
     },
     /// List the mirrored tools.
     Tools {
+        /// Only this server's tools.
         #[arg(long)]
         server: Option<String>,
     },
     /// List the mirrored prompts.
     Prompts {
+        /// Only this server's prompts.
         #[arg(long)]
         server: Option<String>,
     },
     /// Show the tools and prompts that differ from the accepted definitions.
     Drift {
+        /// Only this server's drift.
         #[arg(long)]
         server: Option<String>,
     },
     /// Accept the current tools and prompts; drift is measured from them.
     Accept {
+        /// Accept only this server's definitions.
         #[arg(long)]
         server: Option<String>,
     },
