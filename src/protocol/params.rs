@@ -169,22 +169,15 @@ pub struct SearchParams {
 }
 
 impl SearchParams {
-    /// Whether this search reaches tools or prompts: some of `kinds` are (every kind is when
-    /// absent, except for a raw query, whose FTS5 syntax may name the resource index's
-    /// columns), and no `mimeType` narrows it to resources.
+    /// Whether this search goes beyond resources alone, so it takes `into_kinds_request`:
+    /// `kinds` names anything but resources only (templates are not indexed, so they find
+    /// nothing), or is absent (every kind), except for a raw query, whose FTS5 syntax may name
+    /// the resource index's columns, or with `mimeType`, which only resources have.
     pub fn searches_entries(&self) -> bool {
-        let raw = self.raw.unwrap_or(false);
-        self.mime_type.is_none()
-            && self.kinds.as_ref().map_or(!raw, |kinds| {
-                kinds.contains(&Kind::Tool) || kinds.contains(&Kind::Prompt)
-            })
-    }
-
-    /// Whether this search reaches resources (every kind is searched when `kinds` is absent).
-    pub fn searches_resources(&self) -> bool {
-        self.kinds
-            .as_ref()
-            .map_or(true, |kinds| kinds.contains(&Kind::Resource))
+        match &self.kinds {
+            None => !self.raw.unwrap_or(false) && self.mime_type.is_none(),
+            Some(kinds) => kinds.iter().any(|kind| *kind != Kind::Resource),
+        }
     }
 
     /// A search that reaches tools or prompts: the resource request (its offset the resource
@@ -200,6 +193,8 @@ impl SearchParams {
         };
         let kinds = self.kinds.take().unwrap_or_else(|| Kind::ALL.to_vec());
         let searches_resources = kinds.contains(&Kind::Resource);
+        // Tools and prompts have no MIME type: a `mimeType` filter leaves only resources.
+        let entries_match = self.mime_type.is_none();
         let mut request = self.into_request()?;
         request.offset = resource_offset;
         let entries = EntrySearch {
@@ -208,7 +203,7 @@ impl SearchParams {
             kinds: kinds
                 .iter()
                 .copied()
-                .filter(|kind| matches!(kind, Kind::Tool | Kind::Prompt))
+                .filter(|kind| entries_match && matches!(kind, Kind::Tool | Kind::Prompt))
                 .collect(),
             server: request.server.clone(),
             // One more than the page shows, to know whether more follow.

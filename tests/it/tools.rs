@@ -529,6 +529,17 @@ fn search_changes_and_status_by_kind_online_and_offline() {
         hit_kinds(&resources),
         [("resource".into(), "file:///notes/weather.md".into())]
     );
+    // Templates are not indexed: asking for them alone finds nothing, not resources.
+    let templates = daemon.call(
+        "catalog/search",
+        json!({"query": "weather", "kinds": ["template"]}),
+    );
+    assert_eq!(templates["results"], json!([]), "{templates}");
+    let by_type = daemon.call(
+        "catalog/search",
+        json!({"query": "weather", "kinds": ["tool"], "mimeType": "text/markdown"}),
+    );
+    assert_eq!(by_type["results"], json!([]), "{by_type}");
     let prompts = daemon.call(
         "catalog/search",
         json!({"query": "summarizes", "kinds": ["prompt"]}),
