@@ -687,6 +687,26 @@ fn metrics_parse_and_match_the_status() {
     assert!(value("mcp_mirror_swap_hold_seconds_count", &[]) >= 2.0);
     assert!(value("mcp_mirror_clients", &[("face", "http")]) >= 1.0);
 
+    // Each search is observed in the latency histogram.
+    let searches = |metrics: &std::collections::BTreeMap<(String, Vec<(String, String)>), f64>| {
+        metrics
+            .get(&(
+                "mcp_mirror_search_duration_seconds_count".to_string(),
+                Vec::new(),
+            ))
+            .copied()
+            .expect("the search latency histogram")
+    };
+    let before = searches(&metrics);
+    upstream
+        .daemon
+        .call("catalog/search", json!({"query": "docs"}));
+    upstream
+        .daemon
+        .call("catalog/search", json!({"query": "demo", "limit": 3}));
+    let after = searches(&scrape(&upstream.address));
+    assert_eq!(after, before + 2.0, "two searches, two observations");
+
     // metrics_listen serves the same metrics, and nothing else.
     let alone = scrape(&metrics_address);
     assert!(alone.contains_key(&("mcp_mirror_change_feed_seq".to_string(), Vec::new())));
@@ -700,4 +720,149 @@ fn metrics_parse_and_match_the_status() {
     assert_eq!(no_mcp.status, 404);
     let no_token = http_exchange_at(&metrics_address, "GET", "/metrics", &[], "");
     assert_eq!(no_token.status, 401);
+}
+
+/// Runs the real CLI against a remote mirror: `--url`, then `args`; the socket it would
+/// otherwise use does not exist, so nothing can come from a local daemon or database.
+fn remote_cli(url: &str, token_file: Option<&Path>, args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(MIRROR);
+    command
+        .args(args)
+        .arg("--url")
+        .arg(url)
+        .env_remove("MCP_MIRROR_URL")
+        .env_remove("MCP_MIRROR_TOKEN_FILE")
+        .env_remove("MCP_MIRROR_DATABASE")
+        .env("MCP_MIRROR_SOCKET", "/nonexistent/mcp-mirror.sock");
+    if let Some(token_file) = token_file {
+        command.arg("--token-file").arg(token_file);
+    }
+    command.output().expect("run mcp-mirror")
+}
+
+fn stdout_of(output: &std::process::Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).to_string()
+}
+
+#[test]
+fn the_cli_speaks_to_a_remote_mirror_with_a_token() {
+    let servers = format!(
+        "{}{}",
+        stdio_server("demo", &["--name", "demo", "--generate", "12"]),
+        stdio_server("docs", &["--name", "docs", "--generate", "30"]),
+    );
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    upstream.daemon.wait_for_walks("docs", 1);
+    let scratch = Scratch::new();
+    let token = scratch.write("cli.token", &format!("  {TOKEN}\n"));
+    let url = upstream.url();
+    let socket = upstream.daemon.socket.clone();
+
+    // The same answers as on the daemon's own socket, byte for byte.
+    let first_uri = upstream.daemon.call("resources/list", json!({}))["resources"][0]["uri"]
+        .as_str()
+        .expect("a uri")
+        .to_string();
+    let commands: [&[&str]; 4] = [
+        &["ls", "--json"],
+        &["search", "docs", "--json"],
+        &["show", &first_uri, "--json"],
+        &["ls", "--server", "demo"],
+    ];
+    for args in commands {
+        let remote = stdout_of(&remote_cli(&url, Some(&token), args));
+        let local = stdout_of(&run_cli(&socket, args));
+        assert_eq!(remote, local, "{args:?} over --url and over the socket");
+    }
+    let listed: Value = serde_json::from_str(&stdout_of(&remote_cli(
+        &url,
+        Some(&token),
+        &["ls", "--json"],
+    )))
+    .expect("ls --json");
+    assert_eq!(listed.as_array().map(Vec::len), Some(42), "{listed}");
+
+    let status: Value = serde_json::from_str(&stdout_of(&remote_cli(
+        &url,
+        Some(&token),
+        &["status", "--json"],
+    )))
+    .expect("status --json");
+    let names: Vec<&str> = status["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .filter_map(|server| server["name"].as_str())
+        .collect();
+    assert_eq!(names, ["demo", "docs"]);
+    let human = stdout_of(&remote_cli(&url, Some(&token), &["status"]));
+    assert!(human.contains("demo") && human.contains("docs"), "{human}");
+
+    // The token file may also come from the environment.
+    let output = Command::new(MIRROR)
+        .args(["ls", "--json"])
+        .env("MCP_MIRROR_URL", &url)
+        .env("MCP_MIRROR_TOKEN_FILE", &token)
+        .env("MCP_MIRROR_SOCKET", "/nonexistent/mcp-mirror.sock")
+        .env_remove("MCP_MIRROR_DATABASE")
+        .output()
+        .expect("run mcp-mirror");
+    assert_eq!(
+        stdout_of(&output),
+        stdout_of(&run_cli(&socket, &["ls", "--json"]))
+    );
+
+    // A URI nobody lists is "not found" over HTTP too.
+    let missing = remote_cli(&url, Some(&token), &["show", "fixture://nobody/lists/this"]);
+    assert_eq!(missing.status.code(), Some(4));
+}
+
+#[test]
+fn the_remote_cli_says_when_the_token_is_wrong_or_missing_or_the_mirror_is_away() {
+    let upstream = Upstream::start(
+        &stdio_server("demo", &["--name", "demo", "--generate", "3"]),
+        "",
+    );
+    upstream.daemon.wait_for_walks("demo", 1);
+    let scratch = Scratch::new();
+    let wrong = scratch.write("wrong.token", "not-the-token\n");
+    let url = upstream.url();
+
+    let output = remote_cli(&url, Some(&wrong), &["ls"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("refused the token"), "{stderr}");
+    assert!(
+        !stderr.contains("not-the-token"),
+        "the token is never echoed: {stderr}"
+    );
+    assert!(output.stdout.is_empty());
+
+    let output = remote_cli(&url, None, &["status"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("--token-file"), "{stderr}");
+
+    // Nobody listens there: exit 3, and no offline fallback to any database.
+    let away = format!("http://127.0.0.1:{}/mcp", free_port());
+    let output = remote_cli(&away, Some(&wrong), &["ls"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("cannot reach the mirror at"), "{stderr}");
+    assert!(!stderr.contains("reading the database"), "{stderr}");
+
+    // A token never goes on the command line, and a URL must be one.
+    let output = remote_cli("ftp://example/mcp", None, &["ls"]);
+    assert_eq!(output.status.code(), Some(2));
+    let empty = scratch.write("empty.token", "\n");
+    let output = remote_cli(&url, Some(&empty), &["ls"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is empty"));
 }
