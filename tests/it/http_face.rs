@@ -752,15 +752,17 @@ fn stdout_of(output: &std::process::Output) -> String {
 
 #[test]
 fn the_cli_speaks_to_a_remote_mirror_with_a_token() {
+    let scratch = Scratch::new();
+    let scenario = scratch.write_scenario("demo.json", &json!({"generate": 12}));
+    let scenario_text = scenario.display().to_string();
     let servers = format!(
         "{}{}",
-        stdio_server("demo", &["--name", "demo", "--generate", "12"]),
+        stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]),
         stdio_server("docs", &["--name", "docs", "--generate", "30"]),
     );
     let upstream = Upstream::start(&servers, "");
     upstream.daemon.wait_for_walks("demo", 1);
     upstream.daemon.wait_for_walks("docs", 1);
-    let scratch = Scratch::new();
     let token = scratch.write("cli.token", &format!("  {TOKEN}\n"));
     let url = upstream.url();
     let socket = upstream.daemon.socket.clone();
@@ -822,6 +824,60 @@ fn the_cli_speaks_to_a_remote_mirror_with_a_token() {
     // A URI nobody lists is "not found" over HTTP too.
     let missing = remote_cli(&url, Some(&token), &["show", "fixture://nobody/lists/this"]);
     assert_eq!(missing.status.code(), Some(4));
+
+    let refreshed = stdout_of(&remote_cli(
+        &url,
+        Some(&token),
+        &["refresh", "docs", "--wait"],
+    ));
+    assert!(refreshed.starts_with("docs: 30 resources"), "{refreshed}");
+
+    // `watch` over HTTP follows the change feed from where it is told to start.
+    let since = upstream.daemon.call("catalog/status", json!({}))["daemon"]["changeSeq"]
+        .as_i64()
+        .expect("changeSeq")
+        .to_string();
+    let mut watcher = Command::new(MIRROR)
+        .args([
+            "watch",
+            "--json",
+            "--since",
+            &since,
+            "--url",
+            &url,
+            "--token-file",
+        ])
+        .arg(&token)
+        .env("MCP_MIRROR_SOCKET", "/nonexistent/mcp-mirror.sock")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run mcp-mirror watch");
+    let stdout = watcher.stdout.take().expect("stdout");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    scratch.write_scenario("demo.json", &json!({"generate": 14}));
+    let mut added = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while added.len() < 2 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = received
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("watch printed only {added:?}"));
+        let change: Value = serde_json::from_str(&line).expect("a change as JSON");
+        if change["server"] == "demo" && change["kind"] == "added" {
+            added.push(change["uri"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    assert_eq!(added.len(), 2, "{added:?}");
 }
 
 #[test]
