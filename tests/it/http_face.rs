@@ -518,10 +518,13 @@ fn the_python_sdk_client_lists_and_reads_over_the_http_face() {
     }
 }
 
+/// Samples by name and sorted labels.
+type Samples = std::collections::BTreeMap<(String, Vec<(String, String)>), f64>;
+
 /// A strict reader of the OpenMetrics text format as `/metrics` serves it: every family
 /// declared by HELP and TYPE before its samples, every sample of a declared family, names and
 /// labels well formed, values numbers, `# EOF` last. Samples keyed by name and sorted labels.
-fn parse_metrics(text: &str) -> std::collections::BTreeMap<(String, Vec<(String, String)>), f64> {
+fn parse_metrics(text: &str) -> Samples {
     let mut families: std::collections::BTreeMap<String, String> = Default::default();
     let mut samples = std::collections::BTreeMap::new();
     let lines: Vec<&str> = text.lines().collect();
@@ -688,7 +691,7 @@ fn metrics_parse_and_match_the_status() {
     assert!(value("mcp_mirror_clients", &[("face", "http")]) >= 1.0);
 
     // Each search is observed in the latency histogram.
-    let searches = |metrics: &std::collections::BTreeMap<(String, Vec<(String, String)>), f64>| {
+    let searches = |metrics: &Samples| {
         metrics
             .get(&(
                 "mcp_mirror_search_duration_seconds_count".to_string(),
