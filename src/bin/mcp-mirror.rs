@@ -242,12 +242,9 @@ fn main() -> ExitCode {
 /// With `--url`, points the client commands at that remote mirror, with the token from
 /// `--token-file` (trimmed of surrounding whitespace) when one is given.
 fn choose_remote(arguments: &Arguments) -> Result<(), cli::ClientError> {
+    // Without a URL a token file is not read: the socket needs none, and a token file set in
+    // the environment for occasional `--url` use must not stop local commands.
     let Some(url) = &arguments.url else {
-        if arguments.token_file.is_some() {
-            return Err(cli::ClientError::Usage(
-                "--token-file is for --url: the socket needs no token".into(),
-            ));
-        }
         return Ok(());
     };
     if matches!(arguments.command, Command::Mcp) {
