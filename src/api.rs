@@ -526,7 +526,11 @@ async fn dispatch(
             let request = params::<CatalogSearch>(raw)?
                 .into_request()
                 .map_err(invalid_params)?;
-            let (hits, next) = gated_search(request, context).await?;
+            // Every answer counts, refusals and timeouts too: they are latency a client saw.
+            let started = std::time::Instant::now();
+            let outcome = gated_search(request, context).await;
+            crate::metrics::observe_search(started.elapsed());
+            let (hits, next) = outcome?;
             answer::<CatalogSearch>(search_result(hits, next))
         }
         CatalogChanges::NAME => {

@@ -130,7 +130,7 @@ pub async fn run_with(
         refusal_log: std::sync::Mutex::new(IntervalLog::default()),
     });
     let api_task = tokio::spawn(api::serve(listener, context.clone(), stopping.clone()));
-    let http = start_http_face(&config, &context, &stopping).await?;
+    let http = start_http_face(&config, &context, &stopping, service.http_listener).await?;
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
     if let Some(path) = &socket.path {
@@ -203,12 +203,19 @@ pub async fn run_with(
 }
 
 /// Starts the HTTP face when `[http] listen` or `metrics_listen` is set; a bind failure stops
-/// the start.
+/// the start. A TCP socket systemd `passed` serves in place of binding `listen`.
 async fn start_http_face(
     config: &Config,
     context: &Arc<ApiContext>,
     stopping: &watch::Receiver<bool>,
+    mut passed: Option<std::os::fd::OwnedFd>,
 ) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
+    if passed.is_some() && config.http.listen.is_none() {
+        tracing::warn!(
+            "systemd passed a TCP socket, but [http] listen is not set; not serving HTTP on it"
+        );
+        passed = None;
+    }
     let listeners = [
         (config.http.listen, Face::Mcp),
         (config.http.metrics_listen, Face::MetricsOnly),
@@ -222,7 +229,15 @@ async fn start_http_face(
         let Some(address) = address else {
             continue;
         };
-        let listener = http_face::bind(address).await?;
+        let adopted = if serving == Face::Mcp {
+            passed.take()
+        } else {
+            None
+        };
+        let listener = match adopted {
+            Some(descriptor) => adopt_tcp_listener(descriptor, config)?,
+            None => http_face::bind(address).await?,
+        };
         tracing::info!(
             address = %listener.local_addr().unwrap_or(address),
             tokens = config.http.tokens.len(),
@@ -253,6 +268,29 @@ fn removed_policy(config: &Config) -> RemovedServers {
 
 /// Re-reads the configuration file and applies it; returns the configuration now in force.
 /// A file that does not validate changes nothing: the error goes to the log and to status.
+/// Serves the HTTP face on a TCP socket systemd passed; like a configured `listen`, an address
+/// that is not loopback needs tokens.
+fn adopt_tcp_listener(
+    descriptor: std::os::fd::OwnedFd,
+    config: &Config,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = std::net::TcpListener::from(descriptor);
+    let address = listener
+        .local_addr()
+        .context("while reading the address of the TCP socket systemd passed")?;
+    if !address.ip().is_loopback() && config.http.tokens.is_empty() {
+        anyhow::bail!(
+            "systemd passed the TCP socket {address}, which is not loopback, and [http] tokens is empty: set tokens, or listen on loopback"
+        );
+    }
+    listener
+        .set_nonblocking(true)
+        .context("while adopting the TCP socket systemd passed")?;
+    tracing::info!(%address, "serving HTTP on the socket systemd passed, not binding [http] listen");
+    tokio::net::TcpListener::from_std(listener)
+        .context("while adopting the TCP socket systemd passed")
+}
+
 async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) -> Config {
     tracing::info!(config = %current.source.display(), "reloading the configuration");
     let loaded = match config::load(&current.source) {
