@@ -750,6 +750,7 @@ fn server_status(
         walks_failed: server.walks_failed,
         last_error: server.last_error,
         last_error_at_ms: server.last_error_at_ms,
+        oversized_entries: server.oversized_entries,
         live,
     }
 }

@@ -7,6 +7,7 @@ pub(crate) mod api;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub(crate) mod entry;
 pub(crate) mod lines;
 pub mod mcp;
 pub mod paths;

@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
+use crate::entry::fit_entry;
 use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::store::{
     now_ms, ResourceRow, StagedWalk, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
@@ -132,7 +133,7 @@ async fn walk_once(
         }
         let mut rows = Vec::with_capacity(page.items.len());
         for item in page.items {
-            let Some(row) = resource_row(item) else {
+            let Some(row) = resource_row(item, limits.max_entry_bytes) else {
                 report.skipped += 1;
                 continue;
             };
@@ -193,7 +194,11 @@ async fn walk_templates(
             Err(error) => return Err(error.into()),
         };
         pages += 1;
-        let rows: Vec<TemplateRow> = page.items.into_iter().filter_map(template_row).collect();
+        let rows: Vec<TemplateRow> = page
+            .items
+            .into_iter()
+            .filter_map(|item| template_row(item, limits.max_entry_bytes))
+            .collect();
         staged.add_templates(rows).await?;
         match page.next_cursor {
             None => return Ok(()),
@@ -218,12 +223,12 @@ fn json_field(object: &serde_json::Map<String, Value>, key: &str) -> Option<Stri
         .map(Value::to_string)
 }
 
-/// Builds a store row from a listed Resource; `None` when it has no usable `uri`.
-pub fn resource_row(item: Value) -> Option<ResourceRow> {
-    let Value::Object(object) = &item else {
-        return None;
-    };
-    let uri = text_field(object, "uri").filter(|uri| !uri.is_empty())?;
+/// Builds a store row from a listed Resource; `None` when it has no usable `uri` (or one
+/// longer than `max_entry_bytes`). An entry over the bound is stored trimmed and flagged.
+pub fn resource_row(item: Value, max_entry_bytes: u64) -> Option<ResourceRow> {
+    let fitted = fit_entry(item, "uri", max_entry_bytes)?;
+    let object = &fitted.object;
+    let uri = text_field(object, "uri")?;
     Some(ResourceRow {
         // `name` is required by the schema; a server that omits it still gets its URI shown.
         name: text_field(object, "name").unwrap_or_else(|| uri.clone()),
@@ -234,22 +239,24 @@ pub fn resource_row(item: Value) -> Option<ResourceRow> {
         annotations: json_field(object, "annotations"),
         icons: json_field(object, "icons"),
         meta: json_field(object, "_meta"),
-        raw: item.to_string(),
+        hash: fitted.hash,
+        oversized: fitted.oversized,
+        raw: fitted.raw,
         uri,
     })
 }
 
-fn template_row(item: Value) -> Option<TemplateRow> {
-    let Value::Object(object) = &item else {
-        return None;
-    };
-    let uri_template = text_field(object, "uriTemplate").filter(|template| !template.is_empty())?;
+fn template_row(item: Value, max_entry_bytes: u64) -> Option<TemplateRow> {
+    let fitted = fit_entry(item, "uriTemplate", max_entry_bytes)?;
+    let object = &fitted.object;
+    let uri_template = text_field(object, "uriTemplate")?;
     Some(TemplateRow {
         name: text_field(object, "name").unwrap_or_else(|| uri_template.clone()),
         title: text_field(object, "title"),
         description: text_field(object, "description"),
         mime_type: text_field(object, "mimeType"),
-        raw: item.to_string(),
+        oversized: fitted.oversized,
+        raw: fitted.raw,
         uri_template,
     })
 }

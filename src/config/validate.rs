@@ -8,7 +8,7 @@ use super::source::SourceFile;
 use super::values::{count, duration, optional_duration};
 use super::{
     server, Config, ConfigError, DaemonConfig, SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES,
+    DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES,
     DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR,
     DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL,
 };
@@ -84,6 +84,12 @@ fn walk_limits(source: &SourceFile, raw: &RawDaemon) -> Result<WalkLimits, Confi
             &raw.max_items,
             "daemon.max_items",
             DEFAULT_MAX_ITEMS,
+        )?,
+        max_entry_bytes: count(
+            source,
+            &raw.max_entry_bytes,
+            "daemon.max_entry_bytes",
+            DEFAULT_MAX_ENTRY_BYTES,
         )?,
         max_pages_without_new: count(
             source,

@@ -252,6 +252,9 @@ pub struct ServerStatus {
     pub walks_failed: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
+    /// Entries of the snapshot over `max_entry_bytes`, stored without their largest fields.
+    #[serde(default)]
+    pub oversized_entries: u64,
     pub live: Option<LiveStatus>,
 }
 

@@ -66,6 +66,10 @@ pub struct ResourceRow {
     pub icons: Option<String>,
     pub meta: Option<String>,
     pub raw: String,
+    /// The content hash of the entry as listed (`entry::fit_entry`): the swap compares these.
+    pub hash: i64,
+    /// The entry was over `max_entry_bytes` and is stored without some of its fields.
+    pub oversized: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +80,7 @@ pub struct TemplateRow {
     pub description: Option<String>,
     pub mime_type: Option<String>,
     pub raw: String,
+    pub oversized: bool,
 }
 
 /// A configured server as the store records it.
@@ -186,6 +191,8 @@ pub struct ServerStatus {
     pub walks_failed: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
+    /// Entries of the snapshot stored trimmed because they were over `max_entry_bytes`.
+    pub oversized_entries: u64,
 }
 
 #[derive(Debug, Clone)]

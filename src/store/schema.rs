@@ -11,6 +11,7 @@ use super::StoreError;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_initial.sql"),
     include_str!("../../migrations/0002_changes.sql"),
+    include_str!("../../migrations/0003_hashes.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
