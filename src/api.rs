@@ -589,6 +589,7 @@ async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject>
         config_loaded_at: config_load.loaded_at_ms,
         config_error: config_load.error,
         config_error_at: config_load.error_at_ms,
+        database_error: context.store.database_error(),
     };
     let servers = servers
         .into_iter()

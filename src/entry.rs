@@ -75,7 +75,9 @@ pub fn fit_entry(item: Value, key: &str, max_bytes: u64) -> Option<FittedEntry> 
     let mut others: Vec<(usize, String)> = object
         .iter()
         .filter(|(field, _)| {
-            field.as_str() != key && field.as_str() != "name" && !DROPPED_FIRST.contains(&field.as_str())
+            field.as_str() != key
+                && field.as_str() != "name"
+                && !DROPPED_FIRST.contains(&field.as_str())
         })
         .map(|(field, value)| (json_text_len(value), field.clone()))
         .collect();
@@ -163,7 +165,10 @@ mod tests {
         assert_eq!(first.hash, again.hash);
         let changed = json!({"uri": "a://1", "name": "one", "description": "z".repeat(5000)});
         let changed = fit_entry(changed, "uri", 200).expect("fits");
-        assert_ne!(first.hash, changed.hash, "trimmed fields still count in the hash");
+        assert_ne!(
+            first.hash, changed.hash,
+            "trimmed fields still count in the hash"
+        );
         let other_bound = fit_entry(
             json!({"uri": "a://1", "name": "one", "description": "y".repeat(5000)}),
             "uri",
@@ -175,8 +180,12 @@ mod tests {
 
     #[test]
     fn a_huge_name_is_cut_and_a_huge_key_refused() {
-        let fitted = fit_entry(json!({"uri": "a://1", "name": "é".repeat(4000)}), "uri", 300)
-            .expect("fits with a shorter name");
+        let fitted = fit_entry(
+            json!({"uri": "a://1", "name": "é".repeat(4000)}),
+            "uri",
+            300,
+        )
+        .expect("fits with a shorter name");
         assert!(fitted.oversized && fitted.raw.len() <= 300);
         assert!(fit_entry(json!({"uri": "u".repeat(4000), "name": "n"}), "uri", 300).is_none());
         assert!(fit_entry(json!({"name": "no uri"}), "uri", 300).is_none());

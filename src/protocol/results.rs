@@ -227,6 +227,10 @@ pub struct DaemonStatus {
     /// Why the last reload was refused; the previous configuration stays in force.
     pub config_error: Option<String>,
     pub config_error_at: Option<i64>,
+    /// The database path no longer names the file the daemon opened (deleted or replaced);
+    /// the daemon is stopping so that it can be restarted on the file at the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_error: Option<String>,
 }
 
 /// One server in `catalog/status`: what the database records, and `live`, what the running

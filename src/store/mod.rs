@@ -241,6 +241,13 @@ pub struct ListingRow {
     pub snapshot_at_ms: Option<i64>,
 }
 
+/// Device and inode of the file at `path`.
+fn file_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path)?;
+    Ok((metadata.dev(), metadata.ino()))
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -258,6 +265,10 @@ const CHANGE_EVENTS_BUFFERED: usize = 256;
 #[derive(Clone)]
 pub struct Store {
     path: PathBuf,
+    /// Device and inode of the database file we opened: the path must keep naming it.
+    opened_file: Option<(u64, u64)>,
+    /// Set once the path no longer names the file we opened; shown in status.
+    database_error: Arc<Mutex<Option<String>>>,
     writer: mpsc::UnboundedSender<WriteOp>,
     readers: Arc<Mutex<Vec<Connection>>>,
     next_walk_id: Arc<AtomicU64>,
@@ -280,6 +291,7 @@ impl Store {
             source,
         })?;
         let connection = schema::open_writer(path)?;
+        let opened_file = file_identity(path).ok();
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
         let writer_changes = changes.clone();
@@ -291,6 +303,8 @@ impl Store {
             })?;
         Ok(Store {
             path: path.to_path_buf(),
+            opened_file,
+            database_error: Arc::new(Mutex::new(None)),
             writer: sender,
             readers: Arc::new(Mutex::new(Vec::new())),
             next_walk_id: Arc::new(AtomicU64::new(1)),
@@ -305,6 +319,45 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Checks that the database path still names the file we opened; says what happened when
+    /// it does not (deleted, or replaced by another file). Once found, the answer stays: every
+    /// commit since went to a file nobody can open again. A stat per call, nothing more.
+    pub fn check_database_file(&self) -> Option<String> {
+        let mut recorded = self
+            .database_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if recorded.is_some() {
+            return recorded.clone();
+        }
+        let opened = self.opened_file?;
+        let problem = match file_identity(&self.path) {
+            Ok(identity) if identity == opened => return None,
+            Ok(_) => format!(
+                "the database file {} was replaced by another file while the daemon had it open;                  commits since went to the old, unlinked file",
+                self.path.display()
+            ),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => format!(
+                "the database file {} was deleted while the daemon had it open; commits since                  went to an unlinked file",
+                self.path.display()
+            ),
+            Err(error) => format!(
+                "cannot check the database file {}: {error}",
+                self.path.display()
+            ),
+        };
+        *recorded = Some(problem.clone());
+        Some(problem)
+    }
+
+    /// What `check_database_file` found, if it found anything, for status.
+    pub fn database_error(&self) -> Option<String> {
+        self.database_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     async fn call<T>(

@@ -141,14 +141,17 @@ pub fn run(
                         Batch::Resources(rows) => {
                             let snapshot = match staged_against.entry(walk_id) {
                                 Entry::Occupied(known) => Ok(*known.get()),
-                                Entry::Vacant(slot) => server_id(&connection, &server)
-                                    .map(|found| *slot.insert(found)),
+                                Entry::Vacant(slot) => {
+                                    server_id(&connection, &server).map(|found| *slot.insert(found))
+                                }
                             };
                             snapshot
                                 .and_then(|snapshot| {
                                     stage_resources(&mut connection, walk_id, snapshot, rows)
                                 })
-                                .map(|inserted| *staged_rows.entry(walk_id).or_default() += inserted)
+                                .map(|inserted| {
+                                    *staged_rows.entry(walk_id).or_default() += inserted
+                                })
                         }
                         Batch::Templates(rows) => stage_templates(&mut connection, walk_id, rows),
                     };
@@ -485,9 +488,8 @@ fn stage_resources(
     let mut inserted = 0u64;
     let transaction = connection.transaction()?;
     {
-        let mut stored_hash = transaction.prepare_cached(
-            "SELECT hash FROM resources WHERE server_id = ?1 AND uri = ?2",
-        )?;
+        let mut stored_hash = transaction
+            .prepare_cached("SELECT hash FROM resources WHERE server_id = ?1 AND uri = ?2")?;
         // The walk never sends a URI twice; the index refuses an exact repeat all the same.
         let mut insert = transaction.prepare_cached(
             "INSERT OR IGNORE INTO temp.staging_resources
@@ -501,10 +503,12 @@ fn stage_resources(
         )?;
         for row in rows {
             let unchanged = match snapshot {
-                Some(server_id) => stored_hash
-                    .query_row(params![server_id, row.uri], |found| found.get::<_, i64>(0))
-                    .optional()?
-                    == Some(row.hash),
+                Some(server_id) => {
+                    stored_hash
+                        .query_row(params![server_id, row.uri], |found| found.get::<_, i64>(0))
+                        .optional()?
+                        == Some(row.hash)
+                }
                 None => false,
             };
             inserted += if unchanged {
