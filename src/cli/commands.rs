@@ -62,6 +62,11 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
             // What this process knows beyond the database: the era, the actual transport and
             // how changes reach us.
             let live = server.live.as_ref();
+            // A server whose notifications come faster than it may be walked says so.
+            let state = match live.and_then(|live| live.throttled_until_ms) {
+                Some(_) => format!("{state} (throttled)"),
+                None => state,
+            };
             let era = match (live.and_then(|live| live.era), &server.protocol_version) {
                 (Some(era), Some(version)) => format!("{era} {version}"),
                 (None, Some(version)) => version.clone(),

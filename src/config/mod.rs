@@ -48,6 +48,9 @@ pub(crate) const DEFAULT_POLL_FLOOR: Duration = Duration::from_secs(5);
 pub(crate) const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(60);
 /// `[daemon] debounce`: the quiet period after a `list_changed` before walking.
 pub(crate) const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+/// `[daemon] min_walk_interval`: the least time between the end of a server's walk and a walk
+/// its notifications ask for (the last walk's duration, when longer, spaces them instead).
+pub(crate) const DEFAULT_MIN_WALK_INTERVAL: Duration = Duration::from_secs(1);
 /// `priority`: lower wins when two servers list the same URI.
 pub(crate) const DEFAULT_PRIORITY: i64 = 100;
 /// `[daemon] keep_removed`: a removed server's snapshot is dropped unless this is set.
@@ -126,6 +129,8 @@ pub struct SyncTimings {
     pub ping_interval: Option<Duration>,
     /// The quiet period after a `list_changed` before walking.
     pub debounce: Duration,
+    /// The floor of the spacing between notification-driven walks of one server.
+    pub min_walk_interval: Duration,
 }
 
 /// Which protocol era to speak to a server.

@@ -34,6 +34,7 @@ pub(super) struct RawDaemon {
     pub poll_floor: Option<Spanned<String>>,
     pub ping_interval: Option<Spanned<String>>,
     pub debounce: Option<Spanned<String>>,
+    pub min_walk_interval: Option<Spanned<String>>,
     pub keep_removed: Option<bool>,
     pub log_level: Option<Spanned<String>>,
 }

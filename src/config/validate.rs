@@ -9,8 +9,9 @@ use super::values::{count, duration, optional_duration};
 use super::{
     server, Config, ConfigError, DaemonConfig, SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_MAX_ITEMS,
-    DEFAULT_MAX_PAGES, DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR,
-    DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL,
+    DEFAULT_MAX_PAGES, DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MIN_WALK_INTERVAL,
+    DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_RESYNC_INTERVAL,
 };
 use crate::paths;
 
@@ -121,6 +122,12 @@ fn sync_timings(source: &SourceFile, raw: &RawDaemon) -> Result<SyncTimings, Con
             Some(DEFAULT_PING_INTERVAL),
         )?,
         debounce: duration(source, &raw.debounce, "daemon.debounce", DEFAULT_DEBOUNCE)?,
+        min_walk_interval: duration(
+            source,
+            &raw.min_walk_interval,
+            "daemon.min_walk_interval",
+            DEFAULT_MIN_WALK_INTERVAL,
+        )?,
     })
 }
 

@@ -1,5 +1,7 @@
 //! Retry pacing shared by every reconnect path: a floor, growth while failures continue, a
 //! ceiling, jitter, and the server's own hints (SSE `retry:`, `Retry-After`) honoured up to a cap.
+//!
+//! The one backoff type of the crate; the session's poll jitter comes from here too.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -53,7 +55,7 @@ impl Backoff {
     pub fn next_delay_honouring(&mut self, server_asked: Option<Duration>) -> Duration {
         let grown = self.grown_delay();
         self.failures = self.failures.saturating_add(1);
-        let jittered = grown + grown.mul_f64(jitter_fraction() / 4.0);
+        let jittered = with_jitter(grown, 0.25);
         match server_asked {
             Some(asked) => jittered.max(asked.min(MAX_SERVER_DELAY)),
             None => jittered,
@@ -77,6 +79,12 @@ impl Backoff {
             .saturating_mul(1u32 << exponent)
             .min(self.ceiling)
     }
+}
+
+/// `delay` stretched by a random part of up to `spread` of itself (0.25: up to a quarter), so
+/// many servers retried or polled alike spread out instead of moving in lockstep.
+pub fn with_jitter(delay: Duration, spread: f64) -> Duration {
+    delay + delay.mul_f64(jitter_fraction() * spread)
 }
 
 /// A number in [0, 1) from the clock's low bits: enough to spread retries, no generator needed.

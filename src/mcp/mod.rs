@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-pub use backoff::{parse_retry_after, Backoff, MAX_SERVER_DELAY, RECONNECT_FLOOR};
+pub use backoff::{parse_retry_after, with_jitter, Backoff, MAX_SERVER_DELAY, RECONNECT_FLOOR};
 pub use client::{Era, Page, PushChannel, ServerHello, Session};
 pub use events::{channel as event_channel, EventSink, EventStream, ServerEvent};
 

@@ -290,6 +290,15 @@ pub struct LiveStatus {
     pub walks_started: u64,
     /// Walks abandoned because the list changed while they ran.
     pub walks_restarted: u64,
+    /// Notification-driven walks held back by the walk pace: no sooner than
+    /// `min_walk_interval`, or the last walk's duration when longer, after the last walk.
+    #[serde(default)]
+    pub walks_throttled: u64,
+    /// While such a walk is held back: when it may start, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_until_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_reason: Option<String>,
     /// The number of the last walk started.
     pub generation: u64,
     pub connections: u64,

@@ -1,8 +1,8 @@
 //! The session actor as a state machine: `next_event` turns every source into one `Event`, `handle` moves the `State`.
 //!
 //! Sources: the stop signal, commands, and whatever the current state waits on (`state.rs`:
-//! the backoff timer, a connection attempt, the server's events, the debounce, poll and
-//! resync timers, a walk in flight, pings, the listen retry).
+//! the backoff timer, a connection attempt, the server's events, the debounce, throttle, poll
+//! and resync timers, a walk in flight, pings, the listen retry).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,11 +12,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::pacing::{listen_retry_delay, with_poll_jitter, Backoff, PollPace};
+use super::pacing::{listen_retry_delay, with_poll_jitter, PollPace, WalkPace};
 use super::state::{Event, Link, Phase, Ping, Push, State, Waiter, Walk};
 use super::{LiveStatus, ReadError, ReadReply, Refreshed, SessionCommand};
 use crate::config::ServerConfig;
-use crate::mcp::{event_channel, Era, EventStream, McpError, PushChannel, ServerEvent, Session};
+use crate::mcp::{
+    event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
+};
 use crate::store::{now_ms, ServerUpdate, Store};
 use crate::walk::{self, WalkError, WalkSummary};
 
@@ -40,6 +42,8 @@ struct Counters {
     notification_walks: u64,
     walks_started: u64,
     walks_restarted: u64,
+    /// Notification-driven walks held back by the walk pace.
+    walks_throttled: u64,
     connections: u64,
 }
 
@@ -59,6 +63,10 @@ pub(super) struct Actor {
     waiting: Vec<Waiter>,
     counters: Counters,
     backoff: Backoff,
+    /// When the last walk ended and how long it took: the spacing of notification-driven walks.
+    walk_pace: WalkPace,
+    /// The throttle was announced in the log; said again only after a walk ran unthrottled.
+    throttle_announced: bool,
     /// The era this server spoke last, so a reconnect need not probe again.
     known_era: Option<Era>,
 }
@@ -79,6 +87,8 @@ impl Actor {
             waiting: Vec::new(),
             counters: Counters::default(),
             backoff: Backoff::default(),
+            walk_pace: WalkPace::default(),
+            throttle_announced: false,
             known_era: None,
         }
     }
@@ -160,7 +170,9 @@ impl Actor {
                 }
                 self.waiting.extend(waiter);
                 match &mut link.phase {
-                    Phase::Idle { .. } => self.start_walk(link).await,
+                    // A refresh is a person or a tool asking: the walk pace holds back only
+                    // the walks that notifications ask for.
+                    Phase::Idle { .. } | Phase::Throttled { .. } => self.start_walk(link).await,
                     // The walk after the pause takes the caller along.
                     Phase::Debouncing { .. } => State::Connected(link),
                     // The walk under way may have read its pages already: one more after it.
@@ -207,8 +219,13 @@ impl Actor {
             Err(error) => {
                 // Whatever it spoke before, probe afresh next time.
                 self.known_era = None;
+                // A 429 or 503 whose `Retry-After` outlasted the connection window is waited
+                // out here, before the next attempt.
+                let server_asked = error.retry_after();
                 let error = format!("cannot connect: {error}");
-                return self.back_off(error, Ending::CannotConnect).await;
+                return self
+                    .back_off(error, server_asked, Ending::CannotConnect)
+                    .await;
             }
         };
         self.known_era = Some(session.hello.era);
@@ -266,16 +283,18 @@ impl Actor {
     async fn on_link_event(&mut self, mut link: Box<Link>, event: Event) -> State {
         match event {
             Event::Server(None) => {
-                self.lose(link, "the server closed the connection".into())
+                self.lose(link, "the server closed the connection".into(), None)
                     .await
             }
             Event::Server(Some(event)) => self.on_server_event(link, event).await,
-            Event::WalkDue => {
-                if matches!(link.phase, Phase::Debouncing { .. }) {
+            Event::WalkDue => match link.phase {
+                Phase::Debouncing { .. } => self.walk_after_change(link).await,
+                Phase::Throttled { .. } => {
                     self.counters.notification_walks += 1;
+                    self.start_walk(link).await
                 }
-                self.start_walk(link).await
-            }
+                _ => self.start_walk(link).await,
+            },
             Event::Walked(outcome) => self.on_walked(link, outcome).await,
             Event::PingDue => {
                 let session = link.session.clone();
@@ -285,7 +304,9 @@ impl Actor {
             Event::Pinged(Err(error))
                 if error.is_connection_lost() || matches!(error, McpError::Timeout { .. }) =>
             {
-                self.lose(link, format!("ping failed: {error}")).await
+                let server_asked = error.retry_after();
+                self.lose(link, format!("ping failed: {error}"), server_asked)
+                    .await
             }
             Event::Pinged(_) => {
                 link.ping = Ping::after(self.config.timings.ping_interval);
@@ -365,7 +386,7 @@ impl Actor {
                 self.start_polling(&mut link, reason);
                 self.poll_soon(link)
             }
-            ServerEvent::Disconnected(reason) => self.lose(link, reason).await,
+            ServerEvent::Disconnected(reason) => self.lose(link, reason, None).await,
         }
     }
 
@@ -381,14 +402,18 @@ impl Actor {
             Phase::Debouncing { quiet_at, ceiling } => {
                 *quiet_at = (Instant::now() + debounce).min(*ceiling);
             }
+            // The walk held back takes this change along.
+            Phase::Throttled { .. } => {}
             // After a few restarts in a row the walk runs to the end, and the change that came
             // meanwhile gets the walk after it: a server that changes faster than it can be
             // walked is still mirrored, a little behind, instead of never.
-            Phase::Walking(walk) if !may_restart => walk.again = true,
+            Phase::Walking(walk) if !may_restart => walk.changed = true,
             // The walk may have read pages from before the change: start over.
             Phase::Walking(_) => {
                 let abandoned = std::mem::replace(&mut link.phase, Phase::debouncing(debounce));
                 if let Phase::Walking(walk) = abandoned {
+                    // An abandoned walk counts for the pace like one that ended.
+                    self.walk_pace.record(walk.started, Instant::now());
                     tracing::info!(
                         generation = walk.generation,
                         "the list changed during the walk; discarding it and walking again"
@@ -408,7 +433,11 @@ impl Actor {
         self.counters.walks_started += 1;
         let generation = self.counters.walks_started;
         self.show_counters(&link);
-        self.publish(|live| live.next_walk_at_ms = None);
+        self.publish(|live| {
+            live.next_walk_at_ms = None;
+            live.throttled_until_ms = None;
+            live.throttle_reason = None;
+        });
         let span = tracing::info_span!("walk", generation);
         let (session, store) = (link.session.clone(), self.store.clone());
         let (server, limits) = (self.config.name.clone(), self.config.limits);
@@ -417,9 +446,47 @@ impl Actor {
             .boxed();
         link.phase = Phase::Walking(Walk {
             generation,
+            started: Instant::now(),
             run,
             waiters: std::mem::take(&mut self.waiting),
             again: false,
+            changed: false,
+        });
+        State::Connected(link)
+    }
+
+    /// A walk that a change asks for: now, or held back until the walk pace allows it. A
+    /// server that says its list changed with every answer is walked no more often than
+    /// `min_walk_interval` (or its own walk time, when longer) allows, and the change that
+    /// waits is never lost: it gets the walk held back.
+    async fn walk_after_change(&mut self, mut link: Box<Link>) -> State {
+        let min_walk_interval = self.config.timings.min_walk_interval;
+        let Some(until) = self.walk_pace.held_until(min_walk_interval, Instant::now()) else {
+            self.throttle_announced = false;
+            self.counters.notification_walks += 1;
+            return self.start_walk(link).await;
+        };
+        let spacing = self.walk_pace.spacing(min_walk_interval);
+        let reason = format!(
+            "list_changed arrives faster than this server may be walked: at most one walk per \
+             {} ms (min_walk_interval, or the last walk's duration when longer)",
+            spacing.as_millis()
+        );
+        if !self.throttle_announced {
+            self.throttle_announced = true;
+            tracing::info!(
+                spacing_ms = spacing.as_millis() as u64,
+                "throttling walks: {reason}"
+            );
+        }
+        self.counters.walks_throttled += 1;
+        link.phase = Phase::Throttled { until };
+        self.show_counters(&link);
+        let at = now_ms() + until.saturating_duration_since(Instant::now()).as_millis() as i64;
+        self.publish(|live| {
+            live.throttled_until_ms = Some(at);
+            live.throttle_reason = Some(reason);
+            live.next_walk_at_ms = Some(at);
         });
         State::Connected(link)
     }
@@ -436,10 +503,13 @@ impl Actor {
         };
         let Walk {
             generation,
+            started,
             waiters,
             again,
+            changed: changed_meanwhile,
             ..
         } = walk;
+        self.walk_pace.record(started, Instant::now());
         link.restarts_in_a_row = 0;
         self.show_counters(&link);
         let summary = match outcome {
@@ -447,7 +517,9 @@ impl Actor {
             Err(WalkError::Connection(error)) => {
                 // Its callers ride through the reconnect with the rest.
                 self.waiting.extend(waiters);
-                return self.lose(link, format!("walk interrupted: {error}")).await;
+                let server_asked = error.retry_after();
+                let reason = format!("walk interrupted: {error}");
+                return self.lose(link, reason, server_asked).await;
             }
             Err(error) => {
                 let message = format!("walk failed: {error}");
@@ -499,7 +571,11 @@ impl Actor {
             let error = error.clone();
             self.report(ServerUpdate::Reconnecting { error }).await;
         }
-        // A refresh or a change that arrived during the walk gets a walk of its own.
+        // A refresh that arrived during the walk gets a walk of its own at once; a change
+        // gets one as the walk pace allows.
+        if changed_meanwhile && !again && self.waiting.is_empty() {
+            return self.walk_after_change(link).await;
+        }
         let delay = if again || !self.waiting.is_empty() {
             Duration::ZERO
         } else if link.push.polling {
@@ -579,10 +655,17 @@ impl Actor {
         true
     }
 
-    /// Ends a connection that broke and schedules the next attempt.
-    async fn lose(&mut self, link: Box<Link>, reason: String) -> State {
+    /// Ends a connection that broke and schedules the next attempt, no sooner than the
+    /// server asked (`Retry-After`), if it did.
+    async fn lose(
+        &mut self,
+        link: Box<Link>,
+        reason: String,
+        server_asked: Option<Duration>,
+    ) -> State {
         self.close(link).await;
-        self.back_off(reason, Ending::ConnectionLost).await
+        self.back_off(reason, server_asked, Ending::ConnectionLost)
+            .await
     }
 
     /// Closes a connection: abandons its walk (whose callers wait on), stops its pings and
@@ -605,12 +688,20 @@ impl Actor {
             live.push = None;
             live.poll_interval_ms = None;
             live.poll_interval_reason = None;
+            live.throttled_until_ms = None;
+            live.throttle_reason = None;
         });
     }
 
-    /// Records why the server is not connected and when we try again.
-    async fn back_off(&mut self, error: String, ending: Ending) -> State {
-        let delay = self.backoff.next_delay();
+    /// Records why the server is not connected and when we try again: after the backoff, or
+    /// after the `Retry-After` the server sent with the failure when that is longer (capped).
+    async fn back_off(
+        &mut self,
+        error: String,
+        server_asked: Option<Duration>,
+        ending: Ending,
+    ) -> State {
+        let delay = self.backoff.next_delay_honouring(server_asked);
         let retry_in_ms = delay.as_millis() as u64;
         let waiting = std::mem::take(&mut self.waiting);
         match ending {
@@ -648,6 +739,7 @@ impl Actor {
             live.walks_started = counters.walks_started;
             live.generation = counters.walks_started;
             live.walks_restarted = counters.walks_restarted;
+            live.walks_throttled = counters.walks_throttled;
             live.connections = counters.connections;
         });
     }

@@ -1,46 +1,54 @@
-//! How long a session waits: reconnect backoff, the poll pace of a server that cannot push, the listen retry, jitter.
+//! How long a session waits: the spacing of notification-driven walks, the poll pace, the listen retry, poll jitter.
+//!
+//! The reconnect backoff is the crate's one `mcp::Backoff`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-const BACKOFF_FIRST: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
+use tokio::time::Instant;
+
+use crate::mcp::with_jitter;
+
 /// A server that keeps answering polls with no change is polled ever less often, up to this
 /// many times its interval (and never less often than `resync_interval`).
 const POLL_BACKOFF_MAX_FACTOR: u32 = 8;
 /// The first wait before reopening a listen stream that failed to reopen, doubled each time.
 const LISTEN_RETRY_FIRST: Duration = Duration::from_secs(1);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// A number in [0, 1) from the clock's low bits: enough to spread retries, no generator needed.
-fn jitter_fraction() -> f64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.subsec_nanos())
-        .unwrap_or(0);
-    (nanos % 1000) as f64 / 1000.0
-}
+/// How far poll jitter may stretch an interval: up to a tenth.
+const POLL_JITTER_SPREAD: f64 = 0.1;
 
 /// `delay` stretched by up to a tenth, so many servers polled alike spread out.
 pub(super) fn with_poll_jitter(delay: Duration) -> Duration {
-    delay + delay.mul_f64(jitter_fraction() / 10.0)
+    with_jitter(delay, POLL_JITTER_SPREAD)
 }
 
-/// Exponential backoff with jitter, so many failing servers do not retry in lockstep.
-#[derive(Default)]
-pub(super) struct Backoff {
-    failures: u32,
+/// Spaces the walks that notifications ask for. The next one starts no sooner than
+/// `max(min_walk_interval, the last walk's duration)` after the last walk ended, so a server
+/// that says its list changed with every answer is walked at most about half the time, and
+/// at most once per `min_walk_interval`; the walk held back is delayed, never dropped.
+#[derive(Debug, Default)]
+pub(super) struct WalkPace {
+    /// When the last walk ended (committed, failed or abandoned).
+    last_ended: Option<Instant>,
+    last_duration: Duration,
 }
 
-impl Backoff {
-    pub(super) fn next_delay(&mut self) -> Duration {
-        let exponent = self.failures.min(16);
-        self.failures = self.failures.saturating_add(1);
-        let base = BACKOFF_FIRST.saturating_mul(1 << exponent).min(BACKOFF_MAX);
-        base + base.mul_f64(jitter_fraction() / 4.0)
+impl WalkPace {
+    /// Records a walk that ran from `started` until `ended`, however it ended.
+    pub(super) fn record(&mut self, started: Instant, ended: Instant) {
+        self.last_ended = Some(ended);
+        self.last_duration = ended.saturating_duration_since(started);
     }
 
-    pub(super) fn reset(&mut self) {
-        self.failures = 0;
+    /// The spacing in force: the floor, or the last walk's duration when that is longer.
+    pub(super) fn spacing(&self, min_walk_interval: Duration) -> Duration {
+        min_walk_interval.max(self.last_duration)
+    }
+
+    /// When a walk a notification asks for at `now` may start: `None` when it may start now.
+    pub(super) fn held_until(&self, min_walk_interval: Duration, now: Instant) -> Option<Instant> {
+        let earliest = self.last_ended? + self.spacing(min_walk_interval);
+        (earliest > now).then_some(earliest)
     }
 }
 
@@ -184,16 +192,25 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_with_jitter_and_resets() {
-        let mut backoff = Backoff::default();
-        let first = backoff.next_delay();
-        let second = backoff.next_delay();
-        assert!(first >= SECOND && first < SECOND * 5 / 4, "{first:?}");
-        assert!(
-            second >= 2 * SECOND && second < SECOND * 5 / 2,
-            "{second:?}"
+    fn notification_walks_are_spaced_by_the_floor_or_the_last_walk_s_duration() {
+        let floor = SECOND;
+        let mut pace = WalkPace::default();
+        let start = Instant::now();
+        // Nothing walked yet: nothing holds a walk back.
+        assert_eq!(pace.held_until(floor, start), None);
+        // A short walk: the floor spaces the next one.
+        pace.record(start, start + SECOND / 10);
+        let ended = start + SECOND / 10;
+        assert_eq!(pace.held_until(floor, ended), Some(ended + floor));
+        assert_eq!(pace.held_until(floor, ended + floor), None);
+        // A walk longer than the floor: its own duration spaces the next one.
+        let long_end = start + 10 * SECOND;
+        pace.record(start + 7 * SECOND, long_end);
+        assert_eq!(pace.spacing(floor), 3 * SECOND);
+        assert_eq!(
+            pace.held_until(floor, long_end + SECOND),
+            Some(long_end + 3 * SECOND)
         );
-        backoff.reset();
-        assert!(backoff.next_delay() < SECOND * 5 / 4);
+        assert_eq!(pace.held_until(floor, long_end + 3 * SECOND), None);
     }
 }

@@ -28,7 +28,8 @@ pub(super) enum Event {
     Connected(Result<Arc<Session>, McpError>),
     /// The connection reported something; `None` when its event stream ended.
     Server(Option<ServerEvent>),
-    /// A walk is due: changes paused after a debounce, or the poll or resync timer fired.
+    /// A walk is due: changes paused after a debounce, a throttled walk's time came, or the
+    /// poll or resync timer fired.
     WalkDue,
     Walked(Result<WalkSummary, WalkError>),
     PingDue,
@@ -40,6 +41,7 @@ pub(super) enum Event {
 /// Where the session stands.
 pub(super) enum State {
     /// Waiting out the backoff after a failure; `problem` says what failed, for reads meanwhile.
+    /// The wait honours a `Retry-After` the server sent with the failure.
     BackingOff {
         retry_at: Instant,
         problem: String,
@@ -80,17 +82,26 @@ pub(super) enum Phase {
         quiet_at: Instant,
         ceiling: Instant,
     },
+    /// Changes arrived faster than this server may be walked: one walk is held back until
+    /// `until` (the walk pace), and every change meanwhile rides along with it.
+    Throttled {
+        until: Instant,
+    },
     Walking(Walk),
 }
 
 /// A walk in flight. Dropping it abandons the walk; its staged pages are discarded.
 pub(super) struct Walk {
     pub(super) generation: u64,
+    pub(super) started: Instant,
     pub(super) run: BoxFuture<'static, Result<WalkSummary, WalkError>>,
     /// The refresh callers this walk answers.
     pub(super) waiters: Vec<Waiter>,
-    /// Something asked for a walk that this one may not include: walk again right after it.
+    /// A refresh asked for a walk that this one may not include: walk again right after it.
     pub(super) again: bool,
+    /// The list changed while this walk ran on (restarts used up): a notification-driven
+    /// walk follows it, paced like any other.
+    pub(super) changed: bool,
 }
 
 pub(super) enum Ping {
@@ -172,6 +183,10 @@ impl Phase {
             }
             Phase::Debouncing { quiet_at, .. } => {
                 tokio::time::sleep_until(*quiet_at).await;
+                Event::WalkDue
+            }
+            Phase::Throttled { until } => {
+                tokio::time::sleep_until(*until).await;
                 Event::WalkDue
             }
             Phase::Walking(walk) => Event::Walked((&mut walk.run).await),

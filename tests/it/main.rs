@@ -21,4 +21,5 @@ mod secrets;
 mod service;
 mod sizes;
 mod socket;
+mod throttle;
 mod walk;

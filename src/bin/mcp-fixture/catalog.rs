@@ -112,6 +112,9 @@ pub struct Faults {
     pub unavailable_gets: Option<u64>,
     pub unavailable_posts: Option<u64>,
     pub retry_after_secs: Option<u64>,
+    /// Every request answered also sends `notifications/resources/list_changed` on every
+    /// channel that carries them (as `notify_burst` 1 would), though nothing changed.
+    pub notify_with_every_answer: bool,
     /// Modern era: requests (other than `server/discover`) whose clientCapabilities lack
     /// this key fail with -32021 MissingRequiredClientCapability.
     pub require_client_capability: Option<String>,

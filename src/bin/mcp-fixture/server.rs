@@ -318,6 +318,12 @@ impl Server {
         };
         self.stats
             .update(|counters| counters.catalog_version = version);
+        self.announce_list_changed(&sessions, burst);
+        Ok(version)
+    }
+
+    /// Sends `burst` list_changed notifications on every channel of every initialized session.
+    fn announce_list_changed(&self, sessions: &[Arc<Session>], burst: usize) {
         let notifications = || std::iter::repeat(rpc::list_changed(None)).take(burst);
         for session in sessions.iter().filter(|session| session.is_initialized()) {
             match session.kind {
@@ -333,7 +339,6 @@ impl Server {
         }
         // Nobody listening (no stdio session or listen stream yet) is not an error.
         let _ = self.pushes.send(Push::ListChanged(burst));
-        Ok(version)
     }
 
     /// Performs the one-shot actions of changed scenario counters.
@@ -455,6 +460,11 @@ impl Server {
     pub async fn serve(&self, id: Value, method: &str, params: Option<Value>, era: &Era) -> Reply {
         debug!(method, %id, ?era, "request");
         let outcome = self.dispatch(method, params.as_ref(), era).await;
+        if self.catalog().faults.notify_with_every_answer {
+            // The `notify_with_every_answer` fault: the list "changed" with every answer.
+            let sessions: Vec<Arc<Session>> = self.state().sessions.values().cloned().collect();
+            self.announce_list_changed(&sessions, 1);
+        }
         match outcome {
             Ok(Handled::Result(result)) => {
                 let result = match era {
