@@ -81,7 +81,7 @@ pub fn fit_entry(item: Value, key: &str, max_bytes: u64) -> Option<FittedEntry> 
         })
         .map(|(field, value)| (json_text_len(value), field.clone()))
         .collect();
-    others.sort_by(|a, b| b.0.cmp(&a.0));
+    others.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
     droppable.extend(others.into_iter().map(|(_, field)| field));
     for field in droppable {
         if size <= max_bytes {
