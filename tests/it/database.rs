@@ -55,3 +55,39 @@ fn a_replaced_database_is_noticed_too_and_a_restart_serves_the_file_at_the_path(
     let status = daemon.wait_for_walks("docs", 1);
     assert_eq!(status["resources"], 40, "{status}");
 }
+
+#[test]
+fn rows_from_before_content_hashes_are_compared_by_text_once_then_hashed() {
+    let scratch = Scratch::new();
+    let server = stdio_server("docs", &["--name", "docs", "--generate", "40"]);
+    let config = scratch.config(&server);
+    let mut daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("docs", 1);
+    daemon.stop();
+    // Take the file back to schema version 2, as an older mcp-mirror left it.
+    let connection = rusqlite::Connection::open(&daemon.database).expect("open");
+    connection
+        .execute_batch(
+            "DROP INDEX resources_by_server_uri_hash; DROP INDEX resources_oversized;
+             DROP INDEX resources_unhashed;
+             ALTER TABLE resources DROP COLUMN hash; ALTER TABLE resources DROP COLUMN oversized;
+             ALTER TABLE resource_templates DROP COLUMN oversized;
+             ALTER TABLE servers DROP COLUMN oversized_entries;
+             PRAGMA user_version = 2;",
+        )
+        .expect("downgrade");
+    drop(connection);
+    drop(daemon);
+    let daemon = Daemon::start(&scratch, &config);
+    let status = daemon.wait_for_walks("docs", 2);
+    // Unchanged rows are not reported changed because they had no hash yet.
+    assert_eq!(status["lastWalk"]["changed"], 0, "{status}");
+    assert_eq!(status["lastWalk"]["added"], 0, "{status}");
+    assert_eq!(status["resources"], 40, "{status}");
+    let unhashed: i64 = crate::support::open_database(&daemon.database)
+        .query_row("SELECT count(*) FROM resources WHERE hash = 0", [], |row| {
+            row.get(0)
+        })
+        .expect("count");
+    assert_eq!(unhashed, 0, "every row has its hash after one swap");
+}
