@@ -1,11 +1,11 @@
 //! The Unix socket API: JSON-RPC 2.0, one JSON object per line, MCP-compatible methods plus `catalog/*`.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -15,15 +15,19 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::watch;
 
+use crate::api_kinds;
 use crate::lines::{self, Line};
 use crate::protocol::{
     self as wire, encode_cursor, encode_search_cursor, parse_params, CacheNote, CatalogChanged,
-    CatalogChanges, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch,
-    ErrorData, ErrorObject, IncomingRequest, Initialize, InvalidParams, ListResources,
-    ListTemplates, Method, NotificationMessage, Ping, ReadResource, ReadResourceResult,
-    ResourcesListChanged, Response, DEFAULT_CHANGES_LIMIT, INTERNAL_ERROR, INVALID_PARAMS,
-    INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE, PARSE_ERROR, RESOURCE_NOT_FOUND,
+    CatalogChanges, CatalogList, CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus,
+    CatalogWatch, CheckedRequest, ErrorData, ErrorObject, IncomingRequest, Initialize,
+    InvalidParams, ListResources, ListTemplates, Method, NotificationMessage, Ping, ReadResource,
+    ReadResourceResult, ResourcesListChanged, Response, BUSY, DEFAULT_CHANGES_LIMIT,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MAX_LINE_BYTES, METHOD_NOT_FOUND, PAGE_SIZE,
+    PARSE_ERROR, RESOURCE_NOT_FOUND, SEARCH_TIMED_OUT,
 };
+use crate::redact;
+use crate::search_gate::SearchGate;
 use crate::session::ReadError;
 use crate::store::{self, CatalogRow, ListingRow, Store, StoreError};
 use crate::supervisor::{RefreshOutcome, Supervisor};
@@ -81,6 +85,29 @@ pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
     Ok(listener)
 }
 
+/// Leaves the record beside the socket at `socket` that names the database this daemon
+/// serves (owner-only, replaced atomically), so `--socket PATH` clients never fall back to
+/// another database. It stays after shutdown: that is when clients need it.
+pub fn record_socket_database(socket: &Path, database: &Path) -> io::Result<()> {
+    let record = wire::SocketRecord {
+        database: std::path::absolute(database)?,
+        pid: std::process::id(),
+    };
+    let path = wire::socket_record_path(socket);
+    let mut temporary = path.clone().into_os_string();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    let _ = std::fs::remove_file(&temporary);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    let text = serde_json::to_vec(&record).map_err(io::Error::other)?;
+    io::Write::write_all(&mut file, &text)?;
+    std::fs::rename(&temporary, &path)
+}
+
 /// What request handlers need.
 pub struct ApiContext {
     pub store: Store,
@@ -91,6 +118,56 @@ pub struct ApiContext {
     pub clients: AtomicUsize,
     /// When the configuration in force was loaded, and why the last reload was refused.
     pub config_load: std::sync::Mutex<ConfigLoad>,
+    /// Admits `catalog/search` calls: a bounded number at once, a bounded queue, a deadline.
+    pub search_gate: SearchGate,
+    /// The most connections served at once; more are refused at accept.
+    pub max_clients: usize,
+    /// Connections refused at accept, and the log of refusals (once per interval).
+    pub refused_clients: AtomicU64,
+    pub refusal_log: Mutex<IntervalLog>,
+}
+
+/// How often a repeated condition (refused clients, failing accepts) is logged at most.
+const REPEATED_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// The first and the longest pause after a failed accept (such as EMFILE, out of descriptors).
+const ACCEPT_RETRY_FIRST: Duration = Duration::from_millis(50);
+const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Logs a repeated event at most once per interval, with how many happened since the last line.
+#[derive(Debug)]
+pub struct IntervalLog {
+    interval: Duration,
+    last_logged: Option<Instant>,
+    unlogged: u64,
+}
+
+impl IntervalLog {
+    pub fn new(interval: Duration) -> IntervalLog {
+        IntervalLog {
+            interval,
+            last_logged: None,
+            unlogged: 0,
+        }
+    }
+
+    /// Counts one event; `Some(count)` when it is time to log, with the events since the last line.
+    pub fn record(&mut self) -> Option<u64> {
+        self.unlogged += 1;
+        let due = self
+            .last_logged
+            .map_or(true, |last| last.elapsed() >= self.interval);
+        if !due {
+            return None;
+        }
+        self.last_logged = Some(Instant::now());
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+impl Default for IntervalLog {
+    fn default() -> Self {
+        IntervalLog::new(REPEATED_LOG_INTERVAL)
+    }
 }
 
 /// The daemon's record of its configuration file, shown by `catalog/status`.
@@ -109,23 +186,39 @@ pub async fn serve(
     context: Arc<ApiContext>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut accept_retry = ACCEPT_RETRY_FIRST;
+    let mut accept_failures = IntervalLog::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    accept_retry = ACCEPT_RETRY_FIRST;
+                    // Only this loop adds clients, so the check and the count cannot race.
+                    if context.clients.load(Ordering::Acquire) >= context.max_clients {
+                        refuse_client(&stream, &context);
+                        continue;
+                    }
+                    context.clients.fetch_add(1, Ordering::AcqRel);
                     let context = context.clone();
                     let shutdown = shutdown.clone();
                     tokio::spawn(async move {
-                        context.clients.fetch_add(1, Ordering::Relaxed);
                         if let Err(error) = serve_connection(stream, &context, shutdown).await {
                             tracing::debug!(%error, "socket client connection ended with an error");
                         }
-                        context.clients.fetch_sub(1, Ordering::Relaxed);
+                        context.clients.fetch_sub(1, Ordering::AcqRel);
                     });
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "accept failed on the socket");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    // Out of descriptors (EMFILE) and the like: wait longer each time instead
+                    // of spinning, and say so once per interval.
+                    if let Some(count) = accept_failures.record() {
+                        tracing::warn!(%error, failures = count, retry_in_ms = accept_retry.as_millis() as u64, "accept failed on the socket");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(accept_retry) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                    accept_retry = (accept_retry * 2).min(ACCEPT_RETRY_MAX);
                 }
             },
             _ = shutdown.changed() => return,
@@ -133,9 +226,40 @@ pub async fn serve(
     }
 }
 
-/// What one connection has asked for.
+/// Turns a client away at accept: one JSON-RPC error line, written without waiting (a client
+/// that does not read loses it), then the connection closes.
+fn refuse_client(stream: &UnixStream, context: &ApiContext) {
+    let max_clients = context.max_clients;
+    let response = Response::failure(
+        Value::Null,
+        ErrorObject::new(
+            BUSY,
+            format!("busy: too many clients (max_clients = {max_clients}); try again later"),
+        ),
+    );
+    if let Ok(mut line) = serde_json::to_vec(&response) {
+        line.push(b'\n');
+        let _ = stream.try_write(&line);
+    }
+    let total = context.refused_clients.fetch_add(1, Ordering::Relaxed) + 1;
+    let due = context
+        .refusal_log
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .record();
+    if let Some(count) = due {
+        tracing::warn!(
+            max_clients,
+            refused = count,
+            refused_total = total,
+            "refusing socket clients: max_clients connections are open"
+        );
+    }
+}
+
+/// What one connection has asked for (on the HTTP face: one request, or one session).
 #[derive(Default)]
-struct ConnectionState {
+pub(crate) struct ConnectionState {
     /// The client sent `initialize`: it speaks MCP and expects `list_changed` notifications.
     /// Plain JSON-RPC clients (the CLI, socat) never get unasked-for lines.
     mcp_client: bool,
@@ -266,8 +390,11 @@ async fn send_watched_changes(
     Ok(())
 }
 
+/// Writes one message; the one choke point every answer and notification passes, so no
+/// configured secret a server echoed (into an error, a walk failure, a read) reaches a client.
 async fn write_message(writer: &mut OwnedWriteHalf, message: &impl Serialize) -> io::Result<()> {
-    let mut bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
+    let text = serde_json::to_string(message).map_err(io::Error::other)?;
+    let mut bytes = redact::scrub(&text).into_owned().into_bytes();
     bytes.push(b'\n');
     writer.write_all(&bytes).await
 }
@@ -301,10 +428,19 @@ async fn handle_line(
         Ok(request) => request.check(),
         Err(_) => IncomingRequest::default().check(),
     };
-    let request = match request {
-        Ok(request) => request,
-        Err(response) => return Some(*response),
-    };
+    match request {
+        Ok(request) => answer_request(request, context, state).await,
+        Err(response) => Some(*response),
+    }
+}
+
+/// Answers one checked request through `dispatch`: the socket and the HTTP face both come
+/// here. `None` for notifications, which get no answer.
+pub(crate) async fn answer_request(
+    request: CheckedRequest,
+    context: &ApiContext,
+    state: &mut ConnectionState,
+) -> Option<Response> {
     // Notifications (such as notifications/initialized) need no answer.
     let id = request.id?;
     let outcome = match request.params {
@@ -380,24 +516,17 @@ async fn dispatch(
         CatalogStatus::NAME => {
             params::<CatalogStatus>(raw)?;
             let mut status = answer::<CatalogStatus>(status(context).await?)?;
-            crate::redact::scrub_json(&mut status);
+            redact::scrub_json(&mut status);
+            // Server-supplied texts are bounded where they are stored; this bounds the rest
+            // (a session's live hints), so the answer stays small whatever a server sent.
+            redact::bound_json_strings(&mut status);
             Ok(status)
         }
         CatalogSearch::NAME => {
             let request = params::<CatalogSearch>(raw)?
                 .into_request()
                 .map_err(invalid_params)?;
-            let (hits, next) =
-                context
-                    .store
-                    .search(request)
-                    .await
-                    .map_err(|error| match error {
-                        StoreError::InvalidQuery(_) => {
-                            ErrorObject::new(INVALID_PARAMS, error.to_string())
-                        }
-                        other => internal(other),
-                    })?;
+            let (hits, next) = gated_search(request, context).await?;
             answer::<CatalogSearch>(search_result(hits, next))
         }
         CatalogChanges::NAME => {
@@ -423,11 +552,89 @@ async fn dispatch(
             let params = params::<CatalogRefresh>(raw)?;
             answer::<CatalogRefresh>(refresh(params, context).await?)
         }
+        wire::CatalogTools::NAME => {
+            let params = params::<wire::CatalogTools>(raw)?;
+            let (tools, next_cursor) =
+                api_kinds::entries_page(&context.store, wire::Kind::Tool, params).await?;
+            answer::<wire::CatalogTools>(wire::ListToolsResult { tools, next_cursor })
+        }
+        wire::CatalogPrompts::NAME => {
+            let params = params::<wire::CatalogPrompts>(raw)?;
+            let (prompts, next_cursor) =
+                api_kinds::entries_page(&context.store, wire::Kind::Prompt, params).await?;
+            answer::<wire::CatalogPrompts>(wire::ListPromptsResult {
+                prompts,
+                next_cursor,
+            })
+        }
+        wire::CatalogTool::NAME => {
+            let params = params::<wire::CatalogTool>(raw)?;
+            answer::<wire::CatalogTool>(
+                api_kinds::entry_details(&context.store, wire::Kind::Tool, params).await?,
+            )
+        }
+        wire::CatalogPrompt::NAME => {
+            let params = params::<wire::CatalogPrompt>(raw)?;
+            answer::<wire::CatalogPrompt>(
+                api_kinds::entry_details(&context.store, wire::Kind::Prompt, params).await?,
+            )
+        }
+        wire::CatalogAccept::NAME => {
+            let params = params::<wire::CatalogAccept>(raw)?;
+            answer::<wire::CatalogAccept>(api_kinds::accept(&context.store, params).await?)
+        }
+        wire::CatalogDrift::NAME => {
+            let params = params::<wire::CatalogDrift>(raw)?;
+            answer::<wire::CatalogDrift>(api_kinds::drift(&context.store, params).await?)
+        }
+        wire::ListTools::NAME => {
+            params::<wire::ListTools>(raw)?;
+            answer::<wire::ListTools>(wire::ListMirrorToolsResult {
+                tools: wire::mirror_tools(),
+            })
+        }
+        wire::CallTool::NAME => {
+            let params = params::<wire::CallTool>(raw)?;
+            answer::<wire::CallTool>(api_kinds::call_tool(context, params).await?)
+        }
+        CatalogList::NAME => {
+            let params = params::<CatalogList>(raw)?;
+            answer::<CatalogList>(server_list(params, context).await?)
+        }
         _ => Err(ErrorObject::new(
             METHOD_NOT_FOUND,
             format!("method not found: {method}"),
         )),
     }
+}
+
+/// Runs a search once the gate admits it, cancelled at the permit's deadline.
+async fn gated_search(
+    mut request: store::SearchRequest,
+    context: &ApiContext,
+) -> Result<(Vec<store::SearchHit>, Option<usize>), ErrorObject> {
+    let permit = context
+        .search_gate
+        .acquire()
+        .await
+        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+    request.deadline = Some(permit.deadline);
+    context
+        .store
+        .search(request)
+        .await
+        .map_err(|error| match error {
+            StoreError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
+            StoreError::SearchTimedOut => {
+                permit.timed_out();
+                let limit = context.search_gate.limits().timeout;
+                ErrorObject::new(
+                    SEARCH_TIMED_OUT,
+                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+                )
+            }
+            other => internal(other),
+        })
 }
 
 fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
@@ -437,9 +644,7 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
         .unwrap_or_else(|| wire::PROTOCOL_VERSION.to_string());
     wire::InitializeResult {
         protocol_version: version,
-        capabilities: wire::ServerCapabilities {
-            resources: wire::ResourcesCapability { list_changed: true },
-        },
+        capabilities: wire::ServerCapabilities::of_the_mirror(),
         server_info: wire::Implementation {
             name: wire::SERVER_NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -472,12 +677,16 @@ async fn refresh(
         .map(|(name, outcome)| {
             let outcome = match outcome {
                 RefreshOutcome::Queued => wire::RefreshOutcome::queued(),
-                RefreshOutcome::Walked(Ok(summary)) => wire::RefreshOutcome::walked(
+                RefreshOutcome::Walked(Ok(summary)) => wire::RefreshOutcome::settled(
+                    refresh_state(summary.state),
                     swap_summary(summary.swap),
                     summary.report.pages,
                     summary.report.duration_ms,
                 ),
-                RefreshOutcome::Walked(Err(error)) => wire::RefreshOutcome::failed(error),
+                // A server's words, bounded (secrets go at the answer's choke point).
+                RefreshOutcome::Walked(Err(error)) => {
+                    wire::RefreshOutcome::failed(redact::truncate_server_text(&error).into_owned())
+                }
             };
             (name, outcome)
         })
@@ -485,7 +694,7 @@ async fn refresh(
     Ok(wire::RefreshResult { servers })
 }
 
-fn not_listed(uri: &str) -> ErrorObject {
+pub(crate) fn not_listed(uri: &str) -> ErrorObject {
     ErrorObject::new(
         RESOURCE_NOT_FOUND,
         format!("resource not found: no mirrored server lists {uri}"),
@@ -499,12 +708,7 @@ fn not_listed(uri: &str) -> ErrorObject {
 /// Reads through the server that wins `uri` in the merged catalog; when that server cannot
 /// be reached and its content cache has the URI, serves the cached contents instead.
 async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceResult, ErrorObject> {
-    let target = context
-        .store
-        .read_target(uri)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| not_listed(uri))?;
+    let target = read_target_or_template(uri, context).await?;
     let server = target.server.as_str();
     match context.supervisor.read(server, uri).await {
         Ok(answer) => {
@@ -538,7 +742,7 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceRe
                     result.meta.origin = Some(server.to_string());
                     result.meta.cache = Some(CacheNote {
                         stored_at_ms,
-                        reason: error.to_string(),
+                        reason: redact::scrub_server_text(&error.to_string()),
                     });
                     return Ok(result);
                 }
@@ -549,18 +753,20 @@ async fn read_resource(uri: &str, context: &ApiContext) -> Result<ReadResourceRe
                 ReadError::Offline { .. } | ReadError::Failed { .. } => INTERNAL_ERROR,
             };
             Err(
-                ErrorObject::new(code, error.to_string()).with_data(ErrorData {
-                    server: Some(server.into()),
-                    uri: Some(uri.into()),
-                    offline: Some(unreachable),
-                    ..ErrorData::default()
-                }),
+                ErrorObject::new(code, redact::scrub_server_text(&error.to_string())).with_data(
+                    ErrorData {
+                        server: Some(server.into()),
+                        uri: Some(uri.into()),
+                        offline: Some(unreachable),
+                        ..ErrorData::default()
+                    },
+                ),
             )
         }
     }
 }
 
-async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
+pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
     let servers = context.store.status().await.map_err(internal)?;
     let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())
@@ -584,21 +790,45 @@ async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject>
         config: context.config_path.clone(),
         clients: context.clients.load(Ordering::Relaxed),
         resources,
+        merged_resources: Some(
+            context
+                .store
+                .merged_resource_count()
+                .await
+                .map_err(internal)?,
+        ),
         change_seq,
         read_cache_bytes,
         config_loaded_at: config_load.loaded_at_ms,
         config_error: config_load.error,
         config_error_at: config_load.error_at_ms,
         database_error: context.store.database_error(),
+        socket_limits: socket_activity(context),
     };
-    let servers = servers
+    let mut servers: Vec<wire::ServerStatus> = servers
         .into_iter()
         .map(|server| {
             let session = live.remove(&server.name);
             server_status(server, session)
         })
         .collect();
+    crate::api_kinds::add_kind_status(&context.store, &mut servers).await?;
     Ok(wire::StatusResult { daemon, servers })
+}
+
+fn socket_activity(context: &ApiContext) -> wire::SocketActivity {
+    let searches = context.search_gate.activity();
+    wire::SocketActivity {
+        max_clients: context.max_clients,
+        clients_refused: context.refused_clients.load(Ordering::Relaxed),
+        max_concurrent_searches: searches.max_concurrent,
+        search_timeout_ms: context.search_gate.limits().timeout.as_millis() as u64,
+        searches_running: searches.running,
+        searches_waiting: searches.waiting,
+        searches_peak: searches.peak_running,
+        searches_refused: searches.refused_busy,
+        searches_timed_out: searches.timed_out,
+    }
 }
 
 // Shaping the store's rows into the protocol's results: the daemon and the CLI reading the
@@ -702,12 +932,99 @@ fn changes_result(page: store::ChangePage) -> wire::ChangesResult {
                 kind: change.kind,
                 uri: change.uri,
                 count: change.count,
+                entry_kind: change.entry_kind,
+                name: change.name,
+                fields: change.fields,
             })
             .collect(),
         latest_seq: page.latest_seq,
         truncated: page.truncated,
         more: page.more,
     }
+}
+
+fn refresh_state(state: crate::session::SettledState) -> wire::RefreshState {
+    match state {
+        crate::session::SettledState::Synced => wire::RefreshState::Synced,
+        crate::session::SettledState::NoResources => wire::RefreshState::NoResources,
+    }
+}
+
+/// The server a read of `uri` goes to: the one that wins the URI in the merged catalog, else
+/// (a URI no server lists) the one whose mirrored template matches it, by the same priority.
+async fn read_target_or_template(
+    uri: &str,
+    context: &ApiContext,
+) -> Result<store::ReadTarget, ErrorObject> {
+    if let Some(target) = context.store.read_target(uri).await.map_err(internal)? {
+        return Ok(target);
+    }
+    let template = context
+        .store
+        .template_target(uri)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| not_listed(uri))?;
+    Ok(store::ReadTarget {
+        server: template.server,
+        read_cache_bytes: template.read_cache_bytes,
+    })
+}
+
+/// The "no server named" error, as `catalog/refresh` and `catalog/list` answer it.
+fn no_such_server(name: &str) -> ErrorObject {
+    ErrorObject::new(INVALID_PARAMS, format!("no server named {name}")).with_data(ErrorData {
+        not_found: Some("server".into()),
+        server: Some(name.into()),
+        ..ErrorData::default()
+    })
+}
+
+async fn server_list(
+    params: wire::ServerListParams,
+    context: &ApiContext,
+) -> Result<wire::ServerListResult, ErrorObject> {
+    let (after, limit) = params.checked().map_err(invalid_params)?;
+    if !context
+        .store
+        .server_exists(&params.server)
+        .await
+        .map_err(internal)?
+    {
+        return Err(no_such_server(&params.server));
+    }
+    let (rows, more) = context
+        .store
+        .server_snapshot(&params.server, after, limit)
+        .await
+        .map_err(internal)?;
+    server_list_result(params.server, rows, more).map_err(internal)
+}
+
+/// A page of one server's own snapshot, with a cursor after its last URI when more follow.
+pub fn server_list_result(
+    server: String,
+    rows: Vec<store::SnapshotRow>,
+    more: bool,
+) -> Result<wire::ServerListResult, serde_json::Error> {
+    let next_cursor = match more {
+        true => rows.last().map(|row| encode_cursor(&row.uri)),
+        false => None,
+    };
+    let resources = rows
+        .into_iter()
+        .map(|row| {
+            Ok(wire::ServerListEntry {
+                resource: wire::Resource::from_stored(&row.raw, Some(&server))?,
+                won_by: row.won_by,
+            })
+        })
+        .collect::<Result<_, serde_json::Error>>()?;
+    Ok(wire::ServerListResult {
+        server,
+        resources,
+        next_cursor,
+    })
 }
 
 fn swap_summary(swap: store::SwapOutcome) -> wire::SwapSummary {
@@ -753,5 +1070,6 @@ fn server_status(
         last_error_at_ms: server.last_error_at_ms,
         oversized_entries: server.oversized_entries,
         live,
+        kinds: Default::default(),
     }
 }

@@ -4,7 +4,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,10 +13,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::api::{self, ApiContext, ConfigLoad};
+use crate::api::{self, ApiContext, ConfigLoad, IntervalLog};
 use crate::config::{self, Config};
+use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
+use crate::search_gate::SearchGate;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};
@@ -29,6 +31,48 @@ const API_STOP_BOUND: Duration = Duration::from_secs(2);
 const PROBE_BOUND: Duration = Duration::from_secs(5);
 /// How often the database path is checked to still name the file we opened (one stat).
 const DATABASE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Descriptors kept for everything but socket clients: the database's writer and readers
+/// (`store::MAX_READERS`, two each), stdio children's pipes, HTTP connections, the log.
+const DESCRIPTOR_RESERVE: u64 = 512;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, and returns how many socket clients fit
+/// beside `DESCRIPTOR_RESERVE`: `configured`, or fewer (said once in the log) when the limit
+/// is too low for it.
+fn client_budget(configured: usize) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+    let soft = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return configured;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit.rlim_cur = limit.rlim_max;
+            }
+        }
+        limit.rlim_cur
+    };
+    let room = soft.saturating_sub(DESCRIPTOR_RESERVE).max(1);
+    if (configured as u64) > room {
+        tracing::warn!(
+            max_clients = configured,
+            descriptor_limit = soft,
+            reserve = DESCRIPTOR_RESERVE,
+            serving = room,
+            "the descriptor limit (RLIMIT_NOFILE) leaves room for fewer clients than max_clients; raise LimitNOFILE or lower max_clients"
+        );
+        return room as usize;
+    }
+    configured
+}
 
 /// What the process asks of a running daemon (signals, in the binary).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +103,15 @@ pub async fn run_with(
         .await
         .context("while recording the configured servers")?;
     let (listener, socket) = SocketFile::open(&config.daemon.socket, service.listener)?;
+    if let Some(path) = &socket.path {
+        // Without the record, clients that find this socket dead refuse to guess a database.
+        if let Err(error) = api::record_socket_database(path, &config.daemon.database) {
+            tracing::warn!(%error, socket = %path.display(), "cannot record the database beside the socket");
+        }
+    }
     let (stop, stopping) = watch::channel(false);
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
+    let max_clients = client_budget(config.daemon.socket_limits.max_clients);
     let context = Arc::new(ApiContext {
         store: store.clone(),
         supervisor: supervisor.clone(),
@@ -75,8 +126,13 @@ pub async fn run_with(
             loaded_at_ms: now_ms(),
             ..ConfigLoad::default()
         }),
+        search_gate: SearchGate::new(config.daemon.socket_limits.search),
+        max_clients,
+        refused_clients: AtomicU64::new(0),
+        refusal_log: std::sync::Mutex::new(IntervalLog::default()),
     });
     let api_task = tokio::spawn(api::serve(listener, context.clone(), stopping.clone()));
+    let http = start_http_face(&config, &context, &stopping).await?;
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
     if let Some(path) = &socket.path {
@@ -121,6 +177,9 @@ pub async fn run_with(
                         notifier.reloading();
                     }
                     current = reload(current, &supervisor, &context).await;
+                    if let Some((face, _)) = &http {
+                        face.apply(&current);
+                    }
                     if let Some(notifier) = &notifier {
                         notifier.ready(&current_summary(&store).await);
                     }
@@ -149,6 +208,11 @@ pub async fn run_with(
         .is_err()
     {
         tracing::warn!("the socket's accept loop did not stop within {API_STOP_BOUND:?}");
+    }
+    if let Some((_, task)) = http {
+        if tokio::time::timeout(API_STOP_BOUND, task).await.is_err() {
+            tracing::warn!("the HTTP face did not stop within {API_STOP_BOUND:?}");
+        }
     }
     if let Some(task) = health_task {
         task.abort();
@@ -199,6 +263,47 @@ async fn watch_database_file(
     }
 }
 
+/// Starts the HTTP face when `[http] listen` or `metrics_listen` is set; a bind failure stops
+/// the start.
+async fn start_http_face(
+    config: &Config,
+    context: &Arc<ApiContext>,
+    stopping: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
+    let listeners = [
+        (config.http.listen, Face::Mcp),
+        (config.http.metrics_listen, Face::MetricsOnly),
+    ];
+    if listeners.iter().all(|(address, _)| address.is_none()) {
+        return Ok(None);
+    }
+    let face = Arc::new(HttpFace::new(context.clone(), config, stopping.clone()));
+    let mut tasks = Vec::new();
+    for (address, serving) in listeners {
+        let Some(address) = address else {
+            continue;
+        };
+        let listener = http_face::bind(address).await?;
+        tracing::info!(
+            address = %listener.local_addr().unwrap_or(address),
+            tokens = config.http.tokens.len(),
+            ?serving,
+            "the HTTP face is serving"
+        );
+        tasks.push(tokio::spawn(http_face::serve(
+            face.clone(),
+            listener,
+            serving,
+        )));
+    }
+    let task = tokio::spawn(async move {
+        for task in tasks {
+            let _ = task.await;
+        }
+    });
+    Ok(Some((face, task)))
+}
+
 fn removed_policy(config: &Config) -> RemovedServers {
     if config.daemon.keep_removed {
         RemovedServers::KeepOffline
@@ -241,6 +346,12 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) 
             );
         }
     }
+    if current.http != next.http {
+        tracing::warn!(
+            "the [http] table changes only at the next start (share = true applies now)"
+        );
+    }
+    next.http = current.http.clone();
     if current.daemon.log_level != next.daemon.log_level {
         tracing::warn!("daemon.log_level changes only at the next start");
     }

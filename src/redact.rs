@@ -78,6 +78,35 @@ pub(crate) fn scrub_server_text(text: &str) -> String {
     truncate_server_text(&scrub(text)).into_owned()
 }
 
+/// The most of one server-supplied JSON value (`serverInfo`, `capabilities`) that we keep,
+/// serialized; a larger one is kept as its bounded text instead.
+pub(crate) const MAX_SERVER_JSON_BYTES: usize = 4 * MAX_SERVER_TEXT_BYTES;
+
+/// A server-supplied JSON value as we keep it: every string scrubbed and bounded, and the
+/// whole no larger than `MAX_SERVER_JSON_BYTES` (else replaced by its bounded text).
+pub(crate) fn scrub_server_json(value: &mut Value) {
+    scrub_json(value);
+    bound_json_strings(value);
+    let serialized = value.to_string();
+    if serialized.len() > MAX_SERVER_JSON_BYTES {
+        *value = Value::String(truncate_server_text(&serialized).into_owned());
+    }
+}
+
+/// Bounds every string inside a JSON value to `MAX_SERVER_TEXT_BYTES`.
+pub(crate) fn bound_json_strings(value: &mut Value) {
+    match value {
+        Value::String(text) => {
+            if let Cow::Owned(bounded) = truncate_server_text(text) {
+                *text = bounded;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_json_strings),
+        Value::Object(object) => object.values_mut().for_each(bound_json_strings),
+        _ => {}
+    }
+}
+
 /// Scrubs every string (keys too) inside a JSON value.
 pub(crate) fn scrub_json(value: &mut Value) {
     match value {
@@ -103,14 +132,38 @@ pub(crate) fn scrub_json(value: &mut Value) {
     }
 }
 
-/// Standard error with known secrets scrubbed from every write; the logger formats each event
-/// into one buffer and writes it at once, so a secret is never split across writes.
+/// The longest log line we write; server texts in it are bounded where they enter, so this
+/// only catches what slipped past (a server's cursor quoted in a walk error, say).
+pub(crate) const MAX_LOG_LINE_BYTES: usize = 64 << 10;
+
+/// Standard error with known secrets scrubbed from every write and every line bounded to
+/// `MAX_LOG_LINE_BYTES`; the logger formats each event into one buffer and writes it at once,
+/// so a secret is never split across writes.
 pub struct ScrubbedStderr;
+
+/// One formatted log event as it is written: scrubbed, then cut to `MAX_LOG_LINE_BYTES`
+/// (keeping its final newline).
+fn log_line(text: &str) -> Cow<'_, str> {
+    let scrubbed = scrub(text);
+    if scrubbed.len() <= MAX_LOG_LINE_BYTES {
+        return scrubbed;
+    }
+    let mut end = MAX_LOG_LINE_BYTES;
+    while !scrubbed.is_char_boundary(end) {
+        end -= 1;
+    }
+    let newline = if scrubbed.ends_with('\n') { "\n" } else { "" };
+    Cow::Owned(format!(
+        "{}… ({} bytes more){newline}",
+        &scrubbed[..end],
+        scrubbed.len() - end
+    ))
+}
 
 impl Write for ScrubbedStderr {
     fn write(&mut self, buffer: &[u8]) -> io::Result<usize> {
         let text = String::from_utf8_lossy(buffer);
-        io::stderr().write_all(scrub(&text).as_bytes())?;
+        io::stderr().write_all(log_line(&text).as_bytes())?;
         Ok(buffer.len())
     }
 
@@ -164,6 +217,35 @@ mod tests {
                 "a".repeat(MAX_SERVER_TEXT_BYTES - 1)
             )
         );
+    }
+
+    #[test]
+    fn log_lines_are_bounded_and_keep_their_newline() {
+        let line = format!("{}\n", "l".repeat(MAX_LOG_LINE_BYTES * 3));
+        let written = log_line(&line);
+        assert!(written.len() < MAX_LOG_LINE_BYTES + 40);
+        assert!(
+            written.ends_with(" bytes more)\n"),
+            "{}",
+            &written[written.len() - 30..]
+        );
+        assert_eq!(log_line("short\n"), "short\n");
+    }
+
+    #[test]
+    fn server_json_is_bounded_string_by_string_and_whole() {
+        let mut info = serde_json::json!({"name": "x".repeat(100_000), "version": "1"});
+        scrub_server_json(&mut info);
+        let name = info["name"].as_str().expect("a string still");
+        assert!(name.len() < MAX_SERVER_TEXT_BYTES + 40, "{}", name.len());
+        let many: serde_json::Map<String, Value> = (0..10_000)
+            .map(|index| (format!("key{index}"), Value::from(index)))
+            .collect();
+        let mut huge = Value::Object(many);
+        scrub_server_json(&mut huge);
+        assert!(huge
+            .as_str()
+            .is_some_and(|text| text.ends_with(" bytes more)")));
     }
 
     #[test]

@@ -44,6 +44,16 @@ pub struct WalkSummary {
     /// The server's caching hints from the first page (stateless era), for pacing polls.
     pub ttl_ms: Option<u64>,
     pub cache_scope: Option<String>,
+    /// The swaps of the other kinds walked with it (`walk_kinds.rs`).
+    pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
+}
+
+impl WalkSummary {
+    /// True when any kind's swap changed something.
+    pub fn changed_anything(&self) -> bool {
+        self.swap.added + self.swap.removed + self.swap.changed > 0
+            || self.entries.iter().any(|(_, swap)| swap.touched() > 0)
+    }
 }
 
 /// Walks `resources/list` and `resources/templates/list` to the end and swaps the result in.
@@ -70,6 +80,7 @@ pub async fn walk(
                     report,
                     ttl_ms,
                     cache_scope,
+                    entries: Vec::new(),
                 });
             }
             Err(Attempt::StaleCursor(error)) if !restarted => {

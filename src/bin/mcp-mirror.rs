@@ -27,8 +27,9 @@ struct Arguments {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     json: bool,
-    /// The database that `ls`, `show` and `search` read when the daemon is not running
-    /// (default: from the environment, else the standard location).
+    /// The database that `ls`, `templates`, `show` and `search` read when the daemon is not
+    /// running (default: the one the socket's daemon recorded beside it; with neither
+    /// --socket nor a record, the standard location).
     #[arg(long, global = true, env = "MCP_MIRROR_DATABASE")]
     database: Option<PathBuf>,
     #[command(subcommand)]
@@ -48,19 +49,25 @@ enum Command {
     },
     /// Show the daemon and every server's state.
     Status,
-    /// List the merged catalog.
+    /// List the merged catalog (each URI once, from the server that wins it).
     Ls {
-        /// Only resources from this server.
+        /// List this server's own snapshot instead, marking the entries another server wins.
         #[arg(long)]
         server: Option<String>,
     },
+    /// List the merged resource templates.
+    Templates,
     /// Full-text search over URI, name, title and description.
     Search {
+        /// The words to find (the last one also matches as a prefix).
         query: String,
+        /// At most this many results (default 20, at most 1000).
         #[arg(long)]
         limit: Option<u64>,
+        /// Only this server's resources.
         #[arg(long)]
         server: Option<String>,
+        /// Only resources of this MIME type.
         #[arg(long)]
         mime_type: Option<String>,
         /// Treat the query as raw FTS5 syntax.
@@ -70,10 +77,41 @@ enum Command {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Show every field of one resource and which servers list it.
-    Show { uri: String },
-    /// Read a resource through the server that listed it: text to stdout.
+    /// Show every field of one resource and which servers list it (or of one URI template);
+    /// `show tool SERVER/NAME` (or `prompt`) shows a whole tool or prompt definition.
+    Show {
+        /// The resource's URI, a template's uriTemplate as `templates` lists it, or `tool`/`prompt`.
+        uri: String,
+        /// With `tool` or `prompt` as the first word: SERVER/NAME.
+        name: Option<String>,
+    },
+    /// List the mirrored tools.
+    Tools {
+        /// Only this server's tools.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// List the mirrored prompts.
+    Prompts {
+        /// Only this server's prompts.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Show the tools and prompts that differ from the accepted definitions.
+    Drift {
+        /// Only this server's drift.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Accept the current tools and prompts; drift is measured from them.
+    Accept {
+        /// Accept only this server's definitions.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Read a resource through the server that listed it (or whose template matches it): text to stdout.
     Read {
+        /// The resource's URI.
         uri: String,
         /// Write the contents (decoded, when binary) to this file.
         #[arg(long)]
@@ -89,6 +127,7 @@ enum Command {
     Mcp,
     /// Ask one server (or all) to walk its catalog again now.
     Refresh {
+        /// The server to walk (default: every server).
         server: Option<String>,
         /// Wait until the new snapshot is committed.
         #[arg(long)]
@@ -115,14 +154,18 @@ fn main() -> ExitCode {
         .socket
         .clone()
         .unwrap_or_else(paths::default_socket);
-    let database = arguments
-        .database
-        .clone()
-        .unwrap_or_else(paths::default_database);
+    // With a socket chosen and no database, only the database that socket's daemon recorded
+    // will do: the standard one may belong to another daemon.
+    let database = match (&arguments.database, &arguments.socket) {
+        (Some(database), _) => cli::DatabaseChoice::Given(database.clone()),
+        (None, Some(_)) => cli::DatabaseChoice::OfSocket,
+        (None, None) => cli::DatabaseChoice::Default(paths::default_database()),
+    };
     let outcome = match &arguments.command {
         Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
         Command::Status => cli::status(&socket, arguments.json),
         Command::Ls { server } => cli::ls(&socket, &database, server.as_deref(), arguments.json),
+        Command::Templates => cli::templates(&socket, &database, arguments.json),
         Command::Search {
             query,
             limit,
@@ -141,7 +184,32 @@ fn main() -> ExitCode {
             };
             cli::search(&socket, &database, &search, arguments.json)
         }
-        Command::Show { uri } => cli::show(&socket, &database, uri, arguments.json),
+        Command::Show {
+            uri: kind,
+            name: Some(name),
+        } if kind == "tool" || kind == "prompt" => {
+            let kind = if kind == "tool" {
+                mcp_mirror::protocol::Kind::Tool
+            } else {
+                mcp_mirror::protocol::Kind::Prompt
+            };
+            cli::show_entry(&socket, kind, name, arguments.json)
+        }
+        Command::Show { uri, .. } => cli::show(&socket, &database, uri, arguments.json),
+        Command::Tools { server } => cli::list_kind(
+            &socket,
+            mcp_mirror::protocol::Kind::Tool,
+            server.as_deref(),
+            arguments.json,
+        ),
+        Command::Prompts { server } => cli::list_kind(
+            &socket,
+            mcp_mirror::protocol::Kind::Prompt,
+            server.as_deref(),
+            arguments.json,
+        ),
+        Command::Drift { server } => cli::drift(&socket, server.as_deref(), arguments.json),
+        Command::Accept { server } => cli::accept(&socket, server.as_deref(), arguments.json),
         Command::Read { uri, output } => cli::read(&socket, uri, output.as_deref(), arguments.json),
         Command::Watch { since } => cli::watch(&socket, *since, arguments.json),
         Command::Mcp => cli::bridge(&socket),

@@ -1,4 +1,5 @@
-//! The commands, one function each: `status`, `ls`, `search`, `show`, `read`, `refresh`, `watch`.
+//! The commands, one function each: `status`, `ls`, `templates`, `search`, `show`, `read`,
+//! `refresh`, `watch`.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -9,16 +10,17 @@ use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 
 use super::client::Client;
-use super::offline::Catalog;
+use super::offline::{Catalog, DatabaseChoice};
 use super::progress::Progress;
 use super::render::{
-    age, escaped, print_fields, print_json, print_table, shown_snippet, utc_timestamp,
-    SNIPPET_MARKERS,
+    age, escaped, interval, print_fields, print_json, print_table, shown_snippet, thousands,
+    utc_timestamp, SNIPPET_MARKERS,
 };
 use super::ClientError;
 use crate::protocol::{
-    CatalogChanged, CatalogRefresh, CatalogStatus, CatalogWatch, ChangeKind, ListParams, NoParams,
-    ReadResource, RefreshOutcome, RefreshParams, SearchParams, ServerState, UriParams, WatchParams,
+    CatalogChanged, CatalogRefresh, CatalogStatus, CatalogWatch, ChangeKind, Era, ListParams,
+    LiveStatus, NoParams, PushChannel, ReadResource, RefreshOutcome, RefreshParams, RefreshState,
+    ResourceTemplate, SearchParams, ServerListParams, ServerState, UriParams, WatchParams,
 };
 
 const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,11 +34,28 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         return Ok(());
     }
     let daemon = &status.daemon;
+    // The merged catalog's size first (what `ls` lists), then what the snapshots hold,
+    // where a URI two servers list counts twice.
+    let listing_servers = status
+        .servers
+        .iter()
+        .filter(|server| server.resources > 0)
+        .count();
+    let counts = match daemon.merged_resources {
+        Some(merged) => format!(
+            "{} resources ({} listed by {} server{})",
+            thousands(merged),
+            thousands(daemon.resources),
+            listing_servers,
+            if listing_servers == 1 { "" } else { "s" }
+        ),
+        None => format!("{} resources listed", thousands(daemon.resources)),
+    };
     println!(
-        "mcp-mirror {} · up {}s · {} resources · database {}",
+        "mcp-mirror {} · up {}s · {} · database {}",
         daemon.version,
         daemon.uptime_ms / 1000,
-        daemon.resources,
+        counts,
         daemon.database.display(),
     );
     println!(
@@ -76,8 +95,8 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
                 Some(transport) => transport.to_string(),
                 None => server.transport.to_string(),
             };
-            let push = match live.and_then(|live| live.push.as_ref()) {
-                Some(push) => push.to_string(),
+            let push = match live {
+                Some(live) => push_text(live),
                 None => "-".into(),
             };
             vec![
@@ -108,22 +127,46 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
     Ok(())
 }
 
+/// How changes reach the mirror, in words a user acts on: for a server that is polled, how
+/// often and why, and what may let it push.
+fn push_text(live: &LiveStatus) -> String {
+    let Some(push) = &live.push else {
+        return "-".into();
+    };
+    let PushChannel::Polling(reason) = push else {
+        return push.to_string();
+    };
+    let every = match live.poll_interval_ms {
+        Some(milliseconds) => format!(" every {}", interval(milliseconds)),
+        None => String::new(),
+    };
+    // Some servers (fastmcp 4.x) declare no listChanged in the stateless era yet push in
+    // the handshake era: pinning that era is the one thing the user can change.
+    let hint = match live.era {
+        Some(Era::Modern) => {
+            "; try era = \"legacy\" for this server if it pushes in the handshake era"
+        }
+        _ => "",
+    };
+    format!("polling{every}: {reason}{hint}")
+}
+
 pub fn ls(
     socket: &Path,
-    database: &Path,
+    database: &DatabaseChoice,
     server: Option<&str>,
     as_json: bool,
 ) -> Result<(), ClientError> {
     let mut catalog = Catalog::open(socket, database)?;
+    if let Some(server) = server {
+        return ls_server(&mut catalog, server, as_json);
+    }
     let mut params = ListParams::default();
     let mut rows = Vec::new();
     let mut all = Vec::new();
     loop {
         let page = catalog.list_page(&params)?;
         for resource in page.resources {
-            if server.is_some_and(|wanted| Some(wanted) != resource.origin()) {
-                continue;
-            }
             if as_json {
                 all.push(resource);
             } else {
@@ -132,7 +175,7 @@ pub fn ls(
                     escaped(&resource.uri).into_owned(),
                     escaped(fields.name.as_deref().unwrap_or_default()).into_owned(),
                     escaped(fields.mime_type.as_deref().unwrap_or("-")).into_owned(),
-                    escaped(resource.origin().unwrap_or_default()).into_owned(),
+                    escaped(&resource.attribution().unwrap_or_default()).into_owned(),
                 ]);
             }
         }
@@ -149,6 +192,96 @@ pub fn ls(
     Ok(())
 }
 
+/// `ls --server S`: S's own snapshot, every entry it lists, each marked with the server that
+/// wins its URI in the merged catalog when that is another one.
+fn ls_server(catalog: &mut Catalog, server: &str, as_json: bool) -> Result<(), ClientError> {
+    let mut params = ServerListParams {
+        server: server.to_string(),
+        ..ServerListParams::default()
+    };
+    let mut rows = Vec::new();
+    let mut all = Vec::new();
+    let (mut listed, mut won_elsewhere) = (0u64, 0u64);
+    loop {
+        let page = catalog.server_page(&params)?;
+        for entry in page.resources {
+            listed += 1;
+            won_elsewhere += u64::from(entry.won_by.is_some());
+            if as_json {
+                all.push(entry);
+                continue;
+            }
+            let fields = &entry.resource.fields;
+            let won_by = match &entry.won_by {
+                Some(winner) => format!("{} wins", escaped(winner)),
+                None => "-".into(),
+            };
+            rows.push(vec![
+                escaped(&entry.resource.uri).into_owned(),
+                escaped(fields.name.as_deref().unwrap_or_default()).into_owned(),
+                escaped(fields.mime_type.as_deref().unwrap_or("-")).into_owned(),
+                won_by,
+            ]);
+        }
+        match page.next_cursor {
+            Some(next) => params.cursor = Some(next),
+            None => break,
+        }
+    }
+    if as_json {
+        print_json(&all);
+        return Ok(());
+    }
+    print_table(&["URI", "NAME", "MIME TYPE", "MERGED"], rows);
+    eprintln!(
+        "mcp-mirror: {} lists {}; another server wins {} of them in the merged catalog",
+        escaped(server),
+        thousands(listed),
+        thousands(won_elsewhere)
+    );
+    Ok(())
+}
+
+/// The merged templates: each URI template once, from the server that wins it.
+pub fn templates(
+    socket: &Path,
+    database: &DatabaseChoice,
+    as_json: bool,
+) -> Result<(), ClientError> {
+    let all = all_templates(&mut Catalog::open(socket, database)?)?;
+    if as_json {
+        print_json(&all);
+        return Ok(());
+    }
+    let rows = all
+        .iter()
+        .map(|template| {
+            let fields = &template.fields;
+            vec![
+                escaped(&template.uri_template).into_owned(),
+                escaped(fields.name.as_deref().unwrap_or_default()).into_owned(),
+                escaped(fields.mime_type.as_deref().unwrap_or("-")).into_owned(),
+                escaped(fields.meta.origin.as_deref().unwrap_or_default()).into_owned(),
+            ]
+        })
+        .collect();
+    print_table(&["URI TEMPLATE", "NAME", "MIME TYPE", "SERVER"], rows);
+    Ok(())
+}
+
+fn all_templates(catalog: &mut Catalog) -> Result<Vec<ResourceTemplate>, ClientError> {
+    let mut params = ListParams::default();
+    let mut all = Vec::new();
+    loop {
+        let page = catalog.templates_page(&params)?;
+        all.extend(page.resource_templates);
+        match page.next_cursor {
+            Some(next) => params.cursor = Some(next),
+            None => return Ok(all),
+        }
+    }
+}
+
 pub struct SearchArgs<'a> {
     pub query: &'a str,
     pub limit: Option<u64>,
@@ -160,7 +293,7 @@ pub struct SearchArgs<'a> {
 
 pub fn search(
     socket: &Path,
-    database: &Path,
+    database: &DatabaseChoice,
     args: &SearchArgs,
     as_json: bool,
 ) -> Result<(), ClientError> {
@@ -174,7 +307,12 @@ pub fn search(
         cursor: args.cursor.map(str::to_string),
         highlight: (!as_json).then(|| (open.to_string(), close.to_string())),
     };
-    let result = Catalog::open(socket, database)?.search(params)?;
+    let mut catalog = Catalog::open(socket, database)?;
+    if let Some(server) = args.server {
+        // An empty table would say the server lists nothing; the name is wrong instead.
+        catalog.require_server(server)?;
+    }
+    let result = catalog.search(params)?;
     if as_json {
         print_json(&result);
         return Ok(());
@@ -202,9 +340,28 @@ pub fn search(
     Ok(())
 }
 
-/// Prints every field the mirror has for `uri`, and which servers list it.
-pub fn show(socket: &Path, database: &Path, uri: &str, as_json: bool) -> Result<(), ClientError> {
-    let details = Catalog::open(socket, database)?.resource(uri)?;
+/// Prints every field the mirror has for `uri`, and which servers list it; or, for a URI
+/// template (`uriTemplate` as `templates` lists it), the template's fields.
+pub fn show(
+    socket: &Path,
+    database: &DatabaseChoice,
+    uri: &str,
+    as_json: bool,
+) -> Result<(), ClientError> {
+    let mut catalog = Catalog::open(socket, database)?;
+    let details = match catalog.resource(uri) {
+        Ok(details) => details,
+        Err(not_found) if not_found.exit_code() == super::EXIT_NOT_FOUND => {
+            let template = all_templates(&mut catalog)?
+                .into_iter()
+                .find(|template| template.uri_template == uri);
+            return match template {
+                Some(template) => show_template(&template, as_json),
+                None => Err(not_found),
+            };
+        }
+        Err(other) => return Err(other),
+    };
     if as_json {
         print_json(&details);
         return Ok(());
@@ -233,7 +390,11 @@ pub fn show(socket: &Path, database: &Path, uri: &str, as_json: bool) -> Result<
             )
         })
         .collect();
-    rows.push(("server:".into(), escaped(&details.server).into_owned()));
+    let server = details
+        .resource
+        .attribution()
+        .unwrap_or_else(|| details.server.clone());
+    rows.push(("server:".into(), escaped(&server).into_owned()));
     rows.push(("listed by:".into(), listed_by.join(", ")));
     if details.stale {
         rows.push((
@@ -242,6 +403,33 @@ pub fn show(socket: &Path, database: &Path, uri: &str, as_json: bool) -> Result<
         ));
     }
     rows.push(("snapshot age:".into(), age(details.snapshot_at_ms)));
+    print_fields(rows);
+    Ok(())
+}
+
+fn show_template(template: &ResourceTemplate, as_json: bool) -> Result<(), ClientError> {
+    if as_json {
+        print_json(template);
+        return Ok(());
+    }
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let fields =
+        serde_json::to_value(template).map_err(|error| ClientError::Protocol(error.to_string()))?;
+    if let serde_json::Value::Object(fields) = fields {
+        for (key, value) in fields {
+            let text = match value {
+                serde_json::Value::String(text) => text,
+                other => other.to_string(),
+            };
+            rows.push((format!("{}:", escaped(&key)), escaped(&text).into_owned()));
+        }
+    }
+    let server = template.fields.meta.origin.as_deref().unwrap_or_default();
+    rows.push(("server:".into(), escaped(server).into_owned()));
+    rows.push((
+        "reads:".into(),
+        "a URI that matches this template and that no server lists is read from this server".into(),
+    ));
     print_fields(rows);
     Ok(())
 }
@@ -360,7 +548,14 @@ pub fn refresh(
         match outcome {
             RefreshOutcome::Queued { .. } => println!("{name}: walk requested"),
             RefreshOutcome::Walked {
-                swap, duration_ms, ..
+                state: RefreshState::NoResources,
+                ..
+            } => println!("{name}: no resources (the server declares no resources capability; nothing to walk)"),
+            RefreshOutcome::Walked {
+                state: RefreshState::Synced,
+                swap,
+                duration_ms,
+                ..
             } => println!(
                 "{name}: {} resources (+{} -{} ~{}) in {duration_ms} ms",
                 swap.resources, swap.added, swap.removed, swap.changed

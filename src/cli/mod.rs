@@ -4,6 +4,7 @@
 mod bridge;
 mod client;
 mod commands;
+mod kinds;
 mod offline;
 mod progress;
 mod render;
@@ -15,7 +16,9 @@ use crate::store::StoreError;
 
 pub use bridge::bridge;
 pub use client::Client;
-pub use commands::{ls, read, refresh, search, show, status, watch, SearchArgs};
+pub use commands::{ls, read, refresh, search, show, status, templates, watch, SearchArgs};
+pub use kinds::{accept, drift, list as list_kind, show as show_entry};
+pub use offline::DatabaseChoice;
 
 /// Exit codes that tell outcomes apart for scripts.
 pub const EXIT_FAILURE: u8 = 1;
@@ -37,6 +40,8 @@ pub enum ClientError {
     NotFound(String),
     #[error("{0}")]
     Usage(String),
+    #[error("cannot tell which database the daemon at {socket} uses: it left no record we can read at {record}; pass --database PATH to read one")]
+    UnknownDatabase { socket: PathBuf, record: PathBuf },
     #[error("cannot read the database {path} either: {source}")]
     Offline { path: PathBuf, source: StoreError },
     #[error("cannot write {path}: {source}")]
@@ -51,7 +56,9 @@ pub enum ClientError {
 impl ClientError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            ClientError::Unreachable { .. } | ClientError::Offline { .. } => EXIT_UNREACHABLE,
+            ClientError::Unreachable { .. }
+            | ClientError::Offline { .. }
+            | ClientError::UnknownDatabase { .. } => EXIT_UNREACHABLE,
             ClientError::NotFound(_) => EXIT_NOT_FOUND,
             ClientError::Remote { code, data, .. }
                 if *code == RESOURCE_NOT_FOUND

@@ -1,14 +1,15 @@
 //! Where catalog reads come from: the daemon, or the database file read-only when no daemon
 //! runs. Both answer with the socket's types, shaped by the same code.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::client::Client;
 use super::ClientError;
 use crate::protocol::{
-    CatalogResource, CatalogSearch, ListParams, ListResources, ListResourcesResult,
-    ResourceDetails, SearchParams, SearchResult, UriParams,
+    socket_record_path, CatalogList, CatalogResource, CatalogSearch, ListParams, ListResources,
+    ListResourcesResult, ListTemplates, ListTemplatesResult, ResourceDetails, SearchParams,
+    SearchResult, ServerListParams, ServerListResult, SocketRecord, UriParams,
 };
 use crate::store::{ReadOnlyCatalog, StoreError};
 
@@ -27,28 +28,42 @@ fn database_error(error: impl std::fmt::Display) -> ClientError {
 }
 
 impl Catalog {
-    /// Connects to the daemon; when it cannot be reached, opens `database` read-only and
+    /// Connects to the daemon; when it cannot be reached, opens its database read-only and
     /// says so on stderr, so nobody mistakes a possibly stale file for the live mirror.
-    pub fn open(socket: &Path, database: &Path) -> Result<Catalog, ClientError> {
+    pub fn open(socket: &Path, database: &DatabaseChoice) -> Result<Catalog, ClientError> {
         match Client::connect(socket) {
             Ok(client) => Ok(Catalog::Daemon(client)),
-            Err(unreachable) => match ReadOnlyCatalog::open(database) {
-                Ok(catalog) => {
-                    eprintln!(
-                        "mcp-mirror: the daemon is not running (no answer at {}); reading the database {} directly, read-only",
-                        socket.display(),
-                        database.display()
-                    );
-                    Ok(Catalog::Database(catalog))
-                }
-                Err(source) => {
+            Err(unreachable) => {
+                let database = database.resolve(socket).inspect_err(|_| {
                     eprintln!("mcp-mirror: {unreachable}");
-                    Err(ClientError::Offline {
-                        path: database.to_path_buf(),
-                        source,
-                    })
-                }
-            },
+                })?;
+                Catalog::open_database(socket, &database, unreachable)
+            }
+        }
+    }
+
+    /// Opens `database` read-only; `unreachable` is why the daemon could not answer.
+    fn open_database(
+        socket: &Path,
+        database: &Path,
+        unreachable: ClientError,
+    ) -> Result<Catalog, ClientError> {
+        match ReadOnlyCatalog::open(database) {
+            Ok(catalog) => {
+                eprintln!(
+                    "mcp-mirror: the daemon is not running (no answer at {}); reading the database {} directly, read-only",
+                    socket.display(),
+                    database.display()
+                );
+                Ok(Catalog::Database(catalog))
+            }
+            Err(source) => {
+                eprintln!("mcp-mirror: {unreachable}");
+                Err(ClientError::Offline {
+                    path: database.to_path_buf(),
+                    source,
+                })
+            }
         }
     }
 
@@ -85,6 +100,62 @@ impl Catalog {
         }
     }
 
+    /// One page of the merged templates (`resources/templates/list`).
+    pub fn templates_page(
+        &mut self,
+        params: &ListParams,
+    ) -> Result<ListTemplatesResult, ClientError> {
+        match self {
+            Catalog::Daemon(client) => client.call::<ListTemplates>(params, Some(LIST_TIMEOUT)),
+            Catalog::Database(catalog) => {
+                let after = params
+                    .after()
+                    .map_err(|error| ClientError::Usage(error.to_string()))?;
+                let (rows, more) = catalog
+                    .list_templates(after.as_deref(), OFFLINE_PAGE_SIZE)
+                    .map_err(database_error)?;
+                crate::api::templates_page(rows, more).map_err(database_error)
+            }
+        }
+    }
+
+    /// One page of one server's own snapshot (`catalog/list`); an unknown server is
+    /// `NotFound` either way.
+    pub fn server_page(
+        &mut self,
+        params: &ServerListParams,
+    ) -> Result<ServerListResult, ClientError> {
+        match self {
+            Catalog::Daemon(client) => client.call::<CatalogList>(params, Some(LIST_TIMEOUT)),
+            Catalog::Database(catalog) => {
+                let (after, limit) = params
+                    .checked()
+                    .map_err(|error| ClientError::Usage(error.to_string()))?;
+                if !catalog
+                    .server_exists(&params.server)
+                    .map_err(database_error)?
+                {
+                    return Err(no_such_server(&params.server));
+                }
+                let (rows, more) = catalog
+                    .server_snapshot(&params.server, after.as_deref(), limit)
+                    .map_err(database_error)?;
+                crate::api::server_list_result(params.server.clone(), rows, more)
+                    .map_err(database_error)
+            }
+        }
+    }
+
+    /// `NotFound` (exit 4) unless a server named `server` is configured.
+    pub fn require_server(&mut self, server: &str) -> Result<(), ClientError> {
+        let probe = ServerListParams {
+            server: server.to_string(),
+            cursor: None,
+            limit: Some(1),
+        };
+        self.server_page(&probe).map(|_| ())
+    }
+
     /// Everything known about one URI (`catalog/resource`).
     pub fn resource(&mut self, uri: &str) -> Result<ResourceDetails, ClientError> {
         match self {
@@ -97,6 +168,43 @@ impl Catalog {
                     .map_err(database_error)?
                     .ok_or_else(|| ClientError::NotFound(format!("no mirrored server lists {uri}")))
             }
+        }
+    }
+}
+
+pub fn no_such_server(server: &str) -> ClientError {
+    ClientError::NotFound(format!(
+        "no server named {server}; `mcp-mirror status` lists the configured servers"
+    ))
+}
+
+/// Which database to read when no daemon answers.
+#[derive(Debug, Clone)]
+pub enum DatabaseChoice {
+    /// Given with `--database` (or its environment variable): always this one.
+    Given(PathBuf),
+    /// The socket was not chosen either: the one its daemon records, else the standard one.
+    Default(PathBuf),
+    /// The socket was chosen: only the database its daemon records beside it.
+    OfSocket,
+}
+
+impl DatabaseChoice {
+    fn resolve(&self, socket: &Path) -> Result<PathBuf, ClientError> {
+        if let DatabaseChoice::Given(path) = self {
+            return Ok(path.clone());
+        }
+        let record_path = socket_record_path(socket);
+        let recorded = std::fs::read(&record_path)
+            .ok()
+            .and_then(|text| serde_json::from_slice::<SocketRecord>(&text).ok());
+        match (recorded, self) {
+            (Some(record), _) => Ok(record.database),
+            (None, DatabaseChoice::Default(path)) => Ok(path.clone()),
+            (None, _) => Err(ClientError::UnknownDatabase {
+                socket: socket.to_path_buf(),
+                record: record_path,
+            }),
         }
     }
 }

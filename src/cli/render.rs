@@ -125,6 +125,32 @@ pub fn age(at_ms: Option<i64>) -> String {
     }
 }
 
+/// "1,628": a count with thousands separators.
+pub fn thousands(count: u64) -> String {
+    let digits = count.to_string();
+    let mut shown = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            shown.push(',');
+        }
+        shown.push(digit);
+    }
+    shown
+}
+
+/// "5s", "5m", "1h30m": an interval as a person reads it.
+pub fn interval(milliseconds: u64) -> String {
+    let seconds = milliseconds / 1000;
+    match seconds {
+        0 => format!("{milliseconds}ms"),
+        1..=59 => format!("{seconds}s"),
+        60..=3599 if seconds % 60 == 0 => format!("{}m", seconds / 60),
+        60..=3599 => format!("{}m{}s", seconds / 60, seconds % 60),
+        _ if seconds % 3600 == 0 => format!("{}h", seconds / 3600),
+        _ => format!("{}h{}m", seconds / 3600, seconds % 3600 / 60),
+    }
+}
+
 /// `2026-01-31T12:34:56Z` from milliseconds since the epoch (UTC, whole seconds).
 pub fn utc_timestamp(at_ms: i64) -> String {
     match jiff::Timestamp::from_second(at_ms.div_euclid(1000)) {
@@ -137,6 +163,19 @@ pub fn utc_timestamp(at_ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_and_intervals_read_as_people_write_them() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_628), "1,628");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+        assert_eq!(interval(500), "500ms");
+        assert_eq!(interval(5_000), "5s");
+        assert_eq!(interval(300_000), "5m");
+        assert_eq!(interval(90_000), "1m30s");
+        assert_eq!(interval(5_400_000), "1h30m");
+    }
 
     #[test]
     fn timestamps_are_utc() {

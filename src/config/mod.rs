@@ -5,6 +5,7 @@
 //! and `transport`) turns them into one `Config` of durations, resolved paths and a
 //! `Transport`, or a `ConfigError` naming the file, the line and the key at fault.
 
+mod http;
 mod raw;
 mod server;
 mod source;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub use http::{HttpConfig, HttpToken};
 use source::SourceFile;
 
 /// `[daemon] resync_interval`: the backstop re-walk, besides `list_changed` notifications.
@@ -55,6 +57,27 @@ pub(crate) const DEFAULT_MIN_WALK_INTERVAL: Duration = Duration::from_secs(1);
 pub(crate) const DEFAULT_PRIORITY: i64 = 100;
 /// `[daemon] keep_removed`: a removed server's snapshot is dropped unless this is set.
 pub(crate) const DEFAULT_KEEP_REMOVED: bool = false;
+
+/// `[daemon] search_timeout`: how long one `catalog/search` may run (and, separately, wait
+/// for a slot) before it is cancelled.
+pub(crate) const DEFAULT_SEARCH_TIMEOUT: Duration = Duration::from_secs(2);
+/// `[daemon] max_clients`: socket connections served at once; more are refused at accept.
+pub(crate) const DEFAULT_MAX_CLIENTS: u64 = 1024;
+
+/// `[daemon] max_concurrent_searches` when left out: the number of cores, at least 2.
+pub(crate) fn default_max_concurrent_searches() -> u64 {
+    std::thread::available_parallelism()
+        .map(|cores| cores.get() as u64)
+        .unwrap_or(2)
+        .max(2)
+}
+
+/// Bounds on what socket clients may ask of the daemon; read at start (a reload keeps them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketLimits {
+    pub search: crate::search_gate::SearchLimits,
+    pub max_clients: usize,
+}
 
 /// A configuration error that names the file, the line and the key at fault. It never quotes
 /// a configured value that could be a secret, so it can be printed before any scrubber runs.
@@ -99,6 +122,8 @@ pub struct Config {
     pub source: PathBuf,
     pub daemon: DaemonConfig,
     pub servers: Vec<ServerConfig>,
+    /// The HTTP face (`[http]`); off unless `listen` is set.
+    pub http: HttpConfig,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -116,6 +141,7 @@ pub struct DaemonConfig {
     pub keep_removed: bool,
     /// A tracing filter (`info`, `mcp_mirror=debug,warn`); `RUST_LOG` overrides it.
     pub log_level: Option<String>,
+    pub socket_limits: SocketLimits,
 }
 
 /// How a session paces itself between walks.
@@ -158,6 +184,32 @@ pub struct ServerConfig {
     pub era: EraChoice,
     /// A protocol version to insist on, instead of negotiating.
     pub protocol_version: Option<String>,
+    /// The kinds to mirror (`mirror = [...]`); `None` mirrors every kind the server declares.
+    pub mirror: Option<Vec<crate::protocol::Kind>>,
+    /// `share = true`: entries from this server may go to HTTP token clients even when its
+    /// results were `cacheScope: "private"` (the operator vouches that every client may see them).
+    pub share: bool,
+}
+
+impl ServerConfig {
+    /// The kinds to walk on a server that declares `capabilities`: those configured (or all)
+    /// that it declares. Templates ride with resources.
+    pub fn mirrored_kinds(&self, capabilities: &serde_json::Value) -> Vec<crate::protocol::Kind> {
+        use crate::protocol::Kind;
+        [Kind::Resource, Kind::Tool, Kind::Prompt]
+            .into_iter()
+            .filter(|kind| {
+                self.mirror
+                    .as_ref()
+                    .map_or(true, |chosen| chosen.contains(kind))
+            })
+            .filter(|kind| {
+                capabilities
+                    .get(kind.capability())
+                    .is_some_and(serde_json::Value::is_object)
+            })
+            .collect()
+    }
 }
 
 /// How to reach a server. Header values and `env` values are treated as secrets like the
@@ -275,7 +327,7 @@ impl PartialEq for Transport {
 impl Config {
     /// The values that must never be printed: bearer tokens, header values and `env` values.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
-        self.servers.iter().flat_map(|server| -> Vec<&str> {
+        let servers = self.servers.iter().flat_map(|server| -> Vec<&str> {
             match &server.transport {
                 Transport::Http {
                     headers,
@@ -288,7 +340,9 @@ impl Config {
                     .collect(),
                 Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
             }
-        })
+        });
+        let http_tokens = self.http.tokens.iter();
+        servers.chain(http_tokens.map(|token| token.value.expose_secret()))
     }
 }
 

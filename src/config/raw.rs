@@ -16,6 +16,8 @@ pub(super) struct RawConfig {
     pub daemon: RawDaemon,
     #[serde(default)]
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
+    #[serde(default)]
+    pub http: super::http::RawHttp,
 }
 
 #[derive(Deserialize, Default)]
@@ -37,6 +39,9 @@ pub(super) struct RawDaemon {
     pub min_walk_interval: Option<Spanned<String>>,
     pub keep_removed: Option<bool>,
     pub log_level: Option<Spanned<String>>,
+    pub search_timeout: Option<Spanned<String>>,
+    pub max_concurrent_searches: Option<Spanned<i64>>,
+    pub max_clients: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -65,6 +70,9 @@ pub(super) struct RawServer {
     pub ping_interval: Option<Spanned<String>>,
     pub era: Option<Spanned<String>>,
     pub protocol_version: Option<Spanned<String>>,
+    /// The kinds to mirror: `["resources", "tools", "prompts"]`; every declared kind by default.
+    pub mirror: Option<Spanned<Vec<String>>>,
+    pub share: Option<bool>,
 }
 
 /// The longest fragment of the file an error may quote as the key at fault.

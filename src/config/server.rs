@@ -66,6 +66,8 @@ pub(super) fn server_config(
         timings: sync_timings(source, &server, daemon.timings)?,
         era: era(source, &server)?,
         protocol_version: protocol_version(source, &server)?,
+        mirror: mirror(source, &server)?,
+        share: raw.share.unwrap_or(false),
     })
 }
 
@@ -152,6 +154,32 @@ fn era(source: &SourceFile, server: &ServerTable) -> Result<EraChoice, ConfigErr
             format!("`{other}` is not an era: use \"auto\", \"legacy\" or \"modern\""),
         )),
     }
+}
+
+/// `mirror = [...]`: the kinds to mirror, by capability name; `None` mirrors every declared kind.
+fn mirror(
+    source: &SourceFile,
+    server: &ServerTable,
+) -> Result<Option<Vec<crate::protocol::Kind>>, ConfigError> {
+    let Some(mirror) = &server.raw.mirror else {
+        return Ok(None);
+    };
+    let mut kinds = Vec::new();
+    for name in mirror.get_ref() {
+        let Some(kind) = crate::protocol::Kind::from_capability(name) else {
+            return Err(source.error(
+                &mirror.span(),
+                &server.key_of("mirror"),
+                format!(
+                    "`{name}` is not a kind to mirror: use \"resources\", \"tools\" or \"prompts\""
+                ),
+            ));
+        };
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    Ok(Some(kinds))
 }
 
 /// A version to insist on must be one the protocol engine speaks.

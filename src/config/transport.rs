@@ -154,7 +154,10 @@ fn bearer_token(
 }
 
 /// Expands `%d` and `$CREDENTIALS_DIRECTORY` to systemd's credentials directory.
-fn expand_credentials(value: &str, lookup_env: &dyn Fn(&str) -> Option<String>) -> String {
+pub(super) fn expand_credentials(
+    value: &str,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> String {
     match lookup_env("CREDENTIALS_DIRECTORY") {
         Some(directory) => value
             .replace("%d", &directory)

@@ -7,13 +7,15 @@ use super::raw::{RawConfig, RawDaemon};
 use super::source::SourceFile;
 use super::values::{count, duration, optional_duration};
 use super::{
-    server, Config, ConfigError, DaemonConfig, SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_MAX_ITEMS,
-    DEFAULT_MAX_PAGES, DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MIN_WALK_INTERVAL,
-    DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_RESYNC_INTERVAL,
+    default_max_concurrent_searches, server, Config, ConfigError, DaemonConfig, SocketLimits,
+    SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED,
+    DEFAULT_MAX_CLIENTS, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES,
+    DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL,
+    DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL,
+    DEFAULT_SEARCH_TIMEOUT,
 };
 use crate::paths;
+use crate::search_gate::SearchLimits;
 
 /// Validates the whole file; the first problem found is the error.
 pub(super) fn validate(
@@ -27,10 +29,12 @@ pub(super) fn validate(
         .iter()
         .map(|(name, table)| server::server_config(source, name, table, &daemon, lookup_env))
         .collect::<Result<Vec<_>, _>>()?;
+    let http = super::http::http_config(source, &raw.http, lookup_env)?;
     Ok(Config {
         source: source.path.to_path_buf(),
         daemon,
         servers,
+        http,
     })
 }
 
@@ -69,6 +73,32 @@ fn daemon_config(source: &SourceFile, raw: &RawDaemon) -> Result<DaemonConfig, C
         timings: sync_timings(source, raw)?,
         keep_removed: raw.keep_removed.unwrap_or(DEFAULT_KEEP_REMOVED),
         log_level: log_level(source, raw)?,
+        socket_limits: socket_limits(source, raw)?,
+    })
+}
+
+fn socket_limits(source: &SourceFile, raw: &RawDaemon) -> Result<SocketLimits, ConfigError> {
+    Ok(SocketLimits {
+        search: SearchLimits {
+            timeout: duration(
+                source,
+                &raw.search_timeout,
+                "daemon.search_timeout",
+                DEFAULT_SEARCH_TIMEOUT,
+            )?,
+            max_concurrent: count(
+                source,
+                &raw.max_concurrent_searches,
+                "daemon.max_concurrent_searches",
+                default_max_concurrent_searches(),
+            )? as usize,
+        },
+        max_clients: count(
+            source,
+            &raw.max_clients,
+            "daemon.max_clients",
+            DEFAULT_MAX_CLIENTS,
+        )? as usize,
     })
 }
 

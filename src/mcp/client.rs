@@ -42,9 +42,16 @@ impl ServerHello {
             .is_some_and(Value::is_object)
     }
 
-    /// True when the server promises `list_changed` notifications.
+    /// True when the server promises `list_changed` notifications (of any kind).
     pub fn lists_changes(&self) -> bool {
-        self.capabilities["resources"]["listChanged"] == Value::Bool(true)
+        ["resources", "tools", "prompts"]
+            .iter()
+            .any(|kind| self.kind_lists_changes(kind))
+    }
+
+    /// True when the server promises `list_changed` for one capability (`resources`, `tools`, …).
+    pub fn kind_lists_changes(&self, capability: &str) -> bool {
+        self.capabilities[capability]["listChanged"] == Value::Bool(true)
     }
 }
 
@@ -421,7 +428,8 @@ impl Session {
             .ok_or_else(|| McpError::Protocol("initialize result has no protocolVersion".into()))?;
         if !LEGACY_VERSIONS.contains(&version) {
             return Err(McpError::Protocol(format!(
-                "server answered protocol version {version}; this mirror speaks {}",
+                "server answered protocol version {}; this mirror speaks {}",
+                crate::redact::truncate_server_text(version),
                 LEGACY_VERSIONS.join(", ")
             )));
         }
@@ -577,7 +585,8 @@ impl Session {
         if let Some(kind) = result.get("resultType").and_then(Value::as_str) {
             if kind != "complete" {
                 return Err(McpError::Protocol(format!(
-                    "{method} answered resultType `{kind}`, which a mirror cannot complete"
+                    "{method} answered resultType `{}`, which a mirror cannot complete",
+                    crate::redact::truncate_server_text(kind)
                 )));
             }
         }
@@ -599,7 +608,8 @@ impl Session {
             Some(Value::String(cursor)) => Some(cursor.clone()),
             Some(other) => {
                 return Err(McpError::Protocol(format!(
-                    "nextCursor is not a string: {other}"
+                    "nextCursor is not a string: {}",
+                    crate::redact::truncate_server_text(&other.to_string())
                 )))
             }
         };
@@ -676,7 +686,20 @@ impl Session {
     pub fn start_listen(self: &Arc<Self>) {
         let session = self.clone();
         let task = tokio::spawn(async move {
-            let params = json!({"notifications": {"resourcesListChanged": true}});
+            // Ask for the list changes of every kind the server declares.
+            let mut notifications = serde_json::Map::new();
+            for kind in [
+                crate::protocol::Kind::Resource,
+                crate::protocol::Kind::Tool,
+                crate::protocol::Kind::Prompt,
+            ] {
+                let declared = session.hello.capabilities.get(kind.capability());
+                if kind == crate::protocol::Kind::Resource || declared.is_some_and(Value::is_object)
+                {
+                    notifications.insert(kind.listen_key().into(), Value::Bool(true));
+                }
+            }
+            let params = json!({ "notifications": notifications });
             let opened_at = Instant::now();
             let outcome = session
                 .request_within("subscriptions/listen", params, None)

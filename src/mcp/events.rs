@@ -1,6 +1,6 @@
 //! Server events on their way to the session owner: `list_changed` coalesced, the rest in order.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -10,6 +10,8 @@ use tokio::sync::mpsc;
 pub enum ServerEvent {
     /// `notifications/resources/list_changed`: only a full re-walk is a safe reaction.
     ResourcesListChanged,
+    /// `notifications/tools/list_changed` or `prompts/list_changed`: re-walk that kind.
+    ListChanged(crate::protocol::Kind),
     /// The server acknowledged our `subscriptions/listen`, agreeing (or not) to send list changes.
     ListenAcknowledged { resources_list_changed: bool },
     /// The listen stream ended, gracefully or not: reopen it and walk (changes may be missed).
@@ -38,7 +40,14 @@ pub struct EventSink {
     current_epoch: Arc<AtomicU64>,
     /// A `list_changed` is queued and not yet taken; more of them add nothing.
     list_changed_queued: Arc<AtomicBool>,
+    /// One bit per kind (`kind_bit`) whose `ListChanged` is queued and not yet taken.
+    kinds_queued: Arc<AtomicU8>,
     notifications: Arc<AtomicU64>,
+}
+
+/// The bit of a kind in `kinds_queued`.
+fn kind_bit(kind: crate::protocol::Kind) -> u8 {
+    1 << (kind as u8)
 }
 
 /// The receiving side, owned by the session actor. It ends when every sink is dropped.
@@ -46,6 +55,7 @@ pub struct EventStream {
     receiver: mpsc::UnboundedReceiver<(u64, ServerEvent)>,
     current_epoch: Arc<AtomicU64>,
     list_changed_queued: Arc<AtomicBool>,
+    kinds_queued: Arc<AtomicU8>,
     notifications: Arc<AtomicU64>,
 }
 
@@ -54,18 +64,21 @@ pub fn channel() -> (EventSink, EventStream) {
     let current_epoch = Arc::new(AtomicU64::new(0));
     let list_changed_queued = Arc::new(AtomicBool::new(false));
     let notifications = Arc::new(AtomicU64::new(0));
+    let kinds_queued = Arc::new(AtomicU8::new(0));
     (
         EventSink {
             sender,
             epoch: 0,
             current_epoch: current_epoch.clone(),
             list_changed_queued: list_changed_queued.clone(),
+            kinds_queued: kinds_queued.clone(),
             notifications: notifications.clone(),
         },
         EventStream {
             receiver,
             current_epoch,
             list_changed_queued,
+            kinds_queued,
             notifications,
         },
     )
@@ -82,6 +95,20 @@ impl EventSink {
             let _ = self
                 .sender
                 .send((self.epoch, ServerEvent::ResourcesListChanged));
+        }
+    }
+
+    /// Counts a tools or prompts `list_changed`; coalesced per kind like `list_changed`.
+    pub fn kind_list_changed(&self, kind: crate::protocol::Kind) {
+        if self.is_stale() {
+            return;
+        }
+        self.notifications.fetch_add(1, Ordering::Relaxed);
+        let bit = kind_bit(kind);
+        if self.kinds_queued.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+            let _ = self
+                .sender
+                .send((self.epoch, ServerEvent::ListChanged(kind)));
         }
     }
 
@@ -118,6 +145,10 @@ impl EventStream {
             if event == ServerEvent::ResourcesListChanged {
                 // Taken before the walk it causes starts, so a later notification queues a new one.
                 self.list_changed_queued.store(false, Ordering::Release);
+            }
+            if let ServerEvent::ListChanged(kind) = event {
+                self.kinds_queued
+                    .fetch_and(!kind_bit(kind), Ordering::AcqRel);
             }
             // Sent by a connection that was replaced before this event was taken.
             if epoch < self.current_epoch.load(Ordering::Acquire) {

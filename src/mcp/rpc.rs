@@ -52,18 +52,26 @@ pub fn classify(message: Value) -> Option<Incoming> {
     }
 }
 
+/// A server's error object as we keep it: the one place a JSON-RPC error from any transport
+/// passes, so its message and data are scrubbed and bounded here, before anything logs,
+/// stores or echoes them.
 fn parse_error_object(error: Value) -> RpcError {
+    let data = error.get("data").cloned().map(|mut data| {
+        crate::redact::scrub_server_json(&mut data);
+        data
+    });
     RpcError {
         code: error
             .get("code")
             .and_then(Value::as_i64)
             .unwrap_or(super::INTERNAL_ERROR),
-        message: error
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("(no message)")
-            .to_string(),
-        data: error.get("data").cloned(),
+        message: crate::redact::scrub_server_text(
+            error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("(no message)"),
+        ),
+        data,
     }
 }
 
@@ -88,12 +96,23 @@ pub fn answer_server_request(id: Value, method: &str) -> Value {
 pub fn route_notification(server: &str, method: &str, params: &Value, events: &EventSink) {
     match method {
         "notifications/resources/list_changed" => events.list_changed(),
+        "notifications/tools/list_changed" => events.kind_list_changed(crate::protocol::Kind::Tool),
+        "notifications/prompts/list_changed" => {
+            events.kind_list_changed(crate::protocol::Kind::Prompt)
+        }
         // The acknowledgement lists what the server agreed to send; without list changes the
         // listen is of no use to a mirror.
         "notifications/subscriptions/acknowledged" => {
             events.send(ServerEvent::ListenAcknowledged {
-                resources_list_changed: params["notifications"]["resourcesListChanged"]
-                    == Value::Bool(true),
+                // Any kind acknowledged makes the listen useful; kinds it leaves out are
+                // covered by the session's scheduled walks.
+                resources_list_changed: [
+                    "resourcesListChanged",
+                    "toolsListChanged",
+                    "promptsListChanged",
+                ]
+                .iter()
+                .any(|key| params["notifications"][key] == Value::Bool(true)),
             })
         }
         // The transport ends the request it names (see `cancelled_request`); the request's

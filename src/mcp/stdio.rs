@@ -54,6 +54,8 @@ struct StderrLog {
 
 impl StderrLog {
     fn line(&self, text: &str) {
+        let text = crate::redact::scrub_server_text(text);
+        let text = text.as_str();
         let server = &self.server;
         if !self.quiet.load(Ordering::Acquire) {
             tracing::info!(server = %server, "child stderr: {text}");

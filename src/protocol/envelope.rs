@@ -114,6 +114,11 @@ impl Response {
             error: Some(error),
         }
     }
+
+    /// The result and the error, for a face that reshapes answers (the HTTP face).
+    pub fn into_parts(self) -> (Option<Value>, Option<ErrorObject>) {
+        (self.result, self.error)
+    }
 }
 
 /// A JSON-RPC error.

@@ -3,8 +3,10 @@
 //! (online and offline) and the bridge.
 
 mod cursor;
+mod entries;
 mod envelope;
 mod params;
+mod record;
 mod resource;
 mod results;
 mod state;
@@ -16,14 +18,22 @@ pub use crate::mcp::{
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 pub use cursor::{decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor};
+pub use entries::{
+    mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
+    DriftCount, DriftEntry, DriftResult, EntriesParams, EntryDetails, EntryParams, FieldChange,
+    KindStatus, ListMirrorToolsResult, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
+    SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL,
+    HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
+};
 pub use envelope::{
     CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
     Response, ServerMessage, JSONRPC_VERSION,
 };
 pub use params::{
     parse_params, ChangesParams, InitializeParams, InvalidParams, ListParams, NoParams,
-    RefreshParams, SearchParams, UriParams, WatchParams,
+    RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
 };
+pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
     CacheNote, ListedFields, MirrorMeta, ReadResourceResult, Resource, ResourceContents,
     ResourceTemplate,
@@ -31,11 +41,12 @@ pub use resource::{
 pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
-    ResourceDetails, ResourcesCapability, SearchHit, SearchResult, ServerCapabilities,
-    ServerStatus, StatusResult, SwapSummary, WatchResult,
+    RefreshState, ResourceDetails, ResourcesCapability, SearchHit, SearchResult,
+    ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus, SocketActivity,
+    StatusResult, SwapSummary, ToolsCapability, WatchResult,
 };
 pub use state::{
-    ChangeKind, ConnectedTransport, Era, PushChannel, ServerState, TransportKind, UnknownName,
+    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
 };
 
 /// The longest request line the socket accepts; longer ones get an error and the connection closes.
@@ -48,6 +59,17 @@ pub const DEFAULT_SEARCH_LIMIT: usize = 20;
 pub const MAX_SEARCH_LIMIT: usize = 1000;
 pub const DEFAULT_CHANGES_LIMIT: usize = 1000;
 pub const MAX_CHANGES_LIMIT: usize = 10_000;
+/// The longest highlight marker a search may ask for, in bytes (each of the two).
+pub const MAX_HIGHLIGHT_BYTES: usize = 32;
+/// The longest raw (FTS5) search query, in bytes; a longer plain query is cut to this (the
+/// store uses at most its first 32 words anyway).
+pub const MAX_QUERY_BYTES: usize = 4 << 10;
+/// The longest cursor a client may send back; ours are far shorter.
+pub const MAX_CURSOR_BYTES: usize = 1 << 10;
+/// The longest URI a client may ask about (`resources/read`, `catalog/resource`).
+pub const MAX_URI_BYTES: usize = 64 << 10;
+/// The longest server name, MIME type or protocol version a client may send.
+pub const MAX_NAME_BYTES: usize = 1 << 10;
 /// The markers around matched words in snippets unless the caller chooses others.
 pub const DEFAULT_HIGHLIGHT: (&str, &str) = ("\u{ab}", "\u{bb}");
 
@@ -58,13 +80,20 @@ pub const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18
 /// The name the socket gives in `serverInfo`.
 pub const SERVER_NAME: &str = "mcp-mirror";
 pub const INSTRUCTIONS: &str =
-    "A local mirror of the resource catalogs of the configured MCP servers.";
+    "A local mirror of the resource catalogs of the configured MCP servers. Its tools search_catalog and describe_entry find the tools, prompts and resources of every mirrored server; call a tool on its own server.";
 
 /// MCP's "resource not found" (handshake era).
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
+/// The daemon is at a bound (too many clients, too many searches): try again shortly.
+pub const BUSY: i64 = -32003;
+/// A search ran past `search_timeout` and was cancelled.
+pub const SEARCH_TIMED_OUT: i64 = -32004;
 
 /// The `_meta` key that names a resource's origin server.
 pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";
+/// The `_meta` key naming the mirror an entry came through, when its origin is another
+/// mirror's server ("demo via upstream").
+pub const VIA_META_KEY: &str = "io.mcp-mirror/via";
 /// The `_meta` key on a `resources/read` result served from the content cache.
 pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
 
@@ -109,9 +138,22 @@ methods! {
     CatalogSearch = "catalog/search", SearchParams => SearchResult;
     CatalogResource = "catalog/resource", UriParams => ResourceDetails;
     CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult;
+    /// One server's own snapshot, each entry marked with the server that wins it if another.
+    CatalogList = "catalog/list", ServerListParams => ServerListResult;
     CatalogChanges = "catalog/changes", ChangesParams => ChangesResult;
     /// Answers where the feed stands, then sends `notifications/catalog/changed`.
     CatalogWatch = "catalog/watch", WatchParams => WatchResult;
+    /// Tools of every server (or one), `PAGE_SIZE` per page, ordered by server and name.
+    CatalogTools = "catalog/tools", EntriesParams => ListToolsResult;
+    CatalogPrompts = "catalog/prompts", EntriesParams => ListPromptsResult;
+    CatalogTool = "catalog/tool", EntryParams => EntryDetails;
+    CatalogPrompt = "catalog/prompt", EntryParams => EntryDetails;
+    /// Records the current tools and prompts as accepted; drift is measured from them.
+    CatalogAccept = "catalog/accept", ServerParams => AcceptResult;
+    CatalogDrift = "catalog/drift", ServerParams => DriftResult;
+    /// The mirror's own tools (`search_catalog`, `describe_entry`); it never proxies others'.
+    ListTools = "tools/list", ListParams => ListMirrorToolsResult;
+    CallTool = "tools/call", CallToolParams => CallToolResult;
 }
 
 /// Sent to MCP clients (those that sent `initialize`) once per committed change.

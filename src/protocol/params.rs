@@ -1,14 +1,15 @@
 //! The params of every socket method, deserialized by serde (a wrong type or a missing field
 //! is an error naming the field) and checked against the limits in one place.
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::cursor::{decode_cursor, decode_search_cursor};
 use super::{
     DEFAULT_CHANGES_LIMIT, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT, MAX_CHANGES_LIMIT,
-    MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET,
+    MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES, MAX_NAME_BYTES, MAX_QUERY_BYTES, MAX_SEARCH_LIMIT,
+    MAX_SEARCH_OFFSET, MAX_URI_BYTES,
 };
 use crate::store::SearchRequest;
 
@@ -33,6 +34,51 @@ pub fn parse_params<P: DeserializeOwned>(params: Value) -> Result<P, InvalidPara
     })
 }
 
+// Every string a client sends is bounded as it is parsed, so the error names the field
+// (`-32602`) and nothing downstream ever sees an oversized value.
+
+fn check_length<E: serde::de::Error>(text: &str, max: usize) -> Result<(), E> {
+    match text.len() <= max {
+        true => Ok(()),
+        false => Err(E::custom(format!(
+            "{} bytes is longer than the limit of {max} bytes",
+            text.len()
+        ))),
+    }
+}
+
+fn bounded<'de, D: Deserializer<'de>, const MAX: usize>(
+    deserializer: D,
+) -> Result<String, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    check_length(&text, MAX)?;
+    Ok(text)
+}
+
+fn bounded_option<'de, D: Deserializer<'de>, const MAX: usize>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    let text = Option::<String>::deserialize(deserializer)?;
+    if let Some(text) = &text {
+        check_length(text, MAX)?;
+    }
+    Ok(text)
+}
+
+fn bounded_markers<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<(String, String)>, D::Error> {
+    let markers = Option::<(String, String)>::deserialize(deserializer)?;
+    if let Some((open, close)) = &markers {
+        if open.len() > MAX_HIGHLIGHT_BYTES || close.len() > MAX_HIGHLIGHT_BYTES {
+            return Err(D::Error::custom(format!(
+                "each marker may be at most {MAX_HIGHLIGHT_BYTES} bytes"
+            )));
+        }
+    }
+    Ok(markers)
+}
+
 /// Params of methods that take none (`ping`, `catalog/status`); whatever is sent is ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NoParams {}
@@ -41,14 +87,22 @@ pub struct NoParams {}
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_NAME_BYTES>"
+    )]
     pub protocol_version: Option<String>,
 }
 
 /// `resources/list`, `resources/templates/list`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_CURSOR_BYTES>"
+    )]
     pub cursor: Option<String>,
 }
 
@@ -67,6 +121,7 @@ impl ListParams {
 /// `resources/read`, `catalog/resource`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UriParams {
+    #[serde(deserialize_with = "bounded::<_, MAX_URI_BYTES>")]
     pub uri: String,
 }
 
@@ -74,20 +129,38 @@ pub struct UriParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchParams {
+    /// Plain words (only the first `MAX_QUERY_BYTES` are used), or FTS5 syntax with `raw`
+    /// (refused past `MAX_QUERY_BYTES`).
     pub query: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_NAME_BYTES>"
+    )]
     pub server: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_NAME_BYTES>"
+    )]
     pub mime_type: Option<String>,
     /// Take `query` as FTS5 syntax.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_CURSOR_BYTES>"
+    )]
     pub cursor: Option<String>,
-    /// The markers put around matched words in snippets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The markers put around matched words in snippets, each at most `MAX_HIGHLIGHT_BYTES`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_markers"
+    )]
     pub highlight: Option<(String, String)>,
 }
 
@@ -96,10 +169,27 @@ impl SearchParams {
     /// CLI reading the database alike).
     pub fn into_request(self) -> Result<SearchRequest, InvalidParams> {
         let limit = limit(self.limit, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?;
-        let mut request = SearchRequest::new(self.query, limit);
+        let raw = self.raw.unwrap_or(false);
+        let mut query = self.query;
+        if query.len() > MAX_QUERY_BYTES {
+            // Raw syntax cut anywhere could mean something else; plain words only ever use the
+            // first few (`MAX_QUERY_WORDS` in the store), so a long paste is simply cut.
+            if raw {
+                return Err(InvalidParams(format!(
+                    "`query`: a raw query of {} bytes is longer than the limit of {MAX_QUERY_BYTES} bytes",
+                    query.len()
+                )));
+            }
+            let mut end = MAX_QUERY_BYTES;
+            while !query.is_char_boundary(end) {
+                end -= 1;
+            }
+            query.truncate(end);
+        }
+        let mut request = SearchRequest::new(query, limit);
         request.server = self.server;
         request.mime_type = self.mime_type;
-        request.raw = self.raw.unwrap_or(false);
+        request.raw = raw;
         if let Some(cursor) = self.cursor {
             request.offset = decode_search_cursor(&cursor)
                 .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
@@ -172,11 +262,40 @@ impl WatchParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefreshParams {
     /// One server; all when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_NAME_BYTES>"
+    )]
     pub server: Option<String>,
     /// Answer after the walk committed (or failed) instead of when it is queued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<bool>,
+}
+
+/// `catalog/list`: one server's own snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerListParams {
+    pub server: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Entries per page, at most `PAGE_SIZE` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+impl ServerListParams {
+    /// The URI the page starts after, and the page size.
+    pub fn checked(&self) -> Result<(Option<String>, usize), InvalidParams> {
+        let after = ListParams {
+            cursor: self.cursor.clone(),
+        }
+        .after()?;
+        Ok((
+            after,
+            limit(self.limit, super::PAGE_SIZE, super::PAGE_SIZE)?,
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -204,6 +323,48 @@ mod tests {
             .checked_since()
             .expect_err("negative");
         assert!(negative.0.contains("`since`"), "{negative}");
+    }
+
+    #[test]
+    fn every_client_string_is_bounded_and_the_error_names_it() {
+        let marker = "x".repeat(400_000);
+        let huge = parse_params::<SearchParams>(
+            json!({"query": "a", "highlight": [marker, "]"], "limit": 1000}),
+        )
+        .expect_err("huge marker");
+        assert!(huge.0.starts_with("`highlight`"), "{huge}");
+        assert!(huge.0.len() < 200, "{huge}");
+        let fits = parse_params::<SearchParams>(
+            json!({"query": "a", "highlight": ["x".repeat(MAX_HIGHLIGHT_BYTES), "]"]}),
+        );
+        assert!(fits.is_ok());
+        let cases = [
+            json!({"query": "a", "cursor": "c".repeat(MAX_CURSOR_BYTES + 1)}),
+            json!({"query": "a", "server": "s".repeat(MAX_NAME_BYTES + 1)}),
+            json!({"query": "a", "mimeType": "m".repeat(MAX_NAME_BYTES + 1)}),
+        ];
+        for (params, field) in cases.into_iter().zip(["cursor", "server", "mimeType"]) {
+            let error = parse_params::<SearchParams>(params).expect_err(field);
+            assert!(error.0.starts_with(&format!("`{field}`")), "{error}");
+        }
+        let long = "q ".repeat(MAX_QUERY_BYTES);
+        let raw = parse_params::<SearchParams>(json!({"query": long, "raw": true}))
+            .expect("parses")
+            .into_request()
+            .expect_err("a long raw query");
+        assert!(raw.0.starts_with("`query`"), "{raw}");
+        let plain = parse_params::<SearchParams>(json!({"query": long}))
+            .expect("parses")
+            .into_request()
+            .expect("a long plain query is cut");
+        assert_eq!(plain.query.len(), MAX_QUERY_BYTES);
+        let uri = parse_params::<UriParams>(json!({"uri": "u".repeat(MAX_URI_BYTES + 1)}))
+            .expect_err("uri");
+        assert!(uri.0.starts_with("`uri`"), "{uri}");
+        let cursor =
+            parse_params::<ListParams>(json!({"cursor": "c".repeat(MAX_CURSOR_BYTES + 1)}))
+                .expect_err("cursor");
+        assert!(cursor.0.starts_with("`cursor`"), "{cursor}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::{CACHE_META_KEY, ORIGIN_META_KEY};
+use super::{CACHE_META_KEY, ORIGIN_META_KEY, VIA_META_KEY};
 
 const META: &str = "_meta";
 
@@ -26,11 +26,26 @@ pub struct MirrorMeta {
     pub origin: Option<String>,
     /// `_meta["io.mcp-mirror/cache"]`: set when a read was served from the content cache.
     pub cache: Option<CacheNote>,
+    /// `_meta["io.mcp-mirror/via"]`: when the origin is another mirror's server, our name for
+    /// that mirror (an entry of a mirror of mirrors: "demo via upstream").
+    pub via: Option<String>,
 }
 
 impl MirrorMeta {
     fn is_empty(&self) -> bool {
-        self.origin.is_none() && self.cache.is_none()
+        self.origin.is_none() && self.cache.is_none() && self.via.is_none()
+    }
+
+    /// Names the server an object was listed by. An object that already names its origin came
+    /// from another mirror: it keeps that origin and `server` becomes the mirror it came via.
+    fn attribute(&mut self, server: Option<&str>) {
+        let Some(server) = server else {
+            return;
+        };
+        match self.origin {
+            Some(_) => self.via = Some(server.to_string()),
+            None => self.origin = Some(server.to_string()),
+        }
     }
 
     /// Takes our keys out of `object["_meta"]`; what does not have our shape stays put.
@@ -41,6 +56,7 @@ impl MirrorMeta {
         MirrorMeta {
             origin: take_string(meta, ORIGIN_META_KEY),
             cache: take_typed(meta, CACHE_META_KEY),
+            via: take_string(meta, VIA_META_KEY),
         }
     }
 
@@ -78,6 +94,9 @@ impl Serialize for MergedMeta<'_> {
         }
         if let Some(cache) = &self.ours.cache {
             map.serialize_entry(CACHE_META_KEY, cache)?;
+        }
+        if let Some(via) = &self.ours.via {
+            map.serialize_entry(VIA_META_KEY, via)?;
         }
         map.end()
     }
@@ -182,15 +201,28 @@ impl Resource {
     /// A snapshot row: the server's object as stored, from `origin`.
     pub fn from_stored(raw: &str, origin: Option<&str>) -> Result<Resource, serde_json::Error> {
         let mut resource: Resource = serde_json::from_str(raw)?;
-        if let Some(origin) = origin {
-            resource.fields.meta.origin = Some(origin.to_string());
-        }
+        resource.fields.meta.attribute(origin);
         Ok(resource)
     }
 
     /// The server that lists it in the merged catalog.
     pub fn origin(&self) -> Option<&str> {
         self.fields.meta.origin.as_deref()
+    }
+
+    /// Where it comes from, for people: `demo`, or `demo via upstream` for an entry of a
+    /// mirror of mirrors.
+    pub fn attribution(&self) -> Option<String> {
+        let origin = self.origin()?;
+        Some(match &self.fields.meta.via {
+            Some(via) => format!("{origin} via {via}"),
+            None => origin.to_string(),
+        })
+    }
+
+    /// Whether `server` is its origin or the mirror it came through.
+    pub fn comes_from(&self, server: &str) -> bool {
+        self.origin() == Some(server) || self.fields.meta.via.as_deref() == Some(server)
     }
 }
 
@@ -221,9 +253,7 @@ impl ResourceTemplate {
         origin: Option<&str>,
     ) -> Result<ResourceTemplate, serde_json::Error> {
         let mut template: ResourceTemplate = serde_json::from_str(raw)?;
-        if let Some(origin) = origin {
-            template.fields.meta.origin = Some(origin.to_string());
-        }
+        template.fields.meta.attribute(origin);
         Ok(template)
     }
 }
@@ -353,6 +383,19 @@ mod tests {
             json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "x"}})
         );
         assert!(Resource::from_stored(r#"{"name": "no uri"}"#, None).is_err());
+
+        let mirrored = json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "demo"}});
+        let resource =
+            Resource::from_stored(&mirrored.to_string(), Some("upstream")).expect("parse");
+        assert_eq!(
+            resource.origin(),
+            Some("demo"),
+            "the origin survives a mirror of a mirror"
+        );
+        assert_eq!(
+            serde_json::to_value(&resource).expect("serialize"),
+            json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "demo", "io.mcp-mirror/via": "upstream"}})
+        );
 
         let read = json!({"contents": [{"uri": "u", "blob": "AA==", "x": 1}], "_meta": {"a": 1}});
         let mut result: ReadResourceResult = serde_json::from_value(read.clone()).expect("read");

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::resource::{Resource, ResourceTemplate};
-use super::state::{ChangeKind, ConnectedTransport, Era, PushChannel, ServerState, TransportKind};
+use super::state::{
+    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,
+};
 
 /// `ping`'s answer, and any other empty object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +29,28 @@ pub struct InitializeResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerCapabilities {
     pub resources: ResourcesCapability,
+    /// The mirror's own tools (`search_catalog`, `describe_entry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolsCapability>,
+}
+
+impl ServerCapabilities {
+    /// What the mirror itself declares, on the socket and the HTTP face alike: its merged
+    /// resources (with `list_changed`) and its own tools.
+    pub fn of_the_mirror() -> ServerCapabilities {
+        ServerCapabilities {
+            resources: ResourcesCapability { list_changed: true },
+            tools: Some(ToolsCapability {
+                list_changed: false,
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsCapability {
+    pub list_changed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +156,19 @@ pub struct Change {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
     pub count: i64,
+    /// The kind of entry (`resource`, `tool`, `prompt`); `kind` above is the kind of change.
+    #[serde(default = "resource_kind")]
+    pub entry_kind: Kind,
+    /// A tool's or prompt's name (they have no URI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// For a changed tool or prompt: the top-level fields that changed (`description`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<String>>,
+}
+
+fn resource_kind() -> Kind {
+    Kind::Resource
 }
 
 /// `catalog/watch`: where the feed stands; changes follow as notifications.
@@ -154,6 +191,9 @@ pub enum RefreshOutcome {
     Walked {
         /// Always true.
         ok: bool,
+        /// How the refresh settled: a committed walk, or a server with nothing to walk.
+        #[serde(default)]
+        state: RefreshState,
         swap: SwapSummary,
         pages: u64,
         #[serde(rename = "durationMs")]
@@ -171,9 +211,16 @@ pub enum RefreshOutcome {
 }
 
 impl RefreshOutcome {
-    pub fn walked(swap: SwapSummary, pages: u64, duration_ms: i64) -> RefreshOutcome {
+    /// A refresh that settled without failing, in `state`.
+    pub fn settled(
+        state: RefreshState,
+        swap: SwapSummary,
+        pages: u64,
+        duration_ms: i64,
+    ) -> RefreshOutcome {
         RefreshOutcome::Walked {
             ok: true,
+            state,
             swap,
             pages,
             duration_ms,
@@ -187,6 +234,37 @@ impl RefreshOutcome {
     pub fn queued() -> RefreshOutcome {
         RefreshOutcome::Queued { queued: true }
     }
+}
+
+/// The states a refresh may settle in without failing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefreshState {
+    /// A walk committed its swap.
+    #[default]
+    Synced,
+    /// The server declares no resources capability: nothing to walk, and not an error.
+    NoResources,
+}
+
+/// `catalog/list`: a page of one server's own snapshot, keyed by URI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerListResult {
+    pub server: String,
+    pub resources: Vec<ServerListEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One resource as the server lists it, and the server that wins its URI in the merged
+/// catalog when that is another one (absent when this server wins it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerListEntry {
+    pub resource: Resource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub won_by: Option<String>,
 }
 
 /// What a swap changed.
@@ -220,6 +298,9 @@ pub struct DaemonStatus {
     pub clients: usize,
     /// Resources over every snapshot (a URI listed twice counts twice).
     pub resources: u64,
+    /// URIs in the merged catalog (a URI listed twice counts once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_resources: Option<u64>,
     pub change_seq: i64,
     pub read_cache_bytes: u64,
     /// When the configuration in force was loaded (ms since the epoch).
@@ -231,6 +312,28 @@ pub struct DaemonStatus {
     /// the daemon is stopping so that it can be restarted on the file at the path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_error: Option<String>,
+    /// The socket's bounds and what they turned away.
+    #[serde(default)]
+    pub socket_limits: SocketActivity,
+}
+
+/// The socket's client and search bounds, with counts of what they refused since start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SocketActivity {
+    pub max_clients: usize,
+    /// Connections refused at accept because `max_clients` were open.
+    pub clients_refused: u64,
+    pub max_concurrent_searches: usize,
+    pub search_timeout_ms: u64,
+    pub searches_running: usize,
+    pub searches_waiting: usize,
+    /// The most searches that ever ran at once.
+    pub searches_peak: usize,
+    /// Searches refused as busy (the queue was full, or no slot came free in time).
+    pub searches_refused: u64,
+    /// Searches cancelled at `search_timeout`.
+    pub searches_timed_out: u64,
 }
 
 /// One server in `catalog/status`: what the database records, and `live`, what the running
@@ -260,6 +363,9 @@ pub struct ServerStatus {
     #[serde(default)]
     pub oversized_entries: u64,
     pub live: Option<LiveStatus>,
+    /// Tools and prompts: counts and drift per kind (resources are counted above).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kinds: BTreeMap<Kind, super::entries::KindStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,7 +25,7 @@ macro_rules! text_enum {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum $name {
             $( $(#[$variant_meta])* $variant, )+
         }
@@ -127,6 +127,89 @@ text_enum! {
         Changed => "changed",
         /// Changes of one swap past the per-swap bound; `count` says how many.
         Truncated => "truncated",
+    }
+}
+
+text_enum! {
+    /// What a catalog entry is. The kind is data: one walk, one swap, one feed and one search
+    /// serve every kind, and what differs between kinds is in the methods below.
+    Kind ("kind") {
+        Resource => "resource",
+        Template => "template",
+        Tool => "tool",
+        Prompt => "prompt",
+    }
+}
+
+impl Kind {
+    /// The kinds walked by the generic entry walk (resources and templates keep their own
+    /// tables and swap).
+    pub const ENTRY_KINDS: &'static [Kind] = &[Kind::Tool, Kind::Prompt];
+
+    /// The server capability that declares the kind, and the name `mirror =` uses.
+    pub fn capability(self) -> &'static str {
+        match self {
+            Kind::Resource | Kind::Template => "resources",
+            Kind::Tool => "tools",
+            Kind::Prompt => "prompts",
+        }
+    }
+
+    /// The MCP method that lists the kind.
+    pub fn list_method(self) -> &'static str {
+        match self {
+            Kind::Resource => "resources/list",
+            Kind::Template => "resources/templates/list",
+            Kind::Tool => "tools/list",
+            Kind::Prompt => "prompts/list",
+        }
+    }
+
+    /// The key of the list in the method's result.
+    pub fn list_key(self) -> &'static str {
+        match self {
+            Kind::Resource => "resources",
+            Kind::Template => "resourceTemplates",
+            Kind::Tool => "tools",
+            Kind::Prompt => "prompts",
+        }
+    }
+
+    /// The field that identifies an entry within its server.
+    pub fn identity_field(self) -> &'static str {
+        match self {
+            Kind::Resource => "uri",
+            Kind::Template => "uriTemplate",
+            Kind::Tool | Kind::Prompt => "name",
+        }
+    }
+
+    /// The notification a server sends when the kind's list changed.
+    pub fn list_changed_notification(self) -> &'static str {
+        match self {
+            Kind::Resource | Kind::Template => "notifications/resources/list_changed",
+            Kind::Tool => "notifications/tools/list_changed",
+            Kind::Prompt => "notifications/prompts/list_changed",
+        }
+    }
+
+    /// The key of `subscriptions/listen`'s `notifications` that asks for the kind's changes.
+    pub fn listen_key(self) -> &'static str {
+        match self {
+            Kind::Resource | Kind::Template => "resourcesListChanged",
+            Kind::Tool => "toolsListChanged",
+            Kind::Prompt => "promptsListChanged",
+        }
+    }
+
+    /// The kind a `mirror = [...]` name (`resources`, `tools`, `prompts`) selects.
+    pub fn from_capability(name: &str) -> Option<Kind> {
+        match name {
+            "resources" => Some(Kind::Resource),
+            "tools" => Some(Kind::Tool),
+            "prompts" => Some(Kind::Prompt),
+            _ => None,
+        }
     }
 }
 
@@ -274,6 +357,7 @@ mod tests {
     fn every_value_has_one_text_in_json_sql_and_display() {
         round_trips(ServerState::ALL);
         round_trips(ChangeKind::ALL);
+        round_trips(Kind::ALL);
         round_trips(TransportKind::ALL);
         round_trips(ConnectedTransport::ALL);
         round_trips(Era::ALL);

@@ -19,8 +19,10 @@ use crate::config::ServerConfig;
 use crate::mcp::{
     event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
 };
+use crate::protocol::Kind;
 use crate::store::{now_ms, ServerUpdate, Store};
-use crate::walk::{self, WalkError, WalkSummary};
+use crate::walk::{WalkError, WalkSummary};
+use crate::walk_kinds;
 
 /// Walks a stream of changes may abandon in a row before one is let finish.
 const MAX_RESTARTS_IN_A_ROW: u32 = 3;
@@ -247,8 +249,15 @@ impl Actor {
             server_info: session.hello.server_info.clone(),
         })
         .await;
+        let kinds = self.config.mirrored_kinds(&session.hello.capabilities);
+        let kind_cannot_push = kinds
+            .iter()
+            .any(|kind| !session.hello.kind_lists_changes(kind.capability()));
         let mut link = Box::new(Link {
-            mirrors: session.hello.has_resources(),
+            mirrors: !kinds.is_empty(),
+            kinds,
+            pending: Vec::new(),
+            kind_cannot_push,
             session,
             events,
             phase: Phase::Idle { next_walk: None },
@@ -325,7 +334,8 @@ impl Actor {
 
     async fn on_server_event(&mut self, mut link: Box<Link>, event: ServerEvent) -> State {
         match event {
-            ServerEvent::ResourcesListChanged => self.on_change(link),
+            ServerEvent::ResourcesListChanged => self.on_kind_change(link, Kind::Resource),
+            ServerEvent::ListChanged(kind) => self.on_kind_change(link, kind),
             ServerEvent::ListenAcknowledged {
                 resources_list_changed: false,
             } => {
@@ -390,8 +400,25 @@ impl Actor {
         }
     }
 
-    /// The list changed (or may have): debounce, then walk; a walk under way starts over.
+    /// One kind's list changed: that kind alone is walked (with any other already pending).
+    fn on_kind_change(&mut self, mut link: Box<Link>, kind: Kind) -> State {
+        if !link.kinds.contains(&kind) {
+            return State::Connected(link);
+        }
+        if !link.pending.contains(&kind) {
+            link.pending.push(kind);
+        }
+        self.debounce_walk(link)
+    }
+
+    /// The lists changed (or may have): every kind is walked.
     fn on_change(&mut self, mut link: Box<Link>) -> State {
+        link.pending = link.kinds.clone();
+        self.debounce_walk(link)
+    }
+
+    /// Debounce, then walk the pending kinds; a walk under way starts over.
+    fn debounce_walk(&mut self, mut link: Box<Link>) -> State {
         if !link.mirrors {
             return State::Connected(link);
         }
@@ -412,6 +439,11 @@ impl Actor {
             Phase::Walking(_) => {
                 let abandoned = std::mem::replace(&mut link.phase, Phase::debouncing(debounce));
                 if let Phase::Walking(walk) = abandoned {
+                    for kind in walk.kinds {
+                        if !link.pending.contains(&kind) {
+                            link.pending.push(kind);
+                        }
+                    }
                     // An abandoned walk counts for the pace like one that ended.
                     self.walk_pace.record(walk.started, Instant::now());
                     tracing::info!(
@@ -441,11 +473,20 @@ impl Actor {
         let span = tracing::info_span!("walk", generation);
         let (session, store) = (link.session.clone(), self.store.clone());
         let (server, limits) = (self.config.name.clone(), self.config.limits);
-        let run = async move { walk::walk(&session, &store, &server, limits).await }
-            .instrument(span)
-            .boxed();
+        // The kinds whose lists changed, or every kind for a scheduled walk or a refresh.
+        let pending = std::mem::take(&mut link.pending);
+        let kinds: Vec<Kind> = match pending.is_empty() {
+            true => link.kinds.clone(),
+            false => pending,
+        };
+        let walked = kinds.clone();
+        let run =
+            async move { walk_kinds::walk_kinds(&session, &store, &server, limits, &walked).await }
+                .instrument(span)
+                .boxed();
         link.phase = Phase::Walking(Walk {
             generation,
+            kinds,
             started: Instant::now(),
             run,
             waiters: std::mem::take(&mut self.waiting),
@@ -536,8 +577,12 @@ impl Actor {
             }
         };
         self.backoff.reset();
+        crate::metrics::observe_walk(
+            &self.config.name,
+            std::time::Duration::from_millis(summary.report.duration_ms.max(0) as u64),
+        );
         let swap = summary.swap;
-        let changed = swap.added + swap.removed + swap.changed > 0;
+        let changed = summary.changed_anything();
         // A poll that found nothing new is routine: it stays out of the INFO log.
         if changed {
             tracing::info!(
@@ -578,7 +623,7 @@ impl Actor {
         }
         let delay = if again || !self.waiting.is_empty() {
             Duration::ZERO
-        } else if link.push.polling {
+        } else if link.push.polling || link.kind_cannot_push {
             self.poll_delay(&link)
         } else {
             self.config.resync_interval

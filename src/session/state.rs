@@ -63,6 +63,12 @@ pub(super) struct Link {
     pub(super) events: EventStream,
     /// False when the server declares no resources capability: there is nothing to walk.
     pub(super) mirrors: bool,
+    /// The kinds this session walks: configured (`mirror`) and declared by the server.
+    pub(super) kinds: Vec<crate::protocol::Kind>,
+    /// Kinds whose lists changed and await the next walk; empty means "every kind".
+    pub(super) pending: Vec<crate::protocol::Kind>,
+    /// A walked kind the server cannot push changes of: scheduled walks come at the poll pace.
+    pub(super) kind_cannot_push: bool,
     pub(super) phase: Phase,
     pub(super) ping: Ping,
     pub(super) push: Push,
@@ -93,6 +99,8 @@ pub(super) enum Phase {
 /// A walk in flight. Dropping it abandons the walk; its staged pages are discarded.
 pub(super) struct Walk {
     pub(super) generation: u64,
+    /// The kinds this walk covers; an abandoned walk hands them back to `Link::pending`.
+    pub(super) kinds: Vec<crate::protocol::Kind>,
     pub(super) started: Instant,
     pub(super) run: BoxFuture<'static, Result<WalkSummary, WalkError>>,
     /// The refresh callers this walk answers.

@@ -1,7 +1,9 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
+mod entries;
 mod queries;
 mod schema;
+mod views;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -13,9 +15,11 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
+pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use views::SnapshotRow;
 
-use crate::protocol::{ServerState, TransportKind};
+use crate::protocol::{Kind, ServerState, TransportKind};
 use writer::{Batch, WriteOp};
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +55,16 @@ pub enum StoreError {
     Walk(String),
     #[error("invalid full-text query: {0}")]
     InvalidQuery(String),
+    #[error("the search ran out of time and was cancelled (search_timeout); narrow the query")]
+    SearchTimedOut,
+}
+
+impl StoreError {
+    /// True when SQLite stopped the statement on request (a progress handler or interrupt).
+    pub(crate) fn is_interrupted(&self) -> bool {
+        matches!(self, StoreError::Sql(error)
+            if error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted))
+    }
 }
 
 /// One resource as the store keeps it; built from the server's JSON by the walk.
@@ -257,6 +271,9 @@ pub fn now_ms() -> i64 {
 
 /// How many pages of one walk may wait for the writer before the walk waits too.
 const PAGES_IN_FLIGHT: usize = 4;
+/// Read-only connections open at once (each holds descriptors for the database and its WAL);
+/// more concurrent reads wait for one, so the daemon's descriptor reserve covers them.
+pub const MAX_READERS: usize = 64;
 /// Catalog-change events buffered per subscriber; one that falls further behind is told it
 /// lagged, and the writer never waits for it.
 const CHANGE_EVENTS_BUFFERED: usize = 256;
@@ -271,6 +288,7 @@ pub struct Store {
     database_error: Arc<Mutex<Option<String>>>,
     writer: mpsc::UnboundedSender<WriteOp>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    reader_slots: Arc<Semaphore>,
     next_walk_id: Arc<AtomicU64>,
     changes: broadcast::Sender<CatalogChanged>,
 }
@@ -307,6 +325,7 @@ impl Store {
             database_error: Arc::new(Mutex::new(None)),
             writer: sender,
             readers: Arc::new(Mutex::new(Vec::new())),
+            reader_slots: Arc::new(Semaphore::new(MAX_READERS)),
             next_walk_id: Arc::new(AtomicU64::new(1)),
             changes,
         })
@@ -406,8 +425,8 @@ impl Store {
                 mut capabilities,
                 mut server_info,
             } => {
-                crate::redact::scrub_json(&mut capabilities);
-                crate::redact::scrub_json(&mut server_info);
+                crate::redact::scrub_server_json(&mut capabilities);
+                crate::redact::scrub_server_json(&mut server_info);
                 ServerUpdate::Connected {
                     protocol_version,
                     capabilities,
@@ -446,7 +465,15 @@ impl Store {
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        // Never closed; held until the blocking query is done with its connection.
+        let slot = self
+            .reader_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Walk("the store is closed".into()))?;
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let pooled = readers
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -552,6 +579,84 @@ impl Store {
 
     pub async fn read_cache_bytes(&self) -> Result<u64, StoreError> {
         self.read(queries::read_cache_bytes).await
+    }
+
+    /// Replaces the server's snapshot of one kind of entries (tools or prompts) with `rows`,
+    /// atomically; the previous snapshot stays if this fails.
+    pub async fn swap_entries(
+        &self,
+        server: &str,
+        kind: Kind,
+        rows: Vec<EntryRow>,
+    ) -> Result<EntrySwap, StoreError> {
+        let server = server.to_string();
+        self.call(|reply| WriteOp::SwapEntries {
+            server,
+            kind,
+            rows,
+            reply,
+        })
+        .await
+    }
+
+    /// Records the current tools and prompts of `server` (or every server) as accepted.
+    pub async fn accept(&self, server: Option<String>) -> Result<u64, StoreError> {
+        self.call(|reply| WriteOp::Accept { server, reply }).await
+    }
+
+    /// A page of one kind of entries, after (server, name), and whether more follow.
+    pub async fn list_entries(
+        &self,
+        kind: Kind,
+        server: Option<String>,
+        after: Option<(String, String)>,
+        limit: usize,
+    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
+        self.read(move |connection| {
+            let after = after
+                .as_ref()
+                .map(|(server, name)| (server.as_str(), name.as_str()));
+            entries::list_entries(connection, kind, server.as_deref(), after, limit)
+        })
+        .await
+    }
+
+    pub async fn entry(
+        &self,
+        kind: Kind,
+        server: &str,
+        name: &str,
+    ) -> Result<Option<EntryListing>, StoreError> {
+        let (server, name) = (server.to_string(), name.to_string());
+        self.read(move |connection| entries::entry(connection, kind, &server, &name))
+            .await
+    }
+
+    pub async fn kind_counts(
+        &self,
+    ) -> Result<
+        std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>,
+        StoreError,
+    > {
+        self.read(entries::kind_counts).await
+    }
+
+    pub async fn drift(&self, server: Option<String>) -> Result<Vec<DriftRow>, StoreError> {
+        self.read(move |connection| entries::drift(connection, server.as_deref()))
+            .await
+    }
+
+    pub async fn search_entries(
+        &self,
+        query: String,
+        kinds: Vec<Kind>,
+        server: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<EntryHit>, StoreError> {
+        self.read(move |connection| {
+            entries::search_entries(connection, &query, &kinds, server.as_deref(), limit)
+        })
+        .await
     }
 
     /// Stops the writer after the operations already queued; returns when it has closed the database.

@@ -1,5 +1,7 @@
 //! Read-only queries: server status, the merged catalog in keyset pages, and full-text search.
 
+use std::time::Instant;
+
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
@@ -128,6 +130,8 @@ pub struct SearchRequest {
     pub offset: usize,
     /// The markers put around matched words in snippets.
     pub highlight: (String, String),
+    /// When set, the query is cancelled (`StoreError::SearchTimedOut`) once this passes.
+    pub deadline: Option<Instant>,
 }
 
 impl SearchRequest {
@@ -140,6 +144,7 @@ impl SearchRequest {
             limit,
             offset: 0,
             highlight: (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into()),
+            deadline: None,
         }
     }
 }
@@ -175,8 +180,42 @@ pub fn fts_query(text: &str) -> Option<String> {
     Some(terms.join(" "))
 }
 
-/// One page of ranked hits and the offset of the next page, if there is one.
+/// SQLite virtual machine steps between two looks at a search's deadline (a look costs one
+/// clock read; at 10,000 a 300 ms limit was overrun by 700 ms in a debug build, at 1,000 by 60).
+const DEADLINE_CHECK_STEPS: i32 = 1_000;
+/// The most of a hit's title, description or snippet a search answer carries; the entry
+/// itself (`catalog/resource`) has the whole text.
+pub const MAX_HIT_TEXT_BYTES: usize = 1 << 10;
+/// A search page stops growing past this many bytes of hits; the cursor continues after the
+/// last hit it carries.
+pub const MAX_SEARCH_PAGE_BYTES: usize = 4 << 20;
+
+/// One page of ranked hits and the offset of the next page, if there is one; cancelled with
+/// `StoreError::SearchTimedOut` when the request's deadline passes.
 pub fn search(
+    connection: &Connection,
+    request: &SearchRequest,
+) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
+    let Some(deadline) = request.deadline else {
+        return search_unbounded(connection, request);
+    };
+    // The handler belongs to this search only: it is removed before the pooled connection
+    // serves anyone else, whatever the outcome.
+    connection.progress_handler(
+        DEADLINE_CHECK_STEPS,
+        Some(move || Instant::now() >= deadline),
+    );
+    let outcome = search_unbounded(connection, request);
+    connection.progress_handler(0, None::<fn() -> bool>);
+    match outcome {
+        Err(error) if Instant::now() >= deadline && error.is_interrupted() => {
+            Err(StoreError::SearchTimedOut)
+        }
+        other => other,
+    }
+}
+
+fn search_unbounded(
     connection: &Connection,
     request: &SearchRequest,
 ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
@@ -189,14 +228,22 @@ pub fn search(
         return Ok((Vec::new(), None));
     };
     // A raw query is the caller's FTS5 syntax: any error it causes is theirs to fix.
-    let blame = |error: rusqlite::Error| match request.raw {
-        true => StoreError::InvalidQuery(error.to_string()),
-        false => StoreError::Sql(error),
+    let blame = |error: rusqlite::Error| {
+        let interrupted =
+            error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted);
+        match request.raw && !interrupted {
+            true => StoreError::InvalidQuery(error.to_string()),
+            false => StoreError::Sql(error),
+        }
     };
     // Ranking happens in the inner query, so only the top `limit` rows pay for the joins.
     let mut statement = connection
         .prepare_cached(
-            "SELECT s.name, r.uri, r.name, r.title, r.description, r.mime_type, hits.rank, r.id
+            // Long texts are read cut (a hit carries at most MAX_HIT_TEXT_BYTES of each, and
+            // a snippet comes from the first few thousand characters), so a huge entry costs
+            // a page no memory.
+            "SELECT s.name, r.uri, substr(r.name, 1, 4096), substr(r.title, 1, 4096),
+                    substr(r.description, 1, 4096), substr(r.mime_type, 1, 4096), hits.rank, r.id
              FROM (SELECT f.rowid AS id, f.rank AS rank FROM resources_fts f
                    JOIN resources fr ON fr.id = f.rowid
                    JOIN servers fs ON fs.id = fr.server_id
@@ -242,8 +289,13 @@ pub fn search(
         )
         .map_err(blame)?;
     let mut hits = rows.collect::<Result<Vec<_>, _>>().map_err(blame)?;
-    let next = (hits.len() > request.limit).then_some(request.offset + request.limit);
+    let mut next = (hits.len() > request.limit).then_some(request.offset + request.limit);
     hits.truncate(request.limit);
+    let kept = hits_within_page_bytes(&hits);
+    if kept < hits.len() {
+        hits.truncate(kept);
+        next = Some(request.offset + kept);
+    }
     // Snippets only for the rows returned. For plain words they are built here from the hit's
     // own fields: asking FTS5 per hit re-runs the match (and re-expands a prefix) every time,
     // which profiled at 100 ms and more per hit for common prefixes. Raw FTS5 syntax can mean
@@ -254,6 +306,7 @@ pub fn search(
             .into_iter()
             .map(|(mut hit, _)| {
                 hit.snippet = snippet_from_fields(&hit, &terms, &request.highlight);
+                bound_hit_text(&mut hit);
                 hit
             })
             .collect();
@@ -281,9 +334,61 @@ pub fn search(
             .optional()
             .map_err(blame)?
             .flatten();
+        bound_hit_text(&mut hit);
         page.push(hit);
     }
     Ok((page, next))
+}
+
+/// `text` cut to `MAX_HIT_TEXT_BYTES` at a character boundary, ending in "…" when cut.
+fn bound_text(text: &mut String) {
+    if text.len() <= MAX_HIT_TEXT_BYTES {
+        return;
+    }
+    let mut end = MAX_HIT_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('\u{2026}');
+}
+
+/// A hit's free text (name, title, description, snippet) bounded for the answer.
+fn bound_hit_text(hit: &mut SearchHit) {
+    bound_text(&mut hit.name);
+    for text in [
+        &mut hit.title,
+        &mut hit.description,
+        &mut hit.snippet,
+        &mut hit.mime_type,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        bound_text(text);
+    }
+}
+
+/// How many of the leading `hits` fit in `MAX_SEARCH_PAGE_BYTES` (always at least one), counting
+/// each hit's bounded text and its whole URI, which is an identifier and never cut.
+fn hits_within_page_bytes(hits: &[(SearchHit, i64)]) -> usize {
+    let mut total = 0;
+    for (index, (hit, _)) in hits.iter().enumerate() {
+        let text = |field: &Option<String>| field.as_ref().map_or(0, |text| text.len());
+        let bytes = hit.uri.len()
+            + hit.server.len()
+            + hit.name.len().min(MAX_HIT_TEXT_BYTES)
+            + text(&hit.title).min(MAX_HIT_TEXT_BYTES)
+            + text(&hit.description).min(MAX_HIT_TEXT_BYTES)
+            + text(&hit.mime_type).min(MAX_HIT_TEXT_BYTES)
+            // The snippet is made later; it is bounded like the other texts.
+            + MAX_HIT_TEXT_BYTES;
+        total += bytes;
+        if total > MAX_SEARCH_PAGE_BYTES && index > 0 {
+            return index;
+        }
+    }
+    hits.len()
 }
 
 /// The words of a plain query as the index tokenizes them (letters and digits, lowercased);
@@ -456,6 +561,11 @@ pub struct ChangeEntry {
     pub kind: ChangeKind,
     pub uri: Option<String>,
     pub count: i64,
+    /// What kind of entry changed; a tool's or prompt's `name` stands where a resource's `uri` does.
+    pub entry_kind: crate::protocol::Kind,
+    pub name: Option<String>,
+    /// For a changed tool or prompt: the top-level fields that changed.
+    pub fields: Option<Vec<String>>,
 }
 
 /// A page of the change feed.
@@ -492,7 +602,8 @@ pub fn changes_since(
     let after = since.unwrap_or(0);
     let truncated = since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since + 1));
     let mut statement = connection.prepare_cached(
-        "SELECT seq, at, server, kind, uri, count FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        "SELECT seq, at, server, kind, uri, count, entry_kind, name, fields FROM changes
+         WHERE seq > ?1 ORDER BY seq LIMIT ?2",
     )?;
     let rows = statement.query_map(params![after, (limit + 1) as i64], |row| {
         Ok(ChangeEntry {
@@ -502,6 +613,11 @@ pub fn changes_since(
             kind: row.get(3)?,
             uri: row.get(4)?,
             count: row.get(5)?,
+            entry_kind: row.get(6)?,
+            name: row.get(7)?,
+            fields: row
+                .get::<_, Option<String>>(8)?
+                .and_then(|fields| serde_json::from_str(&fields).ok()),
         })
     })?;
     let mut changes = rows.collect::<Result<Vec<_>, _>>()?;
@@ -632,5 +748,81 @@ mod tests {
         assert_eq!(fts_query("( - :"), None);
         assert_eq!(fts_query("readme"), Some("\"readme\"*".into()));
         assert_eq!(fts_query("say \"hi"), Some("\"say\" \"\"\"hi\"*".into()));
+    }
+    #[test]
+    fn search_answers_cut_long_texts_and_pages_by_bytes() {
+        let connection = catalog();
+        // 10 entries whose descriptions are 600 KiB each: a page of all of them would be 6 MiB.
+        let description = format!("needle {}", "hay ".repeat(150_000));
+        for index in 0..10 {
+            connection
+                .execute(
+                    "INSERT INTO resources (server_id, uri, name, description, raw)
+                     VALUES (1, ?1, 'big', ?2, '{}')",
+                    params![format!("file:///big/{index}"), description],
+                )
+                .expect("insert");
+        }
+        connection
+            .execute_batch("INSERT INTO resources_fts (resources_fts) VALUES ('rebuild');")
+            .expect("rebuild");
+        let (hits, next) =
+            search(&connection, &SearchRequest::new("needle", 1000)).expect("search");
+        assert_eq!(
+            hits.len(),
+            10,
+            "texts are read cut, so all ten fit: {next:?}"
+        );
+        for hit in &hits {
+            let kept = hit.description.as_deref().expect("description");
+            assert!(kept.len() <= MAX_HIT_TEXT_BYTES + 3 && kept.ends_with('\u{2026}'));
+            assert!(hit
+                .snippet
+                .as_deref()
+                .is_some_and(|snippet| snippet.len() <= MAX_HIT_TEXT_BYTES + 3));
+        }
+        // Long URIs are never cut, so they are what a page is counted by.
+        let uri_bytes = MAX_SEARCH_PAGE_BYTES / 3;
+        let hits: Vec<(SearchHit, i64)> = (0..5)
+            .map(|index| {
+                let hit = SearchHit {
+                    server: "docs".into(),
+                    uri: format!("file:///{index}/{}", "u".repeat(uri_bytes)),
+                    name: "n".into(),
+                    title: None,
+                    description: None,
+                    mime_type: None,
+                    score: 1.0,
+                    snippet: None,
+                };
+                (hit, index)
+            })
+            .collect();
+        assert_eq!(hits_within_page_bytes(&hits), 2);
+        assert_eq!(hits_within_page_bytes(&hits[..1]), 1);
+    }
+
+    #[test]
+    fn a_search_past_its_deadline_is_cancelled_and_the_connection_is_clean_after() {
+        let connection = catalog();
+        // Enough rows that the query takes more steps than one look at the deadline.
+        connection
+            .execute_batch(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
+                 INSERT INTO resources (server_id, uri, name, raw)
+                 SELECT 1, 'file:///many/' || i, 'reading ' || i, '{}' FROM n;
+                 INSERT INTO resources_fts (resources_fts) VALUES ('rebuild');",
+            )
+            .expect("fill");
+        let mut request = SearchRequest::new("read*", 10);
+        request.raw = true;
+        request.deadline = Some(Instant::now());
+        assert!(matches!(
+            search(&connection, &request),
+            Err(StoreError::SearchTimedOut)
+        ));
+        request.deadline = None;
+        let (hits, _) = search(&connection, &request).expect("the handler is gone");
+        assert_eq!(hits.len(), 10);
     }
 }

@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_initial.sql"),
     include_str!("../../migrations/0002_changes.sql"),
     include_str!("../../migrations/0003_hashes.sql"),
+    include_str!("../../migrations/0004_entries.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {

@@ -10,7 +10,7 @@ use super::{
     now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
     SwapOutcome, TemplateRow, WalkReport,
 };
-use crate::protocol::{ChangeKind, ServerState};
+use crate::protocol::{ChangeKind, Kind, ServerState};
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -41,6 +41,18 @@ pub enum WriteOp {
     },
     Abort {
         walk_id: u64,
+    },
+    /// Replaces one (server, kind) snapshot of tools or prompts (`entries.rs`).
+    SwapEntries {
+        server: String,
+        kind: Kind,
+        rows: Vec<super::EntryRow>,
+        reply: Reply<super::EntrySwap>,
+    },
+    /// Records the current tools and prompts as accepted (`entries.rs`).
+    Accept {
+        server: Option<String>,
+        reply: Reply<u64>,
     },
     CacheContents {
         server: String,
@@ -202,6 +214,30 @@ pub fn run(
                 staged_against.remove(&walk_id);
                 discard_staging(&connection, walk_id);
             }
+            WriteOp::SwapEntries {
+                server,
+                kind,
+                rows,
+                reply,
+            } => {
+                let outcome = super::entries::swap_entries(&mut connection, &server, kind, rows);
+                let outcome = outcome.map(|(swap, latest_seq)| {
+                    if swap.touched() > 0 {
+                        let _ = changes.send(CatalogChanged {
+                            server: server.clone(),
+                            added: swap.added,
+                            removed: swap.removed,
+                            changed: swap.changed,
+                            latest_seq,
+                        });
+                    }
+                    swap
+                });
+                let _ = reply.send(outcome);
+            }
+            WriteOp::Accept { server, reply } => {
+                let _ = reply.send(super::entries::accept(&mut connection, server.as_deref()));
+            }
             WriteOp::CacheContents {
                 server,
                 uri,
@@ -313,6 +349,11 @@ fn sync_servers(
                  SELECT 'delete', id, uri, name, title, description FROM resources WHERE server_id = ?1",
                 [id],
             )?;
+            // Tools and prompts go with the server (a cascade); their index rows must too.
+            transaction.execute(
+                "DELETE FROM entries_fts WHERE rowid IN (SELECT id FROM entries WHERE server_id = ?1)",
+                [id],
+            )?;
             transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
             tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
             if removed > 0 {
@@ -359,7 +400,7 @@ fn record_truncated(
 }
 
 /// Forgets the oldest change feed entries past `CHANGES_KEPT`; returns the newest seq.
-fn prune_changes(transaction: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
+pub(super) fn prune_changes(transaction: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
     let latest: i64 =
         transaction.query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |row| {
             row.get(0)
@@ -633,6 +674,7 @@ fn swap(
     transaction.execute("DELETE FROM temp.swap_ids", [])?;
     transaction.execute("DELETE FROM temp.swap_added", [])?;
     transaction.commit()?;
+    crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, swap_started);
     Ok((
         SwapOutcome {

@@ -3,8 +3,10 @@
 mod install;
 mod support;
 
+mod bounds;
 mod bridge;
 mod cli;
+mod cli_truth;
 mod client_commands;
 mod config;
 mod conformance;
@@ -13,6 +15,7 @@ mod database;
 mod endpoint;
 mod era;
 mod faults;
+mod http_face;
 mod interop;
 mod live;
 mod liveness;
@@ -21,5 +24,7 @@ mod secrets;
 mod service;
 mod sizes;
 mod socket;
+mod templates;
 mod throttle;
+mod tools;
 mod walk;

@@ -27,6 +27,11 @@ pub struct Scenario {
     pub templates: Option<Vec<Value>>,
     pub page_size: Option<usize>,
     pub capabilities_resources: Option<bool>,
+    /// Tools served by `tools/list` (declared when present), `tools_page_size` per page.
+    pub tools: Option<Vec<Value>>,
+    pub tools_page_size: Option<usize>,
+    /// Prompts served by `prompts/list` (declared when present).
+    pub prompts: Option<Vec<Value>>,
     /// Every catalog change sends this many `list_changed` notifications back to back.
     pub notify_burst: Option<usize>,
     /// Hostile: one more resource (`fixture://NAME/huge`) whose description is this many bytes.
@@ -136,6 +141,11 @@ pub struct Catalog {
     pub templates: Vec<Value>,
     pub page_size: usize,
     pub resources_capability: bool,
+    pub tools: Vec<Value>,
+    pub tools_declared: bool,
+    pub tools_page_size: usize,
+    pub prompts: Vec<Value>,
+    pub prompts_declared: bool,
     pub notify_burst: usize,
     pub faults: Faults,
 }
@@ -186,6 +196,11 @@ impl Catalog {
             templates,
             page_size,
             resources_capability: scenario.capabilities_resources.unwrap_or(true),
+            tools: scenario.tools.clone().unwrap_or_default(),
+            tools_declared: scenario.tools.is_some(),
+            tools_page_size: scenario.tools_page_size.unwrap_or(100).max(1),
+            prompts: scenario.prompts.clone().unwrap_or_default(),
+            prompts_declared: scenario.prompts.is_some(),
             notify_burst: scenario.notify_burst.unwrap_or(1).max(1),
             faults: scenario.faults.clone(),
         })

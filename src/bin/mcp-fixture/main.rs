@@ -13,6 +13,7 @@
 //! framing and long-lived streams), `rpc` (JSON-RPC framing), `stats`.
 
 mod catalog;
+mod entries;
 mod http;
 mod legacy_sse;
 mod rpc;

@@ -31,6 +31,8 @@ static NEXT_SERVER_PING: AtomicU64 = AtomicU64::new(1);
 pub enum Push {
     /// The catalog changed: send this many `list_changed` notifications.
     ListChanged(usize),
+    /// Tools or prompts changed: send this notification (handshake-era stdio sessions).
+    EntriesChanged(&'static str),
     /// Cut every GET, listen and legacy SSE stream without a goodbye.
     DropStreams,
     /// End every listen gracefully: with its result, or on stdio with `notifications/cancelled`.
@@ -309,13 +311,27 @@ impl Server {
     pub fn replace_catalog(&self, scenario: &Scenario) -> anyhow::Result<u64> {
         let mut catalog = Catalog::build(&self.args, scenario, 0, self.endpoint)?;
         let burst = catalog.notify_burst;
-        let (version, sessions) = {
+        let (version, sessions, (entry_notifications, resources_notify)) = {
             let mut state = self.state();
             catalog.version = state.catalog.version + 1;
+            let notify = crate::entries::notifications_for(&state.catalog, &catalog);
             state.catalog = Arc::new(catalog);
             let sessions: Vec<Arc<Session>> = state.sessions.values().cloned().collect();
-            (state.catalog.version, sessions)
+            (state.catalog.version, sessions, notify)
         };
+        for method in entry_notifications {
+            let _ = self.pushes.send(Push::EntriesChanged(method));
+            for session in sessions.iter().filter(|session| session.is_initialized()) {
+                if session.kind == SessionKind::StreamableHttp && !self.args.no_get_stream {
+                    session.push_messages([crate::entries::notification(method, None)]);
+                }
+            }
+        }
+        if !resources_notify {
+            self.stats
+                .update(|counters| counters.catalog_version = version);
+            return Ok(version);
+        }
         self.stats
             .update(|counters| counters.catalog_version = version);
         self.announce_list_changed(&sessions, burst);
@@ -513,6 +529,12 @@ impl Server {
             "resources/list" => self.list_resources(params, modern).await,
             "resources/templates/list" => self.list_templates(),
             "resources/read" => self.read_resource(params, modern),
+            "tools/list" if self.catalog().tools_declared => Ok(Handled::Result(
+                crate::entries::list_tools(&self.catalog(), params)?,
+            )),
+            "prompts/list" if self.catalog().prompts_declared => Ok(Handled::Result(
+                crate::entries::list_prompts(&self.catalog()),
+            )),
             _ if self.answers_unknown_methods() => {
                 info!(method, "answering an unknown method with a bare result");
                 self.stats.update(|counters| counters.bare_results += 1);
@@ -599,6 +621,7 @@ impl Server {
         if catalog.resources_capability {
             capabilities["resources"] = json!({"listChanged": true, "subscribe": false});
         }
+        crate::entries::declare(&catalog, &mut capabilities);
         json!({
             "protocolVersion": version,
             "capabilities": capabilities,
@@ -635,6 +658,7 @@ impl Server {
             // Without listen the server has no way to send list_changed in this era.
             capabilities["resources"] = json!({"listChanged": !self.args.no_listen});
         }
+        crate::entries::declare(&catalog, &mut capabilities);
         Ok(Handled::Result(json!({
             "resultType": "complete",
             "supportedVersions": self.modern_versions(),
@@ -654,11 +678,12 @@ impl Server {
             })?;
         let wants_list_changed = requested.get("resourcesListChanged") == Some(&json!(true));
         // Only resource list changes are supported; anything else asked for is left out.
-        let honoured = if wants_list_changed && self.catalog().resources_capability {
+        let mut honoured = if wants_list_changed && self.catalog().resources_capability {
             json!({"resourcesListChanged": true})
         } else {
             json!({})
         };
+        crate::entries::honour(&self.catalog(), requested, &mut honoured);
         Ok(Handled::Listen(honoured))
     }
 
@@ -744,6 +769,19 @@ impl Server {
             .and_then(Value::as_str)
             .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
         let Some(&position) = catalog.index_by_uri.get(uri) else {
+            // A URI under one of our templates is served too, as template-backed servers do;
+            // the check is deliberately loose (the template's text before its first `{`), so
+            // the mirror's own matching decides what reaches us.
+            let template = catalog.templates.iter().find_map(|template| {
+                let text = template.get("uriTemplate")?.as_str()?;
+                let prefix = text.split('{').next().unwrap_or_default();
+                (text.contains('{') && uri.starts_with(prefix)).then_some(text)
+            });
+            if let Some(template) = template {
+                let text = format!("contents of {uri} from template {template}");
+                let content = json!({"uri": uri, "mimeType": "text/plain", "text": text});
+                return Ok(Handled::Result(json!({ "contents": [content] })));
+            }
             // 2026-07-28 replaced -32002 with -32602 for an unknown resource.
             let code = if modern { -32602 } else { -32002 };
             return Err(RpcError::new(code, format!("Resource not found: {uri}")).into());

@@ -376,7 +376,7 @@ impl Driver for ListenStream {
                         self.ended = true;
                         return None;
                     }
-                    Ok(Push::ListChanged(_)) | Err(RecvError::Lagged(_)) => {}
+                    Ok(Push::ListChanged(_) | Push::EntriesChanged(_)) | Err(RecvError::Lagged(_)) => {}
                 },
             }
         }

@@ -27,6 +27,8 @@ enum Outgoing {
 struct Listen {
     id: Value,
     wants_list_changed: bool,
+    /// What the acknowledgement honoured (tools and prompts list changes among it).
+    honoured: Value,
 }
 
 /// Serves stdin and stdout until stdin closes.
@@ -139,11 +141,22 @@ pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
                     close_listens(&server, 1);
                     continue;
                 }
-                listens.push(Listen { id, wants_list_changed });
+                listens.push(Listen { id, wants_list_changed, honoured });
             }
             push = pushes.recv() => {
                 let count = match push {
                     Ok(Push::ListChanged(count)) => count,
+                    Ok(Push::EntriesChanged(method)) => {
+                        if legacy_session {
+                            send(crate::entries::notification(method, None));
+                        }
+                        for listen in &listens {
+                            if crate::entries::listen_wants(&listen.honoured, method) {
+                                send(crate::entries::notification(method, Some(&listen.id)));
+                            }
+                        }
+                        continue;
+                    }
                     // Missed pushes still mean the list changed; one notification covers them.
                     Err(RecvError::Lagged(_)) => 1,
                     Ok(Push::CloseListens { cancel }) => {

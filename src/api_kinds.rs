@@ -1,0 +1,353 @@
+//! The socket methods of every kind beside resources (`catalog/tools`, `/prompts`, `/tool`, `/prompt`, `/accept`, `/drift`, per-kind status) and the MCP face's own tools, `search_catalog` and `describe_entry`.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::api::ApiContext;
+use crate::protocol::{
+    self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
+    ORIGIN_META_KEY, PAGE_SIZE,
+};
+use crate::store::{EntryListing, SearchRequest, Store, StoreError};
+
+/// JSON-RPC's "resource not found" for a tool or prompt no server lists.
+const NOT_FOUND: i64 = crate::protocol::RESOURCE_NOT_FOUND;
+/// The separator between server and name inside a `catalog/tools` cursor.
+const CURSOR_SEPARATOR: char = '\u{1f}';
+
+fn internal(error: impl std::fmt::Display) -> ErrorObject {
+    ErrorObject::new(crate::protocol::INTERNAL_ERROR, error.to_string())
+}
+
+fn invalid(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(INVALID_PARAMS, message.into())
+}
+
+/// A stored definition with its origin server in `_meta`.
+fn with_origin(listing: &EntryListing) -> Value {
+    let mut value: Value = serde_json::from_str(&listing.raw).unwrap_or(Value::Null);
+    if let Value::Object(object) = &mut value {
+        let meta = object
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Value::Object(meta) = meta {
+            meta.insert(
+                ORIGIN_META_KEY.into(),
+                Value::String(listing.server.clone()),
+            );
+        }
+    }
+    value
+}
+
+/// A page of one kind's entries and the cursor to the next page.
+pub async fn entries_page(
+    store: &Store,
+    kind: Kind,
+    params: wire::EntriesParams,
+) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
+    let after = match &params.cursor {
+        None => None,
+        Some(cursor) => {
+            let key = decode_cursor(cursor).ok_or_else(|| invalid("invalid cursor"))?;
+            let (server, name) = key
+                .split_once(CURSOR_SEPARATOR)
+                .ok_or_else(|| invalid("invalid cursor"))?;
+            Some((server.to_string(), name.to_string()))
+        }
+    };
+    let (rows, more) = store
+        .list_entries(kind, params.server, after, PAGE_SIZE)
+        .await
+        .map_err(internal)?;
+    let next = match (more, rows.last()) {
+        (true, Some(last)) => Some(encode_cursor(&format!(
+            "{}{CURSOR_SEPARATOR}{}",
+            last.server, last.name
+        ))),
+        _ => None,
+    };
+    Ok((rows.iter().map(with_origin).collect(), next))
+}
+
+/// One tool or prompt, whole; `NOT_FOUND` when the server does not list it.
+pub async fn entry_details(
+    store: &Store,
+    kind: Kind,
+    params: wire::EntryParams,
+) -> Result<wire::EntryDetails, ErrorObject> {
+    let listing = store
+        .entry(kind, &params.server, &params.name)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| {
+            ErrorObject::new(
+                NOT_FOUND,
+                format!(
+                    "server {} lists no {kind} named {}",
+                    params.server, params.name
+                ),
+            )
+        })?;
+    Ok(wire::EntryDetails {
+        definition: serde_json::from_str(&listing.raw).map_err(internal)?,
+        server: listing.server,
+        kind,
+        name: listing.name,
+        stale: listing.stale,
+        snapshot_at_ms: listing.snapshot_at_ms,
+    })
+}
+
+pub async fn accept(
+    store: &Store,
+    params: wire::ServerParams,
+) -> Result<wire::AcceptResult, ErrorObject> {
+    let accepted = store
+        .accept(params.server)
+        .await
+        .map_err(|error| match error {
+            StoreError::Walk(message) => invalid(message),
+            other => internal(other),
+        })?;
+    Ok(wire::AcceptResult { accepted })
+}
+
+pub async fn drift(
+    store: &Store,
+    params: wire::ServerParams,
+) -> Result<wire::DriftResult, ErrorObject> {
+    let rows = store.drift(params.server).await.map_err(internal)?;
+    let drift = rows
+        .into_iter()
+        .map(|row| {
+            let field = |definition: &Option<Value>, name: &str| {
+                definition
+                    .as_ref()
+                    .and_then(|definition| definition.get(name))
+                    .cloned()
+            };
+            let fields = row
+                .fields
+                .iter()
+                .map(|name| {
+                    let change = wire::FieldChange {
+                        accepted: field(&row.accepted, name),
+                        current: field(&row.current, name),
+                    };
+                    (name.clone(), change)
+                })
+                .collect();
+            wire::DriftEntry {
+                server: row.server,
+                kind: row.kind,
+                name: row.name,
+                change: row.change,
+                fields,
+                accepted: row.accepted,
+                current: row.current,
+            }
+        })
+        .collect();
+    Ok(wire::DriftResult { drift })
+}
+
+/// Fills each server's per-kind counts and drift into a status answer.
+pub async fn add_kind_status(
+    store: &Store,
+    servers: &mut [wire::ServerStatus],
+) -> Result<(), ErrorObject> {
+    let mut counts = store.kind_counts().await.map_err(internal)?;
+    for server in servers {
+        let Some(kinds) = counts.remove(&server.name) else {
+            continue;
+        };
+        server.kinds = kinds
+            .into_iter()
+            .map(|(kind, counts)| {
+                let status = wire::KindStatus {
+                    count: counts.entries,
+                    snapshot_at_ms: counts.snapshot_at_ms,
+                    drift: counts.drift.map(|drift| wire::DriftCount {
+                        added: drift.added,
+                        removed: drift.removed,
+                        changed: drift.changed,
+                    }),
+                };
+                (kind, status)
+            })
+            .collect::<BTreeMap<_, _>>();
+    }
+    Ok(())
+}
+
+/// The first line of a description, cut to `HIT_DESCRIPTION_CHARS`.
+fn one_line(description: Option<String>) -> Option<String> {
+    let line = description?
+        .lines()
+        .find(|line| !line.trim().is_empty())?
+        .trim()
+        .to_string();
+    Some(line.chars().take(wire::HIT_DESCRIPTION_CHARS).collect())
+}
+
+/// Search over every kind, best first. The one place that decides how kinds are searched:
+/// tools and prompts through their full-text table, resources through the resource search,
+/// merged by score (both are negated BM25, so higher is better on one scale).
+pub async fn search_catalog(
+    store: &Store,
+    arguments: wire::SearchCatalogArguments,
+) -> Result<Vec<wire::CatalogHit>, StoreError> {
+    let limit = arguments
+        .limit
+        .map(|limit| (limit.max(1) as usize).min(wire::MAX_CATALOG_HITS))
+        .unwrap_or(wire::DEFAULT_CATALOG_HITS);
+    let kinds = arguments.kinds.unwrap_or_else(|| Kind::ALL.to_vec());
+    let mut hits: Vec<wire::CatalogHit> = store
+        .search_entries(
+            arguments.query.clone(),
+            kinds.clone(),
+            arguments.server.clone(),
+            limit,
+        )
+        .await?
+        .into_iter()
+        .map(|hit| wire::CatalogHit {
+            kind: hit.kind,
+            server: hit.server,
+            name: hit.name,
+            uri: None,
+            title: hit.title,
+            description: one_line(hit.description),
+            score: hit.score,
+        })
+        .collect();
+    if kinds.contains(&Kind::Resource) {
+        let mut request = SearchRequest::new(arguments.query, limit);
+        request.server = arguments.server;
+        let (resources, _) = store.search(request).await?;
+        hits.extend(resources.into_iter().map(|hit| wire::CatalogHit {
+            kind: Kind::Resource,
+            server: hit.server,
+            name: hit.name,
+            uri: Some(hit.uri),
+            title: hit.title,
+            description: one_line(hit.description),
+            score: hit.score,
+        }));
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    hits.truncate(limit);
+    Ok(hits)
+}
+
+/// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.
+pub async fn call_tool(
+    context: &ApiContext,
+    params: wire::CallToolParams,
+) -> Result<wire::CallToolResult, ErrorObject> {
+    let arguments = match params.arguments {
+        Value::Null => Value::Object(Default::default()),
+        other => other,
+    };
+    match params.name.as_str() {
+        wire::SEARCH_CATALOG_TOOL => {
+            let arguments: wire::SearchCatalogArguments =
+                parse_params(arguments).map_err(|error| invalid(error.0))?;
+            let hits = match search_catalog(&context.store, arguments).await {
+                Ok(hits) => hits,
+                Err(StoreError::InvalidQuery(error)) => {
+                    return Ok(tool_error(format!("invalid query: {error}")))
+                }
+                Err(error) => return Err(internal(error)),
+            };
+            let text = if hits.is_empty() {
+                "no matches".to_string()
+            } else {
+                hits.iter()
+                    .map(|hit| {
+                        let key = hit.uri.as_deref().unwrap_or(&hit.name);
+                        let description = hit.description.as_deref().unwrap_or("");
+                        format!("{} {}/{}: {description}", hit.kind, hit.server, key)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            let structured =
+                serde_json::to_value(wire::SearchCatalogResult { hits }).map_err(internal)?;
+            Ok(wire::CallToolResult {
+                content: vec![serde_json::json!({"type": "text", "text": text})],
+                structured_content: Some(structured),
+                is_error: false,
+            })
+        }
+        wire::DESCRIBE_ENTRY_TOOL => {
+            let arguments: wire::DescribeEntryArguments =
+                parse_params(arguments).map_err(|error| invalid(error.0))?;
+            let definition = describe(&context.store, arguments).await?;
+            let Some(definition) = definition else {
+                return Ok(tool_error("no such entry".into()));
+            };
+            let text = serde_json::to_string_pretty(&definition).map_err(internal)?;
+            Ok(wire::CallToolResult {
+                content: vec![serde_json::json!({"type": "text", "text": text})],
+                structured_content: Some(definition),
+                is_error: false,
+            })
+        }
+        other => Err(invalid(format!(
+            "unknown tool {other}: this mirror offers only {} and {}; call other tools on their own servers",
+            wire::SEARCH_CATALOG_TOOL,
+            wire::DESCRIBE_ENTRY_TOOL
+        ))),
+    }
+}
+
+fn tool_error(text: String) -> wire::CallToolResult {
+    wire::CallToolResult {
+        content: vec![serde_json::json!({"type": "text", "text": text})],
+        structured_content: None,
+        is_error: true,
+    }
+}
+
+/// The whole definition of one entry of any kind, with its server in `_meta`.
+async fn describe(
+    store: &Store,
+    arguments: wire::DescribeEntryArguments,
+) -> Result<Option<Value>, ErrorObject> {
+    match arguments.kind {
+        Kind::Tool | Kind::Prompt => {
+            let name = arguments
+                .name
+                .ok_or_else(|| invalid("`name` is required for a tool or prompt"))?;
+            let listing = store
+                .entry(arguments.kind, &arguments.server, &name)
+                .await
+                .map_err(internal)?;
+            Ok(listing.as_ref().map(with_origin))
+        }
+        Kind::Resource | Kind::Template => {
+            let uri = arguments
+                .uri
+                .ok_or_else(|| invalid("`uri` is required for a resource"))?;
+            let listings = store.listings(&uri).await.map_err(internal)?;
+            let listing = listings
+                .into_iter()
+                .find(|listing| listing.server == arguments.server);
+            Ok(listing.map(|listing| {
+                let mut value: Value = serde_json::from_str(&listing.raw).unwrap_or(Value::Null);
+                if let Value::Object(object) = &mut value {
+                    let meta = object
+                        .entry("_meta")
+                        .or_insert_with(|| Value::Object(Default::default()));
+                    if let Value::Object(meta) = meta {
+                        meta.insert(ORIGIN_META_KEY.into(), Value::String(listing.server));
+                    }
+                }
+                value
+            }))
+        }
+    }
+}

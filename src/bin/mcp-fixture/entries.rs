@@ -1,0 +1,101 @@
+//! Tools and prompts of the fixture: `tools/list` paginated by `tools_page_size`, `prompts/list`, and which list_changed notifications a scenario change calls for.
+
+use serde_json::{json, Value};
+
+use crate::catalog::{base64_decode, base64_encode, Catalog};
+use crate::rpc::RpcError;
+
+const TOOLS_CURSOR_PREFIX: &str = "mcp-fixture-tools:";
+
+/// The `tools/list` page after `cursor`, `catalog.tools_page_size` tools per page.
+pub fn list_tools(catalog: &Catalog, params: Option<&Value>) -> Result<Value, RpcError> {
+    let offset = match params.and_then(|params| params.get("cursor")) {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(cursor)) => decode(catalog, cursor)
+            .ok_or_else(|| RpcError::invalid_params("invalid or stale tools cursor"))?,
+        Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
+    };
+    let end = (offset + catalog.tools_page_size).min(catalog.tools.len());
+    let mut result = json!({ "tools": catalog.tools[offset..end] });
+    if end < catalog.tools.len() {
+        let cursor = format!("{TOOLS_CURSOR_PREFIX}{}:{end}", catalog.version);
+        result["nextCursor"] = json!(base64_encode(cursor.as_bytes()));
+    }
+    Ok(result)
+}
+
+fn decode(catalog: &Catalog, cursor: &str) -> Option<usize> {
+    let text = String::from_utf8(base64_decode(cursor)?).ok()?;
+    let (version, offset) = text.strip_prefix(TOOLS_CURSOR_PREFIX)?.split_once(':')?;
+    if version.parse::<u64>().ok()? != catalog.version {
+        return None;
+    }
+    let offset = offset.parse::<usize>().ok()?;
+    (offset < catalog.tools.len()).then_some(offset)
+}
+
+/// `prompts/list`: every prompt in one page.
+pub fn list_prompts(catalog: &Catalog) -> Value {
+    json!({ "prompts": catalog.prompts })
+}
+
+/// The capabilities the scenario's tools and prompts add to `capabilities`.
+pub fn declare(catalog: &Catalog, capabilities: &mut Value) {
+    if catalog.tools_declared {
+        capabilities["tools"] = json!({"listChanged": true});
+    }
+    if catalog.prompts_declared {
+        capabilities["prompts"] = json!({"listChanged": true});
+    }
+}
+
+/// The entry notifications a change from `old` to `new` calls for, and whether the resource
+/// catalog (or anything else) changed too: a change that touched only tools or prompts sends
+/// only their notifications.
+pub fn notifications_for(old: &Catalog, new: &Catalog) -> (Vec<&'static str>, bool) {
+    let mut methods = Vec::new();
+    if old.tools != new.tools {
+        methods.push("notifications/tools/list_changed");
+    }
+    if old.prompts != new.prompts {
+        methods.push("notifications/prompts/list_changed");
+    }
+    let resources_changed = old.resources != new.resources || old.templates != new.templates;
+    let resources_notify = resources_changed || methods.is_empty();
+    (methods, resources_notify)
+}
+
+/// A notification message, tagged with the listen request's id when it goes on a listen.
+pub fn notification(method: &str, subscription: Option<&Value>) -> String {
+    let mut message = json!({"jsonrpc": "2.0", "method": method});
+    if let Some(subscription) = subscription {
+        message["params"] = json!({"_meta": {crate::rpc::SUBSCRIPTION_ID: subscription}});
+    }
+    message.to_string()
+}
+
+/// The `subscriptions/listen` key that asks for `method`.
+fn listen_key(method: &str) -> &'static str {
+    if method.contains("/tools/") {
+        "toolsListChanged"
+    } else {
+        "promptsListChanged"
+    }
+}
+
+/// Adds to a listen's acknowledgement the entry list changes it asked for that are declared.
+pub fn honour(catalog: &Catalog, requested: &Value, honoured: &mut Value) {
+    for (declared, key) in [
+        (catalog.tools_declared, "toolsListChanged"),
+        (catalog.prompts_declared, "promptsListChanged"),
+    ] {
+        if declared && requested.get(key) == Some(&json!(true)) {
+            honoured[key] = json!(true);
+        }
+    }
+}
+
+/// Whether a listen that was acknowledged with `honoured` gets `method`.
+pub fn listen_wants(honoured: &Value, method: &str) -> bool {
+    honoured.get(listen_key(method)) == Some(&json!(true))
+}

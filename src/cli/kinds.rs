@@ -1,0 +1,178 @@
+//! The commands for tools and prompts: `tools`, `prompts`, `show tool|prompt SERVER/NAME`, `drift`, `accept`.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::client::Client;
+use super::render::{escaped, print_fields, print_json, print_table};
+use super::ClientError;
+use crate::protocol::{self as wire, Kind};
+
+/// The first line of a text, shortened for a table cell.
+fn first_line(text: Option<&str>) -> String {
+    let line = text
+        .and_then(|text| text.lines().find(|line| !line.trim().is_empty()))
+        .unwrap_or("")
+        .trim();
+    let short: String = line.chars().take(80).collect();
+    escaped(&short).into_owned()
+}
+
+fn origin(entry: &Value) -> String {
+    entry["_meta"][wire::ORIGIN_META_KEY]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Every tool or prompt (of one server or all), following cursors.
+fn all_entries(
+    client: &mut Client,
+    kind: Kind,
+    server: Option<&str>,
+) -> Result<Vec<Value>, ClientError> {
+    let mut entries = Vec::new();
+    let mut params = wire::EntriesParams {
+        server: server.map(str::to_string),
+        cursor: None,
+    };
+    loop {
+        let (page, next) = match kind {
+            Kind::Prompt => {
+                let page = client.call::<wire::CatalogPrompts>(&params, None)?;
+                (page.prompts, page.next_cursor)
+            }
+            _ => {
+                let page = client.call::<wire::CatalogTools>(&params, None)?;
+                (page.tools, page.next_cursor)
+            }
+        };
+        entries.extend(page);
+        match next {
+            Some(cursor) => params.cursor = Some(cursor),
+            None => return Ok(entries),
+        }
+    }
+}
+
+/// `mcp-mirror tools` / `prompts`: one row per entry.
+pub fn list(
+    socket: &Path,
+    kind: Kind,
+    server: Option<&str>,
+    as_json: bool,
+) -> Result<(), ClientError> {
+    let mut client = Client::connect(socket)?;
+    let entries = all_entries(&mut client, kind, server)?;
+    if as_json {
+        print_json(&entries);
+        return Ok(());
+    }
+    let rows = entries
+        .iter()
+        .map(|entry| {
+            vec![
+                origin(entry),
+                escaped(entry["name"].as_str().unwrap_or("")).into_owned(),
+                first_line(entry["description"].as_str()),
+            ]
+        })
+        .collect();
+    print_table(&["SERVER", "NAME", "DESCRIPTION"], rows);
+    Ok(())
+}
+
+/// `mcp-mirror show tool SERVER/NAME`: the whole definition, schemas pretty-printed.
+pub fn show(socket: &Path, kind: Kind, spec: &str, as_json: bool) -> Result<(), ClientError> {
+    let Some((server, name)) = spec.split_once('/') else {
+        return Err(ClientError::Usage(format!(
+            "name the {kind} as SERVER/NAME, not {spec:?}"
+        )));
+    };
+    let params = wire::EntryParams {
+        server: server.to_string(),
+        name: name.to_string(),
+    };
+    let mut client = Client::connect(socket)?;
+    let details = match kind {
+        Kind::Prompt => client.call::<wire::CatalogPrompt>(&params, None)?,
+        _ => client.call::<wire::CatalogTool>(&params, None)?,
+    };
+    if as_json {
+        print_json(&details);
+        return Ok(());
+    }
+    let definition = &details.definition;
+    let mut fields = vec![
+        ("server".to_string(), details.server.clone()),
+        ("name".to_string(), escaped(&details.name).into_owned()),
+    ];
+    for key in ["title", "description"] {
+        if let Some(text) = definition[key].as_str() {
+            fields.push((key.to_string(), escaped(text).into_owned()));
+        }
+    }
+    print_fields(fields);
+    if let Value::Object(object) = definition {
+        for (key, value) in object {
+            if matches!(key.as_str(), "name" | "title" | "description") {
+                continue;
+            }
+            let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
+            println!("{key}:\n{}", escaped(&pretty));
+        }
+    }
+    Ok(())
+}
+
+/// `mcp-mirror accept`: record the current tools and prompts as accepted.
+pub fn accept(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), ClientError> {
+    let mut client = Client::connect(socket)?;
+    let params = wire::ServerParams {
+        server: server.map(str::to_string),
+    };
+    let result = client.call::<wire::CatalogAccept>(&params, None)?;
+    if as_json {
+        print_json(&result);
+    } else {
+        println!("accepted {} tool and prompt definitions", result.accepted);
+    }
+    Ok(())
+}
+
+/// `mcp-mirror drift`: what differs from the accepted definitions, field by field.
+pub fn drift(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), ClientError> {
+    let mut client = Client::connect(socket)?;
+    let params = wire::ServerParams {
+        server: server.map(str::to_string),
+    };
+    let result = client.call::<wire::CatalogDrift>(&params, None)?;
+    if as_json {
+        print_json(&result);
+        return Ok(());
+    }
+    if result.drift.is_empty() {
+        println!("no drift from the accepted definitions");
+        return Ok(());
+    }
+    for entry in &result.drift {
+        println!(
+            "{} {} {}/{}",
+            entry.change,
+            entry.kind,
+            entry.server,
+            escaped(&entry.name)
+        );
+        for (field, change) in &entry.fields {
+            let show = |value: &Option<Value>| match value {
+                None => "(absent)".to_string(),
+                Some(value) => escaped(&value.to_string()).into_owned(),
+            };
+            println!("  {field}:");
+            println!("    accepted: {}", show(&change.accepted));
+            println!("    current:  {}", show(&change.current));
+        }
+    }
+    Ok(())
+}

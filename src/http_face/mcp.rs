@@ -1,0 +1,731 @@
+//! `/mcp` over Streamable HTTP: POSTed JSON-RPC in both eras (the 2026-07-28 headers checked,
+//! `server/discover`, `subscriptions/listen`; `initialize` with `Mcp-Session-Id`), the GET
+//! stream, DELETE of a session; answers shaped for the client (caching hints, withheld
+//! `private` entries) around the socket's own `api::answer_request`.
+
+use std::collections::BTreeSet;
+use std::io::Read as _;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::api::{self, ConnectionState};
+use crate::protocol::{
+    self as wire, CatalogChanges, CatalogResource, CatalogSearch, CheckedRequest, ErrorObject,
+    IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
+    INVALID_REQUEST, PARSE_ERROR,
+};
+use crate::store::now_ms;
+
+use super::access::{admit, Client};
+use super::stream::{self, message_event, sse_response, StreamPlan};
+use super::HttpFace;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+
+/// The `_meta` keys of the 2026-07-28 era.
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// A header disagrees with the body (2026-07-28).
+const HEADER_MISMATCH: i64 = -32020;
+/// The requested protocol version is not one we speak (2026-07-28).
+const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+const DISCOVER: &str = "server/discover";
+const LISTEN: &str = "subscriptions/listen";
+
+/// An error answer with free-form `data` (the 2026-07-28 errors carry their own shapes).
+#[derive(Serialize)]
+struct ErrorAnswer<'a> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    error: ErrorBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    code: i64,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<Value>,
+}
+
+/// `server/discover`'s answer.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DiscoverResult {
+    supported_versions: Vec<&'static str>,
+    capabilities: wire::ServerCapabilities,
+    instructions: &'static str,
+    #[serde(rename = "_meta")]
+    meta: Map<String, Value>,
+}
+
+/// The caching hints of a 2026-07-28 result.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CachingHints {
+    result_type: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_scope: Option<&'static str>,
+}
+
+/// What a request may see: the servers withheld from it, whether `private` entries are in
+/// what it sees, and how long results stay good (until the next backstop walk).
+struct Audience {
+    hidden: BTreeSet<String>,
+    private_visible: bool,
+    ttl_ms: u64,
+}
+
+impl HttpFace {
+    async fn audience(&self, client: &Client) -> Audience {
+        let live = self.api.supervisor.live_status().await;
+        let shared = self
+            .shared
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let now = now_ms();
+        let mut audience = Audience {
+            hidden: BTreeSet::new(),
+            private_visible: false,
+            ttl_ms: u64::MAX,
+        };
+        for (name, status) in live {
+            // Until a session has connected since start, its scope is unknown: withheld too.
+            let private = status.cache_scope.as_deref() == Some("private") || status.era.is_none();
+            if private && client.holds_token() && !shared.contains(&name) {
+                audience.hidden.insert(name);
+                continue;
+            }
+            audience.private_visible |= status.cache_scope.as_deref() == Some("private");
+            if let Some(next) = status.next_walk_at_ms {
+                audience.ttl_ms = audience.ttl_ms.min(next.saturating_sub(now).max(0) as u64);
+            }
+        }
+        if audience.ttl_ms == u64::MAX {
+            audience.ttl_ms = 0;
+        }
+        audience
+    }
+}
+
+/// The 2026-07-28 protocol version a request names in `_meta`, if it names one.
+fn modern_version(params: &Value) -> Option<&str> {
+    params
+        .get("_meta")
+        .and_then(|meta| meta.get(META_PROTOCOL_VERSION))
+        .and_then(Value::as_str)
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .map(|value| value.to_str().unwrap_or("\u{fffd}"))
+}
+
+/// How the client wants answers: JSON unless it accepts only event streams.
+fn wants_sse_only(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    accept.contains("text/event-stream")
+        && !accept.contains("application/json")
+        && !accept.contains("*/*")
+}
+
+fn json_body(status: StatusCode, body: &impl Serialize) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut response = (status, bytes).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// An answer in the form the client asked for.
+fn deliver(headers: &HeaderMap, status: StatusCode, body: &impl Serialize) -> Response {
+    if wants_sse_only(headers) {
+        let json = serde_json::to_string(body).unwrap_or_default();
+        return sse_response(status, message_event(&json));
+    }
+    json_body(status, body)
+}
+
+fn error_answer(
+    headers: &HeaderMap,
+    status: StatusCode,
+    id: &Value,
+    code: i64,
+    message: &str,
+    data: Option<Value>,
+) -> Response {
+    let answer = ErrorAnswer {
+        jsonrpc: wire::JSONRPC_VERSION,
+        id,
+        error: ErrorBody {
+            code,
+            message,
+            data,
+        },
+    };
+    deliver(headers, status, &answer)
+}
+
+/// A fresh session id: 128 random bits from the kernel, in hex.
+fn new_session_id() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+pub(super) async fn post_message(
+    State(face): State<Arc<HttpFace>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let client = match admit(&face, &headers) {
+        Ok(client) => client,
+        Err(refusal) => return *refusal,
+    };
+    let bytes = match axum::body::to_bytes(body, face.config.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            tracing::info!(
+                token = client.name(),
+                "HTTP request refused: body too large"
+            );
+            let message = format!(
+                "request body larger than {} bytes ([http] max_body)",
+                face.config.max_body_bytes
+            );
+            return error_answer(
+                &headers,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &Value::Null,
+                INVALID_REQUEST,
+                &message,
+                None,
+            );
+        }
+    };
+    let message: Value = match serde_json::from_slice(&bytes) {
+        Ok(message) => message,
+        Err(error) => {
+            let message = format!("parse error: {error}");
+            return error_answer(
+                &headers,
+                StatusCode::BAD_REQUEST,
+                &Value::Null,
+                PARSE_ERROR,
+                &message,
+                None,
+            );
+        }
+    };
+    // Anything but an object is checked like a request with every field missing.
+    let request = match IncomingRequest::deserialize(message) {
+        Ok(request) => request.check(),
+        Err(_) => IncomingRequest::default().check(),
+    };
+    let request = match request {
+        Ok(request) => request,
+        Err(response) => return deliver(&headers, StatusCode::BAD_REQUEST, &*response),
+    };
+    tracing::info!(token = client.name(), method = %request.method, "HTTP request");
+    match modern_version(&request.params).map(str::to_string) {
+        Some(version) => modern_request(&face, &client, &headers, request, &version).await,
+        None => legacy_request(&face, &client, &headers, request).await,
+    }
+}
+
+/// A 2026-07-28 request: headers checked against the body, no session.
+async fn modern_request(
+    face: &Arc<HttpFace>,
+    client: &Client,
+    headers: &HeaderMap,
+    request: CheckedRequest,
+    version: &str,
+) -> Response {
+    let id = request.id.clone().unwrap_or(Value::Null);
+    if !crate::mcp::MODERN_VERSIONS.contains(&version) {
+        let supported: Vec<&str> = crate::mcp::MODERN_VERSIONS
+            .iter()
+            .chain(wire::PROTOCOL_VERSIONS.iter().rev())
+            .copied()
+            .collect();
+        return error_answer(
+            headers,
+            StatusCode::BAD_REQUEST,
+            &id,
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            Some(json!({"supported": supported, "requested": version})),
+        );
+    }
+    let expected_name = match request.method.as_str() {
+        "resources/read" => request.params.get("uri"),
+        "tools/call" | "prompts/get" => request.params.get("name"),
+        _ => None,
+    }
+    .and_then(Value::as_str);
+    let checks = [
+        (VERSION_HEADER, "MCP-Protocol-Version", Some(version)),
+        (METHOD_HEADER, "Mcp-Method", Some(request.method.as_str())),
+        (NAME_HEADER, "Mcp-Name", expected_name),
+    ];
+    for (name, shown, expected) in checks {
+        let (Some(sent), Some(expected)) = (header_text(headers, name), expected) else {
+            continue;
+        };
+        if sent != expected {
+            let message = format!(
+                "Header mismatch: {shown} header value '{sent}' does not match body value '{expected}'"
+            );
+            return error_answer(
+                headers,
+                StatusCode::BAD_REQUEST,
+                &id,
+                HEADER_MISMATCH,
+                &message,
+                None,
+            );
+        }
+    }
+    let Some(request_id) = request.id.clone() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let audience = face.audience(client).await;
+    match request.method.as_str() {
+        DISCOVER => deliver(
+            headers,
+            StatusCode::OK,
+            &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
+        ),
+        LISTEN => listen(face, headers, request_id, &request.params),
+        _ => {
+            let caching = matches!(
+                request.method.as_str(),
+                ListResources::NAME | ListTemplates::NAME | ReadResource::NAME
+            );
+            match answer(face, client, &audience, request).await {
+                Some(Ok(result)) => deliver(
+                    headers,
+                    StatusCode::OK,
+                    &wire::Response::success(request_id, modern_result(result, &audience, caching)),
+                ),
+                Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
+                None => StatusCode::ACCEPTED.into_response(),
+            }
+        }
+    }
+}
+
+/// A handshake-era request: `initialize` opens a session; a request naming an unknown
+/// session is answered 404 so the client starts a new one.
+async fn legacy_request(
+    face: &Arc<HttpFace>,
+    client: &Client,
+    headers: &HeaderMap,
+    request: CheckedRequest,
+) -> Response {
+    let id = request.id.clone().unwrap_or(Value::Null);
+    if let Some(version) = header_text(headers, VERSION_HEADER) {
+        if !wire::PROTOCOL_VERSIONS.contains(&version) && request.method != Initialize::NAME {
+            let message = format!("unsupported MCP-Protocol-Version header: {version}");
+            return error_answer(
+                headers,
+                StatusCode::BAD_REQUEST,
+                &id,
+                INVALID_REQUEST,
+                &message,
+                None,
+            );
+        }
+    }
+    let mut new_session = None;
+    if request.method == Initialize::NAME {
+        let mut sessions = face
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if sessions.len() >= face.config.max_sessions {
+            drop(sessions);
+            tracing::warn!(
+                max_sessions = face.config.max_sessions,
+                "HTTP session refused: [http] max_sessions reached"
+            );
+            let message = format!(
+                "too many sessions ([http] max_sessions = {})",
+                face.config.max_sessions
+            );
+            return error_answer(
+                headers,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &id,
+                INVALID_REQUEST,
+                &message,
+                None,
+            );
+        }
+        match new_session_id() {
+            Ok(session) => {
+                sessions.insert(session.clone());
+                new_session = Some(session);
+            }
+            Err(error) => {
+                drop(sessions);
+                let message = format!("cannot make a session id: {error}");
+                return error_answer(
+                    headers,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &id,
+                    wire::INTERNAL_ERROR,
+                    &message,
+                    None,
+                );
+            }
+        }
+    } else if let Some(session) = header_text(headers, SESSION_HEADER) {
+        if !known_session(face, session) {
+            return error_answer(
+                headers,
+                StatusCode::NOT_FOUND,
+                &id,
+                INVALID_REQUEST,
+                "session not found: send initialize without Mcp-Session-Id",
+                None,
+            );
+        }
+    }
+    let Some(request_id) = request.id.clone() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let audience = face.audience(client).await;
+    let mut response = match request.method.as_str() {
+        DISCOVER => deliver(
+            headers,
+            StatusCode::OK,
+            &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
+        ),
+        _ => match answer(face, client, &audience, request).await {
+            Some(Ok(result)) => deliver(
+                headers,
+                StatusCode::OK,
+                &wire::Response::success(request_id, result),
+            ),
+            Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
+            None => StatusCode::ACCEPTED.into_response(),
+        },
+    };
+    if let Some(session) = new_session.and_then(|session| HeaderValue::from_str(&session).ok()) {
+        response.headers_mut().insert(SESSION_HEADER, session);
+    }
+    response
+}
+
+fn known_session(face: &HttpFace, session: &str) -> bool {
+    face.sessions
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .contains(session)
+}
+
+/// Answers through the socket's dispatch, then withholds what this client may not see.
+/// `None` for a notification; `Err` is the JSON-RPC error answer.
+async fn answer(
+    face: &HttpFace,
+    client: &Client,
+    audience: &Audience,
+    request: CheckedRequest,
+) -> Option<Result<Value, wire::Response>> {
+    let id = request.id.clone()?;
+    let method = request.method.clone();
+    if method == ReadResource::NAME && !audience.hidden.is_empty() {
+        if let Some(uri) = request.params.get("uri").and_then(Value::as_str) {
+            if let Ok(Some(target)) = face.api.store.read_target(uri).await {
+                if audience.hidden.contains(&target.server) {
+                    tracing::info!(
+                        token = client.name(),
+                        server = %target.server,
+                        "read withheld: the server's results are private (set share = true to serve them)"
+                    );
+                    return Some(Err(wire::Response::failure(id, api::not_listed(uri))));
+                }
+            }
+        }
+    }
+    // Each HTTP request is its own connection state: `catalog/watch` and the `initialize`
+    // flag mean nothing without a socket to push on (the GET stream and listen do that).
+    let mut state = ConnectionState::default();
+    let response = api::answer_request(request, &face.api, &mut state).await?;
+    let (result, error) = response.into_parts();
+    match (result, error) {
+        (Some(result), _) => Some(
+            withhold(&method, result, &audience.hidden)
+                .map_err(|error| wire::Response::failure(id, error)),
+        ),
+        (None, Some(error)) => Some(Err(wire::Response::failure(id, error))),
+        (None, None) => Some(Ok(Value::Null)),
+    }
+}
+
+/// Removes the entries of withheld servers from a result, through the protocol's types.
+fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Value, ErrorObject> {
+    if hidden.is_empty() {
+        return Ok(result);
+    }
+    let visible = |server: Option<&str>| server.map_or(true, |server| !hidden.contains(server));
+    let internal =
+        |error: serde_json::Error| ErrorObject::new(wire::INTERNAL_ERROR, error.to_string());
+    match method {
+        ListResources::NAME => {
+            let mut page: <ListResources as Method>::Result =
+                serde_json::from_value(result).map_err(internal)?;
+            page.resources.retain(|resource| visible(resource.origin()));
+            serde_json::to_value(page).map_err(internal)
+        }
+        ListTemplates::NAME => {
+            let mut page: <ListTemplates as Method>::Result =
+                serde_json::from_value(result).map_err(internal)?;
+            page.resource_templates
+                .retain(|template| visible(template.fields.meta.origin.as_deref()));
+            serde_json::to_value(page).map_err(internal)
+        }
+        CatalogSearch::NAME => {
+            let mut page: <CatalogSearch as Method>::Result =
+                serde_json::from_value(result).map_err(internal)?;
+            page.results.retain(|hit| visible(Some(&hit.server)));
+            serde_json::to_value(page).map_err(internal)
+        }
+        CatalogChanges::NAME => {
+            let mut page: <CatalogChanges as Method>::Result =
+                serde_json::from_value(result).map_err(internal)?;
+            page.changes.retain(|change| visible(Some(&change.server)));
+            serde_json::to_value(page).map_err(internal)
+        }
+        CatalogResource::NAME => {
+            let mut details: <CatalogResource as Method>::Result =
+                serde_json::from_value(result).map_err(internal)?;
+            if !visible(Some(&details.server)) {
+                return Err(api::not_listed(&details.resource.uri));
+            }
+            details
+                .listed_by
+                .retain(|listing| visible(Some(&listing.server)));
+            serde_json::to_value(details).map_err(internal)
+        }
+        _ => Ok(result),
+    }
+}
+
+fn discover() -> Value {
+    let mut meta = Map::new();
+    meta.insert(
+        META_SERVER_INFO.into(),
+        json!(wire::Implementation {
+            name: wire::SERVER_NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }),
+    );
+    let result = DiscoverResult {
+        supported_versions: crate::mcp::MODERN_VERSIONS
+            .iter()
+            .chain(wire::PROTOCOL_VERSIONS.iter().rev())
+            .copied()
+            .collect(),
+        capabilities: wire::ServerCapabilities::of_the_mirror(),
+        instructions: wire::INSTRUCTIONS,
+        meta,
+    };
+    serde_json::to_value(result).unwrap_or(Value::Null)
+}
+
+/// A 2026-07-28 result: `resultType`, and for discover, lists and reads the caching hints.
+fn modern_result(result: Value, audience: &Audience, caching: bool) -> Value {
+    let Value::Object(mut object) = result else {
+        return result;
+    };
+    let hints = CachingHints {
+        result_type: "complete",
+        ttl_ms: caching.then_some(audience.ttl_ms),
+        cache_scope: caching.then_some(match audience.private_visible {
+            true => "private",
+            false => "public",
+        }),
+    };
+    if let Ok(Value::Object(hints)) = serde_json::to_value(hints) {
+        object.extend(hints);
+    }
+    Value::Object(object)
+}
+
+/// `subscriptions/listen`: an SSE answer that acknowledges, then carries `list_changed`
+/// until the daemon stops (then the request's result).
+fn listen(face: &Arc<HttpFace>, headers: &HeaderMap, id: Value, params: &Value) -> Response {
+    let asked_resources = params
+        .get("notifications")
+        .and_then(|notifications| notifications.get("resourcesListChanged"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let Ok(permit) = face.streams.clone().try_acquire_owned() else {
+        return too_many_streams(face, headers, &id);
+    };
+    let subscription = match &id {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let mut granted = Map::new();
+    if asked_resources {
+        granted.insert("resourcesListChanged".into(), Value::Bool(true));
+    }
+    let acknowledged = json!({
+        "jsonrpc": wire::JSONRPC_VERSION,
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"_meta": {META_SUBSCRIPTION_ID: subscription}, "notifications": granted},
+    });
+    let changed = json!({
+        "jsonrpc": wire::JSONRPC_VERSION,
+        "method": "notifications/resources/list_changed",
+        "params": {"_meta": {META_SUBSCRIPTION_ID: subscription}},
+    });
+    let closed = json!({
+        "jsonrpc": wire::JSONRPC_VERSION,
+        "id": id,
+        "result": {"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: subscription}},
+    });
+    let plan = StreamPlan {
+        first: vec![acknowledged.to_string()],
+        // A client that did not ask for resource list changes gets only keep-alives.
+        on_change: asked_resources.then(|| changed.to_string()),
+        at_end: Some(closed.to_string()),
+    };
+    stream::open(
+        plan,
+        face.api.store.subscribe(),
+        face.shutdown.clone(),
+        permit,
+    )
+}
+
+fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value) -> Response {
+    tracing::warn!(
+        max_streams = face.config.max_streams,
+        "HTTP stream refused: [http] max_streams reached"
+    );
+    let message = format!(
+        "too many open streams ([http] max_streams = {})",
+        face.config.max_streams
+    );
+    error_answer(
+        headers,
+        StatusCode::SERVICE_UNAVAILABLE,
+        id,
+        INVALID_REQUEST,
+        &message,
+        None,
+    )
+}
+
+/// The handshake era's GET stream of a session: `list_changed` after each committed change.
+pub(super) async fn get_stream(State(face): State<Arc<HttpFace>>, headers: HeaderMap) -> Response {
+    let client = match admit(&face, &headers) {
+        Ok(client) => client,
+        Err(refusal) => return *refusal,
+    };
+    let accepts_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"));
+    if !accepts_sse {
+        return (
+            StatusCode::NOT_ACCEPTABLE,
+            "GET /mcp is an event stream: send Accept: text/event-stream\n",
+        )
+            .into_response();
+    }
+    if header_text(&headers, VERSION_HEADER)
+        .is_some_and(|version| crate::mcp::MODERN_VERSIONS.contains(&version))
+    {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the 2026-07-28 era has no GET stream: use subscriptions/listen\n",
+        )
+            .into_response();
+    }
+    match header_text(&headers, SESSION_HEADER) {
+        None => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "GET /mcp needs the Mcp-Session-Id from initialize\n",
+            )
+                .into_response()
+        }
+        Some(session) if !known_session(&face, session) => {
+            return (StatusCode::NOT_FOUND, "session not found\n").into_response()
+        }
+        Some(_) => {}
+    }
+    tracing::info!(token = client.name(), "HTTP GET stream opened");
+    let Ok(permit) = face.streams.clone().try_acquire_owned() else {
+        return too_many_streams(&face, &headers, &Value::Null);
+    };
+    let changed = json!({
+        "jsonrpc": wire::JSONRPC_VERSION,
+        "method": "notifications/resources/list_changed",
+    });
+    let plan = StreamPlan {
+        first: Vec::new(),
+        on_change: Some(changed.to_string()),
+        at_end: None,
+    };
+    stream::open(
+        plan,
+        face.api.store.subscribe(),
+        face.shutdown.clone(),
+        permit,
+    )
+}
+
+/// Ends a handshake-era session.
+pub(super) async fn delete_session(
+    State(face): State<Arc<HttpFace>>,
+    headers: HeaderMap,
+) -> Response {
+    let client = match admit(&face, &headers) {
+        Ok(client) => client,
+        Err(refusal) => return *refusal,
+    };
+    let Some(session) = header_text(&headers, SESSION_HEADER) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "DELETE /mcp needs an Mcp-Session-Id\n",
+        )
+            .into_response();
+    };
+    let removed = face
+        .sessions
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .remove(session);
+    tracing::info!(token = client.name(), removed, "HTTP session deleted");
+    match removed {
+        true => StatusCode::NO_CONTENT.into_response(),
+        false => (StatusCode::NOT_FOUND, "session not found\n").into_response(),
+    }
+}

@@ -1,0 +1,208 @@
+//! The HTTP face: the socket's MCP face served over Streamable HTTP at `/mcp` (both eras), with
+//! bearer tokens, origin checks and bounds, so one mirror can be the upstream of a fleet; and
+//! `GET /metrics` (also alone on `[http] metrics_listen`).
+//!
+//! Requests go through the socket's own `api::answer_request`; this module adds what HTTP
+//! needs around it: who may ask (`access`), the 2026-07-28 headers and `server/discover`,
+//! handshake-era sessions, the caching hints, the GET and `subscriptions/listen` streams
+//! (`stream`), and withholding a `private` server's entries from token clients.
+
+mod access;
+mod mcp;
+mod stream;
+
+use std::collections::{BTreeSet, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::api::ApiContext;
+use crate::config::{Config, HttpConfig};
+
+/// The largest request head (request line and headers) a client may send.
+pub const MAX_HEADER_BYTES: usize = 64 << 10;
+/// How long a client may take to send a request head (a slow client holds one task only).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Open HTTP connections at once; past it new connections wait in the kernel's backlog.
+pub const MAX_HTTP_CONNECTIONS: usize = 1024;
+/// Keep-alive comments on open streams, so a vanished client is noticed.
+pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How long open connections get to finish at shutdown.
+const CONNECTION_STOP_BOUND: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {address} for the HTTP face: {source}")]
+pub struct HttpBindError {
+    pub address: SocketAddr,
+    pub source: std::io::Error,
+}
+
+/// What the HTTP handlers share.
+pub struct HttpFace {
+    api: Arc<ApiContext>,
+    config: HttpConfig,
+    /// Servers whose config says `share = true`; replaced on reload.
+    shared: std::sync::RwLock<BTreeSet<String>>,
+    /// Handshake-era sessions (`Mcp-Session-Id`), bounded by `max_sessions`.
+    sessions: std::sync::Mutex<HashSet<String>>,
+    streams: Arc<Semaphore>,
+    connections: Arc<Semaphore>,
+    /// HTTP connections open now.
+    clients: AtomicUsize,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl HttpFace {
+    pub fn new(api: Arc<ApiContext>, config: &Config, shutdown: watch::Receiver<bool>) -> HttpFace {
+        let face = HttpFace {
+            api,
+            streams: Arc::new(Semaphore::new(config.http.max_streams)),
+            connections: Arc::new(Semaphore::new(MAX_HTTP_CONNECTIONS)),
+            config: config.http.clone(),
+            shared: std::sync::RwLock::new(BTreeSet::new()),
+            sessions: std::sync::Mutex::new(HashSet::new()),
+            clients: AtomicUsize::new(0),
+            shutdown,
+        };
+        face.apply(config);
+        face
+    }
+
+    /// Takes the reloadable part of a (re)loaded configuration: which servers are shared.
+    /// Listening addresses and tokens change only at the next start.
+    pub fn apply(&self, config: &Config) {
+        let shared = config
+            .servers
+            .iter()
+            .filter(|server| server.share)
+            .map(|server| server.name.clone())
+            .collect();
+        *self
+            .shared
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = shared;
+    }
+
+    /// HTTP connections open now.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
+    fn router(self: &Arc<Self>, face: Face) -> Router {
+        let router = Router::new().route("/metrics", get(metrics));
+        let router = match face {
+            Face::Mcp => router.route(
+                "/mcp",
+                get(mcp::get_stream)
+                    .post(mcp::post_message)
+                    .delete(mcp::delete_session),
+            ),
+            Face::MetricsOnly => router,
+        };
+        router.with_state(self.clone())
+    }
+}
+
+/// What a listener serves: `/mcp` and `/metrics`, or `/metrics` alone (`metrics_listen`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Face {
+    Mcp,
+    MetricsOnly,
+}
+
+/// `GET /metrics`: the Prometheus text format, from the same status `catalog/status` answers.
+async fn metrics(State(face): State<Arc<HttpFace>>, headers: HeaderMap) -> Response {
+    let client = match access::admit(&face, &headers) {
+        Ok(client) => client,
+        Err(refusal) => return *refusal,
+    };
+    tracing::debug!(token = client.name(), "metrics scraped");
+    match crate::api::status(&face.api).await {
+        Ok(status) => {
+            let text = crate::metrics::render(&status, face.clients());
+            let mut response = (StatusCode::OK, text).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+            );
+            response
+        }
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read the status: {}\n", error.message),
+        )
+            .into_response(),
+    }
+}
+
+/// Binds the face's address; a failure stops the daemon at start, naming the address.
+pub async fn bind(address: SocketAddr) -> Result<TcpListener, HttpBindError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| HttpBindError { address, source })
+}
+
+/// Accepts connections until shutdown; each is served by its own task with hyper's http1
+/// server, whose buffer bound caps the request head.
+pub async fn serve(face: Arc<HttpFace>, listener: TcpListener, serving: Face) {
+    let router = face.router(serving);
+    let mut shutdown = face.shutdown.clone();
+    loop {
+        let permit = tokio::select! {
+            permit = face.connections.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+            _ = shutdown.changed() => return,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed on the HTTP face");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let face = face.clone();
+        let mut stop = face.shutdown.clone();
+        tokio::spawn(async move {
+            face.clients.fetch_add(1, Ordering::Relaxed);
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .max_buf_size(MAX_HEADER_BYTES)
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            let outcome = tokio::select! {
+                outcome = connection.as_mut() => outcome,
+                _ = stop.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    tokio::time::timeout(CONNECTION_STOP_BOUND, connection.as_mut())
+                        .await
+                        .unwrap_or(Ok(()))
+                }
+            };
+            if let Err(error) = outcome {
+                tracing::debug!(%error, %peer, "HTTP connection ended with an error");
+            }
+            face.clients.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+}

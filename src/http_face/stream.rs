@@ -1,0 +1,126 @@
+//! The HTTP face's long-lived SSE streams (the handshake era's GET stream, the 2026-07-28
+//! `subscriptions/listen` answer): one `list_changed` per burst of committed swaps, keep-alive
+//! comments, and an end at shutdown. Each holds a permit of the bounded stream count.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
+use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
+
+use crate::store::CatalogChanged;
+
+use super::STREAM_KEEP_ALIVE;
+
+/// One SSE `message` event carrying `json`.
+pub(super) fn message_event(json: &str) -> String {
+    format!("event: message\ndata: {json}\n\n")
+}
+
+/// A complete SSE answer of one or more messages (a POST answered as a stream).
+pub(super) fn sse_response(status: StatusCode, events: String) -> Response {
+    let mut response = (status, events).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
+
+/// What a stream sends besides keep-alives.
+pub(super) struct StreamPlan {
+    /// Messages sent at once (the listen acknowledgement).
+    pub first: Vec<String>,
+    /// The message sent for each burst of catalog changes, if the client asked for them.
+    pub on_change: Option<String>,
+    /// The message sent when the daemon stops (the listen request's final result).
+    pub at_end: Option<String>,
+}
+
+struct Driver {
+    pending: VecDeque<String>,
+    on_change: Option<String>,
+    at_end: Option<String>,
+    changes: broadcast::Receiver<CatalogChanged>,
+    shutdown: watch::Receiver<bool>,
+    keep_alive: Interval,
+    done: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Driver {
+    /// The next chunk to send; `None` ends the stream.
+    async fn next_chunk(&mut self) -> Option<String> {
+        if let Some(message) = self.pending.pop_front() {
+            return Some(message_event(&message));
+        }
+        if self.done {
+            return None;
+        }
+        loop {
+            if *self.shutdown.borrow() {
+                return self.finish();
+            }
+            tokio::select! {
+                changed = self.shutdown.changed() => {
+                    if changed.is_err() {
+                        return self.finish();
+                    }
+                }
+                event = self.changes.recv() => match event {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        // A burst of swaps is one notification: list_changed carries nothing.
+                        while let Ok(_) | Err(TryRecvError::Lagged(_)) = self.changes.try_recv() {}
+                        if let Some(message) = &self.on_change {
+                            return Some(message_event(message));
+                        }
+                    }
+                    Err(RecvError::Closed) => return self.finish(),
+                },
+                _ = self.keep_alive.tick() => return Some(": keep-alive\n\n".to_string()),
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Option<String> {
+        self.done = true;
+        self.at_end.take().map(|message| message_event(&message))
+    }
+}
+
+/// An open stream answering with `plan`, until the client goes away or the daemon stops.
+pub(super) fn open(
+    plan: StreamPlan,
+    changes: broadcast::Receiver<CatalogChanged>,
+    shutdown: watch::Receiver<bool>,
+    permit: OwnedSemaphorePermit,
+) -> Response {
+    let mut keep_alive = interval_at(Instant::now() + STREAM_KEEP_ALIVE, STREAM_KEEP_ALIVE);
+    keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let driver = Driver {
+        pending: plan.first.into(),
+        on_change: plan.on_change,
+        at_end: plan.at_end,
+        changes,
+        shutdown,
+        keep_alive,
+        done: false,
+        _permit: permit,
+    };
+    let chunks = futures_util::stream::unfold(driver, |mut driver| async move {
+        let chunk = driver.next_chunk().await?;
+        Some((Ok::<_, Infallible>(Bytes::from(chunk)), driver))
+    });
+    let mut response = Response::new(Body::from_stream(chunks));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}

@@ -1,0 +1,210 @@
+//! Prometheus metrics: the histograms observed where walks and swaps happen, and the text
+//! exposition of everything else read from the same `catalog/status` answer the socket gives,
+//! so the two never disagree.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::protocol::{ServerState, StatusResult};
+
+/// Every metric name starts with this (`mcp_mirror_…`).
+const PREFIX: &str = "mcp_mirror";
+/// The content type of what `prometheus-client` encodes: the OpenMetrics text format, which
+/// Prometheus scrapes natively.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Labels = Vec<(String, String)>;
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// The histograms live for the whole process; everything else is read at scrape time.
+struct Histograms {
+    walk_duration: HistogramFamily,
+    swap_hold: Histogram,
+}
+
+fn duration_buckets() -> Histogram {
+    // 1 ms .. about 33 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+fn histograms() -> &'static Histograms {
+    static HISTOGRAMS: OnceLock<Histograms> = OnceLock::new();
+    HISTOGRAMS.get_or_init(|| Histograms {
+        walk_duration: Family::new_with_constructor(duration_buckets),
+        swap_hold: duration_buckets(),
+    })
+}
+
+/// A committed walk of `server` took `duration` (connect excluded, pages to commit).
+pub fn observe_walk(server: &str, duration: Duration) {
+    histograms()
+        .walk_duration
+        .get_or_create(&vec![("server".to_string(), server.to_string())])
+        .observe(duration.as_secs_f64());
+}
+
+/// A swap held the database's write lock for `hold`.
+pub fn observe_swap_hold(hold: Duration) {
+    histograms().swap_hold.observe(hold.as_secs_f64());
+}
+
+fn server_label(server: &str) -> Labels {
+    vec![("server".to_string(), server.to_string())]
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect()
+}
+
+fn gauge_family() -> Family<Labels, Gauge> {
+    Family::default()
+}
+
+fn counter_family() -> Family<Labels, Counter> {
+    Family::default()
+}
+
+/// The text exposition of `status` (what `catalog/status` answers now), the HTTP face's
+/// clients, and the histograms.
+pub fn render(status: &StatusResult, http_clients: usize) -> String {
+    let mut registry = Registry::with_prefix(PREFIX);
+    let entries = gauge_family();
+    let state = gauge_family();
+    let stale = gauge_family();
+    let walks = counter_family();
+    let notifications = counter_family();
+    let coalesced = counter_family();
+    let restarted = counter_family();
+    let connections = counter_family();
+    for server in &status.servers {
+        let name = server.name.as_str();
+        entries
+            .get_or_create(&labels(&[("server", name), ("kind", "resource")]))
+            .set(server.resources as i64);
+        entries
+            .get_or_create(&labels(&[("server", name), ("kind", "template")]))
+            .set(server.templates as i64);
+        for &candidate in ServerState::ALL {
+            state
+                .get_or_create(&labels(&[("server", name), ("state", candidate.as_str())]))
+                .set(i64::from(candidate == server.state));
+        }
+        stale
+            .get_or_create(&server_label(name))
+            .set(i64::from(server.stale));
+        walks
+            .get_or_create(&labels(&[("server", name), ("outcome", "ok")]))
+            .inc_by(server.walks_ok);
+        walks
+            .get_or_create(&labels(&[("server", name), ("outcome", "failed")]))
+            .inc_by(server.walks_failed);
+        if let Some(live) = &server.live {
+            notifications
+                .get_or_create(&server_label(name))
+                .inc_by(live.notifications);
+            coalesced
+                .get_or_create(&server_label(name))
+                .inc_by(live.walks_coalesced);
+            restarted
+                .get_or_create(&server_label(name))
+                .inc_by(live.walks_restarted);
+            connections
+                .get_or_create(&server_label(name))
+                .inc_by(live.connections);
+        }
+    }
+    registry.register(
+        "server_entries",
+        "Entries in each server's snapshot, by kind",
+        entries,
+    );
+    registry.register(
+        "server_state",
+        "Each server's state (1 for the state it is in)",
+        state,
+    );
+    registry.register(
+        "server_stale",
+        "1 while a server's snapshot is stale (its last walk failed or it is unreachable)",
+        stale,
+    );
+    registry.register("walks", "Walks finished, by outcome", walks);
+    registry.register(
+        "notifications",
+        "list_changed notifications received from each server",
+        notifications,
+    );
+    registry.register(
+        "walks_coalesced",
+        "Notifications that did not need a walk of their own",
+        coalesced,
+    );
+    registry.register(
+        "walks_restarted",
+        "Walks abandoned and restarted because the list changed while they ran",
+        restarted,
+    );
+    registry.register(
+        "session_connections",
+        "Connections made to each server (reconnects included)",
+        connections,
+    );
+    let clients = gauge_family();
+    clients
+        .get_or_create(&labels(&[("face", "socket")]))
+        .set(status.daemon.clients as i64);
+    clients
+        .get_or_create(&labels(&[("face", "http")]))
+        .set(http_clients as i64);
+    registry.register("clients", "Clients connected now, by face", clients);
+    let resources: Gauge = Gauge::default();
+    resources.set(status.daemon.resources as i64);
+    registry.register(
+        "resources",
+        "Resources in all snapshots (before merging by URI)",
+        resources,
+    );
+    let change_seq: Gauge = Gauge::default();
+    change_seq.set(status.daemon.change_seq);
+    registry.register(
+        "change_feed_seq",
+        "The change feed's latest sequence number",
+        change_seq,
+    );
+    let uptime: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+    uptime.set(status.daemon.uptime_ms as f64 / 1000.0);
+    registry.register_with_unit(
+        "uptime",
+        "Time since the daemon started",
+        Unit::Seconds,
+        uptime,
+    );
+    let histograms = histograms();
+    registry.register_with_unit(
+        "walk_duration",
+        "Duration of committed walks, first page to commit",
+        Unit::Seconds,
+        histograms.walk_duration.clone(),
+    );
+    registry.register_with_unit(
+        "swap_hold",
+        "How long a swap held the database's write lock",
+        Unit::Seconds,
+        histograms.swap_hold.clone(),
+    );
+    let mut text = String::new();
+    if let Err(error) = encode(&mut text, &registry) {
+        tracing::warn!(%error, "cannot encode the metrics");
+    }
+    text
+}

@@ -1,0 +1,266 @@
+//! The socket protocol of every kind beside resources: `catalog/tools`, `catalog/prompts`, one entry, accept and drift, per-kind status, and the mirror's own MCP tools (`search_catalog`, `describe_entry`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::state::{ChangeKind, Kind};
+
+/// `catalog/tools`, `catalog/prompts`: one server or all, a page after `cursor`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntriesParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// `catalog/tool`, `catalog/prompt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryParams {
+    pub server: String,
+    pub name: String,
+}
+
+/// `catalog/accept`, `catalog/drift`: one server or all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+}
+
+/// `catalog/tools`: tools as their servers list them, each with its server in
+/// `_meta["io.mcp-mirror/server"]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListToolsResult {
+    pub tools: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `catalog/prompts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListPromptsResult {
+    pub prompts: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `catalog/tool`, `catalog/prompt`: one whole definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryDetails {
+    pub server: String,
+    pub kind: Kind,
+    pub name: String,
+    /// The tool or prompt exactly as the server listed it.
+    pub definition: Value,
+    pub stale: bool,
+    pub snapshot_at_ms: Option<i64>,
+}
+
+/// `catalog/accept`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptResult {
+    /// Definitions recorded as accepted.
+    pub accepted: u64,
+}
+
+/// `catalog/drift`: every tool and prompt that differs from what was accepted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DriftResult {
+    pub drift: Vec<DriftEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftEntry {
+    pub server: String,
+    pub kind: Kind,
+    pub name: String,
+    /// `added`, `removed` or `changed` since the accept.
+    pub change: ChangeKind,
+    /// For `changed`: each field that differs, with its accepted and current value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, FieldChange>,
+    /// The whole accepted definition (absent for `added`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<Value>,
+    /// The whole current definition (absent for `removed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FieldChange {
+    pub accepted: Option<Value>,
+    pub current: Option<Value>,
+}
+
+/// One kind of one server in `catalog/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KindStatus {
+    pub count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_at_ms: Option<i64>,
+    /// How many entries differ from the accepted ones; absent until the first accept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftCount>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriftCount {
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+}
+
+/// `tools/list` of the socket's MCP face: the mirror's own tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListMirrorToolsResult {
+    pub tools: Vec<Value>,
+}
+
+/// `tools/call` of the socket's MCP face.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallToolParams {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallToolResult {
+    pub content: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<Value>,
+    pub is_error: bool,
+}
+
+/// `search_catalog`'s arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchCatalogArguments {
+    pub query: String,
+    /// `resource`, `template`, `tool`, `prompt`; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<Kind>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+/// `search_catalog`'s structured result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchCatalogResult {
+    pub hits: Vec<CatalogHit>,
+}
+
+/// One hit of any kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CatalogHit {
+    pub kind: Kind,
+    pub server: String,
+    /// A tool's or prompt's name, a resource's name.
+    pub name: String,
+    /// A resource's URI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The first line of the description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub score: f64,
+}
+
+/// `describe_entry`'s arguments: a tool or prompt by name, a resource by URI.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeEntryArguments {
+    pub kind: Kind,
+    pub server: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}
+
+/// The mirror's search tool.
+pub const SEARCH_CATALOG_TOOL: &str = "search_catalog";
+/// The mirror's tool that returns one whole definition.
+pub const DESCRIBE_ENTRY_TOOL: &str = "describe_entry";
+/// The most hits `search_catalog` returns.
+pub const MAX_CATALOG_HITS: usize = 100;
+pub const DEFAULT_CATALOG_HITS: usize = 10;
+/// A hit's description is cut to its first line and at most this many characters.
+pub const HIT_DESCRIPTION_CHARS: usize = 200;
+
+/// The mirror's own tools, as `tools/list` lists them.
+pub fn mirror_tools() -> Vec<Value> {
+    let kinds = serde_json::json!({
+        "type": "array",
+        "items": {"type": "string", "enum": ["resource", "template", "tool", "prompt"]}
+    });
+    vec![
+        serde_json::json!({
+            "name": SEARCH_CATALOG_TOOL,
+            "title": "Search the catalog",
+            "description": "Search the tools, prompts and resources of every mirrored MCP server by words. Returns hits with kind, server, name (or URI), title, a one-line description and a score. Call the tool on its own server; this mirror only tells you what exists.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "Words to search for"},
+                    "kinds": kinds,
+                    "server": {"type": "string", "description": "Only this server"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_CATALOG_HITS}
+                },
+                "required": ["query"]
+            },
+            "outputSchema": {
+                "type": "object",
+                "properties": {
+                    "hits": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "kind": {"type": "string"},
+                                "server": {"type": "string"},
+                                "name": {"type": "string"},
+                                "uri": {"type": "string"},
+                                "title": {"type": "string"},
+                                "description": {"type": "string"},
+                                "score": {"type": "number"}
+                            },
+                            "required": ["kind", "server", "name", "score"]
+                        }
+                    }
+                },
+                "required": ["hits"]
+            },
+            "annotations": {"readOnlyHint": true, "openWorldHint": false}
+        }),
+        serde_json::json!({
+            "name": DESCRIBE_ENTRY_TOOL,
+            "title": "Describe a catalog entry",
+            "description": "The whole definition of one tool (its schemas), prompt (its arguments) or resource (its fields) of a mirrored server.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "kind": {"type": "string", "enum": ["resource", "tool", "prompt"]},
+                    "server": {"type": "string"},
+                    "name": {"type": "string", "description": "A tool's or prompt's name"},
+                    "uri": {"type": "string", "description": "A resource's URI"}
+                },
+                "required": ["kind", "server"]
+            },
+            "annotations": {"readOnlyHint": true, "openWorldHint": false}
+        }),
+    ]
+}

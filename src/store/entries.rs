@@ -1,0 +1,531 @@
+//! Tools and prompts (every kind but resources): the per-(server, kind) swap, accepted definitions and drift, and their queries.
+//!
+//! A tools or prompts list is small next to a resource catalog (thousands, not millions), so
+//! the walk stages it in memory, bounded by `max_items`, and the swap diffs it against the
+//! snapshot in one transaction on the writer thread.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::Value;
+
+use super::{now_ms, StoreError};
+use crate::protocol::{ChangeKind, Kind, ServerState};
+
+/// One tool or prompt as the store keeps it; built from the server's JSON by the walk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntryRow {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    /// What search indexes beside name, title and description: the names and descriptions of
+    /// a tool's input properties or a prompt's arguments.
+    pub inputs: String,
+    pub raw: String,
+}
+
+/// What one (server, kind) swap changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EntrySwap {
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+    /// Entries of the kind in the server's snapshot after the swap.
+    pub entries: u64,
+}
+
+impl EntrySwap {
+    pub fn touched(&self) -> u64 {
+        self.added + self.removed + self.changed
+    }
+}
+
+/// One stored tool or prompt with its server.
+#[derive(Debug, Clone)]
+pub struct EntryListing {
+    pub server: String,
+    pub kind: Kind,
+    pub name: String,
+    pub raw: String,
+    pub snapshot_at_ms: Option<i64>,
+    pub stale: bool,
+}
+
+/// Per server and kind: how many entries, and how many differ from the accepted ones.
+#[derive(Debug, Clone, Default)]
+pub struct KindCounts {
+    pub entries: u64,
+    pub snapshot_at_ms: Option<i64>,
+    /// `None` until the server's definitions were accepted once.
+    pub drift: Option<DriftCounts>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriftCounts {
+    pub added: u64,
+    pub removed: u64,
+    pub changed: u64,
+}
+
+/// One entry that differs from what was accepted.
+#[derive(Debug, Clone)]
+pub struct DriftRow {
+    pub server: String,
+    pub kind: Kind,
+    pub name: String,
+    pub change: ChangeKind,
+    pub accepted: Option<Value>,
+    pub current: Option<Value>,
+    /// The top-level fields that differ (for `changed`).
+    pub fields: Vec<String>,
+}
+
+/// A search hit among tools and prompts.
+#[derive(Debug, Clone)]
+pub struct EntryHit {
+    pub server: String,
+    pub kind: Kind,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub score: f64,
+}
+
+/// The change feed rows one swap may record one by one (the same bound as resources).
+use super::writer::CHANGES_PER_SWAP;
+
+/// The top-level fields whose values differ between two stored objects, sorted.
+pub fn changed_fields(before: &str, after: &str) -> Vec<String> {
+    let parse = |text: &str| match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(object)) => object,
+        _ => serde_json::Map::new(),
+    };
+    let (before, after) = (parse(before), parse(after));
+    let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|key| before.get(*key) != after.get(*key))
+        .cloned()
+        .collect()
+}
+
+fn server_id(connection: &Connection, server: &str) -> Result<i64, StoreError> {
+    connection
+        .query_row("SELECT id FROM servers WHERE name = ?1", [server], |row| {
+            row.get(0)
+        })
+        .optional()?
+        .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))
+}
+
+/// Replaces the snapshot of one (server, kind) with `rows`, in one transaction: the entries,
+/// their full-text index, the change feed (with the fields that changed) and the server's row.
+/// Returns what changed and the feed's newest seq.
+pub(super) fn swap_entries(
+    connection: &mut Connection,
+    server: &str,
+    kind: Kind,
+    rows: Vec<EntryRow>,
+) -> Result<(EntrySwap, i64), StoreError> {
+    let transaction = connection.transaction()?;
+    let server_id = server_id(&transaction, server)?;
+    let mut existing: HashMap<String, (i64, String)> = {
+        let mut statement = transaction.prepare_cached(
+            "SELECT id, name, raw FROM entries WHERE server_id = ?1 AND kind = ?2",
+        )?;
+        let found = statement.query_map(params![server_id, kind], |row| {
+            Ok((row.get::<_, String>(1)?, (row.get(0)?, row.get(2)?)))
+        })?;
+        found.collect::<Result<_, _>>()?
+    };
+    let now = now_ms();
+    let mut swap = EntrySwap {
+        entries: rows.len() as u64,
+        ..EntrySwap::default()
+    };
+    let mut recorded = 0u64;
+    {
+        let mut insert = transaction.prepare_cached(
+            "INSERT INTO entries (server_id, kind, name, title, description, raw)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let mut update = transaction.prepare_cached(
+            "UPDATE entries SET title = ?2, description = ?3, raw = ?4 WHERE id = ?1",
+        )?;
+        let mut delete = transaction.prepare_cached("DELETE FROM entries WHERE id = ?1")?;
+        let mut unindex = transaction.prepare_cached("DELETE FROM entries_fts WHERE rowid = ?1")?;
+        let mut index = transaction.prepare_cached(
+            "INSERT INTO entries_fts (rowid, name, title, description, inputs)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        let mut feed = transaction.prepare_cached(
+            "INSERT INTO changes (at, server, kind, entry_kind, name, fields)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let mut record = |change: ChangeKind, name: &str, fields: Option<String>| {
+            if recorded >= CHANGES_PER_SWAP {
+                return Ok::<(), rusqlite::Error>(());
+            }
+            recorded += 1;
+            feed.execute(params![now, server, change, kind, name, fields])?;
+            Ok(())
+        };
+        for row in &rows {
+            match existing.remove(&row.name) {
+                None => {
+                    insert.execute(params![
+                        server_id,
+                        kind,
+                        row.name,
+                        row.title,
+                        row.description,
+                        row.raw
+                    ])?;
+                    let id = transaction.last_insert_rowid();
+                    index.execute(params![
+                        id,
+                        row.name,
+                        row.title,
+                        row.description,
+                        row.inputs
+                    ])?;
+                    swap.added += 1;
+                    record(ChangeKind::Added, &row.name, None)?;
+                }
+                Some((id, raw)) if raw != row.raw => {
+                    update.execute(params![id, row.title, row.description, row.raw])?;
+                    unindex.execute([id])?;
+                    index.execute(params![
+                        id,
+                        row.name,
+                        row.title,
+                        row.description,
+                        row.inputs
+                    ])?;
+                    swap.changed += 1;
+                    let fields = serde_json::to_string(&changed_fields(&raw, &row.raw))
+                        .unwrap_or_else(|_| "[]".into());
+                    record(ChangeKind::Changed, &row.name, Some(fields))?;
+                }
+                Some(_) => {}
+            }
+        }
+        let mut removed: Vec<(String, i64)> = existing
+            .into_iter()
+            .map(|(name, (id, _))| (name, id))
+            .collect();
+        removed.sort();
+        for (name, id) in removed {
+            delete.execute([id])?;
+            unindex.execute([id])?;
+            swap.removed += 1;
+            record(ChangeKind::Removed, &name, None)?;
+        }
+    }
+    if swap.touched() > recorded {
+        transaction.execute(
+            "INSERT INTO changes (at, server, kind, entry_kind, uri, count)
+             VALUES (?1, ?2, ?3, ?4, NULL, ?5)",
+            params![
+                now,
+                server,
+                ChangeKind::Truncated,
+                kind,
+                (swap.touched() - recorded) as i64
+            ],
+        )?;
+    }
+    transaction.execute(
+        "INSERT INTO entry_snapshots (server_id, kind, snapshot_at, count) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (server_id, kind) DO UPDATE SET snapshot_at = excluded.snapshot_at, count = excluded.count",
+        params![server_id, kind, now, swap.entries as i64],
+    )?;
+    // The walk of this kind completed: the server's snapshot is current again.
+    transaction.execute(
+        "UPDATE servers SET state = ?2, stale = 0, last_error = NULL, last_error_at = NULL,
+             snapshot_at = ?3
+         WHERE id = ?1",
+        params![server_id, ServerState::Synced, now],
+    )?;
+    let latest_seq = super::writer::prune_changes(&transaction)?;
+    transaction.commit()?;
+    if swap.touched() > 0 {
+        tracing::info!(
+            server,
+            kind = %kind,
+            added = swap.added,
+            removed = swap.removed,
+            changed = swap.changed,
+            entries = swap.entries,
+            "entries swapped"
+        );
+    }
+    Ok((swap, latest_seq))
+}
+
+/// Records the current tools and prompts of one server (or all) as accepted; returns how many.
+pub(super) fn accept(connection: &mut Connection, server: Option<&str>) -> Result<u64, StoreError> {
+    let transaction = connection.transaction()?;
+    let servers: Vec<i64> = match server {
+        Some(server) => vec![server_id(&transaction, server)?],
+        None => {
+            let mut statement = transaction.prepare("SELECT id FROM servers")?;
+            let ids = statement.query_map([], |row| row.get(0))?;
+            ids.collect::<Result<_, _>>()?
+        }
+    };
+    let now = now_ms();
+    let mut accepted = 0;
+    for id in servers {
+        transaction.execute("DELETE FROM accepted_entries WHERE server_id = ?1", [id])?;
+        accepted += transaction.execute(
+            "INSERT INTO accepted_entries (server_id, kind, name, raw, accepted_at)
+             SELECT server_id, kind, name, raw, ?2 FROM entries WHERE server_id = ?1",
+            params![id, now],
+        )? as u64;
+        transaction.execute(
+            "INSERT OR REPLACE INTO accepted_servers (server_id, accepted_at) VALUES (?1, ?2)",
+            params![id, now],
+        )?;
+    }
+    transaction.commit()?;
+    Ok(accepted)
+}
+
+/// The tools or prompts of every server (or one) after `after` (server, name), in order.
+pub fn list_entries(
+    connection: &Connection,
+    kind: Kind,
+    server: Option<&str>,
+    after: Option<(&str, &str)>,
+    limit: usize,
+) -> Result<(Vec<EntryListing>, bool), StoreError> {
+    let (after_server, after_name) = after.unwrap_or(("", ""));
+    let mut statement = connection.prepare_cached(
+        "SELECT s.name, e.name, e.raw, n.snapshot_at, s.stale
+         FROM entries e JOIN servers s ON s.id = e.server_id
+         LEFT JOIN entry_snapshots n ON n.server_id = e.server_id AND n.kind = e.kind
+         WHERE e.kind = ?1 AND (?2 IS NULL OR s.name = ?2)
+           AND (s.name > ?3 OR (s.name = ?3 AND e.name > ?4))
+         ORDER BY s.name, e.name LIMIT ?5",
+    )?;
+    let rows = statement.query_map(
+        params![kind, server, after_server, after_name, (limit + 1) as i64],
+        |row| {
+            Ok(EntryListing {
+                server: row.get(0)?,
+                kind,
+                name: row.get(1)?,
+                raw: row.get(2)?,
+                snapshot_at_ms: row.get(3)?,
+                stale: row.get::<_, i64>(4)? != 0,
+            })
+        },
+    )?;
+    let mut entries = rows.collect::<Result<Vec<_>, _>>()?;
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    Ok((entries, more))
+}
+
+/// One tool or prompt of one server.
+pub fn entry(
+    connection: &Connection,
+    kind: Kind,
+    server: &str,
+    name: &str,
+) -> Result<Option<EntryListing>, StoreError> {
+    Ok(connection
+        .query_row(
+            "SELECT s.name, e.name, e.raw, n.snapshot_at, s.stale
+             FROM entries e JOIN servers s ON s.id = e.server_id
+             LEFT JOIN entry_snapshots n ON n.server_id = e.server_id AND n.kind = e.kind
+             WHERE e.kind = ?1 AND s.name = ?2 AND e.name = ?3",
+            params![kind, server, name],
+            |row| {
+                Ok(EntryListing {
+                    server: row.get(0)?,
+                    kind,
+                    name: row.get(1)?,
+                    raw: row.get(2)?,
+                    snapshot_at_ms: row.get(3)?,
+                    stale: row.get::<_, i64>(4)? != 0,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Per server, per kind: the entry count and the drift from the accepted definitions.
+pub fn kind_counts(
+    connection: &Connection,
+) -> Result<BTreeMap<String, BTreeMap<Kind, KindCounts>>, StoreError> {
+    let mut counts: BTreeMap<String, BTreeMap<Kind, KindCounts>> = BTreeMap::new();
+    let mut statement = connection.prepare_cached(
+        "SELECT s.name, n.kind, n.count, n.snapshot_at
+         FROM entry_snapshots n JOIN servers s ON s.id = n.server_id",
+    )?;
+    let rows = statement.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, Kind>(1)?,
+            row.get::<_, i64>(2)?,
+            row.get::<_, i64>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (server, kind, entries, snapshot_at) = row?;
+        let slot = counts.entry(server).or_default().entry(kind).or_default();
+        slot.entries = entries.max(0) as u64;
+        slot.snapshot_at_ms = Some(snapshot_at);
+    }
+    for drift in drift(connection, None)? {
+        let slot = counts
+            .entry(drift.server.clone())
+            .or_default()
+            .entry(drift.kind)
+            .or_default();
+        let tally = slot.drift.get_or_insert_with(DriftCounts::default);
+        match drift.change {
+            ChangeKind::Added => tally.added += 1,
+            ChangeKind::Removed => tally.removed += 1,
+            _ => tally.changed += 1,
+        }
+    }
+    // An accepted server with no drift shows zeros rather than "never accepted".
+    let mut accepted = connection.prepare_cached(
+        "SELECT s.name FROM accepted_servers a JOIN servers s ON s.id = a.server_id",
+    )?;
+    let names = accepted.query_map([], |row| row.get::<_, String>(0))?;
+    for name in names {
+        let kinds = counts.entry(name?).or_default();
+        for kind in Kind::ENTRY_KINDS {
+            kinds
+                .entry(*kind)
+                .or_default()
+                .drift
+                .get_or_insert_with(DriftCounts::default);
+        }
+    }
+    Ok(counts)
+}
+
+/// Every tool and prompt that differs from what was accepted, of accepted servers only.
+pub fn drift(connection: &Connection, server: Option<&str>) -> Result<Vec<DriftRow>, StoreError> {
+    type Key = (String, Kind, String);
+    let load = |sql: &str| -> Result<BTreeMap<Key, String>, StoreError> {
+        let mut statement = connection.prepare_cached(sql)?;
+        let rows = statement.query_map(params![server], |row| {
+            Ok((
+                (row.get(0)?, row.get(1)?, row.get(2)?),
+                row.get::<_, String>(3)?,
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    };
+    let current = load(
+        "SELECT s.name, e.kind, e.name, e.raw FROM entries e
+         JOIN servers s ON s.id = e.server_id
+         JOIN accepted_servers a ON a.server_id = e.server_id
+         WHERE ?1 IS NULL OR s.name = ?1",
+    )?;
+    let mut accepted = load(
+        "SELECT s.name, x.kind, x.name, x.raw FROM accepted_entries x
+         JOIN servers s ON s.id = x.server_id
+         WHERE ?1 IS NULL OR s.name = ?1",
+    )?;
+    let parse = |text: &str| serde_json::from_str::<Value>(text).ok();
+    let mut rows = Vec::new();
+    for ((server, kind, name), raw) in current {
+        match accepted.remove(&(server.clone(), kind, name.clone())) {
+            None => rows.push(DriftRow {
+                server,
+                kind,
+                name,
+                change: ChangeKind::Added,
+                accepted: None,
+                current: parse(&raw),
+                fields: Vec::new(),
+            }),
+            Some(before) if before != raw => rows.push(DriftRow {
+                fields: changed_fields(&before, &raw),
+                server,
+                kind,
+                name,
+                change: ChangeKind::Changed,
+                accepted: parse(&before),
+                current: parse(&raw),
+            }),
+            Some(_) => {}
+        }
+    }
+    for ((server, kind, name), raw) in accepted {
+        rows.push(DriftRow {
+            server,
+            kind,
+            name,
+            change: ChangeKind::Removed,
+            accepted: parse(&raw),
+            current: None,
+            fields: Vec::new(),
+        });
+    }
+    rows.sort_by(|a, b| (&a.server, a.kind, &a.name).cmp(&(&b.server, b.kind, &b.name)));
+    Ok(rows)
+}
+
+/// Ranked tools and prompts matching `query` (plain words; the last one a prefix).
+pub fn search_entries(
+    connection: &Connection,
+    query: &str,
+    kinds: &[Kind],
+    server: Option<&str>,
+    limit: usize,
+) -> Result<Vec<EntryHit>, StoreError> {
+    let Some(query) = super::queries::fts_query(query) else {
+        return Ok(Vec::new());
+    };
+    let wants = |kind: Kind| kinds.is_empty() || kinds.contains(&kind);
+    let (tools, prompts) = (wants(Kind::Tool), wants(Kind::Prompt));
+    if !tools && !prompts {
+        return Ok(Vec::new());
+    }
+    let mut statement = connection.prepare_cached(
+        "SELECT s.name, e.kind, e.name, e.title, e.description, f.rank
+         FROM entries_fts f JOIN entries e ON e.id = f.rowid JOIN servers s ON s.id = e.server_id
+         WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.name = ?2)
+           AND ((?3 AND e.kind = 'tool') OR (?4 AND e.kind = 'prompt'))
+         ORDER BY f.rank, s.name, e.name LIMIT ?5",
+    )?;
+    let rows = statement
+        .query_map(
+            params![query, server, tools, prompts, limit as i64],
+            |row| {
+                Ok(EntryHit {
+                    server: row.get(0)?,
+                    kind: row.get(1)?,
+                    name: row.get(2)?,
+                    title: row.get(3)?,
+                    description: row.get(4)?,
+                    // bm25 is lower for better matches; hits carry a score where higher is better.
+                    score: -row.get::<_, f64>(5)?,
+                })
+            },
+        )
+        .map_err(|error| StoreError::InvalidQuery(error.to_string()))?;
+    rows.collect::<Result<_, _>>()
+        .map_err(|error: rusqlite::Error| StoreError::InvalidQuery(error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_fields_name_every_top_level_difference() {
+        let before = r#"{"name":"a","description":"old","inputSchema":{"type":"object"}}"#;
+        let after =
+            r#"{"name":"a","description":"new","inputSchema":{"type":"object"},"title":"A"}"#;
+        assert_eq!(changed_fields(before, after), vec!["description", "title"]);
+        assert!(changed_fields(before, before).is_empty());
+    }
+}

@@ -1,0 +1,162 @@
+//! The queries behind templated reads and the CLI's counts: which template's server answers a
+//! URI, one server's own snapshot with the winner of each entry, and the merged catalog's size.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{CatalogRow, ReadOnlyCatalog, Store, StoreError};
+use crate::uri_template::UriTemplate;
+
+/// The server a read of a templated URI goes to: the first of the templates it matches,
+/// by server priority (lowest first), then server name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateTarget {
+    pub server: String,
+    pub uri_template: String,
+    /// The server's content cache size in bytes; `None` when its cache is off.
+    pub read_cache_bytes: Option<u64>,
+}
+
+/// One entry of one server's own snapshot, and the server that wins its URI when it is
+/// another one.
+#[derive(Debug, Clone)]
+pub struct SnapshotRow {
+    pub uri: String,
+    pub raw: String,
+    pub won_by: Option<String>,
+}
+
+pub fn template_target(
+    connection: &Connection,
+    uri: &str,
+) -> Result<Option<TemplateTarget>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT s.name, t.uri_template, s.read_cache_bytes
+         FROM resource_templates t JOIN servers s ON s.id = t.server_id
+         ORDER BY s.priority, s.name, t.uri_template",
+    )?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        let uri_template: String = row.get(1)?;
+        // A template that does not parse is the server's mistake; it routes nothing.
+        let Ok(template) = UriTemplate::parse(&uri_template) else {
+            continue;
+        };
+        if template.matches(uri) {
+            return Ok(Some(TemplateTarget {
+                server: row.get(0)?,
+                uri_template,
+                read_cache_bytes: row
+                    .get::<_, Option<i64>>(2)?
+                    .map(|bytes| bytes.max(0) as u64),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether a server of that name is configured (recorded in the database).
+pub fn server_exists(connection: &Connection, server: &str) -> Result<bool, StoreError> {
+    let mut statement = connection.prepare_cached("SELECT 1 FROM servers WHERE name = ?1")?;
+    Ok(statement
+        .query_row([server], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// A page of `server`'s own snapshot after `after_uri`, keyed by URI; each entry names the
+/// server that wins its URI when that is not `server`.
+pub fn server_snapshot(
+    connection: &Connection,
+    server: &str,
+    after_uri: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<SnapshotRow>, bool), StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT r.uri, r.raw,
+                (SELECT s2.name FROM resources r2 JOIN servers s2 ON s2.id = r2.server_id
+                 WHERE r2.uri = r.uri AND r2.server_id != r.server_id
+                   AND (s2.priority < s.priority OR (s2.priority = s.priority AND s2.name < s.name))
+                 ORDER BY s2.priority, s2.name LIMIT 1)
+         FROM resources r JOIN servers s ON s.id = r.server_id
+         WHERE s.name = ?1 AND r.uri > ?2
+         ORDER BY r.uri LIMIT ?3",
+    )?;
+    let rows = statement.query_map(
+        params![server, after_uri.unwrap_or(""), (limit + 1) as i64],
+        |row| {
+            Ok(SnapshotRow {
+                uri: row.get(0)?,
+                raw: row.get(1)?,
+                won_by: row.get(2)?,
+            })
+        },
+    )?;
+    let mut page: Vec<SnapshotRow> = rows.collect::<Result<_, _>>()?;
+    let more = page.len() > limit;
+    page.truncate(limit);
+    Ok((page, more))
+}
+
+/// The URIs of the merged catalog: each counted once, however many servers list it.
+pub fn merged_resource_count(connection: &Connection) -> Result<u64, StoreError> {
+    let count: i64 =
+        connection.query_row("SELECT COUNT(DISTINCT uri) FROM resources", [], |row| {
+            row.get(0)
+        })?;
+    Ok(count.max(0) as u64)
+}
+
+impl Store {
+    /// The server whose template matches `uri`; `None` when no mirrored template does.
+    pub async fn template_target(&self, uri: &str) -> Result<Option<TemplateTarget>, StoreError> {
+        let uri = uri.to_string();
+        self.read(move |connection| template_target(connection, &uri))
+            .await
+    }
+
+    pub async fn server_exists(&self, server: &str) -> Result<bool, StoreError> {
+        let server = server.to_string();
+        self.read(move |connection| server_exists(connection, &server))
+            .await
+    }
+
+    pub async fn server_snapshot(
+        &self,
+        server: &str,
+        after_uri: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<SnapshotRow>, bool), StoreError> {
+        let server = server.to_string();
+        self.read(move |connection| {
+            server_snapshot(connection, &server, after_uri.as_deref(), limit)
+        })
+        .await
+    }
+
+    pub async fn merged_resource_count(&self) -> Result<u64, StoreError> {
+        self.read(merged_resource_count).await
+    }
+}
+
+impl ReadOnlyCatalog {
+    pub fn list_templates(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
+        super::queries::merged_templates(&self.connection, after, limit)
+    }
+
+    pub fn server_exists(&self, server: &str) -> Result<bool, StoreError> {
+        server_exists(&self.connection, server)
+    }
+
+    pub fn server_snapshot(
+        &self,
+        server: &str,
+        after_uri: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<SnapshotRow>, bool), StoreError> {
+        server_snapshot(&self.connection, server, after_uri, limit)
+    }
+}

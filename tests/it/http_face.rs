@@ -1,0 +1,703 @@
+//! The HTTP face: a second daemon mirrors the first's `/mcp` in both eras, changes arrive by
+//! push, tokens and origins guard it, `private` entries stay home unless shared, and the
+//! official Python SDK client lists and reads over it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch, MIRROR};
+
+const TOKEN: &str = "tok-fleet-7f3a9c";
+
+/// A loopback port nobody listens on now, for a daemon's `[http] listen`.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// An upstream daemon: the given servers, and the HTTP face with one token named `fleet`.
+struct Upstream {
+    daemon: Daemon,
+    address: String,
+    _scratch: Scratch,
+}
+
+impl Upstream {
+    fn start(servers: &str, http_extra: &str) -> Upstream {
+        let scratch = Scratch::new();
+        let token = scratch.write("fleet.token", &format!("{TOKEN}\n"));
+        let address = format!("127.0.0.1:{}", free_port());
+        let config = scratch.config(&format!(
+            "{servers}[http]\nlisten = \"{address}\"\ntokens = {{ fleet = {:?} }}\n{http_extra}\n",
+            token.display().to_string()
+        ));
+        fast_daemon_settings(&config);
+        let daemon = Daemon::start(&scratch, &config);
+        let upstream = Upstream {
+            daemon,
+            address,
+            _scratch: scratch,
+        };
+        wait_for("the HTTP face", Duration::from_secs(20), || {
+            TcpStream::connect(&upstream.address).ok().map(|_| ())
+        });
+        upstream
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.address)
+    }
+
+    fn post(&self, headers: &[(&str, &str)], body: &Value) -> Answer {
+        http_exchange(&self.address, "POST", headers, &body.to_string())
+    }
+}
+
+/// Short debounce and poll floor, so pushes travel fast.
+fn fast_daemon_settings(config: &Path) {
+    let text = std::fs::read_to_string(config).expect("config");
+    let text = text.replacen(
+        "[daemon]\n",
+        "[daemon]\ndebounce = \"50ms\"\npoll_floor = \"200ms\"\n",
+        1,
+    );
+    std::fs::write(config, text).expect("write config");
+}
+
+/// A downstream daemon mirroring `upstream` (named `upstream` in its config) in `era`.
+fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
+    let token = scratch.write("upstream.token", TOKEN);
+    let config = scratch.config(&format!(
+        "[servers.upstream]\nurl = \"{}\"\nbearer_token_file = {:?}\nera = \"{era}\"\n",
+        upstream.url(),
+        token.display().to_string()
+    ));
+    fast_daemon_settings(&config);
+    Daemon::start(scratch, &config)
+}
+
+/// One HTTP answer, read to the end (the request says `Connection: close`).
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.body))
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name)
+                .then(|| value.trim().to_string())
+        })
+    }
+}
+
+fn http_exchange(address: &str, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    http_exchange_at(address, method, "/mcp", headers, body)
+}
+
+fn http_exchange_at(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let mut stream = TcpStream::connect(address).expect("connect to the HTTP face");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    let _ = stream.write_all(request.as_bytes());
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
+    Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+    })
+}
+
+fn modern_request(method: &str, mut params: Value) -> Value {
+    params["_meta"] = modern_meta();
+    json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+}
+
+/// Every resource of a daemon's merged catalog, without the `via` note, sorted by URI.
+fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
+    let mut all = daemon.list_all();
+    for resource in &mut all {
+        if let Some(meta) = resource["_meta"].as_object_mut() {
+            meta.remove("io.mcp-mirror/via");
+        }
+    }
+    all.sort_by(|a, b| a["uri"].as_str().cmp(&b["uri"].as_str()));
+    all
+}
+
+fn count_from(daemon: &Daemon, origin: &str) -> usize {
+    daemon
+        .list_all()
+        .iter()
+        .filter(|resource| resource["_meta"]["io.mcp-mirror/server"] == origin)
+        .count()
+}
+
+#[test]
+fn a_downstream_mirror_holds_the_upstream_catalog_and_gets_changes_by_push() {
+    let origin = Scratch::new();
+    let scenario = origin.write_scenario("demo.json", &json!({"generate": 30, "page_size": 10}));
+    let scenario_text = scenario.display().to_string();
+    let servers = format!(
+        "{}{}",
+        stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]),
+        stdio_server(
+            "docs",
+            &["--name", "docs", "--generate", "520", "--page-size", "100"]
+        ),
+    );
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    upstream.daemon.wait_for_walks("docs", 1);
+    let expected = catalog_without_via(&upstream.daemon);
+    assert_eq!(expected.len(), 550);
+
+    for (era, push) in [("modern", "subscriptions/listen"), ("legacy", "GET stream")] {
+        let scratch = Scratch::new();
+        let mirror = downstream(&scratch, &upstream, era);
+        mirror.wait_for_walks("upstream", 1);
+        let held = catalog_without_via(&mirror);
+        assert_eq!(held.len(), expected.len(), "{era}");
+        assert_eq!(
+            held, expected,
+            "{era}: the downstream holds the upstream's merged catalog"
+        );
+        let listed = mirror.list_all();
+        assert!(
+            listed
+                .iter()
+                .all(|resource| resource["_meta"]["io.mcp-mirror/via"] == "upstream"),
+            "{era}: every entry names the mirror it came through"
+        );
+        let status = wait_for(
+            &format!("{era}: the push channel {push}"),
+            Duration::from_secs(20),
+            || {
+                let status = mirror.server_status("upstream");
+                (status["live"]["push"] == push).then_some(status)
+            },
+        );
+        assert_eq!(status["live"]["era"], era, "{status}");
+
+        let shown = run_cli(&mirror.socket, &["show", "fixture://demo/docs/000003.md"]);
+        let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+        assert!(shown.contains("demo via upstream"), "{shown}");
+        let read = mirror.call(
+            "resources/read",
+            json!({"uri": "fixture://docs/docs/000007.md"}),
+        );
+        assert_eq!(
+            read["contents"][0]["text"],
+            "contents of fixture://docs/docs/000007.md"
+        );
+    }
+
+    // A change at the origin reaches a downstream mirror through the upstream's push: the
+    // backstop walk is 15 minutes away and the upstream can push, so nothing polls.
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    wait_for("the listen stream", Duration::from_secs(20), || {
+        (mirror.server_status("upstream")["live"]["push"] == "subscriptions/listen").then_some(())
+    });
+    origin.write_scenario("demo.json", &json!({"generate": 37, "page_size": 10}));
+    wait_for(
+        "the origin's change at the downstream mirror",
+        Duration::from_secs(15),
+        || (count_from(&mirror, "demo") == 37).then_some(()),
+    );
+    let status = mirror.server_status("upstream");
+    assert!(
+        status["live"]["notifications"].as_u64().unwrap_or(0) >= 1,
+        "the change came by push: {status}"
+    );
+    assert_eq!(
+        catalog_without_via(&mirror),
+        catalog_without_via(&upstream.daemon)
+    );
+}
+
+#[test]
+fn tokens_origins_and_headers_guard_the_face() {
+    let servers = stdio_server("demo", &["--name", "demo", "--generate", "3"]);
+    let upstream = Upstream::start(&servers, "allowed_origins = [\"http://app.example\"]\n");
+    upstream.daemon.wait_for_walks("demo", 1);
+    let list = modern_request("resources/list", json!({}));
+    let bearer = format!("Bearer {TOKEN}");
+
+    let missing = upstream.post(&[], &list);
+    assert_eq!(missing.status, 401, "{}", missing.body);
+    let challenge = missing
+        .header("www-authenticate")
+        .expect("WWW-Authenticate");
+    assert!(challenge.starts_with("Bearer"), "{challenge}");
+    let wrong = upstream.post(&[("Authorization", "Bearer tok-fleet-7f3a9d")], &list);
+    assert_eq!(wrong.status, 401);
+    assert!(wrong
+        .header("www-authenticate")
+        .is_some_and(|challenge| challenge.contains("invalid_token")));
+
+    let good = upstream.post(&[("Authorization", &bearer)], &list);
+    assert_eq!(good.status, 200, "{}", good.body);
+    let result = &good.json()["result"];
+    assert_eq!(result["resources"].as_array().map(Vec::len), Some(3));
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["cacheScope"], "public");
+    assert!(result["ttlMs"].as_u64().is_some(), "{result}");
+
+    let foreign = upstream.post(
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "http://evil.example"),
+        ],
+        &list,
+    );
+    assert_eq!(foreign.status, 403);
+    let allowed = upstream.post(
+        &[("Authorization", &bearer), ("Origin", "http://app.example")],
+        &list,
+    );
+    assert_eq!(allowed.status, 200);
+
+    // The 2026-07-28 headers must agree with the body.
+    let mismatch = upstream.post(
+        &[("Authorization", &bearer), ("Mcp-Method", "resources/read")],
+        &list,
+    );
+    assert_eq!(mismatch.status, 400);
+    assert_eq!(mismatch.json()["error"]["code"], -32020);
+    let read = modern_request(
+        "resources/read",
+        json!({"uri": "fixture://demo/docs/000001.md"}),
+    );
+    let wrong_name = upstream.post(
+        &[
+            ("Authorization", &bearer),
+            ("Mcp-Name", "fixture://demo/docs/000002.md"),
+        ],
+        &read,
+    );
+    assert_eq!(wrong_name.json()["error"]["code"], -32020);
+    let mut future = list.clone();
+    future["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let unsupported = upstream.post(&[("Authorization", &bearer)], &future);
+    assert_eq!(unsupported.status, 400);
+    let error = &unsupported.json()["error"];
+    assert_eq!(error["code"], -32022);
+    assert_eq!(error["data"]["requested"], "2099-01-01");
+    assert!(error["data"]["supported"]
+        .as_array()
+        .is_some_and(|supported| supported.contains(&json!("2026-07-28"))));
+    let discover = upstream.post(
+        &[("Authorization", &bearer)],
+        &modern_request("server/discover", json!({})),
+    );
+    let discovered = &discover.json()["result"];
+    assert_eq!(discovered["supportedVersions"][0], "2026-07-28");
+    assert_eq!(discovered["capabilities"]["resources"]["listChanged"], true);
+    assert_eq!(
+        discovered["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mcp-mirror"
+    );
+
+    // A handshake-era session that the face does not know is answered 404.
+    let gone = upstream.post(
+        &[("Authorization", &bearer), ("Mcp-Session-Id", "0123")],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "resources/list"}),
+    );
+    assert_eq!(gone.status, 404);
+    // Bodies are bounded.
+    let huge = json!({"jsonrpc": "2.0", "id": 3, "method": "ping", "params": {"pad": "x".repeat(2 << 20)}});
+    assert_eq!(
+        upstream.post(&[("Authorization", &bearer)], &huge).status,
+        413
+    );
+
+    let log = upstream.daemon.log_text();
+    assert!(
+        log.contains("token=\"fleet\""),
+        "requests are logged by token name"
+    );
+    assert!(!log.contains(TOKEN), "the token's value is never logged");
+}
+
+#[test]
+fn a_public_address_without_tokens_refuses_to_start() {
+    let scratch = Scratch::new();
+    let config = scratch.config("[http]\nlisten = \"0.0.0.0:0\"\n");
+    let output = Command::new(MIRROR)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run mcp-mirror");
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("http.listen") && said.contains("tokens"),
+        "{said}"
+    );
+}
+
+#[test]
+fn private_entries_reach_token_clients_only_when_shared() {
+    let secret = HttpFixture::start(&[
+        "--era",
+        "modern",
+        "--cache-scope",
+        "private",
+        "--name",
+        "secret",
+        "--generate",
+        "4",
+    ]);
+    let shared = HttpFixture::start(&[
+        "--era",
+        "modern",
+        "--cache-scope",
+        "private",
+        "--name",
+        "shared",
+        "--generate",
+        "5",
+    ]);
+    let servers = format!(
+        "[servers.secret]\nurl = \"{}\"\n\n[servers.shared]\nurl = \"{}\"\nshare = true\n\n{}",
+        secret.url,
+        shared.url,
+        stdio_server("open", &["--name", "open", "--generate", "6"]),
+    );
+    let upstream = Upstream::start(&servers, "");
+    for server in ["secret", "shared", "open"] {
+        upstream.daemon.wait_for_walks(server, 1);
+    }
+    wait_for("the private scopes", Duration::from_secs(20), || {
+        let private = ["secret", "shared"]
+            .iter()
+            .all(|server| upstream.daemon.server_status(server)["live"]["cacheScope"] == "private");
+        private.then_some(())
+    });
+    // The socket is the mirror's own context: it holds everything.
+    assert_eq!(upstream.daemon.list_all().len(), 15);
+
+    let bearer = format!("Bearer {TOKEN}");
+    let answer = upstream.post(
+        &[("Authorization", &bearer)],
+        &modern_request("resources/list", json!({})),
+    );
+    let result = &answer.json()["result"];
+    let origins: Vec<&str> = result["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|resource| resource["_meta"]["io.mcp-mirror/server"].as_str())
+        .collect();
+    assert_eq!(origins.len(), 11, "{result}");
+    assert!(!origins.contains(&"secret"));
+    assert!(origins.contains(&"shared") && origins.contains(&"open"));
+    assert_eq!(
+        result["cacheScope"], "private",
+        "shared private entries say so"
+    );
+
+    let read_secret = upstream.post(
+        &[("Authorization", &bearer)],
+        &modern_request(
+            "resources/read",
+            json!({"uri": "fixture://secret/docs/000001.md"}),
+        ),
+    );
+    assert!(
+        read_secret.json()["error"].is_object(),
+        "{}",
+        read_secret.body
+    );
+    let read_shared = upstream.post(
+        &[("Authorization", &bearer)],
+        &modern_request(
+            "resources/read",
+            json!({"uri": "fixture://shared/docs/000001.md"}),
+        ),
+    );
+    assert_eq!(
+        read_shared.json()["result"]["contents"][0]["text"],
+        "contents of fixture://shared/docs/000001.md"
+    );
+    let search = upstream.post(
+        &[("Authorization", &bearer)],
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "catalog/search", "params": {"query": "document"}}),
+    );
+    let hits = search.json()["result"]["results"].clone();
+    assert!(
+        hits.as_array().is_some_and(
+            |hits| !hits.is_empty() && hits.iter().all(|hit| hit["server"] != "secret")
+        ),
+        "{hits}"
+    );
+}
+
+#[test]
+fn the_python_sdk_client_lists_and_reads_over_the_http_face() {
+    let python = crate::install::python_sdk();
+    let servers = stdio_server("docs", &["--name", "docs", "--generate", "620"]);
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("docs", 1);
+    let script = crate::install::repository().join("tests/interop/http_client.py");
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
+        let output = Command::new(&python)
+            .arg(&script)
+            .arg(upstream.url())
+            .arg(TOKEN)
+            .arg(mode)
+            .arg("fixture://docs/docs/000007.md")
+            .output()
+            .expect("run the Python client");
+        assert!(
+            output.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let seen: Value = serde_json::from_slice(&output.stdout).expect("the client's JSON");
+        assert_eq!(seen["protocolVersion"], version, "{mode}");
+        assert_eq!(seen["pages"], 2, "{mode}: 500 per page");
+        let resources = seen["resources"].as_array().expect("resources");
+        assert_eq!(resources.len(), 620, "{mode}");
+        assert!(resources
+            .iter()
+            .all(|resource| resource["_meta"]["io.mcp-mirror/server"] == "docs"));
+        assert_eq!(
+            seen["reads"]["fixture://docs/docs/000007.md"][0]["text"],
+            "contents of fixture://docs/docs/000007.md",
+            "{mode}"
+        );
+    }
+}
+
+/// A strict reader of the OpenMetrics text format as `/metrics` serves it: every family
+/// declared by HELP and TYPE before its samples, every sample of a declared family, names and
+/// labels well formed, values numbers, `# EOF` last. Samples keyed by name and sorted labels.
+fn parse_metrics(text: &str) -> std::collections::BTreeMap<(String, Vec<(String, String)>), f64> {
+    let mut families: std::collections::BTreeMap<String, String> = Default::default();
+    let mut samples = std::collections::BTreeMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.last(),
+        Some(&"# EOF"),
+        "the exposition ends with # EOF"
+    );
+    let name_ok = |name: &str| {
+        name.starts_with("mcp_mirror_")
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    for line in &lines[..lines.len() - 1] {
+        if let Some(comment) = line.strip_prefix("# ") {
+            let mut parts = comment.splitn(3, ' ');
+            let (kind, name, rest) = (parts.next(), parts.next(), parts.next());
+            let name = name.unwrap_or_else(|| panic!("bad comment line {line:?}"));
+            assert!(name_ok(name), "metric name {name:?}");
+            match kind {
+                Some("HELP") => assert!(rest.is_some_and(|help| !help.is_empty()), "{line}"),
+                Some("TYPE") => {
+                    let kind = rest.expect("a type");
+                    assert!(
+                        ["counter", "gauge", "histogram"].contains(&kind),
+                        "type {kind:?}"
+                    );
+                    families.insert(name.to_string(), kind.to_string());
+                }
+                Some("UNIT") => assert!(name.ends_with(&format!("_{}", rest.expect("unit")))),
+                _ => panic!("unknown comment line {line:?}"),
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("value in {line:?}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => {
+                let labels = labels
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("{line:?}"));
+                let mut pairs: Vec<(String, String)> = labels
+                    .split(',')
+                    .map(|pair| {
+                        let (key, quoted) =
+                            pair.split_once('=').unwrap_or_else(|| panic!("{line:?}"));
+                        let value = quoted
+                            .strip_prefix('"')
+                            .and_then(|rest| rest.strip_suffix('"'))
+                            .unwrap_or_else(|| panic!("label value in {line:?}"));
+                        (key.to_string(), value.to_string())
+                    })
+                    .collect();
+                pairs.sort();
+                (name, pairs)
+            }
+            None => (series, Vec::new()),
+        };
+        assert!(name_ok(name), "sample name {name:?}");
+        let family = families
+            .iter()
+            .filter(|(family, kind)| {
+                let suffixes: &[&str] = match kind.as_str() {
+                    "counter" => &["_total"],
+                    "histogram" => &["_sum", "_count", "_bucket"],
+                    _ => &[""],
+                };
+                suffixes
+                    .iter()
+                    .any(|suffix| name == format!("{family}{suffix}"))
+            })
+            .count();
+        assert_eq!(family, 1, "{name} belongs to one declared family");
+        samples.insert((name.to_string(), labels), value);
+    }
+    samples
+}
+
+#[test]
+fn metrics_parse_and_match_the_status() {
+    let servers = format!(
+        "{}{}",
+        stdio_server("demo", &["--name", "demo", "--generate", "12"]),
+        stdio_server("docs", &["--name", "docs", "--generate", "30"]),
+    );
+    let metrics_address = format!("127.0.0.1:{}", free_port());
+    let upstream = Upstream::start(
+        &servers,
+        &format!("metrics_listen = \"{metrics_address}\"\n"),
+    );
+    upstream.daemon.wait_for_walks("demo", 1);
+    upstream.daemon.wait_for_walks("docs", 1);
+    let bearer = format!("Bearer {TOKEN}");
+    let scrape = |address: &str| {
+        let answer = http_exchange_at(
+            address,
+            "GET",
+            "/metrics",
+            &[("Authorization", &bearer)],
+            "",
+        );
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        parse_metrics(&answer.body)
+    };
+    let status = upstream.daemon.call("catalog/status", json!({}));
+    let metrics = scrape(&upstream.address);
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        let mut labels: Vec<(String, String)> = labels
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        labels.sort();
+        *metrics
+            .get(&(name.to_string(), labels.clone()))
+            .unwrap_or_else(|| panic!("no {name} {labels:?}"))
+    };
+    for server in status["servers"].as_array().expect("servers") {
+        let name = server["name"].as_str().expect("name");
+        let resources = server["resources"].as_f64().expect("resources");
+        assert_eq!(
+            value(
+                "mcp_mirror_server_entries",
+                &[("server", name), ("kind", "resource")]
+            ),
+            resources
+        );
+        assert_eq!(
+            value(
+                "mcp_mirror_walks_total",
+                &[("server", name), ("outcome", "ok")]
+            ),
+            server["walksOk"].as_f64().expect("walksOk")
+        );
+        let state = server["state"].as_str().expect("state");
+        assert_eq!(
+            value(
+                "mcp_mirror_server_state",
+                &[("server", name), ("state", state)]
+            ),
+            1.0
+        );
+        assert_eq!(
+            value("mcp_mirror_notifications_total", &[("server", name)]),
+            server["live"]["notifications"]
+                .as_f64()
+                .expect("notifications")
+        );
+        assert!(
+            value(
+                "mcp_mirror_walk_duration_seconds_count",
+                &[("server", name)]
+            ) >= 1.0
+        );
+    }
+    assert_eq!(
+        value("mcp_mirror_change_feed_seq", &[]),
+        status["daemon"]["changeSeq"].as_f64().expect("changeSeq")
+    );
+    assert_eq!(value("mcp_mirror_resources", &[]), 42.0);
+    assert!(value("mcp_mirror_swap_hold_seconds_count", &[]) >= 2.0);
+    assert!(value("mcp_mirror_clients", &[("face", "http")]) >= 1.0);
+
+    // metrics_listen serves the same metrics, and nothing else.
+    let alone = scrape(&metrics_address);
+    assert!(alone.contains_key(&("mcp_mirror_change_feed_seq".to_string(), Vec::new())));
+    let no_mcp = http_exchange_at(
+        &metrics_address,
+        "POST",
+        "/mcp",
+        &[("Authorization", &bearer)],
+        "{}",
+    );
+    assert_eq!(no_mcp.status, 404);
+    let no_token = http_exchange_at(&metrics_address, "GET", "/metrics", &[], "");
+    assert_eq!(no_token.status, 401);
+}

@@ -1,0 +1,426 @@
+//! Tools and prompts: walked, swapped, fed, drift-checked and searched like resources, against the fixture and server-everything.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::install::{python_sdk, repository, server_everything};
+use crate::support::{run_cli, stdio_server, wait_for, Daemon, Scratch, MIRROR};
+
+fn tool(name: &str, description: &str) -> Value {
+    json!({
+        "name": name,
+        "title": format!("The {name} tool"),
+        "description": description,
+        "inputSchema": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "Which city to look at"}},
+            "required": ["city"]
+        },
+        "outputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": true},
+        "icons": [{"src": "https://example.com/icon.png"}],
+        "_meta": {"vendor/x": 1}
+    })
+}
+
+fn scenario(weather_description: &str) -> Value {
+    json!({
+        "tools": [
+            tool("alpha", "First tool"),
+            tool("beta", "Second tool"),
+            tool("gamma", "Third tool"),
+            tool("delta", "Fourth tool"),
+            tool("weather", weather_description),
+        ],
+        "tools_page_size": 2,
+        "prompts": [{
+            "name": "summarize",
+            "title": "Summarize",
+            "description": "Summarizes a text",
+            "arguments": [{"name": "text", "description": "What to summarize", "required": true}]
+        }]
+    })
+}
+
+/// Every entry of `catalog/tools` (or `/prompts`), following cursors.
+fn list_all(daemon: &Daemon, method: &str, key: &str) -> Vec<Value> {
+    let mut entries = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = match &cursor {
+            Some(cursor) => json!({"cursor": cursor}),
+            None => json!({}),
+        };
+        let page = daemon.call(method, params);
+        entries.extend(page[key].as_array().expect("array").iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return entries,
+        }
+    }
+}
+
+fn call_tool(daemon: &Daemon, name: &str, arguments: Value) -> Value {
+    daemon.call("tools/call", json!({"name": name, "arguments": arguments}))
+}
+
+#[test]
+fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
+    let scratch = Scratch::new();
+    let path = scratch.write_scenario("scenario.json", &scenario("Forecasts the weather"));
+    let daemon = Daemon::with_scenario(&scratch, "fx", &path);
+
+    // Five tools over three pages of tools/list, every field kept, the origin in `_meta`.
+    let tools = wait_for("the tools", Duration::from_secs(30), || {
+        let tools = list_all(&daemon, "catalog/tools", "tools");
+        (tools.len() == 5).then_some(tools)
+    });
+    for listed in &tools {
+        assert_eq!(listed["_meta"]["io.mcp-mirror/server"], "fx", "{listed}");
+        assert_eq!(listed["_meta"]["vendor/x"], 1, "{listed}");
+    }
+    let weather = daemon.call("catalog/tool", json!({"server": "fx", "name": "weather"}));
+    assert_eq!(
+        weather["definition"],
+        tool("weather", "Forecasts the weather")
+    );
+    let prompts = list_all(&daemon, "catalog/prompts", "prompts");
+    assert_eq!(prompts.len(), 1);
+    let prompt = daemon.call(
+        "catalog/prompt",
+        json!({"server": "fx", "name": "summarize"}),
+    );
+    assert_eq!(prompt["definition"]["arguments"][0]["name"], "text");
+    let missing = daemon
+        .connect()
+        .request("catalog/tool", json!({"server": "fx", "name": "nope"}));
+    assert!(missing.get("error").is_some(), "{missing}");
+
+    let status = daemon.server_status("fx");
+    assert_eq!(status["kinds"]["tool"]["count"], 5, "{status}");
+    assert_eq!(status["kinds"]["prompt"]["count"], 1, "{status}");
+    assert!(status["kinds"]["tool"].get("drift").is_none(), "{status}");
+
+    // Accept, then the server changes one description and sends tools/list_changed.
+    let accepted = daemon.call("catalog/accept", json!({"server": "fx"}));
+    assert_eq!(accepted["accepted"], 6);
+    let status = daemon.server_status("fx");
+    assert_eq!(
+        status["kinds"]["tool"]["drift"],
+        json!({"added": 0, "removed": 0, "changed": 0})
+    );
+    let since = daemon.call("catalog/changes", json!({}))["latestSeq"].clone();
+    let resources_walked_at = daemon.server_status("fx")["lastWalk"]["atMs"].clone();
+    scratch.write_scenario("scenario.json", &scenario("Predicts the zephyr and rain"));
+
+    let change = wait_for("the feed entry", Duration::from_secs(10), || {
+        let page = daemon.call("catalog/changes", json!({"since": since}));
+        page["changes"]
+            .as_array()
+            .and_then(|changes| {
+                changes
+                    .iter()
+                    .find(|change| change["entryKind"] == "tool" && change["name"] == "weather")
+            })
+            .cloned()
+    });
+    assert_eq!(change["kind"], "changed", "{change}");
+    assert_eq!(change["fields"], json!(["description"]), "{change}");
+    assert_eq!(change["server"], "fx");
+    // tools/list_changed re-walked the tools only: the resource walk is the one from before.
+    assert_eq!(
+        daemon.server_status("fx")["lastWalk"]["atMs"],
+        resources_walked_at
+    );
+
+    let drift = daemon.call("catalog/drift", json!({"server": "fx"}));
+    let entries = drift["drift"].as_array().expect("drift");
+    assert_eq!(entries.len(), 1, "{drift}");
+    assert_eq!(entries[0]["kind"], "tool");
+    assert_eq!(entries[0]["name"], "weather");
+    assert_eq!(entries[0]["change"], "changed");
+    assert_eq!(
+        entries[0]["fields"]["description"],
+        json!({"accepted": "Forecasts the weather", "current": "Predicts the zephyr and rain"})
+    );
+    let status = daemon.server_status("fx");
+    assert_eq!(status["kinds"]["tool"]["drift"]["changed"], 1, "{status}");
+
+    // The MCP face: declared tools, search by a word of the new description, describe.
+    let mut client = daemon.connect();
+    let initialize = client.request("initialize", json!({"protocolVersion": "2025-11-25"}));
+    assert!(
+        initialize["result"]["capabilities"]["tools"].is_object(),
+        "{initialize}"
+    );
+    let listed = client.request("tools/list", json!({}));
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(names, ["search_catalog", "describe_entry"]);
+
+    let found = call_tool(&daemon, "search_catalog", json!({"query": "zephyr"}));
+    assert_eq!(found["isError"], false, "{found}");
+    let hits = found["structuredContent"]["hits"].as_array().expect("hits");
+    assert_eq!(hits.len(), 1, "{found}");
+    assert_eq!(hits[0]["kind"], "tool");
+    assert_eq!(hits[0]["server"], "fx");
+    assert_eq!(hits[0]["name"], "weather");
+    assert_eq!(hits[0]["description"], "Predicts the zephyr and rain");
+    assert!(found["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .contains("tool fx/weather"));
+    // Input property descriptions are indexed too; `kinds` filters.
+    let by_input = call_tool(
+        &daemon,
+        "search_catalog",
+        json!({"query": "city", "kinds": ["tool"], "limit": 3}),
+    );
+    assert_eq!(
+        by_input["structuredContent"]["hits"]
+            .as_array()
+            .expect("hits")
+            .len(),
+        3
+    );
+    let prompts_only = call_tool(
+        &daemon,
+        "search_catalog",
+        json!({"query": "summarize", "kinds": ["prompt"]}),
+    );
+    assert_eq!(
+        prompts_only["structuredContent"]["hits"][0]["name"],
+        "summarize"
+    );
+
+    let described = call_tool(
+        &daemon,
+        "describe_entry",
+        json!({"kind": "tool", "server": "fx", "name": "weather"}),
+    );
+    assert_eq!(
+        described["structuredContent"]["description"],
+        "Predicts the zephyr and rain"
+    );
+    assert_eq!(
+        described["structuredContent"]["inputSchema"]["required"],
+        json!(["city"])
+    );
+    let unknown = daemon
+        .connect()
+        .request("tools/call", json!({"name": "weather", "arguments": {}}));
+    assert!(unknown.get("error").is_some(), "{unknown}");
+
+    // The same through the CLI.
+    let cli = |args: &[&str]| {
+        let output = run_cli(&daemon.socket, args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).expect("utf-8")
+    };
+    let listed: Value =
+        serde_json::from_str(&cli(&["tools", "--server", "fx", "--json"])).expect("json");
+    assert_eq!(listed.as_array().expect("array").len(), 5);
+    assert!(cli(&["prompts"]).contains("summarize"));
+    let shown = cli(&["show", "tool", "fx/weather"]);
+    assert!(shown.contains("Predicts the zephyr and rain"), "{shown}");
+    assert!(shown.contains("inputSchema:"), "{shown}");
+    let drifted = cli(&["drift", "--server", "fx"]);
+    assert!(drifted.contains("changed tool fx/weather"), "{drifted}");
+    assert!(
+        drifted.contains("accepted: \"Forecasts the weather\""),
+        "{drifted}"
+    );
+    let accepted: Value =
+        serde_json::from_str(&cli(&["accept", "--server", "fx", "--json"])).expect("json");
+    assert_eq!(accepted["accepted"], 6);
+    assert!(cli(&["drift"]).contains("no drift"));
+    let drift_json: Value = serde_json::from_str(&cli(&["drift", "--json"])).expect("json");
+    assert_eq!(drift_json["drift"], json!([]));
+}
+
+/// Runs server-everything over stdio and returns what its own `tools/list` and `prompts/list`
+/// answer (all pages).
+fn ask_server_everything(entry: &std::path::Path) -> (Vec<Value>, Vec<Value>) {
+    let mut child = Command::new("node")
+        .arg(entry)
+        .arg("stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start server-everything");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut next_id = 0;
+    let tools_changed = std::cell::Cell::new(false);
+    let mut send = |message: Value| writeln!(stdin, "{message}").expect("write");
+    let mut request = |method: &str, params: Value, send: &mut dyn FnMut(Value)| -> Value {
+        next_id += 1;
+        send(json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).expect("read") > 0, "eof");
+            let Ok(reply) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if reply["method"] == "notifications/tools/list_changed" {
+                tools_changed.set(true);
+            }
+            if reply["id"] == next_id && reply.get("method").is_none() {
+                return reply["result"].clone();
+            }
+        }
+    };
+    request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        &mut send,
+    );
+    // After `initialized` it registers one more tool and says so with tools/list_changed:
+    // ping until that notification arrived (or a few seconds passed), as the mirror sees it.
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        request("ping", json!({}), &mut send);
+        if tools_changed.get() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut all = |method: &str, key: &str| {
+        let mut items = Vec::new();
+        let mut cursor: Option<Value> = None;
+        loop {
+            let params = cursor
+                .take()
+                .map(|cursor| json!({"cursor": cursor}))
+                .unwrap_or_else(|| json!({}));
+            let page = request(method, params, &mut send);
+            items.extend(page[key].as_array().expect("list").iter().cloned());
+            match page.get("nextCursor") {
+                Some(next) if next.is_string() => cursor = Some(next.clone()),
+                _ => return items,
+            }
+        }
+    };
+    let tools = all("tools/list", "tools");
+    let prompts = all("prompts/list", "prompts");
+    let _ = child.kill();
+    let _ = child.wait();
+    (tools, prompts)
+}
+
+#[test]
+fn server_everything_2026_8_31_tools_and_prompts_are_mirrored_field_for_field() {
+    let entry = server_everything("2026.8.31");
+    let (tools, prompts) = ask_server_everything(&entry);
+    assert!(!tools.is_empty() && !prompts.is_empty());
+    let scratch = Scratch::new();
+    let config = scratch.config(&format!(
+        "[servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+        entry.display().to_string()
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    for (kind, expected) in [("tool", tools), ("prompt", prompts)] {
+        let expected: BTreeMap<String, Value> = expected
+            .into_iter()
+            .map(|item| (item["name"].as_str().expect("name").to_string(), item))
+            .collect();
+        wait_for(
+            &format!("every {kind} of server-everything"),
+            Duration::from_secs(30),
+            || {
+                let status = daemon.server_status("everything");
+                (status["kinds"][kind]["count"].as_u64() == Some(expected.len() as u64))
+                    .then_some(())
+            },
+        );
+        for (name, definition) in &expected {
+            let mirrored = daemon.call(
+                &format!("catalog/{kind}"),
+                json!({"server": "everything", "name": name}),
+            );
+            assert_eq!(&mirrored["definition"], definition, "{kind} {name}");
+        }
+    }
+    let log = daemon.log_text();
+    assert!(!log.contains("ERROR"), "{log}");
+}
+
+#[test]
+fn the_python_sdk_client_searches_and_describes_through_the_bridge() {
+    let scratch = Scratch::new();
+    let path = scratch.write_scenario("scenario.json", &scenario("Forecasts the weather"));
+    let daemon = Daemon::with_scenario(&scratch, "fx", &path);
+    wait_for("the tools", Duration::from_secs(30), || {
+        let status = daemon.server_status("fx");
+        (status["kinds"]["tool"]["count"] == 5).then_some(())
+    });
+    let output = Command::new(python_sdk())
+        .arg(repository().join("tests/interop/catalog_tools_client.py"))
+        .arg(MIRROR)
+        .arg(&daemon.socket)
+        .arg("forecasts")
+        .output()
+        .expect("run the Python client");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).expect("the client's JSON");
+    assert_eq!(seen["toolsCapability"], true, "{seen}");
+    assert_eq!(seen["tools"], json!(["search_catalog", "describe_entry"]));
+    let hits = &seen["search"]["structuredContent"]["hits"];
+    assert_eq!(hits.as_array().map(Vec::len), Some(1), "{seen}");
+    assert_eq!(hits[0]["name"], "weather");
+    assert_eq!(hits[0]["kind"], "tool");
+    assert_eq!(
+        seen["describe"]["structuredContent"]["description"], "Forecasts the weather",
+        "{seen}"
+    );
+}
+
+#[test]
+fn a_failed_tools_walk_keeps_the_last_complete_snapshot() {
+    let scratch = Scratch::new();
+    let two = json!({"tools": [tool("alpha", "First tool"), tool("beta", "Second tool")]});
+    let path = scratch.write_scenario("scenario.json", &two);
+    let scenario = path.display().to_string();
+    let server = stdio_server("fx", &["--name", "fx", "--scenario", &scenario]);
+    let daemon = Daemon::start(
+        &scratch,
+        &scratch.config(&format!("{server}max_items = 3\n")),
+    );
+    wait_for("the two tools", Duration::from_secs(30), || {
+        (daemon.server_status("fx")["kinds"]["tool"]["count"] == 2).then_some(())
+    });
+
+    // Five tools are more than max_items: the walk fails and the two stay, marked stale.
+    let names = ["alpha", "beta", "gamma", "delta", "epsilon"];
+    let five: Vec<Value> = names.iter().map(|name| tool(name, "changed")).collect();
+    scratch.write_scenario("scenario.json", &json!({"tools": five}));
+    let status = wait_for("the failed walk", Duration::from_secs(10), || {
+        let status = daemon.server_status("fx");
+        let error = status["lastError"].as_str().unwrap_or("");
+        error.contains("max_items").then_some(status)
+    });
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["stale"], true, "{status}");
+    assert_eq!(status["kinds"]["tool"]["count"], 2, "{status}");
+    let tools = list_all(&daemon, "catalog/tools", "tools");
+    let kept: Vec<&str> = tools
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(kept, ["alpha", "beta"]);
+    assert_eq!(tools[0]["description"], "First tool");
+}
