@@ -57,25 +57,18 @@ fn a_replaced_database_is_noticed_too_and_a_restart_serves_the_file_at_the_path(
 }
 
 #[test]
-fn rows_from_before_content_hashes_are_compared_by_text_once_then_hashed() {
+fn rows_without_a_hash_are_compared_by_text_once_then_hashed() {
     let scratch = Scratch::new();
     let server = stdio_server("docs", &["--name", "docs", "--generate", "40"]);
     let config = scratch.config(&server);
     let mut daemon = Daemon::start(&scratch, &config);
     daemon.wait_for_walks("docs", 1);
     daemon.stop();
-    // Take the file back to schema version 2, as an older mcp-mirror left it.
+    // Rows as migration 0003 leaves those of an older mcp-mirror: no hash yet (0).
     let connection = rusqlite::Connection::open(&daemon.database).expect("open");
     connection
-        .execute_batch(
-            "DROP INDEX resources_by_server_uri_hash; DROP INDEX resources_oversized;
-             DROP INDEX resources_unhashed;
-             ALTER TABLE resources DROP COLUMN hash; ALTER TABLE resources DROP COLUMN oversized;
-             ALTER TABLE resource_templates DROP COLUMN oversized;
-             ALTER TABLE servers DROP COLUMN oversized_entries;
-             PRAGMA user_version = 2;",
-        )
-        .expect("downgrade");
+        .execute("UPDATE resources SET hash = 0", [])
+        .expect("forget the hashes");
     drop(connection);
     drop(daemon);
     let daemon = Daemon::start(&scratch, &config);
