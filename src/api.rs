@@ -806,6 +806,7 @@ pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, E
         config_loaded_at: config_load.loaded_at_ms,
         config_error: config_load.error,
         config_error_at: config_load.error_at_ms,
+        database_error: context.store.database_error(),
         socket_limits: socket_activity(context),
     };
     let mut servers: Vec<wire::ServerStatus> = servers
@@ -1071,6 +1072,7 @@ fn server_status(
         walks_failed: server.walks_failed,
         last_error: server.last_error,
         last_error_at_ms: server.last_error_at_ms,
+        oversized_entries: server.oversized_entries,
         live,
         kinds: Default::default(),
     }

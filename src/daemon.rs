@@ -29,6 +29,8 @@ const STATUS_INTERVAL: Duration = Duration::from_secs(10);
 const API_STOP_BOUND: Duration = Duration::from_secs(2);
 /// How long a self-probe of the socket may take before we call the daemon stuck.
 const PROBE_BOUND: Duration = Duration::from_secs(5);
+/// How often the database path is checked to still name the file we opened (one stat).
+const DATABASE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Descriptors kept for everything but socket clients: the database's writer and readers
 /// (`store::MAX_READERS`, two each), stdio children's pipes, HTTP connections, the log.
@@ -157,18 +159,38 @@ pub async fn run_with(
         )));
     }
 
+    let (database_lost, mut database_lost_events) = mpsc::channel(1);
+    let database_task = tokio::spawn(watch_database_file(
+        store.clone(),
+        notifier.clone(),
+        database_lost,
+        stopping.clone(),
+    ));
+
     let mut current = config;
-    // A closed channel (every sender gone) stops the daemon like a Shutdown event.
-    while let Some(ControlEvent::Reload) = controls.recv().await {
-        if let Some(notifier) = &notifier {
-            notifier.reloading();
-        }
-        current = reload(current, &supervisor, &context).await;
-        if let Some((face, _)) = &http {
-            face.apply(&current);
-        }
-        if let Some(notifier) = &notifier {
-            notifier.ready(&current_summary(&store).await);
+    let mut fatal = None;
+    loop {
+        tokio::select! {
+            control = controls.recv() => match control {
+                Some(ControlEvent::Reload) => {
+                    if let Some(notifier) = &notifier {
+                        notifier.reloading();
+                    }
+                    current = reload(current, &supervisor, &context).await;
+                    if let Some((face, _)) = &http {
+                        face.apply(&current);
+                    }
+                    if let Some(notifier) = &notifier {
+                        notifier.ready(&current_summary(&store).await);
+                    }
+                }
+                // A closed channel (every sender gone) stops the daemon like a Shutdown event.
+                Some(ControlEvent::Shutdown) | None => break,
+            },
+            Some(problem) = database_lost_events.recv() => {
+                fatal = Some(problem);
+                break;
+            }
         }
     }
     drop(current);
@@ -195,11 +217,50 @@ pub async fn run_with(
     if let Some(task) = health_task {
         task.abort();
     }
+    database_task.abort();
     supervisor.shutdown().await;
     store.close().await;
     socket.remove_file_if_ours();
     tracing::info!("stopped");
-    Ok(())
+    match fatal {
+        // A failure exit: systemd's Restart=on-failure starts a daemon on the file at the path.
+        Some(problem) => Err(anyhow::anyhow!(problem)),
+        None => Ok(()),
+    }
+}
+
+/// Stops the daemon when the database path no longer names the file it opened (deleted, or
+/// replaced by a restore): every commit from then on would go to a file nobody can open
+/// again, and readers opening the path would see another catalog. Going on quietly loses
+/// data; stopping the watchdog alone would take a minute and works only under systemd. So it
+/// says so (an ERROR in the journal, `STATUS=`, `databaseError` in status) and ends the
+/// daemon in the usual order with a failure exit, which systemd restarts, on the file that is
+/// at the path now (a new one if it was deleted).
+async fn watch_database_file(
+    store: Store,
+    notifier: Option<Arc<Notifier>>,
+    lost: mpsc::Sender<String>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(DATABASE_CHECK_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stopping.changed() => return,
+        }
+        if let Some(problem) = store.check_database_file() {
+            tracing::error!(
+                database = %store.path().display(),
+                "{problem}; stopping so that a restart opens the file at the path"
+            );
+            if let Some(notifier) = &notifier {
+                notifier.status(&format!("stopping: {problem}"));
+            }
+            let _ = lost.send(problem).await;
+            return;
+        }
+    }
 }
 
 /// Starts the HTTP face when `[http] listen` or `metrics_listen` is set; a bind failure stops
@@ -472,6 +533,9 @@ async fn health_loop(
             _ = stopping.changed() => return,
         }
         let check = async {
+            if let Some(problem) = store.check_database_file() {
+                anyhow::bail!(problem);
+            }
             store.ping_writer().await?;
             if let Some(path) = &socket {
                 probe_socket(path).await?;
