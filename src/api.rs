@@ -524,12 +524,18 @@ async fn dispatch(
         }
         CatalogSearch::NAME => {
             let params = params::<CatalogSearch>(raw)?;
+            // Every answer counts, refusals and timeouts too: they are latency a client saw.
+            let started = std::time::Instant::now();
             if params.searches_entries() {
                 let search = params.into_kinds_request().map_err(invalid_params)?;
-                return answer::<CatalogSearch>(api_kinds::search_kinds(search, context).await?);
+                let outcome = api_kinds::search_kinds(search, context).await;
+                crate::metrics::observe_search(started.elapsed());
+                return answer::<CatalogSearch>(outcome?);
             }
             let request = params.into_request().map_err(invalid_params)?;
-            let (hits, next) = gated_search(request, context).await?;
+            let outcome = gated_search(request, context).await;
+            crate::metrics::observe_search(started.elapsed());
+            let (hits, next) = outcome?;
             answer::<CatalogSearch>(search_result(hits, next))
         }
         CatalogChanges::NAME => {
@@ -804,6 +810,7 @@ pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, E
         config_loaded_at: config_load.loaded_at_ms,
         config_error: config_load.error,
         config_error_at: config_load.error_at_ms,
+        database_error: context.store.database_error(),
         socket_limits: socket_activity(context),
     };
     let mut servers: Vec<wire::ServerStatus> = servers
@@ -1070,6 +1077,7 @@ fn server_status(
         walks_failed: server.walks_failed,
         last_error: server.last_error,
         last_error_at_ms: server.last_error_at_ms,
+        oversized_entries: server.oversized_entries,
         live,
         kinds: Default::default(),
     }

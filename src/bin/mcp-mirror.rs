@@ -32,6 +32,13 @@ struct Arguments {
     /// --socket nor a record, the standard location).
     #[arg(long, global = true, env = "MCP_MIRROR_DATABASE")]
     database: Option<PathBuf>,
+    /// Speak to a remote mirror's HTTP face instead of the socket, e.g.
+    /// http://mirror.internal:8788/mcp (no offline fallback: exit 3 when it cannot be reached).
+    #[arg(long, global = true, env = "MCP_MIRROR_URL")]
+    url: Option<String>,
+    /// A file holding the bearer token for --url (never pass a token itself on the command line).
+    #[arg(long, global = true, env = "MCP_MIRROR_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -155,6 +162,12 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    if !matches!(arguments.command, Command::Serve { .. }) {
+        if let Err(error) = choose_remote(&arguments) {
+            eprintln!("mcp-mirror: {error}");
+            return ExitCode::from(error.exit_code());
+        }
+    }
     let socket = arguments
         .socket
         .clone()
@@ -233,6 +246,50 @@ fn main() -> ExitCode {
             ExitCode::from(error.exit_code())
         }
     }
+}
+
+/// With `--url`, points the client commands at that remote mirror, with the token from
+/// `--token-file` (trimmed of surrounding whitespace) when one is given.
+fn choose_remote(arguments: &Arguments) -> Result<(), cli::ClientError> {
+    // Without a URL a token file is not read: the socket needs none, and a token file set in
+    // the environment for occasional `--url` use must not stop local commands.
+    let Some(url) = &arguments.url else {
+        return Ok(());
+    };
+    if matches!(arguments.command, Command::Mcp) {
+        return Err(cli::ClientError::Usage(format!(
+            "`mcp` bridges to a local socket; point the MCP client at {url} itself"
+        )));
+    }
+    let url = reqwest::Url::parse(url)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https"))
+        .ok_or_else(|| {
+            cli::ClientError::Usage(format!(
+                "--url {url:?} is not an http:// or https:// URL (such as http://mirror.internal:8788/mcp)"
+            ))
+        })?;
+    let token = match &arguments.token_file {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|error| {
+                cli::ClientError::Usage(format!(
+                    "cannot read the token file {}: {error}",
+                    path.display()
+                ))
+            })?;
+            let token = text.trim();
+            if token.is_empty() {
+                return Err(cli::ClientError::Usage(format!(
+                    "the token file {} is empty",
+                    path.display()
+                )));
+            }
+            Some(secrecy::SecretString::from(token.to_string()))
+        }
+    };
+    cli::use_remote(cli::Remote { url, token });
+    Ok(())
 }
 
 /// Logs to standard error, with configured secrets scrubbed from every line. `RUST_LOG` wins

@@ -80,6 +80,10 @@ pub struct ResourceRow {
     pub icons: Option<String>,
     pub meta: Option<String>,
     pub raw: String,
+    /// The content hash of the entry as listed (`entry::fit_entry`): the swap compares these.
+    pub hash: i64,
+    /// The entry was over `max_entry_bytes` and is stored without some of its fields.
+    pub oversized: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +94,7 @@ pub struct TemplateRow {
     pub description: Option<String>,
     pub mime_type: Option<String>,
     pub raw: String,
+    pub oversized: bool,
 }
 
 /// A configured server as the store records it.
@@ -200,6 +205,8 @@ pub struct ServerStatus {
     pub walks_failed: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
+    /// Entries of the snapshot stored trimmed because they were over `max_entry_bytes`.
+    pub oversized_entries: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -248,6 +255,13 @@ pub struct ListingRow {
     pub snapshot_at_ms: Option<i64>,
 }
 
+/// Device and inode of the file at `path`.
+fn file_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path)?;
+    Ok((metadata.dev(), metadata.ino()))
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -268,6 +282,10 @@ const CHANGE_EVENTS_BUFFERED: usize = 256;
 #[derive(Clone)]
 pub struct Store {
     path: PathBuf,
+    /// Device and inode of the database file we opened: the path must keep naming it.
+    opened_file: Option<(u64, u64)>,
+    /// Set once the path no longer names the file we opened; shown in status.
+    database_error: Arc<Mutex<Option<String>>>,
     writer: mpsc::UnboundedSender<WriteOp>,
     readers: Arc<Mutex<Vec<Connection>>>,
     reader_slots: Arc<Semaphore>,
@@ -291,6 +309,7 @@ impl Store {
             source,
         })?;
         let connection = schema::open_writer(path)?;
+        let opened_file = file_identity(path).ok();
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
         let writer_changes = changes.clone();
@@ -302,6 +321,8 @@ impl Store {
             })?;
         Ok(Store {
             path: path.to_path_buf(),
+            opened_file,
+            database_error: Arc::new(Mutex::new(None)),
             writer: sender,
             readers: Arc::new(Mutex::new(Vec::new())),
             reader_slots: Arc::new(Semaphore::new(MAX_READERS)),
@@ -317,6 +338,45 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Checks that the database path still names the file we opened; says what happened when
+    /// it does not (deleted, or replaced by another file). Once found, the answer stays: every
+    /// commit since went to a file nobody can open again. A stat per call, nothing more.
+    pub fn check_database_file(&self) -> Option<String> {
+        let mut recorded = self
+            .database_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if recorded.is_some() {
+            return recorded.clone();
+        }
+        let opened = self.opened_file?;
+        let problem = match file_identity(&self.path) {
+            Ok(identity) if identity == opened => return None,
+            Ok(_) => format!(
+                "the database file {} was replaced by another file while the daemon had it open;                  commits since went to the old, unlinked file",
+                self.path.display()
+            ),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => format!(
+                "the database file {} was deleted while the daemon had it open; commits since                  went to an unlinked file",
+                self.path.display()
+            ),
+            Err(error) => format!(
+                "cannot check the database file {}: {error}",
+                self.path.display()
+            ),
+        };
+        *recorded = Some(problem.clone());
+        Some(problem)
+    }
+
+    /// What `check_database_file` found, if it found anything, for status.
+    pub fn database_error(&self) -> Option<String> {
+        self.database_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     async fn call<T>(
