@@ -523,25 +523,29 @@ async fn dispatch(
             Ok(status)
         }
         CatalogSearch::NAME => {
-            let request = params::<CatalogSearch>(raw)?
-                .into_request()
-                .map_err(invalid_params)?;
+            let params = params::<CatalogSearch>(raw)?;
             // Every answer counts, refusals and timeouts too: they are latency a client saw.
             let started = std::time::Instant::now();
+            if params.searches_entries() {
+                let search = params.into_kinds_request().map_err(invalid_params)?;
+                let outcome = api_kinds::search_kinds(search, context).await;
+                crate::metrics::observe_search(started.elapsed());
+                return answer::<CatalogSearch>(outcome?);
+            }
+            let request = params.into_request().map_err(invalid_params)?;
             let outcome = gated_search(request, context).await;
             crate::metrics::observe_search(started.elapsed());
             let (hits, next) = outcome?;
             answer::<CatalogSearch>(search_result(hits, next))
         }
         CatalogChanges::NAME => {
-            let (since, limit) = params::<CatalogChanges>(raw)?
-                .checked()
-                .map_err(invalid_params)?;
-            let page = context
-                .store
-                .changes_since(since, limit)
-                .await
-                .map_err(internal)?;
+            let params = params::<CatalogChanges>(raw)?;
+            let (since, limit) = params.checked().map_err(invalid_params)?;
+            let page = match params.kinds {
+                Some(kinds) => context.store.changes_of_kinds(since, limit, kinds).await,
+                None => context.store.changes_since(since, limit).await,
+            }
+            .map_err(internal)?;
             answer::<CatalogChanges>(changes_result(page))
         }
         CatalogWatch::NAME => {
@@ -613,7 +617,7 @@ async fn dispatch(
 }
 
 /// Runs a search once the gate admits it, cancelled at the permit's deadline.
-async fn gated_search(
+pub(crate) async fn gated_search(
     mut request: store::SearchRequest,
     context: &ApiContext,
 ) -> Result<(Vec<store::SearchHit>, Option<usize>), ErrorObject> {
@@ -910,8 +914,9 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
         results: hits
             .into_iter()
             .map(|hit| wire::SearchHit {
+                kind: wire::Kind::Resource,
                 server: hit.server,
-                uri: hit.uri,
+                uri: Some(hit.uri),
                 name: hit.name,
                 title: hit.title,
                 mime_type: hit.mime_type,

@@ -64,7 +64,8 @@ enum Command {
     },
     /// List the merged resource templates.
     Templates,
-    /// Full-text search over URI, name, title and description.
+    /// Full-text search over resources (URI, name, title, description), tools and prompts
+    /// (name, title, description, their inputs' names and descriptions).
     Search {
         /// The words to find (the last one also matches as a prefix).
         query: String,
@@ -83,6 +84,10 @@ enum Command {
         /// Continue after an earlier page (the cursor it printed).
         #[arg(long)]
         cursor: Option<String>,
+        /// Only these kinds: resource, tool or prompt (repeat the flag for several; every
+        /// kind by default).
+        #[arg(long = "kind", value_name = "KIND")]
+        kinds: Vec<mcp_mirror::protocol::Kind>,
     },
     /// Show every field of one resource and which servers list it (or of one URI template);
     /// `show tool SERVER/NAME` (or `prompt`) shows a whole tool or prompt definition.
@@ -186,8 +191,10 @@ fn main() -> ExitCode {
             mime_type,
             raw,
             cursor,
+            kinds,
         } => {
             let search = cli::SearchArgs {
+                kinds,
                 query,
                 limit: *limit,
                 server: server.as_deref(),
@@ -206,17 +213,19 @@ fn main() -> ExitCode {
             } else {
                 mcp_mirror::protocol::Kind::Prompt
             };
-            cli::show_entry(&socket, kind, name, arguments.json)
+            cli::show_entry(&socket, &database, kind, name, arguments.json)
         }
         Command::Show { uri, .. } => cli::show(&socket, &database, uri, arguments.json),
         Command::Tools { server } => cli::list_kind(
             &socket,
+            &database,
             mcp_mirror::protocol::Kind::Tool,
             server.as_deref(),
             arguments.json,
         ),
         Command::Prompts { server } => cli::list_kind(
             &socket,
+            &database,
             mcp_mirror::protocol::Kind::Prompt,
             server.as_deref(),
             arguments.json,

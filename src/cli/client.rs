@@ -351,6 +351,7 @@ impl HttpTransport {
             let params = ChangesParams {
                 since: Some(since),
                 limit: None,
+                kinds: None,
             };
             let request = Request::new::<CatalogChanges>(id, &params);
             let body = serde_json::to_vec(&request)

@@ -17,7 +17,10 @@ use serde::Serialize;
 pub use crate::mcp::{
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
-pub use cursor::{decode_cursor, decode_search_cursor, encode_cursor, encode_search_cursor};
+pub use cursor::{
+    decode_cursor, decode_kinds_search_cursor, decode_search_cursor, encode_cursor,
+    encode_kinds_search_cursor, encode_search_cursor,
+};
 pub use entries::{
     mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
     DriftCount, DriftEntry, DriftResult, EntriesParams, EntryDetails, EntryParams, FieldChange,
@@ -30,8 +33,8 @@ pub use envelope::{
     Response, ServerMessage, JSONRPC_VERSION,
 };
 pub use params::{
-    parse_params, ChangesParams, InitializeParams, InvalidParams, ListParams, NoParams,
-    RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
+    parse_params, ChangesParams, InitializeParams, InvalidParams, KindsSearch, ListParams,
+    NoParams, RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
 };
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{

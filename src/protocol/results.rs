@@ -117,8 +117,13 @@ pub struct SearchResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchHit {
+    /// `resource`, `tool` or `prompt`.
+    #[serde(default = "resource_kind")]
+    pub kind: Kind,
     pub server: String,
-    pub uri: String,
+    /// A resource's URI; tools and prompts have none (their `name` identifies them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
     pub name: String,
     pub title: Option<String>,
     pub mime_type: Option<String>,

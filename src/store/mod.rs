@@ -15,7 +15,7 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts};
+pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 pub use views::SnapshotRow;
 
@@ -646,17 +646,20 @@ impl Store {
             .await
     }
 
-    pub async fn search_entries(
+    /// Change feed entries after `since` of the given entry kinds only, oldest first.
+    pub async fn changes_of_kinds(
         &self,
-        query: String,
-        kinds: Vec<Kind>,
-        server: Option<String>,
+        since: Option<i64>,
         limit: usize,
-    ) -> Result<Vec<EntryHit>, StoreError> {
-        self.read(move |connection| {
-            entries::search_entries(connection, &query, &kinds, server.as_deref(), limit)
-        })
-        .await
+        kinds: Vec<Kind>,
+    ) -> Result<ChangePage, StoreError> {
+        self.read(move |connection| entries::changes_of_kinds(connection, since, limit, &kinds))
+            .await
+    }
+
+    pub async fn search_entries(&self, search: EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
+        self.read(move |connection| entries::search_entries(connection, &search))
+            .await
     }
 
     /// Stops the writer after the operations already queued; returns when it has closed the database.
@@ -712,6 +715,30 @@ impl ReadOnlyCatalog {
 
     pub fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
         queries::listings(&self.connection, uri)
+    }
+
+    pub fn search_entries(&self, search: &EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
+        entries::search_entries(&self.connection, search)
+    }
+
+    /// A page of one kind's tools or prompts, after (server, name), ordered by server and name.
+    pub fn list_entries(
+        &self,
+        kind: Kind,
+        server: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
+        entries::list_entries(&self.connection, kind, server, after, limit)
+    }
+
+    pub fn entry(
+        &self,
+        kind: Kind,
+        server: &str,
+        name: &str,
+    ) -> Result<Option<EntryListing>, StoreError> {
+        entries::entry(&self.connection, kind, server, name)
     }
 }
 
