@@ -2,8 +2,9 @@
 that stores nothing. Used by `bench/run` as the comparison for the mirror's walk.
 
 Usage: python_walk.py http URL ROUNDS | python_walk.py stdio ROUNDS COMMAND [ARGS...]
-Prints one JSON line per round: {"seconds": s, "resources": n, "pages": p}. Only the list
-loop is timed: interpreter start, imports and the handshake are left out, in the SDK's favour.
+Prints one JSON line per round: {"seconds": s, "cpu_seconds": c, "resources": n, "pages": p}
+(cpu_seconds: this process's user + system time in the round). Only the list loop is timed:
+interpreter start, imports and the handshake are left out, in the SDK's favour.
 """
 
 import json
@@ -18,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 async def walk(session: ClientSession) -> None:
     started = time.perf_counter()
+    cpu_started = time.process_time()
     cursor = None
     resources = 0
     pages = 0
@@ -30,7 +32,13 @@ async def walk(session: ClientSession) -> None:
         if not cursor:
             break
     seconds = time.perf_counter() - started
-    print(json.dumps({"seconds": seconds, "resources": resources, "pages": pages}), flush=True)
+    cpu_seconds = time.process_time() - cpu_started
+    print(
+        json.dumps(
+            {"seconds": seconds, "cpu_seconds": cpu_seconds, "resources": resources, "pages": pages}
+        ),
+        flush=True,
+    )
 
 
 async def main() -> None:

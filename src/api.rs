@@ -527,34 +527,47 @@ async fn dispatch(
         }
         CatalogSearch::NAME => {
             let params = params::<CatalogSearch>(raw)?;
+            // Every answer counts, refusals and timeouts too: they are latency a client saw.
+            let started = std::time::Instant::now();
+            if params.searches_entries() {
+                let search = params.into_kinds_request().map_err(invalid_params)?;
+                let outcome = api_kinds::search_kinds(search, context).await;
+                crate::metrics::observe_search(started.elapsed());
+                return answer::<CatalogSearch>(outcome?);
+            }
             let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
             let request = params.into_request().map_err(invalid_params)?;
             // A cursor stays with the engine that made it: the two rank differently.
-            let mut note = None;
-            if let (Some(index), false, true) = (
-                &context.search_index,
-                request.raw,
-                index_cursor.unwrap_or(true),
-            ) {
-                match search_index(index, context, &request).await? {
-                    Ok(result) => return answer::<CatalogSearch>(result),
-                    Err(why) => note = Some(why),
-                }
-            }
-            let (hits, next) = gated_search(request, context).await?;
+            let outcome = if index_cursor == Some(false) {
+                gated_search(request, context)
+                    .await
+                    .map(|(hits, next)| (hits, next, None))
+            } else {
+                resource_search(request, context)
+                    .await
+                    .map(|(hits, next, origin)| (hits, next, Some(origin)))
+            };
+            crate::metrics::observe_search(started.elapsed());
+            let (hits, next, origin) = outcome?;
             let mut result = search_result(hits, next);
-            result.note = note;
+            if let Some(origin) = origin {
+                if origin.engine == Some(wire::SearchEngine::Index) {
+                    result.next_cursor = next.map(encode_index_cursor);
+                }
+                result.engine = origin.engine;
+                result.match_mode = origin.match_mode;
+                result.note = origin.note;
+            }
             answer::<CatalogSearch>(result)
         }
         CatalogChanges::NAME => {
-            let (since, limit) = params::<CatalogChanges>(raw)?
-                .checked()
-                .map_err(invalid_params)?;
-            let page = context
-                .store
-                .changes_since(since, limit)
-                .await
-                .map_err(internal)?;
+            let params = params::<CatalogChanges>(raw)?;
+            let (since, limit) = params.checked().map_err(invalid_params)?;
+            let page = match params.kinds {
+                Some(kinds) => context.store.changes_of_kinds(since, limit, kinds).await,
+                None => context.store.changes_since(since, limit).await,
+            }
+            .map_err(internal)?;
             answer::<CatalogChanges>(changes_result(page))
         }
         CatalogWatch::NAME => {
@@ -626,7 +639,7 @@ async fn dispatch(
 }
 
 /// Runs a search once the gate admits it, cancelled at the permit's deadline.
-async fn gated_search(
+pub(crate) async fn gated_search(
     mut request: store::SearchRequest,
     context: &ApiContext,
 ) -> Result<(Vec<store::SearchHit>, Option<usize>), ErrorObject> {
@@ -819,6 +832,7 @@ pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, E
         config_loaded_at: config_load.loaded_at_ms,
         config_error: config_load.error,
         config_error_at: config_load.error_at_ms,
+        database_error: context.store.database_error(),
         socket_limits: socket_activity(context),
         search_index: context.search_index.as_ref().map(|index| index.status()),
     };
@@ -928,7 +942,7 @@ async fn search_index(
     index: &Arc<SearchIndex>,
     context: &ApiContext,
     request: &store::SearchRequest,
-) -> Result<Result<wire::SearchResult, String>, ErrorObject> {
+) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     let wanted = context.store.catalog_version();
     let generation = context
         .store
@@ -993,27 +1007,60 @@ async fn search_index(
             )));
         }
     };
-    Ok(Ok(wire::SearchResult {
-        results: page
-            .hits
-            .into_iter()
-            .map(|hit| wire::SearchHit {
-                meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
-                server: hit.server,
-                uri: hit.uri,
-                name: hit.name,
-                title: hit.title,
-                mime_type: hit.mime_type,
-                description: hit.description,
-                score: f64::from(hit.score),
-                snippet: hit.snippet,
-            })
-            .collect(),
-        next_cursor: page.next_offset.map(encode_index_cursor),
-        engine: Some(wire::SearchEngine::Index),
-        match_mode: Some(page.mode),
-        note: None,
+    let hits = page
+        .hits
+        .into_iter()
+        .map(|hit| store::SearchHit {
+            server: hit.server,
+            uri: hit.uri,
+            name: hit.name,
+            title: hit.title,
+            mime_type: hit.mime_type,
+            description: hit.description,
+            score: f64::from(hit.score),
+            snippet: hit.snippet,
+        })
+        .collect();
+    Ok(Ok(IndexAnswer {
+        hits,
+        next: page.next_offset,
+        mode: page.mode,
     }))
+}
+
+/// A page of resources from the derived search index.
+pub struct IndexAnswer {
+    pub hits: Vec<store::SearchHit>,
+    pub next: Option<usize>,
+    pub mode: crate::search::MatchMode,
+}
+
+/// The resource part of a search: from the derived index when it can answer for the catalog
+/// as it stands, else from SQLite's FTS5 (with the reason in the answer's `note`). The result
+/// says which engine answered; `next_cursor` is left to the caller.
+pub async fn resource_search(
+    request: store::SearchRequest,
+    context: &ApiContext,
+) -> Result<(Vec<store::SearchHit>, Option<usize>, wire::SearchResult), ErrorObject> {
+    let mut origin = wire::SearchResult {
+        results: Vec::new(),
+        next_cursor: None,
+        engine: Some(wire::SearchEngine::Sqlite),
+        match_mode: None,
+        note: None,
+    };
+    if let (Some(index), false) = (&context.search_index, request.raw) {
+        match search_index(index, context, &request).await? {
+            Ok(answer) => {
+                origin.engine = Some(wire::SearchEngine::Index);
+                origin.match_mode = Some(answer.mode);
+                return Ok((answer.hits, answer.next, origin));
+            }
+            Err(why) => origin.note = Some(why),
+        }
+    }
+    let (hits, next) = gated_search(request, context).await?;
+    Ok((hits, next, origin))
 }
 
 pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::SearchResult {
@@ -1022,8 +1069,9 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
             .into_iter()
             .map(|hit| wire::SearchHit {
                 meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
+                kind: wire::Kind::Resource,
                 server: hit.server,
-                uri: hit.uri,
+                uri: Some(hit.uri),
                 name: hit.name,
                 title: hit.title,
                 mime_type: hit.mime_type,
@@ -1187,6 +1235,7 @@ fn server_status(
         walks_failed: server.walks_failed,
         last_error: server.last_error,
         last_error_at_ms: server.last_error_at_ms,
+        oversized_entries: server.oversized_entries,
         live,
         kinds: Default::default(),
     }

@@ -9,7 +9,7 @@ use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
     ORIGIN_META_KEY, PAGE_SIZE,
 };
-use crate::store::{EntryListing, SearchRequest, Store, StoreError};
+use crate::store::{EntryHit, EntryListing, SearchHit, SearchRequest, Store, StoreError};
 
 /// JSON-RPC's "resource not found" for a tool or prompt no server lists.
 const NOT_FOUND: i64 = crate::protocol::RESOURCE_NOT_FOUND;
@@ -41,26 +41,22 @@ fn with_origin(listing: &EntryListing) -> Value {
     value
 }
 
-/// A page of one kind's entries and the cursor to the next page.
-pub async fn entries_page(
-    store: &Store,
-    kind: Kind,
-    params: wire::EntriesParams,
-) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
-    let after = match &params.cursor {
-        None => None,
-        Some(cursor) => {
-            let key = decode_cursor(cursor).ok_or_else(|| invalid("invalid cursor"))?;
-            let (server, name) = key
-                .split_once(CURSOR_SEPARATOR)
-                .ok_or_else(|| invalid("invalid cursor"))?;
-            Some((server.to_string(), name.to_string()))
-        }
+/// Where a `catalog/tools` (or `/prompts`) page starts: after this (server, name).
+pub fn entries_after(
+    params: &wire::EntriesParams,
+) -> Result<Option<(String, String)>, ErrorObject> {
+    let Some(cursor) = &params.cursor else {
+        return Ok(None);
     };
-    let (rows, more) = store
-        .list_entries(kind, params.server, after, PAGE_SIZE)
-        .await
-        .map_err(internal)?;
+    let key = decode_cursor(cursor).ok_or_else(|| invalid("invalid cursor"))?;
+    let (server, name) = key
+        .split_once(CURSOR_SEPARATOR)
+        .ok_or_else(|| invalid("invalid cursor"))?;
+    Ok(Some((server.to_string(), name.to_string())))
+}
+
+/// The stored rows of a page as the socket answers them, and the cursor to the next page.
+pub fn entries_page_of(rows: &[EntryListing], more: bool) -> (Vec<Value>, Option<String>) {
     let next = match (more, rows.last()) {
         (true, Some(last)) => Some(encode_cursor(&format!(
             "{}{CURSOR_SEPARATOR}{}",
@@ -68,7 +64,46 @@ pub async fn entries_page(
         ))),
         _ => None,
     };
-    Ok((rows.iter().map(with_origin).collect(), next))
+    (rows.iter().map(with_origin).collect(), next)
+}
+
+/// A page of one kind's entries and the cursor to the next page.
+pub async fn entries_page(
+    store: &Store,
+    kind: Kind,
+    params: wire::EntriesParams,
+) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
+    let after = entries_after(&params)?;
+    let (rows, more) = store
+        .list_entries(kind, params.server, after, PAGE_SIZE)
+        .await
+        .map_err(internal)?;
+    Ok(entries_page_of(&rows, more))
+}
+
+/// One stored tool or prompt as `catalog/tool` answers; `NOT_FOUND` when there is none.
+pub fn entry_details_of(
+    kind: Kind,
+    params: &wire::EntryParams,
+    listing: Option<EntryListing>,
+) -> Result<wire::EntryDetails, ErrorObject> {
+    let listing = listing.ok_or_else(|| {
+        ErrorObject::new(
+            NOT_FOUND,
+            format!(
+                "server {} lists no {kind} named {}",
+                params.server, params.name
+            ),
+        )
+    })?;
+    Ok(wire::EntryDetails {
+        definition: serde_json::from_str(&listing.raw).map_err(internal)?,
+        server: listing.server,
+        kind,
+        name: listing.name,
+        stale: listing.stale,
+        snapshot_at_ms: listing.snapshot_at_ms,
+    })
 }
 
 /// One tool or prompt, whole; `NOT_FOUND` when the server does not list it.
@@ -80,24 +115,8 @@ pub async fn entry_details(
     let listing = store
         .entry(kind, &params.server, &params.name)
         .await
-        .map_err(internal)?
-        .ok_or_else(|| {
-            ErrorObject::new(
-                NOT_FOUND,
-                format!(
-                    "server {} lists no {kind} named {}",
-                    params.server, params.name
-                ),
-            )
-        })?;
-    Ok(wire::EntryDetails {
-        definition: serde_json::from_str(&listing.raw).map_err(internal)?,
-        server: listing.server,
-        kind,
-        name: listing.name,
-        stale: listing.stale,
-        snapshot_at_ms: listing.snapshot_at_ms,
-    })
+        .map_err(internal)?;
+    entry_details_of(kind, &params, listing)
 }
 
 pub async fn accept(
@@ -205,12 +224,15 @@ pub async fn search_catalog(
         .unwrap_or(wire::DEFAULT_CATALOG_HITS);
     let kinds = arguments.kinds.unwrap_or_else(|| Kind::ALL.to_vec());
     let mut hits: Vec<wire::CatalogHit> = store
-        .search_entries(
-            arguments.query.clone(),
-            kinds.clone(),
-            arguments.server.clone(),
+        .search_entries(crate::store::EntrySearch {
+            query: arguments.query.clone(),
+            raw: false,
+            kinds: kinds.clone(),
+            server: arguments.server.clone(),
             limit,
-        )
+            offset: 0,
+            deadline: None,
+        })
         .await?
         .into_iter()
         .map(|hit| wire::CatalogHit {
@@ -240,6 +262,132 @@ pub async fn search_catalog(
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     hits.truncate(limit);
     Ok(hits)
+}
+
+/// `catalog/search` over tools and prompts, with resources when asked: each engine runs
+/// through the search gate, then the two rankings are merged into one page.
+pub async fn search_kinds(
+    search: wire::KindsSearch,
+    context: &ApiContext,
+) -> Result<wire::SearchResult, ErrorObject> {
+    let offsets = (
+        search
+            .resources
+            .as_ref()
+            .map_or(0, |request| request.offset),
+        search.entries.offset,
+    );
+    // Resources come from the derived search index when it can answer, else from FTS5.
+    let (resources, origin) = match search.resources {
+        Some(request) => {
+            let (hits, next, origin) = crate::api::resource_search(request, context).await?;
+            (Some((hits, next)), Some(origin))
+        }
+        None => (None, None),
+    };
+    let entries = gated_entry_search(search.entries, context).await?;
+    let mut result = merge_search_pages(resources, entries, offsets, search.limit);
+    if let Some(origin) = origin {
+        result.engine = origin.engine;
+        result.match_mode = origin.match_mode;
+        result.note = origin.note;
+    }
+    Ok(result)
+}
+
+async fn gated_entry_search(
+    mut search: crate::store::EntrySearch,
+    context: &ApiContext,
+) -> Result<Vec<EntryHit>, ErrorObject> {
+    if search.kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let permit = context
+        .search_gate
+        .acquire()
+        .await
+        .map_err(|error| ErrorObject::new(wire::BUSY, error.to_string()))?;
+    search.deadline = Some(permit.deadline);
+    context
+        .store
+        .search_entries(search)
+        .await
+        .map_err(|error| match error {
+            StoreError::InvalidQuery(_) => invalid(error.to_string()),
+            StoreError::SearchTimedOut => {
+                permit.timed_out();
+                let limit = context.search_gate.limits().timeout;
+                ErrorObject::new(
+                    wire::SEARCH_TIMED_OUT,
+                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+                )
+            }
+            other => internal(other),
+        })
+}
+
+/// One page of a search of several kinds: the resource page (its hits and whether more
+/// follow) and the tool and prompt hits (one more than `limit` when more follow), merged best
+/// first. The cursor counts how many of each the pages so far showed, so each ranking
+/// continues where it stopped. When the resource page ended early (cut by its byte bound),
+/// the merged page stops there too, since an unseen resource could outrank what follows.
+pub fn merge_search_pages(
+    resources: Option<(Vec<SearchHit>, Option<usize>)>,
+    entries: Vec<EntryHit>,
+    (resource_offset, entry_offset): (usize, usize),
+    limit: usize,
+) -> wire::SearchResult {
+    let (resources, resources_follow) = match resources {
+        Some((hits, next)) => (hits, next.is_some()),
+        None => (Vec::new(), false),
+    };
+    let mut resources = resources.into_iter().peekable();
+    let mut entries = entries.into_iter().peekable();
+    let (mut shown_resources, mut shown_entries) = (0, 0);
+    let mut results = Vec::with_capacity(limit);
+    while results.len() < limit {
+        let take_resource = match (resources.peek(), entries.peek()) {
+            (Some(resource), Some(entry)) => resource.score >= entry.score,
+            (Some(_), None) => true,
+            // Resources past this page could outrank the next entry.
+            (None, Some(_)) if resources_follow => break,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_resource {
+            if let Some(hit) = resources.next() {
+                shown_resources += 1;
+                results.extend(crate::api::search_result(vec![hit], None).results);
+            }
+        } else if let Some(hit) = entries.next() {
+            shown_entries += 1;
+            results.push(wire::SearchHit {
+                kind: hit.kind,
+                meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
+                server: hit.server,
+                uri: None,
+                name: hit.name,
+                title: hit.title,
+                mime_type: None,
+                description: hit.description,
+                score: hit.score,
+                snippet: None,
+            });
+        }
+    }
+    let more = resources.peek().is_some() || resources_follow || entries.peek().is_some();
+    wire::SearchResult {
+        results,
+        next_cursor: more.then(|| {
+            wire::encode_kinds_search_cursor(
+                resource_offset + shown_resources,
+                entry_offset + shown_entries,
+            )
+        }),
+        engine: Some(wire::SearchEngine::Sqlite),
+        match_mode: None,
+        note: None,
+    }
 }
 
 /// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.
@@ -349,5 +497,80 @@ async fn describe(
                 value
             }))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(uri: &str, score: f64) -> SearchHit {
+        SearchHit {
+            server: "docs".into(),
+            uri: uri.into(),
+            name: uri.into(),
+            title: None,
+            mime_type: None,
+            description: None,
+            score,
+            snippet: None,
+        }
+    }
+
+    fn tool(name: &str, score: f64) -> EntryHit {
+        EntryHit {
+            server: "fx".into(),
+            kind: Kind::Tool,
+            name: name.into(),
+            title: None,
+            description: None,
+            score,
+        }
+    }
+
+    fn keys(result: &wire::SearchResult) -> Vec<String> {
+        result
+            .results
+            .iter()
+            .map(|hit| hit.uri.clone().unwrap_or_else(|| hit.name.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn merged_pages_rank_by_score_and_count_each_side_in_the_cursor() {
+        let page = merge_search_pages(
+            Some((vec![resource("r1", 9.0), resource("r2", 5.0)], Some(2))),
+            vec![tool("t1", 7.0), tool("t2", 1.0), tool("t3", 0.5)],
+            (10, 20),
+            2,
+        );
+        assert_eq!(keys(&page), ["r1", "t1"]);
+        assert_eq!(page.results[1].kind, Kind::Tool);
+        assert_eq!(page.results[1].uri, None);
+        assert_eq!(
+            page.next_cursor.as_deref(),
+            Some(wire::encode_kinds_search_cursor(11, 21).as_str())
+        );
+        // Nothing follows on either side: no cursor.
+        let last = merge_search_pages(Some((vec![resource("r", 1.0)], None)), vec![], (0, 0), 5);
+        assert_eq!(keys(&last), ["r"]);
+        assert_eq!(last.next_cursor, None);
+    }
+
+    #[test]
+    fn a_resource_page_cut_short_stops_the_merged_page_where_it_ends() {
+        // The resource page carried one hit of the three asked for (its byte bound), and more
+        // follow: a tool that ranks below that hit must wait, an unseen resource may outrank it.
+        let page = merge_search_pages(
+            Some((vec![resource("r1", 9.0)], Some(1))),
+            vec![tool("t1", 10.0), tool("t2", 1.0)],
+            (0, 0),
+            3,
+        );
+        assert_eq!(keys(&page), ["t1", "r1"]);
+        assert_eq!(
+            page.next_cursor.as_deref(),
+            Some(wire::encode_kinds_search_cursor(1, 1).as_str())
+        );
     }
 }

@@ -33,6 +33,8 @@ const KEEPER_STOP_BOUND: Duration = Duration::from_secs(5);
 const API_STOP_BOUND: Duration = Duration::from_secs(2);
 /// How long a self-probe of the socket may take before we call the daemon stuck.
 const PROBE_BOUND: Duration = Duration::from_secs(5);
+/// How often the database path is checked to still name the file we opened (one stat).
+const DATABASE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Descriptors kept for everything but socket clients: the database's writer and readers
 /// (`store::MAX_READERS`, two each), stdio children's pipes, HTTP connections, the log.
@@ -139,7 +141,7 @@ pub async fn run_with(
         refusal_log: std::sync::Mutex::new(IntervalLog::default()),
     });
     let api_task = tokio::spawn(api::serve(listener, context.clone(), stopping.clone()));
-    let http = start_http_face(&config, &context, &stopping).await?;
+    let http = start_http_face(&config, &context, &stopping, service.http_listener).await?;
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
     if let Some(path) = &socket.path {
@@ -166,18 +168,38 @@ pub async fn run_with(
         )));
     }
 
+    let (database_lost, mut database_lost_events) = mpsc::channel(1);
+    let database_task = tokio::spawn(watch_database_file(
+        store.clone(),
+        notifier.clone(),
+        database_lost,
+        stopping.clone(),
+    ));
+
     let mut current = config;
-    // A closed channel (every sender gone) stops the daemon like a Shutdown event.
-    while let Some(ControlEvent::Reload) = controls.recv().await {
-        if let Some(notifier) = &notifier {
-            notifier.reloading();
-        }
-        current = reload(current, &supervisor, &context).await;
-        if let Some((face, _)) = &http {
-            face.apply(&current);
-        }
-        if let Some(notifier) = &notifier {
-            notifier.ready(&current_summary(&store).await);
+    let mut fatal = None;
+    loop {
+        tokio::select! {
+            control = controls.recv() => match control {
+                Some(ControlEvent::Reload) => {
+                    if let Some(notifier) = &notifier {
+                        notifier.reloading();
+                    }
+                    current = reload(current, &supervisor, &context).await;
+                    if let Some((face, _)) = &http {
+                        face.apply(&current);
+                    }
+                    if let Some(notifier) = &notifier {
+                        notifier.ready(&current_summary(&store).await);
+                    }
+                }
+                // A closed channel (every sender gone) stops the daemon like a Shutdown event.
+                Some(ControlEvent::Shutdown) | None => break,
+            },
+            Some(problem) = database_lost_events.recv() => {
+                fatal = Some(problem);
+                break;
+            }
         }
     }
     drop(current);
@@ -209,18 +231,62 @@ pub async fn run_with(
         index.cancel();
     }
     if let Some(keeper) = keeper {
-        if tokio::time::timeout(KEEPER_STOP_BOUND, keeper)
-            .await
-            .is_err()
-        {
-            tracing::warn!("the search index keeper did not stop within {KEEPER_STOP_BOUND:?}");
+        match tokio::time::timeout(KEEPER_STOP_BOUND, keeper).await {
+            // Stopped with its last commit in place: the next start trusts the files.
+            Ok(_) => {
+                if let Some(index) = &search_index {
+                    index.close();
+                }
+            }
+            Err(_) => {
+                tracing::warn!("the search index keeper did not stop within {KEEPER_STOP_BOUND:?}")
+            }
         }
     }
+    database_task.abort();
     supervisor.shutdown().await;
     store.close().await;
     socket.remove_file_if_ours();
     tracing::info!("stopped");
-    Ok(())
+    match fatal {
+        // A failure exit: systemd's Restart=on-failure starts a daemon on the file at the path.
+        Some(problem) => Err(anyhow::anyhow!(problem)),
+        None => Ok(()),
+    }
+}
+
+/// Stops the daemon when the database path no longer names the file it opened (deleted, or
+/// replaced by a restore): every commit from then on would go to a file nobody can open
+/// again, and readers opening the path would see another catalog. Going on quietly loses
+/// data; stopping the watchdog alone would take a minute and works only under systemd. So it
+/// says so (an ERROR in the journal, `STATUS=`, `databaseError` in status) and ends the
+/// daemon in the usual order with a failure exit, which systemd restarts, on the file that is
+/// at the path now (a new one if it was deleted).
+async fn watch_database_file(
+    store: Store,
+    notifier: Option<Arc<Notifier>>,
+    lost: mpsc::Sender<String>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(DATABASE_CHECK_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stopping.changed() => return,
+        }
+        if let Some(problem) = store.check_database_file() {
+            tracing::error!(
+                database = %store.path().display(),
+                "{problem}; stopping so that a restart opens the file at the path"
+            );
+            if let Some(notifier) = &notifier {
+                notifier.status(&format!("stopping: {problem}"));
+            }
+            let _ = lost.send(problem).await;
+            return;
+        }
+    }
 }
 
 /// Opens the derived search index beside the database; without it SQLite answers searches.
@@ -250,12 +316,19 @@ async fn open_search_index(database: &Path) -> Option<Arc<SearchIndex>> {
 }
 
 /// Starts the HTTP face when `[http] listen` or `metrics_listen` is set; a bind failure stops
-/// the start.
+/// the start. A TCP socket systemd `passed` serves in place of binding `listen`.
 async fn start_http_face(
     config: &Config,
     context: &Arc<ApiContext>,
     stopping: &watch::Receiver<bool>,
+    mut passed: Option<std::os::fd::OwnedFd>,
 ) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
+    if passed.is_some() && config.http.listen.is_none() {
+        tracing::warn!(
+            "systemd passed a TCP socket, but [http] listen is not set; not serving HTTP on it"
+        );
+        passed = None;
+    }
     let listeners = [
         (config.http.listen, Face::Mcp),
         (config.http.metrics_listen, Face::MetricsOnly),
@@ -269,7 +342,15 @@ async fn start_http_face(
         let Some(address) = address else {
             continue;
         };
-        let listener = http_face::bind(address).await?;
+        let adopted = if serving == Face::Mcp {
+            passed.take()
+        } else {
+            None
+        };
+        let listener = match adopted {
+            Some(descriptor) => adopt_tcp_listener(descriptor, config)?,
+            None => http_face::bind(address).await?,
+        };
         tracing::info!(
             address = %listener.local_addr().unwrap_or(address),
             tokens = config.http.tokens.len(),
@@ -300,6 +381,29 @@ fn removed_policy(config: &Config) -> RemovedServers {
 
 /// Re-reads the configuration file and applies it; returns the configuration now in force.
 /// A file that does not validate changes nothing: the error goes to the log and to status.
+/// Serves the HTTP face on a TCP socket systemd passed; like a configured `listen`, an address
+/// that is not loopback needs tokens.
+fn adopt_tcp_listener(
+    descriptor: std::os::fd::OwnedFd,
+    config: &Config,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = std::net::TcpListener::from(descriptor);
+    let address = listener
+        .local_addr()
+        .context("while reading the address of the TCP socket systemd passed")?;
+    if !address.ip().is_loopback() && config.http.tokens.is_empty() {
+        anyhow::bail!(
+            "systemd passed the TCP socket {address}, which is not loopback, and [http] tokens is empty: set tokens, or listen on loopback"
+        );
+    }
+    listener
+        .set_nonblocking(true)
+        .context("while adopting the TCP socket systemd passed")?;
+    tracing::info!(%address, "serving HTTP on the socket systemd passed, not binding [http] listen");
+    tokio::net::TcpListener::from_std(listener)
+        .context("while adopting the TCP socket systemd passed")
+}
+
 async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) -> Config {
     tracing::info!(config = %current.source.display(), "reloading the configuration");
     let loaded = match config::load(&current.source) {
@@ -481,6 +585,9 @@ async fn health_loop(
             _ = stopping.changed() => return,
         }
         let check = async {
+            if let Some(problem) = store.check_database_file() {
+                anyhow::bail!(problem);
+            }
             store.ping_writer().await?;
             if let Some(path) = &socket {
                 probe_socket(path).await?;

@@ -8,6 +8,7 @@ pub(crate) mod api_kinds;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub(crate) mod entry;
 pub(crate) mod http_face;
 pub(crate) mod lines;
 pub mod mcp;

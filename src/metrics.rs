@@ -27,6 +27,7 @@ type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 struct Histograms {
     walk_duration: HistogramFamily,
     swap_hold: Histogram,
+    search_duration: Histogram,
 }
 
 fn duration_buckets() -> Histogram {
@@ -39,6 +40,8 @@ fn histograms() -> &'static Histograms {
     HISTOGRAMS.get_or_init(|| Histograms {
         walk_duration: Family::new_with_constructor(duration_buckets),
         swap_hold: duration_buckets(),
+        // 0.25 ms .. about 4 s: most searches take milliseconds, the deadline is seconds.
+        search_duration: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
     })
 }
 
@@ -53,6 +56,11 @@ pub fn observe_walk(server: &str, duration: Duration) {
 /// A swap held the database's write lock for `hold`.
 pub fn observe_swap_hold(hold: Duration) {
     histograms().swap_hold.observe(hold.as_secs_f64());
+}
+
+/// A `catalog/search` was answered `duration` after it arrived (the gate's wait included).
+pub fn observe_search(duration: Duration) {
+    histograms().search_duration.observe(duration.as_secs_f64());
 }
 
 fn server_label(server: &str) -> Labels {
@@ -201,6 +209,12 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
         "How long a swap held the database's write lock",
         Unit::Seconds,
         histograms.swap_hold.clone(),
+    );
+    registry.register_with_unit(
+        "search_duration",
+        "Time from a catalog/search request to its answer, waiting for the search gate included",
+        Unit::Seconds,
+        histograms.search_duration.clone(),
     );
     let mut text = String::new();
     if let Err(error) = encode(&mut text, &registry) {

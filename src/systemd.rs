@@ -6,8 +6,9 @@
 //! `sd-notify` reads `NOTIFY_SOCKET` at every call (so it must stay in the environment our
 //! stdio servers inherit), sends on a blocking socket, and takes an abstract `@name` address
 //! for a path; `listenfd` adopts descriptors when `LISTEN_PID` is missing and honours a
-//! `LISTEN_FDS_FIRST_FD` that systemd never sets. Like `listenfd`, we check that what we
-//! adopt is a listening Unix stream socket.
+//! `LISTEN_FDS_FIRST_FD` that systemd never sets. Like `listenfd`, we check what we adopt: the
+//! first listening Unix stream socket serves the socket face, the first listening TCP socket
+//! the HTTP face.
 
 use std::ffi::OsString;
 use std::io;
@@ -38,6 +39,9 @@ pub struct ServiceEnvironment {
     pub(crate) notifier: Option<Notifier>,
     pub(crate) watchdog_interval: Option<Duration>,
     pub(crate) listener: Option<OwnedFd>,
+    /// A listening TCP socket passed for the HTTP face (a socket unit with
+    /// `ListenStream=127.0.0.1:8788`), served in place of binding `[http] listen`.
+    pub(crate) http_listener: Option<OwnedFd>,
 }
 
 impl ServiceEnvironment {
@@ -77,47 +81,66 @@ impl ServiceEnvironment {
         let passed = lookup("LISTEN_FDS")
             .and_then(|value| value.to_str()?.parse::<i32>().ok())
             .unwrap_or(0);
-        let listener = (passed >= 1 && lookup("LISTEN_PID").is_some() && for_us("LISTEN_PID"))
-            .then(adopt_listener)
-            .flatten();
-        if passed > 1 && listener.is_some() {
-            tracing::warn!(
-                passed,
-                "systemd passed several sockets; serving on the first only"
-            );
-        }
+        let adopted = if passed >= 1 && lookup("LISTEN_PID").is_some() && for_us("LISTEN_PID") {
+            adopt_listeners(passed)
+        } else {
+            PassedListeners::default()
+        };
         ServiceEnvironment {
             notifier,
             watchdog_interval,
-            listener,
+            listener: adopted.unix,
+            http_listener: adopted.tcp,
         }
     }
 }
 
-/// Takes the first descriptor systemd passed, if it is a socket we can serve on.
-fn adopt_listener() -> Option<OwnedFd> {
-    // SAFETY: systemd guarantees fds 3..3+LISTEN_FDS are open when LISTEN_PID is our pid;
-    // borrowing one to look at it is sound while nothing closes it.
-    let passed = unsafe { BorrowedFd::borrow_raw(LISTEN_FDS_START) };
-    if !is_listening_unix_stream(passed) {
-        tracing::warn!(
-            "the descriptor systemd passed is not a listening Unix stream socket; binding our own"
-        );
-        return None;
-    }
-    // SAFETY: as above, and it is ours: we take ownership of it exactly once.
-    let descriptor = unsafe { OwnedFd::from_raw_fd(LISTEN_FDS_START) };
-    // Close it on exec so stdio servers we spawn do not hold our socket open.
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        libc::fcntl(descriptor.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC);
-    }
-    Some(descriptor)
+/// The listening sockets systemd passed, by what we serve on them.
+#[derive(Default)]
+struct PassedListeners {
+    /// The first listening Unix stream socket: the socket the CLI and bridge use.
+    unix: Option<OwnedFd>,
+    /// The first listening TCP socket: `[http] listen`'s place.
+    tcp: Option<OwnedFd>,
 }
 
-/// Whether `descriptor` is a Unix stream socket that is listening: a socket unit with
-/// `ListenDatagram=`, `Accept=yes` or a FIFO passes something else, which we must not adopt.
-fn is_listening_unix_stream(descriptor: BorrowedFd<'_>) -> bool {
+/// Takes the descriptors systemd passed (`count` of them from fd 3): the first listening
+/// Unix stream socket and the first listening TCP socket; anything else is left alone.
+fn adopt_listeners(count: i32) -> PassedListeners {
+    let mut adopted = PassedListeners::default();
+    for raw in LISTEN_FDS_START..LISTEN_FDS_START.saturating_add(count) {
+        // SAFETY: systemd guarantees fds 3..3+LISTEN_FDS are open when LISTEN_PID is our pid;
+        // borrowing one to look at it is sound while nothing closes it.
+        let passed = unsafe { BorrowedFd::borrow_raw(raw) };
+        let slot = match listening_stream_domain(passed) {
+            Some(libc::AF_UNIX) if adopted.unix.is_none() => &mut adopted.unix,
+            Some(libc::AF_INET | libc::AF_INET6) if adopted.tcp.is_none() => &mut adopted.tcp,
+            _ => {
+                tracing::warn!(
+                    descriptor = raw,
+                    "systemd passed a descriptor that is not a listening Unix or TCP stream socket we can use; ignoring it"
+                );
+                continue;
+            }
+        };
+        // SAFETY: as above, and it is ours: we take ownership of it exactly once.
+        let descriptor = unsafe { OwnedFd::from_raw_fd(raw) };
+        // Close it on exec so stdio servers we spawn do not hold our socket open.
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe {
+            libc::fcntl(descriptor.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+        *slot = Some(descriptor);
+    }
+    if adopted.unix.is_none() {
+        tracing::warn!("systemd passed no listening Unix stream socket; binding our own");
+    }
+    adopted
+}
+
+/// The address family of `descriptor` when it is a listening stream socket: a socket unit
+/// with `ListenDatagram=`, `Accept=yes` or a FIFO passes something else, which we must not adopt.
+fn listening_stream_domain(descriptor: BorrowedFd<'_>) -> Option<libc::c_int> {
     let option = |name: libc::c_int| -> Option<libc::c_int> {
         let mut value: libc::c_int = 0;
         let mut length = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -134,9 +157,15 @@ fn is_listening_unix_stream(descriptor: BorrowedFd<'_>) -> bool {
         };
         (outcome == 0).then_some(value)
     };
-    option(libc::SO_DOMAIN) == Some(libc::AF_UNIX)
-        && option(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
-        && option(libc::SO_ACCEPTCONN) == Some(1)
+    (option(libc::SO_TYPE) == Some(libc::SOCK_STREAM) && option(libc::SO_ACCEPTCONN) == Some(1))
+        .then(|| option(libc::SO_DOMAIN))
+        .flatten()
+}
+
+/// Whether `descriptor` is a Unix stream socket that is listening.
+#[cfg(test)]
+fn is_listening_unix_stream(descriptor: BorrowedFd<'_>) -> bool {
+    listening_stream_domain(descriptor) == Some(libc::AF_UNIX)
 }
 
 /// Sends sd_notify state datagrams to the service manager.
@@ -273,6 +302,10 @@ mod tests {
         assert!(!is_listening_unix_stream(datagram.as_fd()));
         let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
         assert!(!is_listening_unix_stream(tcp.as_fd()));
+        assert_eq!(listening_stream_domain(tcp.as_fd()), Some(libc::AF_INET));
+        let connected =
+            std::net::TcpStream::connect(tcp.local_addr().expect("address")).expect("connect");
+        assert_eq!(listening_stream_domain(connected.as_fd()), None);
         let file = std::fs::File::create(directory.path().join("f")).expect("file");
         assert!(!is_listening_unix_stream(file.as_fd()));
     }
@@ -289,6 +322,7 @@ mod tests {
         let environment = ServiceEnvironment::from_variables(&variables, 4242);
         assert!(environment.watchdog_interval.is_none());
         assert!(environment.listener.is_none());
+        assert!(environment.http_listener.is_none());
         assert!(environment.notifier.is_none());
         let ours = |name: &str| match name {
             "WATCHDOG_USEC" => Some(OsString::from("4000000")),

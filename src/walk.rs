@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
+use crate::entry::fit_entry;
 use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::store::{
     now_ms, ResourceRow, StagedWalk, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
@@ -116,23 +117,15 @@ async fn walk_once(
     let hasher = BuildHasherDefault::<DefaultHasher>::default();
     let mut seen: HashSet<u64> = HashSet::new();
     let mut report = WalkReport::default();
-    let mut cursor: Option<String> = None;
     let mut pages_without_new = 0u64;
     let mut cache_hints = (None, None);
+    // The page in hand, and whether it was asked for with a cursor (a stale cursor restarts).
+    let mut fetched = session.list_page("resources/list", "resources", None).await;
+    let mut with_cursor = false;
     loop {
-        if report.pages >= limits.max_pages {
-            return Err(WalkError::Failed(format!(
-                "page cap reached: the catalog has more than {} pages (max_pages)",
-                limits.max_pages
-            ))
-            .into());
-        }
-        let page = match session
-            .list_page("resources/list", "resources", cursor.as_deref())
-            .await
-        {
+        let page = match fetched {
             Ok(page) => page,
-            Err(error) if cursor.is_some() && error.rpc_code() == Some(INVALID_PARAMS) => {
+            Err(error) if with_cursor && error.rpc_code() == Some(INVALID_PARAMS) => {
                 return Err(Attempt::StaleCursor(error))
             }
             Err(error) => return Err(error.into()),
@@ -141,30 +134,55 @@ async fn walk_once(
         if report.pages == 1 {
             cache_hints = (page.ttl_ms, page.cache_scope.clone());
         }
-        let mut rows = Vec::with_capacity(page.items.len());
-        for item in page.items {
-            let Some(row) = resource_row(item) else {
-                report.skipped += 1;
-                continue;
-            };
-            if !seen.insert(hasher.hash_one(&row.uri)) {
-                report.duplicates += 1;
-                continue;
+        let next_cursor = page.next_cursor;
+        let page_cap_reached = report.pages >= limits.max_pages;
+        let items = page.items;
+        let max_entry_bytes = limits.max_entry_bytes;
+        let seen = &mut seen;
+        let hasher = &hasher;
+        let report_counts = &mut report;
+        // This page becomes rows and goes to staging while the server prepares the next one.
+        let this_page = async move {
+            let mut rows = Vec::with_capacity(items.len());
+            for item in items {
+                let Some(row) = resource_row(item, max_entry_bytes) else {
+                    report_counts.skipped += 1;
+                    continue;
+                };
+                if !seen.insert(hasher.hash_one(&row.uri)) {
+                    report_counts.duplicates += 1;
+                    continue;
+                }
+                if seen.len() as u64 > limits.max_items {
+                    return Err(Attempt::from(WalkError::Failed(format!(
+                        "item cap reached: the catalog has more than {} resources (max_items)",
+                        limits.max_items
+                    ))));
+                }
+                rows.push(row);
             }
-            if seen.len() as u64 > limits.max_items {
-                return Err(WalkError::Failed(format!(
-                    "item cap reached: the catalog has more than {} resources (max_items)",
-                    limits.max_items
-                ))
-                .into());
-            }
-            rows.push(row);
-        }
-        let new_in_page = rows.len();
-        staged.add_resources(rows).await?;
-        let Some(next) = page.next_cursor else {
+            let new_in_page = rows.len();
+            staged.add_resources(rows).await?;
+            Ok::<usize, Attempt>(new_in_page)
+        };
+        let Some(next) = next_cursor else {
+            this_page.await?;
             return Ok((report, cache_hints));
         };
+        if page_cap_reached {
+            this_page.await?;
+            return Err(WalkError::Failed(format!(
+                "page cap reached: the catalog has more than {} pages (max_pages)",
+                limits.max_pages
+            ))
+            .into());
+        }
+        // `join!` polls the request first, so it is on its way before this page is processed.
+        let (next_page, new_in_page) = tokio::join!(
+            session.list_page("resources/list", "resources", Some(&next)),
+            this_page
+        );
+        let new_in_page = new_in_page?;
         if new_in_page == 0 {
             pages_without_new += 1;
             if pages_without_new >= limits.max_pages_without_new {
@@ -176,7 +194,8 @@ async fn walk_once(
         } else {
             pages_without_new = 0;
         }
-        cursor = Some(next);
+        fetched = next_page;
+        with_cursor = true;
     }
 }
 
@@ -204,7 +223,11 @@ async fn walk_templates(
             Err(error) => return Err(error.into()),
         };
         pages += 1;
-        let rows: Vec<TemplateRow> = page.items.into_iter().filter_map(template_row).collect();
+        let rows: Vec<TemplateRow> = page
+            .items
+            .into_iter()
+            .filter_map(|item| template_row(item, limits.max_entry_bytes))
+            .collect();
         staged.add_templates(rows).await?;
         match page.next_cursor {
             None => return Ok(()),
@@ -229,12 +252,12 @@ fn json_field(object: &serde_json::Map<String, Value>, key: &str) -> Option<Stri
         .map(Value::to_string)
 }
 
-/// Builds a store row from a listed Resource; `None` when it has no usable `uri`.
-pub fn resource_row(item: Value) -> Option<ResourceRow> {
-    let Value::Object(object) = &item else {
-        return None;
-    };
-    let uri = text_field(object, "uri").filter(|uri| !uri.is_empty())?;
+/// Builds a store row from a listed Resource; `None` when it has no usable `uri` (or one
+/// longer than `max_entry_bytes`). An entry over the bound is stored trimmed and flagged.
+pub fn resource_row(item: Value, max_entry_bytes: u64) -> Option<ResourceRow> {
+    let fitted = fit_entry(item, "uri", max_entry_bytes)?;
+    let object = &fitted.object;
+    let uri = text_field(object, "uri")?;
     Some(ResourceRow {
         // `name` is required by the schema; a server that omits it still gets its URI shown.
         name: text_field(object, "name").unwrap_or_else(|| uri.clone()),
@@ -245,22 +268,24 @@ pub fn resource_row(item: Value) -> Option<ResourceRow> {
         annotations: json_field(object, "annotations"),
         icons: json_field(object, "icons"),
         meta: json_field(object, "_meta"),
-        raw: item.to_string(),
+        hash: fitted.hash,
+        oversized: fitted.oversized,
+        raw: fitted.raw,
         uri,
     })
 }
 
-fn template_row(item: Value) -> Option<TemplateRow> {
-    let Value::Object(object) = &item else {
-        return None;
-    };
-    let uri_template = text_field(object, "uriTemplate").filter(|template| !template.is_empty())?;
+fn template_row(item: Value, max_entry_bytes: u64) -> Option<TemplateRow> {
+    let fitted = fit_entry(item, "uriTemplate", max_entry_bytes)?;
+    let object = &fitted.object;
+    let uri_template = text_field(object, "uriTemplate")?;
     Some(TemplateRow {
         name: text_field(object, "name").unwrap_or_else(|| uri_template.clone()),
         title: text_field(object, "title"),
         description: text_field(object, "description"),
         mime_type: text_field(object, "mimeType"),
-        raw: item.to_string(),
+        oversized: fitted.oversized,
+        raw: fitted.raw,
         uri_template,
     })
 }

@@ -32,6 +32,13 @@ struct Arguments {
     /// --socket nor a record, the standard location).
     #[arg(long, global = true, env = "MCP_MIRROR_DATABASE")]
     database: Option<PathBuf>,
+    /// Speak to a remote mirror's HTTP face instead of the socket, e.g.
+    /// http://mirror.internal:8788/mcp (no offline fallback: exit 3 when it cannot be reached).
+    #[arg(long, global = true, env = "MCP_MIRROR_URL")]
+    url: Option<String>,
+    /// A file holding the bearer token for --url (never pass a token itself on the command line).
+    #[arg(long, global = true, env = "MCP_MIRROR_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -57,7 +64,8 @@ enum Command {
     },
     /// List the merged resource templates.
     Templates,
-    /// Full-text search over URI, name, title and description.
+    /// Full-text search over resources (URI, name, title, description), tools and prompts
+    /// (name, title, description, their inputs' names and descriptions).
     Search {
         /// The words to find (the last one also matches as a prefix).
         query: String,
@@ -76,6 +84,10 @@ enum Command {
         /// Continue after an earlier page (the cursor it printed).
         #[arg(long)]
         cursor: Option<String>,
+        /// Only these kinds: resource, tool or prompt (repeat the flag for several; every
+        /// kind by default).
+        #[arg(long = "kind", value_name = "KIND")]
+        kinds: Vec<mcp_mirror::protocol::Kind>,
     },
     /// Show every field of one resource and which servers list it (or of one URI template);
     /// `show tool SERVER/NAME` (or `prompt`) shows a whole tool or prompt definition.
@@ -150,6 +162,12 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    if !matches!(arguments.command, Command::Serve { .. }) {
+        if let Err(error) = choose_remote(&arguments) {
+            eprintln!("mcp-mirror: {error}");
+            return ExitCode::from(error.exit_code());
+        }
+    }
     let socket = arguments
         .socket
         .clone()
@@ -173,8 +191,10 @@ fn main() -> ExitCode {
             mime_type,
             raw,
             cursor,
+            kinds,
         } => {
             let search = cli::SearchArgs {
+                kinds,
                 query,
                 limit: *limit,
                 server: server.as_deref(),
@@ -193,17 +213,19 @@ fn main() -> ExitCode {
             } else {
                 mcp_mirror::protocol::Kind::Prompt
             };
-            cli::show_entry(&socket, kind, name, arguments.json)
+            cli::show_entry(&socket, &database, kind, name, arguments.json)
         }
         Command::Show { uri, .. } => cli::show(&socket, &database, uri, arguments.json),
         Command::Tools { server } => cli::list_kind(
             &socket,
+            &database,
             mcp_mirror::protocol::Kind::Tool,
             server.as_deref(),
             arguments.json,
         ),
         Command::Prompts { server } => cli::list_kind(
             &socket,
+            &database,
             mcp_mirror::protocol::Kind::Prompt,
             server.as_deref(),
             arguments.json,
@@ -224,6 +246,50 @@ fn main() -> ExitCode {
             ExitCode::from(error.exit_code())
         }
     }
+}
+
+/// With `--url`, points the client commands at that remote mirror, with the token from
+/// `--token-file` (trimmed of surrounding whitespace) when one is given.
+fn choose_remote(arguments: &Arguments) -> Result<(), cli::ClientError> {
+    // Without a URL a token file is not read: the socket needs none, and a token file set in
+    // the environment for occasional `--url` use must not stop local commands.
+    let Some(url) = &arguments.url else {
+        return Ok(());
+    };
+    if matches!(arguments.command, Command::Mcp) {
+        return Err(cli::ClientError::Usage(format!(
+            "`mcp` bridges to a local socket; point the MCP client at {url} itself"
+        )));
+    }
+    let url = reqwest::Url::parse(url)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https"))
+        .ok_or_else(|| {
+            cli::ClientError::Usage(format!(
+                "--url {url:?} is not an http:// or https:// URL (such as http://mirror.internal:8788/mcp)"
+            ))
+        })?;
+    let token = match &arguments.token_file {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|error| {
+                cli::ClientError::Usage(format!(
+                    "cannot read the token file {}: {error}",
+                    path.display()
+                ))
+            })?;
+            let token = text.trim();
+            if token.is_empty() {
+                return Err(cli::ClientError::Usage(format!(
+                    "the token file {} is empty",
+                    path.display()
+                )));
+            }
+            Some(secrecy::SecretString::from(token.to_string()))
+        }
+    };
+    cli::use_remote(cli::Remote { url, token });
+    Ok(())
 }
 
 /// Logs to standard error, with configured secrets scrubbed from every line. `RUST_LOG` wins

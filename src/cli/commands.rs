@@ -18,7 +18,7 @@ use super::render::{
 };
 use super::ClientError;
 use crate::protocol::{
-    CatalogChanged, CatalogRefresh, CatalogStatus, CatalogWatch, ChangeKind, Era, ListParams,
+    CatalogChanged, CatalogRefresh, CatalogStatus, CatalogWatch, ChangeKind, Era, Kind, ListParams,
     LiveStatus, NoParams, PushChannel, ReadResource, RefreshOutcome, RefreshParams, RefreshState,
     ResourceTemplate, SearchParams, ServerListParams, ServerState, UriParams, WatchParams,
 };
@@ -106,6 +106,9 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
                 escaped(&era).into_owned(),
                 escaped(&push).into_owned(),
                 server.resources.to_string(),
+                kind_count(server, Kind::Tool),
+                kind_count(server, Kind::Prompt),
+                drift_text(server),
                 age(server.snapshot_at_ms),
                 escaped(server.last_error.as_deref().unwrap_or_default()).into_owned(),
             ]
@@ -119,12 +122,53 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
             "ERA",
             "PUSH",
             "RESOURCES",
+            "TOOLS",
+            "PROMPTS",
+            "DRIFT",
             "AGE",
             "LAST ERROR",
         ],
         rows,
     );
     Ok(())
+}
+
+/// A server's count of one kind; `-` when that kind is not mirrored (not declared or not chosen).
+fn kind_count(server: &crate::protocol::ServerStatus, kind: Kind) -> String {
+    match server.kinds.get(&kind) {
+        Some(status) => status.count.to_string(),
+        None => "-".into(),
+    }
+}
+
+/// How the server's tools and prompts differ from what was accepted (`mcp-mirror accept`):
+/// `-` before any accept, `none`, or the added, removed and changed counts of both kinds.
+fn drift_text(server: &crate::protocol::ServerStatus) -> String {
+    let drifts: Vec<_> = server
+        .kinds
+        .values()
+        .filter_map(|status| status.drift.as_ref())
+        .collect();
+    if drifts.is_empty() {
+        return "-".into();
+    }
+    let sum = |count: fn(&crate::protocol::DriftCount) -> u64| -> u64 {
+        drifts.iter().map(|drift| count(drift)).sum()
+    };
+    let (added, removed, changed) = (
+        sum(|drift| drift.added),
+        sum(|drift| drift.removed),
+        sum(|drift| drift.changed),
+    );
+    if added + removed + changed == 0 {
+        return "none".into();
+    }
+    [(added, "added"), (removed, "removed"), (changed, "changed")]
+        .iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, word)| format!("{count} {word}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How changes reach the mirror, in words a user acts on: for a server that is polled, how
@@ -289,6 +333,8 @@ pub struct SearchArgs<'a> {
     pub mime_type: Option<&'a str>,
     pub raw: bool,
     pub cursor: Option<&'a str>,
+    /// The kinds searched; every kind when empty.
+    pub kinds: &'a [Kind],
 }
 
 pub fn search(
@@ -306,6 +352,7 @@ pub fn search(
         raw: args.raw.then_some(true),
         cursor: args.cursor.map(str::to_string),
         highlight: (!as_json).then(|| (open.to_string(), close.to_string())),
+        kinds: (!args.kinds.is_empty()).then(|| args.kinds.to_vec()),
     };
     let mut catalog = Catalog::open(socket, database)?;
     if let Some(server) = args.server {
@@ -327,13 +374,14 @@ pub fn search(
             };
             vec![
                 format!("{:.2}", hit.score),
-                escaped(&hit.uri).into_owned(),
+                hit.kind.to_string(),
+                escaped(hit.uri.as_deref().unwrap_or(&hit.name)).into_owned(),
                 escaped(&hit.server).into_owned(),
                 shown,
             ]
         })
         .collect();
-    print_table(&["SCORE", "URI", "SERVER", "MATCH"], rows);
+    print_table(&["SCORE", "KIND", "URI OR NAME", "SERVER", "MATCH"], rows);
     if let Some(next) = &result.next_cursor {
         eprintln!("mcp-mirror: more results: add --cursor {next}");
     }

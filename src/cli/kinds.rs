@@ -5,6 +5,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::client::Client;
+use super::offline::{Catalog, DatabaseChoice};
 use super::render::{escaped, print_fields, print_json, print_table};
 use super::ClientError;
 use crate::protocol::{self as wire, Kind};
@@ -28,7 +29,7 @@ fn origin(entry: &Value) -> String {
 
 /// Every tool or prompt (of one server or all), following cursors.
 fn all_entries(
-    client: &mut Client,
+    catalog: &mut Catalog,
     kind: Kind,
     server: Option<&str>,
 ) -> Result<Vec<Value>, ClientError> {
@@ -38,16 +39,7 @@ fn all_entries(
         cursor: None,
     };
     loop {
-        let (page, next) = match kind {
-            Kind::Prompt => {
-                let page = client.call::<wire::CatalogPrompts>(&params, None)?;
-                (page.prompts, page.next_cursor)
-            }
-            _ => {
-                let page = client.call::<wire::CatalogTools>(&params, None)?;
-                (page.tools, page.next_cursor)
-            }
-        };
+        let (page, next) = catalog.entries_page(kind, &params)?;
         entries.extend(page);
         match next {
             Some(cursor) => params.cursor = Some(cursor),
@@ -56,15 +48,20 @@ fn all_entries(
     }
 }
 
-/// `mcp-mirror tools` / `prompts`: one row per entry.
+/// `mcp-mirror tools` / `prompts`: one row per entry; from the database when no daemon runs.
 pub fn list(
     socket: &Path,
+    database: &DatabaseChoice,
     kind: Kind,
     server: Option<&str>,
     as_json: bool,
 ) -> Result<(), ClientError> {
-    let mut client = Client::connect(socket)?;
-    let entries = all_entries(&mut client, kind, server)?;
+    let mut catalog = Catalog::open(socket, database)?;
+    if let Some(server) = server {
+        // An empty table would say the server lists nothing; the name is wrong instead.
+        catalog.require_server(server)?;
+    }
+    let entries = all_entries(&mut catalog, kind, server)?;
     if as_json {
         print_json(&entries);
         return Ok(());
@@ -83,8 +80,15 @@ pub fn list(
     Ok(())
 }
 
-/// `mcp-mirror show tool SERVER/NAME`: the whole definition, schemas pretty-printed.
-pub fn show(socket: &Path, kind: Kind, spec: &str, as_json: bool) -> Result<(), ClientError> {
+/// `mcp-mirror show tool SERVER/NAME`: the whole definition, schemas pretty-printed; from the
+/// database when no daemon runs.
+pub fn show(
+    socket: &Path,
+    database: &DatabaseChoice,
+    kind: Kind,
+    spec: &str,
+    as_json: bool,
+) -> Result<(), ClientError> {
     let Some((server, name)) = spec.split_once('/') else {
         return Err(ClientError::Usage(format!(
             "name the {kind} as SERVER/NAME, not {spec:?}"
@@ -94,11 +98,7 @@ pub fn show(socket: &Path, kind: Kind, spec: &str, as_json: bool) -> Result<(), 
         server: server.to_string(),
         name: name.to_string(),
     };
-    let mut client = Client::connect(socket)?;
-    let details = match kind {
-        Kind::Prompt => client.call::<wire::CatalogPrompt>(&params, None)?,
-        _ => client.call::<wire::CatalogTool>(&params, None)?,
-    };
+    let details = Catalog::open(socket, database)?.entry(kind, &params)?;
     if as_json {
         print_json(&details);
         return Ok(());

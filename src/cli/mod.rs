@@ -15,7 +15,7 @@ use crate::protocol::{ErrorData, INVALID_PARAMS, RESOURCE_NOT_FOUND};
 use crate::store::StoreError;
 
 pub use bridge::bridge;
-pub use client::Client;
+pub use client::{use_remote, Client, Remote};
 pub use commands::{ls, read, refresh, search, show, status, templates, watch, SearchArgs};
 pub use kinds::{accept, drift, list as list_kind, show as show_entry};
 pub use offline::DatabaseChoice;
@@ -25,11 +25,16 @@ pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_UNREACHABLE: u8 = 3;
 pub const EXIT_NOT_FOUND: u8 = 4;
+pub const EXIT_UNAUTHORIZED: u8 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot reach the daemon at {path}: {reason}\nis `mcp-mirror serve` running? start it with `mcp-mirror serve --config daemon.toml`, or pass --socket PATH")]
     Unreachable { path: PathBuf, reason: String },
+    #[error("cannot reach the mirror at {url}: {reason}\nis its `[http] listen` on, and is the URL right (it ends in /mcp)?")]
+    RemoteUnreachable { url: String, reason: String },
+    #[error("the mirror at {url} refused the request: {reason}")]
+    Unauthorized { url: String, reason: String },
     #[error("the daemon answered with error {code}: {message}")]
     Remote {
         code: i64,
@@ -57,9 +62,11 @@ impl ClientError {
     pub fn exit_code(&self) -> u8 {
         match self {
             ClientError::Unreachable { .. }
+            | ClientError::RemoteUnreachable { .. }
             | ClientError::Offline { .. }
             | ClientError::UnknownDatabase { .. } => EXIT_UNREACHABLE,
             ClientError::NotFound(_) => EXIT_NOT_FOUND,
+            ClientError::Unauthorized { .. } => EXIT_UNAUTHORIZED,
             ClientError::Remote { code, data, .. }
                 if *code == RESOURCE_NOT_FOUND
                     || data.as_ref().is_some_and(|data| data.not_found.is_some()) =>

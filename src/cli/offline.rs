@@ -7,9 +7,11 @@ use std::time::Duration;
 use super::client::Client;
 use super::ClientError;
 use crate::protocol::{
-    socket_record_path, CatalogList, CatalogResource, CatalogSearch, ListParams, ListResources,
-    ListResourcesResult, ListTemplates, ListTemplatesResult, ResourceDetails, SearchParams,
-    SearchResult, ServerListParams, ServerListResult, SocketRecord, UriParams,
+    socket_record_path, CatalogList, CatalogPrompt, CatalogPrompts, CatalogResource, CatalogSearch,
+    CatalogTool, CatalogTools, EntriesParams, EntryDetails, EntryParams, InvalidParams, Kind,
+    ListParams, ListResources, ListResourcesResult, ListTemplates, ListTemplatesResult,
+    ResourceDetails, SearchParams, SearchResult, ServerListParams, ServerListResult, SocketRecord,
+    UriParams,
 };
 use crate::store::{ReadOnlyCatalog, StoreError};
 
@@ -88,13 +90,37 @@ impl Catalog {
         match self {
             Catalog::Daemon(client) => client.call::<CatalogSearch>(&params, Some(QUERY_TIMEOUT)),
             Catalog::Database(catalog) => {
-                let request = params
-                    .into_request()
-                    .map_err(|error| ClientError::Usage(error.to_string()))?;
-                let (hits, next) = catalog.search(&request).map_err(|error| match error {
+                let usage = |error: InvalidParams| ClientError::Usage(error.to_string());
+                let searched = |error: StoreError| match error {
                     StoreError::InvalidQuery(_) => ClientError::Usage(error.to_string()),
                     other => database_error(other),
-                })?;
+                };
+                if params.searches_entries() {
+                    let search = params.into_kinds_request().map_err(usage)?;
+                    let offsets = (
+                        search
+                            .resources
+                            .as_ref()
+                            .map_or(0, |request| request.offset),
+                        search.entries.offset,
+                    );
+                    let resources = match &search.resources {
+                        Some(request) => Some(catalog.search(request).map_err(searched)?),
+                        None => None,
+                    };
+                    let entries = match search.entries.kinds.is_empty() {
+                        true => Vec::new(),
+                        false => catalog.search_entries(&search.entries).map_err(searched)?,
+                    };
+                    return Ok(crate::api_kinds::merge_search_pages(
+                        resources,
+                        entries,
+                        offsets,
+                        search.limit,
+                    ));
+                }
+                let request = params.into_request().map_err(usage)?;
+                let (hits, next) = catalog.search(&request).map_err(searched)?;
                 Ok(crate::api::search_result(hits, next))
             }
         }
@@ -169,6 +195,63 @@ impl Catalog {
                     .ok_or_else(|| ClientError::NotFound(format!("no mirrored server lists {uri}")))
             }
         }
+    }
+}
+
+impl Catalog {
+    /// One page of tools or prompts (`catalog/tools`, `catalog/prompts`) and the next cursor.
+    pub fn entries_page(
+        &mut self,
+        kind: Kind,
+        params: &EntriesParams,
+    ) -> Result<(Vec<serde_json::Value>, Option<String>), ClientError> {
+        match self {
+            Catalog::Daemon(client) => match kind {
+                Kind::Prompt => {
+                    let page = client.call::<CatalogPrompts>(params, Some(LIST_TIMEOUT))?;
+                    Ok((page.prompts, page.next_cursor))
+                }
+                _ => {
+                    let page = client.call::<CatalogTools>(params, Some(LIST_TIMEOUT))?;
+                    Ok((page.tools, page.next_cursor))
+                }
+            },
+            Catalog::Database(catalog) => {
+                let after = crate::api_kinds::entries_after(params).map_err(answered)?;
+                let after = after
+                    .as_ref()
+                    .map(|(server, name)| (server.as_str(), name.as_str()));
+                let (rows, more) = catalog
+                    .list_entries(kind, params.server.as_deref(), after, OFFLINE_PAGE_SIZE)
+                    .map_err(database_error)?;
+                Ok(crate::api_kinds::entries_page_of(&rows, more))
+            }
+        }
+    }
+
+    /// One whole tool or prompt (`catalog/tool`, `catalog/prompt`).
+    pub fn entry(&mut self, kind: Kind, params: &EntryParams) -> Result<EntryDetails, ClientError> {
+        match self {
+            Catalog::Daemon(client) => match kind {
+                Kind::Prompt => client.call::<CatalogPrompt>(params, Some(QUERY_TIMEOUT)),
+                _ => client.call::<CatalogTool>(params, Some(QUERY_TIMEOUT)),
+            },
+            Catalog::Database(catalog) => {
+                let listing = catalog
+                    .entry(kind, &params.server, &params.name)
+                    .map_err(database_error)?;
+                crate::api_kinds::entry_details_of(kind, params, listing).map_err(answered)
+            }
+        }
+    }
+}
+
+/// The error the daemon would have answered, as the CLI reports it.
+fn answered(error: crate::protocol::ErrorObject) -> ClientError {
+    ClientError::Remote {
+        code: error.code,
+        message: error.message,
+        data: error.data,
     }
 }
 

@@ -37,6 +37,9 @@ pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const DEFAULT_MAX_PAGES: u64 = 10_000;
 /// `max_items`: a walk with more resources fails and keeps the last snapshot.
 pub(crate) const DEFAULT_MAX_ITEMS: u64 = 1_000_000;
+/// `max_entry_bytes`: a listed entry larger than this (as JSON) is stored without its largest
+/// optional fields, flagged oversized and counted in status.
+pub(crate) const DEFAULT_MAX_ENTRY_BYTES: u64 = 1024 * 1024;
 /// `[daemon] max_pages_without_new`: pages in a row without a new URI that make a cursor loop.
 pub(crate) const DEFAULT_MAX_PAGES_WITHOUT_NEW: u64 = 3;
 /// `poll_interval`: how often a server that cannot push changes is walked again.
@@ -107,6 +110,8 @@ impl ConfigError {
 pub struct WalkLimits {
     pub max_pages: u64,
     pub max_items: u64,
+    /// The largest entry (its JSON text) stored whole; larger ones are trimmed and flagged.
+    pub max_entry_bytes: u64,
     /// Consecutive pages without a new URI that count as a cursor loop.
     pub max_pages_without_new: u64,
 }

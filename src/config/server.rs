@@ -107,6 +107,12 @@ fn walk_limits(
             &server.key_of("max_items"),
             defaults.max_items,
         )?,
+        max_entry_bytes: count(
+            source,
+            &server.raw.max_entry_bytes,
+            &server.key_of("max_entry_bytes"),
+            defaults.max_entry_bytes,
+        )?,
         ..defaults
     })
 }

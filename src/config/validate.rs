@@ -9,9 +9,10 @@ use super::values::{count, duration, optional_duration};
 use super::{
     default_max_concurrent_searches, server, Config, ConfigError, DaemonConfig, SocketLimits,
     SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED,
-    DEFAULT_MAX_CLIENTS, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES, DEFAULT_MAX_PAGES_WITHOUT_NEW,
-    DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL, DEFAULT_SEARCH_TIMEOUT,
+    DEFAULT_MAX_CLIENTS, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES,
+    DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL,
+    DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL,
+    DEFAULT_SEARCH_TIMEOUT,
 };
 use crate::paths;
 use crate::search_gate::SearchLimits;
@@ -114,6 +115,12 @@ fn walk_limits(source: &SourceFile, raw: &RawDaemon) -> Result<WalkLimits, Confi
             &raw.max_items,
             "daemon.max_items",
             DEFAULT_MAX_ITEMS,
+        )?,
+        max_entry_bytes: count(
+            source,
+            &raw.max_entry_bytes,
+            "daemon.max_entry_bytes",
+            DEFAULT_MAX_ENTRY_BYTES,
         )?,
         max_pages_without_new: count(
             source,

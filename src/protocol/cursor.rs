@@ -5,6 +5,7 @@ const SEARCH_CURSOR_PREFIX: &str = "s1.";
 /// Pages of the derived search index, whose ranking differs from SQLite's: a cursor stays
 /// with the engine that made it.
 const INDEX_CURSOR_PREFIX: &str = "i1.";
+const KINDS_SEARCH_CURSOR_PREFIX: &str = "m1.";
 
 /// Encodes a keyset position (the last key of a page) as an opaque cursor.
 pub fn encode_cursor(key: &str) -> String {
@@ -54,6 +55,20 @@ pub fn is_index_cursor(cursor: &str) -> bool {
     cursor.starts_with(INDEX_CURSOR_PREFIX)
 }
 
+/// Encodes a position in a search of several kinds: how many resource hits and how many
+/// tool and prompt hits the pages so far showed.
+pub fn encode_kinds_search_cursor(resources: usize, entries: usize) -> String {
+    format!("{KINDS_SEARCH_CURSOR_PREFIX}{resources}.{entries}")
+}
+
+/// Decodes a cursor made by `encode_kinds_search_cursor`; `None` when it is not one.
+pub fn decode_kinds_search_cursor(cursor: &str) -> Option<(usize, usize)> {
+    let (resources, entries) = cursor
+        .strip_prefix(KINDS_SEARCH_CURSOR_PREFIX)?
+        .split_once('.')?;
+    Some((resources.parse().ok()?, entries.parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +85,9 @@ mod tests {
         assert_eq!(decode_search_cursor(&encode_index_cursor(7)), Some(7));
         assert!(is_index_cursor(&encode_index_cursor(7)));
         assert!(!is_index_cursor(&encode_search_cursor(7)));
+        let both = encode_kinds_search_cursor(3, 17);
+        assert_eq!(decode_kinds_search_cursor(&both), Some((3, 17)));
+        assert_eq!(decode_kinds_search_cursor("m1.3"), None);
+        assert_eq!(decode_kinds_search_cursor("s1.3"), None);
     }
 }

@@ -18,8 +18,8 @@ pub use crate::mcp::{
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 pub use cursor::{
-    decode_cursor, decode_search_cursor, encode_cursor, encode_index_cursor, encode_search_cursor,
-    is_index_cursor,
+    decode_cursor, decode_kinds_search_cursor, decode_search_cursor, encode_cursor,
+    encode_index_cursor, encode_kinds_search_cursor, encode_search_cursor, is_index_cursor,
 };
 pub use entries::{
     mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
@@ -33,8 +33,8 @@ pub use envelope::{
     Response, ServerMessage, JSONRPC_VERSION,
 };
 pub use params::{
-    parse_params, ChangesParams, InitializeParams, InvalidParams, ListParams, NoParams,
-    RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
+    parse_params, ChangesParams, InitializeParams, InvalidParams, KindsSearch, ListParams,
+    NoParams, RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
 };
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{

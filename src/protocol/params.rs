@@ -5,13 +5,14 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::cursor::{decode_cursor, decode_search_cursor};
+use super::cursor::{decode_cursor, decode_kinds_search_cursor, decode_search_cursor};
+use super::Kind;
 use super::{
     DEFAULT_CHANGES_LIMIT, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT, MAX_CHANGES_LIMIT,
     MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES, MAX_NAME_BYTES, MAX_QUERY_BYTES, MAX_SEARCH_LIMIT,
     MAX_SEARCH_OFFSET, MAX_URI_BYTES,
 };
-use crate::store::SearchRequest;
+use crate::store::{EntrySearch, SearchRequest};
 
 /// Params that do not fit their method; the message names the field (JSON-RPC `-32602`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -162,6 +163,69 @@ pub struct SearchParams {
         deserialize_with = "bounded_markers"
     )]
     pub highlight: Option<(String, String)>,
+    /// `resource`, `template`, `tool`, `prompt`: the kinds searched; every kind when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<Kind>>,
+}
+
+impl SearchParams {
+    /// Whether this search goes beyond resources alone, so it takes `into_kinds_request`:
+    /// `kinds` names anything but resources only (templates are not indexed, so they find
+    /// nothing), or is absent (every kind), except for a raw query, whose FTS5 syntax may name
+    /// the resource index's columns, or with `mimeType`, which only resources have.
+    pub fn searches_entries(&self) -> bool {
+        match &self.kinds {
+            None => !self.raw.unwrap_or(false) && self.mime_type.is_none(),
+            Some(kinds) => kinds.iter().any(|kind| *kind != Kind::Resource),
+        }
+    }
+
+    /// A search that reaches tools or prompts: the resource request (its offset the resource
+    /// part of the cursor), the entry search, and the limit of the merged page.
+    pub fn into_kinds_request(mut self) -> Result<KindsSearch, InvalidParams> {
+        let (resource_offset, entry_offset) = match self.cursor.take() {
+            None => (0, 0),
+            Some(cursor) => decode_kinds_search_cursor(&cursor)
+                .filter(|(resources, entries)| {
+                    *resources <= MAX_SEARCH_OFFSET && *entries <= MAX_SEARCH_OFFSET
+                })
+                .ok_or_else(|| InvalidParams("invalid cursor".into()))?,
+        };
+        let kinds = self.kinds.take().unwrap_or_else(|| Kind::ALL.to_vec());
+        let searches_resources = kinds.contains(&Kind::Resource);
+        // Tools and prompts have no MIME type: a `mimeType` filter leaves only resources.
+        let entries_match = self.mime_type.is_none();
+        let mut request = self.into_request()?;
+        request.offset = resource_offset;
+        let entries = EntrySearch {
+            query: request.query.clone(),
+            raw: request.raw,
+            kinds: kinds
+                .iter()
+                .copied()
+                .filter(|kind| entries_match && matches!(kind, Kind::Tool | Kind::Prompt))
+                .collect(),
+            server: request.server.clone(),
+            // One more than the page shows, to know whether more follow.
+            limit: request.limit + 1,
+            offset: entry_offset,
+            deadline: None,
+        };
+        Ok(KindsSearch {
+            limit: request.limit,
+            resources: searches_resources.then_some(request),
+            entries,
+        })
+    }
+}
+
+/// A `catalog/search` over resources and entries (tools, prompts), paged as one ranking.
+#[derive(Debug, Clone)]
+pub struct KindsSearch {
+    /// The resource part; `None` when resources are not searched.
+    pub resources: Option<SearchRequest>,
+    pub entries: EntrySearch,
+    pub limit: usize,
 }
 
 impl SearchParams {
@@ -233,6 +297,9 @@ pub struct ChangesParams {
     pub since: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// Only changes of these entry kinds (`resource`, `tool`, `prompt`); every kind when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<Kind>>,
 }
 
 impl ChangesParams {

@@ -135,8 +135,13 @@ pub enum SearchEngine {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchHit {
+    /// `resource`, `tool` or `prompt`.
+    #[serde(default = "resource_kind")]
+    pub kind: Kind,
     pub server: String,
-    pub uri: String,
+    /// A resource's URI; tools and prompts have none (their `name` identifies them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
     pub name: String,
     pub title: Option<String>,
     pub mime_type: Option<String>,
@@ -329,6 +334,10 @@ pub struct DaemonStatus {
     /// Why the last reload was refused; the previous configuration stays in force.
     pub config_error: Option<String>,
     pub config_error_at: Option<i64>,
+    /// The database path no longer names the file the daemon opened (deleted or replaced);
+    /// the daemon is stopping so that it can be restarted on the file at the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_error: Option<String>,
     /// The socket's bounds and what they turned away.
     #[serde(default)]
     pub socket_limits: SocketActivity,
@@ -380,6 +389,9 @@ pub struct ServerStatus {
     pub walks_failed: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
+    /// Entries of the snapshot over `max_entry_bytes`, stored without their largest fields.
+    #[serde(default)]
+    pub oversized_entries: u64,
     pub live: Option<LiveStatus>,
     /// Tools and prompts: counts and drift per kind (resources are counted above).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -208,6 +208,8 @@ mod tests {
     use crate::store::{RemovedServers, ResourceRow, ServerEntry, ServerSync, Store, WalkReport};
 
     fn row(uri: &str, name: &str, description: &str) -> ResourceRow {
+        let raw =
+            format!("{{\"uri\":\"{uri}\",\"name\":\"{name}\",\"description\":\"{description}\"}}");
         ResourceRow {
             uri: uri.into(),
             name: name.into(),
@@ -218,9 +220,9 @@ mod tests {
             annotations: None,
             icons: None,
             meta: None,
-            raw: format!(
-                "{{\"uri\":\"{uri}\",\"name\":\"{name}\",\"description\":\"{description}\"}}"
-            ),
+            hash: crate::entry::content_hash(raw.as_bytes()),
+            oversized: false,
+            raw,
         }
     }
 

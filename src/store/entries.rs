@@ -473,32 +473,95 @@ pub fn drift(connection: &Connection, server: Option<&str>) -> Result<Vec<DriftR
     Ok(rows)
 }
 
-/// Ranked tools and prompts matching `query` (plain words; the last one a prefix).
+/// A search of tools and prompts: the kinds among `Tool` and `Prompt` that take part, the
+/// server filter, and the page (`offset`, `limit`) of the ranking.
+#[derive(Debug, Clone)]
+pub struct EntrySearch {
+    pub query: String,
+    /// Take `query` as FTS5 syntax instead of plain words.
+    pub raw: bool,
+    pub kinds: Vec<Kind>,
+    pub server: Option<String>,
+    pub limit: usize,
+    pub offset: usize,
+    /// When set, the query is cancelled (`StoreError::SearchTimedOut`) once this passes.
+    pub deadline: Option<std::time::Instant>,
+}
+
+/// SQLite steps between two looks at a search's deadline (as for the resource search).
+const DEADLINE_CHECK_STEPS: i32 = 1_000;
+
+/// Ranked tools and prompts matching `query` (plain words, the last one a prefix; or FTS5
+/// syntax with `raw`), cancelled at the request's deadline like the resource search.
 pub fn search_entries(
     connection: &Connection,
-    query: &str,
-    kinds: &[Kind],
-    server: Option<&str>,
-    limit: usize,
+    search: &EntrySearch,
 ) -> Result<Vec<EntryHit>, StoreError> {
-    let Some(query) = super::queries::fts_query(query) else {
+    let Some(deadline) = search.deadline else {
+        return search_entries_unbounded(connection, search);
+    };
+    connection.progress_handler(
+        DEADLINE_CHECK_STEPS,
+        Some(move || std::time::Instant::now() >= deadline),
+    );
+    let outcome = search_entries_unbounded(connection, search);
+    connection.progress_handler(0, None::<fn() -> bool>);
+    match outcome {
+        Err(error) if std::time::Instant::now() >= deadline && error.is_interrupted() => {
+            Err(StoreError::SearchTimedOut)
+        }
+        other => other,
+    }
+}
+
+fn search_entries_unbounded(
+    connection: &Connection,
+    search: &EntrySearch,
+) -> Result<Vec<EntryHit>, StoreError> {
+    let query = match search.raw {
+        true => Some(search.query.clone()),
+        false => super::queries::fts_query(&search.query),
+    };
+    let Some(query) = query else {
         return Ok(Vec::new());
     };
-    let wants = |kind: Kind| kinds.is_empty() || kinds.contains(&kind);
+    let wants = |kind: Kind| search.kinds.is_empty() || search.kinds.contains(&kind);
     let (tools, prompts) = (wants(Kind::Tool), wants(Kind::Prompt));
     if !tools && !prompts {
         return Ok(Vec::new());
     }
-    let mut statement = connection.prepare_cached(
-        "SELECT s.name, e.kind, e.name, e.title, e.description, f.rank
-         FROM entries_fts f JOIN entries e ON e.id = f.rowid JOIN servers s ON s.id = e.server_id
-         WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.name = ?2)
-           AND ((?3 AND e.kind = 'tool') OR (?4 AND e.kind = 'prompt'))
-         ORDER BY f.rank, s.name, e.name LIMIT ?5",
-    )?;
+    // A raw query's syntax errors are the caller's; an interrupted or failing plain query is ours.
+    let blame = |error: rusqlite::Error| {
+        let interrupted =
+            error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted);
+        match search.raw && !interrupted {
+            true => StoreError::InvalidQuery(error.to_string()),
+            false => StoreError::Sql(error),
+        }
+    };
+    // Texts are read cut, like resource hits: the entry itself (`catalog/tool`) is whole.
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT s.name, e.kind, e.name, substr(e.title, 1, ?7), substr(e.description, 1, ?7),
+                    f.rank
+             FROM entries_fts f JOIN entries e ON e.id = f.rowid
+             JOIN servers s ON s.id = e.server_id
+             WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.name = ?2)
+               AND ((?3 AND e.kind = 'tool') OR (?4 AND e.kind = 'prompt'))
+             ORDER BY f.rank, s.name, e.name LIMIT ?5 OFFSET ?6",
+        )
+        .map_err(blame)?;
     let rows = statement
         .query_map(
-            params![query, server, tools, prompts, limit as i64],
+            params![
+                query,
+                search.server,
+                tools,
+                prompts,
+                search.limit as i64,
+                search.offset as i64,
+                super::queries::MAX_HIT_TEXT_BYTES as i64
+            ],
             |row| {
                 Ok(EntryHit {
                     server: row.get(0)?,
@@ -511,9 +574,58 @@ pub fn search_entries(
                 })
             },
         )
-        .map_err(|error| StoreError::InvalidQuery(error.to_string()))?;
-    rows.collect::<Result<_, _>>()
-        .map_err(|error: rusqlite::Error| StoreError::InvalidQuery(error.to_string()))
+        .map_err(blame)?;
+    rows.collect::<Result<_, _>>().map_err(blame)
+}
+
+/// The change feed after `since`, only entries of `kinds` (`entry_kind`), oldest first, at most
+/// `limit`; `truncated` and `latest_seq` describe the whole feed, as for the unfiltered page.
+pub fn changes_of_kinds(
+    connection: &Connection,
+    since: Option<i64>,
+    limit: usize,
+    kinds: &[Kind],
+) -> Result<super::ChangePage, StoreError> {
+    let (oldest, latest): (Option<i64>, i64) = connection.query_row(
+        "SELECT min(seq), coalesce(max(seq), 0) FROM changes",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    let truncated = since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since + 1));
+    let kinds =
+        serde_json::to_string(kinds).map_err(|error| StoreError::Walk(error.to_string()))?;
+    let mut statement = connection.prepare_cached(
+        "SELECT seq, at, server, kind, uri, count, entry_kind, name, fields FROM changes
+         WHERE seq > ?1 AND entry_kind IN (SELECT value FROM json_each(?2))
+         ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = statement.query_map(
+        params![since.unwrap_or(0), kinds, (limit + 1) as i64],
+        |row| {
+            Ok(super::queries::ChangeEntry {
+                seq: row.get(0)?,
+                at_ms: row.get(1)?,
+                server: row.get(2)?,
+                kind: row.get(3)?,
+                uri: row.get(4)?,
+                count: row.get(5)?,
+                entry_kind: row.get(6)?,
+                name: row.get(7)?,
+                fields: row
+                    .get::<_, Option<String>>(8)?
+                    .and_then(|fields| serde_json::from_str(&fields).ok()),
+            })
+        },
+    )?;
+    let mut changes = rows.collect::<Result<Vec<_>, _>>()?;
+    let more = changes.len() > limit;
+    changes.truncate(limit);
+    Ok(super::ChangePage {
+        changes,
+        latest_seq: latest,
+        truncated,
+        more,
+    })
 }
 
 #[cfg(test)]

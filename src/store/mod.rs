@@ -16,7 +16,7 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySwap, KindCounts};
+pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use index_source::{FeedDiff, IndexSource};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 pub use views::SnapshotRow;
@@ -82,6 +82,10 @@ pub struct ResourceRow {
     pub icons: Option<String>,
     pub meta: Option<String>,
     pub raw: String,
+    /// The content hash of the entry as listed (`entry::fit_entry`): the swap compares these.
+    pub hash: i64,
+    /// The entry was over `max_entry_bytes` and is stored without some of its fields.
+    pub oversized: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -92,6 +96,7 @@ pub struct TemplateRow {
     pub description: Option<String>,
     pub mime_type: Option<String>,
     pub raw: String,
+    pub oversized: bool,
 }
 
 /// A configured server as the store records it.
@@ -202,6 +207,8 @@ pub struct ServerStatus {
     pub walks_failed: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
+    /// Entries of the snapshot stored trimmed because they were over `max_entry_bytes`.
+    pub oversized_entries: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -250,6 +257,13 @@ pub struct ListingRow {
     pub snapshot_at_ms: Option<i64>,
 }
 
+/// Device and inode of the file at `path`.
+fn file_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path)?;
+    Ok((metadata.dev(), metadata.ino()))
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -270,6 +284,10 @@ const CHANGE_EVENTS_BUFFERED: usize = 256;
 #[derive(Clone)]
 pub struct Store {
     path: PathBuf,
+    /// Device and inode of the database file we opened: the path must keep naming it.
+    opened_file: Option<(u64, u64)>,
+    /// Set once the path no longer names the file we opened; shown in status.
+    database_error: Arc<Mutex<Option<String>>>,
     writer: mpsc::UnboundedSender<WriteOp>,
     readers: Arc<Mutex<Vec<Connection>>>,
     reader_slots: Arc<Semaphore>,
@@ -294,6 +312,7 @@ impl Store {
             source,
         })?;
         let connection = schema::open_writer(path)?;
+        let opened_file = file_identity(path).ok();
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
         let writer_changes = changes.clone();
@@ -307,6 +326,8 @@ impl Store {
             })?;
         Ok(Store {
             path: path.to_path_buf(),
+            opened_file,
+            database_error: Arc::new(Mutex::new(None)),
             writer: sender,
             readers: Arc::new(Mutex::new(Vec::new())),
             reader_slots: Arc::new(Semaphore::new(MAX_READERS)),
@@ -330,6 +351,45 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Checks that the database path still names the file we opened; says what happened when
+    /// it does not (deleted, or replaced by another file). Once found, the answer stays: every
+    /// commit since went to a file nobody can open again. A stat per call, nothing more.
+    pub fn check_database_file(&self) -> Option<String> {
+        let mut recorded = self
+            .database_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if recorded.is_some() {
+            return recorded.clone();
+        }
+        let opened = self.opened_file?;
+        let problem = match file_identity(&self.path) {
+            Ok(identity) if identity == opened => return None,
+            Ok(_) => format!(
+                "the database file {} was replaced by another file while the daemon had it open;                  commits since went to the old, unlinked file",
+                self.path.display()
+            ),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => format!(
+                "the database file {} was deleted while the daemon had it open; commits since                  went to an unlinked file",
+                self.path.display()
+            ),
+            Err(error) => format!(
+                "cannot check the database file {}: {error}",
+                self.path.display()
+            ),
+        };
+        *recorded = Some(problem.clone());
+        Some(problem)
+    }
+
+    /// What `check_database_file` found, if it found anything, for status.
+    pub fn database_error(&self) -> Option<String> {
+        self.database_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     async fn call<T>(
@@ -605,17 +665,20 @@ impl Store {
             .await
     }
 
-    pub async fn search_entries(
+    /// Change feed entries after `since` of the given entry kinds only, oldest first.
+    pub async fn changes_of_kinds(
         &self,
-        query: String,
-        kinds: Vec<Kind>,
-        server: Option<String>,
+        since: Option<i64>,
         limit: usize,
-    ) -> Result<Vec<EntryHit>, StoreError> {
-        self.read(move |connection| {
-            entries::search_entries(connection, &query, &kinds, server.as_deref(), limit)
-        })
-        .await
+        kinds: Vec<Kind>,
+    ) -> Result<ChangePage, StoreError> {
+        self.read(move |connection| entries::changes_of_kinds(connection, since, limit, &kinds))
+            .await
+    }
+
+    pub async fn search_entries(&self, search: EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
+        self.read(move |connection| entries::search_entries(connection, &search))
+            .await
     }
 
     /// Stops the writer after the operations already queued; returns when it has closed the database.
@@ -671,6 +734,30 @@ impl ReadOnlyCatalog {
 
     pub fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
         queries::listings(&self.connection, uri)
+    }
+
+    pub fn search_entries(&self, search: &EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
+        entries::search_entries(&self.connection, search)
+    }
+
+    /// A page of one kind's tools or prompts, after (server, name), ordered by server and name.
+    pub fn list_entries(
+        &self,
+        kind: Kind,
+        server: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
+        entries::list_entries(&self.connection, kind, server, after, limit)
+    }
+
+    pub fn entry(
+        &self,
+        kind: Kind,
+        server: &str,
+        name: &str,
+    ) -> Result<Option<EntryListing>, StoreError> {
+        entries::entry(&self.connection, kind, server, name)
     }
 }
 

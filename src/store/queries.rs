@@ -17,7 +17,8 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
         "SELECT name, priority, transport, state, protocol_version, server_info, resource_count,
                 template_count, stale, snapshot_at, connected_at, retry_at, last_walk_at, last_walk_ms,
                 last_walk_pages, last_walk_added, last_walk_removed, last_walk_changed,
-                last_walk_duplicates, last_walk_skipped, walks_ok, walks_failed, last_error, last_error_at
+                last_walk_duplicates, last_walk_skipped, walks_ok, walks_failed, last_error, last_error_at,
+                oversized_entries
          FROM servers ORDER BY name",
     )?;
     let rows = statement.query_map([], |row| {
@@ -53,6 +54,7 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
             walks_failed: row.get::<_, i64>(21)? as u64,
             last_error: row.get(22)?,
             last_error_at_ms: row.get(23)?,
+            oversized_entries: row.get::<_, i64>(24)? as u64,
         })
     })?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -11,7 +11,7 @@ use super::StoreError;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_initial.sql"),
     include_str!("../../migrations/0002_changes.sql"),
-    // 0003 (content hashes) comes from another branch; 0004 depends only on 0001 and 0002.
+    include_str!("../../migrations/0003_hashes.sql"),
     include_str!("../../migrations/0004_entries.sql"),
 ];
 

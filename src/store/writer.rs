@@ -73,15 +73,22 @@ pub enum Batch {
     Templates(Vec<TemplateRow>),
 }
 
+/// Staged resources live in a rowid table whose index holds (walk_id, uri, hash): the diff
+/// compares hashes inside the two indexes and reads a staged row only to copy it into the
+/// snapshot. (A `WITHOUT ROWID` table keyed by (walk_id, uri) made every lookup read the whole
+/// row, 120 MB once per snapshot row for one huge entry.) A row the snapshot already holds with
+/// the same hash is staged "light": its key and hash only, the rest NULL.
 const STAGING_SCHEMA: &str = "
 CREATE TEMP TABLE IF NOT EXISTS staging_resources (
-    walk_id INTEGER NOT NULL, uri TEXT NOT NULL, name TEXT NOT NULL, title TEXT, description TEXT,
-    mime_type TEXT, size INTEGER, annotations TEXT, icons TEXT, meta TEXT, raw TEXT NOT NULL,
-    PRIMARY KEY (walk_id, uri)
-) WITHOUT ROWID;
+    walk_id INTEGER NOT NULL, uri TEXT NOT NULL, hash INTEGER NOT NULL, oversized INTEGER NOT NULL,
+    name TEXT, title TEXT, description TEXT, mime_type TEXT, size INTEGER, annotations TEXT,
+    icons TEXT, meta TEXT, raw TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS temp.staging_resources_key
+    ON staging_resources (walk_id, uri, hash);
 CREATE TEMP TABLE IF NOT EXISTS staging_templates (
     walk_id INTEGER NOT NULL, uri_template TEXT NOT NULL, name TEXT NOT NULL, title TEXT,
-    description TEXT, mime_type TEXT, raw TEXT NOT NULL,
+    description TEXT, mime_type TEXT, raw TEXT NOT NULL, oversized INTEGER NOT NULL,
     PRIMARY KEY (walk_id, uri_template)
 ) WITHOUT ROWID;
 CREATE TEMP TABLE IF NOT EXISTS swap_ids (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL);
@@ -112,6 +119,9 @@ pub fn run(
     let mut failed_walks: HashMap<u64, String> = HashMap::new();
     // How many distinct resources each walk has staged: the swap derives its counts from it.
     let mut staged_rows: HashMap<u64, u64> = HashMap::new();
+    // The snapshot each walk's light rows were compared with (the server's id): a commit
+    // against any other snapshot is refused.
+    let mut staged_against: HashMap<u64, Option<i64>> = HashMap::new();
     while let Some(operation) = operations.blocking_recv() {
         match operation {
             WriteOp::SyncServers { sync, reply } => {
@@ -145,8 +155,21 @@ pub fn run(
                 // After one failed page the walk cannot commit, so later pages are skipped.
                 if let Entry::Vacant(slot) = failed_walks.entry(walk_id) {
                     let staged = match &batch {
-                        Batch::Resources(rows) => stage_resources(&mut connection, walk_id, rows)
-                            .map(|inserted| *staged_rows.entry(walk_id).or_default() += inserted),
+                        Batch::Resources(rows) => {
+                            let snapshot = match staged_against.entry(walk_id) {
+                                Entry::Occupied(known) => Ok(*known.get()),
+                                Entry::Vacant(slot) => {
+                                    server_id(&connection, &server).map(|found| *slot.insert(found))
+                                }
+                            };
+                            snapshot
+                                .and_then(|snapshot| {
+                                    stage_resources(&mut connection, walk_id, snapshot, rows)
+                                })
+                                .map(|inserted| {
+                                    *staged_rows.entry(walk_id).or_default() += inserted
+                                })
+                        }
                         Batch::Templates(rows) => stage_templates(&mut connection, walk_id, rows),
                     };
                     if let Err(error) = staged {
@@ -166,7 +189,8 @@ pub fn run(
                     Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
                     None => {
                         let staged = staged_rows.get(&walk_id).copied().unwrap_or(0);
-                        swap(&mut connection, walk_id, staged, &server, &report)
+                        let against = staged_against.get(&walk_id).copied().flatten();
+                        swap(&mut connection, walk_id, staged, against, &server, &report)
                     }
                 };
                 // Subscribers and the caller hear first: dropping a million staged rows takes
@@ -187,11 +211,13 @@ pub fn run(
                 });
                 let _ = reply.send(outcome);
                 staged_rows.remove(&walk_id);
+                staged_against.remove(&walk_id);
                 discard_staging(&connection, walk_id);
             }
             WriteOp::Abort { walk_id } => {
                 failed_walks.remove(&walk_id);
                 staged_rows.remove(&walk_id);
+                staged_against.remove(&walk_id);
                 discard_staging(&connection, walk_id);
             }
             WriteOp::SwapEntries {
@@ -488,34 +514,69 @@ fn update_server(
     Ok(())
 }
 
+/// The id of `server`'s row; `None` when it has none (yet).
+fn server_id(connection: &Connection, server: &str) -> Result<Option<i64>, StoreError> {
+    Ok(connection
+        .query_row("SELECT id FROM servers WHERE name = ?1", [server], |row| {
+            row.get(0)
+        })
+        .optional()?)
+}
+
+/// Stages one page. A row whose URI the snapshot (`snapshot`, the server's id) already holds
+/// with the same hash is staged light, its key and hash only: a re-walk that changes nothing
+/// writes almost nothing. Returns how many rows were new to this walk.
 fn stage_resources(
     connection: &mut Connection,
     walk_id: u64,
+    snapshot: Option<i64>,
     rows: &[ResourceRow],
 ) -> Result<u64, StoreError> {
     let mut inserted = 0u64;
     let transaction = connection.transaction()?;
     {
-        // The first listing of a URI wins; later duplicates in the same walk are ignored.
+        let mut stored_hash = transaction
+            .prepare_cached("SELECT hash FROM resources WHERE server_id = ?1 AND uri = ?2")?;
+        // The walk never sends a URI twice; the index refuses an exact repeat all the same.
         let mut insert = transaction.prepare_cached(
             "INSERT OR IGNORE INTO temp.staging_resources
-                 (walk_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 (walk_id, uri, hash, oversized, name, title, description, mime_type, size,
+                  annotations, icons, meta, raw)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        )?;
+        let mut insert_light = transaction.prepare_cached(
+            "INSERT OR IGNORE INTO temp.staging_resources (walk_id, uri, hash, oversized)
+             VALUES (?1, ?2, ?3, ?4)",
         )?;
         for row in rows {
-            inserted += insert.execute(params![
-                walk_id as i64,
-                row.uri,
-                row.name,
-                row.title,
-                row.description,
-                row.mime_type,
-                row.size,
-                row.annotations,
-                row.icons,
-                row.meta,
-                row.raw
-            ])? as u64;
+            let unchanged = match snapshot {
+                Some(server_id) => {
+                    stored_hash
+                        .query_row(params![server_id, row.uri], |found| found.get::<_, i64>(0))
+                        .optional()?
+                        == Some(row.hash)
+                }
+                None => false,
+            };
+            inserted += if unchanged {
+                insert_light.execute(params![walk_id as i64, row.uri, row.hash, row.oversized])?
+            } else {
+                insert.execute(params![
+                    walk_id as i64,
+                    row.uri,
+                    row.hash,
+                    row.oversized,
+                    row.name,
+                    row.title,
+                    row.description,
+                    row.mime_type,
+                    row.size,
+                    row.annotations,
+                    row.icons,
+                    row.meta,
+                    row.raw
+                ])?
+            } as u64;
         }
     }
     transaction.commit()?;
@@ -531,8 +592,8 @@ fn stage_templates(
     {
         let mut insert = transaction.prepare_cached(
             "INSERT OR IGNORE INTO temp.staging_templates
-                 (walk_id, uri_template, name, title, description, mime_type, raw)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 (walk_id, uri_template, name, title, description, mime_type, raw, oversized)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         for row in rows {
             insert.execute(params![
@@ -542,7 +603,8 @@ fn stage_templates(
                 row.title,
                 row.description,
                 row.mime_type,
-                row.raw
+                row.raw,
+                row.oversized
             ])?;
         }
     }
@@ -600,6 +662,7 @@ fn swap(
     connection: &mut Connection,
     walk_id: u64,
     staged: u64,
+    staged_against: Option<i64>,
     server: &str,
     report: &WalkReport,
 ) -> Result<(SwapOutcome, i64), StoreError> {
@@ -607,7 +670,7 @@ fn swap(
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)?;
     // 1. The diff, read-only as far as the snapshot goes.
-    let diff = compute_diff(&transaction, walk_id as i64, staged, server)?;
+    let diff = compute_diff(&transaction, walk_id as i64, staged, staged_against, server)?;
     // 2. Applying it: the write lock is held from here to the commit.
     let hold_started = std::time::Instant::now();
     let now = now_ms();
@@ -659,18 +722,23 @@ impl SnapshotDiff {
 }
 
 /// Compares the staged walk with the snapshot, reading it and writing only temp tables.
+/// Entries are compared by hash, inside the indexes that hold (server, uri, hash) and (walk,
+/// uri, hash); only a snapshot row from before hashes existed (hash 0) is compared by text.
 fn compute_diff(
     transaction: &rusqlite::Transaction<'_>,
     walk: i64,
     staged: u64,
+    staged_against: Option<i64>,
     server: &str,
 ) -> Result<SnapshotDiff, StoreError> {
-    let server_id: i64 = transaction
-        .query_row("SELECT id FROM servers WHERE name = ?1", [server], |row| {
-            row.get(0)
-        })
-        .optional()?
+    let server_id: i64 = server_id(transaction, server)?
         .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
+    // Light rows stand for "as in the snapshot we compared with": only that snapshot may take them.
+    if staged_against.is_some_and(|staged_id| staged_id != server_id) {
+        return Err(StoreError::Walk(format!(
+            "server {server} was recorded anew while it was walked; the walk is discarded"
+        )));
+    }
     transaction.execute("DELETE FROM temp.swap_ids", [])?;
     transaction.execute("DELETE FROM temp.swap_added", [])?;
     let before: i64 = transaction.query_row(
@@ -684,7 +752,8 @@ fn compute_diff(
          SELECT r.id, CASE WHEN s.uri IS NULL THEN ?3 ELSE ?4 END
          FROM resources r
          LEFT JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = r.uri
-         WHERE r.server_id = ?1 AND (s.uri IS NULL OR s.raw IS NOT r.raw)",
+         WHERE r.server_id = ?1
+           AND (s.uri IS NULL OR (s.hash != r.hash AND (r.hash != 0 OR s.raw IS NOT r.raw)))",
         params![server_id, walk, REMOVED, CHANGED],
     )?;
     let count_kind = |kind: i64| {
@@ -744,6 +813,7 @@ fn apply_diff(
     let recorded_before = record_removed_and_changed(transaction, server, now)?;
     retire_old_rows(transaction, diff)?;
     update_changed_rows(transaction, diff)?;
+    hash_unhashed_rows(transaction, diff)?;
     insert_added_rows(transaction, diff)?;
     index_new_text(transaction, diff)?;
     let recorded_added = record_added(transaction, server, now, recorded_before)?;
@@ -820,15 +890,33 @@ fn update_changed_rows(
     transaction.execute(
         "UPDATE resources AS r SET name = c.name, title = c.title, description = c.description,
              mime_type = c.mime_type, size = c.size, annotations = c.annotations, icons = c.icons,
-             meta = c.meta, raw = c.raw
+             meta = c.meta, raw = c.raw, hash = c.hash, oversized = c.oversized
          FROM (SELECT x.id AS id, s.name, s.title, s.description, s.mime_type, s.size,
-                      s.annotations, s.icons, s.meta, s.raw
+                      s.annotations, s.icons, s.meta, s.raw, s.hash, s.oversized
                FROM temp.swap_ids x
                CROSS JOIN resources old ON old.id = x.id
                CROSS JOIN temp.staging_resources s ON s.walk_id = ?1 AND s.uri = old.uri
                WHERE x.kind = ?2) AS c
          WHERE r.id = c.id",
         params![diff.walk, CHANGED],
+    )?;
+    Ok(())
+}
+
+/// Gives the unchanged rows stored before hashes existed the hash of their staged twin, so
+/// their server's next swap compares them by hash too (the partial index finds them at once).
+fn hash_unhashed_rows(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+) -> Result<(), StoreError> {
+    transaction.execute(
+        "UPDATE resources AS r SET hash = u.hash
+         FROM (SELECT old.id AS id, s.hash AS hash
+               FROM resources old INDEXED BY resources_unhashed
+               CROSS JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = old.uri
+               WHERE old.server_id = ?1 AND old.hash = 0) AS u
+         WHERE r.id = u.id",
+        params![diff.server_id, diff.walk],
     )?;
     Ok(())
 }
@@ -846,15 +934,15 @@ fn insert_added_rows(
         })?;
     let inserted = if diff.first_load {
         transaction.execute(
-            "INSERT INTO resources (server_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw)
-             SELECT ?1, s.uri, s.name, s.title, s.description, s.mime_type, s.size, s.annotations, s.icons, s.meta, s.raw
+            "INSERT INTO resources (server_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw, hash, oversized)
+             SELECT ?1, s.uri, s.name, s.title, s.description, s.mime_type, s.size, s.annotations, s.icons, s.meta, s.raw, s.hash, s.oversized
              FROM temp.staging_resources s WHERE s.walk_id = ?2",
             params![diff.server_id, diff.walk],
         )?
     } else {
         transaction.execute(
-            "INSERT INTO resources (server_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw)
-             SELECT ?1, s.uri, s.name, s.title, s.description, s.mime_type, s.size, s.annotations, s.icons, s.meta, s.raw
+            "INSERT INTO resources (server_id, uri, name, title, description, mime_type, size, annotations, icons, meta, raw, hash, oversized)
+             SELECT ?1, s.uri, s.name, s.title, s.description, s.mime_type, s.size, s.annotations, s.icons, s.meta, s.raw, s.hash, s.oversized
              FROM temp.swap_added a CROSS JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = a.uri",
             params![diff.server_id, diff.walk],
         )?
@@ -926,8 +1014,8 @@ fn replace_templates(
         [diff.server_id],
     )?;
     Ok(transaction.execute(
-        "INSERT INTO resource_templates (server_id, uri_template, name, title, description, mime_type, raw)
-         SELECT ?1, uri_template, name, title, description, mime_type, raw
+        "INSERT INTO resource_templates (server_id, uri_template, name, title, description, mime_type, raw, oversized)
+         SELECT ?1, uri_template, name, title, description, mime_type, raw, oversized
          FROM temp.staging_templates WHERE walk_id = ?2",
         params![diff.server_id, diff.walk],
     )? as u64)
@@ -946,7 +1034,11 @@ fn record_walk(
              snapshot_at = ?2, resource_count = ?3, template_count = ?4,
              last_walk_at = ?5, last_walk_ms = ?6, last_walk_pages = ?7, last_walk_added = ?8,
              last_walk_removed = ?9, last_walk_changed = ?10, last_walk_duplicates = ?11,
-             last_walk_skipped = ?12, walks_ok = walks_ok + 1
+             last_walk_skipped = ?12, walks_ok = walks_ok + 1,
+             oversized_entries =
+                 (SELECT count(*) FROM resources INDEXED BY resources_oversized
+                  WHERE server_id = ?1 AND oversized != 0)
+                 + (SELECT count(*) FROM resource_templates WHERE server_id = ?1 AND oversized != 0)
          WHERE id = ?1",
         params![
             diff.server_id,

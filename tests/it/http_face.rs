@@ -518,10 +518,13 @@ fn the_python_sdk_client_lists_and_reads_over_the_http_face() {
     }
 }
 
+/// Samples by name and sorted labels.
+type Samples = std::collections::BTreeMap<(String, Vec<(String, String)>), f64>;
+
 /// A strict reader of the OpenMetrics text format as `/metrics` serves it: every family
 /// declared by HELP and TYPE before its samples, every sample of a declared family, names and
 /// labels well formed, values numbers, `# EOF` last. Samples keyed by name and sorted labels.
-fn parse_metrics(text: &str) -> std::collections::BTreeMap<(String, Vec<(String, String)>), f64> {
+fn parse_metrics(text: &str) -> Samples {
     let mut families: std::collections::BTreeMap<String, String> = Default::default();
     let mut samples = std::collections::BTreeMap::new();
     let lines: Vec<&str> = text.lines().collect();
@@ -687,6 +690,26 @@ fn metrics_parse_and_match_the_status() {
     assert!(value("mcp_mirror_swap_hold_seconds_count", &[]) >= 2.0);
     assert!(value("mcp_mirror_clients", &[("face", "http")]) >= 1.0);
 
+    // Each search is observed in the latency histogram.
+    let searches = |metrics: &Samples| {
+        metrics
+            .get(&(
+                "mcp_mirror_search_duration_seconds_count".to_string(),
+                Vec::new(),
+            ))
+            .copied()
+            .expect("the search latency histogram")
+    };
+    let before = searches(&metrics);
+    upstream
+        .daemon
+        .call("catalog/search", json!({"query": "docs"}));
+    upstream
+        .daemon
+        .call("catalog/search", json!({"query": "demo", "limit": 3}));
+    let after = searches(&scrape(&upstream.address));
+    assert_eq!(after, before + 2.0, "two searches, two observations");
+
     // metrics_listen serves the same metrics, and nothing else.
     let alone = scrape(&metrics_address);
     assert!(alone.contains_key(&("mcp_mirror_change_feed_seq".to_string(), Vec::new())));
@@ -700,4 +723,205 @@ fn metrics_parse_and_match_the_status() {
     assert_eq!(no_mcp.status, 404);
     let no_token = http_exchange_at(&metrics_address, "GET", "/metrics", &[], "");
     assert_eq!(no_token.status, 401);
+}
+
+/// Runs the real CLI against a remote mirror: `--url`, then `args`; the socket it would
+/// otherwise use does not exist, so nothing can come from a local daemon or database.
+fn remote_cli(url: &str, token_file: Option<&Path>, args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(MIRROR);
+    command
+        .args(args)
+        .arg("--url")
+        .arg(url)
+        .env_remove("MCP_MIRROR_URL")
+        .env_remove("MCP_MIRROR_TOKEN_FILE")
+        .env_remove("MCP_MIRROR_DATABASE")
+        .env("MCP_MIRROR_SOCKET", "/nonexistent/mcp-mirror.sock");
+    if let Some(token_file) = token_file {
+        command.arg("--token-file").arg(token_file);
+    }
+    command.output().expect("run mcp-mirror")
+}
+
+fn stdout_of(output: &std::process::Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).to_string()
+}
+
+#[test]
+fn the_cli_speaks_to_a_remote_mirror_with_a_token() {
+    let scratch = Scratch::new();
+    let scenario = scratch.write_scenario("demo.json", &json!({"generate": 12}));
+    let scenario_text = scenario.display().to_string();
+    let servers = format!(
+        "{}{}",
+        stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]),
+        stdio_server("docs", &["--name", "docs", "--generate", "30"]),
+    );
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    upstream.daemon.wait_for_walks("docs", 1);
+    let token = scratch.write("cli.token", &format!("  {TOKEN}\n"));
+    let url = upstream.url();
+    let socket = upstream.daemon.socket.clone();
+
+    // The same answers as on the daemon's own socket, byte for byte.
+    let first_uri = upstream.daemon.call("resources/list", json!({}))["resources"][0]["uri"]
+        .as_str()
+        .expect("a uri")
+        .to_string();
+    let commands: [&[&str]; 4] = [
+        &["ls", "--json"],
+        &["search", "docs", "--json"],
+        &["show", &first_uri, "--json"],
+        &["ls", "--server", "demo"],
+    ];
+    for args in commands {
+        let remote = stdout_of(&remote_cli(&url, Some(&token), args));
+        let local = stdout_of(&run_cli(&socket, args));
+        assert_eq!(remote, local, "{args:?} over --url and over the socket");
+    }
+    let listed: Value = serde_json::from_str(&stdout_of(&remote_cli(
+        &url,
+        Some(&token),
+        &["ls", "--json"],
+    )))
+    .expect("ls --json");
+    assert_eq!(listed.as_array().map(Vec::len), Some(42), "{listed}");
+
+    let status: Value = serde_json::from_str(&stdout_of(&remote_cli(
+        &url,
+        Some(&token),
+        &["status", "--json"],
+    )))
+    .expect("status --json");
+    let names: Vec<&str> = status["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .filter_map(|server| server["name"].as_str())
+        .collect();
+    assert_eq!(names, ["demo", "docs"]);
+    let human = stdout_of(&remote_cli(&url, Some(&token), &["status"]));
+    assert!(human.contains("demo") && human.contains("docs"), "{human}");
+
+    // The token file may also come from the environment.
+    let output = Command::new(MIRROR)
+        .args(["ls", "--json"])
+        .env("MCP_MIRROR_URL", &url)
+        .env("MCP_MIRROR_TOKEN_FILE", &token)
+        .env("MCP_MIRROR_SOCKET", "/nonexistent/mcp-mirror.sock")
+        .env_remove("MCP_MIRROR_DATABASE")
+        .output()
+        .expect("run mcp-mirror");
+    assert_eq!(
+        stdout_of(&output),
+        stdout_of(&run_cli(&socket, &["ls", "--json"]))
+    );
+
+    // A URI nobody lists is "not found" over HTTP too.
+    let missing = remote_cli(&url, Some(&token), &["show", "fixture://nobody/lists/this"]);
+    assert_eq!(missing.status.code(), Some(4));
+
+    let refreshed = stdout_of(&remote_cli(
+        &url,
+        Some(&token),
+        &["refresh", "docs", "--wait"],
+    ));
+    assert!(refreshed.starts_with("docs: 30 resources"), "{refreshed}");
+
+    // `watch` over HTTP follows the change feed from where it is told to start.
+    let since = upstream.daemon.call("catalog/status", json!({}))["daemon"]["changeSeq"]
+        .as_i64()
+        .expect("changeSeq")
+        .to_string();
+    let mut watcher = Command::new(MIRROR)
+        .args([
+            "watch",
+            "--json",
+            "--since",
+            &since,
+            "--url",
+            &url,
+            "--token-file",
+        ])
+        .arg(&token)
+        .env("MCP_MIRROR_SOCKET", "/nonexistent/mcp-mirror.sock")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run mcp-mirror watch");
+    let stdout = watcher.stdout.take().expect("stdout");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    scratch.write_scenario("demo.json", &json!({"generate": 14}));
+    let mut added = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while added.len() < 2 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = received
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("watch printed only {added:?}"));
+        let change: Value = serde_json::from_str(&line).expect("a change as JSON");
+        if change["server"] == "demo" && change["kind"] == "added" {
+            added.push(change["uri"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    assert_eq!(added.len(), 2, "{added:?}");
+}
+
+#[test]
+fn the_remote_cli_says_when_the_token_is_wrong_or_missing_or_the_mirror_is_away() {
+    let upstream = Upstream::start(
+        &stdio_server("demo", &["--name", "demo", "--generate", "3"]),
+        "",
+    );
+    upstream.daemon.wait_for_walks("demo", 1);
+    let scratch = Scratch::new();
+    let wrong = scratch.write("wrong.token", "not-the-token\n");
+    let url = upstream.url();
+
+    let output = remote_cli(&url, Some(&wrong), &["ls"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("refused the token"), "{stderr}");
+    assert!(
+        !stderr.contains("not-the-token"),
+        "the token is never echoed: {stderr}"
+    );
+    assert!(output.stdout.is_empty());
+
+    let output = remote_cli(&url, None, &["status"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("--token-file"), "{stderr}");
+
+    // Nobody listens there: exit 3, and no offline fallback to any database.
+    let away = format!("http://127.0.0.1:{}/mcp", free_port());
+    let output = remote_cli(&away, Some(&wrong), &["ls"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("cannot reach the mirror at"), "{stderr}");
+    assert!(!stderr.contains("reading the database"), "{stderr}");
+
+    // A token never goes on the command line, and a URL must be one.
+    let output = remote_cli("ftp://example/mcp", None, &["ls"]);
+    assert_eq!(output.status.code(), Some(2));
+    let empty = scratch.write("empty.token", "\n");
+    let output = remote_cli(&url, Some(&empty), &["ls"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is empty"));
 }

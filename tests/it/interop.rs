@@ -58,14 +58,14 @@ fn exit_status(child: &mut Child) -> String {
 }
 
 /// A node reference server on loopback, killed when dropped.
-struct NodeServer {
+pub(crate) struct NodeServer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     _stderr: ChildStderr,
 }
 
 impl NodeServer {
-    fn start(entry: &Path, transport: &str) -> NodeServer {
+    pub(crate) fn start(entry: &Path, transport: &str) -> NodeServer {
         let preload = repository().join("tests/interop/bind-loopback.cjs");
         let mut child = Command::new("node")
             .arg("--require")

@@ -598,3 +598,57 @@ fn configured_tokens_never_reach_logs_status_or_errors() {
         }
     }
 }
+
+#[test]
+fn socket_activation_serves_the_http_face_on_the_passed_tcp_socket() {
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port()
+    };
+    let (passed_port, configured_port) = (free_port(), free_port());
+    let scratch = Scratch::new();
+    let config = scratch.config(&format!(
+        "{}[http]\nlisten = \"127.0.0.1:{configured_port}\"\n",
+        stdio_server("docs", &["--name", "docs", "--generate", "5"])
+    ));
+    let activated = scratch.path("activated.sock");
+    let mut command = Command::new("systemd-socket-activate");
+    command
+        .arg("--listen")
+        .arg(&activated)
+        .arg(format!("--listen=127.0.0.1:{passed_port}"))
+        .arg("--setenv=RUST_LOG=info,mcp_mirror=debug")
+        .args([MIRROR, "serve", "--config"])
+        .arg(&config);
+    let mut daemon = spawn(&scratch, command);
+    let address = format!("127.0.0.1:{passed_port}");
+    // systemd-socket-activate binds both before the daemon runs; the first request starts it.
+    let mut stream = wait_for("the passed TCP socket", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(&address).ok()
+    });
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"catalog/status","params":{}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    std::io::Write::write_all(&mut stream, request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"servers\""), "{answer}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", configured_port)).is_err(),
+        "the daemon bound [http] listen as well as serving the passed socket"
+    );
+    let answered = SocketClient::connect(&activated).request("ping", json!({}));
+    assert!(answered.get("result").is_some(), "{answered}");
+    daemon.stop();
+    assert!(daemon
+        .log_text()
+        .contains("serving HTTP on the socket systemd passed"));
+}

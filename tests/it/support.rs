@@ -1,30 +1,25 @@
 //! Shared test harness: real daemon and fixture processes, a real socket, polling with deadlines.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
+
+/// Spawning, waiting for and stopping the binaries, and the socket client: shared with the
+/// benchmarks (examples/bench), which use parts of it these tests do not.
+#[allow(dead_code)]
+#[path = "../common/process.rs"]
+mod process;
 
 pub const MIRROR: &str = env!("CARGO_BIN_EXE_mcp-mirror");
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture");
 
 /// Polls `check` until it returns `Some`, or panics with `what` after `limit`.
 pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    process::poll_until(what, limit, Duration::from_millis(25), || Ok(check()))
+        .unwrap_or_else(|error| panic!("{error:#}"))
 }
 
 /// A scratch directory for one test: config, database, socket and scenario files.
@@ -55,35 +50,21 @@ impl Scratch {
     /// Writes a scenario for the fixture atomically, so it never reads half a file.
     pub fn write_scenario(&self, name: &str, scenario: &Value) -> PathBuf {
         let path = self.path(name);
-        let temporary = self.path(&format!("{name}.tmp"));
-        std::fs::write(
-            &temporary,
-            serde_json::to_vec_pretty(scenario).expect("json"),
-        )
-        .expect("write");
-        std::fs::rename(&temporary, &path).expect("rename");
+        process::write_json_atomically(&path, scenario).unwrap_or_else(|error| panic!("{error:#}"));
         path
     }
 
     /// A daemon.toml with this directory's database and socket and the given server tables.
     pub fn config(&self, servers: &str) -> PathBuf {
-        let text = format!(
-            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\n\n{servers}",
-            self.path("catalog.db").display(),
-            self.path("mirror.sock").display(),
-        );
+        let text =
+            process::daemon_config_text(self.dir.path(), "request_timeout = \"5s\"", servers);
         self.write("daemon.toml", &text)
     }
 }
 
 /// A stdio fixture server table for daemon.toml.
 pub fn stdio_server(name: &str, args: &[&str]) -> String {
-    let args: Vec<String> = args.iter().map(|arg| format!("{arg:?}")).collect();
-    format!(
-        "[servers.{name}]\ncommand = {:?}\nargs = [{}]\n\n",
-        FIXTURE,
-        args.join(", ")
-    )
+    process::stdio_server_table(name, Path::new(FIXTURE), args)
 }
 
 /// The real daemon binary, running until dropped (SIGTERM, then SIGKILL).
@@ -97,33 +78,21 @@ pub struct Daemon {
 impl Daemon {
     pub fn start(scratch: &Scratch, config: &Path) -> Daemon {
         let log = scratch.path("daemon.log");
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log file");
-        let child = Command::new(MIRROR)
-            .args(["serve", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "info,mcp_mirror=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .spawn()
-            .expect("start mcp-mirror");
+        let child = process::spawn_daemon(Path::new(MIRROR), config, &log, "info,mcp_mirror=debug")
+            .unwrap_or_else(|error| panic!("{error:#}"));
         let mut daemon = Daemon {
             child,
             socket: scratch.path("mirror.sock"),
             database: scratch.path("catalog.db"),
             log,
         };
-        let socket = daemon.socket.clone();
-        wait_for("the daemon's socket", Duration::from_secs(20), || {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                panic!("the daemon exited with {status}: {}", daemon.log_text());
-            }
-            UnixStream::connect(&socket).ok().map(|_| ())
-        });
+        process::wait_for_socket(
+            &mut daemon.child,
+            &daemon.socket,
+            &daemon.log,
+            Duration::from_secs(20),
+        )
+        .unwrap_or_else(|error| panic!("{error:#}"));
         daemon
     }
 
@@ -213,42 +182,18 @@ impl Daemon {
     }
 
     pub fn stop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        if !process::terminate(&mut self.child, Duration::from_secs(20)) {
+            panic!(
+                "the daemon did not stop within 20s of SIGTERM: {}",
+                self.log_text()
+            );
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        panic!(
-            "the daemon did not stop within 20s of SIGTERM: {}",
-            self.log_text()
-        );
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            unsafe {
-                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        process::terminate(&mut self.child, Duration::from_secs(10));
     }
 }
 
@@ -262,58 +207,38 @@ pub fn run_cli(socket: &Path, args: &[&str]) -> std::process::Output {
         .expect("run mcp-mirror")
 }
 
-/// A line-oriented JSON-RPC client on the daemon's socket.
-pub struct SocketClient {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-}
+/// A line-oriented JSON-RPC client on the daemon's socket (the shared one, panicking on errors).
+pub struct SocketClient(process::SocketClient);
 
 impl SocketClient {
     pub fn connect(path: &Path) -> SocketClient {
-        let stream = UnixStream::connect(path).expect("connect to the daemon's socket");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .expect("timeout");
-        SocketClient {
-            writer: stream.try_clone().expect("clone"),
-            reader: BufReader::new(stream),
-            next_id: 0,
-        }
+        SocketClient(
+            process::SocketClient::connect(path, Duration::from_secs(60))
+                .unwrap_or_else(|error| panic!("{error:#}")),
+        )
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).expect("write to socket");
+        self.0.send_raw(bytes).expect("write to socket");
     }
 
     /// Writes what it can; the daemon may close the connection part way.
     pub fn send_raw_lossy(&mut self, bytes: &[u8]) {
-        let _ = self.writer.write_all(bytes);
+        let _ = self.0.send_raw(bytes);
     }
 
     /// Reads one response line; `None` when the daemon closed the connection.
     pub fn read_message(&mut self) -> Option<Value> {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(serde_json::from_str(&line).expect("response is JSON")),
-        }
+        self.0
+            .read_message()
+            .unwrap_or_else(|error| panic!("{error:#}"))
     }
 
+    /// Sends a request and returns the whole response, skipping notifications.
     pub fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let request =
-            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
-        let mut line = serde_json::to_vec(&request).expect("json");
-        line.push(b'\n');
-        self.send_raw(&line);
-        // Clients that sent `initialize` or `catalog/watch` also get notifications.
-        loop {
-            let message = self.read_message().expect("a response");
-            if message.get("method").is_none() {
-                return message;
-            }
-        }
+        self.0
+            .request(method, params)
+            .unwrap_or_else(|error| panic!("{error:#}"))
     }
 }
 
@@ -330,24 +255,13 @@ impl HttpFixture {
 
     /// Starts on a given loopback address, such as the one a stopped fixture had.
     pub fn start_on(address: &str, args: &[&str]) -> HttpFixture {
-        let mut child = Command::new(FIXTURE)
-            .args(["--http", address])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start mcp-fixture");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read the fixture's address");
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from the fixture: {line:?}"))
-            .to_string();
+        let (child, url) = process::spawn_listening(
+            Command::new(FIXTURE)
+                .args(["--http", address])
+                .args(args)
+                .stderr(Stdio::null()),
+        )
+        .unwrap_or_else(|error| panic!("{error:#}"));
         HttpFixture { child, url }
     }
 }

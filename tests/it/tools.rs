@@ -318,17 +318,9 @@ fn ask_server_everything(entry: &std::path::Path) -> (Vec<Value>, Vec<Value>) {
     (tools, prompts)
 }
 
-#[test]
-fn server_everything_2026_8_31_tools_and_prompts_are_mirrored_field_for_field() {
-    let entry = server_everything("2026.8.31");
-    let (tools, prompts) = ask_server_everything(&entry);
-    assert!(!tools.is_empty() && !prompts.is_empty());
-    let scratch = Scratch::new();
-    let config = scratch.config(&format!(
-        "[servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
-        entry.display().to_string()
-    ));
-    let daemon = Daemon::start(&scratch, &config);
+/// Waits until the mirror holds as many tools and prompts of `everything` as its own lists
+/// answer, then checks each definition field for field.
+fn assert_mirrors_every_tool_and_prompt(daemon: &Daemon, tools: Vec<Value>, prompts: Vec<Value>) {
     for (kind, expected) in [("tool", tools), ("prompt", prompts)] {
         let expected: BTreeMap<String, Value> = expected
             .into_iter()
@@ -353,6 +345,39 @@ fn server_everything_2026_8_31_tools_and_prompts_are_mirrored_field_for_field() 
     }
     let log = daemon.log_text();
     assert!(!log.contains("ERROR"), "{log}");
+}
+
+#[test]
+fn server_everything_2026_8_31_tools_and_prompts_are_mirrored_field_for_field() {
+    let entry = server_everything("2026.8.31");
+    let (tools, prompts) = ask_server_everything(&entry);
+    assert!(!tools.is_empty() && !prompts.is_empty());
+    let scratch = Scratch::new();
+    let config = scratch.config(&format!(
+        "[servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+        entry.display().to_string()
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    assert_mirrors_every_tool_and_prompt(&daemon, tools, prompts);
+}
+
+/// Over Streamable HTTP too: every tool and prompt, field for field, including the tool it
+/// registers after `initialized` and announces with `notifications/tools/list_changed`, which
+/// re-walks tools (the first tools walk may come before it).
+#[test]
+fn server_everything_2026_8_31_over_streamable_http_mirrors_tools_and_prompts() {
+    let entry = server_everything("2026.8.31");
+    let (tools, prompts) = ask_server_everything(&entry);
+    let server = crate::interop::NodeServer::start(&entry, "streamableHttp");
+    let scratch = Scratch::new();
+    let config = scratch.config(&format!(
+        "[servers.everything]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+        server.port
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    let status = daemon.wait_for_walks("everything", 1);
+    assert_eq!(status["live"]["transport"], "streamable-http", "{status}");
+    assert_mirrors_every_tool_and_prompt(&daemon, tools, prompts);
 }
 
 #[test]
@@ -423,4 +448,243 @@ fn a_failed_tools_walk_keeps_the_last_complete_snapshot() {
         .collect();
     assert_eq!(kept, ["alpha", "beta"]);
     assert_eq!(tools[0]["description"], "First tool");
+}
+
+/// The scenario of `scenario` with one resource whose text shares a word with a tool's.
+fn scenario_with_resource() -> Value {
+    let mut scenario = scenario("Forecasts the weather");
+    scenario["resources"] = json!([{
+        "uri": "file:///notes/weather.md",
+        "name": "weather-notes",
+        "description": "Notes about the weather"
+    }]);
+    scenario
+}
+
+fn hit_kinds(page: &Value) -> Vec<(String, String)> {
+    page["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|hit| {
+            let key = hit.get("uri").unwrap_or(&hit["name"]);
+            (
+                hit["kind"].as_str().expect("kind").to_string(),
+                key.as_str().expect("key").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn search_changes_and_status_by_kind_online_and_offline() {
+    let scratch = Scratch::new();
+    let path = scratch.write_scenario("scenario.json", &scenario_with_resource());
+    let mut daemon = Daemon::with_scenario(&scratch, "fx", &path);
+    wait_for(
+        "the tools and the resource",
+        Duration::from_secs(30),
+        || {
+            let status = daemon.server_status("fx");
+            (status["kinds"]["tool"]["count"] == 5 && status["resources"] == 1).then_some(())
+        },
+    );
+
+    // Every kind by default: the resource and the tool, each hit with its kind; tools have
+    // no URI, resources keep theirs.
+    let all = daemon.call("catalog/search", json!({"query": "weather"}));
+    let mut found = hit_kinds(&all);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            (
+                "resource".to_string(),
+                "file:///notes/weather.md".to_string()
+            ),
+            ("tool".to_string(), "weather".to_string()),
+        ],
+        "{all}"
+    );
+    let tool_hit = all["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|hit| hit["kind"] == "tool")
+        .expect("the tool hit");
+    assert!(tool_hit.get("uri").is_none(), "{tool_hit}");
+    assert_eq!(tool_hit["server"], "fx");
+    assert_eq!(tool_hit["description"], "Forecasts the weather");
+    // `kinds` narrows; a MIME type filter means resources only.
+    let tools = daemon.call(
+        "catalog/search",
+        json!({"query": "weather", "kinds": ["tool"]}),
+    );
+    assert_eq!(hit_kinds(&tools), [("tool".into(), "weather".into())]);
+    let resources = daemon.call(
+        "catalog/search",
+        json!({"query": "weather", "kinds": ["resource"]}),
+    );
+    assert_eq!(
+        hit_kinds(&resources),
+        [("resource".into(), "file:///notes/weather.md".into())]
+    );
+    // Templates are not indexed: asking for them alone finds nothing, not resources.
+    let templates = daemon.call(
+        "catalog/search",
+        json!({"query": "weather", "kinds": ["template"]}),
+    );
+    assert_eq!(templates["results"], json!([]), "{templates}");
+    let by_type = daemon.call(
+        "catalog/search",
+        json!({"query": "weather", "kinds": ["tool"], "mimeType": "text/markdown"}),
+    );
+    assert_eq!(by_type["results"], json!([]), "{by_type}");
+    let prompts = daemon.call(
+        "catalog/search",
+        json!({"query": "summarizes", "kinds": ["prompt"]}),
+    );
+    assert_eq!(hit_kinds(&prompts), [("prompt".into(), "summarize".into())]);
+
+    // Pages of one hit walk the merged ranking once each, with no hit twice or lost: the
+    // five tools (their input property "city") and nothing else.
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut params = json!({"query": "city", "limit": 2});
+        if let Some(cursor) = &cursor {
+            params["cursor"] = json!(cursor);
+        }
+        let page = daemon.call("catalog/search", params);
+        paged.extend(hit_kinds(&page));
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+        assert!(paged.len() <= 5, "{paged:?}");
+    }
+    paged.sort();
+    let names: Vec<&str> = paged.iter().map(|(_, name)| name.as_str()).collect();
+    assert_eq!(names, ["alpha", "beta", "delta", "gamma", "weather"]);
+    let bad = daemon.connect().request(
+        "catalog/search",
+        json!({"query": "city", "cursor": "m1.x.y"}),
+    );
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+
+    // `status` before any accept: counts per kind, no drift yet.
+    let cli = |args: &[&str]| {
+        let output = run_cli(&daemon.socket, args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).expect("utf-8")
+    };
+    let status = cli(&["status"]);
+    assert!(
+        status.contains("TOOLS") && status.contains("DRIFT"),
+        "{status}"
+    );
+    let row = status
+        .lines()
+        .find(|line| line.starts_with("fx "))
+        .unwrap_or_else(|| panic!("{status}"));
+    let header = status
+        .lines()
+        .find(|line| line.starts_with("SERVER"))
+        .unwrap_or_else(|| panic!("{status}"));
+    // The table's columns are aligned: a cell starts where its header word does.
+    let column = |name: &str| {
+        let at = header.find(name).expect(name);
+        row[at..]
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(column("TOOLS"), "5", "{status}");
+    assert_eq!(column("PROMPTS"), "1", "{status}");
+    assert_eq!(column("DRIFT"), "-", "{status}");
+    daemon.call("catalog/accept", json!({"server": "fx"}));
+
+    // The feed by entry kind: a tool change and a resource change, each under its kind.
+    let since = daemon.call("catalog/changes", json!({}))["latestSeq"].clone();
+    let mut changed = scenario_with_resource();
+    changed["tools"][4]["description"] = json!("Predicts the zephyr");
+    changed["resources"][0]["description"] = json!("Notes about the zephyr");
+    scratch.write_scenario("scenario.json", &changed);
+    let kinds_of = |kinds: Value| {
+        let page = daemon.call("catalog/changes", json!({"since": since, "kinds": kinds}));
+        page["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|change| change["entryKind"].as_str().expect("entryKind").to_string())
+            .collect::<Vec<_>>()
+    };
+    wait_for("both changes in the feed", Duration::from_secs(10), || {
+        let mut all = kinds_of(json!(["tool", "prompt", "resource"]));
+        all.sort();
+        (all == ["resource", "tool"]).then_some(())
+    });
+    assert_eq!(kinds_of(json!(["tool"])), ["tool"]);
+    assert_eq!(kinds_of(json!(["resource"])), ["resource"]);
+    assert!(kinds_of(json!(["prompt"])).is_empty());
+    let status = cli(&["status"]);
+    let row = status
+        .lines()
+        .find(|line| line.starts_with("fx "))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(row.contains("1 changed"), "{status}");
+    let json_status: Value = serde_json::from_str(&cli(&["status", "--json"])).expect("json");
+    assert_eq!(
+        json_status["servers"][0]["kinds"]["tool"]["drift"],
+        json!({"added": 0, "removed": 0, "changed": 1}),
+        "{json_status}"
+    );
+
+    // The CLI: `search --kind tool`, online and offline (the database read directly).
+    for online in [true, false] {
+        if !online {
+            daemon.stop();
+        }
+        let output = run_cli(
+            &daemon.socket,
+            &["search", "zephyr", "--kind", "tool", "--json"],
+        );
+        assert!(output.status.success(), "{output:?}");
+        let page: Value = serde_json::from_slice(&output.stdout).expect("json");
+        assert_eq!(
+            hit_kinds(&page),
+            [("tool".into(), "weather".into())],
+            "online: {online}"
+        );
+        let output = run_cli(&daemon.socket, &["search", "zephyr"]);
+        assert!(output.status.success(), "{output:?}");
+        let table = String::from_utf8(output.stdout).expect("utf-8");
+        assert!(table.contains("tool"), "{table}");
+        assert!(table.contains("file:///notes/weather.md"), "{table}");
+        // `tools`, `prompts` and `show tool` read the database like `ls` and `show` do.
+        let output = run_cli(&daemon.socket, &["tools", "--server", "fx", "--json"]);
+        assert!(output.status.success(), "online: {online}: {output:?}");
+        let tools: Value = serde_json::from_slice(&output.stdout).expect("json");
+        assert_eq!(tools.as_array().map(Vec::len), Some(5), "{tools}");
+        assert_eq!(tools[4]["_meta"]["io.mcp-mirror/server"], "fx");
+        let output = run_cli(&daemon.socket, &["prompts"]);
+        assert!(output.status.success(), "online: {online}: {output:?}");
+        assert!(String::from_utf8_lossy(&output.stdout).contains("summarize"));
+        let output = run_cli(&daemon.socket, &["show", "tool", "fx/weather"]);
+        assert!(output.status.success(), "online: {online}: {output:?}");
+        let shown = String::from_utf8(output.stdout).expect("utf-8");
+        assert!(shown.contains("Predicts the zephyr"), "{shown}");
+        assert!(shown.contains("inputSchema:"), "{shown}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.contains("reading the database"), !online, "{stderr}");
+        let missing = run_cli(&daemon.socket, &["show", "tool", "fx/nope"]);
+        assert!(!missing.status.success(), "online: {online}");
+        let unknown = run_cli(&daemon.socket, &["tools", "--server", "nope"]);
+        assert_eq!(
+            unknown.status.code(),
+            Some(4),
+            "online: {online}: {unknown:?}"
+        );
+    }
 }

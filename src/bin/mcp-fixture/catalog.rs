@@ -34,6 +34,8 @@ pub struct Scenario {
     pub prompts: Option<Vec<Value>>,
     /// Every catalog change sends this many `list_changed` notifications back to back.
     pub notify_burst: Option<usize>,
+    /// Hostile: one more resource (`fixture://NAME/huge`) whose description is this many bytes.
+    pub huge_description_bytes: Option<usize>,
     /// Whenever this value changes, every HTTP session becomes unknown (404) and its streams close.
     pub expire_sessions: u64,
     /// Whenever this value changes, every GET, listen and legacy SSE stream is cut abruptly.
@@ -168,6 +170,13 @@ impl Catalog {
         let mut resources: Vec<Value> = (0..generate)
             .map(|index| generated_resource(&args.name, endpoint, index, prefix))
             .collect();
+        if let Some(bytes) = scenario.huge_description_bytes {
+            resources.push(json!({
+                "uri": format!("fixture://{}/huge", args.name),
+                "name": "huge",
+                "description": "x".repeat(bytes),
+            }));
+        }
         resources.extend(scenario.resources.iter().cloned());
         let mut index_by_uri = HashMap::new();
         for (position, resource) in resources.iter().enumerate() {
