@@ -277,17 +277,22 @@ pub async fn search_kinds(
             .map_or(0, |request| request.offset),
         search.entries.offset,
     );
-    let resources = match search.resources {
-        Some(request) => Some(crate::api::gated_search(request, context).await?),
-        None => None,
+    // Resources come from the derived search index when it can answer, else from FTS5.
+    let (resources, origin) = match search.resources {
+        Some(request) => {
+            let (hits, next, origin) = crate::api::resource_search(request, context).await?;
+            (Some((hits, next)), Some(origin))
+        }
+        None => (None, None),
     };
     let entries = gated_entry_search(search.entries, context).await?;
-    Ok(merge_search_pages(
-        resources,
-        entries,
-        offsets,
-        search.limit,
-    ))
+    let mut result = merge_search_pages(resources, entries, offsets, search.limit);
+    if let Some(origin) = origin {
+        result.engine = origin.engine;
+        result.match_mode = origin.match_mode;
+        result.note = origin.note;
+    }
+    Ok(result)
 }
 
 async fn gated_entry_search(
@@ -358,6 +363,7 @@ pub fn merge_search_pages(
             shown_entries += 1;
             results.push(wire::SearchHit {
                 kind: hit.kind,
+                meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
                 server: hit.server,
                 uri: None,
                 name: hit.name,
@@ -378,6 +384,9 @@ pub fn merge_search_pages(
                 entry_offset + shown_entries,
             )
         }),
+        engine: Some(wire::SearchEngine::Sqlite),
+        match_mode: None,
+        note: None,
     }
 }
 

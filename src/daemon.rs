@@ -18,6 +18,7 @@ use crate::config::{self, Config};
 use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
+use crate::search::{self, SearchIndex};
 use crate::search_gate::SearchGate;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
@@ -25,6 +26,9 @@ use crate::systemd::{Notifier, ServiceEnvironment};
 
 /// How often `STATUS=` is refreshed when systemd set no watchdog.
 const STATUS_INTERVAL: Duration = Duration::from_secs(10);
+/// How long the search index keeper gets to stop at shutdown (a rebuild stops at its next
+/// batch of entries).
+const KEEPER_STOP_BOUND: Duration = Duration::from_secs(5);
 /// How long the socket's accept loop gets to wind down at shutdown.
 const API_STOP_BOUND: Duration = Duration::from_secs(2);
 /// How long a self-probe of the socket may take before we call the daemon stuck.
@@ -110,6 +114,10 @@ pub async fn run_with(
         }
     }
     let (stop, stopping) = watch::channel(false);
+    let search_index = open_search_index(&config.daemon.database).await;
+    let keeper = search_index
+        .as_ref()
+        .map(|index| search::keeper::spawn(index.clone(), store.clone(), stopping.clone()));
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
     let max_clients = client_budget(config.daemon.socket_limits.max_clients);
     let context = Arc::new(ApiContext {
@@ -122,6 +130,7 @@ pub async fn run_with(
         config_path: config.source.clone(),
         started: Instant::now(),
         clients: AtomicUsize::new(0),
+        search_index: search_index.clone(),
         config_load: std::sync::Mutex::new(ConfigLoad {
             loaded_at_ms: now_ms(),
             ..ConfigLoad::default()
@@ -217,6 +226,23 @@ pub async fn run_with(
     if let Some(task) = health_task {
         task.abort();
     }
+    // A rebuild in progress stops uncommitted; the next start resumes the repair.
+    if let Some(index) = &search_index {
+        index.cancel();
+    }
+    if let Some(keeper) = keeper {
+        match tokio::time::timeout(KEEPER_STOP_BOUND, keeper).await {
+            // Stopped with its last commit in place: the next start trusts the files.
+            Ok(_) => {
+                if let Some(index) = &search_index {
+                    index.close();
+                }
+            }
+            Err(_) => {
+                tracing::warn!("the search index keeper did not stop within {KEEPER_STOP_BOUND:?}")
+            }
+        }
+    }
     database_task.abort();
     supervisor.shutdown().await;
     store.close().await;
@@ -259,6 +285,32 @@ async fn watch_database_file(
             }
             let _ = lost.send(problem).await;
             return;
+        }
+    }
+}
+
+/// Opens the derived search index beside the database; without it SQLite answers searches.
+async fn open_search_index(database: &Path) -> Option<Arc<SearchIndex>> {
+    let directory = search::directory_for(database);
+    let searches = std::thread::available_parallelism()
+        .map(|cores| cores.get())
+        .unwrap_or(2);
+    let opening = directory.clone();
+    let opened = tokio::task::spawn_blocking(move || SearchIndex::open(&opening, searches)).await;
+    match opened {
+        Ok(Ok((index, how))) => {
+            if let search::Opened::Reset { reason } = &how {
+                tracing::warn!(directory = %directory.display(), %reason, "the search index was unusable and starts over");
+            }
+            Some(Arc::new(index))
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(directory = %directory.display(), %error, "no search index; searches use SQLite");
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, "opening the search index failed; searches use SQLite");
+            None
         }
     }
 }

@@ -16,6 +16,7 @@ pub(crate) mod metrics;
 pub mod paths;
 pub mod protocol;
 pub mod redact;
+pub mod search;
 pub(crate) mod search_gate;
 pub mod session;
 pub(crate) mod store;

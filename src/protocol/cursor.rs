@@ -2,6 +2,9 @@
 
 const CURSOR_PREFIX: &str = "k1.";
 const SEARCH_CURSOR_PREFIX: &str = "s1.";
+/// Pages of the derived search index, whose ranking differs from SQLite's: a cursor stays
+/// with the engine that made it.
+const INDEX_CURSOR_PREFIX: &str = "i1.";
 const KINDS_SEARCH_CURSOR_PREFIX: &str = "m1.";
 
 /// Encodes a keyset position (the last key of a page) as an opaque cursor.
@@ -32,9 +35,24 @@ pub fn encode_search_cursor(offset: usize) -> String {
     format!("{SEARCH_CURSOR_PREFIX}{offset}")
 }
 
-/// Decodes a cursor made by `encode_search_cursor`; `None` when it is not one.
+/// Encodes a position in the search index's ranked result list.
+pub fn encode_index_cursor(offset: usize) -> String {
+    format!("{INDEX_CURSOR_PREFIX}{offset}")
+}
+
+/// Decodes a cursor made by `encode_search_cursor` or `encode_index_cursor`; `None` when it is
+/// neither.
 pub fn decode_search_cursor(cursor: &str) -> Option<usize> {
-    cursor.strip_prefix(SEARCH_CURSOR_PREFIX)?.parse().ok()
+    cursor
+        .strip_prefix(SEARCH_CURSOR_PREFIX)
+        .or_else(|| cursor.strip_prefix(INDEX_CURSOR_PREFIX))?
+        .parse()
+        .ok()
+}
+
+/// True for a cursor made by `encode_index_cursor`.
+pub fn is_index_cursor(cursor: &str) -> bool {
+    cursor.starts_with(INDEX_CURSOR_PREFIX)
 }
 
 /// Encodes a position in a search of several kinds: how many resource hits and how many
@@ -64,6 +82,9 @@ mod tests {
         assert_eq!(decode_cursor("k1.abc"), None);
         assert_eq!(decode_search_cursor(&encode_search_cursor(40)), Some(40));
         assert_eq!(decode_search_cursor("k1.00"), None);
+        assert_eq!(decode_search_cursor(&encode_index_cursor(7)), Some(7));
+        assert!(is_index_cursor(&encode_index_cursor(7)));
+        assert!(!is_index_cursor(&encode_search_cursor(7)));
         let both = encode_kinds_search_cursor(3, 17);
         assert_eq!(decode_kinds_search_cursor(&both), Some((3, 17)));
         assert_eq!(decode_kinds_search_cursor("m1.3"), None);

@@ -19,7 +19,7 @@ pub use crate::mcp::{
 };
 pub use cursor::{
     decode_cursor, decode_kinds_search_cursor, decode_search_cursor, encode_cursor,
-    encode_kinds_search_cursor, encode_search_cursor,
+    encode_index_cursor, encode_kinds_search_cursor, encode_search_cursor, is_index_cursor,
 };
 pub use entries::{
     mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
@@ -44,7 +44,7 @@ pub use resource::{
 pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
-    RefreshState, ResourceDetails, ResourcesCapability, SearchHit, SearchResult,
+    RefreshState, ResourceDetails, ResourcesCapability, SearchEngine, SearchHit, SearchResult,
     ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus, SocketActivity,
     StatusResult, SwapSummary, ToolsCapability, WatchResult,
 };

@@ -112,6 +112,24 @@ pub struct SearchResult {
     pub results: Vec<SearchHit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+    /// Which index answered: the derived search index, or SQLite's full-text index (for `raw`
+    /// queries, offline, and while the search index is not ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<SearchEngine>,
+    /// How the hits matched the words (the search index only): `all`, `typo` when only a word
+    /// with one typo matched, `any` when no entry has every word.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub match_mode: Option<crate::search::MatchMode>,
+    /// Why SQLite answered although the search index exists (it is rebuilding, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchEngine {
+    Index,
+    Sqlite,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,6 +151,9 @@ pub struct SearchHit {
     /// The best matching stretch of text, matched words between the highlight markers.
     #[serde(default)]
     pub snippet: Option<String>,
+    /// `{"io.mcp-mirror/server": server}`, as on listed resources.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 /// `catalog/changes`, and the params of `notifications/catalog/changed`.
@@ -320,6 +341,10 @@ pub struct DaemonStatus {
     /// The socket's bounds and what they turned away.
     #[serde(default)]
     pub socket_limits: SocketActivity,
+    /// The derived search index: `state` (`opening | ready | catching-up | rebuilding`
+    /// with `percent` | `failed`), the store `generation` it reflects, `documents`, `bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_index: Option<crate::search::IndexStatus>,
 }
 
 /// The socket's client and search bounds, with counts of what they refused since start.

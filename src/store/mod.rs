@@ -1,6 +1,7 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
 mod entries;
+mod index_source;
 mod queries;
 mod schema;
 mod views;
@@ -16,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
 pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
+pub use index_source::{FeedDiff, IndexSource};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 pub use views::SnapshotRow;
 
@@ -291,6 +293,7 @@ pub struct Store {
     reader_slots: Arc<Semaphore>,
     next_walk_id: Arc<AtomicU64>,
     changes: broadcast::Sender<CatalogChanged>,
+    catalog_version: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -313,9 +316,11 @@ impl Store {
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
         let writer_changes = changes.clone();
+        let catalog_version = Arc::new(AtomicU64::new(0));
+        let writer_version = catalog_version.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || writer::run(connection, receiver, writer_changes))
+            .spawn(move || writer::run(connection, receiver, writer_changes, writer_version))
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the writer thread: {error}"))
             })?;
@@ -328,12 +333,20 @@ impl Store {
             reader_slots: Arc::new(Semaphore::new(MAX_READERS)),
             next_walk_id: Arc::new(AtomicU64::new(1)),
             changes,
+            catalog_version,
         })
     }
 
     /// Events after every commit that changed the catalog, from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<CatalogChanged> {
         self.changes.subscribe()
+    }
+
+    /// Counts the commits that changed what a search may find (swaps that changed something,
+    /// server records); bumped before the commit's caller hears back. In memory only: the
+    /// search index uses it to know whether it has seen everything a caller may have seen.
+    pub fn catalog_version(&self) -> u64 {
+        self.catalog_version.load(Ordering::Acquire)
     }
 
     pub fn path(&self) -> &Path {
@@ -571,6 +584,12 @@ impl Store {
     ) -> Result<ChangePage, StoreError> {
         self.read(move |connection| queries::changes_since(connection, since, limit))
             .await
+    }
+
+    /// The change feed position of the newest committed resource change a reader can see now:
+    /// the search index answers only once it reflects at least this.
+    pub async fn resource_generation(&self) -> Result<u64, StoreError> {
+        self.read(index_source::resource_generation).await
     }
 
     pub async fn latest_change_seq(&self) -> Result<i64, StoreError> {

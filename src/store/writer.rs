@@ -2,6 +2,8 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
@@ -108,6 +110,7 @@ pub fn run(
     mut connection: Connection,
     mut operations: mpsc::UnboundedReceiver<WriteOp>,
     changes: broadcast::Sender<CatalogChanged>,
+    catalog_version: Arc<AtomicU64>,
 ) {
     if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
         tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
@@ -123,6 +126,8 @@ pub fn run(
         match operation {
             WriteOp::SyncServers { sync, reply } => {
                 let outcome = sync_servers(&mut connection, &sync);
+                // Priorities may have changed which listing of a URI a search shows.
+                catalog_version.fetch_add(1, Ordering::Release);
                 if let Ok(dropped) = &outcome {
                     for event in dropped {
                         // Nobody listening is fine: the feed in the database has it all.
@@ -192,6 +197,7 @@ pub fn run(
                 // a while, and the snapshot is already committed (or the walk already failed).
                 let outcome = outcome.map(|(swap, latest_seq)| {
                     if swap.added + swap.removed + swap.changed > 0 {
+                        catalog_version.fetch_add(1, Ordering::Release);
                         // A broadcast never blocks: a slow subscriber lags, the writer goes on.
                         let _ = changes.send(CatalogChanged {
                             server: server.clone(),

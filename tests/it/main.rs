@@ -20,6 +20,7 @@ mod interop;
 mod live;
 mod liveness;
 mod search;
+mod search_index;
 mod secrets;
 mod service;
 mod sizes;

@@ -1,0 +1,360 @@
+//! Keeps the search index up to date with the store: repair at start, then each committed swap's diff, off the writer's path.
+//!
+//! The store writer announces every commit that changed the catalog (`Store::subscribe`, sent
+//! after the commit, never waiting for anyone). On each announcement, and every few seconds
+//! for priority changes that no swap announces, the keeper reads what the index missed from
+//! the change feed in one read transaction, looks up the current entries of the URIs named
+//! there, and applies them per server. The same pass is the repair at start: an index behind
+//! the database catches up the same way, and one that is missing, reset, ahead of the
+//! database or further behind than the feed reaches is rebuilt from every stored entry.
+//! Until the first pass ends the index is not `ready`, and `catalog/search` answers from
+//! SQLite's full-text index.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use super::{Phase, Repair, SearchIndex, ServerDiff};
+use crate::store::{CatalogChanged, FeedDiff, IndexSource, Store, StoreError};
+
+/// How often the keeper looks for priority changes when no swap happens.
+const QUIET_CHECK: Duration = Duration::from_secs(2);
+/// How long the keeper waits before trying again after a failed pass.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Index(#[from] super::SearchError),
+}
+
+/// Starts keeping `index` up to date with `store` until `stopping` says so.
+pub fn spawn(
+    index: Arc<SearchIndex>,
+    store: Store,
+    mut stopping: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let mut changes: broadcast::Receiver<CatalogChanged> = store.subscribe();
+    let database: PathBuf = store.path().to_path_buf();
+    tokio::spawn(async move {
+        let mut first = true;
+        loop {
+            let pass = {
+                let index = index.clone();
+                let database = database.clone();
+                // Read before the pass: whatever the pass sees is at least this new.
+                let version = store.catalog_version();
+                tokio::task::spawn_blocking(move || {
+                    keep_up(&index, &database, first).map(|()| index.mark_caught_up(version))
+                })
+                .await
+            };
+            let pause = match pass {
+                Ok(Ok(())) => {
+                    first = false;
+                    QUIET_CHECK
+                }
+                Ok(Err(KeepError::Index(super::SearchError::Cancelled))) => return,
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "the search index could not catch up; searches use SQLite meanwhile");
+                    index.set_phase(Phase::Failed);
+                    RETRY_AFTER_FAILURE
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the search index keeper panicked; searches use SQLite");
+                    index.set_phase(Phase::Failed);
+                    RETRY_AFTER_FAILURE
+                }
+            };
+            tokio::select! {
+                received = changes.recv() => {
+                    // A lagging receiver loses nothing: the next pass reads the feed.
+                    if let Err(broadcast::error::RecvError::Closed) = received {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep(pause) => {}
+                _ = stopping.changed() => return,
+            }
+            if *stopping.borrow() {
+                return;
+            }
+        }
+    })
+}
+
+/// One pass: brings the index to the database's current generation.
+pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), KeepError> {
+    let mut source = IndexSource::open(database)?;
+    let snapshot = source.snapshot()?;
+    let target = snapshot.generation()?;
+    let priorities = snapshot.priorities()?;
+    let mut repair = index.repair_needed(target);
+    // The same generation in another database (one replaced under the index) shows in the
+    // counts; checked once, at start.
+    if first {
+        if let Some(reason) = index.damage() {
+            repair = Repair::Rebuild { reason };
+        }
+    }
+    if first && repair == Repair::Nothing {
+        let stored = snapshot.entry_count()?;
+        let indexed = index.status().documents;
+        if stored != indexed {
+            repair = Repair::Rebuild {
+                reason: format!("the index holds {indexed} entries, the database {stored}"),
+            };
+        }
+    }
+    // A pass while serving keeps the index serving: it is behind by one swap at most, which
+    // is what a reader who asked a moment earlier would have seen.
+    let serving = index.is_ready();
+    let diffs = match &repair {
+        Repair::Nothing => None,
+        Repair::CatchUp { from } => match snapshot.changes_after(*from)? {
+            Some(diffs) => Some((*from, diffs)),
+            None => {
+                repair = Repair::Rebuild {
+                    reason: format!("the change feed no longer reaches back to generation {from}"),
+                };
+                None
+            }
+        },
+        Repair::Rebuild { .. } => None,
+    };
+    if priorities != index.priorities() && !matches!(repair, Repair::Rebuild { .. }) {
+        index.set_priorities(&priorities)?;
+    }
+    match (repair, diffs) {
+        (Repair::Rebuild { reason }, _) => {
+            tracing::info!(%reason, generation = target, "rebuilding the search index");
+            let started = std::time::Instant::now();
+            let total = snapshot.entry_count()?;
+            snapshot.with_entries(None, |entries| {
+                index.rebuild(&priorities, target, total, entries)
+            })??;
+            tracing::info!(
+                generation = target,
+                entries = total,
+                seconds = started.elapsed().as_secs_f64(),
+                "search index rebuilt"
+            );
+        }
+        (Repair::CatchUp { from }, Some((_, diffs))) => {
+            if !serving {
+                index.set_phase(Phase::CatchingUp);
+                tracing::info!(
+                    from,
+                    to = target,
+                    servers = diffs.len(),
+                    "the search index is catching up"
+                );
+            }
+            let count = diffs.len();
+            // Every server's diff but the last commits at the old generation: a crash between
+            // two of them leaves an index that still says it needs this catch-up.
+            for (position, (server, diff)) in diffs.into_iter().enumerate() {
+                let generation = if position + 1 == count { target } else { from };
+                match diff {
+                    FeedDiff::Everything => {
+                        snapshot.with_entries(Some(&server), |entries| {
+                            index.apply(ServerDiff {
+                                generation,
+                                server: server.clone(),
+                                replace: true,
+                                removed: Vec::new(),
+                                upserted: entries,
+                            })
+                        })??;
+                    }
+                    FeedDiff::Uris(uris) => {
+                        let mut removed = Vec::new();
+                        let mut upserted = Vec::new();
+                        for uri in uris {
+                            match snapshot.entry(&server, &uri)? {
+                                Some(entry) => upserted.push(entry),
+                                None => removed.push(uri),
+                            }
+                        }
+                        index.apply(ServerDiff {
+                            generation,
+                            server,
+                            replace: false,
+                            removed,
+                            upserted,
+                        })?;
+                    }
+                }
+            }
+            if count == 0 {
+                index.advance(target)?;
+            }
+        }
+        _ => {}
+    }
+    index.set_phase(Phase::Ready);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::SearchQuery;
+    use crate::store::{RemovedServers, ResourceRow, ServerEntry, ServerSync, Store, WalkReport};
+
+    fn row(uri: &str, name: &str, description: &str) -> ResourceRow {
+        let raw =
+            format!("{{\"uri\":\"{uri}\",\"name\":\"{name}\",\"description\":\"{description}\"}}");
+        ResourceRow {
+            uri: uri.into(),
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            mime_type: Some("text/plain".into()),
+            size: None,
+            annotations: None,
+            icons: None,
+            meta: None,
+            hash: crate::entry::content_hash(raw.as_bytes()),
+            oversized: false,
+            raw,
+        }
+    }
+
+    fn sync(configured: Vec<ServerEntry>) -> ServerSync {
+        ServerSync {
+            configured,
+            untouched: Vec::new(),
+            removed: RemovedServers::Drop,
+        }
+    }
+
+    async fn walk(store: &Store, server: &str, rows: Vec<ResourceRow>) {
+        let walk = store.begin_walk(server);
+        walk.add_resources(rows).await.expect("stage");
+        walk.commit(WalkReport::default()).await.expect("commit");
+    }
+
+    fn found(index: &SearchIndex, text: &str) -> Vec<(String, String)> {
+        let mut query = SearchQuery::new(text, 5000);
+        query.time_limit = Duration::from_secs(30);
+        let mut hits: Vec<(String, String)> = index
+            .search(&query)
+            .expect("search")
+            .hits
+            .into_iter()
+            .map(|hit| (hit.server, hit.uri))
+            .collect();
+        hits.sort();
+        hits
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_feed_brings_the_index_up_to_date() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let database = directory.path().join("catalog.db");
+        let store = Store::open(&database).expect("store");
+        let servers = |docs: i64| {
+            vec![
+                ServerEntry {
+                    name: "docs".into(),
+                    priority: docs,
+                    transport: crate::protocol::TransportKind::Stdio,
+                    read_cache_bytes: None,
+                },
+                ServerEntry {
+                    name: "wiki".into(),
+                    priority: 50,
+                    transport: crate::protocol::TransportKind::Stdio,
+                    read_cache_bytes: None,
+                },
+            ]
+        };
+        store
+            .apply_servers(sync(servers(10)))
+            .await
+            .expect("servers");
+        walk(
+            &store,
+            "docs",
+            (0..50)
+                .map(|i| row(&format!("x://{i}"), &format!("doc{i}"), "alpha from docs"))
+                .collect(),
+        )
+        .await;
+        walk(
+            &store,
+            "wiki",
+            (40..60)
+                .map(|i| row(&format!("x://{i}"), &format!("wiki{i}"), "alpha from wiki"))
+                .collect(),
+        )
+        .await;
+
+        let (index, _) =
+            SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+        keep_up(&index, &database, true).expect("rebuild");
+        assert!(index.is_ready());
+        let generation = store.latest_change_seq().await.expect("seq") as u64;
+        assert_eq!(index.generation(), Some(generation));
+        assert_eq!(found(&index, "alpha").len(), 60);
+        assert_eq!(
+            found(&index, "wiki").len(),
+            10,
+            "x://50..60 only: docs wins 40..50"
+        );
+
+        // A small swap: a catch-up from the feed, one URI at a time.
+        walk(
+            &store,
+            "docs",
+            (0..45)
+                .map(|i| {
+                    row(
+                        &format!("x://{i}"),
+                        &format!("doc{i}"),
+                        if i == 0 { "beta" } else { "alpha from docs" },
+                    )
+                })
+                .collect(),
+        )
+        .await;
+        keep_up(&index, &database, false).expect("catch up");
+        assert_eq!(found(&index, "beta"), vec![("docs".into(), "x://0".into())]);
+        assert_eq!(
+            found(&index, "wiki").len(),
+            15,
+            "x://45..50 went over to wiki"
+        );
+        // Priorities change with no swap: wiki wins the URIs it shares with docs.
+        store
+            .apply_servers(sync(servers(90)))
+            .await
+            .expect("servers");
+        keep_up(&index, &database, false).expect("catch up");
+        assert_eq!(found(&index, "wiki").len(), 20, "x://40..45 now from wiki");
+        // A swap with more changes than the feed records one by one: the server is re-read.
+        walk(
+            &store,
+            "wiki",
+            (0..1500)
+                .map(|i| row(&format!("y://{i}"), &format!("wiki{i}"), "gamma"))
+                .collect(),
+        )
+        .await;
+        keep_up(&index, &database, false).expect("catch up");
+        assert_eq!(found(&index, "gamma").len(), 1500);
+        assert_eq!(found(&index, "wiki").len(), 1500);
+        assert_eq!(found(&index, "alpha").len(), 44, "x://0 says beta");
+        assert_eq!(
+            index.generation(),
+            Some(store.latest_change_seq().await.expect("seq") as u64)
+        );
+        store.close().await;
+    }
+}

@@ -1,0 +1,742 @@
+//! Turns what a person typed into index queries (AND, then typo-tolerant AND, then OR) and builds the page.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tantivy::collector::TopDocs;
+use tantivy::query::{
+    BooleanQuery, EnableScoring, Explanation, FuzzyTermQuery, Occur, Query, RegexQuery, Scorer,
+    TermQuery, Weight,
+};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, TantivyDocument, Term};
+
+use super::schema::{analyzer, words_with_spans, Fields};
+use super::SearchError;
+
+/// The longest highlight marker a caller may choose.
+pub const MAX_MARKER_BYTES: usize = 32;
+/// The most words of a typed query that take part in a search.
+const MAX_QUERY_WORDS: usize = 32;
+/// The most words a prefix or a typo expands to, each scored as a term of its own; a prefix
+/// with more becomes one match-only clause.
+const MAX_EXPANSIONS: usize = 64;
+/// The most combinations of expanded words searched one by one as pure intersections (which
+/// rank the top k without scoring every match).
+const MAX_COMBINATIONS: usize = 16;
+/// Below this many candidate documents one plain query that scores them all is cheaper.
+const FEW_CANDIDATES: u64 = 20_000;
+/// The most exact name or URI matches put first.
+const MAX_EXACT: usize = 100;
+/// Words this long or longer tolerate one typo when the exact words find nothing.
+const TYPO_MIN_CHARS: usize = 5;
+/// Words in a snippet.
+const SNIPPET_WORDS: usize = 12;
+/// How many documents pass between two looks at the clock.
+const DEADLINE_CHECK_EVERY: u32 = 1024;
+
+/// A search as the caller asks it.
+#[derive(Debug, Clone)]
+pub struct SearchQuery {
+    pub text: String,
+    pub server: Option<String>,
+    pub mime_type: Option<String>,
+    pub kind: Option<String>,
+    pub limit: usize,
+    /// How many ranked hits to skip: the position a cursor encodes.
+    pub offset: usize,
+    /// Put around matched words in snippets; at most `MAX_MARKER_BYTES` each.
+    pub highlight: (String, String),
+    /// The search gives up after this long, waiting for a slot included.
+    pub time_limit: Duration,
+}
+
+impl SearchQuery {
+    pub fn new(text: impl Into<String>, limit: usize) -> SearchQuery {
+        SearchQuery {
+            text: text.into(),
+            server: None,
+            mime_type: None,
+            kind: None,
+            limit,
+            offset: 0,
+            highlight: ("\u{ab}".into(), "\u{bb}".into()),
+            time_limit: Duration::from_secs(2),
+        }
+    }
+}
+
+/// How the hits matched the words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MatchMode {
+    /// Every word (the last one as a prefix).
+    All,
+    /// Every word, some of five letters or more with one typo.
+    Typo,
+    /// No entry has every word; these have some of them.
+    Any,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hit {
+    pub server: String,
+    pub uri: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub kind: String,
+    pub score: f32,
+    /// The query equals the entry's name or URI.
+    pub exact: bool,
+    pub snippet: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page {
+    pub hits: Vec<Hit>,
+    /// The offset of the next page, when there is one.
+    pub next_offset: Option<usize>,
+    pub mode: MatchMode,
+    /// The store generation the index answered from.
+    pub generation: u64,
+}
+
+/// What one typed word may match.
+#[derive(Debug, Clone)]
+enum Clause {
+    /// Any of these index words (with their document counts).
+    Terms(Vec<(String, u64)>),
+    /// Any index word starting with this, when there are too many to list.
+    Prefix(String),
+}
+
+impl Clause {
+    fn is_empty(&self) -> bool {
+        matches!(self, Clause::Terms(terms) if terms.is_empty())
+    }
+
+    /// An upper bound of the documents the clause matches.
+    fn documents(&self) -> u64 {
+        match self {
+            Clause::Terms(terms) => terms.iter().map(|(_, count)| count).sum(),
+            Clause::Prefix(_) => u64::MAX,
+        }
+    }
+}
+
+/// Which words of a document a snippet marks.
+#[derive(Default)]
+struct Matcher {
+    words: HashSet<String>,
+    prefixes: Vec<String>,
+}
+
+impl Matcher {
+    fn add(&mut self, clause: &Clause) {
+        match clause {
+            Clause::Terms(terms) => self
+                .words
+                .extend(terms.iter().map(|(term, _)| term.clone())),
+            Clause::Prefix(prefix) => self.prefixes.push(prefix.clone()),
+        }
+    }
+
+    fn matches(&self, word: &str) -> bool {
+        self.words.contains(word)
+            || self
+                .prefixes
+                .iter()
+                .any(|prefix| word.starts_with(prefix.as_str()))
+    }
+}
+
+pub fn run(
+    searcher: &Searcher,
+    fields: &Fields,
+    query: &SearchQuery,
+    deadline: Instant,
+    generation: u64,
+) -> Result<Page, SearchError> {
+    for marker in [&query.highlight.0, &query.highlight.1] {
+        if marker.len() > MAX_MARKER_BYTES {
+            return Err(SearchError::InvalidQuery(format!(
+                "a highlight marker is at most {MAX_MARKER_BYTES} bytes"
+            )));
+        }
+    }
+    let mut words: Vec<String> = words_with_spans(&mut analyzer(), &query.text)
+        .into_iter()
+        .map(|(word, _, _)| word)
+        .take(MAX_QUERY_WORDS)
+        .collect();
+    let empty = Page {
+        hits: Vec::new(),
+        next_offset: None,
+        mode: MatchMode::All,
+        generation,
+    };
+    let Some(last) = words.pop() else {
+        return Ok(empty);
+    };
+    let mut seen = HashSet::new();
+    words.retain(|word| seen.insert(word.clone()));
+
+    let mut filters = Vec::new();
+    match &query.server {
+        Some(server) => filters.push(Term::from_field_text(fields.server, server)),
+        // The merged catalog: one listing per URI, the winner's.
+        None => filters.push(fields.flag_term(fields.wins)),
+    }
+    if let Some(mime_type) = &query.mime_type {
+        filters.push(Term::from_field_text(fields.mime_type, mime_type));
+    }
+    if let Some(kind) = &query.kind {
+        filters.push(Term::from_field_text(fields.kind, kind));
+    }
+    let search = Search {
+        searcher,
+        fields,
+        filters,
+        deadline,
+        expired: Arc::new(AtomicBool::new(false)),
+        time_limit: query.time_limit,
+    };
+
+    let exact = search.exact(query.text.trim())?;
+    let wanted = query.offset + query.limit + 1 + exact.len();
+
+    // 1. Every word; the last one as a prefix.
+    let mut clauses: Vec<Clause> = words
+        .iter()
+        .map(|word| search.word(word))
+        .collect::<Result<_, _>>()?;
+    clauses.push(search.prefix(&last)?);
+    let mut mode = MatchMode::All;
+    let mut ranked = if clauses.iter().any(Clause::is_empty) {
+        Vec::new()
+    } else {
+        search.conjunction(&clauses, wanted)?
+    };
+    // 2. Every word, long words with one typo.
+    if ranked.is_empty() && exact.is_empty() {
+        let mut tolerant: Vec<Clause> = words
+            .iter()
+            .zip(&clauses)
+            .map(|(word, clause)| search.with_typos(word, clause, false))
+            .collect::<Result<_, _>>()?;
+        let last_clause = clauses.last().cloned().unwrap_or(Clause::Terms(Vec::new()));
+        tolerant.push(search.with_typos(&last, &last_clause, true)?);
+        let typos_found = tolerant
+            .iter()
+            .zip(&clauses)
+            .any(|(tolerant, exact)| tolerant.documents() != exact.documents());
+        if typos_found {
+            clauses = tolerant;
+            if !clauses.iter().any(Clause::is_empty) {
+                ranked = search.conjunction(&clauses, wanted)?;
+                mode = MatchMode::Typo;
+            }
+        }
+    }
+    // 3. Any word.
+    if ranked.is_empty() && exact.is_empty() && clauses.len() > 1 {
+        let mut scores: HashMap<DocAddress, Score> = HashMap::new();
+        for clause in clauses.iter().filter(|clause| !clause.is_empty()) {
+            for (score, address) in search.conjunction(std::slice::from_ref(clause), wanted)? {
+                *scores.entry(address).or_default() += score;
+            }
+        }
+        ranked = sorted(
+            scores
+                .into_iter()
+                .map(|(address, score)| (score, address))
+                .collect(),
+        );
+        // "Any word" only says something when it found something.
+        if !ranked.is_empty() {
+            mode = MatchMode::Any;
+        }
+    }
+    if search.expired.load(Ordering::Relaxed) {
+        return Err(SearchError::TimedOut(query.time_limit));
+    }
+
+    let top_score = ranked.first().map(|(score, _)| *score).unwrap_or(0.0);
+    let exact_set: HashSet<DocAddress> = exact.iter().copied().collect();
+    let ordered: Vec<(Score, DocAddress, bool)> = exact
+        .iter()
+        .map(|address| (top_score + 1.0, *address, true))
+        .chain(
+            ranked
+                .into_iter()
+                .filter(|(_, address)| !exact_set.contains(address))
+                .map(|(score, address)| (score, address, false)),
+        )
+        .collect();
+    let end = query.offset + query.limit;
+    let next_offset = (ordered.len() > end).then_some(end);
+    let mut matcher = Matcher::default();
+    for clause in &clauses {
+        matcher.add(clause);
+    }
+    let mut hits = Vec::new();
+    for (score, address, exact) in ordered.into_iter().skip(query.offset).take(query.limit) {
+        let document: TantivyDocument = searcher.doc(address)?;
+        let (entry, _) = fields.entry(&document);
+        let mut hit = Hit {
+            server: entry.server,
+            uri: entry.uri,
+            name: entry.name,
+            title: entry.title,
+            description: entry.description,
+            mime_type: entry.mime_type,
+            kind: entry.kind,
+            score,
+            exact,
+            snippet: None,
+        };
+        hit.snippet = snippet(&hit, &matcher, &query.highlight);
+        hits.push(hit);
+    }
+    Ok(Page {
+        hits,
+        next_offset,
+        mode,
+        generation,
+    })
+}
+
+fn sorted(mut hits: Vec<(Score, DocAddress)>) -> Vec<(Score, DocAddress)> {
+    hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    hits
+}
+
+struct Search<'a> {
+    searcher: &'a Searcher,
+    fields: &'a Fields,
+    filters: Vec<Term>,
+    deadline: Instant,
+    expired: Arc<AtomicBool>,
+    time_limit: Duration,
+}
+
+impl Search<'_> {
+    fn check_time(&self) -> Result<(), SearchError> {
+        if self.expired.load(Ordering::Relaxed) || Instant::now() >= self.deadline {
+            return Err(SearchError::TimedOut(self.time_limit));
+        }
+        Ok(())
+    }
+
+    fn term(&self, word: &str) -> Term {
+        Term::from_field_text(self.fields.all, word)
+    }
+
+    fn word(&self, word: &str) -> Result<Clause, SearchError> {
+        let count = self.searcher.doc_freq(&self.term(word))?;
+        Ok(Clause::Terms(if count > 0 {
+            vec![(word.to_string(), count)]
+        } else {
+            Vec::new()
+        }))
+    }
+
+    /// Every index word starting with `prefix`, or `Clause::Prefix` when there are too many.
+    fn prefix(&self, prefix: &str) -> Result<Clause, SearchError> {
+        let mut terms: BTreeMap<String, u64> = BTreeMap::new();
+        for segment in self.searcher.segment_readers() {
+            let inverted = segment.inverted_index(self.fields.all)?;
+            let mut stream = inverted
+                .terms()
+                .range()
+                .ge(prefix.as_bytes())
+                .into_stream()
+                .map_err(tantivy::TantivyError::from)?;
+            while stream.advance() {
+                let key = stream.key();
+                if !key.starts_with(prefix.as_bytes()) {
+                    break;
+                }
+                let term = String::from_utf8_lossy(key).into_owned();
+                *terms.entry(term).or_default() += u64::from(stream.value().doc_freq);
+                if terms.len() > MAX_EXPANSIONS {
+                    return Ok(Clause::Prefix(prefix.to_string()));
+                }
+            }
+        }
+        Ok(Clause::Terms(terms.into_iter().collect()))
+    }
+
+    /// `clause` widened by the index words one edit away from `word` (or, for the last word,
+    /// starting one edit away from it), when `word` is long enough to tolerate a typo.
+    fn with_typos(&self, word: &str, clause: &Clause, prefix: bool) -> Result<Clause, SearchError> {
+        let Clause::Terms(exact) = clause else {
+            return Ok(clause.clone());
+        };
+        if word.chars().count() < TYPO_MIN_CHARS {
+            return Ok(clause.clone());
+        }
+        let mut terms: BTreeMap<String, u64> = exact.iter().cloned().collect();
+        let term = self.term(word);
+        let fuzzy = if prefix {
+            FuzzyTermQuery::new_prefix(term, 1, true)
+        } else {
+            FuzzyTermQuery::new(term, 1, true)
+        };
+        for segment in self.searcher.segment_readers() {
+            let inverted = segment.inverted_index(self.fields.all)?;
+            let mut stream = inverted
+                .terms()
+                .search(fuzzy.automaton()?)
+                .into_stream()
+                .map_err(tantivy::TantivyError::from)?;
+            while stream.advance() {
+                let term = String::from_utf8_lossy(stream.key()).into_owned();
+                *terms.entry(term).or_default() += u64::from(stream.value().doc_freq);
+            }
+        }
+        // Keep the commonest when a prefix with a typo opens up too many words.
+        let mut terms: Vec<(String, u64)> = terms.into_iter().collect();
+        if terms.len() > MAX_EXPANSIONS {
+            terms.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            terms.truncate(MAX_EXPANSIONS);
+        }
+        Ok(Clause::Terms(terms))
+    }
+
+    fn filter_queries(&self) -> Vec<(Occur, Box<dyn Query>)> {
+        self.filters
+            .iter()
+            .map(|term| {
+                (
+                    Occur::Must,
+                    Box::new(TermQuery::new(term.clone(), IndexRecordOption::WithFreqs))
+                        as Box<dyn Query>,
+                )
+            })
+            .collect()
+    }
+
+    /// Entries whose name (any case) or URI is exactly `text`, in index order.
+    fn exact(&self, text: &str) -> Result<Vec<DocAddress>, SearchError> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let either = BooleanQuery::new(vec![
+            (
+                Occur::Should,
+                Box::new(TermQuery::new(
+                    self.fields.name_term(text),
+                    IndexRecordOption::Basic,
+                )) as Box<dyn Query>,
+            ),
+            (
+                Occur::Should,
+                Box::new(TermQuery::new(
+                    self.fields.uri_term(text),
+                    IndexRecordOption::Basic,
+                )),
+            ),
+        ]);
+        let mut clauses = self.filter_queries();
+        clauses.push((Occur::Must, Box::new(either)));
+        let found = self.searcher.search(
+            &BooleanQuery::new(clauses),
+            &TopDocs::with_limit(MAX_EXACT).order_by_score(),
+        )?;
+        let mut addresses: Vec<DocAddress> =
+            found.into_iter().map(|(_, address)| address).collect();
+        addresses.sort();
+        Ok(addresses)
+    }
+
+    /// The top `wanted` documents matching every clause and every filter, best first.
+    ///
+    /// A query whose clauses are single words is one intersection of terms, which tantivy
+    /// ranks with block-max pruning. A clause of several words (a prefix, a typo) breaks that;
+    /// when the candidates are many and the combinations few, each combination runs as its
+    /// own pure intersection and a document keeps its best score; otherwise one query scores
+    /// every candidate.
+    fn conjunction(
+        &self,
+        clauses: &[Clause],
+        wanted: usize,
+    ) -> Result<Vec<(Score, DocAddress)>, SearchError> {
+        self.check_time()?;
+        let single = |clause: &Clause| matches!(clause, Clause::Terms(terms) if terms.len() == 1);
+        let combinations = clauses
+            .iter()
+            .try_fold(1usize, |product, clause| match clause {
+                Clause::Terms(terms) => product.checked_mul(terms.len()),
+                Clause::Prefix(_) => None,
+            });
+        let candidates = clauses.iter().map(Clause::documents).min().unwrap_or(0);
+        let split = !clauses.iter().all(single)
+            && candidates > FEW_CANDIDATES
+            && combinations.is_some_and(|count| count <= MAX_COMBINATIONS);
+        if !split {
+            let mut parts = self.filter_queries();
+            for clause in clauses {
+                parts.push((Occur::Must, self.clause_query(clause)?));
+            }
+            let pruned = clauses.iter().all(single);
+            return self.top(Box::new(BooleanQuery::new(parts)), pruned, wanted);
+        }
+        let mut best: HashMap<DocAddress, Score> = HashMap::new();
+        let mut combination: Vec<usize> = vec![0; clauses.len()];
+        loop {
+            let mut parts = self.filter_queries();
+            for (clause, choice) in clauses.iter().zip(&combination) {
+                if let Clause::Terms(terms) = clause {
+                    parts.push((
+                        Occur::Must,
+                        Box::new(TermQuery::new(
+                            self.term(&terms[*choice].0),
+                            IndexRecordOption::WithFreqs,
+                        )),
+                    ));
+                }
+            }
+            for (score, address) in self.top(Box::new(BooleanQuery::new(parts)), true, wanted)? {
+                let kept = best.entry(address).or_insert(score);
+                *kept = kept.max(score);
+            }
+            // The next combination, like an odometer.
+            let mut position = 0;
+            loop {
+                let Some(Clause::Terms(terms)) = clauses.get(position) else {
+                    let mut all: Vec<(Score, DocAddress)> = best
+                        .into_iter()
+                        .map(|(address, score)| (score, address))
+                        .collect();
+                    all = sorted(all);
+                    all.truncate(wanted);
+                    return Ok(all);
+                };
+                combination[position] += 1;
+                if combination[position] < terms.len() {
+                    break;
+                }
+                combination[position] = 0;
+                position += 1;
+            }
+        }
+    }
+
+    fn clause_query(&self, clause: &Clause) -> Result<Box<dyn Query>, SearchError> {
+        Ok(match clause {
+            Clause::Terms(terms) if terms.len() == 1 => Box::new(TermQuery::new(
+                self.term(&terms[0].0),
+                IndexRecordOption::WithFreqs,
+            )),
+            Clause::Terms(terms) => Box::new(BooleanQuery::new(
+                terms
+                    .iter()
+                    .map(|(term, _)| {
+                        (
+                            Occur::Should,
+                            Box::new(TermQuery::new(
+                                self.term(term),
+                                IndexRecordOption::WithFreqs,
+                            )) as Box<dyn Query>,
+                        )
+                    })
+                    .collect(),
+            )),
+            // Analyzed words are letters and digits only, nothing a regex treats specially;
+            // anything else is escaped all the same.
+            Clause::Prefix(prefix) => {
+                let escaped: String = prefix
+                    .chars()
+                    .flat_map(|c| {
+                        let escape = (!c.is_alphanumeric()).then_some('\\');
+                        escape.into_iter().chain(std::iter::once(c))
+                    })
+                    .collect();
+                Box::new(RegexQuery::from_pattern(
+                    &format!("{escaped}.*"),
+                    self.fields.all,
+                )?)
+            }
+        })
+    }
+
+    fn top(
+        &self,
+        query: Box<dyn Query>,
+        pruned: bool,
+        wanted: usize,
+    ) -> Result<Vec<(Score, DocAddress)>, SearchError> {
+        self.check_time()?;
+        let limited = DeadlineQuery {
+            inner: query,
+            pruned,
+            deadline: self.deadline,
+            expired: self.expired.clone(),
+        };
+        let found = self.searcher.search(
+            &limited,
+            &TopDocs::with_limit(wanted.max(1)).order_by_score(),
+        )?;
+        if self.expired.load(Ordering::Relaxed) {
+            return Err(SearchError::TimedOut(self.time_limit));
+        }
+        Ok(sorted(found))
+    }
+}
+
+/// A query that stops when its deadline passes, noting so in `expired`.
+#[derive(Debug)]
+struct DeadlineQuery {
+    inner: Box<dyn Query>,
+    /// An intersection or union of single terms, which tantivy ranks with block-max pruning.
+    pruned: bool,
+    deadline: Instant,
+    expired: Arc<AtomicBool>,
+}
+
+impl Clone for DeadlineQuery {
+    fn clone(&self) -> DeadlineQuery {
+        DeadlineQuery {
+            inner: self.inner.box_clone(),
+            pruned: self.pruned,
+            deadline: self.deadline,
+            expired: self.expired.clone(),
+        }
+    }
+}
+
+impl Query for DeadlineQuery {
+    fn weight(&self, enable_scoring: EnableScoring<'_>) -> tantivy::Result<Box<dyn Weight>> {
+        Ok(Box::new(DeadlineWeight {
+            inner: self.inner.weight(enable_scoring)?,
+            pruned: self.pruned,
+            deadline: self.deadline,
+            expired: self.expired.clone(),
+        }))
+    }
+}
+
+struct DeadlineWeight {
+    inner: Box<dyn Weight>,
+    pruned: bool,
+    deadline: Instant,
+    expired: Arc<AtomicBool>,
+}
+
+impl DeadlineWeight {
+    fn passed(&self, calls: &mut u32) -> bool {
+        *calls += 1;
+        if *calls % DEADLINE_CHECK_EVERY == 0 && Instant::now() >= self.deadline {
+            self.expired.store(true, Ordering::Relaxed);
+        }
+        self.expired.load(Ordering::Relaxed)
+    }
+}
+
+impl Weight for DeadlineWeight {
+    fn scorer(&self, reader: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
+        self.inner.scorer(reader, boost)
+    }
+
+    fn explain(&self, reader: &SegmentReader, doc: DocId) -> tantivy::Result<Explanation> {
+        self.inner.explain(reader, doc)
+    }
+
+    /// A pruned query (block-max WAND) passes every candidate that may enter the top k
+    /// through the callback; past the deadline the callback raises the bar beyond any score,
+    /// which ends the pruned loops at once.
+    fn for_each_pruning(
+        &self,
+        threshold: Score,
+        reader: &SegmentReader,
+        callback: &mut dyn FnMut(DocId, Score) -> Score,
+    ) -> tantivy::Result<()> {
+        if self.expired.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut calls = 0u32;
+        if self.pruned {
+            return self
+                .inner
+                .for_each_pruning(threshold, reader, &mut |doc, score| {
+                    if self.passed(&mut calls) {
+                        return Score::MAX;
+                    }
+                    callback(doc, score)
+                });
+        }
+        // A query that scores every match calls back only for the few that enter the top k,
+        // so its scorer is driven here, where every document passes the clock.
+        let mut scorer = self.inner.scorer(reader, 1.0)?;
+        let mut threshold = threshold;
+        let mut doc = scorer.doc();
+        while doc != tantivy::TERMINATED {
+            if self.passed(&mut calls) {
+                return Ok(());
+            }
+            let score = scorer.score();
+            if score > threshold {
+                threshold = callback(doc, score);
+            }
+            doc = scorer.advance();
+        }
+        Ok(())
+    }
+}
+
+/// The first of title, description, name and URI that holds a matched word, cut to a window
+/// of `SNIPPET_WORDS` words from just before the first match, matches between the markers.
+fn snippet(hit: &Hit, matcher: &Matcher, highlight: &(String, String)) -> Option<String> {
+    let mut analyzer = analyzer();
+    let fields = [
+        hit.title.as_deref(),
+        hit.description.as_deref(),
+        Some(hit.name.as_str()),
+        Some(hit.uri.as_str()),
+    ];
+    for text in fields.into_iter().flatten() {
+        let words = words_with_spans(&mut analyzer, text);
+        let Some(first) = words.iter().position(|(word, _, _)| matcher.matches(word)) else {
+            continue;
+        };
+        let from = first.saturating_sub(2);
+        let to = (from + SNIPPET_WORDS).min(words.len());
+        let mut snippet = String::new();
+        if from > 0 {
+            snippet.push('\u{2026}');
+        }
+        // Neighbouring matches share one pair of markers.
+        let mut cursor = words[from].1;
+        let mut open = false;
+        for (word, start, end) in &words[from..to] {
+            let matched = matcher.matches(word);
+            if open && !matched {
+                snippet.push_str(&highlight.1);
+                open = false;
+            }
+            snippet.push_str(&text[cursor..*start]);
+            if matched && !open {
+                snippet.push_str(&highlight.0);
+                open = true;
+            }
+            snippet.push_str(&text[*start..*end]);
+            cursor = *end;
+        }
+        if open {
+            snippet.push_str(&highlight.1);
+        }
+        if to < words.len() {
+            snippet.push('\u{2026}');
+        } else {
+            snippet.push_str(&text[cursor..]);
+        }
+        return Some(snippet);
+    }
+    None
+}

@@ -1,0 +1,578 @@
+//! Unit tests of the search index: query semantics, the merged view, and repair after faults.
+
+use super::*;
+
+fn entry(server: &str, uri: &str, name: &str, title: &str, description: &str) -> Entry {
+    Entry {
+        server: server.into(),
+        uri: uri.into(),
+        name: name.into(),
+        title: (!title.is_empty()).then(|| title.into()),
+        description: (!description.is_empty()).then(|| description.into()),
+        mime_type: Some("text/plain".into()),
+        kind: "resource".into(),
+    }
+}
+
+fn priorities(servers: &[(&str, i64)]) -> Priorities {
+    servers
+        .iter()
+        .map(|(name, priority)| (name.to_string(), *priority))
+        .collect()
+}
+
+fn open(directory: &Path) -> (SearchIndex, Opened) {
+    SearchIndex::open(directory, 4).expect("open")
+}
+
+fn load(index: &SearchIndex, generation: u64, server: &str, entries: Vec<Entry>) {
+    index
+        .apply(ServerDiff {
+            generation,
+            server: server.into(),
+            replace: true,
+            removed: Vec::new(),
+            upserted: entries,
+        })
+        .expect("apply");
+}
+
+fn uris(index: &SearchIndex, query: SearchQuery) -> Vec<String> {
+    index
+        .search(&query)
+        .expect("search")
+        .hits
+        .into_iter()
+        .map(|hit| hit.uri)
+        .collect()
+}
+
+fn find(index: &SearchIndex, text: &str) -> Vec<String> {
+    uris(index, SearchQuery::new(text, 50))
+}
+
+/// A small catalog of one server.
+fn catalog(directory: &Path) -> SearchIndex {
+    let (index, opened) = open(directory);
+    assert_eq!(opened, Opened::Created);
+    index
+        .set_priorities(&priorities(&[("docs", 10)]))
+        .expect("priorities");
+    load(
+        &index,
+        1,
+        "docs",
+        vec![
+            entry(
+                "docs",
+                "file:///guide/readme.md",
+                "readme",
+                "Read me first",
+                "How to start",
+            ),
+            entry(
+                "docs",
+                "file:///api/errors.md",
+                "errors",
+                "Error codes",
+                "Every (odd) error: -32602 and NEAR misses",
+            ),
+            entry(
+                "docs",
+                "file:///caf\u{e9}/men\u{fc}.txt",
+                "men\u{fc}",
+                "Caf\u{e9} men\u{fc}",
+                "Gr\u{fc}\u{df}e aus K\u{f6}ln",
+            ),
+            entry(
+                "docs",
+                "file:///notes/start.md",
+                "notes",
+                "Notes",
+                "Mentions readme in passing",
+            ),
+            entry(
+                "docs",
+                "file:///deep/document.md",
+                "deep",
+                "Deep dive",
+                "A long document about errors and readme files",
+            ),
+        ],
+    );
+    index
+}
+
+#[test]
+fn words_all_match_and_the_last_is_a_prefix() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let index = catalog(&directory.path().join("catalog.search"));
+    assert_eq!(find(&index, "error codes"), vec!["file:///api/errors.md"]);
+    assert_eq!(find(&index, "rea"), find(&index, "readme"));
+    assert_eq!(find(&index, "readme").len(), 3);
+    // Both words must match: only the deep dive has "long" and a word starting with "read".
+    assert_eq!(find(&index, "long read"), vec!["file:///deep/document.md"]);
+    assert_eq!(
+        find(&index, "cafe"),
+        vec!["file:///caf\u{e9}/men\u{fc}.txt"]
+    );
+    assert_eq!(
+        find(&index, "K\u{f6}ln"),
+        vec!["file:///caf\u{e9}/men\u{fc}.txt"]
+    );
+    assert_eq!(find(&index, "-32602"), vec!["file:///api/errors.md"]);
+    let page = index
+        .search(&SearchQuery::new("error codes", 10))
+        .expect("search");
+    assert_eq!(page.mode, MatchMode::All);
+    assert_eq!(page.generation, 1);
+}
+
+#[test]
+fn exact_names_and_uris_rank_first_and_names_outrank_descriptions() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let index = catalog(&directory.path().join("catalog.search"));
+    let found = find(&index, "readme");
+    assert_eq!(found[0], "file:///guide/readme.md");
+    let page = index
+        .search(&SearchQuery::new("README", 10))
+        .expect("search");
+    assert!(page.hits[0].exact);
+    let found = find(&index, "file:///deep/document.md");
+    assert_eq!(
+        found.first().map(String::as_str),
+        Some("file:///deep/document.md")
+    );
+    // "errors" is the name of one entry and in the description of another.
+    assert_eq!(find(&index, "errors")[0], "file:///api/errors.md");
+}
+
+#[test]
+fn nothing_for_all_words_falls_back_to_typos_then_to_any_word() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let index = catalog(&directory.path().join("catalog.search"));
+    let page = index
+        .search(&SearchQuery::new("erorrs", 10))
+        .expect("search");
+    assert_eq!(page.mode, MatchMode::Typo);
+    assert!(page
+        .hits
+        .iter()
+        .any(|hit| hit.uri == "file:///api/errors.md"));
+    // Short words get no typo tolerance.
+    let page = index.search(&SearchQuery::new("nots", 10)).expect("search");
+    assert!(page.hits.is_empty(), "{page:?}");
+    let page = index
+        .search(&SearchQuery::new("readme zebra", 10))
+        .expect("search");
+    assert_eq!(page.mode, MatchMode::Any);
+    assert_eq!(page.hits.len(), 3);
+    let page = index
+        .search(&SearchQuery::new("zebra", 10))
+        .expect("search");
+    assert!(page.hits.is_empty());
+    assert_eq!(page.mode, MatchMode::All);
+}
+
+#[test]
+fn hostile_text_is_plain_words() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let index = catalog(&directory.path().join("catalog.search"));
+    let long = "readme ".repeat(10_000);
+    for query in [
+        "\"",
+        "'",
+        "-",
+        "-readme",
+        "title:readme",
+        "*",
+        "read*",
+        "(readme",
+        "NEAR(readme errors)",
+        "readme AND",
+        "^readme",
+        "{uri}: x",
+        "",
+        "   ",
+        long.as_str(),
+        "\u{1f600}",
+        "\0",
+        "a\"b\"c",
+        ".*",
+        "\\",
+        "[",
+        "$^",
+        "x{2}",
+    ] {
+        if let Err(error) = index.search(&SearchQuery::new(query, 10)) {
+            panic!("{query:?} failed: {error}");
+        }
+    }
+    assert_eq!(find(&index, "(odd"), vec!["file:///api/errors.md"]);
+    assert_eq!(find(&index, "NEAR"), vec!["file:///api/errors.md"]);
+    // "title" is no word of the catalog, so this finds entries with any of the words.
+    let page = index
+        .search(&SearchQuery::new("title:readme", 10))
+        .expect("search");
+    assert_eq!((page.mode, page.hits.len()), (MatchMode::Any, 3));
+    assert_eq!(find(&index, "read*").len(), 3);
+}
+
+#[test]
+fn snippets_mark_matches_with_bounded_markers_and_cursors_page() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let index = catalog(&directory.path().join("catalog.search"));
+    let mut query = SearchQuery::new("error", 10);
+    query.highlight = ("<".into(), ">".into());
+    let page = index.search(&query).expect("search");
+    let snippet = page.hits[0].snippet.clone().expect("a snippet");
+    assert!(snippet.contains("<Error>"), "{snippet}");
+    query.highlight = ("x".repeat(MAX_MARKER_BYTES + 1), ">".into());
+    assert!(matches!(
+        index.search(&query),
+        Err(SearchError::InvalidQuery(_))
+    ));
+
+    let everything = find(&index, "file");
+    assert_eq!(everything.len(), 5);
+    let mut paged = Vec::new();
+    let mut query = SearchQuery::new("file", 2);
+    loop {
+        let page = index.search(&query).expect("search");
+        paged.extend(page.hits.into_iter().map(|hit| hit.uri));
+        match page.next_offset {
+            Some(next) => query.offset = next,
+            None => break,
+        }
+    }
+    assert_eq!(paged, everything);
+}
+
+#[test]
+fn filters_and_the_merged_view() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let (index, _) = open(&directory.path().join("catalog.search"));
+    index
+        .set_priorities(&priorities(&[("alpha", 10), ("beta", 5), ("gamma", 10)]))
+        .expect("priorities");
+    load(
+        &index,
+        1,
+        "alpha",
+        vec![
+            entry("alpha", "shared://one", "one", "Shared one", "from alpha"),
+            entry("alpha", "alpha://only", "only", "Alpha only", "from alpha"),
+        ],
+    );
+    load(
+        &index,
+        2,
+        "beta",
+        vec![entry(
+            "beta",
+            "shared://one",
+            "one",
+            "Shared one",
+            "from beta",
+        )],
+    );
+    load(
+        &index,
+        3,
+        "gamma",
+        vec![entry(
+            "gamma",
+            "shared://one",
+            "one",
+            "Shared one",
+            "from gamma",
+        )],
+    );
+    let servers_of = |query: SearchQuery| -> Vec<(String, String)> {
+        index
+            .search(&query)
+            .expect("search")
+            .hits
+            .into_iter()
+            .map(|hit| (hit.server, hit.uri))
+            .collect()
+    };
+    // Merged: one hit per URI, beta wins by priority.
+    assert_eq!(
+        servers_of(SearchQuery::new("shared", 10)),
+        vec![("beta".into(), "shared://one".into())]
+    );
+    let mut only_alpha = SearchQuery::new("shared", 10);
+    only_alpha.server = Some("alpha".into());
+    assert_eq!(
+        servers_of(only_alpha.clone()),
+        vec![("alpha".into(), "shared://one".into())]
+    );
+    // A loser's own words do not find the URI in the merged view.
+    assert_eq!(
+        servers_of(SearchQuery::new("alpha", 10)),
+        vec![("alpha".into(), "alpha://only".into())]
+    );
+    // Beta stops listing it: alpha and gamma tie on priority, the lower name wins.
+    index
+        .apply(ServerDiff {
+            generation: 4,
+            server: "beta".into(),
+            replace: false,
+            removed: vec!["shared://one".into()],
+            upserted: Vec::new(),
+        })
+        .expect("apply");
+    assert_eq!(
+        servers_of(SearchQuery::new("shared", 10)),
+        vec![("alpha".into(), "shared://one".into())]
+    );
+    // Priorities change: gamma now wins.
+    index
+        .set_priorities(&priorities(&[("alpha", 10), ("beta", 5), ("gamma", 1)]))
+        .expect("priorities");
+    assert_eq!(
+        servers_of(SearchQuery::new("shared", 10)),
+        vec![("gamma".into(), "shared://one".into())]
+    );
+    // Gamma is dropped from the configuration: alpha wins again.
+    index
+        .set_priorities(&priorities(&[("alpha", 10), ("beta", 5)]))
+        .expect("priorities");
+    assert_eq!(
+        servers_of(SearchQuery::new("shared", 10)),
+        vec![("alpha".into(), "shared://one".into())]
+    );
+    assert_eq!(index.generation(), Some(4));
+    // Filters by MIME type and kind are index terms too.
+    let mut json_only = SearchQuery::new("alpha", 10);
+    json_only.mime_type = Some("application/json".into());
+    assert!(servers_of(json_only).is_empty());
+    let mut resources = SearchQuery::new("alpha", 10);
+    resources.kind = Some("resource".into());
+    assert_eq!(servers_of(resources).len(), 2);
+    let mut tools = SearchQuery::new("alpha", 10);
+    tools.kind = Some("tool".into());
+    assert!(servers_of(tools).is_empty());
+}
+
+#[test]
+fn diffs_and_a_rebuild_agree() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let servers = priorities(&[("a", 1), ("b", 2)]);
+    let (incremental, _) = open(&directory.path().join("one.search"));
+    incremental.set_priorities(&servers).expect("priorities");
+    let make = |server: &str, range: std::ops::Range<usize>| -> Vec<Entry> {
+        range
+            .map(|index| {
+                entry(
+                    server,
+                    &format!("shared://{index:04}"),
+                    &format!("doc-{index:04}"),
+                    &format!("Document {index}"),
+                    &format!(
+                        "Synthetic document number {index} about topic-{} from {server}",
+                        index % 7
+                    ),
+                )
+            })
+            .collect()
+    };
+    load(&incremental, 1, "a", make("a", 0..300));
+    load(&incremental, 2, "b", make("b", 200..400));
+    incremental
+        .apply(ServerDiff {
+            generation: 3,
+            server: "a".into(),
+            replace: false,
+            removed: (250..300)
+                .map(|index| format!("shared://{index:04}"))
+                .collect(),
+            upserted: make("a", 0..10)
+                .into_iter()
+                .map(|mut entry| {
+                    entry.title = Some("Changed title".into());
+                    entry
+                })
+                .collect::<Vec<_>>(),
+        })
+        .expect("apply");
+
+    let (rebuilt, _) = open(&directory.path().join("two.search"));
+    let mut every: Vec<Entry> = make("a", 0..250)
+        .into_iter()
+        .map(|mut entry| {
+            if entry.uri.as_str() < "shared://0010" {
+                entry.title = Some("Changed title".into());
+            }
+            entry
+        })
+        .chain(make("b", 200..400))
+        .collect();
+    every.sort_by(|x, y| x.uri.cmp(&y.uri).then(x.server.cmp(&y.server)));
+    let total = every.len() as u64;
+    rebuilt.rebuild(&servers, 3, total, every).expect("rebuild");
+    assert_eq!(rebuilt.status().documents, 450);
+    assert_eq!(incremental.status().documents, 450);
+    for text in [
+        "document",
+        "topic 3",
+        "changed",
+        "from b",
+        "from a",
+        "doc-02",
+        "synthetic 1",
+    ] {
+        let everything = |index: &SearchIndex| {
+            let mut query = SearchQuery::new(text, 1000);
+            query.time_limit = Duration::from_secs(30);
+            let mut found: Vec<(String, String)> = index
+                .search(&query)
+                .expect("search")
+                .hits
+                .into_iter()
+                .map(|hit| (hit.server, hit.uri))
+                .collect();
+            found.sort();
+            found
+        };
+        assert_eq!(everything(&incremental), everything(&rebuilt), "{text}");
+    }
+    // 250..300 came from b alone after a removed them; 200..250 are shared and a wins.
+    let found = uris(&incremental, SearchQuery::new("from b", 1000));
+    assert_eq!(found.len(), 150);
+    let unordered = vec![
+        entry("a", "z://1", "z", "", ""),
+        entry("a", "a://1", "a", "", ""),
+    ];
+    assert!(matches!(
+        rebuilt.rebuild(&servers, 4, 2, unordered),
+        Err(SearchError::Unordered { .. })
+    ));
+    assert_eq!(rebuilt.generation(), Some(3));
+}
+
+#[test]
+fn generations_persist_and_faults_are_detected() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("catalog.search");
+    {
+        let index = catalog(&path);
+        assert_eq!(index.generation(), Some(1));
+        assert!(index.status().bytes > 0);
+    }
+    let (index, opened) = open(&path);
+    assert_eq!(opened, Opened::Existing);
+    assert_eq!(index.repair_needed(1), Repair::Nothing);
+    assert_eq!(index.repair_needed(5), Repair::CatchUp { from: 1 });
+    assert!(matches!(index.repair_needed(0), Repair::Rebuild { .. }));
+    assert_eq!(index.status().documents, 5);
+    assert_eq!(index.priorities(), priorities(&[("docs", 10)]));
+    drop(index);
+
+    // Deleted: a new empty index that needs a rebuild.
+    std::fs::remove_dir_all(&path).expect("remove");
+    let (index, opened) = open(&path);
+    assert_eq!(opened, Opened::Created);
+    assert!(matches!(index.repair_needed(1), Repair::Rebuild { .. }));
+    load(&index, 7, "docs", vec![entry("docs", "x://1", "x", "", "")]);
+    drop(index);
+
+    // An older schema version in the commit payload: reset.
+    let meta_path = path.join("meta.json");
+    let meta = std::fs::read_to_string(&meta_path).expect("meta");
+    let older = meta.replace("\\\"schema\\\":1", "\\\"schema\\\":0");
+    assert_ne!(meta, older, "{meta}");
+    std::fs::write(&meta_path, older).expect("write");
+    let (index, opened) = open(&path);
+    assert!(matches!(opened, Opened::Reset { .. }), "{opened:?}");
+    assert_eq!(index.generation(), None);
+    load(&index, 8, "docs", vec![entry("docs", "x://1", "x", "", "")]);
+    drop(index);
+
+    // Corrupt: garbage where tantivy keeps its metadata.
+    std::fs::write(&meta_path, b"{ not json").expect("write");
+    let (index, opened) = open(&path);
+    assert!(matches!(opened, Opened::Reset { .. }), "{opened:?}");
+    assert_eq!(index.status().documents, 0);
+    drop(index);
+
+    // A directory that is not ours is never emptied.
+    let foreign = directory.path().join("foreign.search");
+    std::fs::create_dir_all(&foreign).expect("mkdir");
+    std::fs::write(foreign.join("meta.json"), b"{").expect("write");
+    assert!(matches!(
+        SearchIndex::open(&foreign, 1),
+        Err(SearchError::NotOurs { .. })
+    ));
+    assert!(foreign.join("meta.json").exists());
+}
+
+#[test]
+fn searches_beyond_the_limit_wait_and_time_out() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let index = catalog(&directory.path().join("catalog.search"));
+    let gate = &index.gate;
+    let held: Vec<Permit<'_>> = (0..4)
+        .map(|_| gate.enter(Instant::now()).expect("a free slot"))
+        .collect();
+    let mut query = SearchQuery::new("readme", 10);
+    query.time_limit = Duration::from_millis(50);
+    let started = Instant::now();
+    assert!(matches!(index.search(&query), Err(SearchError::Busy)));
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    drop(held);
+    assert_eq!(index.search(&query).expect("search").hits.len(), 3);
+    query.time_limit = Duration::ZERO;
+    assert!(matches!(
+        index.search(&query),
+        Err(SearchError::TimedOut(_) | SearchError::Busy)
+    ));
+}
+
+#[test]
+fn status_reports_phase_generation_documents_and_bytes() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let index = catalog(&directory.path().join("catalog.search"));
+    let mut watcher = index.watch();
+    index.set_phase(Phase::Ready);
+    assert!(index.is_ready());
+    assert!(watcher.has_changed().unwrap_or(false));
+    let status = serde_json::to_value(watcher.borrow_and_update().clone()).expect("json");
+    assert_eq!(status["state"], "ready");
+    assert_eq!(status["generation"], 1);
+    assert_eq!(status["documents"], 5);
+    index.set_phase(Phase::Rebuilding { percent: 42 });
+    let status = serde_json::to_value(index.status()).expect("json");
+    assert_eq!(status["state"], "rebuilding");
+    assert_eq!(status["percent"], 42);
+    assert!(!index.is_ready());
+}
+
+#[test]
+fn files_are_checked_after_an_unclean_stop_only() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("catalog.search");
+    {
+        let index = catalog(&path);
+        index.close();
+    }
+    let (index, _) = open(&path);
+    assert_eq!(index.damage(), None, "a clean close is trusted");
+    drop(index);
+    // No close this time (as after kill -9), and a segment file damaged (as after a power cut).
+    let segment = std::fs::read_dir(&path)
+        .expect("read_dir")
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|extension| extension == "idx"))
+        .expect("a segment's term file");
+    let mut bytes = std::fs::read(&segment).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&segment, bytes).expect("write");
+    let (index, opened) = open(&path);
+    assert_eq!(opened, Opened::Existing);
+    let damage = index.damage().expect("the damage is found");
+    assert!(damage.contains("damaged"), "{damage}");
+}
