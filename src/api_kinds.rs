@@ -406,7 +406,7 @@ pub async fn call_tool(
             let hits = match search_catalog(&context.store, arguments).await {
                 Ok(hits) => hits,
                 Err(StoreError::InvalidQuery(error)) => {
-                    return Ok(tool_error(format!("invalid query: {error}")))
+                    return Ok(wire::CallToolResult::error(format!("invalid query: {error}")))
                 }
                 Err(error) => return Err(internal(error)),
             };
@@ -424,39 +424,23 @@ pub async fn call_tool(
             };
             let structured =
                 serde_json::to_value(wire::SearchCatalogResult { hits }).map_err(internal)?;
-            Ok(wire::CallToolResult {
-                content: vec![serde_json::json!({"type": "text", "text": text})],
-                structured_content: Some(structured),
-                is_error: false,
-            })
+            Ok(wire::CallToolResult::text(text, structured))
         }
         wire::DESCRIBE_ENTRY_TOOL => {
             let arguments: wire::DescribeEntryArguments =
                 parse_params(arguments).map_err(|error| invalid(error.0))?;
             let definition = describe(&context.store, arguments).await?;
             let Some(definition) = definition else {
-                return Ok(tool_error("no such entry".into()));
+                return Ok(wire::CallToolResult::error("no such entry".into()));
             };
             let text = serde_json::to_string_pretty(&definition).map_err(internal)?;
-            Ok(wire::CallToolResult {
-                content: vec![serde_json::json!({"type": "text", "text": text})],
-                structured_content: Some(definition),
-                is_error: false,
-            })
+            Ok(wire::CallToolResult::text(text, definition))
         }
         other => Err(invalid(format!(
             "unknown tool {other}: this mirror offers only {} and {}; call other tools on their own servers",
             wire::SEARCH_CATALOG_TOOL,
             wire::DESCRIBE_ENTRY_TOOL
         ))),
-    }
-}
-
-fn tool_error(text: String) -> wire::CallToolResult {
-    wire::CallToolResult {
-        content: vec![serde_json::json!({"type": "text", "text": text})],
-        structured_content: None,
-        is_error: true,
     }
 }
 

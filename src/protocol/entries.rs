@@ -143,6 +143,31 @@ pub struct CallToolResult {
     pub is_error: bool,
 }
 
+impl CallToolResult {
+    /// A result for models (`text`) and for programs (`structured`, per the tool's outputSchema).
+    pub fn text(text: String, structured: Value) -> CallToolResult {
+        CallToolResult {
+            content: vec![text_content(text)],
+            structured_content: Some(structured),
+            is_error: false,
+        }
+    }
+
+    /// A tool-level error: the call was understood, its answer is that it failed.
+    pub fn error(text: String) -> CallToolResult {
+        CallToolResult {
+            content: vec![text_content(text)],
+            structured_content: None,
+            is_error: true,
+        }
+    }
+}
+
+/// One MCP text content block.
+fn text_content(text: String) -> Value {
+    serde_json::json!({"type": "text", "text": text})
+}
+
 /// `search_catalog`'s arguments.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SearchCatalogArguments {
