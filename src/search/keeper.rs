@@ -1,10 +1,11 @@
-//! Keeps the search index up to date with the store: repair at start, then each committed swap's diff, off the writer's path.
+//! Keeps the search index up to date with the store: repair at start, then each committed swap's diff (every kind), off the writer's path.
 //!
 //! The store writer announces every commit that changed the catalog (`Store::subscribe`, sent
 //! after the commit, never waiting for anyone). On each announcement, and every few seconds
 //! for priority changes that no swap announces, the keeper reads what the index missed from
-//! the change feed in one read transaction, looks up the current entries of the URIs named
-//! there, and applies them per server. The same pass is the repair at start: an index behind
+//! the change feed in one read transaction, looks up the current entries the feed names
+//! (URIs of resources, URI templates, names of tools and prompts), and applies them per
+//! server and kind. The same pass is the repair at start: an index behind
 //! the database catches up the same way, and one that is missing, reset, ahead of the
 //! database or further behind than the feed reaches is rebuilt from every stored entry.
 //! Until the first pass ends the index is not `ready`, and `catalog/search` answers from
@@ -156,34 +157,36 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                 );
             }
             let count = diffs.len();
-            // Every server's diff but the last commits at the old generation: a crash between
-            // two of them leaves an index that still says it needs this catch-up.
-            for (position, (server, diff)) in diffs.into_iter().enumerate() {
+            // Every (server, kind) diff but the last commits at the old generation: a crash
+            // between two of them leaves an index that still says it needs this catch-up.
+            for (position, ((server, kind), diff)) in diffs.into_iter().enumerate() {
                 let generation = if position + 1 == count { target } else { from };
                 match diff {
                     FeedDiff::Everything => {
-                        snapshot.with_entries(Some(&server), |entries| {
+                        snapshot.with_entries(Some((&server, kind)), |entries| {
                             index.apply(ServerDiff {
                                 generation,
                                 server: server.clone(),
+                                kind,
                                 replace: true,
                                 removed: Vec::new(),
                                 upserted: entries,
                             })
                         })??;
                     }
-                    FeedDiff::Uris(uris) => {
+                    FeedDiff::Keys(keys) => {
                         let mut removed = Vec::new();
                         let mut upserted = Vec::new();
-                        for uri in uris {
-                            match snapshot.entry(&server, &uri)? {
+                        for key in keys {
+                            match snapshot.entry(&server, kind, &key)? {
                                 Some(entry) => upserted.push(entry),
-                                None => removed.push(uri),
+                                None => removed.push(key),
                             }
                         }
                         index.apply(ServerDiff {
                             generation,
                             server,
+                            kind,
                             replace: false,
                             removed,
                             upserted,
