@@ -188,17 +188,18 @@ pub fn run(
     words.retain(|word| seen.insert(word.clone()));
 
     let mut filters = Vec::new();
-    match &query.server {
-        Some(server) => filters.push(Term::from_field_text(fields.server, server)),
+    // Some kinds: one term for the kinds with the server or the merged view.
+    match (
+        fields.kinds_term(&query.kinds, query.server.as_deref()),
+        &query.server,
+    ) {
+        (Some(kinds), _) => filters.push(kinds),
+        (None, Some(server)) => filters.push(Term::from_field_text(fields.server, server)),
         // The merged catalog: one listing per URI, the winner's.
-        None => filters.push(fields.flag_term(fields.wins)),
+        (None, None) => filters.push(fields.flag_term(fields.wins)),
     }
     if let Some(mime_type) = &query.mime_type {
         filters.push(Term::from_field_text(fields.mime_type, mime_type));
-    }
-    // One term whatever the set of kinds, so the query stays a pure intersection.
-    if let Some(kinds) = fields.kinds_term(&query.kinds) {
-        filters.push(kinds);
     }
     let search = Search {
         searcher,

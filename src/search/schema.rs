@@ -64,9 +64,12 @@ pub struct Fields {
     pub description: Field,
     pub mime_type: Field,
     pub kind: Field,
-    /// Every set of two or three kinds that holds this entry's kind (`prompt+tool`, ...): a
-    /// search of several kinds filters on one term, which keeps the query a pure intersection
-    /// (block-max pruning) where a union of kind terms would not.
+    /// For every set of one to three kinds that holds this entry's kind (`tool+prompt`, ...):
+    /// the set with the server (`s:server\0tool+prompt`), and the set alone when this listing
+    /// wins (`w:tool+prompt`). A search of some kinds filters on one such term in place of the
+    /// server or `wins` filter: the query keeps as many terms as a search of every kind, a
+    /// pure intersection (block-max pruning), where a union of kind terms, or one more filter
+    /// term, would rank the top k less exactly or less fast.
     pub kinds: Field,
     /// "1" when this listing is the one the merged catalog shows for its URI.
     pub wins: Field,
@@ -153,17 +156,19 @@ impl Fields {
         Term::from_field_text(self.kind, kind.as_str())
     }
 
-    /// The one filter term of a search of `kinds`; `None` when every kind is searched.
-    pub fn kinds_term(&self, kinds: &[Kind]) -> Option<Term> {
+    /// The one filter term of a search of `kinds` on `server` (or the merged view); `None`
+    /// when every kind is searched, and the server or `wins` term filters alone.
+    pub fn kinds_term(&self, kinds: &[Kind], server: Option<&str>) -> Option<Term> {
         let mut wanted: Vec<Kind> = kinds.to_vec();
         wanted.sort();
         wanted.dedup();
-        match wanted.len() {
-            0 => None,
-            1 => Some(self.kind_term(wanted[0])),
-            count if count >= Kind::ALL.len() => None,
-            _ => Some(Term::from_field_text(self.kinds, &kind_set(&wanted))),
+        if wanted.is_empty() || wanted.len() >= Kind::ALL.len() {
+            return None;
         }
+        Some(Term::from_field_text(
+            self.kinds,
+            &scope(&kind_set(&wanted), server),
+        ))
     }
 
     pub fn uri_term(&self, uri: &str) -> Term {
@@ -208,7 +213,10 @@ impl Fields {
         }
         document.add_text(self.kind, entry.kind.as_str());
         for set in kind_sets_holding(entry.kind) {
-            document.add_text(self.kinds, set);
+            document.add_text(self.kinds, scope(&set, Some(&entry.server)));
+            if flags.wins {
+                document.add_text(self.kinds, scope(&set, None));
+            }
         }
         document.add_text(self.wins, if flags.wins { "1" } else { "0" });
         document.add_text(self.shared, if flags.shared { "1" } else { "0" });
@@ -283,6 +291,14 @@ fn group(kind: Kind, server: &str, identity: &str) -> String {
     }
 }
 
+/// A set of kinds with a server, or in the merged view (`None`).
+fn scope(set: &str, server: Option<&str>) -> String {
+    match server {
+        Some(server) => key_text(&format!("s:{server}\0{set}")),
+        None => format!("w:{set}"),
+    }
+}
+
 /// The term of a set of kinds, given sorted and without duplicates.
 fn kind_set(kinds: &[Kind]) -> String {
     kinds
@@ -292,12 +308,12 @@ fn kind_set(kinds: &[Kind]) -> String {
         .join("+")
 }
 
-/// The terms of every set of two or three kinds that holds `kind`.
+/// The terms of every set of one to three kinds that holds `kind`.
 fn kind_sets_holding(kind: Kind) -> Vec<String> {
     let all = Kind::ALL;
-    // Every subset of the kinds as a bit mask, kept when it has 2 or 3 members and `kind`.
+    // Every subset of the kinds as a bit mask, kept when it has 1 to 3 members and `kind`.
     (1u32..(1 << all.len()))
-        .filter(|mask| (2..all.len() as u32).contains(&mask.count_ones()))
+        .filter(|mask| (mask.count_ones() as usize) < all.len())
         .map(|mask| {
             all.iter()
                 .enumerate()
@@ -358,27 +374,55 @@ mod tests {
     #[test]
     fn every_set_of_kinds_is_one_term_each_entry_holds() {
         let fields = Fields::new();
-        // A tool is in the three pairs and the three triples that hold tools.
+        // A tool is in its own set, the three pairs and the three triples that hold tools.
         let sets = kind_sets_holding(Kind::Tool);
-        assert_eq!(sets.len(), 6, "{sets:?}");
+        assert_eq!(sets.len(), 7, "{sets:?}");
+        assert!(sets.contains(&"tool".to_string()), "{sets:?}");
         assert!(sets.contains(&"tool+prompt".to_string()), "{sets:?}");
         // The filter of a set names the same term, whatever the order asked in.
         let asked = fields
-            .kinds_term(&[Kind::Prompt, Kind::Tool])
+            .kinds_term(&[Kind::Prompt, Kind::Tool], None)
             .expect("term");
         let again = fields
-            .kinds_term(&[Kind::Tool, Kind::Prompt, Kind::Tool])
+            .kinds_term(&[Kind::Tool, Kind::Prompt, Kind::Tool], None)
             .expect("term");
         assert_eq!(asked, again);
-        let text = asked.value().as_str().expect("text").to_string();
-        assert!(sets.contains(&text), "{text} in {sets:?}");
-        assert!(!kind_sets_holding(Kind::Resource).contains(&text));
-        assert_eq!(fields.kinds_term(Kind::ALL), None);
-        assert_eq!(fields.kinds_term(&[]), None);
-        assert_eq!(
-            fields.kinds_term(&[Kind::Template]),
-            Some(fields.kind_term(Kind::Template))
+        assert_eq!(asked.value().as_str(), Some("w:tool+prompt"));
+        let on_server = fields.kinds_term(&[Kind::Tool], Some("fx")).expect("term");
+        assert_eq!(on_server.value().as_str(), Some("s:fx\0tool"));
+        assert_eq!(fields.kinds_term(Kind::ALL, None), None);
+        assert_eq!(fields.kinds_term(&[], Some("fx")), None);
+        // A winning tool holds the merged view's terms, a losing one only its server's.
+        let entry = Entry {
+            kind: Kind::Tool,
+            server: "fx".into(),
+            uri: String::new(),
+            name: "t".into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            inputs: None,
+        };
+        let terms = |flags: Flags| -> Vec<String> {
+            fields
+                .document(&entry, flags)
+                .get_all(fields.kinds)
+                .filter_map(|value| value.as_str().map(str::to_string))
+                .collect()
+        };
+        let wins = terms(Flags {
+            wins: true,
+            shared: false,
+        });
+        assert!(wins.contains(&"w:tool+prompt".to_string()), "{wins:?}");
+        assert!(wins.contains(&"s:fx\0tool".to_string()), "{wins:?}");
+        assert!(
+            !wins.contains(&"w:resource+template".to_string()),
+            "{wins:?}"
         );
+        let loses = terms(Flags::default());
+        assert_eq!(loses.len(), 7, "{loses:?}");
+        assert!(loses.iter().all(|term| term.starts_with("s:")), "{loses:?}");
     }
 
     #[test]
