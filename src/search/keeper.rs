@@ -360,4 +360,175 @@ mod tests {
         );
         store.close().await;
     }
+
+    fn template(uri_template: &str, name: &str, description: &str) -> crate::store::TemplateRow {
+        crate::store::TemplateRow {
+            uri_template: uri_template.into(),
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            mime_type: None,
+            raw: format!(
+                "{{\"uriTemplate\":\"{uri_template}\",\"description\":\"{description}\"}}"
+            ),
+            oversized: false,
+        }
+    }
+
+    fn tool(name: &str, description: &str, inputs: &str) -> crate::store::EntryRow {
+        crate::store::EntryRow {
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            inputs: inputs.into(),
+            raw: format!(
+                "{{\"name\":\"{name}\",\"description\":\"{description}\",\"inputs\":\"{inputs}\"}}"
+            ),
+        }
+    }
+
+    fn kinds_found(index: &SearchIndex, text: &str) -> Vec<(crate::protocol::Kind, String)> {
+        let mut query = SearchQuery::new(text, 100);
+        query.time_limit = Duration::from_secs(30);
+        let mut hits: Vec<(crate::protocol::Kind, String)> = index
+            .search(&query)
+            .expect("search")
+            .hits
+            .into_iter()
+            .map(|hit| (hit.kind, hit.name))
+            .collect();
+        hits.sort();
+        hits
+    }
+
+    /// Templates, tools and prompts reach the index through the feed like resources: a
+    /// rebuild reads every kind, a catch-up the changes of each (server, kind).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_kind_reaches_the_index_through_the_feed() {
+        use crate::protocol::Kind;
+        let directory = tempfile::tempdir().expect("tempdir");
+        let database = directory.path().join("catalog.db");
+        let store = Store::open(&database).expect("store");
+        store
+            .apply_servers(sync(vec![ServerEntry {
+                name: "fx".into(),
+                priority: 10,
+                transport: crate::protocol::TransportKind::Stdio,
+                read_cache_bytes: None,
+            }]))
+            .await
+            .expect("servers");
+        let walk_with = |templates: Vec<crate::store::TemplateRow>| {
+            let store = store.clone();
+            async move {
+                let walk = store.begin_walk("fx");
+                walk.add_resources(vec![row("x://1", "doc", "plain words")])
+                    .await
+                    .expect("stage");
+                walk.add_templates(templates).await.expect("stage");
+                walk.commit(WalkReport::default()).await.expect("commit");
+            }
+        };
+        walk_with(vec![template(
+            "x://pages/{id}",
+            "page-by-id",
+            "Pages by id",
+        )])
+        .await;
+        store
+            .swap_entries(
+                "fx",
+                Kind::Tool,
+                vec![tool(
+                    "get_forecast",
+                    "Forecast",
+                    "region Which meteorological region",
+                )],
+            )
+            .await
+            .expect("tools");
+        store
+            .swap_entries(
+                "fx",
+                Kind::Prompt,
+                vec![tool("brief", "A briefing", "audience Who reads it")],
+            )
+            .await
+            .expect("prompts");
+
+        let (index, _) =
+            SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+        keep_up(&index, &database, true).expect("rebuild");
+        assert_eq!(index.status().documents, 4);
+        assert_eq!(
+            kinds_found(&index, "meteorological"),
+            vec![(Kind::Tool, "get_forecast".to_string())]
+        );
+        assert_eq!(
+            kinds_found(&index, "pages"),
+            vec![(Kind::Template, "page-by-id".to_string())]
+        );
+        assert_eq!(
+            kinds_found(&index, "audience"),
+            vec![(Kind::Prompt, "brief".to_string())]
+        );
+
+        // A tool changes, a template is replaced: each reaches the index by a catch-up.
+        store
+            .swap_entries(
+                "fx",
+                Kind::Tool,
+                vec![tool(
+                    "get_forecast",
+                    "Forecast",
+                    "zone Which climatological zone",
+                )],
+            )
+            .await
+            .expect("tools");
+        walk_with(vec![template(
+            "x://posts/{id}",
+            "post-by-id",
+            "Posts by id",
+        )])
+        .await;
+        let changes = store
+            .changes_of_kinds(None, 100, vec![Kind::Template])
+            .await
+            .expect("feed");
+        let feed: Vec<(String, Option<String>)> = changes
+            .changes
+            .iter()
+            .map(|change| (change.kind.to_string(), change.uri.clone()))
+            .collect();
+        assert_eq!(
+            feed,
+            [
+                ("added".to_string(), Some("x://pages/{id}".to_string())),
+                ("removed".to_string(), Some("x://pages/{id}".to_string())),
+                ("added".to_string(), Some("x://posts/{id}".to_string())),
+            ]
+        );
+        assert!(matches!(
+            index.repair_needed(store.latest_change_seq().await.expect("seq") as u64),
+            crate::search::Repair::CatchUp { .. }
+        ));
+        keep_up(&index, &database, false).expect("catch up");
+        assert!(kinds_found(&index, "meteorological").is_empty());
+        assert_eq!(
+            kinds_found(&index, "climatological"),
+            vec![(Kind::Tool, "get_forecast".to_string())]
+        );
+        assert!(kinds_found(&index, "pages").is_empty());
+        assert_eq!(
+            kinds_found(&index, "posts"),
+            vec![(Kind::Template, "post-by-id".to_string())]
+        );
+        assert_eq!(index.status().documents, 4);
+        assert_eq!(
+            index.generation(),
+            Some(store.latest_change_seq().await.expect("seq") as u64)
+        );
+        store.close().await;
+    }
 }
