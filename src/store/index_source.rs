@@ -26,6 +26,9 @@ pub enum FeedDiff {
     Everything,
 }
 
+/// Per (server, kind), what changed since a generation.
+pub type FeedDiffs = BTreeMap<(String, Kind), FeedDiff>;
+
 /// One read transaction: everything read through it is from one committed state.
 pub struct SourceSnapshot<'a> {
     transaction: rusqlite::Transaction<'a>,
@@ -193,10 +196,7 @@ impl SourceSnapshot<'_> {
 
     /// Per server and kind, what changed after generation `after`; `None` when the feed no
     /// longer reaches back that far (its oldest entries were pruned).
-    pub fn changes_after(
-        &self,
-        after: u64,
-    ) -> Result<Option<BTreeMap<(String, Kind), FeedDiff>>, StoreError> {
+    pub fn changes_after(&self, after: u64) -> Result<Option<FeedDiffs>, StoreError> {
         let after = after.min(i64::MAX as u64) as i64;
         let oldest: Option<i64> =
             self.transaction
@@ -208,7 +208,7 @@ impl SourceSnapshot<'_> {
             "SELECT server, kind, entry_kind, uri, name FROM changes WHERE seq > ?1 ORDER BY seq",
         )?;
         let mut rows = statement.query([after])?;
-        let mut diffs: BTreeMap<(String, Kind), FeedDiff> = BTreeMap::new();
+        let mut diffs: FeedDiffs = BTreeMap::new();
         while let Some(row) = rows.next()? {
             let server: String = row.get(0)?;
             let change: Option<ChangeKind> = row.get::<_, String>(1)?.parse().ok();
