@@ -49,11 +49,7 @@ pub(crate) async fn search_index(
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     let wanted = context.store.catalog_version();
-    let generation = context
-        .store
-        .index_generation()
-        .await
-        .map_err(internal)?;
+    let generation = context.store.index_generation().await.map_err(internal)?;
     let mut status = index.watch();
     if !status.borrow().serves(wanted, generation) {
         let caught_up = status.wait_for(|status| {
