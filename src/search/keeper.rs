@@ -18,7 +18,8 @@ use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::{Phase, Repair, SearchIndex, ServerDiff};
+use super::{Entry, Phase, Repair, SearchIndex, ServerDiff};
+use crate::protocol::Kind;
 use crate::store::{CatalogChanged, FeedDiff, IndexSource, Store, StoreError};
 
 /// How often the keeper looks for priority changes when no swap happens.
@@ -156,13 +157,46 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                     "the search index is catching up"
                 );
             }
-            let count = diffs.len();
-            // Every (server, kind) diff but the last commits at the old generation: a crash
-            // between two of them leaves an index that still says it needs this catch-up.
-            for (position, ((server, kind), diff)) in diffs.into_iter().enumerate() {
-                let generation = if position + 1 == count { target } else { from };
+            // Per server: a diff that re-reads every entry of a kind streams them in a commit
+            // of its own; the few changed entries of its other kinds go in one commit.
+            let mut commits: Vec<(String, Option<Kind>, Vec<ServerDiff<Vec<Entry>>>)> = Vec::new();
+            for ((server, kind), diff) in diffs {
                 match diff {
-                    FeedDiff::Everything => {
+                    FeedDiff::Everything => commits.push((server, Some(kind), Vec::new())),
+                    FeedDiff::Keys(keys) => {
+                        let mut removed = Vec::new();
+                        let mut upserted = Vec::new();
+                        for key in keys {
+                            match snapshot.entry(&server, kind, &key)? {
+                                Some(entry) => upserted.push(entry),
+                                None => removed.push(key),
+                            }
+                        }
+                        let diff = ServerDiff {
+                            generation: from,
+                            server: server.clone(),
+                            kind,
+                            replace: false,
+                            removed,
+                            upserted,
+                        };
+                        match commits
+                            .iter_mut()
+                            .find(|(name, everything, _)| *name == server && everything.is_none())
+                        {
+                            Some((_, _, diffs)) => diffs.push(diff),
+                            None => commits.push((server, None, vec![diff])),
+                        }
+                    }
+                }
+            }
+            let count = commits.len();
+            // Every commit but the last is at the old generation: a crash between two of them
+            // leaves an index that still says it needs this catch-up.
+            for (position, (server, everything, mut diffs)) in commits.into_iter().enumerate() {
+                let generation = if position + 1 == count { target } else { from };
+                match everything {
+                    Some(kind) => {
                         snapshot.with_entries(Some((&server, kind)), |entries| {
                             index.apply(ServerDiff {
                                 generation,
@@ -174,23 +208,11 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                             })
                         })??;
                     }
-                    FeedDiff::Keys(keys) => {
-                        let mut removed = Vec::new();
-                        let mut upserted = Vec::new();
-                        for key in keys {
-                            match snapshot.entry(&server, kind, &key)? {
-                                Some(entry) => upserted.push(entry),
-                                None => removed.push(key),
-                            }
+                    None => {
+                        for diff in &mut diffs {
+                            diff.generation = generation;
                         }
-                        index.apply(ServerDiff {
-                            generation,
-                            server,
-                            kind,
-                            replace: false,
-                            removed,
-                            upserted,
-                        })?;
+                        index.apply_kinds(diffs)?;
                     }
                 }
             }

@@ -416,6 +416,19 @@ impl SearchIndex {
         self.finish(&mut writer, outcome)
     }
 
+    /// Applies the diffs of one server's kinds in one commit, at the last one's generation.
+    /// Only one server's: the merged view of each is computed from the committed listings,
+    /// and one server's kinds never share a group (a resource's URI and a template's URI
+    /// template are groups of their own kinds).
+    pub fn apply_kinds(&self, diffs: Vec<ServerDiff<Vec<Entry>>>) -> Result<(), SearchError> {
+        let mut writer = lock(&self.writer);
+        let mut outcome = Ok(lock(&self.committed).clone());
+        for diff in diffs {
+            outcome = outcome.and_then(|_| self.apply_locked(&writer, diff));
+        }
+        self.finish(&mut writer, outcome)
+    }
+
     fn apply_locked<I: IntoIterator<Item = Entry>>(
         &self,
         writer: &IndexWriter,
