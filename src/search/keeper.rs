@@ -90,6 +90,10 @@ pub fn spawn(
     })
 }
 
+/// One commit of a catch-up: a server, and either the kind all of whose entries are read
+/// again or the diffs of the changed entries of its kinds.
+type Commit = (String, Option<Kind>, Vec<ServerDiff<Vec<Entry>>>);
+
 /// One pass: brings the index to the database's current generation.
 pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), KeepError> {
     let mut source = IndexSource::open(database)?;
@@ -159,7 +163,7 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
             }
             // Per server: a diff that re-reads every entry of a kind streams them in a commit
             // of its own; the few changed entries of its other kinds go in one commit.
-            let mut commits: Vec<(String, Option<Kind>, Vec<ServerDiff<Vec<Entry>>>)> = Vec::new();
+            let mut commits: Vec<Commit> = Vec::new();
             for ((server, kind), diff) in diffs {
                 match diff {
                     FeedDiff::Everything => commits.push((server, Some(kind), Vec::new())),
