@@ -30,7 +30,7 @@ use connection::serve_connection;
 pub(crate) use connection::ConnectionState;
 pub(crate) use dispatch::answer_request;
 pub(crate) use reads::not_listed;
-pub use search::resource_search;
+pub(crate) use search::{gated_search, search_index};
 pub use shape::{
     resource_details, resources_page, search_result, server_list_result, templates_page,
 };

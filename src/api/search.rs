@@ -43,17 +43,13 @@ const INDEX_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(
 
 /// Answers from the derived search index; `Ok(Err(why))` when it cannot answer for the
 /// catalog as it stands (repairing, or behind a swap it has not applied yet in time).
-async fn search_index(
+pub(crate) async fn search_index(
     index: &Arc<SearchIndex>,
     context: &ApiContext,
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     let wanted = context.store.catalog_version();
-    let generation = context
-        .store
-        .resource_generation()
-        .await
-        .map_err(internal)?;
+    let generation = context.store.index_generation().await.map_err(internal)?;
     let mut status = index.watch();
     if !status.borrow().serves(wanted, generation) {
         let caught_up = status.wait_for(|status| {
@@ -83,6 +79,7 @@ async fn search_index(
     let mut query = SearchQuery::new(request.query.clone(), request.limit);
     query.server = request.server.clone();
     query.mime_type = request.mime_type.clone();
+    query.kinds = request.kinds.clone();
     query.offset = request.offset;
     query.highlight = request.highlight.clone();
     query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
@@ -116,6 +113,7 @@ async fn search_index(
         .hits
         .into_iter()
         .map(|hit| store::SearchHit {
+            kind: hit.kind,
             server: hit.server,
             uri: hit.uri,
             name: hit.name,

@@ -76,9 +76,11 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
             .into_iter()
             .map(|hit| wire::SearchHit {
                 meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
-                kind: wire::Kind::Resource,
+                // Tools and prompts have no URI.
+                uri: matches!(hit.kind, wire::Kind::Resource | wire::Kind::Template)
+                    .then_some(hit.uri),
+                kind: hit.kind,
                 server: hit.server,
-                uri: Some(hit.uri),
                 name: hit.name,
                 title: hit.title,
                 mime_type: hit.mime_type,
