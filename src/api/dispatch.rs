@@ -1,5 +1,6 @@
 //! The method table: one checked request turned into its params, answered by its handler, and its result.
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::reads::{read_resource, server_list};
@@ -35,7 +36,7 @@ pub(crate) async fn answer_request(
         _ => Err(ErrorObject::new(INVALID_PARAMS, "params must be an object")),
     };
     Some(match outcome {
-        Ok(result) => Response::success(id, result),
+        Ok(result) => Response::answered(id, result),
         Err(error) => Response::failure(id, error),
     })
 }
@@ -45,9 +46,14 @@ fn params<M: Method>(params: Value) -> Result<M::Params, ErrorObject> {
     parse_params(params).map_err(invalid_params)
 }
 
-/// `M`'s result as the JSON the answer carries.
-fn answer<M: Method>(result: M::Result) -> Result<Value, ErrorObject> {
-    serde_json::to_value(result).map_err(internal)
+/// `M`'s result as the JSON text the answer carries.
+fn answer<M: Method>(result: M::Result) -> Result<Box<RawValue>, ErrorObject> {
+    to_text(&result)
+}
+
+/// A result serialized once, straight to text.
+fn to_text(result: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject> {
+    serde_json::value::to_raw_value(result).map_err(internal)
 }
 
 async fn dispatch(
@@ -55,7 +61,7 @@ async fn dispatch(
     raw: Value,
     context: &ApiContext,
     state: &mut ConnectionState,
-) -> Result<Value, ErrorObject> {
+) -> Result<Box<RawValue>, ErrorObject> {
     match method {
         Initialize::NAME => {
             let params = params::<Initialize>(raw)?;
@@ -75,7 +81,7 @@ async fn dispatch(
                 .list_resources(after, PAGE_SIZE)
                 .await
                 .map_err(internal)?;
-            answer::<ListResources>(resources_page(rows, more).map_err(internal)?)
+            to_text(&resources_page(&rows, more))
         }
         ListTemplates::NAME => {
             let after = params::<ListTemplates>(raw)?
@@ -86,7 +92,7 @@ async fn dispatch(
                 .list_templates(after, PAGE_SIZE)
                 .await
                 .map_err(internal)?;
-            answer::<ListTemplates>(templates_page(rows, more).map_err(internal)?)
+            to_text(&templates_page(&rows, more))
         }
         ReadResource::NAME => {
             let uri = params::<ReadResource>(raw)?.uri;
@@ -100,12 +106,12 @@ async fn dispatch(
         }
         CatalogStatus::NAME => {
             params::<CatalogStatus>(raw)?;
-            let mut status = answer::<CatalogStatus>(status(context).await?)?;
+            let mut status = serde_json::to_value(status(context).await?).map_err(internal)?;
             redact::scrub_json(&mut status);
             // Server-supplied texts are bounded where they are stored; this bounds the rest
             // (a session's live hints), so the answer stays small whatever a server sent.
             redact::bound_json_strings(&mut status);
-            Ok(status)
+            to_text(&status)
         }
         CatalogSearch::NAME => {
             let params = params::<CatalogSearch>(raw)?;

@@ -1,37 +1,37 @@
 //! Shaping the store's rows into the protocol's results, for the daemon and the CLI offline alike.
 
-use crate::protocol::{self as wire, encode_cursor, encode_search_cursor};
+use crate::protocol::{self as wire, encode_cursor, encode_search_cursor, StoredObject};
 use crate::store::{self, CatalogRow, ListingRow};
 
-/// A page of the merged catalog, with a cursor after its last URI when more follow.
+/// A page of the merged catalog, with a cursor after its last URI when more follow; each
+/// entry is written from its stored text.
 pub fn resources_page(
-    rows: Vec<CatalogRow>,
+    rows: &[CatalogRow],
     more: bool,
-) -> Result<wire::ListResourcesResult, serde_json::Error> {
-    let next_cursor = next_cursor(&rows, more);
-    let resources = rows
-        .iter()
-        .map(|row| wire::Resource::from_stored(&row.raw, Some(&row.server)))
-        .collect::<Result<_, _>>()?;
-    Ok(wire::ListResourcesResult {
-        resources,
-        next_cursor,
-    })
+) -> wire::ListResourcesResult<StoredObject<'_>> {
+    wire::ListResourcesResult {
+        resources: stored_objects(rows),
+        next_cursor: next_cursor(rows, more),
+    }
 }
 
 pub fn templates_page(
-    rows: Vec<CatalogRow>,
+    rows: &[CatalogRow],
     more: bool,
-) -> Result<wire::ListTemplatesResult, serde_json::Error> {
-    let next_cursor = next_cursor(&rows, more);
-    let resource_templates = rows
-        .iter()
-        .map(|row| wire::ResourceTemplate::from_stored(&row.raw, Some(&row.server)))
-        .collect::<Result<_, _>>()?;
-    Ok(wire::ListTemplatesResult {
-        resource_templates,
-        next_cursor,
-    })
+) -> wire::ListTemplatesResult<StoredObject<'_>> {
+    wire::ListTemplatesResult {
+        resource_templates: stored_objects(rows),
+        next_cursor: next_cursor(rows, more),
+    }
+}
+
+fn stored_objects(rows: &[CatalogRow]) -> Vec<StoredObject<'_>> {
+    rows.iter()
+        .map(|row| StoredObject {
+            raw: &row.raw,
+            origin: Some(&row.server),
+        })
+        .collect()
 }
 
 fn next_cursor(rows: &[CatalogRow], more: bool) -> Option<String> {

@@ -80,7 +80,7 @@ impl Catalog {
                 let (rows, more) = catalog
                     .list_resources(after.as_deref(), OFFLINE_PAGE_SIZE)
                     .map_err(database_error)?;
-                crate::api::resources_page(rows, more).map_err(database_error)
+                typed(&crate::api::resources_page(&rows, more)).map_err(database_error)
             }
         }
     }
@@ -140,7 +140,7 @@ impl Catalog {
                 let (rows, more) = catalog
                     .list_templates(after.as_deref(), OFFLINE_PAGE_SIZE)
                     .map_err(database_error)?;
-                crate::api::templates_page(rows, more).map_err(database_error)
+                typed(&crate::api::templates_page(&rows, more)).map_err(database_error)
             }
         }
     }
@@ -290,4 +290,12 @@ impl DatabaseChoice {
             }),
         }
     }
+}
+
+/// A page the daemon would write, read back as the client's typed result: offline answers
+/// go through the same shaping as the daemon's.
+fn typed<T: serde::de::DeserializeOwned>(
+    served: &impl serde::Serialize,
+) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::to_value(served)?)
 }

@@ -1,6 +1,7 @@
 //! The JSON-RPC 2.0 envelope as the socket uses it: requests, answers, errors, notifications.
 
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::{Method, Notification};
@@ -85,19 +86,28 @@ impl IncomingRequest {
     }
 }
 
-/// An answer as the daemon sends it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// An answer as the daemon sends it. The result is JSON text already: a handler serializes
+/// its typed result once, straight to text, and no tree of it is ever built.
+#[derive(Debug, Clone, Serialize)]
 pub struct Response {
     jsonrpc: &'static str,
     id: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<Value>,
+    result: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ErrorObject>,
 }
 
 impl Response {
     pub fn success(id: Value, result: Value) -> Response {
+        // A `Value` always serializes; `null` would only stand in for an impossible failure.
+        let text =
+            serde_json::value::to_raw_value(&result).unwrap_or_else(|_| RawValue::NULL.to_owned());
+        Response::answered(id, text)
+    }
+
+    /// An answer whose result is already JSON text.
+    pub fn answered(id: Value, result: Box<RawValue>) -> Response {
         Response {
             jsonrpc: JSONRPC_VERSION,
             id,
@@ -117,7 +127,10 @@ impl Response {
 
     /// The result and the error, for a face that reshapes answers (the HTTP face).
     pub fn into_parts(self) -> (Option<Value>, Option<ErrorObject>) {
-        (self.result, self.error)
+        let result = self
+            .result
+            .map(|text| serde_json::from_str(text.get()).unwrap_or(Value::Null));
+        (result, self.error)
     }
 }
 

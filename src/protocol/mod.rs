@@ -39,7 +39,7 @@ pub use params::{
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
     CacheNote, ListedFields, MirrorMeta, ReadResourceResult, Resource, ResourceContents,
-    ResourceTemplate,
+    ResourceTemplate, StoredObject,
 };
 pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,

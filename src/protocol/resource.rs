@@ -5,6 +5,7 @@
 use serde::de::{DeserializeOwned, Error as _};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{CACHE_META_KEY, ORIGIN_META_KEY, VIA_META_KEY};
@@ -53,6 +54,11 @@ impl MirrorMeta {
         let Some(Value::Object(meta)) = object.get_mut(META) else {
             return MirrorMeta::default();
         };
+        MirrorMeta::take_from(meta)
+    }
+
+    /// Takes our keys out of a `_meta` object; what does not have our shape stays put.
+    fn take_from(meta: &mut Map<String, Value>) -> MirrorMeta {
         MirrorMeta {
             origin: take_string(meta, ORIGIN_META_KEY),
             cache: take_typed(meta, CACHE_META_KEY),
@@ -187,6 +193,133 @@ fn listed_object(value: Value, key: &str) -> Result<(String, ListedFields), Stri
         return Err(format!("missing string field `{key}`"));
     };
     Ok((identity, ListedFields::take(object)))
+}
+
+/// A stored object (a resource or a template, as its server sent it) served straight from its
+/// text: every field passes through as it was stored and only `_meta` is rebuilt, with the
+/// origin named as `Resource::from_stored` names it. Paging the merged catalog writes a page
+/// this way without building a tree per entry (issue 11: a page of 500 well under 1 ms).
+#[derive(Debug, Clone, Copy)]
+pub struct StoredObject<'a> {
+    pub raw: &'a str,
+    pub origin: Option<&'a str>,
+}
+
+impl Serialize for StoredObject<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error as _;
+        // A server's own text may hold line breaks between tokens (a socket answer is one
+        // line) or repeat a key: such an object is written compact, through a tree, once.
+        let compact;
+        let mut raw = self.raw;
+        if raw.bytes().any(|byte| byte == b'\n' || byte == b'\r') {
+            compact = serde_json::from_str::<Value>(raw)
+                .map_err(S::Error::custom)?
+                .to_string();
+            raw = &compact;
+        }
+        let fields = match top_level_fields(raw) {
+            Some(fields) => fields,
+            None => {
+                let tree = serde_json::from_str::<Value>(raw).map_err(S::Error::custom)?;
+                if !tree.is_object() {
+                    return Err(S::Error::custom("a stored entry is not a JSON object"));
+                }
+                return StoredObject {
+                    raw: &tree.to_string(),
+                    origin: self.origin,
+                }
+                .serialize(serializer);
+            }
+        };
+        let mut map = serializer.serialize_map(Some(fields.len() + 1))?;
+        let mut own_meta = None;
+        for (key, value) in &fields {
+            match key.as_ref() == META {
+                true => own_meta = Some(*value),
+                false => map.serialize_entry(key, value)?,
+            }
+        }
+        match (self.origin, own_meta) {
+            (None, Some(own)) => map.serialize_entry(META, own)?,
+            (None, None) => {}
+            (Some(server), own) => {
+                let mut own = match own.map(|own| serde_json::from_str::<Value>(own.get())) {
+                    Some(Ok(Value::Object(own))) => own,
+                    _ => Map::new(),
+                };
+                let mut ours = MirrorMeta::take_from(&mut own);
+                ours.attribute(Some(server));
+                map.serialize_entry(
+                    META,
+                    &MergedMeta {
+                        own: &own,
+                        ours: &ours,
+                    },
+                )?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// The top-level fields of a JSON object, each value's text borrowed; `None` for anything
+/// but an object whose keys are all different.
+fn top_level_fields(raw: &str) -> Option<Vec<(std::borrow::Cow<'_, str>, &RawValue)>> {
+    let fields: Vec<(std::borrow::Cow<'_, str>, &RawValue)> =
+        serde_json::from_str::<FieldList<'_>>(raw).ok()?.0;
+    let mut keys: Vec<&str> = fields.iter().map(|(key, _)| key.as_ref()).collect();
+    keys.sort_unstable();
+    let unique = keys.windows(2).all(|pair| pair[0] != pair[1]);
+    unique.then_some(fields)
+}
+
+/// An object's fields in their order, values unparsed.
+struct FieldList<'a>(Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for FieldList<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = FieldList<'de>;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    fields.push((key.0, map.next_value::<&'de RawValue>()?));
+                }
+                Ok(FieldList(fields))
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+/// A key, borrowed from the text unless it holds escapes.
+struct Key<'a>(std::borrow::Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyText;
+        impl<'de> serde::de::Visitor<'de> for KeyText {
+            type Value = Key<'de>;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(text)))
+            }
+            fn visit_str<E>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(Key(std::borrow::Cow::Owned(text.to_string())))
+            }
+        }
+        deserializer.deserialize_str(KeyText)
+    }
 }
 
 /// A resource as the mirror serves it: the server's own object, every field kept, with its
@@ -355,6 +488,40 @@ impl<'de> Deserialize<'de> for ReadResourceResult {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Written from its text, an entry is the same JSON as the typed `Resource` writes: for
+    /// every shape of `_meta` (none, theirs, ours from an upstream mirror, not an object), line
+    /// breaks between tokens, escaped keys and repeated keys.
+    #[test]
+    fn stored_objects_write_what_resources_write() {
+        let raws = [
+            r#"{"uri":"file:///a","name":"a","size":3}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{"theirs":true},"annotations":{"audience":["user"]}}"#
+                .to_string(),
+            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/server":"demo","x":1}}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/server":"demo","io.mcp-mirror/via":"old"}}"#
+                .to_string(),
+            r#"{"uri":"file:///a","_meta":"not an object","name":7}"#.to_string(),
+            "{\n  \"uri\": \"file:///a\",\r\n  \"description\": \"two\\nlines\"\n}".to_string(),
+            r#"{"uri":"file:///a","na\u006de":"escaped key","extra":null}"#.to_string(),
+            r#"{"uri":"file:///a","name":"first","name":"second"}"#.to_string(),
+        ];
+        for raw in &raws {
+            for origin in [None, Some("docs")] {
+                let typed = serde_json::to_value(Resource::from_stored(raw, origin).expect("parse"))
+                    .expect("typed");
+                let text = serde_json::to_string(&StoredObject { raw, origin }).expect("stored");
+                assert!(!text.contains('\n'), "one line: {text}");
+                let stored: Value = serde_json::from_str(&text).expect("valid JSON");
+                assert_eq!(stored, typed, "{raw} from {origin:?}");
+            }
+        }
+        let not_an_object = StoredObject {
+            raw: "[1,2]",
+            origin: Some("docs"),
+        };
+        assert!(serde_json::to_string(&not_an_object).is_err());
+    }
 
     #[test]
     fn objects_pass_through_exactly_with_our_meta_added() {

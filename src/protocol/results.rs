@@ -65,11 +65,12 @@ pub struct Implementation {
     pub version: String,
 }
 
-/// `resources/list`: a page of the merged catalog.
+/// `resources/list`: a page of the merged catalog. The daemon writes its entries straight
+/// from their stored text (`R` = `StoredObject`); clients read `Resource`s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListResourcesResult {
-    pub resources: Vec<Resource>,
+pub struct ListResourcesResult<R = Resource> {
+    pub resources: Vec<R>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -77,8 +78,8 @@ pub struct ListResourcesResult {
 /// `resources/templates/list`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListTemplatesResult {
-    pub resource_templates: Vec<ResourceTemplate>,
+pub struct ListTemplatesResult<T = ResourceTemplate> {
+    pub resource_templates: Vec<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
