@@ -632,7 +632,17 @@ fn metrics_parse_and_match_the_status() {
         assert_eq!(answer.status, 200, "{}", answer.body);
         parse_metrics(&answer.body)
     };
-    let status = upstream.daemon.call("catalog/status", json!({}));
+    // Once the search index has applied both walks, nothing moves until the searches below.
+    let status = wait_for(
+        "the search index to catch up",
+        Duration::from_secs(20),
+        || {
+            let status = upstream.daemon.call("catalog/status", json!({}));
+            let index = &status["daemon"]["searchIndex"];
+            (index["state"] == "ready" && index["generation"] == status["daemon"]["changeSeq"])
+                .then_some(status)
+        },
+    );
     let metrics = scrape(&upstream.address);
     let value = |name: &str, labels: &[(&str, &str)]| {
         let mut labels: Vec<(String, String)> = labels
@@ -687,6 +697,26 @@ fn metrics_parse_and_match_the_status() {
         status["daemon"]["changeSeq"].as_f64().expect("changeSeq")
     );
     assert_eq!(value("mcp_mirror_resources", &[]), 42.0);
+    // The search index: the same state, generation and size as status, and its lag the feed's
+    // sequence numbers it has not applied.
+    let index = &status["daemon"]["searchIndex"];
+    let generation = index["generation"].as_f64().expect("the index generation");
+    assert_eq!(value("mcp_mirror_search_index_generation", &[]), generation);
+    assert_eq!(
+        value("mcp_mirror_search_index_lag_generations", &[]),
+        status["daemon"]["changeSeq"].as_f64().expect("changeSeq") - generation
+    );
+    assert_eq!(
+        value("mcp_mirror_search_index_documents", &[]),
+        index["documents"].as_f64().expect("documents")
+    );
+    for state in ["opening", "ready", "catching-up", "rebuilding", "failed"] {
+        assert_eq!(
+            value("mcp_mirror_search_index_state", &[("state", state)]),
+            f64::from(u8::from(index["state"] == state)),
+            "{state}"
+        );
+    }
     assert!(value("mcp_mirror_swap_hold_seconds_count", &[]) >= 2.0);
     assert!(value("mcp_mirror_clients", &[("face", "http")]) >= 1.0);
 
