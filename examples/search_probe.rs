@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use mcp_mirror::protocol::Kind;
 use mcp_mirror::search::{Entry, Priorities, SearchIndex, SearchQuery, ServerDiff};
 
 const SERVERS: usize = 10;
@@ -21,7 +22,8 @@ fn fixture_entry(server: &str, index: usize) -> Entry {
             index % 37
         )),
         mime_type: Some(MIME_TYPES[index % MIME_TYPES.len()].to_string()),
-        kind: "resource".to_string(),
+        kind: Kind::Resource,
+        inputs: None,
     }
 }
 
@@ -164,6 +166,7 @@ fn main() -> anyhow::Result<()> {
         index.apply(ServerDiff {
             generation: server as u64 + 1,
             server: name.clone(),
+            kind: Kind::Resource,
             replace: true,
             removed: Vec::new(),
             upserted: entries,
@@ -202,6 +205,7 @@ fn main() -> anyhow::Result<()> {
     index.apply(ServerDiff {
         generation: SERVERS as u64 + 1,
         server: "server-3".into(),
+        kind: Kind::Resource,
         replace: false,
         removed: Vec::new(),
         upserted: changed,

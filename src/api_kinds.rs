@@ -1,4 +1,4 @@
-//! The socket methods of every kind beside resources (`catalog/tools`, `/prompts`, `/tool`, `/prompt`, `/accept`, `/drift`, per-kind status) and the MCP face's own tools, `search_catalog` and `describe_entry`.
+//! The socket methods of every kind beside resources (`catalog/tools`, `/prompts`, `/tool`, `/prompt`, `/accept`, `/drift`, per-kind status), `catalog/search` of several kinds, and the MCP face's own tools, `search_catalog` and `describe_entry`.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
     ORIGIN_META_KEY, PAGE_SIZE,
 };
-use crate::store::{EntryHit, EntryListing, SearchHit, SearchRequest, Store, StoreError};
+use crate::store::{EntryHit, EntryListing, SearchHit, Store, StoreError};
 
 /// JSON-RPC's "resource not found" for a tool or prompt no server lists.
 const NOT_FOUND: i64 = crate::protocol::RESOURCE_NOT_FOUND;
@@ -211,65 +211,90 @@ fn one_line(description: Option<String>) -> Option<String> {
     Some(line.chars().take(wire::HIT_DESCRIPTION_CHARS).collect())
 }
 
-/// Search over every kind, best first. The one place that decides how kinds are searched:
-/// tools and prompts through their full-text table, resources through the resource search,
-/// merged by score (both are negated BM25, so higher is better on one scale).
+/// `search_catalog`, the MCP face's search: the same path as `catalog/search` with `kinds`
+/// (every kind when absent), best first.
 pub async fn search_catalog(
-    store: &Store,
+    context: &ApiContext,
     arguments: wire::SearchCatalogArguments,
-) -> Result<Vec<wire::CatalogHit>, StoreError> {
+) -> Result<Vec<wire::CatalogHit>, ErrorObject> {
     let limit = arguments
         .limit
-        .map(|limit| (limit.max(1) as usize).min(wire::MAX_CATALOG_HITS))
-        .unwrap_or(wire::DEFAULT_CATALOG_HITS);
-    let kinds = arguments.kinds.unwrap_or_else(|| Kind::ALL.to_vec());
-    let mut hits: Vec<wire::CatalogHit> = store
-        .search_entries(crate::store::EntrySearch {
-            query: arguments.query.clone(),
-            raw: false,
-            kinds: kinds.clone(),
-            server: arguments.server.clone(),
-            limit,
-            offset: 0,
-            deadline: None,
-        })
-        .await?
+        .map(|limit| limit.clamp(1, wire::MAX_CATALOG_HITS as u64))
+        .unwrap_or(wire::DEFAULT_CATALOG_HITS as u64);
+    let params = wire::SearchParams {
+        query: arguments.query,
+        limit: Some(limit),
+        server: arguments.server,
+        kinds: Some(arguments.kinds.unwrap_or_else(|| Kind::ALL.to_vec())),
+        ..wire::SearchParams::default()
+    };
+    let search = params
+        .into_kinds_request()
+        .map_err(|error| invalid(error.0))?;
+    let result = search_kinds(search, context).await?;
+    Ok(result
+        .results
         .into_iter()
         .map(|hit| wire::CatalogHit {
             kind: hit.kind,
             server: hit.server,
             name: hit.name,
-            uri: None,
+            uri: hit.uri,
             title: hit.title,
             description: one_line(hit.description),
             score: hit.score,
         })
-        .collect();
-    if kinds.contains(&Kind::Resource) {
-        let mut request = SearchRequest::new(arguments.query, limit);
-        request.server = arguments.server;
-        let (resources, _) = store.search(request).await?;
-        hits.extend(resources.into_iter().map(|hit| wire::CatalogHit {
-            kind: Kind::Resource,
-            server: hit.server,
-            name: hit.name,
-            uri: Some(hit.uri),
-            title: hit.title,
-            description: one_line(hit.description),
-            score: hit.score,
-        }));
-    }
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-    hits.truncate(limit);
-    Ok(hits)
+        .collect())
 }
 
-/// `catalog/search` over tools and prompts, with resources when asked: each engine runs
-/// through the search gate, then the two rankings are merged into one page.
+/// `catalog/search` of several kinds: one ranked query of the derived search index, every
+/// kind in it and the kinds an index filter, when the index can answer for the catalog as it
+/// stands; else SQLite, whose resource and entry full-text indexes are merged by score (both
+/// negated BM25), with the reason in `note`. A cursor stays with the engine that made it,
+/// except that an index cursor is continued by SQLite when the index cannot answer.
 pub async fn search_kinds(
     search: wire::KindsSearch,
     context: &ApiContext,
 ) -> Result<wire::SearchResult, ErrorObject> {
+    let mut note = None;
+    if let (Some(index), false, false) = (
+        &context.search_index,
+        search.sqlite_cursor,
+        search.index.raw,
+    ) {
+        match crate::api::search_index(index, context, &search.index).await? {
+            Ok(answer) => {
+                let mut result = crate::api::search_result(answer.hits, None);
+                result.next_cursor = answer.next.map(wire::encode_index_cursor);
+                result.engine = Some(wire::SearchEngine::Index);
+                result.match_mode = Some(answer.mode);
+                return Ok(result);
+            }
+            Err(why) => note = Some(why),
+        }
+    }
+    let mut result = sqlite_kinds_search(search, context).await?;
+    result.note = note;
+    Ok(result)
+}
+
+/// The SQLite side of a search of several kinds: the resource page and the tool and prompt
+/// hits merged into one page. An index cursor's position (the index was there for the page
+/// before) is reached by merging from the start and leaving out what it had shown.
+async fn sqlite_kinds_search(
+    mut search: wire::KindsSearch,
+    context: &ApiContext,
+) -> Result<wire::SearchResult, ErrorObject> {
+    let skip = if search.sqlite_cursor {
+        0
+    } else {
+        search.index.offset
+    };
+    let limit = search.limit + skip;
+    if let Some(request) = &mut search.resources {
+        request.limit = limit;
+    }
+    search.entries.limit = limit + 1;
     let offsets = (
         search
             .resources
@@ -277,21 +302,13 @@ pub async fn search_kinds(
             .map_or(0, |request| request.offset),
         search.entries.offset,
     );
-    // Resources come from the derived search index when it can answer, else from FTS5.
-    let (resources, origin) = match search.resources {
-        Some(request) => {
-            let (hits, next, origin) = crate::api::resource_search(request, context).await?;
-            (Some((hits, next)), Some(origin))
-        }
-        None => (None, None),
+    let resources = match search.resources {
+        Some(request) => Some(crate::api::gated_search(request, context).await?),
+        None => None,
     };
     let entries = gated_entry_search(search.entries, context).await?;
-    let mut result = merge_search_pages(resources, entries, offsets, search.limit);
-    if let Some(origin) = origin {
-        result.engine = origin.engine;
-        result.match_mode = origin.match_mode;
-        result.note = origin.note;
-    }
+    let mut result = merge_search_pages(resources, entries, offsets, limit);
+    result.results.drain(..skip.min(result.results.len()));
     Ok(result)
 }
 
@@ -403,12 +420,15 @@ pub async fn call_tool(
         wire::SEARCH_CATALOG_TOOL => {
             let arguments: wire::SearchCatalogArguments =
                 parse_params(arguments).map_err(|error| invalid(error.0))?;
-            let hits = match search_catalog(&context.store, arguments).await {
+            let hits = match search_catalog(context, arguments).await {
                 Ok(hits) => hits,
-                Err(StoreError::InvalidQuery(error)) => {
-                    return Ok(wire::CallToolResult::error(format!("invalid query: {error}")))
+                Err(error) if error.code == INVALID_PARAMS => {
+                    return Ok(wire::CallToolResult::error(format!(
+                        "invalid query: {}",
+                        error.message
+                    )))
                 }
-                Err(error) => return Err(internal(error)),
+                Err(error) => return Err(error),
             };
             let text = if hits.is_empty() {
                 "no matches".to_string()
@@ -490,6 +510,7 @@ mod tests {
 
     fn resource(uri: &str, score: f64) -> SearchHit {
         SearchHit {
+            kind: Kind::Resource,
             server: "docs".into(),
             uri: uri.into(),
             name: uri.into(),

@@ -50,6 +50,11 @@ pub fn decode_search_cursor(cursor: &str) -> Option<usize> {
         .ok()
 }
 
+/// Decodes a cursor made by `encode_index_cursor` only.
+pub fn decode_index_cursor(cursor: &str) -> Option<usize> {
+    cursor.strip_prefix(INDEX_CURSOR_PREFIX)?.parse().ok()
+}
+
 /// True for a cursor made by `encode_index_cursor`.
 pub fn is_index_cursor(cursor: &str) -> bool {
     cursor.starts_with(INDEX_CURSOR_PREFIX)

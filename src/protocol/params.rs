@@ -170,9 +170,9 @@ pub struct SearchParams {
 
 impl SearchParams {
     /// Whether this search goes beyond resources alone, so it takes `into_kinds_request`:
-    /// `kinds` names anything but resources only (templates are not indexed, so they find
-    /// nothing), or is absent (every kind), except for a raw query, whose FTS5 syntax may name
-    /// the resource index's columns, or with `mimeType`, which only resources have.
+    /// `kinds` names anything but resources only, or is absent (every kind), except for a raw
+    /// query, whose FTS5 syntax may name the resource index's columns, or with `mimeType`,
+    /// which keeps to resources as before.
     pub fn searches_entries(&self) -> bool {
         match &self.kinds {
             None => !self.raw.unwrap_or(false) && self.mime_type.is_none(),
@@ -180,22 +180,40 @@ impl SearchParams {
         }
     }
 
-    /// A search that reaches tools or prompts: the resource request (its offset the resource
-    /// part of the cursor), the entry search, and the limit of the merged page.
+    /// A search of several kinds: the whole request as the search index takes it (every kind
+    /// asked, the offset of an index cursor), and for SQLite the resource request (its offset
+    /// the resource part of a SQLite cursor), the entry search, and the limit of the merged
+    /// page.
     pub fn into_kinds_request(mut self) -> Result<KindsSearch, InvalidParams> {
-        let (resource_offset, entry_offset) = match self.cursor.take() {
-            None => (0, 0),
-            Some(cursor) => decode_kinds_search_cursor(&cursor)
-                .filter(|(resources, entries)| {
-                    *resources <= MAX_SEARCH_OFFSET && *entries <= MAX_SEARCH_OFFSET
-                })
-                .ok_or_else(|| InvalidParams("invalid cursor".into()))?,
+        let cursor = self.cursor.take();
+        let sqlite_cursor = cursor
+            .as_deref()
+            .and_then(decode_kinds_search_cursor)
+            .map(|(resources, entries)| {
+                if resources <= MAX_SEARCH_OFFSET && entries <= MAX_SEARCH_OFFSET {
+                    Ok((resources, entries))
+                } else {
+                    Err(InvalidParams("invalid cursor".into()))
+                }
+            })
+            .transpose()?;
+        let index_offset = match (&cursor, sqlite_cursor) {
+            (Some(cursor), None) => Some(
+                super::cursor::decode_index_cursor(cursor)
+                    .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
+                    .ok_or_else(|| InvalidParams("invalid cursor".into()))?,
+            ),
+            _ => None,
         };
+        let (resource_offset, entry_offset) = sqlite_cursor.unwrap_or((0, 0));
         let kinds = self.kinds.take().unwrap_or_else(|| Kind::ALL.to_vec());
         let searches_resources = kinds.contains(&Kind::Resource);
         // Tools and prompts have no MIME type: a `mimeType` filter leaves only resources.
         let entries_match = self.mime_type.is_none();
         let mut request = self.into_request()?;
+        let mut index = request.clone();
+        index.kinds = kinds.clone();
+        index.offset = index_offset.unwrap_or(0);
         request.offset = resource_offset;
         let entries = EntrySearch {
             query: request.query.clone(),
@@ -213,16 +231,23 @@ impl SearchParams {
         };
         Ok(KindsSearch {
             limit: request.limit,
+            index,
+            sqlite_cursor: sqlite_cursor.is_some(),
             resources: searches_resources.then_some(request),
             entries,
         })
     }
 }
 
-/// A `catalog/search` over resources and entries (tools, prompts), paged as one ranking.
+/// A `catalog/search` of several kinds, paged as one ranking: by the search index in one
+/// query, or by SQLite's two full-text indexes (resources; tools and prompts) merged.
 #[derive(Debug, Clone)]
 pub struct KindsSearch {
-    /// The resource part; `None` when resources are not searched.
+    /// The whole search as the index takes it: every kind asked, the index cursor's offset.
+    pub index: SearchRequest,
+    /// The cursor came from SQLite's merged ranking: the pages stay with SQLite.
+    pub sqlite_cursor: bool,
+    /// SQLite's resource part; `None` when resources are not searched.
     pub resources: Option<SearchRequest>,
     pub entries: EntrySearch,
     pub limit: usize,

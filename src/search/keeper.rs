@@ -1,10 +1,11 @@
-//! Keeps the search index up to date with the store: repair at start, then each committed swap's diff, off the writer's path.
+//! Keeps the search index up to date with the store: repair at start, then each committed swap's diff (every kind), off the writer's path.
 //!
 //! The store writer announces every commit that changed the catalog (`Store::subscribe`, sent
 //! after the commit, never waiting for anyone). On each announcement, and every few seconds
 //! for priority changes that no swap announces, the keeper reads what the index missed from
-//! the change feed in one read transaction, looks up the current entries of the URIs named
-//! there, and applies them per server. The same pass is the repair at start: an index behind
+//! the change feed in one read transaction, looks up the current entries the feed names
+//! (URIs of resources, URI templates, names of tools and prompts), and applies them per
+//! server and kind. The same pass is the repair at start: an index behind
 //! the database catches up the same way, and one that is missing, reset, ahead of the
 //! database or further behind than the feed reaches is rebuilt from every stored entry.
 //! Until the first pass ends the index is not `ready`, and `catalog/search` answers from
@@ -17,7 +18,8 @@ use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::{Phase, Repair, SearchIndex, ServerDiff};
+use super::{Entry, Phase, Repair, SearchIndex, ServerDiff};
+use crate::protocol::Kind;
 use crate::store::{CatalogChanged, FeedDiff, IndexSource, Store, StoreError};
 
 /// How often the keeper looks for priority changes when no swap happens.
@@ -88,6 +90,10 @@ pub fn spawn(
     })
 }
 
+/// One commit of a catch-up: a server, and either the kind all of whose entries are read
+/// again or the diffs of the changed entries of its kinds.
+type Commit = (String, Option<Kind>, Vec<ServerDiff<Vec<Entry>>>);
+
 /// One pass: brings the index to the database's current generation.
 pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), KeepError> {
     let mut source = IndexSource::open(database)?;
@@ -155,39 +161,62 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                     "the search index is catching up"
                 );
             }
-            let count = diffs.len();
-            // Every server's diff but the last commits at the old generation: a crash between
-            // two of them leaves an index that still says it needs this catch-up.
-            for (position, (server, diff)) in diffs.into_iter().enumerate() {
-                let generation = if position + 1 == count { target } else { from };
+            // Per server: a diff that re-reads every entry of a kind streams them in a commit
+            // of its own; the few changed entries of its other kinds go in one commit.
+            let mut commits: Vec<Commit> = Vec::new();
+            for ((server, kind), diff) in diffs {
                 match diff {
-                    FeedDiff::Everything => {
-                        snapshot.with_entries(Some(&server), |entries| {
+                    FeedDiff::Everything => commits.push((server, Some(kind), Vec::new())),
+                    FeedDiff::Keys(keys) => {
+                        let mut removed = Vec::new();
+                        let mut upserted = Vec::new();
+                        for key in keys {
+                            match snapshot.entry(&server, kind, &key)? {
+                                Some(entry) => upserted.push(entry),
+                                None => removed.push(key),
+                            }
+                        }
+                        let diff = ServerDiff {
+                            generation: from,
+                            server: server.clone(),
+                            kind,
+                            replace: false,
+                            removed,
+                            upserted,
+                        };
+                        match commits
+                            .iter_mut()
+                            .find(|(name, everything, _)| *name == server && everything.is_none())
+                        {
+                            Some((_, _, diffs)) => diffs.push(diff),
+                            None => commits.push((server, None, vec![diff])),
+                        }
+                    }
+                }
+            }
+            let count = commits.len();
+            // Every commit but the last is at the old generation: a crash between two of them
+            // leaves an index that still says it needs this catch-up.
+            for (position, (server, everything, mut diffs)) in commits.into_iter().enumerate() {
+                let generation = if position + 1 == count { target } else { from };
+                match everything {
+                    Some(kind) => {
+                        snapshot.with_entries(Some((&server, kind)), |entries| {
                             index.apply(ServerDiff {
                                 generation,
                                 server: server.clone(),
+                                kind,
                                 replace: true,
                                 removed: Vec::new(),
                                 upserted: entries,
                             })
                         })??;
                     }
-                    FeedDiff::Uris(uris) => {
-                        let mut removed = Vec::new();
-                        let mut upserted = Vec::new();
-                        for uri in uris {
-                            match snapshot.entry(&server, &uri)? {
-                                Some(entry) => upserted.push(entry),
-                                None => removed.push(uri),
-                            }
+                    None => {
+                        for diff in &mut diffs {
+                            diff.generation = generation;
                         }
-                        index.apply(ServerDiff {
-                            generation,
-                            server,
-                            replace: false,
-                            removed,
-                            upserted,
-                        })?;
+                        index.apply_kinds(diffs)?;
                     }
                 }
             }
@@ -351,6 +380,177 @@ mod tests {
         assert_eq!(found(&index, "gamma").len(), 1500);
         assert_eq!(found(&index, "wiki").len(), 1500);
         assert_eq!(found(&index, "alpha").len(), 44, "x://0 says beta");
+        assert_eq!(
+            index.generation(),
+            Some(store.latest_change_seq().await.expect("seq") as u64)
+        );
+        store.close().await;
+    }
+
+    fn template(uri_template: &str, name: &str, description: &str) -> crate::store::TemplateRow {
+        crate::store::TemplateRow {
+            uri_template: uri_template.into(),
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            mime_type: None,
+            raw: format!(
+                "{{\"uriTemplate\":\"{uri_template}\",\"description\":\"{description}\"}}"
+            ),
+            oversized: false,
+        }
+    }
+
+    fn tool(name: &str, description: &str, inputs: &str) -> crate::store::EntryRow {
+        crate::store::EntryRow {
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            inputs: inputs.into(),
+            raw: format!(
+                "{{\"name\":\"{name}\",\"description\":\"{description}\",\"inputs\":\"{inputs}\"}}"
+            ),
+        }
+    }
+
+    fn kinds_found(index: &SearchIndex, text: &str) -> Vec<(crate::protocol::Kind, String)> {
+        let mut query = SearchQuery::new(text, 100);
+        query.time_limit = Duration::from_secs(30);
+        let mut hits: Vec<(crate::protocol::Kind, String)> = index
+            .search(&query)
+            .expect("search")
+            .hits
+            .into_iter()
+            .map(|hit| (hit.kind, hit.name))
+            .collect();
+        hits.sort();
+        hits
+    }
+
+    /// Templates, tools and prompts reach the index through the feed like resources: a
+    /// rebuild reads every kind, a catch-up the changes of each (server, kind).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_kind_reaches_the_index_through_the_feed() {
+        use crate::protocol::Kind;
+        let directory = tempfile::tempdir().expect("tempdir");
+        let database = directory.path().join("catalog.db");
+        let store = Store::open(&database).expect("store");
+        store
+            .apply_servers(sync(vec![ServerEntry {
+                name: "fx".into(),
+                priority: 10,
+                transport: crate::protocol::TransportKind::Stdio,
+                read_cache_bytes: None,
+            }]))
+            .await
+            .expect("servers");
+        let walk_with = |templates: Vec<crate::store::TemplateRow>| {
+            let store = store.clone();
+            async move {
+                let walk = store.begin_walk("fx");
+                walk.add_resources(vec![row("x://1", "doc", "plain words")])
+                    .await
+                    .expect("stage");
+                walk.add_templates(templates).await.expect("stage");
+                walk.commit(WalkReport::default()).await.expect("commit");
+            }
+        };
+        walk_with(vec![template(
+            "x://pages/{id}",
+            "page-by-id",
+            "Pages by id",
+        )])
+        .await;
+        store
+            .swap_entries(
+                "fx",
+                Kind::Tool,
+                vec![tool(
+                    "get_forecast",
+                    "Forecast",
+                    "region Which meteorological region",
+                )],
+            )
+            .await
+            .expect("tools");
+        store
+            .swap_entries(
+                "fx",
+                Kind::Prompt,
+                vec![tool("brief", "A briefing", "audience Who reads it")],
+            )
+            .await
+            .expect("prompts");
+
+        let (index, _) =
+            SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+        keep_up(&index, &database, true).expect("rebuild");
+        assert_eq!(index.status().documents, 4);
+        assert_eq!(
+            kinds_found(&index, "meteorological"),
+            vec![(Kind::Tool, "get_forecast".to_string())]
+        );
+        assert_eq!(
+            kinds_found(&index, "pages"),
+            vec![(Kind::Template, "page-by-id".to_string())]
+        );
+        assert_eq!(
+            kinds_found(&index, "audience"),
+            vec![(Kind::Prompt, "brief".to_string())]
+        );
+
+        // A tool changes, a template is replaced: each reaches the index by a catch-up.
+        store
+            .swap_entries(
+                "fx",
+                Kind::Tool,
+                vec![tool(
+                    "get_forecast",
+                    "Forecast",
+                    "zone Which climatological zone",
+                )],
+            )
+            .await
+            .expect("tools");
+        walk_with(vec![template(
+            "x://posts/{id}",
+            "post-by-id",
+            "Posts by id",
+        )])
+        .await;
+        let changes = store
+            .changes_of_kinds(None, 100, vec![Kind::Template])
+            .await
+            .expect("feed");
+        let feed: Vec<(String, Option<String>)> = changes
+            .changes
+            .iter()
+            .map(|change| (change.kind.to_string(), change.uri.clone()))
+            .collect();
+        assert_eq!(
+            feed,
+            [
+                ("added".to_string(), Some("x://pages/{id}".to_string())),
+                ("removed".to_string(), Some("x://pages/{id}".to_string())),
+                ("added".to_string(), Some("x://posts/{id}".to_string())),
+            ]
+        );
+        assert!(matches!(
+            index.repair_needed(store.latest_change_seq().await.expect("seq") as u64),
+            crate::search::Repair::CatchUp { .. }
+        ));
+        keep_up(&index, &database, false).expect("catch up");
+        assert!(kinds_found(&index, "meteorological").is_empty());
+        assert_eq!(
+            kinds_found(&index, "climatological"),
+            vec![(Kind::Tool, "get_forecast".to_string())]
+        );
+        assert!(kinds_found(&index, "pages").is_empty());
+        assert_eq!(
+            kinds_found(&index, "posts"),
+            vec![(Kind::Template, "post-by-id".to_string())]
+        );
+        assert_eq!(index.status().documents, 4);
         assert_eq!(
             index.generation(),
             Some(store.latest_change_seq().await.expect("seq") as u64)

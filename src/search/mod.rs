@@ -1,17 +1,20 @@
 //! The derived search index beside the database: SQLite stays the truth, this answers `catalog/search` fast.
 //!
-//! The index lives in its own directory (`catalog.db` -> `catalog.search/`) and records in each
+//! It holds every kind: resources, templates, tools and prompts, one document per listing,
+//! with the kind as an index filter term. The index lives in its own directory (`catalog.db` -> `catalog.search/`) and records in each
 //! commit the store generation it reflects and the server priorities it used. It is kept up to
 //! date from each swap's diff ([`SearchIndex::apply`]), or rebuilt from every stored entry
 //! ([`SearchIndex::rebuild`]); [`SearchIndex::repair_needed`] says which one an index opened
 //! at start needs. A deleted, corrupt or older-schema index directory is replaced by an empty
 //! one that needs a rebuild.
 //!
-//! The merged view (one hit per URI, the winning server's entry) is a per-document flag: each
-//! listing carries `wins` (it is the entry the merged catalog shows) and `shared` (another
-//! server lists the same URI). Every diff recomputes both for the URIs it touches, from the
-//! listings of that URI in the index (a term lookup, usually one document); a change of
-//! priorities recomputes them for the shared URIs only. Queries without `server` filter on
+//! The merged view (one hit per URI or URI template, the winning server's entry) is a
+//! per-document flag: each listing carries `wins` (it is the entry the merged catalog shows)
+//! and `shared` (another server lists the same URI). Every diff recomputes both for the
+//! groups it touches, from the listings of that group in the index (a term lookup, usually one
+//! document); a change of priorities recomputes them for the shared groups only. A tool or
+//! prompt is a group of its own (each server's `search` tool is another tool), so it always
+//! wins. Queries without `server` filter on
 //! `wins`, as an index term, so the filter takes part in top-k pruning like a word does.
 
 mod directory;
@@ -26,6 +29,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use crate::protocol::Kind;
 use tantivy::collector::DocSetCollector;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::IndexRecordOption;
@@ -62,7 +67,7 @@ pub enum SearchError {
         "{path} is not empty and is not a search index made by mcp-mirror; refusing to touch it"
     )]
     NotOurs { path: PathBuf },
-    #[error("rebuild entries must come ordered by URI ({later:?} came after {earlier:?})")]
+    #[error("rebuild entries must come ordered by kind and URI or name ({later:?} came after {earlier:?})")]
     Unordered { earlier: String, later: String },
     #[error("the search took longer than its limit of {0:?}")]
     TimedOut(Duration),
@@ -74,30 +79,56 @@ pub enum SearchError {
     Cancelled,
 }
 
-/// One listing of a URI by a server, as the index keeps it.
+/// One listing of an entry of any kind by a server, as the index keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    pub kind: Kind,
     pub server: String,
+    /// A resource's URI or a template's URI template; empty for tools and prompts.
     pub uri: String,
     pub name: String,
     pub title: Option<String>,
     pub description: Option<String>,
     pub mime_type: Option<String>,
-    /// What the entry is: "resource" for now; tools and prompts later.
-    pub kind: String,
+    /// The names and descriptions of a tool's input properties or a prompt's arguments:
+    /// searched, not stored.
+    pub inputs: Option<String>,
 }
 
-/// One swap's effect on one server's listings, as the writer committed it.
+impl Entry {
+    /// What identifies the entry within its server and kind: the URI (or URI template) of a
+    /// resource (or template), the name of a tool or prompt.
+    pub fn identity(&self) -> &str {
+        match self.kind {
+            Kind::Resource | Kind::Template => &self.uri,
+            Kind::Tool | Kind::Prompt => &self.name,
+        }
+    }
+
+    /// The order a rebuild takes entries in, and groups them by: kind, then the URI for
+    /// resources and templates (one group per URI), name and server for tools and prompts.
+    fn rebuild_order(&self, other: &Entry) -> std::cmp::Ordering {
+        self.kind.cmp(&other.kind).then_with(|| match self.kind {
+            Kind::Resource | Kind::Template => self.uri.cmp(&other.uri),
+            Kind::Tool | Kind::Prompt => {
+                (&self.name, &self.server).cmp(&(&other.name, &other.server))
+            }
+        })
+    }
+}
+
+/// One swap's effect on one server's listings of one kind, as the writer committed it.
 pub struct ServerDiff<I> {
     /// The store generation after this swap.
     pub generation: u64,
     pub server: String,
-    /// When true, every listing of the server is replaced by `upserted` (and `removed` is
-    /// not needed): a server's first load, a re-walk that changed much, a dropped server.
+    pub kind: Kind,
+    /// When true, every listing of the server of this kind is replaced by `upserted` (and
+    /// `removed` is not needed): a server's first load, a re-walk that changed much.
     pub replace: bool,
-    /// URIs the server no longer lists.
+    /// The identities (URIs, URI templates, names) the server no longer lists.
     pub removed: Vec<String>,
-    /// Entries the server added or changed; each URI at most once.
+    /// Entries of this kind the server added or changed; each at most once.
     pub upserted: I,
 }
 
@@ -385,6 +416,19 @@ impl SearchIndex {
         self.finish(&mut writer, outcome)
     }
 
+    /// Applies the diffs of one server's kinds in one commit, at the last one's generation.
+    /// Only one server's: the merged view of each is computed from the committed listings,
+    /// and one server's kinds never share a group (a resource's URI and a template's URI
+    /// template are groups of their own kinds).
+    pub fn apply_kinds(&self, diffs: Vec<ServerDiff<Vec<Entry>>>) -> Result<(), SearchError> {
+        let mut writer = lock(&self.writer);
+        let mut outcome = Ok(lock(&self.committed).clone());
+        for diff in diffs {
+            outcome = outcome.and_then(|_| self.apply_locked(&writer, diff));
+        }
+        self.finish(&mut writer, outcome)
+    }
+
     fn apply_locked<I: IntoIterator<Item = Entry>>(
         &self,
         writer: &IndexWriter,
@@ -396,30 +440,35 @@ impl SearchIndex {
         let servers = payload.servers.clone();
         let empty = searcher.num_docs() == 0;
         let server = diff.server.as_str();
-        // URIs whose other listings may need new flags once this server's listing is gone.
+        let kind = diff.kind;
+        // Identities whose other listings may need new flags once this server's is gone.
         let mut orphaned: HashSet<String> = HashSet::new();
         if diff.replace {
             if !empty {
-                for (entry, _) in self.server_shared_listings(&searcher, server)? {
-                    orphaned.insert(entry.uri);
+                for (entry, _) in self.server_shared_listings(&searcher, server, kind)? {
+                    orphaned.insert(entry.identity().to_string());
                 }
             }
-            writer.delete_term(tantivy::Term::from_field_text(fields.server, server));
+            writer.delete_query(Box::new(self.server_kind_query(server, kind)))?;
         } else {
-            for uri in &diff.removed {
-                writer.delete_term(fields.key_term(server, uri));
-                if !empty && self.others_may_list(&searcher, server, uri)? {
-                    orphaned.insert(uri.clone());
+            for identity in &diff.removed {
+                writer.delete_term(fields.key_term(kind, server, identity));
+                if !empty && self.others_may_list(&searcher, kind, server, identity)? {
+                    orphaned.insert(identity.clone());
                 }
             }
         }
         for (done, entry) in diff.upserted.into_iter().enumerate() {
             self.check_cancelled(done as u64)?;
-            orphaned.remove(&entry.uri);
-            let others = if empty || !self.others_may_list(&searcher, server, &entry.uri)? {
+            if entry.kind != kind {
+                continue;
+            }
+            let identity = entry.identity();
+            orphaned.remove(identity);
+            let others = if empty || !self.others_may_list(&searcher, kind, server, identity)? {
                 Vec::new()
             } else {
-                self.listings(&searcher, &entry.uri)?
+                self.listings(&searcher, kind, server, identity)?
                     .into_iter()
                     .filter(|(other, _)| other.server != entry.server)
                     .collect()
@@ -427,13 +476,13 @@ impl SearchIndex {
             // A replaced server's listings are all deleted already; a delete per entry would
             // sit in tantivy's delete queue until the commit (some 250 bytes each).
             if !diff.replace {
-                writer.delete_term(fields.key_term(&entry.server, &entry.uri));
+                writer.delete_term(fields.key_term(kind, &entry.server, identity));
             }
             self.write_listings(writer, &servers, others, Some(entry))?;
         }
-        for uri in orphaned {
+        for identity in orphaned {
             let others = self
-                .listings(&searcher, &uri)?
+                .listings(&searcher, kind, server, &identity)?
                 .into_iter()
                 .filter(|(other, _)| other.server != server)
                 .collect();
@@ -472,7 +521,11 @@ impl SearchIndex {
         for (entry, old_flags) in others {
             let flags = flags_of(&entry);
             if flags != old_flags {
-                writer.delete_term(self.fields.key_term(&entry.server, &entry.uri));
+                writer.delete_term(self.fields.key_term(
+                    entry.kind,
+                    &entry.server,
+                    entry.identity(),
+                ));
                 writer.add_document(self.fields.document(&entry, flags))?;
             }
         }
@@ -483,41 +536,70 @@ impl SearchIndex {
         Ok(())
     }
 
-    /// False when no other server's listing of `uri` was ever indexed in the live segments:
-    /// then the stored listings need not be read. Two term lookups; counts include deleted
-    /// documents, so a "true" may be wrong, which costs a look and changes nothing.
+    /// False when no other server's listing in the group of `identity` was ever indexed in
+    /// the live segments: then the stored listings need not be read. Two term lookups; counts
+    /// include deleted documents, so a "true" may be wrong, which costs a look and changes
+    /// nothing.
     fn others_may_list(
         &self,
         searcher: &Searcher,
+        kind: Kind,
         server: &str,
-        uri: &str,
+        identity: &str,
     ) -> Result<bool, SearchError> {
-        let listings = searcher.doc_freq(&self.fields.uri_term(uri))?;
+        let listings = searcher.doc_freq(&self.fields.group_term(kind, server, identity))?;
         if listings == 0 {
             return Ok(false);
         }
-        Ok(listings > searcher.doc_freq(&self.fields.key_term(server, uri))?)
+        Ok(listings > searcher.doc_freq(&self.fields.key_term(kind, server, identity))?)
     }
 
-    /// Every live listing of `uri` in the committed index, with its flags.
-    fn listings(&self, searcher: &Searcher, uri: &str) -> Result<Vec<(Entry, Flags)>, SearchError> {
-        let query = TermQuery::new(self.fields.uri_term(uri), IndexRecordOption::Basic);
+    /// Every live listing in the group of `identity` in the committed index, with its flags.
+    fn listings(
+        &self,
+        searcher: &Searcher,
+        kind: Kind,
+        server: &str,
+        identity: &str,
+    ) -> Result<Vec<(Entry, Flags)>, SearchError> {
+        let query = TermQuery::new(
+            self.fields.group_term(kind, server, identity),
+            IndexRecordOption::Basic,
+        );
         self.stored(searcher, &query)
     }
 
-    /// The listings of `server` whose URI another server lists too.
-    fn server_shared_listings(
-        &self,
-        searcher: &Searcher,
-        server: &str,
-    ) -> Result<Vec<(Entry, Flags)>, SearchError> {
-        let query = BooleanQuery::new(vec![
+    /// Every listing of `server` of `kind`.
+    fn server_kind_query(&self, server: &str, kind: Kind) -> BooleanQuery {
+        BooleanQuery::new(vec![
             (
                 Occur::Must,
                 Box::new(TermQuery::new(
                     tantivy::Term::from_field_text(self.fields.server, server),
                     IndexRecordOption::Basic,
                 )) as Box<dyn Query>,
+            ),
+            (
+                Occur::Must,
+                Box::new(TermQuery::new(
+                    self.fields.kind_term(kind),
+                    IndexRecordOption::Basic,
+                )),
+            ),
+        ])
+    }
+
+    /// The listings of `server` of `kind` whose URI another server lists too.
+    fn server_shared_listings(
+        &self,
+        searcher: &Searcher,
+        server: &str,
+        kind: Kind,
+    ) -> Result<Vec<(Entry, Flags)>, SearchError> {
+        let query = BooleanQuery::new(vec![
+            (
+                Occur::Must,
+                Box::new(self.server_kind_query(server, kind)) as Box<dyn Query>,
             ),
             (
                 Occur::Must,
@@ -577,10 +659,10 @@ impl SearchIndex {
             self.fields.flag_term(self.fields.shared),
             IndexRecordOption::Basic,
         );
-        let mut by_uri: HashMap<String, Vec<(Entry, Flags)>> = HashMap::new();
+        let mut by_uri: HashMap<(Kind, String), Vec<(Entry, Flags)>> = HashMap::new();
         for (entry, flags) in self.stored(&searcher, &query)? {
             by_uri
-                .entry(entry.uri.clone())
+                .entry((entry.kind, entry.identity().to_string()))
                 .or_default()
                 .push((entry, flags));
         }
@@ -598,8 +680,8 @@ impl SearchIndex {
         Ok(payload)
     }
 
-    /// Replaces the whole index with `entries` (every stored entry, ordered by URI; `total`
-    /// of them, for progress) at `generation`, computing the merged view as it goes.
+    /// Replaces the whole index with `entries` (every stored entry, in `Entry::rebuild_order`;
+    /// `total` of them, for progress) at `generation`, computing the merged view as it goes.
     pub fn rebuild<I: IntoIterator<Item = Entry>>(
         &self,
         servers: &Priorities,
@@ -627,15 +709,15 @@ impl SearchIndex {
         let mut last_percent = 0u8;
         for entry in entries {
             if let Some(previous) = group.last() {
-                match previous.uri.as_str().cmp(entry.uri.as_str()) {
+                match previous.rebuild_order(&entry) {
                     std::cmp::Ordering::Less => {
                         self.write_group(writer, servers, std::mem::take(&mut group))?
                     }
                     std::cmp::Ordering::Equal => {}
                     std::cmp::Ordering::Greater => {
                         return Err(SearchError::Unordered {
-                            earlier: previous.uri.clone(),
-                            later: entry.uri,
+                            earlier: format!("{} {}", previous.kind, previous.identity()),
+                            later: format!("{} {}", entry.kind, entry.identity()),
                         })
                     }
                 }

@@ -44,7 +44,8 @@ pub struct SearchQuery {
     pub text: String,
     pub server: Option<String>,
     pub mime_type: Option<String>,
-    pub kind: Option<String>,
+    /// The kinds searched; every kind when empty.
+    pub kinds: Vec<crate::protocol::Kind>,
     pub limit: usize,
     /// How many ranked hits to skip: the position a cursor encodes.
     pub offset: usize,
@@ -60,7 +61,7 @@ impl SearchQuery {
             text: text.into(),
             server: None,
             mime_type: None,
-            kind: None,
+            kinds: Vec::new(),
             limit,
             offset: 0,
             highlight: ("\u{ab}".into(), "\u{bb}".into()),
@@ -89,7 +90,7 @@ pub struct Hit {
     pub title: Option<String>,
     pub description: Option<String>,
     pub mime_type: Option<String>,
-    pub kind: String,
+    pub kind: crate::protocol::Kind,
     pub score: f32,
     /// The query equals the entry's name or URI.
     pub exact: bool,
@@ -187,16 +188,18 @@ pub fn run(
     words.retain(|word| seen.insert(word.clone()));
 
     let mut filters = Vec::new();
-    match &query.server {
-        Some(server) => filters.push(Term::from_field_text(fields.server, server)),
+    // Some kinds: one term for the kinds with the server or the merged view.
+    match (
+        fields.kinds_term(&query.kinds, query.server.as_deref()),
+        &query.server,
+    ) {
+        (Some(kinds), _) => filters.push(kinds),
+        (None, Some(server)) => filters.push(Term::from_field_text(fields.server, server)),
         // The merged catalog: one listing per URI, the winner's.
-        None => filters.push(fields.flag_term(fields.wins)),
+        (None, None) => filters.push(fields.flag_term(fields.wins)),
     }
     if let Some(mime_type) = &query.mime_type {
         filters.push(Term::from_field_text(fields.mime_type, mime_type));
-    }
-    if let Some(kind) = &query.kind {
-        filters.push(Term::from_field_text(fields.kind, kind));
     }
     let search = Search {
         searcher,

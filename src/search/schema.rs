@@ -1,4 +1,4 @@
-//! The search index's fields, its word analyzer, and the mapping from entries to documents and back.
+//! The search index's fields, its word analyzer, and the mapping from entries of every kind to documents and back.
 
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED,
@@ -9,10 +9,11 @@ use tantivy::tokenizer::{
 use tantivy::{TantivyDocument, Term};
 
 use super::Entry;
+use crate::protocol::Kind;
 
 /// Bumped whenever the fields, the analyzer or what goes into them change: an index with
-/// another version is rebuilt from the store.
-pub const SCHEMA_VERSION: u32 = 1;
+/// another version is rebuilt from the store. 2: every kind (templates, tools, prompts).
+pub const SCHEMA_VERSION: u32 = 2;
 /// The analyzer's name in tantivy's tokenizer registry.
 const WORDS: &str = "mcp_words";
 /// Words longer than this many bytes are not indexed (nobody types them).
@@ -48,8 +49,12 @@ pub fn words_with_spans(analyzer: &mut TextAnalyzer, text: &str) -> Vec<(String,
 #[derive(Clone)]
 pub struct Fields {
     pub schema: Schema,
-    /// `server \0 uri`: one document per listing, the handle for deleting it.
+    /// `kind \0 server \0 identity`: one document per listing, the handle for deleting it.
     pub key: Field,
+    /// The listings the merged view chooses one of: `kind \0 uri` for resources and
+    /// templates (every server's listing of one URI or URI template); a tool or prompt is its
+    /// own group (`kind \0 server \0 name`), since each server's is a different one.
+    pub group: Field,
     pub server: Field,
     pub uri: Field,
     pub uri_exact: Field,
@@ -59,12 +64,20 @@ pub struct Fields {
     pub description: Field,
     pub mime_type: Field,
     pub kind: Field,
+    /// For every set of one to three kinds that holds this entry's kind (`tool+prompt`, ...):
+    /// the set with the server (`s:server\0tool+prompt`), and the set alone when this listing
+    /// wins (`w:tool+prompt`). A search of some kinds filters on one such term in place of the
+    /// server or `wins` filter: the query keeps as many terms as a search of every kind, a
+    /// pure intersection (block-max pruning), where a union of kind terms, or one more filter
+    /// term, would rank the top k less exactly or less fast.
+    pub kinds: Field,
     /// "1" when this listing is the one the merged catalog shows for its URI.
     pub wins: Field,
     /// "1" when more than one server lists this URI.
     pub shared: Field,
     /// Every searchable word: name and title twice (they outrank URI and description), then
-    /// URI and description.
+    /// URI (or URI template), description, and a tool's input properties or a prompt's
+    /// arguments (names and descriptions).
     pub all: Field,
 }
 
@@ -72,14 +85,13 @@ impl Fields {
     pub fn new() -> Fields {
         let mut builder = Schema::builder();
         // Filters take part in block-max intersections, which need term frequencies.
-        let filter = TextOptions::default()
-            .set_indexing_options(
-                TextFieldIndexing::default()
-                    .set_tokenizer("raw")
-                    .set_index_option(IndexRecordOption::WithFreqs)
-                    .set_fieldnorms(false),
-            )
-            .set_stored();
+        let filter_only = TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer("raw")
+                .set_index_option(IndexRecordOption::WithFreqs)
+                .set_fieldnorms(false),
+        );
+        let filter = filter_only.clone().set_stored();
         let lookup = TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
                 .set_tokenizer("raw")
@@ -92,6 +104,7 @@ impl Fields {
                 .set_index_option(IndexRecordOption::WithFreqs),
         );
         let key = builder.add_text_field("key", lookup.clone());
+        let group = builder.add_text_field("group", lookup.clone());
         let server = builder.add_text_field("server", filter.clone());
         let uri = builder.add_text_field("uri", STORED);
         let uri_exact = builder.add_text_field("uri_exact", lookup.clone());
@@ -101,12 +114,14 @@ impl Fields {
         let description = builder.add_text_field("description", STORED);
         let mime_type = builder.add_text_field("mime_type", filter.clone());
         let kind = builder.add_text_field("kind", filter.clone());
+        let kinds = builder.add_text_field("kinds", filter_only);
         let wins = builder.add_text_field("wins", filter);
         let shared = builder.add_text_field("shared", lookup.set_stored());
         let all = builder.add_text_field("all", words);
         Fields {
             schema: builder.build(),
             key,
+            group,
             server,
             uri,
             uri_exact,
@@ -116,6 +131,7 @@ impl Fields {
             description,
             mime_type,
             kind,
+            kinds,
             wins,
             shared,
             all,
@@ -126,8 +142,33 @@ impl Fields {
         index.tokenizers().register(WORDS, analyzer());
     }
 
-    pub fn key_term(&self, server: &str, uri: &str) -> Term {
-        Term::from_field_text(self.key, &key_text(&format!("{server}\0{uri}")))
+    /// The listing of `identity` (a URI, a URI template, a name) of `kind` by `server`.
+    pub fn key_term(&self, kind: Kind, server: &str, identity: &str) -> Term {
+        Term::from_field_text(self.key, &key_text(&key(kind, server, identity)))
+    }
+
+    /// Every listing the merged view chooses among with the listing of `identity` by `server`.
+    pub fn group_term(&self, kind: Kind, server: &str, identity: &str) -> Term {
+        Term::from_field_text(self.group, &key_text(&group(kind, server, identity)))
+    }
+
+    pub fn kind_term(&self, kind: Kind) -> Term {
+        Term::from_field_text(self.kind, kind.as_str())
+    }
+
+    /// The one filter term of a search of `kinds` on `server` (or the merged view); `None`
+    /// when every kind is searched, and the server or `wins` term filters alone.
+    pub fn kinds_term(&self, kinds: &[Kind], server: Option<&str>) -> Option<Term> {
+        let mut wanted: Vec<Kind> = kinds.to_vec();
+        wanted.sort();
+        wanted.dedup();
+        if wanted.is_empty() || wanted.len() >= Kind::ALL.len() {
+            return None;
+        }
+        Some(Term::from_field_text(
+            self.kinds,
+            &scope(&kind_set(&wanted), server),
+        ))
     }
 
     pub fn uri_term(&self, uri: &str) -> Term {
@@ -145,13 +186,20 @@ impl Fields {
 
     pub fn document(&self, entry: &Entry, flags: Flags) -> TantivyDocument {
         let mut document = TantivyDocument::default();
+        let identity = entry.identity();
         document.add_text(
             self.key,
-            key_text(&format!("{}\0{}", entry.server, entry.uri)),
+            key_text(&key(entry.kind, &entry.server, identity)),
+        );
+        document.add_text(
+            self.group,
+            key_text(&group(entry.kind, &entry.server, identity)),
         );
         document.add_text(self.server, &entry.server);
-        document.add_text(self.uri, &entry.uri);
-        document.add_text(self.uri_exact, key_text(&entry.uri));
+        if !entry.uri.is_empty() {
+            document.add_text(self.uri, &entry.uri);
+            document.add_text(self.uri_exact, key_text(&entry.uri));
+        }
         document.add_text(self.name, &entry.name);
         document.add_text(self.name_exact, key_text(&entry.name.trim().to_lowercase()));
         if let Some(title) = &entry.title {
@@ -163,7 +211,13 @@ impl Fields {
         if let Some(mime_type) = &entry.mime_type {
             document.add_text(self.mime_type, mime_type);
         }
-        document.add_text(self.kind, &entry.kind);
+        document.add_text(self.kind, entry.kind.as_str());
+        for set in kind_sets_holding(entry.kind) {
+            document.add_text(self.kinds, scope(&set, Some(&entry.server)));
+            if flags.wins {
+                document.add_text(self.kinds, scope(&set, None));
+            }
+        }
         document.add_text(self.wins, if flags.wins { "1" } else { "0" });
         document.add_text(self.shared, if flags.shared { "1" } else { "0" });
         let mut budget = MAX_INDEXED_BYTES;
@@ -175,6 +229,7 @@ impl Fields {
             title,
             entry.uri.as_str(),
             entry.description.as_deref().unwrap_or(""),
+            entry.inputs.as_deref().unwrap_or(""),
         ];
         for text in texts {
             if text.is_empty() || budget == 0 {
@@ -187,7 +242,9 @@ impl Fields {
         document
     }
 
-    /// The entry and flags a stored document was made from.
+    /// The entry and flags a stored document was made from; `inputs` is indexed, not stored,
+    /// so it comes back empty (only resources and templates are ever written again from
+    /// their stored fields: a tool or prompt is alone in its group).
     pub fn entry(&self, document: &TantivyDocument) -> (Entry, Flags) {
         let text = |field: Field| {
             document
@@ -202,7 +259,11 @@ impl Fields {
             title: text(self.title),
             description: text(self.description),
             mime_type: text(self.mime_type),
-            kind: text(self.kind).unwrap_or_default(),
+            // Written by `document` from a `Kind`, so it parses; a resource otherwise.
+            kind: text(self.kind)
+                .and_then(|kind| kind.parse().ok())
+                .unwrap_or(Kind::Resource),
+            inputs: None,
         };
         let flags = Flags {
             wins: text(self.wins).as_deref() == Some("1"),
@@ -217,6 +278,52 @@ impl Fields {
 pub struct Flags {
     pub wins: bool,
     pub shared: bool,
+}
+
+fn key(kind: Kind, server: &str, identity: &str) -> String {
+    format!("{kind}\0{server}\0{identity}")
+}
+
+fn group(kind: Kind, server: &str, identity: &str) -> String {
+    match kind {
+        Kind::Resource | Kind::Template => format!("{kind}\0{identity}"),
+        Kind::Tool | Kind::Prompt => key(kind, server, identity),
+    }
+}
+
+/// A set of kinds with a server, or in the merged view (`None`).
+fn scope(set: &str, server: Option<&str>) -> String {
+    match server {
+        Some(server) => key_text(&format!("s:{server}\0{set}")),
+        None => format!("w:{set}"),
+    }
+}
+
+/// The term of a set of kinds, given sorted and without duplicates.
+fn kind_set(kinds: &[Kind]) -> String {
+    kinds
+        .iter()
+        .map(|kind| kind.as_str())
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// The terms of every set of one to three kinds that holds `kind`.
+fn kind_sets_holding(kind: Kind) -> Vec<String> {
+    let all = Kind::ALL;
+    // Every subset of the kinds as a bit mask, kept when it has 1 to 3 members and `kind`.
+    (1u32..(1 << all.len()))
+        .filter(|mask| (mask.count_ones() as usize) < all.len())
+        .map(|mask| {
+            all.iter()
+                .enumerate()
+                .filter(|(position, _)| mask & (1 << position) != 0)
+                .map(|(_, kind)| *kind)
+                .collect::<Vec<Kind>>()
+        })
+        .filter(|set| set.contains(&kind))
+        .map(|set| kind_set(&set))
+        .collect()
 }
 
 fn cut_at_char_boundary(text: &str, max_bytes: usize) -> &str {
@@ -262,6 +369,60 @@ mod tests {
         assert_eq!(words, ["cafe", "koln", "32602", "topic", "7", "doc", "1"]);
         let long = "x".repeat(300);
         assert!(words_with_spans(&mut analyzer, &long).is_empty());
+    }
+
+    #[test]
+    fn every_set_of_kinds_is_one_term_each_entry_holds() {
+        let fields = Fields::new();
+        // A tool is in its own set, the three pairs and the three triples that hold tools.
+        let sets = kind_sets_holding(Kind::Tool);
+        assert_eq!(sets.len(), 7, "{sets:?}");
+        assert!(sets.contains(&"tool".to_string()), "{sets:?}");
+        assert!(sets.contains(&"tool+prompt".to_string()), "{sets:?}");
+        // The filter of a set names the same term, whatever the order asked in.
+        let asked = fields
+            .kinds_term(&[Kind::Prompt, Kind::Tool], None)
+            .expect("term");
+        let again = fields
+            .kinds_term(&[Kind::Tool, Kind::Prompt, Kind::Tool], None)
+            .expect("term");
+        assert_eq!(asked, again);
+        assert_eq!(asked.value().as_str(), Some("w:tool+prompt"));
+        let on_server = fields.kinds_term(&[Kind::Tool], Some("fx")).expect("term");
+        assert_eq!(on_server.value().as_str(), Some("s:fx\0tool"));
+        assert_eq!(fields.kinds_term(Kind::ALL, None), None);
+        assert_eq!(fields.kinds_term(&[], Some("fx")), None);
+        // A winning tool holds the merged view's terms, a losing one only its server's.
+        let entry = Entry {
+            kind: Kind::Tool,
+            server: "fx".into(),
+            uri: String::new(),
+            name: "t".into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            inputs: None,
+        };
+        let terms = |flags: Flags| -> Vec<String> {
+            fields
+                .document(&entry, flags)
+                .get_all(fields.kinds)
+                .filter_map(|value| value.as_str().map(str::to_string))
+                .collect()
+        };
+        let wins = terms(Flags {
+            wins: true,
+            shared: false,
+        });
+        assert!(wins.contains(&"w:tool+prompt".to_string()), "{wins:?}");
+        assert!(wins.contains(&"s:fx\0tool".to_string()), "{wins:?}");
+        assert!(
+            !wins.contains(&"w:resource+template".to_string()),
+            "{wins:?}"
+        );
+        let loses = terms(Flags::default());
+        assert_eq!(loses.len(), 7, "{loses:?}");
+        assert!(loses.iter().all(|term| term.starts_with("s:")), "{loses:?}");
     }
 
     #[test]

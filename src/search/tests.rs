@@ -10,7 +10,22 @@ fn entry(server: &str, uri: &str, name: &str, title: &str, description: &str) ->
         title: (!title.is_empty()).then(|| title.into()),
         description: (!description.is_empty()).then(|| description.into()),
         mime_type: Some("text/plain".into()),
-        kind: "resource".into(),
+        kind: Kind::Resource,
+        inputs: None,
+    }
+}
+
+/// A tool (or prompt, with `kind`) of `server`; `inputs` are its property names and texts.
+fn tool(kind: Kind, server: &str, name: &str, description: &str, inputs: &str) -> Entry {
+    Entry {
+        kind,
+        server: server.into(),
+        uri: String::new(),
+        name: name.into(),
+        title: None,
+        description: (!description.is_empty()).then(|| description.into()),
+        mime_type: None,
+        inputs: (!inputs.is_empty()).then(|| inputs.into()),
     }
 }
 
@@ -30,6 +45,7 @@ fn load(index: &SearchIndex, generation: u64, server: &str, entries: Vec<Entry>)
         .apply(ServerDiff {
             generation,
             server: server.into(),
+            kind: entries.first().map_or(Kind::Resource, |entry| entry.kind),
             replace: true,
             removed: Vec::new(),
             upserted: entries,
@@ -318,6 +334,7 @@ fn filters_and_the_merged_view() {
         .apply(ServerDiff {
             generation: 4,
             server: "beta".into(),
+            kind: Kind::Resource,
             replace: false,
             removed: vec!["shared://one".into()],
             upserted: Vec::new(),
@@ -349,10 +366,10 @@ fn filters_and_the_merged_view() {
     json_only.mime_type = Some("application/json".into());
     assert!(servers_of(json_only).is_empty());
     let mut resources = SearchQuery::new("alpha", 10);
-    resources.kind = Some("resource".into());
+    resources.kinds = vec![Kind::Resource];
     assert_eq!(servers_of(resources).len(), 2);
     let mut tools = SearchQuery::new("alpha", 10);
-    tools.kind = Some("tool".into());
+    tools.kinds = vec![Kind::Tool];
     assert!(servers_of(tools).is_empty());
 }
 
@@ -384,6 +401,7 @@ fn diffs_and_a_rebuild_agree() {
         .apply(ServerDiff {
             generation: 3,
             server: "a".into(),
+            kind: Kind::Resource,
             replace: false,
             removed: (250..300)
                 .map(|index| format!("shared://{index:04}"))
@@ -481,7 +499,10 @@ fn generations_persist_and_faults_are_detected() {
     // An older schema version in the commit payload: reset.
     let meta_path = path.join("meta.json");
     let meta = std::fs::read_to_string(&meta_path).expect("meta");
-    let older = meta.replace("\\\"schema\\\":1", "\\\"schema\\\":0");
+    let older = meta.replace(
+        &format!("\\\"schema\\\":{SCHEMA_VERSION}"),
+        &format!("\\\"schema\\\":{}", SCHEMA_VERSION - 1),
+    );
     assert_ne!(meta, older, "{meta}");
     std::fs::write(&meta_path, older).expect("write");
     let (index, opened) = open(&path);
@@ -575,4 +596,266 @@ fn files_are_checked_after_an_unclean_stop_only() {
     assert_eq!(opened, Opened::Existing);
     let damage = index.damage().expect("the damage is found");
     assert!(damage.contains("damaged"), "{damage}");
+}
+
+/// Every kind in one index: a tool found by a word of an input property, the kinds filter an
+/// index term (a tools search never returns the many resources that match better), exact
+/// names first, templates by their URI template and name, and each kind's own diffs.
+#[test]
+fn every_kind_in_one_index_with_kinds_as_a_filter() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let (index, _) = open(&directory.path().join("catalog.search"));
+    index
+        .set_priorities(&priorities(&[("docs", 10), ("tools", 20), ("wiki", 30)]))
+        .expect("priorities");
+    // Many resources that say "weather" in name and title, which outrank a description.
+    load(
+        &index,
+        1,
+        "docs",
+        (0..40)
+            .map(|i| {
+                entry(
+                    "docs",
+                    &format!("file:///weather/{i}"),
+                    &format!("weather-{i}"),
+                    "Weather report",
+                    "weather weather",
+                )
+            })
+            .collect(),
+    );
+    load(
+        &index,
+        2,
+        "tools",
+        vec![
+            tool(
+                Kind::Tool,
+                "tools",
+                "get_forecast",
+                "Forecast for a place",
+                "city The city whose weather is wanted",
+            ),
+            tool(Kind::Tool, "tools", "weather", "Current conditions", ""),
+        ],
+    );
+    load(
+        &index,
+        3,
+        "tools",
+        vec![tool(
+            Kind::Prompt,
+            "tools",
+            "summarize",
+            "Summarize a text",
+            "style Bullet points or prose",
+        )],
+    );
+    let mut template = entry(
+        "wiki",
+        "wiki://pages/{title}",
+        "page-by-title",
+        "Page by title",
+        "A wiki page",
+    );
+    template.kind = Kind::Template;
+    load(&index, 4, "wiki", vec![template]);
+    assert_eq!(index.status().documents, 44);
+
+    let found = |text: &str, kinds: &[Kind], limit: usize| -> Vec<(Kind, String)> {
+        let mut query = SearchQuery::new(text, limit);
+        query.kinds = kinds.to_vec();
+        index
+            .search(&query)
+            .expect("search")
+            .hits
+            .into_iter()
+            .map(|hit| (hit.kind, hit.name))
+            .collect()
+    };
+    // A word only an input property's description has.
+    assert_eq!(
+        found("city", &[], 10),
+        vec![(Kind::Tool, "get_forecast".to_string())]
+    );
+    // 41 entries say "weather"; tools only, with a limit below the resources that match.
+    assert_eq!(
+        found("weather", &[Kind::Tool], 5),
+        vec![
+            (Kind::Tool, "weather".to_string()),
+            (Kind::Tool, "get_forecast".to_string())
+        ]
+    );
+    let two_kinds = found("weather", &[Kind::Tool, Kind::Prompt], 5);
+    assert!(
+        two_kinds.iter().all(|(kind, _)| *kind == Kind::Tool),
+        "{two_kinds:?}"
+    );
+    assert_eq!(two_kinds.len(), 2);
+    let three_kinds = found("weather", &[Kind::Template, Kind::Tool, Kind::Prompt], 50);
+    assert_eq!(three_kinds.len(), 2, "{three_kinds:?}");
+    assert_eq!(found("weather", &[Kind::Resource], 50).len(), 40);
+    // The exact name comes first, whatever the kinds.
+    assert_eq!(
+        found("weather", &[], 3)[0],
+        (Kind::Tool, "weather".to_string())
+    );
+    assert_eq!(found("weather", &[], 100).len(), 42);
+    // Prompts by an argument's description; templates by URI template words and name.
+    assert_eq!(
+        found("bullet", &[], 10),
+        vec![(Kind::Prompt, "summarize".to_string())]
+    );
+    assert_eq!(
+        found("wiki://pages/{title}", &[], 10)[0],
+        (Kind::Template, "page-by-title".to_string())
+    );
+    assert_eq!(
+        found("page-by-title", &[Kind::Template], 10),
+        vec![(Kind::Template, "page-by-title".to_string())]
+    );
+    let hit = &index
+        .search(&SearchQuery::new("forecast", 10))
+        .expect("search")
+        .hits[0];
+    assert_eq!((hit.uri.as_str(), hit.server.as_str()), ("", "tools"));
+
+    // A change of one tool leaves the other kinds of its server alone.
+    index
+        .apply(ServerDiff {
+            generation: 5,
+            server: "tools".into(),
+            kind: Kind::Tool,
+            replace: false,
+            removed: vec!["weather".into()],
+            upserted: vec![tool(
+                Kind::Tool,
+                "tools",
+                "get_forecast",
+                "Forecast for a place",
+                "town The town whose sky is wanted",
+            )],
+        })
+        .expect("apply");
+    assert!(found("city", &[], 10).is_empty());
+    assert_eq!(found("town", &[], 10).len(), 1);
+    assert_eq!(found("weather", &[Kind::Tool], 5), Vec::new());
+    assert_eq!(found("bullet", &[], 10).len(), 1, "the prompt stays");
+    // Replacing a server's prompts leaves its tools.
+    index
+        .apply(ServerDiff {
+            generation: 6,
+            server: "tools".into(),
+            kind: Kind::Prompt,
+            replace: true,
+            removed: Vec::new(),
+            upserted: Vec::<Entry>::new(),
+        })
+        .expect("apply");
+    assert!(found("bullet", &[], 10).is_empty());
+    assert_eq!(found("town", &[], 10).len(), 1);
+
+    // Two servers' tools of one name are two tools, both found; templates merge by URI
+    // template like resources.
+    load(
+        &index,
+        7,
+        "docs",
+        vec![tool(
+            Kind::Tool,
+            "docs",
+            "get_forecast",
+            "Another forecast",
+            "",
+        )],
+    );
+    assert_eq!(found("forecast", &[Kind::Tool], 10).len(), 2);
+    let mut copy = entry(
+        "docs",
+        "wiki://pages/{title}",
+        "page-copy",
+        "Page by title",
+        "A copy",
+    );
+    copy.kind = Kind::Template;
+    load(&index, 8, "docs", vec![copy]);
+    let pages = index
+        .search(&SearchQuery::new("page", 10))
+        .expect("search")
+        .hits;
+    assert_eq!(pages.len(), 1, "{pages:?}");
+    assert_eq!(pages[0].server, "docs", "docs has the lower priority");
+
+    // A rebuild from the same entries, in the order the store gives them, agrees.
+    let (rebuilt, _) = open(&directory.path().join("rebuilt.search"));
+    let mut resources: Vec<Entry> = (0..40)
+        .map(|i| {
+            entry(
+                "docs",
+                &format!("file:///weather/{i}"),
+                &format!("weather-{i}"),
+                "Weather report",
+                "weather weather",
+            )
+        })
+        .collect();
+    resources.sort_by(|a, b| a.uri.cmp(&b.uri));
+    let mut wiki_page = entry(
+        "wiki",
+        "wiki://pages/{title}",
+        "page-by-title",
+        "Page by title",
+        "A wiki page",
+    );
+    wiki_page.kind = Kind::Template;
+    let mut docs_page = entry(
+        "docs",
+        "wiki://pages/{title}",
+        "page-copy",
+        "Page by title",
+        "A copy",
+    );
+    docs_page.kind = Kind::Template;
+    let every: Vec<Entry> = resources
+        .into_iter()
+        .chain([docs_page, wiki_page])
+        .chain([
+            tool(Kind::Tool, "docs", "get_forecast", "Another forecast", ""),
+            tool(
+                Kind::Tool,
+                "tools",
+                "get_forecast",
+                "Forecast for a place",
+                "town The town whose sky is wanted",
+            ),
+        ])
+        .collect();
+    let servers = index.priorities();
+    rebuilt.rebuild(&servers, 8, 0, every).expect("rebuild");
+    assert_eq!(rebuilt.status().documents, index.status().documents);
+    for text in ["weather", "forecast", "town", "page", "title"] {
+        let everything = |index: &SearchIndex| {
+            let mut hits: Vec<(Kind, String, String, String)> = index
+                .search(&SearchQuery::new(text, 100))
+                .expect("search")
+                .hits
+                .into_iter()
+                .map(|hit| (hit.kind, hit.server, hit.uri, hit.name))
+                .collect();
+            hits.sort();
+            hits
+        };
+        assert_eq!(everything(&index), everything(&rebuilt), "{text}");
+    }
+    // Tools before templates is out of the rebuild's order.
+    let unordered = vec![tool(Kind::Tool, "a", "t", "", ""), {
+        let mut template = entry("a", "x://{y}", "x", "", "");
+        template.kind = Kind::Template;
+        template
+    }];
+    assert!(matches!(
+        rebuilt.rebuild(&servers, 9, 2, unordered),
+        Err(SearchError::Unordered { .. })
+    ));
 }

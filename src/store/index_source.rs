@@ -1,4 +1,4 @@
-//! What the derived search index reads from the store: snapshots of the generation, the priorities, the change feed and the entries.
+//! What the search index reads from the store: snapshots of the generation, the priorities, the change feed and the entries of every kind.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -6,10 +6,8 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{schema, StoreError};
+use crate::protocol::{ChangeKind, Kind};
 use crate::search::Entry;
-
-/// The kind every stored resource has in the search index.
-const RESOURCE_KIND: &str = "resource";
 
 /// A read-only connection of the search index's own, so a rebuild that streams every entry
 /// never holds one of the query connections.
@@ -17,19 +15,62 @@ pub struct IndexSource {
     connection: Connection,
 }
 
-/// What one server's listings did since some generation, as the change feed tells it.
+/// What one server's listings of one kind did since some generation, as the feed tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FeedDiff {
-    /// These URIs were added, changed or removed: look each up again.
-    Uris(Vec<String>),
+    /// These identities (URIs, URI templates, names) were added, changed or removed: look
+    /// each up again.
+    Keys(Vec<String>),
     /// The feed left some changes out (a swap with more of them than it records one by one):
-    /// every listing of the server is to be read again.
+    /// every listing of the server of the kind is to be read again.
     Everything,
 }
+
+/// Per (server, kind), what changed since a generation.
+pub type FeedDiffs = BTreeMap<(String, Kind), FeedDiff>;
 
 /// One read transaction: everything read through it is from one committed state.
 pub struct SourceSnapshot<'a> {
     transaction: rusqlite::Transaction<'a>,
+}
+
+/// Each kind's rows as the index reads them, one statement per kind: kind, server, URI (or
+/// URI template, or '' for tools and prompts), name, title, description, MIME type, inputs.
+fn entries_sql(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Resource => {
+            "SELECT s.name, r.uri, r.name, r.title, r.description, r.mime_type, NULL
+             FROM resources r JOIN servers s ON s.id = r.server_id"
+        }
+        Kind::Template => {
+            "SELECT s.name, t.uri_template, t.name, t.title, t.description, t.mime_type, NULL
+             FROM resource_templates t JOIN servers s ON s.id = t.server_id"
+        }
+        // `inputs` lives in the full-text table only (its own content, looked up by rowid).
+        Kind::Tool | Kind::Prompt => {
+            "SELECT s.name, '', e.name, e.title, e.description, NULL,
+                    (SELECT f.inputs FROM entries_fts f WHERE f.rowid = e.id)
+             FROM entries e JOIN servers s ON s.id = e.server_id"
+        }
+    }
+}
+
+/// The column a kind's rows are found by (with the server), and ordered by in a rebuild.
+fn identity_column(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Resource => "r.uri",
+        Kind::Template => "t.uri_template",
+        Kind::Tool | Kind::Prompt => "e.name",
+    }
+}
+
+/// The condition that keeps only the kind's own rows (tools and prompts share a table).
+fn kind_condition(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Resource | Kind::Template => "1",
+        Kind::Tool => "e.kind = 'tool'",
+        Kind::Prompt => "e.kind = 'prompt'",
+    }
 }
 
 impl IndexSource {
@@ -67,37 +108,59 @@ impl SourceSnapshot<'_> {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Stored entries of every kind.
     pub fn entry_count(&self) -> Result<u64, StoreError> {
-        let count: i64 =
-            self.transaction
-                .query_row("SELECT count(*) FROM resources", [], |row| row.get(0))?;
+        let count: i64 = self.transaction.query_row(
+            "SELECT (SELECT count(*) FROM resources) + (SELECT count(*) FROM resource_templates)
+                    + (SELECT count(*) FROM entries)",
+            [],
+            |row| row.get(0),
+        )?;
         Ok(count.max(0) as u64)
     }
 
-    /// Hands `use_them` every stored entry ordered by URI (then server), or only those of
-    /// `server`, as an iterator that streams them from the database.
+    /// Hands `use_them` every stored entry of every kind, in the rebuild's order (kind, then
+    /// URI or name, then server), or only those of one (server, kind), as an iterator that
+    /// streams them from the database.
     pub fn with_entries<R>(
         &self,
-        server: Option<&str>,
+        scope: Option<(&str, Kind)>,
         use_them: impl FnOnce(&mut dyn Iterator<Item = Entry>) -> R,
     ) -> Result<R, StoreError> {
-        let mut statement = match server {
-            None => self.transaction.prepare(
-                "SELECT s.name, r.uri, r.name, r.title, r.description, r.mime_type
-                 FROM resources r JOIN servers s ON s.id = r.server_id ORDER BY r.uri, s.name",
-            )?,
-            Some(_) => self.transaction.prepare(
-                "SELECT s.name, r.uri, r.name, r.title, r.description, r.mime_type
-                 FROM resources r JOIN servers s ON s.id = r.server_id WHERE s.name = ?1",
-            )?,
+        let kinds: Vec<Kind> = match scope {
+            None => Kind::ALL.to_vec(),
+            Some((_, kind)) => vec![kind],
         };
-        let rows = match server {
-            None => statement.query_map([], entry)?,
-            Some(server) => statement.query_map([server], entry)?,
-        };
+        let mut statements = Vec::with_capacity(kinds.len());
+        for kind in &kinds {
+            let sql = match scope {
+                None => format!(
+                    "{} WHERE {} ORDER BY {}, s.name",
+                    entries_sql(*kind),
+                    kind_condition(*kind),
+                    identity_column(*kind)
+                ),
+                Some(_) => format!(
+                    "{} WHERE {} AND s.name = ?1",
+                    entries_sql(*kind),
+                    kind_condition(*kind)
+                ),
+            };
+            statements.push((*kind, self.transaction.prepare(&sql)?));
+        }
+        let mut streams = Vec::with_capacity(statements.len());
+        for (kind, statement) in &mut statements {
+            let kind = *kind;
+            let read = move |row: &rusqlite::Row<'_>| entry(kind, row);
+            let rows = match scope {
+                None => statement.query_map([], read)?,
+                Some((server, _)) => statement.query_map([server], read)?,
+            };
+            streams.push(rows);
+        }
         // The first error ends the stream; it is returned once the consumer is done.
         let mut failure = None;
-        let mut entries = rows.map_while(|row| match row {
+        let mut entries = streams.into_iter().flatten().map_while(|row| match row {
             Ok(entry) => Some(entry),
             Err(error) => {
                 failure = Some(error);
@@ -112,23 +175,28 @@ impl SourceSnapshot<'_> {
         }
     }
 
-    /// The entry `server` lists under `uri`, if it still does.
-    pub fn entry(&self, server: &str, uri: &str) -> Result<Option<Entry>, StoreError> {
-        let mut statement = self.transaction.prepare_cached(
-            "SELECT s.name, r.uri, r.name, r.title, r.description, r.mime_type
-             FROM resources r JOIN servers s ON s.id = r.server_id WHERE s.name = ?1 AND r.uri = ?2",
-        )?;
+    /// The entry of `kind` that `server` lists under `identity`, if it still does.
+    pub fn entry(
+        &self,
+        server: &str,
+        kind: Kind,
+        identity: &str,
+    ) -> Result<Option<Entry>, StoreError> {
+        let sql = format!(
+            "{} WHERE {} AND s.name = ?1 AND {} = ?2",
+            entries_sql(kind),
+            kind_condition(kind),
+            identity_column(kind)
+        );
+        let mut statement = self.transaction.prepare_cached(&sql)?;
         Ok(statement
-            .query_row(params![server, uri], entry)
+            .query_row(params![server, identity], |row| entry(kind, row))
             .optional()?)
     }
 
-    /// Per server, what changed after generation `after`; `None` when the feed no longer
-    /// reaches back that far (its oldest entries were pruned).
-    pub fn changes_after(
-        &self,
-        after: u64,
-    ) -> Result<Option<BTreeMap<String, FeedDiff>>, StoreError> {
+    /// Per server and kind, what changed after generation `after`; `None` when the feed no
+    /// longer reaches back that far (its oldest entries were pruned).
+    pub fn changes_after(&self, after: u64) -> Result<Option<FeedDiffs>, StoreError> {
         let after = after.min(i64::MAX as u64) as i64;
         let oldest: Option<i64> =
             self.transaction
@@ -136,53 +204,61 @@ impl SourceSnapshot<'_> {
         if oldest.is_some_and(|oldest| oldest > after + 1) {
             return Ok(None);
         }
-        let mut statement = self
-            .transaction
-            .prepare("SELECT server, kind, uri FROM changes WHERE seq > ?1 AND entry_kind = 'resource' ORDER BY seq")?;
+        let mut statement = self.transaction.prepare(
+            "SELECT server, kind, entry_kind, uri, name FROM changes WHERE seq > ?1 ORDER BY seq",
+        )?;
         let mut rows = statement.query([after])?;
-        let mut diffs: BTreeMap<String, FeedDiff> = BTreeMap::new();
+        let mut diffs: FeedDiffs = BTreeMap::new();
         while let Some(row) = rows.next()? {
             let server: String = row.get(0)?;
-            let kind: String = row.get(1)?;
-            let uri: Option<String> = row.get(2)?;
+            let change: Option<ChangeKind> = row.get::<_, String>(1)?.parse().ok();
+            // A kind this code does not know is not in the index either.
+            let Ok(kind) = row.get::<_, String>(2)?.parse::<Kind>() else {
+                continue;
+            };
+            let identity: Option<String> = match kind {
+                Kind::Resource | Kind::Template => row.get(3)?,
+                Kind::Tool | Kind::Prompt => row.get(4)?,
+            };
             let diff = diffs
-                .entry(server)
-                .or_insert_with(|| FeedDiff::Uris(Vec::new()));
-            match (kind.as_str(), uri, &mut *diff) {
+                .entry((server, kind))
+                .or_insert_with(|| FeedDiff::Keys(Vec::new()));
+            match (change, identity, &mut *diff) {
                 (_, _, FeedDiff::Everything) => {}
-                ("truncated", _, _) | (_, None, _) => *diff = FeedDiff::Everything,
-                (_, Some(uri), FeedDiff::Uris(uris)) => uris.push(uri),
+                (Some(ChangeKind::Truncated) | None, _, _) | (_, None, _) => {
+                    *diff = FeedDiff::Everything
+                }
+                (_, Some(identity), FeedDiff::Keys(keys)) => keys.push(identity),
             }
         }
         for diff in diffs.values_mut() {
-            if let FeedDiff::Uris(uris) = diff {
-                uris.sort();
-                uris.dedup();
+            if let FeedDiff::Keys(keys) = diff {
+                keys.sort();
+                keys.dedup();
             }
         }
         Ok(Some(diffs))
     }
 }
 
-/// The sequence number of the newest resource row in the change feed (0 when none).
-pub fn resource_generation(connection: &Connection) -> Result<u64, StoreError> {
+/// The sequence number of the newest change of any kind in the feed (0 when none): the
+/// generation the search index must reflect to answer for the catalog as it stands.
+pub fn index_generation(connection: &Connection) -> Result<u64, StoreError> {
     let seq: Option<i64> = connection
-        .prepare_cached(
-            "SELECT seq FROM changes WHERE entry_kind = 'resource' ORDER BY seq DESC LIMIT 1",
-        )?
-        .query_row([], |row| row.get(0))
-        .optional()?;
+        .prepare_cached("SELECT max(seq) FROM changes")?
+        .query_row([], |row| row.get(0))?;
     Ok(seq.unwrap_or(0).max(0) as u64)
 }
 
-fn entry(row: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
+fn entry(kind: Kind, row: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
     Ok(Entry {
+        kind,
         server: row.get(0)?,
         uri: row.get(1)?,
         name: row.get(2)?,
         title: row.get(3)?,
         description: row.get(4)?,
         mime_type: row.get(5)?,
-        kind: RESOURCE_KIND.to_string(),
+        inputs: row.get(6)?,
     })
 }

@@ -185,6 +185,8 @@ pub struct SwapOutcome {
     pub changed: u64,
     pub resources: u64,
     pub templates: u64,
+    /// Templates added, removed or changed (the feed has them, like resources).
+    pub templates_touched: u64,
 }
 
 /// One server's row as the database records it.
@@ -226,7 +228,10 @@ pub struct LastWalk {
 /// One search result.
 #[derive(Debug, Clone)]
 pub struct SearchHit {
+    /// A resource, unless the search index found another kind.
+    pub kind: crate::protocol::Kind,
     pub server: String,
+    /// A resource's URI or a template's URI template; empty for tools and prompts.
     pub uri: String,
     pub name: String,
     pub title: Option<String>,
@@ -586,10 +591,10 @@ impl Store {
             .await
     }
 
-    /// The change feed position of the newest committed resource change a reader can see now:
-    /// the search index answers only once it reflects at least this.
-    pub async fn resource_generation(&self) -> Result<u64, StoreError> {
-        self.read(index_source::resource_generation).await
+    /// The change feed position of the newest committed change (of any kind) a reader can see
+    /// now: the search index answers only once it reflects at least this.
+    pub async fn index_generation(&self) -> Result<u64, StoreError> {
+        self.read(index_source::index_generation).await
     }
 
     pub async fn latest_change_seq(&self) -> Result<i64, StoreError> {

@@ -123,6 +123,8 @@ pub struct SearchRequest {
     pub query: String,
     pub server: Option<String>,
     pub mime_type: Option<String>,
+    /// The kinds the search index searches (SQLite's resource search finds resources only).
+    pub kinds: Vec<crate::protocol::Kind>,
     /// Use the query as raw FTS5 syntax instead of plain words.
     pub raw: bool,
     pub limit: usize,
@@ -140,6 +142,7 @@ impl SearchRequest {
             query: query.into(),
             server: None,
             mime_type: None,
+            kinds: vec![crate::protocol::Kind::Resource],
             raw: false,
             limit,
             offset: 0,
@@ -274,6 +277,7 @@ fn search_unbounded(
             |row| {
                 Ok((
                     SearchHit {
+                        kind: crate::protocol::Kind::Resource,
                         server: row.get(0)?,
                         uri: row.get(1)?,
                         name: row.get(2)?,
@@ -786,6 +790,7 @@ mod tests {
         let hits: Vec<(SearchHit, i64)> = (0..5)
             .map(|index| {
                 let hit = SearchHit {
+                    kind: crate::protocol::Kind::Resource,
                     server: "docs".into(),
                     uri: format!("file:///{index}/{}", "u".repeat(uri_bytes)),
                     name: "n".into(),

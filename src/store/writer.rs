@@ -196,7 +196,7 @@ pub fn run(
                 // Subscribers and the caller hear first: dropping a million staged rows takes
                 // a while, and the snapshot is already committed (or the walk already failed).
                 let outcome = outcome.map(|(swap, latest_seq)| {
-                    if swap.added + swap.removed + swap.changed > 0 {
+                    if swap.added + swap.removed + swap.changed + swap.templates_touched > 0 {
                         catalog_version.fetch_add(1, Ordering::Release);
                         // A broadcast never blocks: a slow subscriber lags, the writer goes on.
                         let _ = changes.send(CatalogChanged {
@@ -674,8 +674,9 @@ fn swap(
     // 2. Applying it: the write lock is held from here to the commit.
     let hold_started = std::time::Instant::now();
     let now = now_ms();
+    // Templates first: their feed rows are in before `apply_diff` reads the newest seq.
+    let (templates, templates_touched) = replace_templates(&transaction, &diff, server, now)?;
     let applied = apply_diff(&transaction, &diff, server, now)?;
-    let templates = replace_templates(&transaction, &diff)?;
     record_walk(&transaction, &diff, report, now, templates)?;
     transaction.execute("DELETE FROM temp.swap_ids", [])?;
     transaction.execute("DELETE FROM temp.swap_added", [])?;
@@ -689,6 +690,7 @@ fn swap(
             changed: diff.changed,
             resources: diff.resources() as u64,
             templates,
+            templates_touched,
         },
         applied.latest_seq,
     ))
@@ -1004,21 +1006,88 @@ fn record_added(
     )? as u64)
 }
 
-/// Templates are few: the staged ones replace the snapshot's whole. Returns how many.
+/// Templates are few: the staged ones replace the snapshot's whole, and the change feed
+/// records which were added, removed or changed (`entry_kind` template, the URI template in
+/// `uri`), so the search index and feed readers learn of them as of resources. Compared by
+/// their stored text: templates have no hash column, and there are few of them, each bounded
+/// by `max_entry_bytes`. Returns how many there are and how many changed.
 fn replace_templates(
     transaction: &rusqlite::Transaction<'_>,
     diff: &SnapshotDiff,
-) -> Result<u64, StoreError> {
+    server: &str,
+    now: i64,
+) -> Result<(u64, u64), StoreError> {
+    type Templates = HashMap<String, (String, String)>;
+    let read = |sql: &str, id: i64| -> Result<Templates, StoreError> {
+        let mut statement = transaction.prepare_cached(sql)?;
+        let rows = statement.query_map([id], |row| {
+            Ok((row.get::<_, String>(0)?, (row.get(1)?, row.get(2)?)))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    };
+    let before = read(
+        "SELECT uri_template, name, raw FROM resource_templates WHERE server_id = ?1",
+        diff.server_id,
+    )?;
+    let after = read(
+        "SELECT uri_template, name, raw FROM temp.staging_templates WHERE walk_id = ?1",
+        diff.walk,
+    )?;
+    let mut changes: Vec<(ChangeKind, &str, &str)> = Vec::new();
+    for (uri_template, (name, raw)) in &before {
+        match after.get(uri_template) {
+            None => changes.push((ChangeKind::Removed, uri_template, name)),
+            Some((_, new_raw)) if new_raw != raw => {
+                changes.push((ChangeKind::Changed, uri_template, name))
+            }
+            Some(_) => {}
+        }
+    }
+    for (uri_template, (name, _)) in &after {
+        if !before.contains_key(uri_template) {
+            changes.push((ChangeKind::Added, uri_template, name));
+        }
+    }
+    changes.sort_by(|a, b| a.1.cmp(b.1));
+    {
+        let mut feed = transaction.prepare_cached(
+            "INSERT INTO changes (at, server, kind, entry_kind, uri, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for (change, uri_template, name) in changes.iter().take(CHANGES_PER_SWAP as usize) {
+            feed.execute(params![
+                now,
+                server,
+                change,
+                Kind::Template,
+                uri_template,
+                name
+            ])?;
+        }
+    }
+    let touched = changes.len() as u64;
+    if touched > CHANGES_PER_SWAP {
+        transaction.execute(
+            "INSERT INTO changes (at, server, kind, entry_kind, uri, count) VALUES (?1, ?2, ?3, ?4, NULL, ?5)",
+            params![
+                now,
+                server,
+                ChangeKind::Truncated,
+                Kind::Template,
+                (touched - CHANGES_PER_SWAP) as i64
+            ],
+        )?;
+    }
     transaction.execute(
         "DELETE FROM resource_templates WHERE server_id = ?1",
         [diff.server_id],
     )?;
-    Ok(transaction.execute(
+    let count = transaction.execute(
         "INSERT INTO resource_templates (server_id, uri_template, name, title, description, mime_type, raw, oversized)
          SELECT ?1, uri_template, name, title, description, mime_type, raw, oversized
          FROM temp.staging_templates WHERE walk_id = ?2",
         params![diff.server_id, diff.walk],
-    )? as u64)
+    )? as u64;
+    Ok((count, touched))
 }
 
 /// The server's row: synced, fresh, and the numbers of this walk.

@@ -158,9 +158,10 @@ fn an_800_kb_search_request_answers_invalid_params_quickly() {
         "catalog/search",
         json!({"query": "document", "limit": 1000}),
     );
+    // The 50 resources and the fixture's 3 templates: every kind is searched by default.
     assert_eq!(
         answer["result"]["results"].as_array().map(Vec::len),
-        Some(50)
+        Some(53)
     );
 }
 

@@ -79,7 +79,12 @@ fn search_finds_by_name_title_uri_and_description_with_filters_paging_snippets_a
         ["file:///api/errors.json"]
     );
     assert!(uris(&search(json!({"query": "error", "mimeType": "text/plain"}))).is_empty());
-    assert!(uris(&search(json!({"query": "synthetic", "server": "docs"}))).is_empty());
+    // Resources only: the fixture's templates say "synthetic" too, and every kind is searched
+    // unless `kinds` says otherwise.
+    assert!(uris(&search(
+        json!({"query": "synthetic", "server": "docs", "kinds": ["resource"]})
+    ))
+    .is_empty());
     let extra = search(json!({"query": "synthetic", "server": "extra", "limit": 3}));
     assert_eq!(uris(&extra).len(), 3);
     assert!(extra["results"]
@@ -90,7 +95,7 @@ fn search_finds_by_name_title_uri_and_description_with_filters_paging_snippets_a
 
     // A cursor pages through every hit once.
     let mut all = Vec::new();
-    let mut params = json!({"query": "synthetic document", "limit": 7});
+    let mut params = json!({"query": "synthetic document", "limit": 7, "kinds": ["resource"]});
     loop {
         let page = search(params.clone());
         all.extend(uris(&page));

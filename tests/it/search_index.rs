@@ -13,6 +13,9 @@ fn with_priority(table: String, priority: i64) -> String {
     format!("{}\npriority = {priority}\n\n", table.trim_end())
 }
 
+/// The index holds every kind: each fixture server lists 3 templates beside its resources.
+const TEMPLATES: u64 = 6;
+
 fn index_status(daemon: &Daemon) -> Value {
     daemon.call("catalog/status", json!({}))["daemon"]["searchIndex"].clone()
 }
@@ -62,7 +65,8 @@ fn fts5_and_of_words(text: &str) -> String {
 fn assert_same_as_fts5(daemon: &Daemon, queries: &[&str]) {
     for query in queries {
         for server in [None, Some("alpha")] {
-            let mut plain = json!({ "query": query });
+            // SQLite's resource index answers raw queries: the index's resources, to compare.
+            let mut plain = json!({ "query": query, "kinds": ["resource"] });
             let mut raw = json!({ "query": fts5_and_of_words(query), "raw": true });
             if let Some(server) = server {
                 plain["server"] = json!(server);
@@ -133,7 +137,7 @@ fn index_answers_equal_fts5_for_all_words_and_the_merged_view() {
     let daemon = Daemon::start(&scratch, &config);
     daemon.wait_for_walks("alpha", 1);
     daemon.wait_for_walks("beta", 1);
-    let status = wait_for_ready_index(&daemon, 640, Duration::from_secs(30));
+    let status = wait_for_ready_index(&daemon, 640 + TEMPLATES, Duration::from_secs(30));
     assert!(status["bytes"].as_u64().unwrap_or(0) > 0, "{status}");
     assert_same_as_fts5(&daemon, &QUERIES);
     // The merged view: beta's copy is the one found for a shared URI.
@@ -178,7 +182,7 @@ fn a_deleted_index_and_an_index_from_an_older_generation_come_back_consistent() 
     let mut daemon = Daemon::start(&scratch, &config);
     daemon.wait_for_walks("alpha", 1);
     daemon.wait_for_walks("beta", 1);
-    let older = wait_for_ready_index(&daemon, 340, Duration::from_secs(30));
+    let older = wait_for_ready_index(&daemon, 340 + TEMPLATES, Duration::from_secs(30));
     daemon.stop();
     let saved = scratch.path("saved.search");
     copy_directory(&index_directory, &saved);
@@ -186,7 +190,7 @@ fn a_deleted_index_and_an_index_from_an_older_generation_come_back_consistent() 
     // Deleted: rebuilt at start.
     std::fs::remove_dir_all(&index_directory).expect("remove the index");
     let mut daemon = Daemon::start(&scratch, &config);
-    wait_for_ready_index(&daemon, 340, Duration::from_secs(30));
+    wait_for_ready_index(&daemon, 340 + TEMPLATES, Duration::from_secs(30));
     assert_same_as_fts5(&daemon, &QUERIES[..3]);
 
     // The catalog moves on, then the index is put back to the older generation.
@@ -199,12 +203,12 @@ fn a_deleted_index_and_an_index_from_an_older_generation_come_back_consistent() 
     scratch.write_scenario("beta.json", &json!({ "resources": grown }));
     assert_eq!(scenario, scratch.path("beta.json"));
     daemon.call("catalog/refresh", json!({"server": "beta", "wait": true}));
-    wait_for_ready_index(&daemon, 360, Duration::from_secs(30));
+    wait_for_ready_index(&daemon, 360 + TEMPLATES, Duration::from_secs(30));
     daemon.stop();
     std::fs::remove_dir_all(&index_directory).expect("remove the index");
     copy_directory(&saved, &index_directory);
     let daemon = Daemon::start(&scratch, &config);
-    let status = wait_for_ready_index(&daemon, 360, Duration::from_secs(30));
+    let status = wait_for_ready_index(&daemon, 360 + TEMPLATES, Duration::from_secs(30));
     assert!(
         status["generation"].as_u64() > older["generation"].as_u64(),
         "{status} after {older}"
@@ -239,7 +243,7 @@ fn kill_9_while_the_index_repairs_recovers_and_queries_meanwhile_fall_back() {
             >= 1)
             .then_some(())
     });
-    wait_for_ready_index(&daemon, entries + 40, Duration::from_secs(120));
+    wait_for_ready_index(&daemon, entries + 40 + TEMPLATES, Duration::from_secs(120));
     daemon.stop();
 
     // The index goes; the next start rebuilds it, and is killed while it does.
@@ -269,7 +273,7 @@ fn kill_9_while_the_index_repairs_recovers_and_queries_meanwhile_fall_back() {
     daemon.child.wait().expect("reap");
 
     let daemon = Daemon::start(&scratch, &config);
-    wait_for_ready_index(&daemon, entries + 40, Duration::from_secs(180));
+    wait_for_ready_index(&daemon, entries + 40 + TEMPLATES, Duration::from_secs(180));
     let answer = daemon.call("catalog/search", json!({"query": "doc-000123"}));
     assert_eq!(answer["engine"], "index");
     assert_eq!(
@@ -287,4 +291,212 @@ fn copy_directory(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
         }
     }
+}
+
+fn fixture_tool(name: &str, description: &str, region: &str) -> Value {
+    json!({
+        "name": name,
+        "description": description,
+        "inputSchema": {
+            "type": "object",
+            "properties": {"region": {"type": "string", "description": region}}
+        }
+    })
+}
+
+/// 40 resources that say "forecast" in name, title and description, a template, two tools
+/// and a prompt; `region` is the description of `get_forecast`'s one input property.
+fn every_kind(region: &str) -> Value {
+    let resources: Vec<Value> = (0..40)
+        .map(|index| {
+            json!({
+                "uri": format!("file:///forecast/{index:02}"),
+                "name": format!("forecast-{index:02}"),
+                "title": "Forecast archive",
+                "description": "An old forecast",
+            })
+        })
+        .collect();
+    json!({
+        "resources": resources,
+        "templates": [{
+            "uriTemplate": "weather://stations/{station}/history",
+            "name": "station-history",
+            "title": "Station history",
+            "description": "Past readings of a station",
+        }],
+        "tools": [
+            fixture_tool("get_forecast", "Forecast for a region", region),
+            fixture_tool("alerts", "Severe weather alerts", "The region to watch"),
+        ],
+        "prompts": [{
+            "name": "brief",
+            "description": "A forecast briefing",
+            "arguments": [{"name": "audience", "description": "Who reads the briefing"}],
+        }],
+    })
+}
+
+const EVERY_KIND_DOCUMENTS: u64 = 40 + 1 + 2 + 1;
+
+/// Every hit of a search as (kind, server, uri or name), following cursors; asserts that
+/// the index answered every page.
+fn every_kind_hit(daemon: &Daemon, params: Value) -> Vec<(String, String, String)> {
+    let mut params = params;
+    let mut found = Vec::new();
+    loop {
+        let result = daemon.call("catalog/search", params.clone());
+        assert_eq!(result["engine"], "index", "{params}: {result}");
+        for hit in result["results"].as_array().expect("results") {
+            let key = hit["uri"].as_str().or(hit["name"].as_str()).expect("key");
+            found.push((
+                hit["kind"].as_str().expect("kind").to_string(),
+                hit["server"].as_str().expect("server").to_string(),
+                key.to_string(),
+            ));
+        }
+        match result["nextCursor"].as_str() {
+            Some(cursor) => params["cursor"] = json!(cursor),
+            None => return found,
+        }
+    }
+}
+
+#[test]
+fn tools_prompts_and_templates_are_searched_in_the_index_with_kinds_as_a_filter() {
+    let scratch = Scratch::new();
+    let path = scratch.write_scenario(
+        "scenario.json",
+        &every_kind("Which meteorological region to forecast"),
+    );
+    let mut daemon = Daemon::with_scenario(&scratch, "fx", &path);
+    wait_for_ready_index(&daemon, EVERY_KIND_DOCUMENTS, Duration::from_secs(30));
+
+    // A word only the description of a tool's input property has, answered by the index.
+    let answer = daemon.call("catalog/search", json!({"query": "meteorological"}));
+    assert_eq!(answer["engine"], "index", "{answer}");
+    assert!(answer.get("note").is_none(), "{answer}");
+    let hits = answer["results"].as_array().expect("results");
+    assert_eq!(hits.len(), 1, "{answer}");
+    assert_eq!(
+        (&hits[0]["kind"], &hits[0]["name"], &hits[0]["server"]),
+        (&json!("tool"), &json!("get_forecast"), &json!("fx"))
+    );
+    assert!(hits[0].get("uri").is_none(), "{answer}");
+    assert_eq!(hits[0]["_meta"]["io.mcp-mirror/server"], "fx");
+
+    // 40 resources match "forecast" better than the tool does; a search of tools, with a
+    // limit below them, finds the tool and never a resource: the kind is an index filter.
+    let tools = daemon.call(
+        "catalog/search",
+        json!({"query": "forecast", "kinds": ["tool"], "limit": 2}),
+    );
+    assert_eq!(tools["engine"], "index", "{tools}");
+    let names: Vec<(&str, &str)> = tools["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|hit| {
+            (
+                hit["kind"].as_str().unwrap_or(""),
+                hit["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(names, [("tool", "get_forecast")], "{tools}");
+    assert!(tools.get("nextCursor").is_none(), "{tools}");
+    let two_kinds = every_kind_hit(
+        &daemon,
+        json!({"query": "forecast", "kinds": ["tool", "prompt"], "limit": 1}),
+    );
+    let mut kinds: Vec<&str> = two_kinds.iter().map(|(kind, _, _)| kind.as_str()).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["prompt", "tool"], "{two_kinds:?}");
+
+    // Every kind in one ranking, one cursor, each hit once.
+    let all = every_kind_hit(&daemon, json!({"query": "forecast", "limit": 7}));
+    let unique: BTreeSet<&(String, String, String)> = all.iter().collect();
+    assert_eq!((all.len(), unique.len()), (42, 42), "{all:?}");
+    assert_eq!(
+        all.iter().filter(|(kind, _, _)| kind == "resource").count(),
+        40
+    );
+
+    // A template by its URI template (exact, first) and by its name.
+    let templates = daemon.call(
+        "catalog/search",
+        json!({"query": "weather://stations/{station}/history"}),
+    );
+    assert_eq!(templates["results"][0]["kind"], "template", "{templates}");
+    assert_eq!(
+        templates["results"][0]["uri"],
+        "weather://stations/{station}/history"
+    );
+    let by_name = every_kind_hit(
+        &daemon,
+        json!({"query": "station-history", "kinds": ["template"]}),
+    );
+    assert_eq!(
+        by_name,
+        [(
+            "template".to_string(),
+            "fx".to_string(),
+            "weather://stations/{station}/history".to_string()
+        )]
+    );
+
+    // The MCP face's search goes the same way.
+    let called = daemon.call(
+        "tools/call",
+        json!({"name": "search_catalog", "arguments": {"query": "meteorological", "kinds": ["tool"]}}),
+    );
+    assert_eq!(
+        called["structuredContent"]["hits"][0]["name"], "get_forecast",
+        "{called}"
+    );
+
+    // The server changes the property's description and sends tools/list_changed: the
+    // index catches up from the feed.
+    scratch.write_scenario("scenario.json", &every_kind("Which climatological zone"));
+    let found = wait_for(
+        "the changed tool in the index",
+        Duration::from_secs(20),
+        || {
+            let answer = daemon.call("catalog/search", json!({"query": "climatological"}));
+            (answer["engine"] == "index" && answer["results"][0]["name"] == "get_forecast")
+                .then_some(answer)
+        },
+    );
+    assert_eq!(
+        found["results"].as_array().map(Vec::len),
+        Some(1),
+        "{found}"
+    );
+    let gone = daemon.call("catalog/search", json!({"query": "meteorological"}));
+    assert_eq!(gone["engine"], "index", "{gone}");
+    assert_eq!(gone["results"], json!([]), "{gone}");
+    assert!(
+        !daemon.log_text().contains("rebuilding the search index")
+            || daemon
+                .log_text()
+                .matches("rebuilding the search index")
+                .count()
+                == 1,
+        "a catch-up, not another rebuild"
+    );
+    daemon.stop();
+
+    // An index written by an older version of its schema is rebuilt at start.
+    let meta_path = scratch.path("catalog.search").join("meta.json");
+    let meta = std::fs::read_to_string(&meta_path).expect("meta.json");
+    let older = meta.replace("\\\"schema\\\":2", "\\\"schema\\\":1");
+    assert_ne!(meta, older, "{meta}");
+    std::fs::write(&meta_path, older).expect("write meta.json");
+    let daemon = Daemon::with_scenario(&scratch, "fx", &path);
+    wait_for_ready_index(&daemon, EVERY_KIND_DOCUMENTS, Duration::from_secs(30));
+    let log = daemon.log_text();
+    assert!(log.contains("its schema version is 1"), "{log}");
+    let answer = daemon.call("catalog/search", json!({"query": "climatological"}));
+    assert_eq!(answer["engine"], "index", "{answer}");
+    assert_eq!(answer["results"][0]["name"], "get_forecast", "{answer}");
 }

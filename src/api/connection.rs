@@ -1,0 +1,189 @@
+//! One socket connection: line framing with a size cap, requests answered in order, and the catalog-change notifications it asked for.
+
+use std::io;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::UnixStream;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::watch;
+
+use super::shape::changes_result;
+use super::{answer_request, ApiContext};
+use crate::lines::{self, Line};
+use crate::protocol::{
+    CatalogChanged, ErrorObject, IncomingRequest, NotificationMessage, ResourcesListChanged,
+    Response, DEFAULT_CHANGES_LIMIT, INVALID_REQUEST, MAX_LINE_BYTES, PARSE_ERROR,
+};
+use crate::redact;
+
+/// What one connection has asked for (on the HTTP face: one request, or one session).
+#[derive(Default)]
+pub(crate) struct ConnectionState {
+    /// The client sent `initialize`: it speaks MCP and expects `list_changed` notifications.
+    /// Plain JSON-RPC clients (the CLI, socat) never get unasked-for lines.
+    pub(super) mcp_client: bool,
+    /// After `catalog/watch`: the last change feed sequence number sent to this client.
+    pub(super) watching: Option<i64>,
+}
+
+pub(super) async fn serve_connection(
+    stream: UnixStream,
+    context: &ApiContext,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let (read_half, mut write_half) = stream.into_split();
+    let mut reader = BufReader::new(read_half);
+    let mut line = Vec::new();
+    let mut state = ConnectionState::default();
+    let mut catalog_changes = context.store.subscribe();
+    let mut changes_open = true;
+    loop {
+        let outcome = tokio::select! {
+            outcome = lines::read_line(&mut reader, &mut line, MAX_LINE_BYTES) => outcome?,
+            event = catalog_changes.recv(), if changes_open => {
+                match event {
+                    // A client that lagged behind gets one notification, like everyone else:
+                    // list_changed carries nothing, and the feed itself lives in the database.
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        // Coalesce a burst of swaps into one notification.
+                        loop {
+                            match catalog_changes.try_recv() {
+                                Ok(_) | Err(TryRecvError::Lagged(_)) => continue,
+                                Err(TryRecvError::Empty) => break,
+                                Err(TryRecvError::Closed) => {
+                                    changes_open = false;
+                                    break;
+                                }
+                            }
+                        }
+                        notify_catalog_changed(&mut state, &mut write_half, context).await?;
+                    }
+                    Err(RecvError::Closed) => changes_open = false,
+                }
+                continue;
+            }
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let response = match outcome {
+            Line::End => return Ok(()),
+            Line::TooLong => {
+                let response = Response::failure(
+                    Value::Null,
+                    ErrorObject::new(
+                        INVALID_REQUEST,
+                        format!(
+                            "request line longer than {MAX_LINE_BYTES} bytes; closing the connection"
+                        ),
+                    ),
+                );
+                write_message(&mut write_half, &response).await?;
+                return Ok(());
+            }
+            Line::Complete => {
+                let blank = line.iter().all(u8::is_ascii_whitespace);
+                let response = match blank {
+                    true => None,
+                    false => handle_line(&line, context, &mut state).await,
+                };
+                line.clear();
+                response
+            }
+        };
+        if let Some(response) = response {
+            write_message(&mut write_half, &response).await?;
+        }
+        if state.watching.is_some() {
+            // A new watcher that asked for changes `since` an older point gets them now,
+            // after its response; later ones arrive as they are committed.
+            send_watched_changes(&mut state, &mut write_half, context).await?;
+        }
+    }
+}
+
+/// Tells this client that the catalog changed, in whichever ways it asked for.
+async fn notify_catalog_changed(
+    state: &mut ConnectionState,
+    writer: &mut OwnedWriteHalf,
+    context: &ApiContext,
+) -> io::Result<()> {
+    if state.mcp_client {
+        let notification = NotificationMessage::new::<ResourcesListChanged>(None);
+        write_message(writer, &notification).await?;
+    }
+    if state.watching.is_some() {
+        send_watched_changes(state, writer, context).await?;
+    }
+    Ok(())
+}
+
+/// Sends a watcher every change feed entry after the last one it got, in batches.
+async fn send_watched_changes(
+    state: &mut ConnectionState,
+    writer: &mut OwnedWriteHalf,
+    context: &ApiContext,
+) -> io::Result<()> {
+    while let Some(since) = state.watching {
+        let page = match context
+            .store
+            .changes_since(Some(since), DEFAULT_CHANGES_LIMIT)
+            .await
+        {
+            Ok(page) => page,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the change feed for a watcher");
+                return Ok(());
+            }
+        };
+        let Some(last) = page.changes.last().map(|change| change.seq) else {
+            return Ok(());
+        };
+        let more = page.more;
+        let changes = changes_result(page);
+        let notification = NotificationMessage::new::<CatalogChanged>(Some(&changes));
+        write_message(writer, &notification).await?;
+        state.watching = Some(last);
+        if !more {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Writes one message; the one choke point every answer and notification passes, so no
+/// configured secret a server echoed (into an error, a walk failure, a read) reaches a client.
+async fn write_message(writer: &mut OwnedWriteHalf, message: &impl Serialize) -> io::Result<()> {
+    let text = serde_json::to_string(message).map_err(io::Error::other)?;
+    let mut bytes = redact::scrub(&text).into_owned().into_bytes();
+    bytes.push(b'\n');
+    writer.write_all(&bytes).await
+}
+
+/// Handles one request line; `None` for notifications, which get no answer.
+async fn handle_line(
+    line: &[u8],
+    context: &ApiContext,
+    state: &mut ConnectionState,
+) -> Option<Response> {
+    let message: Value = match serde_json::from_slice(line) {
+        Ok(message) => message,
+        Err(error) => {
+            return Some(Response::failure(
+                Value::Null,
+                ErrorObject::new(PARSE_ERROR, format!("parse error: {error}")),
+            ))
+        }
+    };
+    // Anything but an object (an array, a number) is not a request: checked like one with
+    // every field missing.
+    let request = match IncomingRequest::deserialize(message) {
+        Ok(request) => request.check(),
+        Err(_) => IncomingRequest::default().check(),
+    };
+    match request {
+        Ok(request) => answer_request(request, context, state).await,
+        Err(response) => Some(*response),
+    }
+}

@@ -1,0 +1,167 @@
+//! Searches of resources through the search gate: the derived index when it can answer for the catalog as it stands, else SQLite's FTS5.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{internal, ApiContext};
+use crate::protocol::{self as wire, ErrorObject, BUSY, INVALID_PARAMS, SEARCH_TIMED_OUT};
+use crate::search::{SearchError, SearchIndex, SearchQuery};
+use crate::store::{self, StoreError};
+
+/// Runs a search once the gate admits it, cancelled at the permit's deadline.
+pub(crate) async fn gated_search(
+    mut request: store::SearchRequest,
+    context: &ApiContext,
+) -> Result<(Vec<store::SearchHit>, Option<usize>), ErrorObject> {
+    let permit = context
+        .search_gate
+        .acquire()
+        .await
+        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+    request.deadline = Some(permit.deadline);
+    context
+        .store
+        .search(request)
+        .await
+        .map_err(|error| match error {
+            StoreError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
+            StoreError::SearchTimedOut => {
+                permit.timed_out();
+                let limit = context.search_gate.limits().timeout;
+                ErrorObject::new(
+                    SEARCH_TIMED_OUT,
+                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+                )
+            }
+            other => internal(other),
+        })
+}
+
+/// How long a search waits for the index to apply a swap its caller may already have seen
+/// (one committed before the search arrived) before SQLite answers instead.
+const INDEX_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Answers from the derived search index; `Ok(Err(why))` when it cannot answer for the
+/// catalog as it stands (repairing, or behind a swap it has not applied yet in time).
+pub(crate) async fn search_index(
+    index: &Arc<SearchIndex>,
+    context: &ApiContext,
+    request: &store::SearchRequest,
+) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    let wanted = context.store.catalog_version();
+    let generation = context.store.index_generation().await.map_err(internal)?;
+    let mut status = index.watch();
+    if !status.borrow().serves(wanted, generation) {
+        let caught_up = status.wait_for(|status| {
+            status.serves(wanted, generation) || status.phase != crate::search::Phase::Ready
+        });
+        let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
+        let now = index.status();
+        if !now.serves(wanted, generation) {
+            let state = match now.phase {
+                crate::search::Phase::Ready => "catching up with the latest change".to_string(),
+                crate::search::Phase::Opening => "opening".to_string(),
+                crate::search::Phase::CatchingUp => "catching up".to_string(),
+                crate::search::Phase::Rebuilding { percent } => format!("rebuilding ({percent}%)"),
+                crate::search::Phase::Failed => "unavailable (see the log)".to_string(),
+            };
+            return Ok(Err(format!(
+                "the search index is {state}; answered by SQLite full-text search"
+            )));
+        }
+    }
+    // The same gate as SQLite's searches: a bounded number at once, each with a deadline.
+    let permit = context
+        .search_gate
+        .acquire()
+        .await
+        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+    let mut query = SearchQuery::new(request.query.clone(), request.limit);
+    query.server = request.server.clone();
+    query.mime_type = request.mime_type.clone();
+    query.kinds = request.kinds.clone();
+    query.offset = request.offset;
+    query.highlight = request.highlight.clone();
+    query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
+    let index = index.clone();
+    let searched = tokio::task::spawn_blocking(move || index.search(&query))
+        .await
+        .map_err(internal)?;
+    let page = match searched {
+        Ok(page) => page,
+        Err(error @ SearchError::InvalidQuery(_)) => {
+            return Err(ErrorObject::new(INVALID_PARAMS, error.to_string()))
+        }
+        Err(SearchError::TimedOut(_)) => {
+            permit.timed_out();
+            let limit = context.search_gate.limits().timeout;
+            return Err(ErrorObject::new(
+                SEARCH_TIMED_OUT,
+                format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+            ));
+        }
+        Err(error @ SearchError::Busy) => return Err(ErrorObject::new(BUSY, error.to_string())),
+        // A damaged index must not cost an answer: SQLite has the same catalog.
+        Err(error) => {
+            tracing::warn!(%error, "the search index failed a search; SQLite answered");
+            return Ok(Err(format!(
+                "the search index failed ({error}); answered by SQLite full-text search"
+            )));
+        }
+    };
+    let hits = page
+        .hits
+        .into_iter()
+        .map(|hit| store::SearchHit {
+            kind: hit.kind,
+            server: hit.server,
+            uri: hit.uri,
+            name: hit.name,
+            title: hit.title,
+            mime_type: hit.mime_type,
+            description: hit.description,
+            score: f64::from(hit.score),
+            snippet: hit.snippet,
+        })
+        .collect();
+    Ok(Ok(IndexAnswer {
+        hits,
+        next: page.next_offset,
+        mode: page.mode,
+    }))
+}
+
+/// A page of resources from the derived search index.
+pub struct IndexAnswer {
+    pub hits: Vec<store::SearchHit>,
+    pub next: Option<usize>,
+    pub mode: crate::search::MatchMode,
+}
+
+/// The resource part of a search: from the derived index when it can answer for the catalog
+/// as it stands, else from SQLite's FTS5 (with the reason in the answer's `note`). The result
+/// says which engine answered; `next_cursor` is left to the caller.
+pub async fn resource_search(
+    request: store::SearchRequest,
+    context: &ApiContext,
+) -> Result<(Vec<store::SearchHit>, Option<usize>, wire::SearchResult), ErrorObject> {
+    let mut origin = wire::SearchResult {
+        results: Vec::new(),
+        next_cursor: None,
+        engine: Some(wire::SearchEngine::Sqlite),
+        match_mode: None,
+        note: None,
+    };
+    if let (Some(index), false) = (&context.search_index, request.raw) {
+        match search_index(index, context, &request).await? {
+            Ok(answer) => {
+                origin.engine = Some(wire::SearchEngine::Index);
+                origin.match_mode = Some(answer.mode);
+                return Ok((answer.hits, answer.next, origin));
+            }
+            Err(why) => origin.note = Some(why),
+        }
+    }
+    let (hits, next) = gated_search(request, context).await?;
+    Ok((hits, next, origin))
+}

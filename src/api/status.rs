@@ -1,0 +1,110 @@
+//! `catalog/status`: the daemon's and every server's state, from the store, the live sessions and the socket's limits.
+
+use std::sync::atomic::Ordering;
+
+use super::{internal, ApiContext};
+use crate::protocol::{self as wire, ErrorObject};
+use crate::store;
+
+pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
+    let servers = context.store.status().await.map_err(internal)?;
+    let mut live = context.supervisor.live_status().await;
+    let database_bytes = std::fs::metadata(context.store.path())
+        .map(|metadata| metadata.len())
+        .ok();
+    let resources: u64 = servers.iter().map(|server| server.resources).sum();
+    let change_seq = context.store.latest_change_seq().await.map_err(internal)?;
+    let read_cache_bytes = context.store.read_cache_bytes().await.map_err(internal)?;
+    let config_load = context
+        .config_load
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    let daemon = wire::DaemonStatus {
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        uptime_ms: context.started.elapsed().as_millis() as u64,
+        database: context.store.path().to_path_buf(),
+        database_bytes,
+        socket: context.socket_path.clone(),
+        config: context.config_path.clone(),
+        clients: context.clients.load(Ordering::Relaxed),
+        resources,
+        merged_resources: Some(
+            context
+                .store
+                .merged_resource_count()
+                .await
+                .map_err(internal)?,
+        ),
+        change_seq,
+        read_cache_bytes,
+        config_loaded_at: config_load.loaded_at_ms,
+        config_error: config_load.error,
+        config_error_at: config_load.error_at_ms,
+        database_error: context.store.database_error(),
+        socket_limits: socket_activity(context),
+        search_index: context.search_index.as_ref().map(|index| index.status()),
+    };
+    let mut servers: Vec<wire::ServerStatus> = servers
+        .into_iter()
+        .map(|server| {
+            let session = live.remove(&server.name);
+            server_status(server, session)
+        })
+        .collect();
+    crate::api_kinds::add_kind_status(&context.store, &mut servers).await?;
+    Ok(wire::StatusResult { daemon, servers })
+}
+
+fn socket_activity(context: &ApiContext) -> wire::SocketActivity {
+    let searches = context.search_gate.activity();
+    wire::SocketActivity {
+        max_clients: context.max_clients,
+        clients_refused: context.refused_clients.load(Ordering::Relaxed),
+        max_concurrent_searches: searches.max_concurrent,
+        search_timeout_ms: context.search_gate.limits().timeout.as_millis() as u64,
+        searches_running: searches.running,
+        searches_waiting: searches.waiting,
+        searches_peak: searches.peak_running,
+        searches_refused: searches.refused_busy,
+        searches_timed_out: searches.timed_out,
+    }
+}
+
+fn server_status(
+    server: store::ServerStatus,
+    live: Option<wire::LiveStatus>,
+) -> wire::ServerStatus {
+    wire::ServerStatus {
+        name: server.name,
+        priority: server.priority,
+        transport: server.transport,
+        state: server.state,
+        protocol_version: server.protocol_version,
+        server_info: server.server_info,
+        resources: server.resources,
+        templates: server.templates,
+        stale: server.stale,
+        snapshot_at_ms: server.snapshot_at_ms,
+        connected_at_ms: server.connected_at_ms,
+        retry_at_ms: server.retry_at_ms,
+        last_walk: server.last_walk.map(|walk| wire::LastWalk {
+            at_ms: walk.at_ms,
+            duration_ms: walk.duration_ms,
+            pages: walk.pages,
+            added: walk.added,
+            removed: walk.removed,
+            changed: walk.changed,
+            duplicates: walk.duplicates,
+            skipped: walk.skipped,
+        }),
+        walks_ok: server.walks_ok,
+        walks_failed: server.walks_failed,
+        last_error: server.last_error,
+        last_error_at_ms: server.last_error_at_ms,
+        oversized_entries: server.oversized_entries,
+        live,
+        kinds: Default::default(),
+    }
+}
