@@ -13,6 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::protocol::{ServerState, StatusResult};
+use crate::search::{IndexStatus, Phase};
 
 /// Every metric name starts with this (`mcp_mirror_…`).
 const PREFIX: &str = "mcp_mirror";
@@ -80,6 +81,61 @@ fn gauge_family() -> Family<Labels, Gauge> {
 
 fn counter_family() -> Family<Labels, Counter> {
     Family::default()
+}
+
+/// Every state the search index can be in, as `catalog/status` names it.
+const INDEX_PHASES: [&str; 5] = ["opening", "ready", "catching-up", "rebuilding", "failed"];
+
+/// The name `catalog/status` gives `phase` (its serde tag), one of [`INDEX_PHASES`].
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Opening => "opening",
+        Phase::Ready => "ready",
+        Phase::CatchingUp => "catching-up",
+        Phase::Rebuilding { .. } => "rebuilding",
+        Phase::Failed => "failed",
+    }
+}
+
+/// The search index's state, the generation it reflects, and its lag: how many change feed
+/// sequence numbers the store is ahead of it (the store generation is the feed's newest
+/// sequence number, the same `changeSeq` status shows), 0 when it has caught up.
+fn register_search_index(registry: &mut Registry, index: &IndexStatus, change_seq: i64) {
+    let state = gauge_family();
+    let current = phase_name(index.phase);
+    for candidate in INDEX_PHASES {
+        state
+            .get_or_create(&labels(&[("state", candidate)]))
+            .set(i64::from(candidate == current));
+    }
+    registry.register(
+        "search_index_state",
+        "The search index's state (1 for the state it is in)",
+        state,
+    );
+    // Before its first commit the index reflects nothing: the whole feed is ahead of it.
+    let reflected = index.generation.unwrap_or(0);
+    let generation: Gauge = Gauge::default();
+    generation.set(reflected as i64);
+    registry.register(
+        "search_index_generation",
+        "The store generation (change feed sequence number) the search index reflects",
+        generation,
+    );
+    let lag: Gauge = Gauge::default();
+    lag.set(change_seq.saturating_sub(reflected as i64).max(0));
+    registry.register(
+        "search_index_lag_generations",
+        "How far the search index is behind the store, in change feed sequence numbers",
+        lag,
+    );
+    let documents: Gauge = Gauge::default();
+    documents.set(index.documents as i64);
+    registry.register(
+        "search_index_documents",
+        "Entries in the search index",
+        documents,
+    );
 }
 
 /// The text exposition of `status` (what `catalog/status` answers now), the HTTP face's
@@ -189,6 +245,9 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
         "The change feed's latest sequence number",
         change_seq,
     );
+    if let Some(index) = &status.daemon.search_index {
+        register_search_index(&mut registry, index, status.daemon.change_seq);
+    }
     let uptime: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
     uptime.set(status.daemon.uptime_ms as f64 / 1000.0);
     registry.register_with_unit(

@@ -4,7 +4,7 @@
 //!
 //! Run it with `bench/run [SCENARIO...]` (it builds the release binaries, the benchmark-only
 //! crates under bench/ and the Python SDK venv first); scenarios are `walk`, `swap`,
-//! `change`, `query`, `start`, `idle`, or `all`. `bench bare-walk CONFIG ROUNDS` is the bare
+//! `change`, `query`, `start`, `idle`, `fleet`, or `all`. `bench bare-walk CONFIG ROUNDS` is the bare
 //! loop: our own transport (`mcp::Session`) fetching every page and discarding it, the floor a
 //! mirror is compared with. One file per scenario; the child-process and socket helpers are
 //! tests/common/process.rs, shared with the integration tests. Nothing here is part of the
@@ -12,6 +12,7 @@
 
 mod change;
 mod daemon;
+mod fleet;
 mod idle;
 mod measure;
 mod paths;
@@ -112,7 +113,7 @@ fn main() -> anyhow::Result<()> {
         .map(String::as_str)
         .filter(|argument| !argument.starts_with("--"))
         .collect();
-    const ALL: [&str; 6] = ["walk", "swap", "change", "query", "start", "idle"];
+    const ALL: [&str; 7] = ["walk", "swap", "change", "query", "start", "idle", "fleet"];
     if scenarios.is_empty() || scenarios.contains(&"all") {
         scenarios = ALL.to_vec();
     }
@@ -179,6 +180,8 @@ fn main() -> anyhow::Result<()> {
                 }
             })(),
             "idle" => idle::run(&mut report, quick),
+            "fleet" => fleet::FleetOptions::from_arguments(&arguments)
+                .and_then(|options| fleet::run(&mut report, &options)),
             _ => unreachable!(),
         };
         if let Err(error) = &outcome {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned tools the tests run from registries into target/: the reference MCP
-# servers (target/interop), the official Python SDK (target/py) and the official conformance
-# suite with the Node.js 22 it needs (target/conformance).
+# servers (target/interop), the official Python SDK and Prometheus client (target/py) and the
+# official conformance suite with the Node.js 22 it needs (target/conformance).
 #
 # Safe to run at the same time from many processes: one file lock serializes the runs, and each
 # tool is built in a temporary directory renamed into place only when complete, so a half-made
@@ -67,4 +67,14 @@ if [ ! -f "$venv/.installed-mcp-$python_sdk_version" ]; then
   touch "$partial/.installed-mcp-$python_sdk_version"
   move_into_place "$partial" "$venv"
   echo "installed the Python MCP SDK $python_sdk_version into $venv"
+fi
+
+# The official Prometheus Python client, whose OpenMetrics parser reads the mirror's /metrics in
+# the metrics test. Pure Python, added to the same venv under the lock; the marker comes last.
+prometheus_client_version="0.26.0"
+if [ ! -f "$venv/.installed-prometheus-client-$prometheus_client_version" ]; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "prometheus-client==$prometheus_client_version"
+  touch "$venv/.installed-prometheus-client-$prometheus_client_version"
+  echo "installed the Prometheus Python client $prometheus_client_version into $venv"
 fi

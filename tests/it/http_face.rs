@@ -606,6 +606,54 @@ fn parse_metrics(text: &str) -> Samples {
     samples
 }
 
+/// The same exposition read by the official Prometheus Python client's OpenMetrics parser
+/// (tests/interop/parse_metrics.py), as samples keyed like [`parse_metrics`]'s.
+fn parse_metrics_in_python(text: &str) -> Samples {
+    let python = crate::install::python_prometheus_client();
+    let script = crate::install::repository().join("tests/interop/parse_metrics.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the Python parser");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("send the exposition");
+    let output = child.wait_with_output().expect("the Python parser");
+    assert!(
+        output.status.success(),
+        "the Prometheus client rejects /metrics: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let parsed: Value = serde_json::from_slice(&output.stdout).expect("the parser's JSON");
+    let mut samples = Samples::new();
+    for family in parsed["families"].as_array().expect("families") {
+        let kind = family["type"].as_str().expect("type");
+        assert!(
+            ["counter", "gauge", "histogram"].contains(&kind),
+            "{family}"
+        );
+        for sample in family["samples"].as_array().expect("samples") {
+            let mut labels: Vec<(String, String)> = sample["labels"]
+                .as_object()
+                .expect("labels")
+                .iter()
+                .map(|(key, value)| (key.clone(), value.as_str().expect("label").to_string()))
+                .collect();
+            labels.sort();
+            let name = sample["name"].as_str().expect("name").to_string();
+            let value = sample["value"].as_f64().expect("a finite value");
+            samples.insert((name, labels), value);
+        }
+    }
+    samples
+}
+
 #[test]
 fn metrics_parse_and_match_the_status() {
     let servers = format!(
@@ -630,9 +678,37 @@ fn metrics_parse_and_match_the_status() {
             "",
         );
         assert_eq!(answer.status, 200, "{}", answer.body);
-        parse_metrics(&answer.body)
+        let samples = parse_metrics(&answer.body);
+        // The official parser accepts it and reads the same samples with the same values.
+        let official = parse_metrics_in_python(&answer.body);
+        // Equal up to the last bit serde_json may round differently when reading the JSON.
+        let same = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(1.0);
+        let differing: Vec<_> = official
+            .iter()
+            .filter(|(key, value)| !samples.get(*key).is_some_and(|ours| same(*ours, **value)))
+            .chain(
+                samples
+                    .iter()
+                    .filter(|(key, _)| !official.contains_key(*key)),
+            )
+            .collect();
+        assert!(
+            differing.is_empty(),
+            "the parsers disagree on {differing:?}"
+        );
+        samples
     };
-    let status = upstream.daemon.call("catalog/status", json!({}));
+    // Once the search index has applied both walks, nothing moves until the searches below.
+    let status = wait_for(
+        "the search index to catch up",
+        Duration::from_secs(20),
+        || {
+            let status = upstream.daemon.call("catalog/status", json!({}));
+            let index = &status["daemon"]["searchIndex"];
+            (index["state"] == "ready" && index["generation"] == status["daemon"]["changeSeq"])
+                .then_some(status)
+        },
+    );
     let metrics = scrape(&upstream.address);
     let value = |name: &str, labels: &[(&str, &str)]| {
         let mut labels: Vec<(String, String)> = labels
@@ -687,6 +763,26 @@ fn metrics_parse_and_match_the_status() {
         status["daemon"]["changeSeq"].as_f64().expect("changeSeq")
     );
     assert_eq!(value("mcp_mirror_resources", &[]), 42.0);
+    // The search index: the same state, generation and size as status, and its lag the feed's
+    // sequence numbers it has not applied.
+    let index = &status["daemon"]["searchIndex"];
+    let generation = index["generation"].as_f64().expect("the index generation");
+    assert_eq!(value("mcp_mirror_search_index_generation", &[]), generation);
+    assert_eq!(
+        value("mcp_mirror_search_index_lag_generations", &[]),
+        status["daemon"]["changeSeq"].as_f64().expect("changeSeq") - generation
+    );
+    assert_eq!(
+        value("mcp_mirror_search_index_documents", &[]),
+        index["documents"].as_f64().expect("documents")
+    );
+    for state in ["opening", "ready", "catching-up", "rebuilding", "failed"] {
+        assert_eq!(
+            value("mcp_mirror_search_index_state", &[("state", state)]),
+            f64::from(u8::from(index["state"] == state)),
+            "{state}"
+        );
+    }
     assert!(value("mcp_mirror_swap_hold_seconds_count", &[]) >= 2.0);
     assert!(value("mcp_mirror_clients", &[("face", "http")]) >= 1.0);
 

@@ -68,6 +68,12 @@ pub fn python_sdk() -> PathBuf {
     installed("py/bin/python")
 }
 
+/// The same Python, with the official Prometheus client (prometheus-client 0.26) beside the SDK.
+pub fn python_prometheus_client() -> PathBuf {
+    installed("py/.installed-prometheus-client-0.26.0");
+    installed("py/bin/python")
+}
+
 /// Node.js 22 from npm, which the conformance suite needs (Debian's node is older).
 pub fn conformance_node() -> PathBuf {
     installed("conformance/node_modules/node/bin/node")

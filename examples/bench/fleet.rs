@@ -1,0 +1,646 @@
+//! Fleet: one upstream mirror of 10 fixture servers and 50 downstream mirrors of its HTTP face; first sync, a change's fan-out, and what each downstream costs the upstream.
+//!
+//! The upstream runs 10 stdio fixtures (100,000 resources in all, one of them driven by a
+//! scenario file) and serves `/mcp` on a loopback port with a bearer token. Each downstream is
+//! its own daemon with its own directory, mirroring that URL like any server. Every process is
+//! a `ChildProcess` (SIGTERM, then SIGKILL, when dropped), every phase has a time limit, and the
+//! downstreams' databases are deleted at the end (their logs are kept).
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde_json::{json, Value};
+
+use crate::daemon::{
+    fixture_args, fixture_stdio_table, spawn_daemon, start_daemon, Daemon, DaemonFiles,
+};
+use crate::measure::{cpu_seconds, now_us, open_fds, parse_timestamp_us, proc_status_kb};
+use crate::process::{write_json_atomically, ChildProcess, SocketClient};
+use crate::report::{mb, Report, Samples};
+
+const TOKEN: &str = "fleet-bench-token-0123456789abcdef";
+/// The fixture server whose scenario file the rounds rewrite.
+const ORIGIN: &str = "origin";
+const SERVERS: usize = 10;
+/// The fixture's page size: the upstream's own walks are not what is measured.
+const ORIGIN_PAGE: usize = 1000;
+/// The upstream's first sync of every server.
+const UPSTREAM_SYNC_LIMIT: Duration = Duration::from_secs(120);
+/// Every downstream's first sync, all at once.
+const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(360);
+/// One change reaching every downstream.
+const ROUND_LIMIT: Duration = Duration::from_secs(180);
+/// No round starts that the previous round's duration and gap say would end past this much of
+/// the run: the whole scenario stays near 10 minutes.
+const RUN_BUDGET: Duration = Duration::from_secs(600);
+/// The longest pause between rounds (see `gap`).
+const MAX_GAP: Duration = Duration::from_secs(60);
+/// How often the harness looks at every pending downstream.
+const POLL_PAUSE: Duration = Duration::from_millis(50);
+
+pub struct FleetOptions {
+    pub downstreams: usize,
+    pub resources: usize,
+    pub rounds: usize,
+}
+
+impl FleetOptions {
+    /// `--downstreams=N` (50), `--resources=N` (100,000 in all), `--rounds=N` (10).
+    pub fn from_arguments(arguments: &[String]) -> anyhow::Result<FleetOptions> {
+        let number = |key: &str, default: usize| -> anyhow::Result<usize> {
+            arguments
+                .iter()
+                .find_map(|argument| argument.strip_prefix(&format!("--{key}=")))
+                .map(|text| text.parse().with_context(|| format!("--{key}=N")))
+                .transpose()
+                .map(|value| value.unwrap_or(default))
+        };
+        Ok(FleetOptions {
+            downstreams: number("downstreams", 50)?.max(1),
+            resources: number("resources", 100_000)?.max(SERVERS),
+            rounds: number("rounds", 10)?.max(1),
+        })
+    }
+}
+
+fn marker_uri(round: usize) -> String {
+    format!("bench://fleet/marker/{round}")
+}
+
+/// The origin's scenario: its generated share of the catalog plus the marker of `round` (the
+/// first syncs look for marker 0, round r adds marker r + 1).
+fn origin_scenario(generated: usize, round: usize) -> Value {
+    json!({"generate": generated, "page_size": ORIGIN_PAGE, "resources": [{
+        "uri": marker_uri(round),
+        "name": format!("fleetmarker{round}"),
+        "mimeType": "text/plain",
+    }]})
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `GET /metrics` with the token over HTTP/1.0 (so the body is not chunked); the samples
+/// whose series starts with one of `names`, as (series, value).
+fn scrape(address: &str, names: &[&str]) -> anyhow::Result<Vec<(String, f64)>> {
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.0\r\nHost: {address}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    Ok(text
+        .lines()
+        .filter(|line| names.iter().any(|name| line.starts_with(name)))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect())
+}
+
+/// Bytes a process wrote through system calls so far (`wchar` of /proc/PID/io): sockets,
+/// files and pipes alike.
+fn written_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("wchar:"))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// True when the daemon behind `client` has `uri` in its catalog.
+fn shows(client: &mut SocketClient, uri: &str) -> anyhow::Result<bool> {
+    let answer = client.request("catalog/resource", json!({"uri": uri}))?;
+    Ok(answer.get("result").is_some())
+}
+
+/// Timestamps (µs) of the origin fixture's "scenario reloaded" lines, relayed by the upstream
+/// from its stdio child's stderr.
+fn reload_times(log: &str) -> Vec<i64> {
+    log.lines()
+        .filter(|line| line.contains("scenario reloaded"))
+        .filter_map(|line| {
+            let own = line.split("child stderr: ").nth(1).unwrap_or(line);
+            parse_timestamp_us(own.split_whitespace().next()?)
+        })
+        .collect()
+}
+
+struct Downstream {
+    process: ChildProcess,
+    files: DaemonFiles,
+    client: Option<SocketClient>,
+}
+
+impl Downstream {
+    fn client(&mut self) -> anyhow::Result<&mut SocketClient> {
+        if self.client.is_none() {
+            self.client = Some(crate::daemon::connect(&self.files.socket())?);
+        }
+        self.client.as_mut().context("the downstream's socket")
+    }
+}
+
+/// One round: the change written at `written_us`, the origin's reload, when the upstream and
+/// each downstream showed it, and the upstream's cost while the downstreams re-walked.
+struct Round {
+    written_us: i64,
+    sent_us: Option<i64>,
+    upstream_us: i64,
+    downstream_us: Vec<i64>,
+    fanout_cpu_s: f64,
+    fanout_written_bytes: u64,
+    downstream_cpu_s: f64,
+    peak_rss_kb: u64,
+}
+
+pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let per_server = options.resources / SERVERS;
+    let total = per_server * SERVERS;
+    report.line(format!(
+        "## Fleet: one upstream, {} downstream mirrors, {total} resources",
+        options.downstreams
+    ));
+    report.line("");
+
+    // The upstream: 10 stdio fixtures, the HTTP face on loopback with a token.
+    let upstream_files = DaemonFiles::fresh("fleet/upstream")?;
+    let token_file = upstream_files.path("fleet.token");
+    std::fs::write(&token_file, format!("{TOKEN}\n"))?;
+    let scenario_path = upstream_files.path("origin-scenario.json");
+    // The origin lists its generated share less one, plus the marker: `total` in all.
+    write_json_atomically(&scenario_path, &origin_scenario(per_server - 1, 0))?;
+    let mut servers = fixture_stdio_table(
+        ORIGIN,
+        &[
+            "--name".into(),
+            ORIGIN.into(),
+            "--scenario".into(),
+            scenario_path.display().to_string(),
+        ],
+    );
+    for index in 1..SERVERS {
+        let name = format!("server{index:02}");
+        servers.push_str(&fixture_stdio_table(
+            &name,
+            &fixture_args(per_server, ORIGIN_PAGE, &name),
+        ));
+    }
+    let address = format!("127.0.0.1:{}", free_port()?);
+    // The HTTP face's defaults (256 open streams, 1,024 sessions, 1,024 connections) hold 50
+    // downstreams, each with one listen stream and one connection for its POSTs.
+    servers.push_str(&format!(
+        "[http]\nlisten = \"{address}\"\ntokens = {{ fleet = {:?} }}\n",
+        token_file.display().to_string()
+    ));
+    let upstream_config = upstream_files.config("", &servers)?;
+    let upstream = start_daemon(&upstream_files, &upstream_config)?;
+    upstream.wait_for_walks(1, UPSTREAM_SYNC_LIMIT)?;
+    let mut upstream_client = upstream.client()?;
+    if !shows(&mut upstream_client, &marker_uri(0))? {
+        bail!("the upstream does not show the origin's first marker");
+    }
+    let upstream_ready_s = started.elapsed().as_secs_f64();
+    eprintln!("fleet: upstream synced in {upstream_ready_s:.1} s");
+
+    // The downstreams: spawned together, each in its own directory, timed to its first sync.
+    let url = format!("http://{address}/mcp");
+    let mut downstreams = Vec::with_capacity(options.downstreams);
+    let spawned = Instant::now();
+    let spawned_us = now_us();
+    for index in 0..options.downstreams {
+        let files = DaemonFiles::fresh(&format!("fleet/down-{index:03}"))?;
+        let token = files.path("upstream.token");
+        std::fs::write(&token, format!("{TOKEN}\n"))?;
+        let table = format!(
+            "[servers.upstream]\nurl = {url:?}\nbearer_token_file = {:?}\n\n",
+            token.display().to_string()
+        );
+        let config = files.config("", &table)?;
+        let process = spawn_daemon(&files, &config)?;
+        downstreams.push(Downstream {
+            process,
+            files,
+            client: None,
+        });
+    }
+    let outcome = measure(
+        report,
+        options,
+        &upstream,
+        &mut upstream_client,
+        &address,
+        &scenario_path,
+        per_server,
+        total,
+        &mut downstreams,
+        (spawned, spawned_us),
+        (started, upstream_ready_s),
+    );
+    // Stop every downstream before the upstream, then free their disk space.
+    for downstream in &mut downstreams {
+        downstream.client = None;
+        downstream.process.stop();
+    }
+    for downstream in &downstreams {
+        remove_database(&downstream.files.dir);
+    }
+    drop(upstream);
+    outcome
+}
+
+fn remove_database(dir: &Path) {
+    for name in ["catalog.db", "catalog.db-wal", "catalog.db-shm"] {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    let _ = std::fs::remove_dir_all(dir.join("catalog.search"));
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    report: &mut Report,
+    options: &FleetOptions,
+    upstream: &Daemon,
+    upstream_client: &mut SocketClient,
+    address: &str,
+    scenario_path: &Path,
+    per_server: usize,
+    total: usize,
+    downstreams: &mut [Downstream],
+    (spawned, spawned_us): (Instant, i64),
+    (started, upstream_ready_s): (Instant, f64),
+) -> anyhow::Result<()> {
+    let upstream_pid = upstream.process.pid();
+    let upstream_cpu_before_sync = cpu_seconds(upstream_pid).unwrap_or(0.0);
+    let upstream_written_before_sync = written_bytes(upstream_pid).unwrap_or(0);
+
+    // First sync: a downstream shows the origin's first marker once its first walk of the
+    // upstream's whole catalog has committed (a walk is all or nothing).
+    let mut first_sync = Samples::default();
+    let mut pending: Vec<usize> = (0..downstreams.len()).collect();
+    let deadline = spawned + FIRST_SYNC_LIMIT;
+    let mut upstream_peak_sync_kb = 0;
+    while !pending.is_empty() {
+        let mut still = Vec::new();
+        for &index in &pending {
+            let downstream = &mut downstreams[index];
+            if let Some(status) = downstream.process.child.try_wait()? {
+                bail!(
+                    "downstream {index} exited with {status}: {}",
+                    std::fs::read_to_string(downstream.files.log()).unwrap_or_default()
+                );
+            }
+            if !downstream.files.socket().exists() {
+                still.push(index);
+                continue;
+            }
+            if shows(downstream.client()?, &marker_uri(0))? {
+                first_sync.push((now_us() - spawned_us) as f64 / 1e6);
+            } else {
+                still.push(index);
+            }
+        }
+        pending = still;
+        upstream_peak_sync_kb =
+            upstream_peak_sync_kb.max(proc_status_kb(upstream_pid, "VmRSS").unwrap_or(0));
+        if Instant::now() > deadline {
+            bail!(
+                "{} of {} downstreams had not finished their first sync after {FIRST_SYNC_LIMIT:?}",
+                pending.len(),
+                downstreams.len()
+            );
+        }
+        std::thread::sleep(POLL_PAUSE);
+    }
+    let all_synced_s = spawned.elapsed().as_secs_f64();
+    let sync_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - upstream_cpu_before_sync;
+    let sync_written = written_bytes(upstream_pid).unwrap_or(0) - upstream_written_before_sync;
+    eprintln!(
+        "fleet: {} downstreams synced in {all_synced_s:.1} s",
+        downstreams.len()
+    );
+    // Every downstream holds exactly the upstream's catalog.
+    for (index, downstream) in downstreams.iter_mut().enumerate() {
+        let status = downstream.client()?.call("catalog/status", json!({}))?;
+        let resources = status["servers"][0]["resources"].as_u64().unwrap_or(0);
+        if resources != total as u64 {
+            bail!("downstream {index} holds {resources} resources, not {total}");
+        }
+    }
+    let downstream_status = downstreams[0].client()?.call("catalog/status", json!({}))?;
+    let live = &downstream_status["servers"][0];
+    let channel = format!(
+        "{}, {}",
+        live["protocolVersion"].as_str().unwrap_or("?"),
+        live["live"]["push"].as_str().unwrap_or("?")
+    );
+
+    // Rounds: the origin adds marker r (and drops r-1); timed to each downstream showing it.
+    let mut rounds: Vec<Round> = Vec::new();
+    let mut http_clients = Samples::default();
+    let mut index_lag = Samples::default();
+    // Round 0 is a warm-up, not counted: a downstream's next walk that a notification asks for
+    // waits at least its last walk's duration (the walk pace), and the first syncs, all at
+    // once, took long. Its limit covers that wait.
+    let first_sync_took = Duration::from_secs_f64(all_synced_s);
+    for round in 0..=options.rounds {
+        let limit = if round == 0 {
+            ROUND_LIMIT + first_sync_took
+        } else {
+            ROUND_LIMIT
+        };
+        let last_round = rounds.last().map_or(Duration::ZERO, |last: &Round| {
+            Duration::from_micros(
+                (last.downstream_us.iter().max().copied().unwrap_or(0) - last.written_us).max(0)
+                    as u64,
+            )
+        });
+        if round > 0 && started.elapsed() + last_round * 2 > RUN_BUDGET {
+            eprintln!(
+                "fleet: the time budget ({RUN_BUDGET:?}) ends the rounds after {}",
+                rounds.len()
+            );
+            break;
+        }
+        let marker = marker_uri(round + 1);
+        let reloads_before = reload_times(&upstream.log_text()).len();
+        let downstream_cpu = |downstreams: &[Downstream]| -> f64 {
+            downstreams
+                .iter()
+                .filter_map(|downstream| cpu_seconds(downstream.process.pid()))
+                .sum()
+        };
+        let downstream_cpu_before = downstream_cpu(downstreams);
+        let written_us = now_us();
+        let round_started = Instant::now();
+        write_json_atomically(scenario_path, &origin_scenario(per_server - 1, round + 1))?;
+        // The upstream's own walk and swap of the origin, before the fan-out.
+        let upstream_us = loop {
+            if shows(upstream_client, &marker)? {
+                break now_us();
+            }
+            if round_started.elapsed() > limit {
+                bail!("round {round}: the upstream never showed the change");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let cpu_before = cpu_seconds(upstream_pid).unwrap_or(0.0);
+        let written_before = written_bytes(upstream_pid).unwrap_or(0);
+        let mut seen: Vec<Option<i64>> = vec![None; downstreams.len()];
+        let mut peak_rss_kb = 0;
+        let mut scraped = false;
+        while seen.iter().any(Option::is_none) {
+            for (index, downstream) in downstreams.iter_mut().enumerate() {
+                if seen[index].is_none() && shows(downstream.client()?, &marker)? {
+                    seen[index] = Some(now_us());
+                }
+            }
+            peak_rss_kb = peak_rss_kb.max(proc_status_kb(upstream_pid, "VmRSS").unwrap_or(0));
+            // Once the re-walks are under way: the upstream's HTTP clients and index lag.
+            if !scraped && seen.iter().any(Option::is_some) {
+                scraped = true;
+                for (series, value) in scrape(
+                    address,
+                    &[
+                        "mcp_mirror_clients{face=\"http\"}",
+                        "mcp_mirror_search_index_lag_generations",
+                    ],
+                )? {
+                    if series.starts_with("mcp_mirror_clients") {
+                        http_clients.push(value);
+                    } else {
+                        index_lag.push(value);
+                    }
+                }
+            }
+            if round_started.elapsed() > limit {
+                let missing = seen.iter().filter(|time| time.is_none()).count();
+                bail!("round {round}: {missing} downstreams never showed the change");
+            }
+            std::thread::sleep(POLL_PAUSE);
+        }
+        let fanout_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
+        let fanout_written_bytes = written_bytes(upstream_pid).unwrap_or(0) - written_before;
+        let sent_us = reload_times(&upstream.log_text())
+            .get(reloads_before)
+            .copied();
+        let downstream_us: Vec<i64> = seen.into_iter().flatten().collect();
+        // The next change waits as long as this fan-out took, which is at least every
+        // downstream's last walk: so the walk pace holds no round back, and each round times
+        // one change, not a stream of them.
+        let fanout = Duration::from_micros(
+            (downstream_us.iter().max().copied().unwrap_or(0) - upstream_us).max(0) as u64,
+        );
+        let gap = fanout.min(MAX_GAP);
+        eprintln!(
+            "fleet: round {round}: upstream {:.0} ms, all downstreams {:.0} ms after the write",
+            (upstream_us - written_us) as f64 / 1000.0,
+            (downstream_us.iter().max().copied().unwrap_or(0) - written_us) as f64 / 1000.0
+        );
+        if round < options.rounds {
+            std::thread::sleep(gap);
+        }
+        if round == 0 {
+            continue;
+        }
+        rounds.push(Round {
+            written_us,
+            sent_us,
+            upstream_us,
+            downstream_us,
+            fanout_cpu_s,
+            fanout_written_bytes,
+            downstream_cpu_s: downstream_cpu(downstreams) - downstream_cpu_before,
+            peak_rss_kb,
+        });
+    }
+    if rounds.is_empty() {
+        bail!("no round ran within the time budget");
+    }
+
+    // What the run says.
+    let count = downstreams.len() as f64;
+    let ms = |from: i64, to: i64| (to - from) as f64 / 1000.0;
+    let mut from_write = Samples::default();
+    let mut from_send = Samples::default();
+    let mut from_upstream = Samples::default();
+    let mut to_all = Samples::default();
+    let mut upstream_latency = Samples::default();
+    let mut cpu_per_downstream = Samples::default();
+    let mut bytes_per_downstream = Samples::default();
+    let mut downstream_cpu = Samples::default();
+    let mut fanout_seconds = Samples::default();
+    let mut peak_rss = 0;
+    for round in &rounds {
+        let last = round.downstream_us.iter().max().copied().unwrap_or(0);
+        to_all.push(ms(round.written_us, last));
+        upstream_latency.push(ms(round.written_us, round.upstream_us));
+        fanout_seconds.push(ms(round.upstream_us, last) / 1000.0);
+        for &seen in &round.downstream_us {
+            from_write.push(ms(round.written_us, seen));
+            from_upstream.push(ms(round.upstream_us, seen));
+            if let Some(sent) = round.sent_us {
+                from_send.push(ms(sent, seen));
+            }
+        }
+        cpu_per_downstream.push(round.fanout_cpu_s / count);
+        bytes_per_downstream.push(round.fanout_written_bytes as f64 / count);
+        downstream_cpu.push(round.downstream_cpu_s / count);
+        peak_rss = peak_rss.max(round.peak_rss_kb);
+    }
+    let mut downstream_rss = Samples::default();
+    let mut downstream_hwm = Samples::default();
+    for downstream in downstreams.iter() {
+        let pid = downstream.process.pid();
+        if let Some(kb) = proc_status_kb(pid, "VmRSS") {
+            downstream_rss.push(kb as f64 / 1024.0);
+        }
+        if let Some(kb) = proc_status_kb(pid, "VmHWM") {
+            downstream_hwm.push(kb as f64 / 1024.0);
+        }
+    }
+    let upstream_hwm = proc_status_kb(upstream_pid, "VmHWM");
+    let upstream_fds = open_fds(upstream_pid);
+    let n = options.downstreams;
+    let quantiles = |samples: &Samples, digits: usize| {
+        format!(
+            "{:.*} / {:.*} / {:.*}",
+            digits,
+            samples.median(),
+            digits,
+            samples.quantile(0.99),
+            digits,
+            samples.max()
+        )
+    };
+    let rows = vec![
+        vec![
+            "upstream: its own first sync of 10 stdio fixtures".into(),
+            format!("{upstream_ready_s:.1} s"),
+        ],
+        vec![
+            format!("first sync, {n} downstreams started together: all done (from spawning)"),
+            format!("{all_synced_s:.1} s"),
+        ],
+        vec![
+            "first sync per downstream, p50 / p99 / max".into(),
+            format!("{} s", quantiles(&first_sync, 1)),
+        ],
+        vec![
+            "upstream during the first syncs: CPU, written, peak RSS".into(),
+            format!(
+                "{sync_cpu_s:.1} CPU-s ({:.3} per downstream), {:.0} MB ({:.1} MB per downstream), {:.1} MB",
+                sync_cpu_s / count,
+                sync_written as f64 / 1e6,
+                sync_written as f64 / 1e6 / count,
+                upstream_peak_sync_kb as f64 / 1024.0
+            ),
+        ],
+        vec![
+            "rounds (one change each: one URI added, one removed)".into(),
+            format!(
+                "{} of {} asked for (no round starts that would end past {} s of the run)",
+                rounds.len(),
+                options.rounds,
+                RUN_BUDGET.as_secs()
+            ),
+        ],
+        vec![
+            "change → upstream shows it (ms, from the scenario write), p50 / p99 / max".into(),
+            quantiles(&upstream_latency, 0),
+        ],
+        vec![
+            format!(
+                "change → a downstream shows it (ms, from the write; {} samples), p50 / p99 / max",
+                from_write.len()
+            ),
+            quantiles(&from_write, 0),
+        ],
+        vec![
+            "the same from the origin's list_changed (its reload log line)".into(),
+            quantiles(&from_send, 0),
+        ],
+        vec![
+            "the same from the upstream showing it (the fan-out alone)".into(),
+            quantiles(&from_upstream, 0),
+        ],
+        vec![
+            format!("change → all {n} downstreams show it (ms, per round), p50 / p99 / max"),
+            quantiles(&to_all, 0),
+        ],
+        vec![
+            format!("upstream CPU per downstream re-walk of {total} (CPU-s), p50 / max"),
+            format!(
+                "{:.3} / {:.3}",
+                cpu_per_downstream.median(),
+                cpu_per_downstream.max()
+            ),
+        ],
+        vec![
+            "upstream bytes written per downstream re-walk (MB, `wchar`)".into(),
+            format!("{:.1}", bytes_per_downstream.median() / 1e6),
+        ],
+        vec![
+            "upstream CPU while all re-walk: CPU-s / wall s of the fan-out (p50)".into(),
+            format!(
+                "{:.1} / {:.1}",
+                cpu_per_downstream.median() * count,
+                fanout_seconds.median()
+            ),
+        ],
+        vec![
+            "upstream RSS: peak during the rounds / VmHWM over the run (MB)".into(),
+            format!("{} / {}", mb(Some(peak_rss)), mb(upstream_hwm)),
+        ],
+        vec![
+            "upstream HTTP clients during a fan-out (`mcp_mirror_clients{face=\"http\"}`), open fds at the end".into(),
+            format!("{} / {upstream_fds}", http_clients.summary(0)),
+        ],
+        vec![
+            "upstream handshake-era sessions (downstreams use the stateless era)".into(),
+            format!("0; push channel {channel}"),
+        ],
+        vec![
+            "upstream search index lag during a fan-out (generations)".into(),
+            index_lag.summary(0),
+        ],
+        vec![
+            format!("downstream CPU per re-walk of {total} (CPU-s), p50"),
+            format!("{:.3}", downstream_cpu.median()),
+        ],
+        vec![
+            "downstream RSS at the end / VmHWM (MB), median".into(),
+            format!("{:.1} / {:.1}", downstream_rss.median(), downstream_hwm.median()),
+        ],
+    ];
+    report.table(&["measure", "value"], &rows);
+    report.line(format!(
+        "One upstream daemon mirrors 10 stdio fixtures ({per_server} resources each, pages of \
+         {ORIGIN_PAGE}) and serves `/mcp` on loopback with a bearer token (HTTP limits at their \
+         defaults: 256 streams, 1,024 sessions, 1,024 connections); {n} downstream daemons, \
+         each in its own directory with the default settings, mirror that URL (pages of 500). \
+         One warm-up round first, not counted (a downstream's next walk that a notification \
+         asks for waits at least its last walk's duration, and the first syncs, all at once, \
+         were long). Each round waits as long as the previous fan-out took before it changes \
+         anything (at most {} s), so that no downstream's walk pace holds a walk back: a \
+         round times one change, not a stream of them. A round rewrites the origin fixture's scenario file (one URI added, the previous \
+         marker removed); the fixture polls the file every 100 ms and sends \
+         `list_changed` to the upstream, which walks the origin, swaps, and notifies its HTTP \
+         listeners; each downstream then re-walks the upstream's whole catalog. *Shows it* = \
+         `catalog/resource` for the new URI answers on that daemon's socket (every pending \
+         downstream polled every {} ms). CPU and bytes are the upstream process's own \
+         (/proc/PID/stat, /proc/PID/io `wchar`: sockets, SQLite and the log together) from \
+         the upstream showing the change to the last downstream showing it, divided by {n}.",
+        MAX_GAP.as_secs(),
+        POLL_PAUSE.as_millis()
+    ));
+    report.line("");
+    Ok(())
+}
