@@ -4,10 +4,11 @@ use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::time::Instant;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
-use crate::entry::fit_entry;
+use crate::entry::{fit_entry, whole_entry_hash};
 use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::store::{
     now_ms, ResourceRow, StagedWalk, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
@@ -252,9 +253,57 @@ fn json_field(object: &serde_json::Map<String, Value>, key: &str) -> Option<Stri
         .map(Value::to_string)
 }
 
+/// The fields of a listed Resource the store keeps in columns, borrowed from its text.
+/// Anything this cannot take (a field of another type, a repeated key) goes the long way.
+#[derive(serde::Deserialize)]
+struct ListedResource<'a> {
+    #[serde(default)]
+    uri: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default, rename = "mimeType")]
+    mime_type: Option<String>,
+    #[serde(default)]
+    size: Option<Value>,
+    #[serde(borrow, default)]
+    annotations: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    icons: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+}
+
 /// Builds a store row from a listed Resource; `None` when it has no usable `uri` (or one
-/// longer than `max_entry_bytes`). An entry over the bound is stored trimmed and flagged.
-pub fn resource_row(item: Value, max_entry_bytes: u64) -> Option<ResourceRow> {
+/// longer than `max_entry_bytes`). An entry within the bound is stored as the server sent it
+/// (`entry::whole_entry_hash`); one over the bound is stored trimmed and flagged.
+pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<ResourceRow> {
+    let text = item.get();
+    if let Some(hash) = whole_entry_hash(text, max_entry_bytes) {
+        if let Ok(listed) = serde_json::from_str::<ListedResource<'_>>(text) {
+            let uri = listed.uri.filter(|uri| !uri.is_empty())?;
+            let json = |field: Option<&RawValue>| field.map(|value| value.get().to_string());
+            return Some(ResourceRow {
+                // `name` is required by the schema; a server that omits it still gets its URI shown.
+                name: listed.name.unwrap_or_else(|| uri.clone()),
+                title: listed.title,
+                description: listed.description,
+                mime_type: listed.mime_type,
+                size: listed.size.as_ref().and_then(Value::as_i64),
+                annotations: json(listed.annotations),
+                icons: json(listed.icons),
+                meta: json(listed.meta),
+                hash,
+                oversized: false,
+                raw: Box::<str>::from(item).into_string(),
+                uri,
+            });
+        }
+    }
+    let item: Value = serde_json::from_str(item.get()).ok()?;
     let fitted = fit_entry(item, "uri", max_entry_bytes)?;
     let object = &fitted.object;
     let uri = text_field(object, "uri")?;
@@ -275,7 +324,8 @@ pub fn resource_row(item: Value, max_entry_bytes: u64) -> Option<ResourceRow> {
     })
 }
 
-fn template_row(item: Value, max_entry_bytes: u64) -> Option<TemplateRow> {
+fn template_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<TemplateRow> {
+    let item: Value = serde_json::from_str(item.get()).ok()?;
     let fitted = fit_entry(item, "uriTemplate", max_entry_bytes)?;
     let object = &fitted.object;
     let uri_template = text_field(object, "uriTemplate")?;

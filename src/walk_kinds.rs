@@ -122,6 +122,9 @@ async fn walk_entries_once(
         pages += 1;
         let mut new_in_page = 0;
         for item in page.items {
+            let Ok(item) = serde_json::from_str::<Value>(item.get()) else {
+                continue;
+            };
             let Some(row) = entry_row(kind, item) else {
                 continue;
             };
