@@ -4,9 +4,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -598,57 +595,7 @@ impl Session {
         let raw = self
             .raw_request_within(method, params, Some(self.timeout))
             .await?;
-        // Only the top level is parsed here; each item keeps its own text from the wire.
-        let result: HashMap<Cow<'_, str>, &RawValue> = serde_json::from_str(raw.get())
-            .map_err(|_| McpError::Protocol(format!("the {method} result has no `{field}`")))?;
-        let scalar = |key: &str| {
-            result
-                .get(key)
-                .and_then(|text| serde_json::from_str::<Value>(text.get()).ok())
-        };
-        // A missing resultType means complete; anything else (input_required) cannot be walked.
-        if let Some(Value::String(kind)) = scalar("resultType") {
-            if kind != "complete" {
-                return Err(McpError::Protocol(format!(
-                    "{method} answered resultType `{}`, which a mirror cannot complete",
-                    crate::redact::truncate_server_text(&kind)
-                )));
-            }
-        }
-        let items = match result.get(field) {
-            Some(list) => match serde_json::from_str::<Vec<&RawValue>>(list.get()) {
-                Ok(items) => items.into_iter().map(RawValue::to_owned).collect(),
-                Err(_) => {
-                    return Err(McpError::Protocol(format!(
-                        "`{field}` in the {method} result is not an array"
-                    )))
-                }
-            },
-            None => {
-                return Err(McpError::Protocol(format!(
-                    "the {method} result has no `{field}`"
-                )))
-            }
-        };
-        let next_cursor = match scalar("nextCursor") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(cursor)) => Some(cursor),
-            Some(other) => {
-                return Err(McpError::Protocol(format!(
-                    "nextCursor is not a string: {}",
-                    crate::redact::truncate_server_text(&other.to_string())
-                )))
-            }
-        };
-        Ok(Page {
-            items,
-            next_cursor,
-            ttl_ms: scalar("ttlMs").as_ref().and_then(Value::as_u64),
-            cache_scope: scalar("cacheScope")
-                .as_ref()
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        })
+        super::page::parse_page(method, field, raw.get())
     }
 
     pub async fn read_resource(&self, uri: &str) -> Result<Value, McpError> {
