@@ -206,7 +206,10 @@ mod tests {
     #[test]
     fn a_fitting_text_is_hashed_as_sent_and_reordered_keys_are_the_same_entry() {
         let sent = r#"{"uri": "a://1", "name": "one"}"#;
-        assert_eq!(whole_entry_hash(sent, 1024), Some(content_hash(sent.as_bytes())));
+        assert_eq!(
+            whole_entry_hash(sent, 1024),
+            Some(content_hash(sent.as_bytes()))
+        );
         assert_eq!(whole_entry_hash(sent, 10), None);
         assert!(same_entry(sent, r#"{"name":"one","uri":"a://1"}"#));
         assert!(!same_entry(sent, r#"{"name":"two","uri":"a://1"}"#));

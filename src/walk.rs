@@ -12,9 +12,7 @@ use crate::config::WalkLimits;
 use crate::entry::{fit_entry, whole_entry_hash};
 use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::protocol::Kind;
-use crate::store::{
-    now_ms, ResourceRow, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
-};
+use crate::store::{now_ms, ResourceRow, Store, StoreError, SwapOutcome, TemplateRow, WalkReport};
 
 /// Why a walk did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -212,7 +210,8 @@ impl<'a> ListWalk<'a> {
         Row: Listed,
         Kept: Future<Output = Result<(), StoreError>>,
     {
-        let (method, list_key, limits) = (self.kind.list_method(), self.kind.list_key(), self.limits);
+        let (method, list_key, limits) =
+            (self.kind.list_method(), self.kind.list_key(), self.limits);
         // Hashes of the identities seen so far: enough to tell new entries without holding
         // the catalog.
         let hasher = BuildHasherDefault::<DefaultHasher>::default();

@@ -182,7 +182,10 @@ mod tests {
         let texts: Vec<&str> = page.items.iter().map(|item| item.get()).collect();
         assert_eq!(
             texts,
-            [r#"{"uri": "a://1",  "name": "one"}"#, r#"{"name":"two","uri":"a://2"}"#]
+            [
+                r#"{"uri": "a://1",  "name": "one"}"#,
+                r#"{"name":"two","uri":"a://2"}"#
+            ]
         );
         assert_eq!(page.next_cursor.as_deref(), Some("c2"));
         assert_eq!(page.ttl_ms, Some(5000));
@@ -191,15 +194,25 @@ mod tests {
 
     #[test]
     fn a_missing_or_wrong_list_or_cursor_is_a_protocol_error() {
-        let error = |text: &str| parse_page("tools/list", "tools", text).expect_err(text).to_string();
+        let error = |text: &str| {
+            parse_page("tools/list", "tools", text)
+                .expect_err(text)
+                .to_string()
+        };
         assert!(error(r#"{"resources": []}"#).contains("has no `tools`"));
         assert!(error(r#"{"tools": {"a": 1}}"#).contains("is not an array"));
         assert!(error(r#"{"tools": null}"#).contains("is not an array"));
         assert!(error(r#"{"tools": [], "nextCursor": 3}"#).contains("nextCursor is not a string"));
-        assert!(error(r#"{"tools": [], "resultType": "input_required"}"#).contains("cannot complete"));
+        assert!(
+            error(r#"{"tools": [], "resultType": "input_required"}"#).contains("cannot complete")
+        );
         assert!(error(r#"[1]"#).contains("has no `tools`"));
-        let done = parse_page("tools/list", "tools", r#"{"tools": [], "nextCursor": null}"#)
-            .expect("page");
+        let done = parse_page(
+            "tools/list",
+            "tools",
+            r#"{"tools": [], "nextCursor": null}"#,
+        )
+        .expect("page");
         assert!(done.items.is_empty() && done.next_cursor.is_none());
     }
 }

@@ -568,9 +568,8 @@ fn stage_resources(
     let snapshot = counts.snapshot.filter(|_| !counts.snapshot_empty);
     let transaction = connection.transaction()?;
     {
-        let mut stored_row = transaction.prepare_cached(
-            "SELECT id, hash FROM resources WHERE server_id = ?1 AND uri = ?2",
-        )?;
+        let mut stored_row = transaction
+            .prepare_cached("SELECT id, hash FROM resources WHERE server_id = ?1 AND uri = ?2")?;
         let mut stored_text =
             transaction.prepare_cached("SELECT raw, oversized FROM resources WHERE id = ?1")?;
         // The walk never sends a URI twice; the index refuses an exact repeat all the same.
@@ -710,17 +709,17 @@ fn discard_staging(connection: &Connection, walk_id: u64) {
         "staging_rehash",
     ]
     .into_iter()
-        .try_for_each(|table| {
-            if others_staged(table) {
-                connection.execute(
-                    &format!("DELETE FROM temp.{table} WHERE walk_id = ?1"),
-                    [walk_id as i64],
-                )
-            } else {
-                connection.execute(&format!("DELETE FROM temp.{table}"), [])
-            }
-            .map(|_| ())
-        });
+    .try_for_each(|table| {
+        if others_staged(table) {
+            connection.execute(
+                &format!("DELETE FROM temp.{table} WHERE walk_id = ?1"),
+                [walk_id as i64],
+            )
+        } else {
+            connection.execute(&format!("DELETE FROM temp.{table}"), [])
+        }
+        .map(|_| ())
+    });
     if let Err(error) = outcome {
         tracing::warn!(walk_id, %error, "cannot discard staged rows");
     }

@@ -119,5 +119,8 @@ fn rows_hashed_by_another_version_are_compared_as_json_once_then_rehashed() {
             row.get(0)
         })
         .expect("count");
-    assert_eq!(old_hashes, 0, "every row has the hash of its listed text after one swap");
+    assert_eq!(
+        old_hashes, 0,
+        "every row has the hash of its listed text after one swap"
+    );
 }
