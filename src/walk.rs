@@ -82,7 +82,7 @@ pub async fn walk(
         };
         let templates = ListWalk::new(session, Kind::Template, template_limits)
             .run(
-                |item| template_row(item, limits.max_entry_bytes),
+                |item| template_row(&item, limits.max_entry_bytes),
                 |rows| staged.add_templates(rows),
             )
             .await?;
@@ -388,7 +388,7 @@ pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<Resourc
     })
 }
 
-fn template_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<TemplateRow> {
+fn template_row(item: &RawValue, max_entry_bytes: u64) -> Option<TemplateRow> {
     let item: Value = serde_json::from_str(item.get()).ok()?;
     let fitted = fit_entry(item, "uriTemplate", max_entry_bytes)?;
     let object = &fitted.object;
