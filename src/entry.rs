@@ -2,7 +2,11 @@
 //!
 //! Every kind of entry (resources, templates, and later tools and prompts) goes through
 //! `fit_entry`: the store compares entries by the hash it returns, never by their text, and
-//! never stores an entry larger than `max_entry_bytes`.
+//! never stores an entry larger than `max_entry_bytes`. A listed resource whose text fits the
+//! bound takes the short way, `whole_entry_hash`: it is stored as the server sent it and
+//! hashed over those bytes, with no `Value` built (`walk::resource_row`). Two texts of one
+//! entry (another key order, the hash of an older version) are told apart from a real change
+//! by `same_entry`, which the store asks only when the hashes differ.
 
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
@@ -37,6 +41,27 @@ fn nonzero(hash: u64) -> i64 {
         1
     } else {
         hash as i64
+    }
+}
+
+/// The content hash of an entry whose text as listed is within `max_bytes`: such an entry is
+/// stored as that text. `None` when it is over the bound (`fit_entry` then trims it).
+pub fn whole_entry_hash(text: &str, max_bytes: u64) -> Option<i64> {
+    (text.len() as u64 <= max_bytes).then(|| content_hash(text.as_bytes()))
+}
+
+/// True when two texts hold the same JSON value (object keys in any order, any spacing).
+/// Texts that are not JSON are the same only byte for byte.
+pub fn same_entry(stored: &str, listed: &str) -> bool {
+    if stored == listed {
+        return true;
+    }
+    match (
+        serde_json::from_str::<Value>(stored),
+        serde_json::from_str::<Value>(listed),
+    ) {
+        (Ok(stored), Ok(listed)) => stored == listed,
+        _ => false,
     }
 }
 
@@ -176,6 +201,19 @@ mod tests {
         )
         .expect("fits");
         assert_ne!(first.hash, other_bound.hash);
+    }
+
+    #[test]
+    fn a_fitting_text_is_hashed_as_sent_and_reordered_keys_are_the_same_entry() {
+        let sent = r#"{"uri": "a://1", "name": "one"}"#;
+        assert_eq!(
+            whole_entry_hash(sent, 1024),
+            Some(content_hash(sent.as_bytes()))
+        );
+        assert_eq!(whole_entry_hash(sent, 10), None);
+        assert!(same_entry(sent, r#"{"name":"one","uri":"a://1"}"#));
+        assert!(!same_entry(sent, r#"{"name":"two","uri":"a://1"}"#));
+        assert!(!same_entry("not json", "not json either"));
     }
 
     #[test]

@@ -1,17 +1,18 @@
-//! One walk of a server's catalog: follow `nextCursor` to the end, stream pages into staging, swap.
+//! One walk of a server's resources and templates, and the one cursor walk with its guards (`ListWalk`) that every kind goes through.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::time::Instant;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
-use crate::entry::fit_entry;
+use crate::entry::{fit_entry, whole_entry_hash};
 use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
-use crate::store::{
-    now_ms, ResourceRow, StagedWalk, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
-};
+use crate::protocol::Kind;
+use crate::store::{now_ms, ResourceRow, Store, StoreError, SwapOutcome, TemplateRow, WalkReport};
 
 /// Why a walk did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -66,38 +67,47 @@ pub async fn walk(
 ) -> Result<WalkSummary, WalkError> {
     let started = Instant::now();
     let started_at_ms = now_ms();
-    let mut restarted = false;
-    loop {
+    let pass = || async move {
         let staged = store.begin_walk(server);
-        match walk_once(session, &staged, limits).await {
-            Ok((mut report, (ttl_ms, cache_scope))) => {
-                walk_templates(session, &staged, limits).await?;
-                report.started_at_ms = started_at_ms;
-                report.duration_ms = started.elapsed().as_millis() as i64;
-                let swap = staged.commit(report).await?;
-                return Ok(WalkSummary {
-                    swap,
-                    report,
-                    ttl_ms,
-                    cache_scope,
-                    entries: Vec::new(),
-                });
-            }
-            Err(Attempt::StaleCursor(error)) if !restarted => {
-                tracing::info!(server, %error, "stale cursor part way through the walk; starting again");
-                restarted = true;
-            }
-            Err(Attempt::StaleCursor(error)) => {
-                return Err(WalkError::Failed(format!(
-                    "the server rejected its own cursor twice (stale cursor): {error}"
-                )))
-            }
-            Err(Attempt::Error(error)) => return Err(error),
-        }
-    }
+        let resources = ListWalk::new(session, Kind::Resource, limits)
+            .run(
+                |item| resource_row(item, limits.max_entry_bytes),
+                |rows| staged.add_resources(rows),
+            )
+            .await?;
+        // Templates are few: their pages stay within a thousand, whatever max_pages says.
+        let template_limits = WalkLimits {
+            max_pages: limits.max_pages.min(1_000),
+            ..limits
+        };
+        let templates = ListWalk::new(session, Kind::Template, template_limits)
+            .run(
+                |item| template_row(&item, limits.max_entry_bytes),
+                |rows| staged.add_templates(rows),
+            )
+            .await?;
+        let report = WalkReport {
+            started_at_ms,
+            duration_ms: started.elapsed().as_millis() as i64,
+            pages: resources.pages,
+            duplicates: resources.duplicates + templates.duplicates,
+            skipped: resources.skipped + templates.skipped,
+        };
+        let swap = staged.commit(report).await?;
+        Ok(WalkSummary {
+            swap,
+            report,
+            ttl_ms: resources.ttl_ms,
+            cache_scope: resources.cache_scope,
+            entries: Vec::new(),
+        })
+    };
+    restarting_once(server, Kind::Resource, pass).await
 }
 
-enum Attempt {
+/// Why one pass over a list stopped early.
+pub(crate) enum Attempt {
+    /// The server refused a cursor it had given (-32602): the walk starts again, once.
     StaleCursor(McpError),
     Error(WalkError),
 }
@@ -108,135 +118,190 @@ impl<E: Into<WalkError>> From<E> for Attempt {
     }
 }
 
-async fn walk_once(
-    session: &Session,
-    staged: &StagedWalk,
-    limits: WalkLimits,
-) -> Result<(WalkReport, (Option<u64>, Option<String>)), Attempt> {
-    // Hashes of the URIs seen so far: enough to count new URIs per page without holding the catalog.
-    let hasher = BuildHasherDefault::<DefaultHasher>::default();
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut report = WalkReport::default();
-    let mut pages_without_new = 0u64;
-    let mut cache_hints = (None, None);
-    // The page in hand, and whether it was asked for with a cursor (a stale cursor restarts).
-    let mut fetched = session.list_page("resources/list", "resources", None).await;
-    let mut with_cursor = false;
+/// Runs `pass` (one whole walk of `kind`, to its swap) and, when a stale cursor stops it part
+/// way, once more from the beginning.
+pub(crate) async fn restarting_once<T, Pass>(
+    server: &str,
+    kind: Kind,
+    mut pass: impl FnMut() -> Pass,
+) -> Result<T, WalkError>
+where
+    Pass: Future<Output = Result<T, Attempt>>,
+{
+    let mut restarted = false;
     loop {
-        let page = match fetched {
-            Ok(page) => page,
-            Err(error) if with_cursor && error.rpc_code() == Some(INVALID_PARAMS) => {
-                return Err(Attempt::StaleCursor(error))
+        match pass().await {
+            Ok(done) => return Ok(done),
+            Err(Attempt::StaleCursor(error)) if !restarted => {
+                tracing::info!(server, %kind, %error, "stale cursor part way through the walk; starting again");
+                restarted = true;
             }
-            Err(error) => return Err(error.into()),
-        };
-        report.pages += 1;
-        if report.pages == 1 {
-            cache_hints = (page.ttl_ms, page.cache_scope.clone());
-        }
-        let next_cursor = page.next_cursor;
-        let page_cap_reached = report.pages >= limits.max_pages;
-        let items = page.items;
-        let max_entry_bytes = limits.max_entry_bytes;
-        let seen = &mut seen;
-        let hasher = &hasher;
-        let report_counts = &mut report;
-        // This page becomes rows and goes to staging while the server prepares the next one.
-        let this_page = async move {
-            let mut rows = Vec::with_capacity(items.len());
-            for item in items {
-                let Some(row) = resource_row(item, max_entry_bytes) else {
-                    report_counts.skipped += 1;
-                    continue;
-                };
-                if !seen.insert(hasher.hash_one(&row.uri)) {
-                    report_counts.duplicates += 1;
-                    continue;
-                }
-                if seen.len() as u64 > limits.max_items {
-                    return Err(Attempt::from(WalkError::Failed(format!(
-                        "item cap reached: the catalog has more than {} resources (max_items)",
-                        limits.max_items
-                    ))));
-                }
-                rows.push(row);
-            }
-            let new_in_page = rows.len();
-            staged.add_resources(rows).await?;
-            Ok::<usize, Attempt>(new_in_page)
-        };
-        let Some(next) = next_cursor else {
-            this_page.await?;
-            return Ok((report, cache_hints));
-        };
-        if page_cap_reached {
-            this_page.await?;
-            return Err(WalkError::Failed(format!(
-                "page cap reached: the catalog has more than {} pages (max_pages)",
-                limits.max_pages
-            ))
-            .into());
-        }
-        // `join!` polls the request first, so it is on its way before this page is processed.
-        let (next_page, new_in_page) = tokio::join!(
-            session.list_page("resources/list", "resources", Some(&next)),
-            this_page
-        );
-        let new_in_page = new_in_page?;
-        if new_in_page == 0 {
-            pages_without_new += 1;
-            if pages_without_new >= limits.max_pages_without_new {
+            Err(Attempt::StaleCursor(error)) => {
                 return Err(WalkError::Failed(format!(
-                    "cursor loop: {pages_without_new} pages in a row listed no new resource (last cursor {next:?})"
-                ))
-                .into());
+                    "the server rejected its own {} cursor twice (stale cursor): {error}",
+                    kind.list_method()
+                )))
             }
-        } else {
-            pages_without_new = 0;
+            Err(Attempt::Error(error)) => return Err(error),
         }
-        fetched = next_page;
-        with_cursor = true;
     }
 }
 
-async fn walk_templates(
-    session: &Session,
-    staged: &StagedWalk,
+/// A row of any kind, as the cursor walk tells entries apart.
+pub(crate) trait Listed {
+    /// What identifies the entry in its list (a URI, a URI template, a name).
+    fn identity(&self) -> &str;
+}
+
+impl Listed for ResourceRow {
+    fn identity(&self) -> &str {
+        &self.uri
+    }
+}
+
+impl Listed for TemplateRow {
+    fn identity(&self) -> &str {
+        &self.uri_template
+    }
+}
+
+/// What one pass over a list saw.
+#[derive(Debug, Default)]
+pub(crate) struct ListOutcome {
+    pub pages: u64,
+    /// Items without a usable identity.
+    pub skipped: u64,
+    /// Items whose identity an earlier item of the walk had.
+    pub duplicates: u64,
+    /// The server's caching hints from the first page (stateless era).
+    pub ttl_ms: Option<u64>,
+    pub cache_scope: Option<String>,
+}
+
+/// The one cursor walk of every kind, with its guards: follow `nextCursor` to the end, the
+/// next page requested while this one is turned into rows and kept; a page cap
+/// (`max_pages`), an item cap (`max_items`), a cursor loop (`max_pages_without_new` pages in a
+/// row with nothing new), a duplicate listing kept once, and a stale cursor reported as such
+/// so the caller restarts (`restarting_once`).
+pub(crate) struct ListWalk<'a> {
+    session: &'a Session,
+    kind: Kind,
     limits: WalkLimits,
-) -> Result<(), WalkError> {
-    let mut cursor: Option<String> = None;
-    let mut pages = 0u64;
-    loop {
-        let page = match session
-            .list_page(
-                "resources/templates/list",
-                "resourceTemplates",
-                cursor.as_deref(),
-            )
-            .await
-        {
-            Ok(page) => page,
-            // Many servers have resources but no templates method: that is an empty list.
-            Err(error) if cursor.is_none() && error.rpc_code() == Some(METHOD_NOT_FOUND) => {
-                return Ok(())
+}
+
+impl<'a> ListWalk<'a> {
+    pub(crate) fn new(session: &'a Session, kind: Kind, limits: WalkLimits) -> Self {
+        ListWalk {
+            session,
+            kind,
+            limits,
+        }
+    }
+
+    /// Walks the list to its end: `to_row` turns each item into a row (`None`: skipped),
+    /// `keep` takes each page's new rows. A server without templates (-32601 on the first
+    /// page) has an empty list of them.
+    pub(crate) async fn run<Row, Kept>(
+        &self,
+        mut to_row: impl FnMut(Box<RawValue>) -> Option<Row>,
+        mut keep: impl FnMut(Vec<Row>) -> Kept,
+    ) -> Result<ListOutcome, Attempt>
+    where
+        Row: Listed,
+        Kept: Future<Output = Result<(), StoreError>>,
+    {
+        let (method, list_key, limits) =
+            (self.kind.list_method(), self.kind.list_key(), self.limits);
+        // Hashes of the identities seen so far: enough to tell new entries without holding
+        // the catalog.
+        let hasher = BuildHasherDefault::<DefaultHasher>::default();
+        let mut seen: HashSet<u64> = HashSet::new();
+        let mut outcome = ListOutcome::default();
+        let mut pages_without_new = 0u64;
+        // The page in hand, and whether it was asked for with a cursor (a stale cursor restarts).
+        let mut fetched = self.session.list_page(method, list_key, None).await;
+        let mut with_cursor = false;
+        loop {
+            let page = match fetched {
+                Ok(page) => page,
+                Err(error) if with_cursor && error.rpc_code() == Some(INVALID_PARAMS) => {
+                    return Err(Attempt::StaleCursor(error))
+                }
+                // Many servers have resources but no templates method: that is an empty list.
+                Err(error)
+                    if !with_cursor
+                        && self.kind == Kind::Template
+                        && error.rpc_code() == Some(METHOD_NOT_FOUND) =>
+                {
+                    return Ok(outcome)
+                }
+                Err(error) => return Err(error.into()),
+            };
+            outcome.pages += 1;
+            if outcome.pages == 1 {
+                outcome.ttl_ms = page.ttl_ms;
+                outcome.cache_scope = page.cache_scope.clone();
             }
-            Err(error) => return Err(error.into()),
-        };
-        pages += 1;
-        let rows: Vec<TemplateRow> = page
-            .items
-            .into_iter()
-            .filter_map(|item| template_row(item, limits.max_entry_bytes))
-            .collect();
-        staged.add_templates(rows).await?;
-        match page.next_cursor {
-            None => return Ok(()),
-            Some(_) if pages >= limits.max_pages.min(1_000) => {
-                return Err(WalkError::Failed(
-                    "template list does not end (page cap reached)".into(),
+            let next_cursor = page.next_cursor;
+            let page_cap_reached = outcome.pages >= limits.max_pages;
+            let items = page.items;
+            let (seen, hasher, counts) = (&mut seen, &hasher, &mut outcome);
+            let (to_row, keep) = (&mut to_row, &mut keep);
+            // This page becomes rows and is kept while the server prepares the next one.
+            let this_page = async move {
+                let mut rows = Vec::with_capacity(items.len());
+                for item in items {
+                    let Some(row) = to_row(item) else {
+                        counts.skipped += 1;
+                        continue;
+                    };
+                    // The first listing wins, as a server's duplicate is a mistake.
+                    if !seen.insert(hasher.hash_one(row.identity())) {
+                        counts.duplicates += 1;
+                        continue;
+                    }
+                    if seen.len() as u64 > limits.max_items {
+                        return Err(Attempt::from(WalkError::Failed(format!(
+                            "item cap reached: {method} lists more than {} entries (max_items)",
+                            limits.max_items
+                        ))));
+                    }
+                    rows.push(row);
+                }
+                let new_in_page = rows.len();
+                keep(rows).await?;
+                Ok::<usize, Attempt>(new_in_page)
+            };
+            let Some(next) = next_cursor else {
+                this_page.await?;
+                return Ok(outcome);
+            };
+            if page_cap_reached {
+                this_page.await?;
+                return Err(WalkError::Failed(format!(
+                    "page cap reached: {method} has more than {} pages (max_pages)",
+                    limits.max_pages
                 ))
+                .into());
             }
-            Some(next) => cursor = Some(next),
+            // `join!` polls the request first, so it is on its way before this page is processed.
+            let (next_page, new_in_page) = tokio::join!(
+                self.session.list_page(method, list_key, Some(&next)),
+                this_page
+            );
+            if new_in_page? == 0 {
+                pages_without_new += 1;
+                if pages_without_new >= limits.max_pages_without_new {
+                    return Err(WalkError::Failed(format!(
+                        "cursor loop: {pages_without_new} pages of {method} in a row listed nothing new (last cursor {next:?})"
+                    ))
+                    .into());
+                }
+            } else {
+                pages_without_new = 0;
+            }
+            fetched = next_page;
+            with_cursor = true;
         }
     }
 }
@@ -252,9 +317,57 @@ fn json_field(object: &serde_json::Map<String, Value>, key: &str) -> Option<Stri
         .map(Value::to_string)
 }
 
+/// The fields of a listed Resource the store keeps in columns, borrowed from its text.
+/// Anything this cannot take (a field of another type, a repeated key) goes the long way.
+#[derive(serde::Deserialize)]
+struct ListedResource<'a> {
+    #[serde(default)]
+    uri: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default, rename = "mimeType")]
+    mime_type: Option<String>,
+    #[serde(default)]
+    size: Option<Value>,
+    #[serde(borrow, default)]
+    annotations: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    icons: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+}
+
 /// Builds a store row from a listed Resource; `None` when it has no usable `uri` (or one
-/// longer than `max_entry_bytes`). An entry over the bound is stored trimmed and flagged.
-pub fn resource_row(item: Value, max_entry_bytes: u64) -> Option<ResourceRow> {
+/// longer than `max_entry_bytes`). An entry within the bound is stored as the server sent it
+/// (`entry::whole_entry_hash`); one over the bound is stored trimmed and flagged.
+pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<ResourceRow> {
+    let text = item.get();
+    if let Some(hash) = whole_entry_hash(text, max_entry_bytes) {
+        if let Ok(listed) = serde_json::from_str::<ListedResource<'_>>(text) {
+            let uri = listed.uri.filter(|uri| !uri.is_empty())?;
+            let json = |field: Option<&RawValue>| field.map(|value| value.get().to_string());
+            return Some(ResourceRow {
+                // `name` is required by the schema; a server that omits it still gets its URI shown.
+                name: listed.name.unwrap_or_else(|| uri.clone()),
+                title: listed.title,
+                description: listed.description,
+                mime_type: listed.mime_type,
+                size: listed.size.as_ref().and_then(Value::as_i64),
+                annotations: json(listed.annotations),
+                icons: json(listed.icons),
+                meta: json(listed.meta),
+                hash,
+                oversized: false,
+                raw: Box::<str>::from(item).into_string(),
+                uri,
+            });
+        }
+    }
+    let item: Value = serde_json::from_str(item.get()).ok()?;
     let fitted = fit_entry(item, "uri", max_entry_bytes)?;
     let object = &fitted.object;
     let uri = text_field(object, "uri")?;
@@ -275,7 +388,8 @@ pub fn resource_row(item: Value, max_entry_bytes: u64) -> Option<ResourceRow> {
     })
 }
 
-fn template_row(item: Value, max_entry_bytes: u64) -> Option<TemplateRow> {
+fn template_row(item: &RawValue, max_entry_bytes: u64) -> Option<TemplateRow> {
+    let item: Value = serde_json::from_str(item.get()).ok()?;
     let fitted = fit_entry(item, "uriTemplate", max_entry_bytes)?;
     let object = &fitted.object;
     let uri_template = text_field(object, "uriTemplate")?;

@@ -1,15 +1,14 @@
-//! The walk of every kind: one generic cursor walk parameterized by `Kind` (method, list key, identity field) for tools and prompts, and the dispatch that walks a set of kinds.
+//! The walk of every kind: the dispatch that walks a set of kinds, and the walk and swap of tools and prompts through the one cursor walk (`walk::ListWalk`).
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use serde_json::{Map, Value};
 
 use crate::config::WalkLimits;
-use crate::mcp::{McpError, Session, INVALID_PARAMS};
+use crate::mcp::Session;
 use crate::protocol::Kind;
 use crate::store::{now_ms, EntryRow, EntrySwap, Store, WalkReport};
-use crate::walk::{self, WalkError, WalkSummary};
+use crate::walk::{self, restarting_once, ListWalk, Listed, WalkError, WalkSummary};
 
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a
 /// failure leaves the kinds already swapped in and the rest at their last complete snapshot.
@@ -47,21 +46,15 @@ pub async fn walk_kinds(
     Ok(summary)
 }
 
-/// Why one pass of an entry walk stopped early.
-enum Attempt {
-    StaleCursor(McpError),
-    Error(WalkError),
-}
-
-impl<E: Into<WalkError>> From<E> for Attempt {
-    fn from(error: E) -> Self {
-        Attempt::Error(error.into())
+impl Listed for EntryRow {
+    fn identity(&self) -> &str {
+        &self.name
     }
 }
 
-/// Walks one kind's list method to the end and swaps the result in as the server's snapshot
-/// of that kind. The same guards as the resource walk: page and item caps, cursor loops, one
-/// restart on a stale cursor. Returns the swap and the pages read.
+/// Walks one kind's list method to the end through the one cursor walk (`walk::ListWalk`:
+/// page and item caps, cursor loops, one restart on a stale cursor) and swaps the result in
+/// as the server's snapshot of that kind. Returns the swap and the pages read.
 pub async fn walk_entries(
     session: &Session,
     store: &Store,
@@ -69,92 +62,24 @@ pub async fn walk_entries(
     kind: Kind,
     limits: WalkLimits,
 ) -> Result<(EntrySwap, u64), WalkError> {
-    let mut restarted = false;
-    loop {
-        match walk_entries_once(session, kind, limits).await {
-            Ok((rows, pages)) => return Ok((store.swap_entries(server, kind, rows).await?, pages)),
-            Err(Attempt::StaleCursor(error)) if !restarted => {
-                tracing::info!(server, %kind, %error, "stale cursor part way through the walk; starting again");
-                restarted = true;
-            }
-            Err(Attempt::StaleCursor(error)) => {
-                return Err(WalkError::Failed(format!(
-                    "the server rejected its own {} cursor twice (stale cursor): {error}",
-                    kind.list_method()
-                )))
-            }
-            Err(Attempt::Error(error)) => return Err(error),
-        }
-    }
-}
-
-/// One pass over the pages: the staged rows (in memory: a tools or prompts list is bounded by
-/// `max_items`), and the pages read.
-async fn walk_entries_once(
-    session: &Session,
-    kind: Kind,
-    limits: WalkLimits,
-) -> Result<(Vec<EntryRow>, u64), Attempt> {
-    let method = kind.list_method();
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut rows = Vec::new();
-    let mut cursor: Option<String> = None;
-    let mut pages = 0u64;
-    let mut pages_without_new = 0u64;
-    loop {
-        if pages >= limits.max_pages {
-            return Err(WalkError::Failed(format!(
-                "page cap reached: {method} has more than {} pages (max_pages)",
-                limits.max_pages
-            ))
-            .into());
-        }
-        let page = match session
-            .list_page(method, kind.list_key(), cursor.as_deref())
-            .await
-        {
-            Ok(page) => page,
-            Err(error) if cursor.is_some() && error.rpc_code() == Some(INVALID_PARAMS) => {
-                return Err(Attempt::StaleCursor(error))
-            }
-            Err(error) => return Err(error.into()),
-        };
-        pages += 1;
-        let mut new_in_page = 0;
-        for item in page.items {
-            let Some(row) = entry_row(kind, item) else {
-                continue;
-            };
-            // The first listing of a name wins, as a server's duplicate is a mistake.
-            if !seen.insert(row.name.clone()) {
-                continue;
-            }
-            if seen.len() as u64 > limits.max_items {
-                return Err(WalkError::Failed(format!(
-                    "item cap reached: {method} lists more than {} entries (max_items)",
-                    limits.max_items
-                ))
-                .into());
-            }
-            new_in_page += 1;
-            rows.push(row);
-        }
-        let Some(next) = page.next_cursor else {
-            return Ok((rows, pages));
-        };
-        if new_in_page == 0 {
-            pages_without_new += 1;
-            if pages_without_new >= limits.max_pages_without_new {
-                return Err(WalkError::Failed(format!(
-                    "cursor loop: {pages_without_new} pages of {method} in a row listed nothing new (last cursor {next:?})"
-                ))
-                .into());
-            }
-        } else {
-            pages_without_new = 0;
-        }
-        cursor = Some(next);
-    }
+    let pass = || async move {
+        // The rows stay in memory: a tools or prompts list is bounded by `max_items`.
+        let mut rows = Vec::new();
+        let outcome = ListWalk::new(session, kind, limits)
+            .run(
+                |item| {
+                    let item = serde_json::from_str::<Value>(item.get()).ok()?;
+                    entry_row(kind, item)
+                },
+                |page| {
+                    rows.extend(page);
+                    std::future::ready(Ok(()))
+                },
+            )
+            .await?;
+        Ok((store.swap_entries(server, kind, rows).await?, outcome.pages))
+    };
+    restarting_once(server, kind, pass).await
 }
 
 fn text(object: &Map<String, Value>, key: &str) -> Option<String> {

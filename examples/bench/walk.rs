@@ -168,7 +168,12 @@ pub fn bare_walk(config: &Path, rounds: usize) -> anyhow::Result<()> {
                         .list_page(method, field, cursor.as_deref())
                         .await
                         .map_err(|error| anyhow!("{method}: {error}"))?;
-                    items += page.items.len();
+                    // Each item becomes a `Value`, as a client that reads its pages would do.
+                    for item in &page.items {
+                        let _: serde_json::Value = serde_json::from_str(item.get())
+                            .map_err(|error| anyhow!("{method}: an item is not JSON: {error}"))?;
+                        items += 1;
+                    }
                     match page.next_cursor {
                         Some(next) => cursor = Some(next),
                         None => break,

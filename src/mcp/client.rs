@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -14,7 +15,7 @@ use super::http::HttpConnection;
 use super::legacy_sse::LegacySseConnection;
 use super::stdio::StdioConnection;
 use super::{
-    EventSink, McpError, ServerEvent, HEADER_MISMATCH, LEGACY_VERSIONS, METHOD_NOT_FOUND,
+    rpc, EventSink, McpError, ServerEvent, HEADER_MISMATCH, LEGACY_VERSIONS, METHOD_NOT_FOUND,
     MISSING_CLIENT_CAPABILITY, MODERN_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::config::{EraChoice, ServerConfig, Transport};
@@ -56,10 +57,10 @@ impl ServerHello {
 }
 
 /// One page of a paginated list: the raw items, the cursor to the next page, and the
-/// server's caching hint (stateless era).
+/// server's caching hint (stateless era). Each item is its text as the server sent it.
 #[derive(Debug)]
 pub struct Page {
-    pub items: Vec<Value>,
+    pub items: Vec<Box<RawValue>>,
     pub next_cursor: Option<String>,
     pub ttl_ms: Option<u64>,
     pub cache_scope: Option<String>,
@@ -515,6 +516,17 @@ impl Session {
         params: Value,
         timeout: Option<Duration>,
     ) -> Result<Value, McpError> {
+        let raw = self.raw_request_within(method, params, timeout).await?;
+        serde_json::from_str(raw.get()).map_err(|error| McpError::Protocol(error.to_string()))
+    }
+
+    /// A request whose result stays as the server wrote it, for the caller to parse.
+    async fn raw_request_within(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Option<Duration>,
+    ) -> Result<rpc::RawResult, McpError> {
         let params = self.with_meta(params);
         let outcome = match &self.connection {
             Connection::Stdio(stdio) => stdio.request(method, params, timeout).await,
@@ -580,48 +592,10 @@ impl Session {
             Some(cursor) => json!({ "cursor": cursor }),
             None => json!({}),
         };
-        let mut result = self.request(method, params).await?;
-        // A missing resultType means complete; anything else (input_required) cannot be walked.
-        if let Some(kind) = result.get("resultType").and_then(Value::as_str) {
-            if kind != "complete" {
-                return Err(McpError::Protocol(format!(
-                    "{method} answered resultType `{}`, which a mirror cannot complete",
-                    crate::redact::truncate_server_text(kind)
-                )));
-            }
-        }
-        let items = match result.get_mut(field).map(Value::take) {
-            Some(Value::Array(items)) => items,
-            Some(_) => {
-                return Err(McpError::Protocol(format!(
-                    "`{field}` in the {method} result is not an array"
-                )))
-            }
-            None => {
-                return Err(McpError::Protocol(format!(
-                    "the {method} result has no `{field}`"
-                )))
-            }
-        };
-        let next_cursor = match result.get("nextCursor") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(cursor)) => Some(cursor.clone()),
-            Some(other) => {
-                return Err(McpError::Protocol(format!(
-                    "nextCursor is not a string: {}",
-                    crate::redact::truncate_server_text(&other.to_string())
-                )))
-            }
-        };
-        Ok(Page {
-            items,
-            next_cursor,
-            ttl_ms: result.get("ttlMs").and_then(Value::as_u64),
-            cache_scope: result
-                .get("cacheScope")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        })
+        let raw = self
+            .raw_request_within(method, params, Some(self.timeout))
+            .await?;
+        super::page::parse_page(method, field, raw.get())
     }
 
     pub async fn read_resource(&self, uri: &str) -> Result<Value, McpError> {

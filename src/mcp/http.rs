@@ -171,7 +171,7 @@ impl HttpConnection {
         method: &str,
         params: Value,
         timeout: Option<Duration>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<rpc::RawResult, McpError> {
         let id = self.ids.next_id();
         let headers = self.headers(Some(method), &params);
         let message = rpc::request_message(id, method, params);
@@ -235,7 +235,7 @@ impl HttpConnection {
         &self,
         mut response: reqwest::Response,
         id: u64,
-    ) -> Result<Result<Value, RpcError>, McpError> {
+    ) -> Result<Result<rpc::RawResult, RpcError>, McpError> {
         let content_type = response
             .headers()
             .get(CONTENT_TYPE)
@@ -260,7 +260,7 @@ impl HttpConnection {
                     if event.event.as_deref().is_some_and(|name| name != "message") {
                         continue;
                     }
-                    let message: Value = serde_json::from_str(&event.data).map_err(|error| {
+                    let message = rpc::parse_message(&event.data).map_err(|error| {
                         McpError::Protocol(format!("SSE event data is not JSON: {error}"))
                     })?;
                     if let Some(answer) = self.route(message, Some(id)) {
@@ -280,18 +280,16 @@ impl HttpConnection {
             }
             body.extend_from_slice(&chunk);
         }
-        let message: Value = serde_json::from_slice(&body).map_err(|error| {
+        let not_json = |error: String| {
             McpError::Protocol(format!(
                 "response is not JSON ({error}; content-type `{content_type}`): {}",
                 shorten(&String::from_utf8_lossy(&body))
             ))
-        })?;
-        let messages = match message {
-            Value::Array(batch) => batch,
-            single => vec![single],
         };
+        let text = std::str::from_utf8(&body).map_err(|error| not_json(error.to_string()))?;
+        let messages = rpc::parse_body(text).map_err(|error| not_json(error.to_string()))?;
         for message in messages {
-            if let Some(answer) = self.route(message, Some(id)) {
+            if let Some(answer) = self.route(Some(message), Some(id)) {
                 return Ok(answer);
             }
         }
@@ -301,7 +299,11 @@ impl HttpConnection {
     }
 
     /// Routes one server message; returns the outcome when it answers request `id`.
-    fn route(&self, message: Value, id: Option<u64>) -> Option<Result<Value, RpcError>> {
+    fn route(
+        &self,
+        message: Option<Incoming>,
+        id: Option<u64>,
+    ) -> Option<Result<rpc::RawResult, RpcError>> {
         route_message(
             &self.endpoint,
             &self.headers(None, &Value::Null),
@@ -355,10 +357,10 @@ impl Drop for HttpConnection {
 fn route_message(
     endpoint: &Endpoint,
     headers: &HeaderMap,
-    message: Value,
+    message: Option<Incoming>,
     id: Option<u64>,
-) -> Option<Result<Value, RpcError>> {
-    match rpc::classify(message) {
+) -> Option<Result<rpc::RawResult, RpcError>> {
+    match message {
         Some(Incoming::Response {
             id: answered,
             outcome,
@@ -442,7 +444,7 @@ async fn run_get_stream(endpoint: Endpoint, headers: HeaderMap) {
                         if event.event.as_deref().is_some_and(|name| name != "message") {
                             continue;
                         }
-                        match serde_json::from_str(&event.data) {
+                        match rpc::parse_message(&event.data) {
                             Ok(message) => {
                                 route_message(&endpoint, &headers, message, None);
                             }

@@ -111,7 +111,7 @@ impl LegacySseConnection {
         method: &str,
         params: Value,
         timeout: Option<Duration>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<rpc::RawResult, McpError> {
         let id = self.pending.next_id();
         let message = rpc::request_message(id, method, params);
         let gone = || format!("the SSE stream of `{}` ended", self.server);
@@ -189,11 +189,11 @@ async fn read_stream(
             if event.event.as_deref().is_some_and(|name| name != "message") {
                 continue;
             }
-            let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
+            let Ok(incoming) = rpc::parse_message(&event.data) else {
                 tracing::debug!(server, "SSE event data is not JSON; ignoring it");
                 continue;
             };
-            match rpc::classify(message) {
+            match incoming {
                 Some(Incoming::Response { id, outcome }) => {
                     pending.complete(&id, outcome);
                 }

@@ -5,6 +5,7 @@ mod client;
 mod events;
 mod http;
 mod legacy_sse;
+mod page;
 mod rpc;
 pub mod sse;
 mod stdio;

@@ -5,6 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -14,7 +18,7 @@ use super::{EventSink, McpError, RpcError, ServerEvent};
 pub enum Incoming {
     Response {
         id: Value,
-        outcome: Result<Value, RpcError>,
+        outcome: Result<RawResult, RpcError>,
     },
     Notification {
         method: String,
@@ -26,6 +30,83 @@ pub enum Incoming {
     },
 }
 
+/// A response's `result` as the server wrote it: whoever asked parses it, into the types it
+/// needs (a listed page keeps each entry's own bytes, never building a `Value` per entry).
+pub type RawResult = Box<RawValue>;
+
+/// A JSON-RPC message with its `result` left unparsed. Any message this cannot take (not an
+/// object, a repeated key, a `method` that is not a string) goes through `classify`.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default)]
+    result: Option<RawResult>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+/// A field that is present, even as `null` (`Option<Value>` alone reads `null` as absent).
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+/// Parses and classifies one message from its text; an error when the text is not JSON.
+pub fn parse_message(text: &str) -> Result<Option<Incoming>, serde_json::Error> {
+    let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(text) else {
+        return serde_json::from_str::<Value>(text).map(classify);
+    };
+    let Envelope {
+        method,
+        id,
+        params,
+        result,
+        error,
+    } = envelope;
+    let incoming = match (method, id) {
+        (Some(method), Some(id)) if !id.is_null() => Incoming::Request {
+            id,
+            method: method.into_owned(),
+        },
+        (Some(method), _) => Incoming::Notification {
+            method: method.into_owned(),
+            params: params.unwrap_or(Value::Null),
+        },
+        (None, Some(id)) => Incoming::Response {
+            id,
+            outcome: match error {
+                Some(error) => Err(parse_error_object(error)),
+                None => Ok(result.unwrap_or_else(|| RawValue::NULL.to_owned())),
+            },
+        },
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(incoming))
+}
+
+/// Parses a body that holds one message or a batch of them.
+pub fn parse_body(text: &str) -> Result<Vec<Incoming>, serde_json::Error> {
+    if text.trim_start().starts_with('[') {
+        let batch: Vec<&RawValue> = serde_json::from_str(text)?;
+        let mut messages = Vec::with_capacity(batch.len());
+        for message in batch {
+            messages.extend(parse_message(message.get())?);
+        }
+        return Ok(messages);
+    }
+    Ok(parse_message(text)?.into_iter().collect())
+}
+
+/// The text of a `Value` as a raw result (serializing a `Value` cannot fail).
+fn raw_of(value: &Value) -> RawResult {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
+/// Classifies a message already parsed into a `Value`.
 pub fn classify(message: Value) -> Option<Incoming> {
     let Value::Object(mut object) = message else {
         return None;
@@ -44,7 +125,7 @@ pub fn classify(message: Value) -> Option<Incoming> {
         (None, Some(id)) => {
             let outcome = match object.remove("error") {
                 Some(error) => Err(parse_error_object(error)),
-                None => Ok(object.remove("result").unwrap_or(Value::Null)),
+                None => Ok(raw_of(&object.remove("result").unwrap_or(Value::Null))),
             };
             Some(Incoming::Response { id, outcome })
         }
@@ -167,7 +248,7 @@ pub async fn within<T>(
 #[derive(Default)]
 pub struct PendingRequests {
     next_id: AtomicU64,
-    waiting: Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Result<RawResult, RpcError>>>>,
 }
 
 impl PendingRequests {
@@ -175,7 +256,7 @@ impl PendingRequests {
         self.next_id.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    pub fn register(&self, id: u64) -> oneshot::Receiver<Result<Value, RpcError>> {
+    pub fn register(&self, id: u64) -> oneshot::Receiver<Result<RawResult, RpcError>> {
         let (sender, receiver) = oneshot::channel();
         self.lock().insert(id, sender);
         receiver
@@ -190,7 +271,7 @@ impl PendingRequests {
         timeout: Option<Duration>,
         send: impl std::future::Future<Output = Result<(), McpError>>,
         gone: impl FnOnce() -> String,
-    ) -> Result<Value, McpError> {
+    ) -> Result<RawResult, McpError> {
         let waiter = self.register(id);
         let exchange = async {
             send.await?;
@@ -212,7 +293,7 @@ impl PendingRequests {
     }
 
     /// Hands a response to its caller; false when nobody waits for that id.
-    pub fn complete(&self, id: &Value, outcome: Result<Value, RpcError>) -> bool {
+    pub fn complete(&self, id: &Value, outcome: Result<RawResult, RpcError>) -> bool {
         let Some(number) = id.as_u64() else {
             return false;
         };
@@ -232,7 +313,7 @@ impl PendingRequests {
 
     fn lock(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Result<RawResult, RpcError>>>> {
         // A poisoned map only means a panic elsewhere; the map itself is still consistent.
         self.waiting
             .lock()

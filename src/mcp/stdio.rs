@@ -233,7 +233,7 @@ impl StdioConnection {
         method: &str,
         params: Value,
         timeout: Option<Duration>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<rpc::RawResult, McpError> {
         let id = self.pending.next_id();
         let message = rpc::request_message(id, method, params);
         let gone = || format!("`{}` exited or closed stdout", self.server);
@@ -319,14 +319,14 @@ fn handle_line(
     if line.trim().is_empty() {
         return;
     }
-    let message: Value = match serde_json::from_str(line) {
-        Ok(message) => message,
+    let incoming = match rpc::parse_message(line) {
+        Ok(incoming) => incoming,
         Err(error) => {
             tracing::warn!(server, %error, "child wrote a line that is not JSON; ignoring it");
             return;
         }
     };
-    match rpc::classify(message) {
+    match incoming {
         Some(Incoming::Response { id, outcome }) => {
             if !pending.complete(&id, outcome) {
                 tracing::debug!(server, %id, "response for a request nobody waits for");

@@ -461,7 +461,10 @@ impl Actor {
     }
 
     async fn start_walk(&mut self, mut link: Box<Link>) -> State {
-        self.report(ServerUpdate::Walking).await;
+        // The state goes to the writer beside the walk's first request, not before it: the
+        // writer may be busy (another server's swap), and its queue keeps the order anyway
+        // (`join!` polls the report first, so it is queued before any page is staged).
+        let walking = self.report(ServerUpdate::Walking);
         self.counters.walks_started += 1;
         let generation = self.counters.walks_started;
         self.show_counters(&link);
@@ -480,10 +483,12 @@ impl Actor {
             false => pending,
         };
         let walked = kinds.clone();
-        let run =
-            async move { walk_kinds::walk_kinds(&session, &store, &server, limits, &walked).await }
-                .instrument(span)
-                .boxed();
+        let run = async move {
+            let walk = walk_kinds::walk_kinds(&session, &store, &server, limits, &walked);
+            tokio::join!(walking, walk).1
+        }
+        .instrument(span)
+        .boxed();
         link.phase = Phase::Walking(Walk {
             generation,
             kinds,

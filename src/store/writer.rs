@@ -12,6 +12,7 @@ use super::{
     now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
     SwapOutcome, TemplateRow, WalkReport,
 };
+use crate::entry::same_entry;
 use crate::protocol::{ChangeKind, Kind, ServerState};
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -77,7 +78,11 @@ pub enum Batch {
 /// compares hashes inside the two indexes and reads a staged row only to copy it into the
 /// snapshot. (A `WITHOUT ROWID` table keyed by (walk_id, uri) made every lookup read the whole
 /// row, 120 MB once per snapshot row for one huge entry.) A row the snapshot already holds with
-/// the same hash is staged "light": its key and hash only, the rest NULL.
+/// the same hash is staged "light": its key and hash only, the rest NULL. While staging, the
+/// snapshot rows a walk changed (`staging_changed`), the URIs it added (`staging_added`) and
+/// the rows whose text differs only in form (`staging_rehash`: another key order, a hash from
+/// an older version) are noted, so a walk that saw every snapshot row needs no pass over the
+/// snapshot to swap.
 const STAGING_SCHEMA: &str = "
 CREATE TEMP TABLE IF NOT EXISTS staging_resources (
     walk_id INTEGER NOT NULL, uri TEXT NOT NULL, hash INTEGER NOT NULL, oversized INTEGER NOT NULL,
@@ -91,6 +96,11 @@ CREATE TEMP TABLE IF NOT EXISTS staging_templates (
     description TEXT, mime_type TEXT, raw TEXT NOT NULL, oversized INTEGER NOT NULL,
     PRIMARY KEY (walk_id, uri_template)
 ) WITHOUT ROWID;
+CREATE TEMP TABLE IF NOT EXISTS staging_changed (walk_id INTEGER NOT NULL, id INTEGER NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS staging_added (walk_id INTEGER NOT NULL, uri TEXT NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS staging_rehash (
+    walk_id INTEGER NOT NULL, id INTEGER NOT NULL, hash INTEGER NOT NULL
+);
 CREATE TEMP TABLE IF NOT EXISTS swap_ids (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL);
 CREATE TEMP TABLE IF NOT EXISTS swap_added (uri TEXT NOT NULL);
 ";
@@ -117,11 +127,8 @@ pub fn run(
     }
     // Walks whose staging failed, with the first error; their commit reports it.
     let mut failed_walks: HashMap<u64, String> = HashMap::new();
-    // How many distinct resources each walk has staged: the swap derives its counts from it.
-    let mut staged_rows: HashMap<u64, u64> = HashMap::new();
-    // The snapshot each walk's light rows were compared with (the server's id): a commit
-    // against any other snapshot is refused.
-    let mut staged_against: HashMap<u64, Option<i64>> = HashMap::new();
+    // What each walk has staged so far, and against which snapshot.
+    let mut staged_walks: HashMap<u64, StagedCounts> = HashMap::new();
     while let Some(operation) = operations.blocking_recv() {
         match operation {
             WriteOp::SyncServers { sync, reply } => {
@@ -156,19 +163,14 @@ pub fn run(
                 if let Entry::Vacant(slot) = failed_walks.entry(walk_id) {
                     let staged = match &batch {
                         Batch::Resources(rows) => {
-                            let snapshot = match staged_against.entry(walk_id) {
-                                Entry::Occupied(known) => Ok(*known.get()),
-                                Entry::Vacant(slot) => {
-                                    server_id(&connection, &server).map(|found| *slot.insert(found))
-                                }
+                            let counts = match staged_walks.entry(walk_id) {
+                                Entry::Occupied(known) => Ok(known.into_mut()),
+                                Entry::Vacant(slot) => StagedCounts::against(&connection, &server)
+                                    .map(|counts| slot.insert(counts)),
                             };
-                            snapshot
-                                .and_then(|snapshot| {
-                                    stage_resources(&mut connection, walk_id, snapshot, rows)
-                                })
-                                .map(|inserted| {
-                                    *staged_rows.entry(walk_id).or_default() += inserted
-                                })
+                            counts.and_then(|counts| {
+                                stage_resources(&mut connection, walk_id, counts, rows)
+                            })
                         }
                         Batch::Templates(rows) => stage_templates(&mut connection, walk_id, rows),
                     };
@@ -188,9 +190,8 @@ pub fn run(
                 let outcome = match failed_walks.remove(&walk_id) {
                     Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
                     None => {
-                        let staged = staged_rows.get(&walk_id).copied().unwrap_or(0);
-                        let against = staged_against.get(&walk_id).copied().flatten();
-                        swap(&mut connection, walk_id, staged, against, &server, &report)
+                        let counts = staged_walks.remove(&walk_id).unwrap_or_default();
+                        swap(&mut connection, walk_id, &counts, &server, &report)
                     }
                 };
                 // Subscribers and the caller hear first: dropping a million staged rows takes
@@ -210,14 +211,12 @@ pub fn run(
                     swap
                 });
                 let _ = reply.send(outcome);
-                staged_rows.remove(&walk_id);
-                staged_against.remove(&walk_id);
+                staged_walks.remove(&walk_id);
                 discard_staging(&connection, walk_id);
             }
             WriteOp::Abort { walk_id } => {
                 failed_walks.remove(&walk_id);
-                staged_rows.remove(&walk_id);
-                staged_against.remove(&walk_id);
+                staged_walks.remove(&walk_id);
                 discard_staging(&connection, walk_id);
             }
             WriteOp::SwapEntries {
@@ -523,20 +522,56 @@ fn server_id(connection: &Connection, server: &str) -> Result<Option<i64>, Store
         .optional()?)
 }
 
-/// Stages one page. A row whose URI the snapshot (`snapshot`, the server's id) already holds
-/// with the same hash is staged light, its key and hash only: a re-walk that changes nothing
-/// writes almost nothing. Returns how many rows were new to this walk.
+/// What one walk has staged, and the snapshot it was compared with.
+#[derive(Debug, Default, Clone, Copy)]
+struct StagedCounts {
+    /// The server's id when staging began: light rows stand for "as in this snapshot".
+    snapshot: Option<i64>,
+    /// The snapshot had no resources then (a first load): nothing to look up.
+    snapshot_empty: bool,
+    /// Distinct resources staged.
+    staged: u64,
+    /// Staged resources the snapshot holds (unchanged or changed).
+    matched: u64,
+}
+
+impl StagedCounts {
+    fn against(connection: &Connection, server: &str) -> Result<Self, StoreError> {
+        let snapshot = server_id(connection, server)?;
+        let snapshot_empty = match snapshot {
+            Some(server_id) => !connection.query_row(
+                "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
+                [server_id],
+                |row| row.get::<_, bool>(0),
+            )?,
+            None => true,
+        };
+        Ok(StagedCounts {
+            snapshot,
+            snapshot_empty,
+            ..StagedCounts::default()
+        })
+    }
+}
+
+/// Stages one page. A row whose URI the snapshot already holds with the same hash, or with a
+/// text that holds the same JSON (`entry::same_entry`), is staged light, its key and the
+/// stored hash only: a re-walk that changes nothing writes almost nothing. Changed rows and
+/// added URIs are noted for the swap (`STAGING_SCHEMA`).
 fn stage_resources(
     connection: &mut Connection,
     walk_id: u64,
-    snapshot: Option<i64>,
+    counts: &mut StagedCounts,
     rows: &[ResourceRow],
-) -> Result<u64, StoreError> {
-    let mut inserted = 0u64;
+) -> Result<(), StoreError> {
+    let walk = walk_id as i64;
+    let snapshot = counts.snapshot.filter(|_| !counts.snapshot_empty);
     let transaction = connection.transaction()?;
     {
-        let mut stored_hash = transaction
-            .prepare_cached("SELECT hash FROM resources WHERE server_id = ?1 AND uri = ?2")?;
+        let mut stored_row = transaction
+            .prepare_cached("SELECT id, hash FROM resources WHERE server_id = ?1 AND uri = ?2")?;
+        let mut stored_text =
+            transaction.prepare_cached("SELECT raw, oversized FROM resources WHERE id = ?1")?;
         // The walk never sends a URI twice; the index refuses an exact repeat all the same.
         let mut insert = transaction.prepare_cached(
             "INSERT OR IGNORE INTO temp.staging_resources
@@ -548,21 +583,42 @@ fn stage_resources(
             "INSERT OR IGNORE INTO temp.staging_resources (walk_id, uri, hash, oversized)
              VALUES (?1, ?2, ?3, ?4)",
         )?;
+        let mut note_changed = transaction
+            .prepare_cached("INSERT INTO temp.staging_changed (walk_id, id) VALUES (?1, ?2)")?;
+        let mut note_added = transaction
+            .prepare_cached("INSERT INTO temp.staging_added (walk_id, uri) VALUES (?1, ?2)")?;
+        let mut note_rehash = transaction.prepare_cached(
+            "INSERT INTO temp.staging_rehash (walk_id, id, hash) VALUES (?1, ?2, ?3)",
+        )?;
         for row in rows {
-            let unchanged = match snapshot {
-                Some(server_id) => {
-                    stored_hash
-                        .query_row(params![server_id, row.uri], |found| found.get::<_, i64>(0))
-                        .optional()?
-                        == Some(row.hash)
-                }
-                None => false,
+            let stored = match snapshot {
+                Some(server_id) => stored_row
+                    .query_row(params![server_id, row.uri], |found| {
+                        Ok((found.get::<_, i64>(0)?, found.get::<_, i64>(1)?))
+                    })
+                    .optional()?,
+                None => None,
             };
-            inserted += if unchanged {
-                insert_light.execute(params![walk_id as i64, row.uri, row.hash, row.oversized])?
-            } else {
-                insert.execute(params![
-                    walk_id as i64,
+            // The hash the light row carries, and the listed hash to store, when unchanged.
+            let unchanged = match stored {
+                Some((_, hash)) if hash == row.hash => Some((hash, None)),
+                Some((id, hash)) => {
+                    let (text, oversized) = stored_text.query_row([id], |found| {
+                        Ok((found.get::<_, String>(0)?, found.get::<_, bool>(1)?))
+                    })?;
+                    // A trimmed entry is compared by hash only: its text lacks what changed.
+                    let same = (hash == 0 && text == row.raw)
+                        || (!oversized && !row.oversized && same_entry(&text, &row.raw));
+                    same.then_some((hash, Some(row.hash)))
+                }
+                None => None,
+            };
+            let inserted = match unchanged {
+                Some((hash, _)) => {
+                    insert_light.execute(params![walk, row.uri, hash, row.oversized])?
+                }
+                None => insert.execute(params![
+                    walk,
                     row.uri,
                     row.hash,
                     row.oversized,
@@ -575,12 +631,31 @@ fn stage_resources(
                     row.icons,
                     row.meta,
                     row.raw
-                ])?
-            } as u64;
+                ])?,
+            } > 0;
+            if !inserted {
+                continue;
+            }
+            counts.staged += 1;
+            match (stored, unchanged) {
+                (Some(_), Some((_, None))) => counts.matched += 1,
+                (Some((id, _)), Some((_, Some(listed_hash)))) => {
+                    counts.matched += 1;
+                    note_rehash.execute(params![walk, id, listed_hash])?;
+                }
+                (Some((id, _)), None) => {
+                    counts.matched += 1;
+                    note_changed.execute(params![walk, id])?;
+                }
+                (None, _) if snapshot.is_some() => {
+                    note_added.execute(params![walk, row.uri])?;
+                }
+                (None, _) => {}
+            }
         }
     }
     transaction.commit()?;
-    Ok(inserted)
+    Ok(())
 }
 
 fn stage_templates(
@@ -626,19 +701,25 @@ fn discard_staging(connection: &Connection, walk_id: u64) {
             )
             .unwrap_or(true)
     };
-    let outcome = ["staging_resources", "staging_templates"]
-        .into_iter()
-        .try_for_each(|table| {
-            if others_staged(table) {
-                connection.execute(
-                    &format!("DELETE FROM temp.{table} WHERE walk_id = ?1"),
-                    [walk_id as i64],
-                )
-            } else {
-                connection.execute(&format!("DELETE FROM temp.{table}"), [])
-            }
-            .map(|_| ())
-        });
+    let outcome = [
+        "staging_resources",
+        "staging_templates",
+        "staging_changed",
+        "staging_added",
+        "staging_rehash",
+    ]
+    .into_iter()
+    .try_for_each(|table| {
+        if others_staged(table) {
+            connection.execute(
+                &format!("DELETE FROM temp.{table} WHERE walk_id = ?1"),
+                [walk_id as i64],
+            )
+        } else {
+            connection.execute(&format!("DELETE FROM temp.{table}"), [])
+        }
+        .map(|_| ())
+    });
     if let Err(error) = outcome {
         tracing::warn!(walk_id, %error, "cannot discard staged rows");
     }
@@ -650,8 +731,8 @@ fn discard_staging(connection: &Connection, walk_id: u64) {
 const BULK_INDEX_MIN_ROWS: u64 = 10_000;
 
 /// Applies the staged walk as a diff against the server's snapshot, all in one transaction.
-/// Returns what changed and the change feed's newest sequence number. `staged` is how many
-/// distinct resources the walk staged.
+/// Returns what changed and the change feed's newest sequence number. `counts` says what the
+/// walk staged.
 ///
 /// The transaction is deferred on purpose: computing the diff only reads the snapshot and
 /// writes temp tables, so the write lock is taken by the first write to the snapshot and held
@@ -661,8 +742,7 @@ const BULK_INDEX_MIN_ROWS: u64 = 10_000;
 fn swap(
     connection: &mut Connection,
     walk_id: u64,
-    staged: u64,
-    staged_against: Option<i64>,
+    counts: &StagedCounts,
     server: &str,
     report: &WalkReport,
 ) -> Result<(SwapOutcome, i64), StoreError> {
@@ -670,7 +750,7 @@ fn swap(
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)?;
     // 1. The diff, read-only as far as the snapshot goes.
-    let diff = compute_diff(&transaction, walk_id as i64, staged, staged_against, server)?;
+    let diff = compute_diff(&transaction, walk_id as i64, counts, server)?;
     // 2. Applying it: the write lock is held from here to the commit.
     let hold_started = std::time::Instant::now();
     let now = now_ms();
@@ -724,19 +804,25 @@ impl SnapshotDiff {
 }
 
 /// Compares the staged walk with the snapshot, reading it and writing only temp tables.
-/// Entries are compared by hash, inside the indexes that hold (server, uri, hash) and (walk,
-/// uri, hash); only a snapshot row from before hashes existed (hash 0) is compared by text.
+/// When the walk saw every snapshot row (its staged rows matched as many as the snapshot
+/// holds), nothing was removed and what staging noted is the whole diff. Otherwise one pass
+/// over the snapshot compares hashes inside the indexes that hold (server, uri, hash) and
+/// (walk, uri, hash); only a snapshot row from before hashes existed (hash 0) is compared by
+/// text.
 fn compute_diff(
     transaction: &rusqlite::Transaction<'_>,
     walk: i64,
-    staged: u64,
-    staged_against: Option<i64>,
+    counts: &StagedCounts,
     server: &str,
 ) -> Result<SnapshotDiff, StoreError> {
     let server_id: i64 = server_id(transaction, server)?
         .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
+    let staged = counts.staged;
     // Light rows stand for "as in the snapshot we compared with": only that snapshot may take them.
-    if staged_against.is_some_and(|staged_id| staged_id != server_id) {
+    if counts
+        .snapshot
+        .is_some_and(|staged_id| staged_id != server_id)
+    {
         return Err(StoreError::Walk(format!(
             "server {server} was recorded anew while it was walked; the walk is discarded"
         )));
@@ -748,38 +834,57 @@ fn compute_diff(
         [server_id],
         |row| row.get(0),
     )?;
-    // One pass over the snapshot finds the removed rows (no staged row) and the changed ones.
-    transaction.execute(
-        "INSERT INTO temp.swap_ids (id, kind)
-         SELECT r.id, CASE WHEN s.uri IS NULL THEN ?3 ELSE ?4 END
-         FROM resources r
-         LEFT JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = r.uri
-         WHERE r.server_id = ?1
-           AND (s.uri IS NULL OR (s.hash != r.hash AND (r.hash != 0 OR s.raw IS NOT r.raw)))",
-        params![server_id, walk, REMOVED, CHANGED],
-    )?;
-    let count_kind = |kind: i64| {
-        transaction.query_row(
-            "SELECT count(*) FROM temp.swap_ids WHERE kind = ?1",
-            [kind],
-            |row| row.get::<_, i64>(0),
-        )
-    };
-    let removed = count_kind(REMOVED)? as u64;
-    let changed = count_kind(CHANGED)? as u64;
-    // Every snapshot row that was not removed matched one staged row; the staged rows left
-    // over are the added ones, so a walk that added nothing needs no pass to find them.
-    let added = staged.saturating_sub(before as u64 - removed);
     let first_load = before == 0;
-    if added > 0 && !first_load {
+    let saw_every_row = counts.snapshot == Some(server_id) && counts.matched == before as u64;
+    let (removed, changed, added) = if first_load || saw_every_row {
+        let changed = transaction.execute(
+            "INSERT INTO temp.swap_ids (id, kind)
+             SELECT id, ?2 FROM temp.staging_changed WHERE walk_id = ?1",
+            params![walk, CHANGED],
+        )? as u64;
+        let added = staged.saturating_sub(counts.matched);
+        if added > 0 && !first_load {
+            transaction.execute(
+                "INSERT INTO temp.swap_added (uri)
+                 SELECT uri FROM temp.staging_added WHERE walk_id = ?1",
+                [walk],
+            )?;
+        }
+        (0, changed, added)
+    } else {
+        // One pass over the snapshot finds the removed rows (no staged row) and the changed ones.
         transaction.execute(
-            "INSERT INTO temp.swap_added (uri)
-             SELECT s.uri FROM temp.staging_resources s
-             WHERE s.walk_id = ?2
-               AND NOT EXISTS (SELECT 1 FROM resources r WHERE r.server_id = ?1 AND r.uri = s.uri)",
-            params![server_id, walk],
+            "INSERT INTO temp.swap_ids (id, kind)
+             SELECT r.id, CASE WHEN s.uri IS NULL THEN ?3 ELSE ?4 END
+             FROM resources r
+             LEFT JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = r.uri
+             WHERE r.server_id = ?1
+               AND (s.uri IS NULL OR (s.hash != r.hash AND (r.hash != 0 OR s.raw IS NOT r.raw)))",
+            params![server_id, walk, REMOVED, CHANGED],
         )?;
-    }
+        let count_kind = |kind: i64| {
+            transaction.query_row(
+                "SELECT count(*) FROM temp.swap_ids WHERE kind = ?1",
+                [kind],
+                |row| row.get::<_, i64>(0),
+            )
+        };
+        let removed = count_kind(REMOVED)? as u64;
+        let changed = count_kind(CHANGED)? as u64;
+        // Every snapshot row that was not removed matched one staged row; the staged rows left
+        // over are the added ones, so a walk that added nothing needs no pass to find them.
+        let added = staged.saturating_sub(before as u64 - removed);
+        if added > 0 {
+            transaction.execute(
+                "INSERT INTO temp.swap_added (uri)
+                 SELECT s.uri FROM temp.staging_resources s
+                 WHERE s.walk_id = ?2
+                   AND NOT EXISTS (SELECT 1 FROM resources r WHERE r.server_id = ?1 AND r.uri = s.uri)",
+                params![server_id, walk],
+            )?;
+        }
+        (removed, changed, added)
+    };
     let mut diff = SnapshotDiff {
         server_id,
         walk,
@@ -816,6 +921,7 @@ fn apply_diff(
     retire_old_rows(transaction, diff)?;
     update_changed_rows(transaction, diff)?;
     hash_unhashed_rows(transaction, diff)?;
+    rehash_same_rows(transaction, diff)?;
     insert_added_rows(transaction, diff)?;
     index_new_text(transaction, diff)?;
     let recorded_added = record_added(transaction, server, now, recorded_before)?;
@@ -919,6 +1025,20 @@ fn hash_unhashed_rows(
                WHERE old.server_id = ?1 AND old.hash = 0) AS u
          WHERE r.id = u.id",
         params![diff.server_id, diff.walk],
+    )?;
+    Ok(())
+}
+
+/// Gives the rows staging found the same in another form (`staging_rehash`) the hash they
+/// are listed with now, so the next walk finds them unchanged by hash alone.
+fn rehash_same_rows(
+    transaction: &rusqlite::Transaction<'_>,
+    diff: &SnapshotDiff,
+) -> Result<(), StoreError> {
+    transaction.execute(
+        "UPDATE resources AS r SET hash = x.hash
+         FROM temp.staging_rehash x WHERE x.walk_id = ?1 AND r.id = x.id",
+        [diff.walk],
     )?;
     Ok(())
 }

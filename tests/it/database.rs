@@ -84,3 +84,43 @@ fn rows_without_a_hash_are_compared_by_text_once_then_hashed() {
         .expect("count");
     assert_eq!(unhashed, 0, "every row has its hash after one swap");
 }
+
+#[test]
+fn rows_hashed_by_another_version_are_compared_as_json_once_then_rehashed() {
+    let scratch = Scratch::new();
+    let server = stdio_server("docs", &["--name", "docs", "--generate", "40"]);
+    let config = scratch.config(&server);
+    let mut daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("docs", 1);
+    daemon.stop();
+    // Hashes of another text of the same entries (an older version hashed its own
+    // serialization), and one row whose stored JSON really differs from what is listed.
+    let connection = rusqlite::Connection::open(&daemon.database).expect("open");
+    connection
+        .execute("UPDATE resources SET hash = 7", [])
+        .expect("older hashes");
+    connection
+        .execute(
+            "UPDATE resources SET raw = json_set(raw, '$.description', 'stale')
+             WHERE id = (SELECT min(id) FROM resources)",
+            [],
+        )
+        .expect("one stale row");
+    drop(connection);
+    drop(daemon);
+    let daemon = Daemon::start(&scratch, &config);
+    let status = daemon.wait_for_walks("docs", 2);
+    assert_eq!(status["lastWalk"]["changed"], 1, "{status}");
+    assert_eq!(status["lastWalk"]["added"], 0, "{status}");
+    assert_eq!(status["lastWalk"]["removed"], 0, "{status}");
+    assert_eq!(status["resources"], 40, "{status}");
+    let old_hashes: i64 = crate::support::open_database(&daemon.database)
+        .query_row("SELECT count(*) FROM resources WHERE hash = 7", [], |row| {
+            row.get(0)
+        })
+        .expect("count");
+    assert_eq!(
+        old_hashes, 0,
+        "every row has the hash of its listed text after one swap"
+    );
+}
