@@ -201,6 +201,7 @@ pub fn run(
                         // A broadcast never blocks: a slow subscriber lags, the writer goes on.
                         let _ = changes.send(CatalogChanged {
                             server: server.clone(),
+                            kind: Kind::Resource,
                             added: swap.added,
                             removed: swap.removed,
                             changed: swap.changed,
@@ -231,6 +232,7 @@ pub fn run(
                     if swap.touched() > 0 {
                         let _ = changes.send(CatalogChanged {
                             server: server.clone(),
+                            kind,
                             added: swap.added,
                             removed: swap.removed,
                             changed: swap.changed,
@@ -365,6 +367,7 @@ fn sync_servers(
             if removed > 0 {
                 dropped.push(CatalogChanged {
                     server: name,
+                    kind: Kind::Resource,
                     added: 0,
                     removed: removed as u64,
                     changed: 0,
