@@ -75,7 +75,7 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
         results: hits
             .into_iter()
             .map(|hit| wire::SearchHit {
-                meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
+                meta: Some(wire::origin_meta(&hit.server)),
                 kind: wire::Kind::Resource,
                 server: hit.server,
                 uri: Some(hit.uri),
