@@ -380,7 +380,7 @@ pub fn merge_search_pages(
             shown_entries += 1;
             results.push(wire::SearchHit {
                 kind: hit.kind,
-                meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
+                meta: Some(wire::origin_meta(&hit.server)),
                 server: hit.server,
                 uri: None,
                 name: hit.name,

@@ -4,9 +4,9 @@
 //!
 //! Run it with `bench/run [SCENARIO...]` (it builds the release binaries, the benchmark-only
 //! crates under bench/ and the Python SDK venv first); scenarios are `walk`, `swap`,
-//! `change`, `query`, `start`, `idle`, `fleet`, or `all`. `bench bare-walk CONFIG ROUNDS` is the bare
-//! loop: our own transport (`mcp::Session`) fetching every page and discarding it, the floor a
-//! mirror is compared with. One file per scenario; the child-process and socket helpers are
+//! `change`, `query`, `start`, `idle`, `fleet`, `kinds`, or `all`. `bench bare-walk CONFIG ROUNDS`
+//! is the bare loop: our own transport (`mcp::Session`) fetching every page and discarding it,
+//! the floor a mirror is compared with. One file per scenario; the child-process and socket helpers are
 //! tests/common/process.rs, shared with the integration tests. Nothing here is part of the
 //! daemon or of `cargo test`.
 
@@ -14,6 +14,7 @@ mod change;
 mod daemon;
 mod fleet;
 mod idle;
+mod kinds;
 mod measure;
 mod paths;
 /// Spawning, waiting for and stopping the binaries, and the socket client: shared with the
@@ -113,7 +114,9 @@ fn main() -> anyhow::Result<()> {
         .map(String::as_str)
         .filter(|argument| !argument.starts_with("--"))
         .collect();
-    const ALL: [&str; 7] = ["walk", "swap", "change", "query", "start", "idle", "fleet"];
+    const ALL: [&str; 8] = [
+        "walk", "swap", "change", "query", "start", "idle", "fleet", "kinds",
+    ];
     if scenarios.is_empty() || scenarios.contains(&"all") {
         scenarios = ALL.to_vec();
     }
@@ -182,6 +185,7 @@ fn main() -> anyhow::Result<()> {
             "idle" => idle::run(&mut report, quick),
             "fleet" => fleet::FleetOptions::from_arguments(&arguments)
                 .and_then(|options| fleet::run(&mut report, &options)),
+            "kinds" => kinds::run(&mut report, quick),
             _ => unreachable!(),
         };
         if let Err(error) = &outcome {

@@ -7,7 +7,6 @@ use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::watch;
 
 use super::shape::changes_result;
@@ -18,6 +17,7 @@ use crate::protocol::{
     Response, DEFAULT_CHANGES_LIMIT, INVALID_REQUEST, MAX_LINE_BYTES, PARSE_ERROR,
 };
 use crate::redact;
+use crate::store;
 
 /// What one connection has asked for (on the HTTP face: one request, or one session).
 #[derive(Default)]
@@ -44,24 +44,14 @@ pub(super) async fn serve_connection(
         let outcome = tokio::select! {
             outcome = lines::read_line(&mut reader, &mut line, MAX_LINE_BYTES) => outcome?,
             event = catalog_changes.recv(), if changes_open => {
-                match event {
-                    // A client that lagged behind gets one notification, like everyone else:
-                    // list_changed carries nothing, and the feed itself lives in the database.
-                    Ok(_) | Err(RecvError::Lagged(_)) => {
-                        // Coalesce a burst of swaps into one notification.
-                        loop {
-                            match catalog_changes.try_recv() {
-                                Ok(_) | Err(TryRecvError::Lagged(_)) => continue,
-                                Err(TryRecvError::Empty) => break,
-                                Err(TryRecvError::Closed) => {
-                                    changes_open = false;
-                                    break;
-                                }
-                            }
-                        }
-                        notify_catalog_changed(&mut state, &mut write_half, context).await?;
-                    }
-                    Err(RecvError::Closed) => changes_open = false,
+                // A burst of swaps is one notification; a client that lagged behind gets one
+                // too, like everyone else: list_changed carries nothing, and the feed itself
+                // lives in the database.
+                let burst = store::drain_changes(event, &mut catalog_changes);
+                changes_open = !burst.closed;
+                if burst.changed {
+                    notify_catalog_changed(&mut state, burst.resources, &mut write_half, context)
+                        .await?;
                 }
                 continue;
             }
@@ -103,13 +93,16 @@ pub(super) async fn serve_connection(
     }
 }
 
-/// Tells this client that the catalog changed, in whichever ways it asked for.
+/// Tells this client that the catalog changed, in whichever ways it asked for: an MCP client
+/// hears `resources/list_changed` only when resources changed (the mirror's own tools never
+/// change with the catalog), a watcher gets every change of every kind.
 async fn notify_catalog_changed(
     state: &mut ConnectionState,
+    resources_changed: bool,
     writer: &mut OwnedWriteHalf,
     context: &ApiContext,
 ) -> io::Result<()> {
-    if state.mcp_client {
+    if state.mcp_client && resources_changed {
         let notification = NotificationMessage::new::<ResourcesListChanged>(None);
         write_message(writer, &notification).await?;
     }

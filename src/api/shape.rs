@@ -75,7 +75,7 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
         results: hits
             .into_iter()
             .map(|hit| wire::SearchHit {
-                meta: Some(serde_json::json!({ wire::ORIGIN_META_KEY: hit.server })),
+                meta: Some(wire::origin_meta(&hit.server)),
                 // Tools and prompts have no URI.
                 uri: matches!(hit.kind, wire::Kind::Resource | wire::Kind::Template)
                     .then_some(hit.uri),

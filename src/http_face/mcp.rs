@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use crate::api::{self, ConnectionState};
 use crate::protocol::{
@@ -31,10 +31,8 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 const METHOD_HEADER: &str = "mcp-method";
 const NAME_HEADER: &str = "mcp-name";
 
-/// The `_meta` keys of the 2026-07-28 era.
+/// The `_meta` key of the protocol version (2026-07-28).
 const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// A header disagrees with the body (2026-07-28).
 const HEADER_MISMATCH: i64 = -32020;
@@ -68,7 +66,21 @@ struct DiscoverResult {
     capabilities: wire::ServerCapabilities,
     instructions: &'static str,
     #[serde(rename = "_meta")]
-    meta: Map<String, Value>,
+    meta: DiscoverMeta,
+}
+
+/// `server/discover`'s `_meta`: who answers.
+#[derive(Serialize)]
+struct DiscoverMeta {
+    #[serde(rename = "io.modelcontextprotocol/serverInfo")]
+    server_info: wire::Implementation,
+}
+
+/// The `data` of an unsupported-version error (2026-07-28): what we speak, what was asked.
+#[derive(Serialize)]
+struct UnsupportedVersionData<'a> {
+    supported: Vec<&'a str>,
+    requested: &'a str,
 }
 
 /// The caching hints of a 2026-07-28 result.
@@ -275,7 +287,11 @@ async fn modern_request(
             &id,
             UNSUPPORTED_PROTOCOL_VERSION,
             "Unsupported protocol version",
-            Some(json!({"supported": supported, "requested": version})),
+            serde_json::to_value(UnsupportedVersionData {
+                supported,
+                requested: version,
+            })
+            .ok(),
         );
     }
     let expected_name = match request.method.as_str() {
@@ -535,14 +551,12 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
 }
 
 fn discover() -> Value {
-    let mut meta = Map::new();
-    meta.insert(
-        META_SERVER_INFO.into(),
-        json!(wire::Implementation {
+    let meta = DiscoverMeta {
+        server_info: wire::Implementation {
             name: wire::SERVER_NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
-        }),
-    );
+        },
+    };
     let result = DiscoverResult {
         supported_versions: crate::mcp::MODERN_VERSIONS
             .iter()
@@ -578,42 +592,40 @@ fn modern_result(result: Value, audience: &Audience, caching: bool) -> Value {
 /// `subscriptions/listen`: an SSE answer that acknowledges, then carries `list_changed`
 /// until the daemon stops (then the request's result).
 fn listen(face: &Arc<HttpFace>, headers: &HeaderMap, id: Value, params: &Value) -> Response {
-    let asked_resources = params
-        .get("notifications")
-        .and_then(|notifications| notifications.get("resourcesListChanged"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
+    let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
+    let asked_resources = asked.notifications.resources_list_changed == Some(true);
     let Ok(permit) = face.streams.clone().try_acquire_owned() else {
         return too_many_streams(face, headers, &id);
     };
-    let subscription = match &id {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
+    let subscription = wire::SubscriptionMeta {
+        subscription_id: match &id {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        },
     };
-    let mut granted = Map::new();
-    if asked_resources {
-        granted.insert("resourcesListChanged".into(), Value::Bool(true));
-    }
-    let acknowledged = json!({
-        "jsonrpc": wire::JSONRPC_VERSION,
-        "method": "notifications/subscriptions/acknowledged",
-        "params": {"_meta": {META_SUBSCRIPTION_ID: subscription}, "notifications": granted},
-    });
-    let changed = json!({
-        "jsonrpc": wire::JSONRPC_VERSION,
-        "method": "notifications/resources/list_changed",
-        "params": {"_meta": {META_SUBSCRIPTION_ID: subscription}},
-    });
-    let closed = json!({
-        "jsonrpc": wire::JSONRPC_VERSION,
-        "id": id,
-        "result": {"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: subscription}},
-    });
+    let acknowledged = wire::AcknowledgedParams {
+        meta: subscription.clone(),
+        notifications: wire::ListenNotifications {
+            resources_list_changed: asked_resources.then_some(true),
+        },
+    };
+    let changed = wire::SubscriptionParams {
+        meta: subscription.clone(),
+    };
+    let closed = serde_json::to_value(wire::ListenResult::complete(subscription))
+        .map(|result| wire::Response::success(id, result));
     let plan = StreamPlan {
-        first: vec![acknowledged.to_string()],
+        first: vec![message_text(&wire::NotificationMessage::new::<
+            wire::SubscriptionsAcknowledged,
+        >(Some(&acknowledged)))],
         // A client that did not ask for resource list changes gets only keep-alives.
-        on_change: asked_resources.then(|| changed.to_string()),
-        at_end: Some(closed.to_string()),
+        on_change: asked_resources.then(|| {
+            message_text(&wire::NotificationMessage::new::<
+                wire::ListenResourcesListChanged,
+            >(Some(&changed)))
+        }),
+        at_end: closed.ok().map(|closed| message_text(&closed)),
     };
     stream::open(
         plan,
@@ -621,6 +633,11 @@ fn listen(face: &Arc<HttpFace>, headers: &HeaderMap, id: Value, params: &Value) 
         face.shutdown.clone(),
         permit,
     )
+}
+
+/// One message of a stream as its JSON text.
+fn message_text(message: &impl Serialize) -> String {
+    serde_json::to_string(message).unwrap_or_default()
 }
 
 fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value) -> Response {
@@ -685,13 +702,10 @@ pub(super) async fn get_stream(State(face): State<Arc<HttpFace>>, headers: Heade
     let Ok(permit) = face.streams.clone().try_acquire_owned() else {
         return too_many_streams(&face, &headers, &Value::Null);
     };
-    let changed = json!({
-        "jsonrpc": wire::JSONRPC_VERSION,
-        "method": "notifications/resources/list_changed",
-    });
+    let changed = wire::NotificationMessage::new::<wire::ResourcesListChanged>(None);
     let plan = StreamPlan {
         first: Vec::new(),
-        on_change: Some(changed.to_string()),
+        on_change: Some(message_text(&changed)),
         at_end: None,
     };
     stream::open(

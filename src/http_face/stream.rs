@@ -1,6 +1,7 @@
 //! The HTTP face's long-lived SSE streams (the handshake era's GET stream, the 2026-07-28
-//! `subscriptions/listen` answer): one `list_changed` per burst of committed swaps, keep-alive
-//! comments, and an end at shutdown. Each holds a permit of the bounded stream count.
+//! `subscriptions/listen` answer): one `resources/list_changed` per burst of committed swaps
+//! that touched resources, keep-alive comments, and an end at shutdown. Each holds a permit
+//! of the bounded stream count.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -8,7 +9,6 @@ use std::convert::Infallible;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
@@ -35,7 +35,7 @@ pub(super) fn sse_response(status: StatusCode, events: String) -> Response {
 pub(super) struct StreamPlan {
     /// Messages sent at once (the listen acknowledgement).
     pub first: Vec<String>,
-    /// The message sent for each burst of catalog changes, if the client asked for them.
+    /// The message sent for each burst of resource changes, if the client asked for them.
     pub on_change: Option<String>,
     /// The message sent when the daemon stops (the listen request's final result).
     pub at_end: Option<String>,
@@ -71,16 +71,17 @@ impl Driver {
                         return self.finish();
                     }
                 }
-                event = self.changes.recv() => match event {
-                    Ok(_) | Err(RecvError::Lagged(_)) => {
-                        // A burst of swaps is one notification: list_changed carries nothing.
-                        while let Ok(_) | Err(TryRecvError::Lagged(_)) = self.changes.try_recv() {}
-                        if let Some(message) = &self.on_change {
-                            return Some(message_event(message));
-                        }
+                event = self.changes.recv() => {
+                    // A burst of swaps is one notification: list_changed carries nothing. The
+                    // face's own tools never change, so only a resource change is announced.
+                    let burst = crate::store::drain_changes(event, &mut self.changes);
+                    if burst.closed && !burst.changed {
+                        return self.finish();
                     }
-                    Err(RecvError::Closed) => return self.finish(),
-                },
+                    if let (true, Some(message)) = (burst.resources, &self.on_change) {
+                        return Some(message_event(message));
+                    }
+                }
                 _ = self.keep_alive.tick() => return Some(": keep-alive\n\n".to_string()),
             }
         }

@@ -5,6 +5,7 @@
 mod cursor;
 mod entries;
 mod envelope;
+mod listen;
 mod params;
 mod record;
 mod resource;
@@ -31,6 +32,10 @@ pub use entries::{
 pub use envelope::{
     CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
     Response, ServerMessage, JSONRPC_VERSION,
+};
+pub use listen::{
+    AcknowledgedParams, ListenNotifications, ListenParams, ListenResourcesListChanged,
+    ListenResult, SubscriptionMeta, SubscriptionParams, SubscriptionsAcknowledged,
 };
 pub use params::{
     parse_params, ChangesParams, InitializeParams, InvalidParams, KindsSearch, ListParams,
@@ -94,6 +99,14 @@ pub const SEARCH_TIMED_OUT: i64 = -32004;
 
 /// The `_meta` key that names a resource's origin server.
 pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";
+
+/// A search hit's `_meta`: `{"io.mcp-mirror/server": server}`, as on listed resources.
+pub fn origin_meta(server: &str) -> serde_json::Value {
+    let mut meta = serde_json::Map::new();
+    meta.insert(ORIGIN_META_KEY.into(), server.into());
+    serde_json::Value::Object(meta)
+}
+
 /// The `_meta` key naming the mirror an entry came through, when its origin is another
 /// mirror's server ("demo via upstream").
 pub const VIA_META_KEY: &str = "io.mcp-mirror/via";

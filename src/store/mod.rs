@@ -114,11 +114,62 @@ pub struct ServerEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CatalogChanged {
     pub server: String,
+    /// Which kind changed: `Resource` for a resource swap (resources and templates together,
+    /// or a dropped server's snapshot), `Tool` or `Prompt` for an entry swap.
+    pub kind: Kind,
     pub added: u64,
     pub removed: u64,
     pub changed: u64,
     /// The change feed's newest sequence number after this change.
     pub latest_seq: i64,
+}
+
+impl CatalogChanged {
+    /// Whether this change alters the merged resource catalog (what `resources/list` pages).
+    pub fn changes_resources(&self) -> bool {
+        matches!(self.kind, Kind::Resource | Kind::Template)
+    }
+}
+
+/// What a subscriber's burst of queued catalog changes comes to, drained at once so a burst
+/// of swaps is one notification.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChangeBurst {
+    /// Anything changed (or changes were missed while the subscriber lagged).
+    pub changed: bool,
+    /// The merged resource catalog changed, or may have: a lagging subscriber cannot know.
+    pub resources: bool,
+    /// The broadcast closed: no change comes after this burst.
+    pub closed: bool,
+}
+
+/// Drains every change queued behind `first` (what `recv` returned) into one `ChangeBurst`.
+pub fn drain_changes(
+    first: Result<CatalogChanged, broadcast::error::RecvError>,
+    receiver: &mut broadcast::Receiver<CatalogChanged>,
+) -> ChangeBurst {
+    use broadcast::error::{RecvError, TryRecvError};
+    let mut burst = ChangeBurst::default();
+    match first {
+        Ok(change) => burst.resources = change.changes_resources(),
+        Err(RecvError::Lagged(_)) => burst.resources = true,
+        Err(RecvError::Closed) => {
+            burst.closed = true;
+            return burst;
+        }
+    }
+    burst.changed = true;
+    loop {
+        match receiver.try_recv() {
+            Ok(change) => burst.resources |= change.changes_resources(),
+            Err(TryRecvError::Lagged(_)) => burst.resources = true,
+            Err(TryRecvError::Empty) => return burst,
+            Err(TryRecvError::Closed) => {
+                burst.closed = true;
+                return burst;
+            }
+        }
+    }
 }
 
 /// What to do with the rows of servers that are no longer configured.

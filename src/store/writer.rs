@@ -202,6 +202,7 @@ pub fn run(
                         // A broadcast never blocks: a slow subscriber lags, the writer goes on.
                         let _ = changes.send(CatalogChanged {
                             server: server.clone(),
+                            kind: Kind::Resource,
                             added: swap.added,
                             removed: swap.removed,
                             changed: swap.changed,
@@ -230,6 +231,7 @@ pub fn run(
                     if swap.touched() > 0 {
                         let _ = changes.send(CatalogChanged {
                             server: server.clone(),
+                            kind,
                             added: swap.added,
                             removed: swap.removed,
                             changed: swap.changed,
@@ -364,6 +366,7 @@ fn sync_servers(
             if removed > 0 {
                 dropped.push(CatalogChanged {
                     server: name,
+                    kind: Kind::Resource,
                     added: 0,
                     removed: removed as u64,
                     changed: 0,

@@ -17,6 +17,7 @@ mod era;
 mod faults;
 mod http_face;
 mod interop;
+mod kinds_notify;
 mod live;
 mod liveness;
 mod search;

@@ -30,6 +30,10 @@ pub struct Scenario {
     /// Tools served by `tools/list` (declared when present), `tools_page_size` per page.
     pub tools: Option<Vec<Value>>,
     pub tools_page_size: Option<usize>,
+    /// This many generated tools (`tool_000000`, …) after `tools`, for large catalogs.
+    pub generate_tools: Option<usize>,
+    /// Described input properties per generated tool (8 unless set): the schema's size.
+    pub generated_tool_properties: Option<usize>,
     /// Prompts served by `prompts/list` (declared when present).
     pub prompts: Option<Vec<Value>>,
     /// Every catalog change sends this many `list_changed` notifications back to back.
@@ -196,8 +200,8 @@ impl Catalog {
             templates,
             page_size,
             resources_capability: scenario.capabilities_resources.unwrap_or(true),
-            tools: scenario.tools.clone().unwrap_or_default(),
-            tools_declared: scenario.tools.is_some(),
+            tools: crate::entries::scenario_tools(scenario),
+            tools_declared: scenario.tools.is_some() || scenario.generate_tools.is_some(),
             tools_page_size: scenario.tools_page_size.unwrap_or(100).max(1),
             prompts: scenario.prompts.clone().unwrap_or_default(),
             prompts_declared: scenario.prompts.is_some(),

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::catalog::{base64_decode, base64_encode, Catalog};
+use crate::catalog::{base64_decode, base64_encode, Catalog, Scenario};
 use crate::rpc::RpcError;
 
 const TOOLS_CURSOR_PREFIX: &str = "mcp-fixture-tools:";
@@ -32,6 +32,54 @@ fn decode(catalog: &Catalog, cursor: &str) -> Option<usize> {
     }
     let offset = offset.parse::<usize>().ok()?;
     (offset < catalog.tools.len()).then_some(offset)
+}
+
+/// The scenario's tools: those it lists, then `generate_tools` generated ones.
+pub fn scenario_tools(scenario: &Scenario) -> Vec<Value> {
+    let mut tools = scenario.tools.clone().unwrap_or_default();
+    let properties = scenario.generated_tool_properties.unwrap_or(8);
+    tools.extend(
+        (0..scenario.generate_tools.unwrap_or(0)).map(|index| generated_tool(index, properties)),
+    );
+    tools
+}
+
+/// Generated tool `index`, with `properties` described input properties. Words for searches:
+/// `records` in every description, `marker{index:06}` in one tool's only, and `latitude` in
+/// the first property's description of every hundredth tool.
+pub fn generated_tool(index: usize, properties: usize) -> Value {
+    let mut schema_properties = serde_json::Map::new();
+    for property in 0..properties {
+        let word = match (property, index % 100) {
+            (0, 0) => "latitude",
+            _ => "value",
+        };
+        schema_properties.insert(
+            format!("field_{property:02}"),
+            json!({
+                "type": "string",
+                "maxLength": 256,
+                "description": format!(
+                    "The {word} of field {property} for lookup {index}: plain text, trimmed and \
+                     normalised before use, compared without regard to case or accents."
+                ),
+            }),
+        );
+    }
+    json!({
+        "name": format!("tool_{index:06}"),
+        "title": format!("Tool {index}"),
+        "description": format!(
+            "Looks up records in section {} of the synthetic catalog; marker{index:06}.",
+            index % 97
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": schema_properties,
+            "required": ["field_00"],
+        },
+        "annotations": {"readOnlyHint": true},
+    })
 }
 
 /// `prompts/list`: every prompt in one page.

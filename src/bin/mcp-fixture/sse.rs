@@ -297,6 +297,8 @@ pub struct ListenStream {
     server: Arc<Server>,
     id: Value,
     wants_list_changed: bool,
+    /// The acknowledged notifications: which tools and prompts list changes this listen gets.
+    honoured: Value,
     preamble: Option<String>,
     pushes: broadcast::Receiver<Push>,
     keep_alive: Interval,
@@ -327,6 +329,7 @@ impl ListenStream {
             server,
             id,
             wants_list_changed,
+            honoured: honoured.clone(),
             ended: end_at_once,
         }
     }
@@ -335,6 +338,25 @@ impl ListenStream {
         let event = message_event(None, &rpc::list_changed(Some(&self.id)));
         self.server.count_list_changed(count);
         Bytes::from(event.repeat(count))
+    }
+
+    /// One notification of every kind this listen gets, after pushes were missed.
+    fn missed_chunk(&self) -> Option<Bytes> {
+        let mut events = String::new();
+        if self.wants_list_changed {
+            events.push_str(&message_event(None, &rpc::list_changed(Some(&self.id))));
+            self.server.count_list_changed(1);
+        }
+        for method in [
+            "notifications/tools/list_changed",
+            "notifications/prompts/list_changed",
+        ] {
+            if crate::entries::listen_wants(&self.honoured, method) {
+                let message = crate::entries::notification(method, Some(&self.id));
+                events.push_str(&message_event(None, &message));
+            }
+        }
+        (!events.is_empty()).then(|| Bytes::from(events))
     }
 }
 
@@ -356,9 +378,17 @@ impl Driver for ListenStream {
                     Ok(Push::ListChanged(count)) if self.wants_list_changed => {
                         return Some(Ok(self.list_changed_chunk(count)));
                     }
-                    // Missed pushes still mean the list changed; one notification covers them.
-                    Err(RecvError::Lagged(_)) if self.wants_list_changed => {
-                        return Some(Ok(self.list_changed_chunk(1)));
+                    // A listen gets the tools and prompts list changes it asked for, like stdio.
+                    Ok(Push::EntriesChanged(method)) if crate::entries::listen_wants(&self.honoured, method) => {
+                        let event = message_event(None, &crate::entries::notification(method, Some(&self.id)));
+                        return Some(Ok(Bytes::from(event)));
+                    }
+                    // Missed pushes still mean the lists changed; one notification of each
+                    // kind this listen asked for covers them.
+                    Err(RecvError::Lagged(_)) => {
+                        if let Some(chunk) = self.missed_chunk() {
+                            return Some(Ok(chunk));
+                        }
                     }
                     Ok(Push::DropStreams) => {
                         info!(id = %self.id, "dropping listen stream");
@@ -376,7 +406,7 @@ impl Driver for ListenStream {
                         self.ended = true;
                         return None;
                     }
-                    Ok(Push::ListChanged(_) | Push::EntriesChanged(_)) | Err(RecvError::Lagged(_)) => {}
+                    Ok(Push::ListChanged(_) | Push::EntriesChanged(_)) => {}
                 },
             }
         }
