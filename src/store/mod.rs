@@ -592,6 +592,16 @@ impl Store {
         self.read(index_source::resource_generation).await
     }
 
+    /// Reads the resource generation (as `resource_generation`) and runs `then` with it on the
+    /// same blocking thread, so a search of the index costs one hop off the async threads.
+    pub async fn with_resource_generation<T: Send + 'static>(
+        &self,
+        then: impl FnOnce(u64) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.read(move |connection| Ok(then(index_source::resource_generation(connection)?)))
+            .await
+    }
+
     pub async fn latest_change_seq(&self) -> Result<i64, StoreError> {
         self.read(queries::latest_change_seq).await
     }
