@@ -13,9 +13,10 @@
 //! plain search waited behind them. So the gate remembers, for each client (`SearchClient`,
 //! one per connection), how much search time it used lately (decaying with `USAGE_HALF_LIFE`)
 //! and how long its searches take (a moving average): a free slot goes to the waiter whose
-//! client used the least, and clients whose searches take longer than `HEAVY_SEARCH` together
-//! hold at most `max_concurrent - 1` slots, so one slot is always left for everyone else. A
-//! busy client of quick searches is not heavy: many searches are not what holds slots. The client of a search comes from the task-local `CURRENT_CLIENT` that
+//! client used the least, and clients whose searches take more than half the `search_timeout`
+//! on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
+//! slots, so one slot is always left for everyone else. A busy client of quick searches is not
+//! heavy: many searches are not what holds slots. The client of a search comes from the task-local `CURRENT_CLIENT` that
 //! `api::answer_request` sets around each request, so every engine's call of `acquire` stays
 //! as it was; a search outside that scope is a client of its own.
 
@@ -30,8 +31,6 @@ use tokio::sync::oneshot;
 const QUEUED_PER_SLOT: usize = 4;
 /// A client's recent search time halves over this long.
 const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
-/// A client whose searches take longer than this on average counts as heavy.
-const HEAVY_SEARCH: Duration = Duration::from_millis(100);
 
 tokio::task_local! {
     /// The client on whose behalf the current task searches.
@@ -139,7 +138,7 @@ pub struct SearchGate {
 
 struct Shared {
     max_concurrent: usize,
-    /// `HEAVY_SEARCH` in seconds.
+    /// Searches longer than this on average make a client heavy, in seconds.
     heavy_search: f64,
     queue: Mutex<Queue>,
     peak_running: AtomicUsize,
@@ -267,7 +266,8 @@ impl Drop for LeaveQueue<'_> {
 
 impl SearchGate {
     pub fn new(limits: SearchLimits) -> SearchGate {
-        SearchGate::with_heavy_search(limits, HEAVY_SEARCH)
+        // Half the time limit: the searches that run into it are what hold slots.
+        SearchGate::with_heavy_search(limits, limits.timeout / 2)
     }
 
     fn with_heavy_search(limits: SearchLimits, heavy_search: Duration) -> SearchGate {
