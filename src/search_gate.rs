@@ -89,8 +89,8 @@ impl Usage {
     fn decayed(&self, now: Instant) -> f64 {
         match self.at {
             Some(at) => {
-                let halvings = now.saturating_duration_since(at).as_secs_f64()
-                    / USAGE_HALF_LIFE.as_secs_f64();
+                let halvings =
+                    now.saturating_duration_since(at).as_secs_f64() / USAGE_HALF_LIFE.as_secs_f64();
                 self.seconds * 0.5f64.powf(halvings)
             }
             None => 0.0,
@@ -163,7 +163,9 @@ struct Waiter {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing panics while holding these locks; a poisoned one still holds consistent counts.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Shared {
@@ -443,14 +445,20 @@ mod tests {
             search_for(&gate, client, Duration::from_millis(40)).await;
         }
         // Two heavy clients ask at once: one runs, the other waits although a slot is free.
-        let first = gate.acquire_for(heavy[0].clone()).await.expect("first heavy");
+        let first = gate
+            .acquire_for(heavy[0].clone())
+            .await
+            .expect("first heavy");
         let second = tokio::spawn({
             let (gate, client) = (gate.clone(), heavy[1].clone());
             async move { gate.acquire_for(client).await.map(|_| ()) }
         });
         let deadline = Instant::now() + Duration::from_secs(5);
         while gate.activity().waiting < 1 {
-            assert!(Instant::now() < deadline, "the second heavy client never queued");
+            assert!(
+                Instant::now() < deadline,
+                "the second heavy client never queued"
+            );
             tokio::task::yield_now().await;
         }
         assert_eq!(gate.activity().running, 1);
@@ -465,7 +473,10 @@ mod tests {
             async move { gate.acquire_for(client).await.map(|_| ()) }
         });
         while gate.activity().waiting < 2 {
-            assert!(Instant::now() < deadline, "the third heavy client never queued");
+            assert!(
+                Instant::now() < deadline,
+                "the third heavy client never queued"
+            );
             tokio::task::yield_now().await;
         }
         let (order_sender, mut order) = tokio::sync::mpsc::unbounded_channel();
@@ -479,7 +490,10 @@ mod tests {
             }
         });
         while gate.activity().waiting < 3 {
-            assert!(Instant::now() < deadline, "the late light client never queued");
+            assert!(
+                Instant::now() < deadline,
+                "the late light client never queued"
+            );
             tokio::task::yield_now().await;
         }
         drop(light_permit);

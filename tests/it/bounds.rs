@@ -288,8 +288,9 @@ fn a_gentle_client_searches_between_four_connections_flooding_heavy_searches() {
     });
     let stop = std::sync::atomic::AtomicBool::new(false);
     // Heavy searches answered so far (cancelled at search_timeout, not refused), by flooder.
-    let finished: Vec<std::sync::atomic::AtomicU64> =
-        (0..4).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+    let finished: Vec<std::sync::atomic::AtomicU64> = (0..4)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
     let total = |finished: &[std::sync::atomic::AtomicU64]| -> u64 {
         finished
             .iter()

@@ -41,11 +41,15 @@ fn status_ls_and_search_show_the_mirrored_catalog() {
         "{status}"
     );
     // The search index has its line: state, generation, documents and size.
-    wait_for("the index of the 12 resources", Duration::from_secs(60), || {
-        let status = daemon.call("catalog/status", json!({}));
-        let index = &status["daemon"]["searchIndex"];
-        (index["state"] == "ready" && index["documents"] == 12).then_some(())
-    });
+    wait_for(
+        "the index of the 12 resources",
+        Duration::from_secs(60),
+        || {
+            let status = daemon.call("catalog/status", json!({}));
+            let index = &status["daemon"]["searchIndex"];
+            (index["state"] == "ready" && index["documents"] == 12).then_some(())
+        },
+    );
     let status = stdout(&run(&daemon.socket, &["status"]));
     let line = status
         .lines()

@@ -318,16 +318,20 @@ fn a_swap_of_100_changes_in_100000_holds_the_writer_within_budget_with_the_index
         // The fixture notices the new scenario and sends list_changed; the walk follows.
         scratch.write_scenario("big.json", &changing(version));
         // The index has the new text: a search finds it, answered by the index.
-        let answer = wait_for("the index to show the swap", Duration::from_secs(300), || {
-            let answer = daemon.call(
-                "catalog/search",
-                json!({"query": format!("revision r{version}"), "limit": 100}),
-            );
-            (answer["engine"] == "index"
-                && answer["match"] == "all"
-                && answer["results"].as_array().map(Vec::len) == Some(100))
-            .then_some(answer)
-        });
+        let answer = wait_for(
+            "the index to show the swap",
+            Duration::from_secs(300),
+            || {
+                let answer = daemon.call(
+                    "catalog/search",
+                    json!({"query": format!("revision r{version}"), "limit": 100}),
+                );
+                (answer["engine"] == "index"
+                    && answer["match"] == "all"
+                    && answer["results"].as_array().map(Vec::len) == Some(100))
+                .then_some(answer)
+            },
+        );
         let results = answer["results"].as_array().expect("results");
         assert!(
             results.iter().all(|hit| hit["description"]
