@@ -659,16 +659,15 @@ fn ten_servers(report: &mut Report) -> anyhow::Result<()> {
     args.extend(["--endpoints".to_string(), SERVERS.to_string()]);
     let mut fixture = start_http_fixture(&args, &files.path("fixture.log"))?;
     let mut servers = String::new();
+    // The fixture prints `…/mcp/`; its endpoints are `…/mcp/0` .. `…/mcp/9`.
+    let base = fixture.url.trim_end_matches('/').to_string();
     for server in 0..SERVERS {
         servers.push_str(&http_server_table(
             &format!("s{server}"),
-            &format!("{}/{server}", fixture.url),
+            &format!("{base}/{server}"),
         ));
     }
-    servers.push_str(&http_server_table(
-        COPY_SERVER,
-        &format!("{}/0", fixture.url),
-    ));
+    servers.push_str(&http_server_table(COPY_SERVER, &format!("{base}/0")));
     let config = files.config("", &servers)?;
     let started = Instant::now();
     let daemon = start_daemon(&files, &config)?;
