@@ -1,19 +1,41 @@
 //! The search gate: at most `max_concurrent` searches run at once, a bounded queue waits for a
-//! slot, and every admitted search carries the deadline it must finish by.
+//! slot in fair order across clients, and every admitted search carries the deadline it must
+//! finish by.
 //!
 //! Any search engine (SQLite FTS5 in the store, a derived index) takes a permit here before it
 //! runs and gives the permit's deadline to its own cancellation (SQLite's progress handler,
 //! an index's time budget). Cheap methods (`ping`, `status`, reads of one entry) never take
 //! it, so they never queue behind searches.
+//!
+//! Fairness: a socket connection asks one thing at a time, so a per-connection cap is already
+//! one; what a first-come queue lacks is a share. Four connections looping searches that run
+//! into `search_timeout` held every slot and every place ahead in the queue, and a client's
+//! plain search waited behind them. So the gate remembers, for each client (`SearchClient`,
+//! one per connection), how much search time it used lately (decaying with `USAGE_HALF_LIFE`)
+//! and how long its searches take (a moving average): a free slot goes to the waiter whose
+//! client used the least, and clients whose searches take more than half the `search_timeout`
+//! on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
+//! slots, so one slot is always left for everyone else. A busy client of quick searches is not
+//! heavy: many searches are not what holds slots. The client of a search comes from the task-local `CURRENT_CLIENT` that
+//! `api::answer_request` sets around each request, so every engine's call of `acquire` stays
+//! as it was; a search outside that scope is a client of its own.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 
 /// How many searches may wait for a slot for every one allowed to run.
 const QUEUED_PER_SLOT: usize = 4;
+/// A client's recent search time halves over this long.
+const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
+
+tokio::task_local! {
+    /// The client on whose behalf the current task searches.
+    pub static CURRENT_CLIENT: SearchClient;
+}
 
 /// The gate's bounds, from `[daemon] search_timeout` and `max_concurrent_searches`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,53 +71,222 @@ pub struct GateActivity {
     pub timed_out: u64,
 }
 
+/// One client of the gate (a socket connection; on the HTTP face a request or a session): the
+/// search time it used lately. Cheap to clone; a new one has used nothing.
+#[derive(Clone, Default)]
+pub struct SearchClient(Arc<Mutex<Usage>>);
+
+#[derive(Default)]
+struct Usage {
+    /// Decayed seconds of search time as of `at`.
+    seconds: f64,
+    at: Option<Instant>,
+    /// A moving average of its searches' durations, in seconds (each new one weighs half).
+    average_search: Option<f64>,
+}
+
+impl Usage {
+    fn decayed(&self, now: Instant) -> f64 {
+        match self.at {
+            Some(at) => {
+                let halvings =
+                    now.saturating_duration_since(at).as_secs_f64() / USAGE_HALF_LIFE.as_secs_f64();
+                self.seconds * 0.5f64.powf(halvings)
+            }
+            None => 0.0,
+        }
+    }
+}
+
+impl SearchClient {
+    fn recent_seconds(&self, now: Instant) -> f64 {
+        lock(&self.0).decayed(now)
+    }
+
+    fn is_heavy(&self, threshold: f64) -> bool {
+        lock(&self.0)
+            .average_search
+            .is_some_and(|average| average > threshold)
+    }
+
+    fn add(&self, used: Duration) {
+        let now = Instant::now();
+        let used = used.as_secs_f64();
+        let mut usage = lock(&self.0);
+        usage.seconds = usage.decayed(now) + used;
+        usage.at = Some(now);
+        usage.average_search = Some(match usage.average_search {
+            Some(average) => (average + used) / 2.0,
+            None => used,
+        });
+    }
+
+    /// The client of the current task, or a new one outside any request's scope.
+    fn current() -> SearchClient {
+        CURRENT_CLIENT
+            .try_with(SearchClient::clone)
+            .unwrap_or_default()
+    }
+}
+
 /// Shared by every connection; cheap to clone.
 #[derive(Clone)]
 pub struct SearchGate {
     limits: SearchLimits,
-    slots: Arc<Semaphore>,
-    counters: Arc<Counters>,
+    shared: Arc<Shared>,
 }
 
-#[derive(Default)]
-struct Counters {
-    running: AtomicUsize,
-    waiting: AtomicUsize,
+struct Shared {
+    max_concurrent: usize,
+    /// Searches longer than this on average make a client heavy, in seconds.
+    heavy_search: f64,
+    queue: Mutex<Queue>,
     peak_running: AtomicUsize,
     refused_busy: AtomicU64,
     timed_out: AtomicU64,
 }
 
+#[derive(Default)]
+struct Queue {
+    running: usize,
+    heavy_running: usize,
+    waiters: VecDeque<Waiter>,
+    next_ticket: u64,
+}
+
+struct Waiter {
+    ticket: u64,
+    client: SearchClient,
+    heavy: bool,
+    grant: oneshot::Sender<Slot>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these locks; a poisoned one still holds consistent counts.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    /// Whether a search of this weight may take a free slot now.
+    fn may_run(&self, queue: &Queue, heavy: bool) -> bool {
+        queue.running < self.max_concurrent
+            && (!heavy || self.max_concurrent == 1 || queue.heavy_running + 1 < self.max_concurrent)
+    }
+
+    /// Hands free slots to waiters: the least recent usage first, then the oldest.
+    fn dispatch(self: &Arc<Shared>, queue: &mut Queue) {
+        let now = Instant::now();
+        loop {
+            let chosen = queue
+                .waiters
+                .iter()
+                .enumerate()
+                .filter(|(_, waiter)| self.may_run(queue, waiter.heavy))
+                .min_by(|(_, a), (_, b)| {
+                    a.client
+                        .recent_seconds(now)
+                        .total_cmp(&b.client.recent_seconds(now))
+                        .then(a.ticket.cmp(&b.ticket))
+                })
+                .map(|(position, _)| position);
+            let Some(waiter) = chosen.and_then(|position| queue.waiters.remove(position)) else {
+                return;
+            };
+            queue.running += 1;
+            queue.heavy_running += usize::from(waiter.heavy);
+            self.peak_running.fetch_max(queue.running, Ordering::AcqRel);
+            let slot = Slot {
+                shared: Some(self.clone()),
+                heavy: waiter.heavy,
+            };
+            // A waiter that gave up before its grant: take the slot back and try the next.
+            if let Err(mut slot) = waiter.grant.send(slot) {
+                slot.shared = None;
+                queue.running -= 1;
+                queue.heavy_running -= usize::from(waiter.heavy);
+            }
+        }
+    }
+}
+
+/// A running search's place; given back (and the next waiter admitted) when dropped, also when
+/// it is dropped unreceived inside a grant whose waiter went away.
+struct Slot {
+    shared: Option<Arc<Shared>>,
+    heavy: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            let mut queue = lock(&shared.queue);
+            queue.running -= 1;
+            queue.heavy_running -= usize::from(self.heavy);
+            shared.dispatch(&mut queue);
+        }
+    }
+}
+
 /// Leave to run one search until `deadline`; the slot is free again when this drops.
 pub struct SearchPermit {
     pub deadline: Instant,
-    counters: Arc<Counters>,
-    _slot: OwnedSemaphorePermit,
+    started: Instant,
+    client: SearchClient,
+    shared: Arc<Shared>,
+    _slot: Slot,
 }
 
 impl Drop for SearchPermit {
     fn drop(&mut self) {
-        self.counters.running.fetch_sub(1, Ordering::AcqRel);
+        // Counted before the slot is given back, so the next choice sees it.
+        self.client.add(self.started.elapsed());
     }
 }
 
 impl SearchPermit {
     /// Records that the search ran past its deadline and was cancelled.
     pub fn timed_out(&self) {
-        self.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+        self.shared.timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Takes a waiter off the queue however its wait ends (a timeout, or the connection going
+/// away mid-wait); a waiter already granted is gone from the queue and this does nothing.
+struct LeaveQueue<'a> {
+    shared: &'a Arc<Shared>,
+    ticket: u64,
+}
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        let mut queue = lock(&self.shared.queue);
+        queue.waiters.retain(|waiter| waiter.ticket != self.ticket);
     }
 }
 
 impl SearchGate {
     pub fn new(limits: SearchLimits) -> SearchGate {
+        // Half the time limit: the searches that run into it are what hold slots.
+        SearchGate::with_heavy_search(limits, limits.timeout / 2)
+    }
+
+    fn with_heavy_search(limits: SearchLimits, heavy_search: Duration) -> SearchGate {
         let max_concurrent = limits.max_concurrent.max(1);
         SearchGate {
             limits: SearchLimits {
                 max_concurrent,
                 ..limits
             },
-            slots: Arc::new(Semaphore::new(max_concurrent)),
-            counters: Arc::new(Counters::default()),
+            shared: Arc::new(Shared {
+                max_concurrent,
+                heavy_search: heavy_search.as_secs_f64(),
+                queue: Mutex::new(Queue::default()),
+                peak_running: AtomicUsize::new(0),
+                refused_busy: AtomicU64::new(0),
+                timed_out: AtomicU64::new(0),
+            }),
         }
     }
 
@@ -103,65 +294,74 @@ impl SearchGate {
         self.limits
     }
 
-    /// Waits for a slot (at most `timeout`), or refuses at once when the queue is full.
+    /// Waits for a slot (at most `timeout`), or refuses at once when the queue is full; the
+    /// client is the current request's (`CURRENT_CLIENT`).
     pub async fn acquire(&self) -> Result<SearchPermit, GateError> {
+        self.acquire_for(SearchClient::current()).await
+    }
+
+    async fn acquire_for(&self, client: SearchClient) -> Result<SearchPermit, GateError> {
+        let shared = &self.shared;
         let max_waiting = self.limits.max_concurrent * QUEUED_PER_SLOT;
-        let counters = &self.counters;
-        let slot = match self.slots.clone().try_acquire_owned() {
+        let heavy = client.is_heavy(shared.heavy_search);
+        let (grant, mut granted) = oneshot::channel();
+        let ticket = {
+            let mut queue = lock(&shared.queue);
+            if queue.waiters.len() >= max_waiting {
+                shared.refused_busy.fetch_add(1, Ordering::Relaxed);
+                return Err(GateError::Busy {
+                    running: queue.running,
+                    waiting: queue.waiters.len(),
+                    max_concurrent: self.limits.max_concurrent,
+                });
+            }
+            let ticket = queue.next_ticket;
+            queue.next_ticket += 1;
+            queue.waiters.push_back(Waiter {
+                ticket,
+                client: client.clone(),
+                heavy,
+                grant,
+            });
+            shared.dispatch(&mut queue);
+            ticket
+        };
+        let slot = match granted.try_recv() {
             Ok(slot) => slot,
             Err(_) => {
-                let waiting = counters.waiting.fetch_add(1, Ordering::AcqRel);
-                let _leave_queue = LeaveQueue(counters);
-                if waiting >= max_waiting {
-                    counters.refused_busy.fetch_add(1, Ordering::Relaxed);
-                    return Err(GateError::Busy {
-                        running: counters.running.load(Ordering::Acquire),
-                        waiting,
-                        max_concurrent: self.limits.max_concurrent,
-                    });
-                }
-                let acquired =
-                    tokio::time::timeout(self.limits.timeout, self.slots.clone().acquire_owned())
-                        .await;
-                match acquired {
+                let _leave_queue = LeaveQueue { shared, ticket };
+                match tokio::time::timeout(self.limits.timeout, &mut granted).await {
                     Ok(Ok(slot)) => slot,
-                    // The semaphore is never closed; either way the caller may try again.
+                    // The sender only goes away unsent when the gate is dropped; either way
+                    // the caller may try again.
                     Ok(Err(_)) | Err(_) => {
-                        counters.refused_busy.fetch_add(1, Ordering::Relaxed);
+                        shared.refused_busy.fetch_add(1, Ordering::Relaxed);
                         return Err(GateError::WaitedTooLong(self.limits.timeout));
                     }
                 }
             }
         };
-        let running = counters.running.fetch_add(1, Ordering::AcqRel) + 1;
-        counters.peak_running.fetch_max(running, Ordering::AcqRel);
+        let started = Instant::now();
         Ok(SearchPermit {
-            deadline: Instant::now() + self.limits.timeout,
-            counters: self.counters.clone(),
+            deadline: started + self.limits.timeout,
+            started,
+            client,
+            shared: shared.clone(),
             _slot: slot,
         })
     }
 
     pub fn activity(&self) -> GateActivity {
-        let counters = &self.counters;
+        let shared = &self.shared;
+        let queue = lock(&shared.queue);
         GateActivity {
-            running: counters.running.load(Ordering::Acquire),
-            waiting: counters.waiting.load(Ordering::Acquire),
+            running: queue.running,
+            waiting: queue.waiters.len(),
             max_concurrent: self.limits.max_concurrent,
-            peak_running: counters.peak_running.load(Ordering::Acquire),
-            refused_busy: counters.refused_busy.load(Ordering::Relaxed),
-            timed_out: counters.timed_out.load(Ordering::Relaxed),
+            peak_running: shared.peak_running.load(Ordering::Acquire),
+            refused_busy: shared.refused_busy.load(Ordering::Relaxed),
+            timed_out: shared.timed_out.load(Ordering::Relaxed),
         }
-    }
-}
-
-/// Takes a waiter off the queue count however its wait ends (a slot, a refusal, a timeout, or
-/// the connection going away mid-wait).
-struct LeaveQueue<'a>(&'a Counters);
-
-impl Drop for LeaveQueue<'_> {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -182,7 +382,11 @@ mod tests {
             let gate = gate.clone();
             async move { gate.acquire().await.map(|_| ()) }
         });
-        tokio::task::yield_now().await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while gate.activity().waiting < 1 {
+            assert!(Instant::now() < deadline, "the waiter never queued");
+            tokio::task::yield_now().await;
+        }
         drop(first);
         waiter.await.expect("join").expect("admitted after waiting");
         assert_eq!(gate.activity().peak_running, 2);
@@ -191,6 +395,7 @@ mod tests {
         let refused = gate.acquire().await.map(|_| ()).expect_err("no slot");
         assert!(matches!(refused, GateError::WaitedTooLong(_)), "{refused}");
         assert_eq!(gate.activity().waiting, 0);
+        assert_eq!(gate.activity().running, 2);
     }
 
     #[tokio::test]
@@ -217,5 +422,85 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(gate.activity().refused_busy, 1);
         waiters.iter().for_each(|waiter| waiter.abort());
+    }
+
+    /// Runs one search of `client` that holds its slot for `held`.
+    async fn search_for(gate: &SearchGate, client: &SearchClient, held: Duration) {
+        let permit = gate.acquire_for(client.clone()).await.expect("admitted");
+        tokio::time::sleep(held).await;
+        drop(permit);
+    }
+
+    #[tokio::test]
+    async fn heavy_clients_leave_a_slot_free_and_a_light_client_goes_first() {
+        let gate = SearchGate::with_heavy_search(
+            SearchLimits {
+                timeout: Duration::from_secs(30),
+                max_concurrent: 2,
+            },
+            Duration::from_millis(20),
+        );
+        let heavy: Vec<SearchClient> = (0..3).map(|_| SearchClient::default()).collect();
+        for client in &heavy {
+            search_for(&gate, client, Duration::from_millis(40)).await;
+        }
+        // Two heavy clients ask at once: one runs, the other waits although a slot is free.
+        let first = gate
+            .acquire_for(heavy[0].clone())
+            .await
+            .expect("first heavy");
+        let second = tokio::spawn({
+            let (gate, client) = (gate.clone(), heavy[1].clone());
+            async move { gate.acquire_for(client).await.map(|_| ()) }
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while gate.activity().waiting < 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the second heavy client never queued"
+            );
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(gate.activity().running, 1);
+        // A light client takes the slot kept free at once.
+        let light = SearchClient::default();
+        let light_permit = gate.acquire_for(light.clone()).await.expect("light");
+        assert_eq!(gate.activity().running, 2);
+        // A third heavy client queues behind the second; a light one queued after both is
+        // served first when the light search ends.
+        let third = tokio::spawn({
+            let (gate, client) = (gate.clone(), heavy[2].clone());
+            async move { gate.acquire_for(client).await.map(|_| ()) }
+        });
+        while gate.activity().waiting < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the third heavy client never queued"
+            );
+            tokio::task::yield_now().await;
+        }
+        let (order_sender, mut order) = tokio::sync::mpsc::unbounded_channel();
+        let late_light = tokio::spawn({
+            let gate = gate.clone();
+            let order_sender = order_sender.clone();
+            async move {
+                let permit = gate.acquire_for(SearchClient::default()).await;
+                let _ = order_sender.send("light");
+                permit.map(|_| ())
+            }
+        });
+        while gate.activity().waiting < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "the late light client never queued"
+            );
+            tokio::task::yield_now().await;
+        }
+        drop(light_permit);
+        late_light.await.expect("join").expect("light admitted");
+        assert_eq!(order.recv().await, Some("light"));
+        drop(first);
+        second.await.expect("join").expect("second heavy admitted");
+        third.await.expect("join").expect("third heavy admitted");
     }
 }

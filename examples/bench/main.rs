@@ -35,7 +35,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 
-use crate::daemon::DaemonFiles;
 use crate::paths::{bench_peer_binary, python_binary, release_binary, work_dir, ROOT};
 use crate::report::Report;
 use crate::walk::WalkOptions;
@@ -164,7 +163,7 @@ fn main() -> anyhow::Result<()> {
     ));
     report.line("");
     let mut results: BTreeMap<&str, anyhow::Result<()>> = BTreeMap::new();
-    let mut million: Option<DaemonFiles> = None;
+    let mut million: Option<query::MillionDatabase> = None;
     for scenario in &scenarios {
         eprintln!("== {scenario}");
         let outcome = match *scenario {
@@ -179,7 +178,7 @@ fn main() -> anyhow::Result<()> {
                 let files = million.as_ref().context("million database")?;
                 match *scenario {
                     "query" => query::run(&mut report, files),
-                    _ => start::run(&mut report, files),
+                    _ => start::run(&mut report, &files.files),
                 }
             })(),
             "idle" => idle::run(&mut report, quick),

@@ -1,31 +1,106 @@
-//! Query: search latency, throughput and paging over a 1,000,000-resource database, which this
-//! file also builds (the start scenario reuses it).
+//! Query: the search benchmark of issue 11 at 1,000,000 resources (every query class through
+//! the socket, the derived index side by side with SQLite's FTS5, throughput, the index's build,
+//! catch-up, size and the daemon's RSS), and paging the merged catalog. It also builds the
+//! 1,000,000-resource database that the start scenario reuses.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
-use serde_json::json;
+use anyhow::{anyhow, bail};
+use serde_json::{json, Value};
 
-use crate::daemon::{connect, fixture_args, fixture_stdio_table, start_daemon, DaemonFiles};
-use crate::measure::{clock_ticks_per_second, cpu_ticks};
-use crate::process::http_server_table;
-use crate::report::{Report, Samples};
+use crate::daemon::{
+    connect, fixture_args, fixture_stdio_table, start_daemon, start_http_fixture, Daemon,
+    DaemonFiles,
+};
+use crate::measure::{clock_ticks_per_second, cpu_ticks, now_us, proc_status_kb};
+use crate::process::{http_server_table, poll_until, write_json_atomically};
+use crate::report::{mb, ratio, Report, Samples};
 
 const MILLION_SERVER: &str = "million";
+const MILLION: u64 = 1_000_000;
+/// The 10-server catalog: one HTTP fixture serving ten catalogs of this many resources.
+const SERVERS: usize = 10;
+const PER_SERVER: usize = 100_000;
+/// The server that lists the same URIs as `s0`, so the merged view has a choice to make.
+const COPY_SERVER: &str = "s0copy";
+/// Per class and engine: at most this many timed queries, for at most this long.
+const QUERIES_PER_CLASS: usize = 300;
+const INDEX_CLASS_TIME: Duration = Duration::from_secs(10);
+/// FTS5 classes whose queries run into `search_timeout` (2 s) stop after a few.
+const SQLITE_CLASS_TIME: Duration = Duration::from_secs(8);
+const THROUGHPUT_WINDOW: Duration = Duration::from_secs(5);
+const CATCH_UP_ROUNDS: usize = 4;
+const CHANGING: usize = 100;
 
-/// Mirrors a 1,000,000-resource stdio fixture into `work/million` and stops the daemon,
-/// leaving the database. Returns the seconds the first load took.
-pub fn build_million_database() -> anyhow::Result<DaemonFiles> {
+/// The database the query and start scenarios share, and what its first load measured.
+pub struct MillionDatabase {
+    pub files: DaemonFiles,
+    pub first_load: FirstLoad,
+}
+
+/// A first load into an empty directory with the index on.
+pub struct FirstLoad {
+    /// Daemon start to the walk's commit.
+    walk_seconds: f64,
+    /// The walk's commit to the index holding every entry (`ready`).
+    index_seconds: f64,
+    index_bytes: u64,
+    /// The daemon's peak resident memory (VmHWM) over the load and the index build.
+    peak_rss_kb: Option<u64>,
+}
+
+/// Mirrors a 1,000,000-resource stdio fixture into `work/million`, waits until the search
+/// index holds every entry, and stops the daemon, leaving the database and the index.
+pub fn build_million_database() -> anyhow::Result<MillionDatabase> {
     let files = DaemonFiles::fresh("million")?;
-    let args = fixture_args(1_000_000, 1000, MILLION_SERVER);
+    let args = fixture_args(MILLION as usize, 1000, MILLION_SERVER);
     let config = files.config("", &fixture_stdio_table(MILLION_SERVER, &args))?;
+    let started = Instant::now();
     let mut daemon = start_daemon(&files, &config)?;
-    daemon.wait_for_walks(1, Duration::from_secs(1800))?;
+    let mut first_load = first_load(&daemon, started, MILLION)?;
+    first_load.peak_rss_kb = proc_status_kb(daemon.process.pid(), "VmHWM");
     daemon.process.stop();
-    Ok(files)
+    Ok(MillionDatabase { files, first_load })
+}
+
+/// Waits for every server's first walk and for the index to hold `documents` entries.
+fn first_load(daemon: &Daemon, started: Instant, documents: u64) -> anyhow::Result<FirstLoad> {
+    let mut client = daemon.client()?;
+    let mut walked_at = None;
+    let mut last = Value::Null;
+    let index = poll_until(
+        "the first load and the index",
+        Duration::from_secs(1800),
+        Duration::from_millis(50),
+        || {
+            last = client.call("catalog/status", json!({}))?;
+            let servers = last["servers"].as_array().cloned().unwrap_or_default();
+            if walked_at.is_none()
+                && !servers.is_empty()
+                && servers
+                    .iter()
+                    .all(|server| server["walksOk"].as_u64().unwrap_or(0) >= 1)
+            {
+                walked_at = Some(started.elapsed());
+            }
+            let index = &last["daemon"]["searchIndex"];
+            Ok((walked_at.is_some()
+                && index["state"] == "ready"
+                && index["documents"].as_u64() == Some(documents))
+            .then(|| index.clone()))
+        },
+    )
+    .map_err(|error| anyhow!("{error:#}: {last}"))?;
+    let walked = walked_at.unwrap_or_default();
+    Ok(FirstLoad {
+        walk_seconds: walked.as_secs_f64(),
+        index_seconds: (started.elapsed() - walked).as_secs_f64(),
+        index_bytes: index["bytes"].as_u64().unwrap_or(0),
+        peak_rss_kb: None,
+    })
 }
 
 /// A config naming the same server, now unreachable: the daemon keeps its snapshot and
@@ -37,195 +112,491 @@ pub fn offline_million_config(files: &DaemonFiles) -> anyhow::Result<PathBuf> {
     )
 }
 
-/// The query classes: (label, generator of the i-th query).
-type QueryClass = (&'static str, fn(usize) -> String);
+/// The words of `text` as an FTS5 query of the same meaning as a plain search's first step:
+/// all of them, the last a prefix.
+fn fts5_and_of_words(text: &str) -> String {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(|word| format!("\"{word}\""))
+        .collect();
+    format!("{}*", words.join(" "))
+}
 
-fn query_classes() -> Vec<QueryClass> {
+/// One query class: its label and the i-th query's text and server filter.
+struct QueryClass {
+    label: &'static str,
+    make: fn(usize) -> (String, Option<String>),
+}
+
+impl QueryClass {
+    fn params(&self, i: usize, raw: bool) -> Value {
+        let (text, server) = (self.make)(i);
+        let mut params = if raw {
+            json!({"query": fts5_and_of_words(&text), "raw": true, "limit": 10})
+        } else {
+            json!({"query": text, "limit": 10})
+        };
+        if let Some(server) = server {
+            params["server"] = json!(server);
+        }
+        params
+    }
+}
+
+/// The classes on the one-server catalog of 1,000,000; the first three are the selective mix.
+fn million_classes() -> Vec<QueryClass> {
     vec![
-        ("one word, rare (a 6-digit id, 1 match)", |i| {
-            format!("{:06}", (i * 7919) % 1_000_000)
-        }),
-        ("two words (`document` + a number, ~2 matches)", |i| {
-            format!("document {}", (i * 104_729) % 1_000_000 + 100_000)
-        }),
-        ("prefix (4 digits, 100 matches)", |i| {
-            format!("{:04}", (i * 31) % 10_000)
-        }),
-        ("two words (`topic-N doc`, 27,000 matches)", |i| {
-            format!("topic-{} doc", i % 37)
-        }),
-        ("one word, every resource matches (`document`)", |_| {
-            "document".into()
-        }),
-        ("prefix, every resource matches (`synth`)", |_| {
-            "synth".into()
-        }),
+        QueryClass {
+            label: "one word, rare (a 6-digit id, 1 match)",
+            make: |i| (format!("{:06}", (i * 7919) % 1_000_000), None),
+        },
+        QueryClass {
+            label: "two words (`document` + a number, ~2 matches)",
+            make: |i| {
+                (
+                    format!("document {}", (i * 104_729) % 1_000_000 + 100_000),
+                    None,
+                )
+            },
+        },
+        QueryClass {
+            label: "prefix (4 digits, 100 matches)",
+            make: |i| (format!("{:04}", (i * 31) % 10_000), None),
+        },
+        QueryClass {
+            label: "two words (`topic-N doc`, 27,000 matches)",
+            make: |i| (format!("topic-{} doc", i % 37), None),
+        },
+        QueryClass {
+            label: "one word, every resource matches (`document`)",
+            make: |_| ("document".into(), None),
+        },
+        QueryClass {
+            label: "prefix, every resource matches (`synth`)",
+            make: |_| ("synth".into(), None),
+        },
+        QueryClass {
+            label: "AND of two common words (every resource matches)",
+            make: |i| {
+                (
+                    ["synthetic document", "document number", "about synthetic"][i % 3].into(),
+                    None,
+                )
+            },
+        },
+        QueryClass {
+            label: "a typo (`documnet N`, `sythetic`; FTS5 finds nothing)",
+            make: |i| {
+                let text = if i % 2 == 0 {
+                    format!("documnet {}", (i * 104_729) % 1_000_000 + 100_000)
+                } else {
+                    "sythetic".into()
+                };
+                (text, None)
+            },
+        },
     ]
 }
 
-pub fn run(report: &mut Report, files: &DaemonFiles) -> anyhow::Result<()> {
-    report.line("## Query: 1,000,000 resources");
-    report.line("");
-    let config = offline_million_config(files)?;
-    let daemon = start_daemon(files, &config)?;
-    let mut client = daemon.client()?;
-    let total = client.call("catalog/status", json!({}))?["daemon"]["resources"].clone();
-    report.line(format!(
-        "`catalog/search` (limit 10) latency from one socket client, client-side round trip; \
-         the database holds {total} resources. 5 warm-up queries per class, then up to 300 \
-         queries or 30 s per class."
-    ));
-    report.line("");
-    let mut rows = Vec::new();
-    let mut selective = Samples::default();
-    let mut all = Samples::default();
-    for (index, (label, query)) in query_classes().into_iter().enumerate() {
-        for warm in 0..5 {
-            client.call(
-                "catalog/search",
-                json!({"query": query(warm + 1000), "limit": 10}),
-            )?;
-        }
-        let mut samples = Samples::default();
-        let started = Instant::now();
-        let mut hits = 0u64;
-        for i in 0..300 {
-            if started.elapsed() > Duration::from_secs(30) {
-                break;
-            }
-            let call_started = Instant::now();
-            let result = client.call("catalog/search", json!({"query": query(i), "limit": 10}))?;
-            let ms = call_started.elapsed().as_secs_f64() * 1000.0;
-            samples.push(ms);
-            all.push(ms);
-            if index < 3 {
-                selective.push(ms);
-            }
-            hits += result["results"].as_array().map_or(0, Vec::len) as u64;
-        }
-        rows.push(vec![
-            label.to_string(),
-            samples.len().to_string(),
-            format!("{:.1}", hits as f64 / samples.len() as f64),
-            format!("{:.2}", samples.median()),
-            format!("{:.2}", samples.quantile(0.99)),
-            format!("{:.2}", samples.max()),
-        ]);
+/// The classes on the 10-server catalog (10 × 100,000, and `s0copy` listing `s0`'s URIs).
+fn ten_server_classes() -> Vec<QueryClass> {
+    vec![
+        QueryClass {
+            label: "server filter, `document` (1 of 10 servers)",
+            make: |i| ("document".into(), Some(format!("s{}", i % SERVERS))),
+        },
+        QueryClass {
+            label: "server filter, `topic-N doc` (1 of 10 servers)",
+            make: |i| {
+                (
+                    format!("topic-{} doc", i % 37),
+                    Some(format!("s{}", i % SERVERS)),
+                )
+            },
+        },
+        QueryClass {
+            label: "merged view, a 6-digit id (11 listings, 10 URIs)",
+            make: |i| (format!("{:06}", (i * 7919) % PER_SERVER), None),
+        },
+        QueryClass {
+            label: "merged view, `document` (1,100,000 listings)",
+            make: |_| ("document".into(), None),
+        },
+    ]
+}
+
+/// What timing one class with one engine found.
+struct ClassTiming {
+    samples: Samples,
+    timed_out: usize,
+    hits: u64,
+    engine: String,
+    match_mode: String,
+}
+
+fn time_class(
+    client: &mut crate::process::SocketClient,
+    class: &QueryClass,
+    raw: bool,
+) -> anyhow::Result<ClassTiming> {
+    let limit = if raw {
+        SQLITE_CLASS_TIME
+    } else {
+        INDEX_CLASS_TIME
+    };
+    // Warm-up: the caches of both engines, outside the timed queries.
+    for warm in 0..3 {
+        let _ = client.request("catalog/search", class.params(warm + 1000, raw))?;
     }
-    rows.push(vec![
-        "**selective mix (first three rows)**".into(),
-        selective.len().to_string(),
-        String::new(),
-        format!("{:.2}", selective.median()),
-        format!("{:.2}", selective.quantile(0.99)),
-        format!("{:.2}", selective.max()),
-    ]);
-    rows.push(vec![
-        "**every row, equal weight per query**".into(),
-        all.len().to_string(),
-        String::new(),
-        format!("{:.2}", all.median()),
-        format!("{:.2}", all.quantile(0.99)),
-        format!("{:.2}", all.max()),
-    ]);
+    let mut timing = ClassTiming {
+        samples: Samples::default(),
+        timed_out: 0,
+        hits: 0,
+        engine: String::new(),
+        match_mode: String::new(),
+    };
+    let started = Instant::now();
+    for i in 0..QUERIES_PER_CLASS {
+        if started.elapsed() > limit {
+            break;
+        }
+        let before = Instant::now();
+        let answer = client.request("catalog/search", class.params(i, raw))?;
+        // A search cut off at `search_timeout` counts with the time it took.
+        timing.samples.push(before.elapsed().as_secs_f64() * 1000.0);
+        match answer.get("result") {
+            Some(result) => {
+                timing.hits += result["results"].as_array().map_or(0, Vec::len) as u64;
+                timing.engine = result["engine"].as_str().unwrap_or("?").to_string();
+                if let Some(mode) = result["match"].as_str() {
+                    timing.match_mode = mode.to_string();
+                }
+            }
+            None => timing.timed_out += 1,
+        }
+    }
+    Ok(timing)
+}
+
+/// Times every class with both engines and adds one table: each class's index row, its FTS5
+/// row, and the p50 ratio.
+fn class_table(
+    report: &mut Report,
+    client: &mut crate::process::SocketClient,
+    classes: &[QueryClass],
+    selective: Option<usize>,
+) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    let mut mix = [Samples::default(), Samples::default()];
+    for (position_in_table, class) in classes.iter().enumerate() {
+        eprintln!("  {}", class.label);
+        let mut p50 = [f64::NAN; 2];
+        for (position, raw) in [false, true].into_iter().enumerate() {
+            let timing = time_class(client, class, raw)?;
+            let samples = &timing.samples;
+            p50[position] = samples.median();
+            if selective.is_some_and(|count| position_in_table < count) {
+                mix[position].0.extend(&samples.0);
+            }
+            let engine = if raw {
+                "FTS5 (raw AND)".to_string()
+            } else {
+                format!("{} ({})", timing.engine, timing.match_mode)
+            };
+            rows.push(vec![
+                if raw {
+                    String::new()
+                } else {
+                    class.label.to_string()
+                },
+                engine,
+                samples.len().to_string(),
+                timing.timed_out.to_string(),
+                format!("{:.1}", timing.hits as f64 / samples.len().max(1) as f64),
+                format!("{:.2}", samples.median()),
+                format!("{:.2}", samples.quantile(0.99)),
+                format!("{:.2}", samples.max()),
+                if raw {
+                    format!("×{}", ratio(p50[1], p50[0]))
+                } else {
+                    String::new()
+                },
+            ]);
+        }
+    }
+    if let Some(count) = selective {
+        for (position, engine) in ["index", "FTS5 (raw AND)"].into_iter().enumerate() {
+            let samples = &mix[position];
+            rows.push(vec![
+                format!("**selective mix (first {count} classes)**"),
+                engine.into(),
+                samples.len().to_string(),
+                String::new(),
+                String::new(),
+                format!("{:.2}", samples.median()),
+                format!("{:.2}", samples.quantile(0.99)),
+                format!("{:.2}", samples.max()),
+                String::new(),
+            ]);
+        }
+    }
     report.table(
         &[
             "query class",
+            "engine (match)",
             "queries",
+            "cut off (search_timeout)",
             "hits/query",
             "p50 ms",
             "p99 ms",
             "max ms",
+            "FTS5 p50 / index p50",
         ],
         &rows,
     );
+    Ok(())
+}
 
-    // Throughput: N clients, each on its own connection, for 5 s.
-    report.line(
-        "Throughput: N socket clients, each on its own connection, each sending its next \
-         request as soon as the answer arrives, for 5 s.",
-    );
-    report.line("");
-    let mut rows = Vec::new();
-    let classes = query_classes();
-    for (label, workload) in [
-        ("search, selective mix", 0usize),
-        ("search, `topic-N doc`", 1),
-        ("`catalog/status`", 2),
-    ] {
-        for clients in [1usize, 8, 64] {
-            let counts = Arc::new(Mutex::new(Vec::new()));
-            let stop = Arc::new(AtomicBool::new(false));
-            let mut threads = Vec::new();
-            let selective: Vec<fn(usize) -> String> =
-                classes.iter().take(3).map(|class| class.1).collect();
-            let broad = classes[3].1;
-            for client_index in 0..clients {
-                let socket = daemon.socket.clone();
-                let stop = stop.clone();
-                let counts = counts.clone();
-                let selective = selective.clone();
-                threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
-                    let mut client = connect(&socket)?;
-                    let mut done = 0u64;
-                    let mut latencies = Samples::default();
-                    let mut i = client_index * 1_000_003;
-                    while !stop.load(Ordering::Relaxed) {
-                        i += 1;
-                        let started = Instant::now();
-                        match workload {
-                            0 => client.call(
-                                "catalog/search",
-                                json!({"query": selective[i % 3](i), "limit": 10}),
-                            )?,
-                            1 => client
-                                .call("catalog/search", json!({"query": broad(i), "limit": 10}))?,
-                            _ => client.call("catalog/status", json!({}))?,
-                        };
-                        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
-                        done += 1;
-                    }
-                    counts
-                        .lock()
-                        .map_err(|_| anyhow!("poisoned"))?
-                        .push((done, latencies));
-                    Ok(())
-                }));
-            }
-            let window = Duration::from_secs(5);
-            let cpu_before = cpu_ticks(daemon.process.pid()).unwrap_or(0);
-            std::thread::sleep(window);
-            stop.store(true, Ordering::Relaxed);
-            let cpu_after = cpu_ticks(daemon.process.pid()).unwrap_or(0);
-            for thread in threads {
-                thread
-                    .join()
-                    .map_err(|_| anyhow!("a client thread panicked"))??;
-            }
-            let counts = counts.lock().map_err(|_| anyhow!("poisoned"))?;
-            let done: u64 = counts.iter().map(|(done, _)| done).sum();
+/// N clients, each on its own connection, each sending the next selective query as soon as
+/// the answer arrives. Returns answers/s, refused as busy, p50, p99, daemon cores used.
+fn throughput(
+    daemon: &Daemon,
+    clients: usize,
+    raw: bool,
+) -> anyhow::Result<(f64, u64, f64, f64, f64)> {
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for client_index in 0..clients {
+        let socket = daemon.socket.clone();
+        let stop = stop.clone();
+        let results = results.clone();
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let classes = million_classes();
+            let mut client = connect(&socket)?;
             let mut latencies = Samples::default();
-            for (_, samples) in counts.iter() {
-                for value in &samples.0 {
-                    latencies.push(*value);
+            let mut refused = 0u64;
+            let mut i = client_index * 1_000_003;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let started = Instant::now();
+                let answer = client.request("catalog/search", classes[i % 3].params(i, raw))?;
+                // Answers only: a search the gate refuses as busy is counted apart.
+                if answer.get("result").is_some() {
+                    latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+                } else {
+                    refused += 1;
                 }
             }
-            let cores = (cpu_after - cpu_before) as f64 / clock_ticks_per_second() / 5.0;
+            results
+                .lock()
+                .map_err(|_| anyhow!("poisoned"))?
+                .push((latencies, refused));
+            Ok(())
+        }));
+    }
+    let cpu_before = cpu_ticks(daemon.process.pid()).unwrap_or(0);
+    std::thread::sleep(THROUGHPUT_WINDOW);
+    stop.store(true, Ordering::Relaxed);
+    let cpu_after = cpu_ticks(daemon.process.pid()).unwrap_or(0);
+    for thread in threads {
+        thread
+            .join()
+            .map_err(|_| anyhow!("a client thread panicked"))??;
+    }
+    let results = results.lock().map_err(|_| anyhow!("poisoned"))?;
+    let mut latencies = Samples::default();
+    let mut refused = 0;
+    for (samples, turned_away) in results.iter() {
+        latencies.0.extend(&samples.0);
+        refused += turned_away;
+    }
+    let window = THROUGHPUT_WINDOW.as_secs_f64();
+    Ok((
+        latencies.len() as f64 / window,
+        refused,
+        latencies.median(),
+        latencies.quantile(0.99),
+        (cpu_after - cpu_before) as f64 / clock_ticks_per_second() / window,
+    ))
+}
+
+/// The resources of the small server whose catalog changes: `CHANGING` entries at `version`.
+fn changing_scenario(version: usize) -> Value {
+    let resources: Vec<Value> = (0..CHANGING)
+        .map(|index| {
+            json!({
+                "uri": format!("bench://churn/{index:03}"),
+                "name": format!("churn-{index:03}"),
+                "description": format!("Changing resource {index} at version {version}"),
+                "mimeType": "text/plain",
+            })
+        })
+        .collect();
+    json!({"generate": 0, "page_size": 1000, "resources": resources})
+}
+
+/// Swaps of 100 changes on a daemon whose index holds 1,000,000 entries: the write lock's
+/// hold time (from the log) and the time from the commit to the index reflecting it.
+fn catch_up(report: &mut Report, daemon: &Daemon, scenario: &Path) -> anyhow::Result<()> {
+    let mut client = daemon.client()?;
+    let mut hold = Samples::default();
+    let mut catch_up = Samples::default();
+    for version in 1..=CATCH_UP_ROUNDS {
+        let swaps_before = daemon.swaps().len();
+        // The stdio fixture notices the file within 100 ms and sends list_changed.
+        write_json_atomically(scenario, &changing_scenario(version))?;
+        // Polled with a search, not `catalog/status` (which counts the merged catalog, too
+        // heavy to call every millisecond): the index answers once it has the new text.
+        let wanted = format!("at version {version}");
+        let reflected_at = poll_until(
+            "the index to reflect the swap",
+            Duration::from_secs(120),
+            Duration::from_millis(1),
+            || {
+                let answer = client.call(
+                    "catalog/search",
+                    json!({"query": format!("churn-042 {wanted}"), "limit": 1}),
+                )?;
+                let fresh = answer["engine"] == "index"
+                    && answer["results"][0]["description"]
+                        .as_str()
+                        .is_some_and(|text| text.ends_with(&wanted));
+                Ok(fresh.then(now_us))
+            },
+        )?;
+        let swap = poll_until(
+            "the swap in the log",
+            Duration::from_secs(10),
+            Duration::from_millis(10),
+            || {
+                Ok(daemon
+                    .swaps()
+                    .get(swaps_before..)
+                    .and_then(|new| new.iter().find(|swap| swap.changed == CHANGING as u64))
+                    .copied())
+            },
+        )?;
+        if version == 1 {
+            continue; // warm-up
+        }
+        hold.push(swap.hold_ms);
+        catch_up.push((reflected_at - swap.committed_at_us) as f64 / 1000.0);
+    }
+    report.line(format!(
+        "Catch-up: {} swaps of {CHANGING} changed resources (one small server beside the \
+         1,000,000) after a warm-up. The swap's write-lock hold time (log `hold_ms`): {} ms \
+         median (min–max); the swap's commit (log time) to `catalog/status` showing the index \
+         with the new text (a search answered by the index, polled every ~1 ms; a search waits up to 1 s for a swap it may have seen, so this is also what a client sees): {} ms.",
+        hold.len(),
+        hold.summary(2),
+        catch_up.summary(1),
+    ));
+    report.line("");
+    Ok(())
+}
+
+pub fn run(report: &mut Report, million: &MillionDatabase) -> anyhow::Result<()> {
+    let files = &million.files;
+    report.line("## Query: 1,000,000 resources, the derived index beside FTS5");
+    report.line("");
+    let load = &million.first_load;
+    report.line(format!(
+        "First load into an empty directory, index on (one stdio fixture of 1,000,000 \
+         resources, pages of 1,000): the walk committed {:.1} s after the daemon started; the \
+         index held every entry {:.1} s later ({} MB on disk). Daemon peak RSS (VmHWM) over \
+         the load and the index build: {} MB (budget 150 MB).",
+        load.walk_seconds,
+        load.index_seconds,
+        mb(Some(load.index_bytes / 1024)),
+        mb(load.peak_rss_kb),
+    ));
+    report.line("");
+
+    // The million, unreachable now, and a small server whose catalog changes.
+    let scenario = files.path("churn.json");
+    write_json_atomically(&scenario, &changing_scenario(0))?;
+    let churn_args = vec![
+        "--name".to_string(),
+        "churn".into(),
+        "--scenario".into(),
+        scenario.display().to_string(),
+    ];
+    let config = files.config(
+        "",
+        &format!(
+            "{}{}",
+            http_server_table(MILLION_SERVER, "http://127.0.0.1:9/mcp"),
+            fixture_stdio_table("churn", &churn_args)
+        ),
+    )?;
+    let daemon = start_daemon(files, &config)?;
+    let mut client = daemon.client()?;
+    poll_until(
+        "the churn server's walk and the index",
+        Duration::from_secs(600),
+        Duration::from_millis(50),
+        || {
+            let status = client.call("catalog/status", json!({}))?;
+            let churned = status["servers"].as_array().is_some_and(|servers| {
+                servers
+                    .iter()
+                    .any(|server| server["name"] == "churn" && server["walksOk"] == 1)
+            });
+            let index = &status["daemon"]["searchIndex"];
+            Ok((churned
+                && index["state"] == "ready"
+                && index["documents"].as_u64() == Some(MILLION + CHANGING as u64))
+            .then_some(()))
+        },
+    )?;
+    let status = client.call("catalog/status", json!({}))?;
+    report.line(format!(
+        "`catalog/search` (limit 10) through the socket, one client, client-side round trip; \
+         the database holds {} resources (`{MILLION_SERVER}`, unreachable, serving its \
+         snapshot, and 100 of `churn`). Each class twice: a plain query (the derived index) \
+         and the same words as an FTS5 AND query (`raw: true`, SQLite). 3 warm-up queries per \
+         class and engine, then up to {QUERIES_PER_CLASS} queries or {} s (index) / {} s \
+         (FTS5, whose common-word queries run into the 2 s `search_timeout`). Search gate: {} \
+         at once.",
+        status["daemon"]["resources"],
+        INDEX_CLASS_TIME.as_secs(),
+        SQLITE_CLASS_TIME.as_secs(),
+        status["daemon"]["socketLimits"]["maxConcurrentSearches"],
+    ));
+    report.line("");
+    class_table(report, &mut client, &million_classes(), Some(3))?;
+
+    eprintln!("  throughput");
+    report.line(format!(
+        "Throughput of the selective mix: N socket clients, each on its own connection, each \
+         sending its next search as soon as the answer arrives, for {} s. Refusals (`busy`, \
+         the search gate's bounded queue) are counted apart and not in the latencies.",
+        THROUGHPUT_WINDOW.as_secs()
+    ));
+    report.line("");
+    let mut rows = Vec::new();
+    for raw in [false, true] {
+        for clients in [1usize, 8, 64] {
+            let (rate, refused, p50, p99, cores) = throughput(&daemon, clients, raw)?;
             rows.push(vec![
-                label.into(),
+                if raw { "FTS5 (raw AND)" } else { "index" }.to_string(),
                 clients.to_string(),
-                format!("{:.0}", done as f64 / window.as_secs_f64()),
-                format!("{:.2}", latencies.median()),
-                format!("{:.2}", latencies.quantile(0.99)),
+                format!("{rate:.0}"),
+                refused.to_string(),
+                format!("{p50:.2}"),
+                format!("{p99:.2}"),
                 format!("{cores:.2}"),
             ]);
         }
     }
     report.table(
         &[
-            "workload",
+            "engine",
             "clients",
-            "requests/s",
+            "answers/s",
+            "refused busy",
             "p50 ms",
             "p99 ms",
             "daemon cores used",
@@ -233,10 +604,13 @@ pub fn run(report: &mut Report, files: &DaemonFiles) -> anyhow::Result<()> {
         &rows,
     );
 
-    // Paging the whole merged catalog.
+    eprintln!("  catch-up");
+    catch_up(report, &daemon, &scenario)?;
+
+    eprintln!("  paging");
     let mut seconds = Samples::default();
     let mut count = 0usize;
-    for round in 0..4 {
+    for round in 0..3 {
         let started = Instant::now();
         let mut cursor: Option<String> = None;
         let mut listed = 0usize;
@@ -266,5 +640,58 @@ pub fn run(report: &mut Report, files: &DaemonFiles) -> anyhow::Result<()> {
         count as f64 / seconds.median()
     ));
     report.line("");
+    report.line(format!(
+        "Daemon peak RSS (VmHWM) at the end of this part: {} MB.",
+        mb(proc_status_kb(daemon.process.pid(), "VmHWM"))
+    ));
+    report.line("");
+    drop(daemon);
+
+    ten_servers(report)
+}
+
+/// The 10-server catalog: one HTTP fixture serving ten catalogs of 100,000 (`s0`..`s9`), and
+/// `s0copy` listing `s0`'s URIs again, so the merged view picks one listing per URI.
+fn ten_servers(report: &mut Report) -> anyhow::Result<()> {
+    eprintln!("  the 10-server catalog");
+    let files = DaemonFiles::fresh("ten-servers")?;
+    let mut args = fixture_args(PER_SERVER, 1000, "ten");
+    args.extend(["--endpoints".to_string(), SERVERS.to_string()]);
+    let mut fixture = start_http_fixture(&args, &files.path("fixture.log"))?;
+    let mut servers = String::new();
+    // The fixture prints `…/mcp/`; its endpoints are `…/mcp/0` .. `…/mcp/9`.
+    let base = fixture.url.trim_end_matches('/').to_string();
+    for server in 0..SERVERS {
+        servers.push_str(&http_server_table(
+            &format!("s{server}"),
+            &format!("{base}/{server}"),
+        ));
+    }
+    servers.push_str(&http_server_table(COPY_SERVER, &format!("{base}/0")));
+    let config = files.config("", &servers)?;
+    let started = Instant::now();
+    let daemon = start_daemon(&files, &config)?;
+    let listings = (SERVERS as u64 + 1) * PER_SERVER as u64;
+    let load = first_load(&daemon, started, listings)?;
+    fixture.process.stop();
+    report.line(format!(
+        "The 10-server catalog: one HTTP fixture serving ten catalogs of 100,000 (`s0`..`s9`, \
+         1,000,000 URIs) and `{COPY_SERVER}` listing `s0`'s 100,000 URIs again ({listings} \
+         listings; the merged view shows `s0`'s, the lower name at equal priority). Its first \
+         load: every walk committed after {:.1} s, the index held every listing {:.1} s later \
+         ({} MB on disk).",
+        load.walk_seconds,
+        load.index_seconds,
+        mb(Some(load.index_bytes / 1024)),
+    ));
+    report.line("");
+    let mut client = daemon.client()?;
+    // Sanity of the merged view: one hit per URI.
+    let merged = client.call("catalog/search", json!({"query": "000042", "limit": 20}))?;
+    let hits = merged["results"].as_array().map_or(0, Vec::len);
+    if hits != SERVERS {
+        bail!("the merged view found {hits} listings of the 10 URIs of id 000042: {merged}");
+    }
+    class_table(report, &mut client, &ten_server_classes(), None)?;
     Ok(())
 }

@@ -27,6 +27,8 @@ pub(crate) struct ConnectionState {
     pub(super) mcp_client: bool,
     /// After `catalog/watch`: the last change feed sequence number sent to this client.
     pub(super) watching: Option<i64>,
+    /// This client's share of the search gate (its recent search time).
+    pub(super) search_client: crate::search_gate::SearchClient,
 }
 
 pub(super) async fn serve_connection(

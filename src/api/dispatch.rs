@@ -31,7 +31,11 @@ pub(crate) async fn answer_request(
     let id = request.id?;
     let outcome = match request.params {
         params @ (Value::Null | Value::Object(_)) => {
-            dispatch(&request.method, params, context, state).await
+            // The search gate shares its slots fairly between the clients it knows.
+            let client = state.search_client.clone();
+            crate::search_gate::CURRENT_CLIENT
+                .scope(client, dispatch(&request.method, params, context, state))
+                .await
         }
         _ => Err(ErrorObject::new(INVALID_PARAMS, "params must be an object")),
     };

@@ -48,45 +48,75 @@ pub(crate) async fn search_index(
     context: &ApiContext,
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
-    let wanted = context.store.catalog_version();
-    let generation = context.store.index_generation().await.map_err(internal)?;
-    let mut status = index.watch();
-    if !status.borrow().serves(wanted, generation) {
-        let caught_up = status.wait_for(|status| {
-            status.serves(wanted, generation) || status.phase != crate::search::Phase::Ready
-        });
-        let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
-        let now = index.status();
-        if !now.serves(wanted, generation) {
-            let state = match now.phase {
-                crate::search::Phase::Ready => "catching up with the latest change".to_string(),
-                crate::search::Phase::Opening => "opening".to_string(),
-                crate::search::Phase::CatchingUp => "catching up".to_string(),
-                crate::search::Phase::Rebuilding { percent } => format!("rebuilding ({percent}%)"),
-                crate::search::Phase::Failed => "unavailable (see the log)".to_string(),
-            };
-            return Ok(Err(format!(
-                "the search index is {state}; answered by SQLite full-text search"
-            )));
-        }
-    }
-    // The same gate as SQLite's searches: a bounded number at once, each with a deadline.
-    let permit = context
-        .search_gate
-        .acquire()
-        .await
-        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
     let mut query = SearchQuery::new(request.query.clone(), request.limit);
     query.server = request.server.clone();
     query.mime_type = request.mime_type.clone();
     query.kinds = request.kinds.clone();
     query.offset = request.offset;
     query.highlight = request.highlight.clone();
-    query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
-    let index = index.clone();
-    let searched = tokio::task::spawn_blocking(move || index.search(&query))
+    // The same gate as SQLite's searches: a bounded number at once, each with a deadline.
+    let mut permit = context
+        .search_gate
+        .acquire()
         .await
-        .map_err(internal)?;
+        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+    query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
+    // Usually one hop off the async threads: the newest generation a reader sees in SQLite,
+    // then the search, if the index reflects it (and the in-memory version, which moves on
+    // only after the commit that SQLite already shows).
+    let wanted = context.store.catalog_version();
+    let searched = {
+        let (index, query) = (index.clone(), query.clone());
+        context
+            .store
+            .with_index_generation(move |generation| {
+                if index.status().serves(wanted, generation) {
+                    Ok(index.search(&query))
+                } else {
+                    Err(generation)
+                }
+            })
+            .await
+            .map_err(internal)?
+    };
+    let searched = match searched {
+        Ok(searched) => searched,
+        Err(generation) => {
+            // Behind a swap the caller may already have seen: wait for the keeper to apply it
+            // (without holding a slot), then search, or let SQLite answer.
+            drop(permit);
+            let mut status = index.watch();
+            let caught_up = status.wait_for(|status| {
+                status.serves(wanted, generation) || status.phase != crate::search::Phase::Ready
+            });
+            let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
+            let now = index.status();
+            if !now.serves(wanted, generation) {
+                let state = match now.phase {
+                    crate::search::Phase::Ready => "catching up with the latest change".to_string(),
+                    crate::search::Phase::Opening => "opening".to_string(),
+                    crate::search::Phase::CatchingUp => "catching up".to_string(),
+                    crate::search::Phase::Rebuilding { percent } => {
+                        format!("rebuilding ({percent}%)")
+                    }
+                    crate::search::Phase::Failed => "unavailable (see the log)".to_string(),
+                };
+                return Ok(Err(format!(
+                    "the search index is {state}; answered by SQLite full-text search"
+                )));
+            }
+            permit = context
+                .search_gate
+                .acquire()
+                .await
+                .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+            query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
+            let index = index.clone();
+            tokio::task::spawn_blocking(move || index.search(&query))
+                .await
+                .map_err(internal)?
+        }
+    };
     let page = match searched {
         Ok(page) => page,
         Err(error @ SearchError::InvalidQuery(_)) => {

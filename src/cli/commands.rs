@@ -13,8 +13,8 @@ use super::client::Client;
 use super::offline::{Catalog, DatabaseChoice};
 use super::progress::Progress;
 use super::render::{
-    age, escaped, interval, print_fields, print_json, print_table, shown_snippet, thousands,
-    utc_timestamp, SNIPPET_MARKERS,
+    age, escaped, interval, megabytes, print_fields, print_json, print_table, shown_snippet,
+    thousands, utc_timestamp, SNIPPET_MARKERS,
 };
 use super::ClientError;
 use crate::protocol::{
@@ -69,6 +69,10 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
             escaped(error)
         );
     }
+    println!(
+        "{}",
+        search_index_text(daemon.search_index.as_ref(), daemon.change_seq)
+    );
     let rows: Vec<Vec<String>> = status
         .servers
         .iter()
@@ -131,6 +135,44 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         rows,
     );
     Ok(())
+}
+
+/// The search index's line of `status`: its state, the generation it reflects beside the
+/// change feed's newest (the feed counts every kind's changes, so the two may differ while
+/// the index is up to date), its documents and its size on disk.
+fn search_index_text(index: Option<&crate::search::IndexStatus>, change_seq: i64) -> String {
+    use crate::search::Phase;
+    let Some(index) = index else {
+        return "search index: off (searches use SQLite full-text search)".into();
+    };
+    let state = match index.phase {
+        Phase::Opening => "opening (searches use SQLite meanwhile)".to_string(),
+        Phase::Ready => "ready".to_string(),
+        Phase::CatchingUp => "catching up (searches use SQLite meanwhile)".to_string(),
+        Phase::Rebuilding { percent } => {
+            format!("rebuilding {percent}% (searches use SQLite meanwhile)")
+        }
+        Phase::Failed => "failed, see the log (searches use SQLite)".to_string(),
+    };
+    let generation = match index.generation {
+        Some(generation) => {
+            let behind = u64::try_from(change_seq)
+                .unwrap_or(0)
+                .saturating_sub(generation);
+            format!(
+                "generation {} (change feed at {}, {} newer)",
+                thousands(generation),
+                thousands(u64::try_from(change_seq).unwrap_or(0)),
+                thousands(behind)
+            )
+        }
+        None => "no generation yet".to_string(),
+    };
+    format!(
+        "search index {state} · {generation} · {} documents · {}",
+        thousands(index.documents),
+        megabytes(index.bytes)
+    )
 }
 
 /// A server's count of one kind; `-` when that kind is not mirrored (not declared or not chosen).

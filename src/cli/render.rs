@@ -138,6 +138,11 @@ pub fn thousands(count: u64) -> String {
     shown
 }
 
+/// "70.0 MB": a size in bytes as decimal megabytes.
+pub fn megabytes(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
 /// "5s", "5m", "1h30m": an interval as a person reads it.
 pub fn interval(milliseconds: u64) -> String {
     let seconds = milliseconds / 1000;

@@ -648,6 +648,16 @@ impl Store {
         self.read(index_source::index_generation).await
     }
 
+    /// Reads the index generation (as `index_generation`) and runs `then` with it on the
+    /// same blocking thread, so a search of the index costs one hop off the async threads.
+    pub async fn with_index_generation<T: Send + 'static>(
+        &self,
+        then: impl FnOnce(u64) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.read(move |connection| Ok(then(index_source::index_generation(connection)?)))
+            .await
+    }
+
     pub async fn latest_change_seq(&self) -> Result<i64, StoreError> {
         self.read(queries::latest_change_seq).await
     }

@@ -265,6 +265,101 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
 }
 
 #[test]
+fn a_gentle_client_searches_between_four_connections_flooding_heavy_searches() {
+    let scratch = Scratch::new();
+    let server = format!(
+        "[servers.big]\ncommand = {FIXTURE:?}\nargs = [\"--name\", \"big\", \"--generate\", \"65000\", \"--page-size\", \"5000\"]\n"
+    );
+    let daemon = Daemon::start(
+        &scratch,
+        &config(
+            &scratch,
+            "search_timeout = \"300ms\"\nmax_concurrent_searches = 2",
+            &server,
+        ),
+    );
+    wait_for("the big walk", Duration::from_secs(600), || {
+        let status = daemon.server_status("big");
+        (status["resources"] == 65_000).then_some(())
+    });
+    // The gentle client's searches are the index's (fast); only the flooders' reach SQLite.
+    wait_for("the search index", Duration::from_secs(600), || {
+        let index = &daemon.call("catalog/status", json!({}))["daemon"]["searchIndex"];
+        (index["state"] == "ready" && index["documents"] == 65_000).then_some(())
+    });
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // Heavy searches answered so far (cancelled at search_timeout, not refused), by flooder.
+    let finished: Vec<std::sync::atomic::AtomicU64> = (0..4)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    let total = |finished: &[std::sync::atomic::AtomicU64]| -> u64 {
+        finished
+            .iter()
+            .map(|count| count.load(std::sync::atomic::Ordering::SeqCst))
+            .sum()
+    };
+    std::thread::scope(|scope| {
+        for count in &finished {
+            let (stop, socket) = (&stop, &daemon.socket);
+            scope.spawn(move || {
+                let mut flooder = SocketClient::connect(socket);
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let answer = flooder.request(
+                        "catalog/search",
+                        json!({"query": HEAVY_QUERY, "raw": true, "limit": 1000}),
+                    );
+                    if answer["error"]["code"] != BUSY {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        // Every flooder has used its share: each has had three heavy searches answered.
+        wait_for("the flooders' searches", Duration::from_secs(60), || {
+            finished
+                .iter()
+                .all(|count| count.load(std::sync::atomic::Ordering::SeqCst) >= 3)
+                .then_some(())
+        });
+        // Ten plain searches, one after the other. With a first-come queue each waits behind
+        // the two flooders' searches queued ahead of it, so at least two heavy searches end
+        // during each (20 in all); with fair slots one slot is kept from the flooders, each
+        // gets it at once, and a heavy search (300 ms) ends during one only by chance.
+        let mut gentle = SocketClient::connect(&daemon.socket);
+        let mut heavy_during = 0;
+        let mut slowest = Duration::ZERO;
+        for i in 0..10 {
+            let before = total(&finished);
+            let started = Instant::now();
+            let answer = gentle.request(
+                "catalog/search",
+                json!({"query": format!("document {}", 64_000 + i), "limit": 10}),
+            );
+            slowest = slowest.max(started.elapsed());
+            heavy_during += total(&finished) - before;
+            assert_eq!(answer["result"]["engine"], "index", "{answer:.300}");
+            assert!(
+                answer["result"]["results"]
+                    .as_array()
+                    .is_some_and(|hits| !hits.is_empty()),
+                "{answer:.300}"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        eprintln!(
+            "10 gentle searches: {heavy_during} heavy searches ended meanwhile, slowest {slowest:?}"
+        );
+        assert!(
+            heavy_during < 10,
+            "{heavy_during} heavy searches ended while 10 gentle ones waited"
+        );
+    });
+    let status = daemon.call("catalog/status", json!({}));
+    let limits = &status["daemon"]["socketLimits"];
+    assert_eq!(limits["searchesPeak"], 2, "{limits}");
+}
+
+#[test]
 fn clients_past_max_clients_get_one_error_line_and_one_log_line() {
     const MAX_CLIENTS: usize = 4;
     let scratch = Scratch::new();

@@ -40,6 +40,28 @@ fn status_ls_and_search_show_the_mirrored_catalog() {
         row.contains("synced") && row.contains("12") && row.contains("2026-07-28"),
         "{status}"
     );
+    // The search index has its line: state, generation, documents and size.
+    wait_for(
+        "the index of the 12 resources",
+        Duration::from_secs(60),
+        || {
+            let status = daemon.call("catalog/status", json!({}));
+            let index = &status["daemon"]["searchIndex"];
+            (index["state"] == "ready" && index["documents"] == 12).then_some(())
+        },
+    );
+    let status = stdout(&run(&daemon.socket, &["status"]));
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("search index "))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        line.contains("ready")
+            && line.contains("generation ")
+            && line.contains("12 documents")
+            && line.ends_with(" MB"),
+        "{status}"
+    );
 
     let listing = stdout(&run(&daemon.socket, &["ls"]));
     assert_eq!(
