@@ -508,8 +508,9 @@ mod tests {
         ];
         for raw in &raws {
             for origin in [None, Some("docs")] {
-                let typed = serde_json::to_value(Resource::from_stored(raw, origin).expect("parse"))
-                    .expect("typed");
+                let typed =
+                    serde_json::to_value(Resource::from_stored(raw, origin).expect("parse"))
+                        .expect("typed");
                 let text = serde_json::to_string(&StoredObject { raw, origin }).expect("stored");
                 assert!(!text.contains('\n'), "one line: {text}");
                 let stored: Value = serde_json::from_str(&text).expect("valid JSON");

@@ -40,14 +40,16 @@ fn status_ls_and_search_show_the_mirrored_catalog() {
         row.contains("synced") && row.contains("12") && row.contains("2026-07-28"),
         "{status}"
     );
-    // The search index has its line: state, generation, documents and size.
-    wait_for(
-        "the index of the 12 resources",
+    // The search index has its line: state, generation, documents and size. It holds the
+    // 12 resources and the fixture's templates.
+    let documents = wait_for(
+        "the index of the 12 resources and the templates",
         Duration::from_secs(60),
         || {
             let status = daemon.call("catalog/status", json!({}));
             let index = &status["daemon"]["searchIndex"];
-            (index["state"] == "ready" && index["documents"] == 12).then_some(())
+            let documents = index["documents"].as_u64()?;
+            (index["state"] == "ready" && documents > 12).then_some(documents)
         },
     );
     let status = stdout(&run(&daemon.socket, &["status"]));
@@ -58,7 +60,7 @@ fn status_ls_and_search_show_the_mirrored_catalog() {
     assert!(
         line.contains("ready")
             && line.contains("generation ")
-            && line.contains("12 documents")
+            && line.contains(&format!("{documents} documents"))
             && line.ends_with(" MB"),
         "{status}"
     );
