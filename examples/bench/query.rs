@@ -66,6 +66,17 @@ pub fn build_million_database() -> anyhow::Result<MillionDatabase> {
     Ok(MillionDatabase { files, first_load })
 }
 
+/// Whether the search index is ready, reflects the newest change and holds at least
+/// `resources` documents (the fixture's templates are indexed too).
+fn index_caught_up(status: &Value, resources: u64) -> bool {
+    let index = &status["daemon"]["searchIndex"];
+    index["state"] == "ready"
+        && index["generation"].as_i64() == status["daemon"]["changeSeq"].as_i64()
+        && index["documents"]
+            .as_u64()
+            .is_some_and(|documents| documents >= resources)
+}
+
 /// Waits for every server's first walk and for the index to hold `documents` entries.
 fn first_load(daemon: &Daemon, started: Instant, documents: u64) -> anyhow::Result<FirstLoad> {
     let mut client = daemon.client()?;
@@ -87,10 +98,7 @@ fn first_load(daemon: &Daemon, started: Instant, documents: u64) -> anyhow::Resu
                 walked_at = Some(started.elapsed());
             }
             let index = &last["daemon"]["searchIndex"];
-            Ok((walked_at.is_some()
-                && index["state"] == "ready"
-                && index["documents"].as_u64() == Some(documents))
-            .then(|| index.clone()))
+            Ok((walked_at.is_some() && index_caught_up(&last, documents)).then(|| index.clone()))
         },
     )
     .map_err(|error| anyhow!("{error:#}: {last}"))?;
@@ -544,11 +552,7 @@ pub fn run(report: &mut Report, million: &MillionDatabase) -> anyhow::Result<()>
                     .iter()
                     .any(|server| server["name"] == "churn" && server["walksOk"] == 1)
             });
-            let index = &status["daemon"]["searchIndex"];
-            Ok((churned
-                && index["state"] == "ready"
-                && index["documents"].as_u64() == Some(MILLION + CHANGING as u64))
-            .then_some(()))
+            Ok((churned && index_caught_up(&status, MILLION + CHANGING as u64)).then_some(()))
         },
     )?;
     let status = client.call("catalog/status", json!({}))?;
