@@ -950,7 +950,7 @@ fn record_removed_and_changed(
     Ok(transaction.execute(
         "INSERT INTO changes (at, server, kind, uri)
          SELECT ?1, ?2, CASE x.kind WHEN ?3 THEN ?5 ELSE ?6 END, r.uri
-         FROM temp.swap_ids x JOIN resources r ON r.id = x.id LIMIT ?4",
+         FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id LIMIT ?4",
         params![
             now,
             server,
@@ -971,14 +971,14 @@ fn retire_old_rows(
     // Cached contents of a URI the server no longer lists can never be served again.
     transaction.execute(
         "DELETE FROM read_cache WHERE server_id = ?1 AND uri IN
-             (SELECT r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id WHERE x.kind = ?2)",
+             (SELECT r.uri FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id WHERE x.kind = ?2)",
         params![diff.server_id, REMOVED],
     )?;
     if !diff.bulk_index {
         transaction.execute(
             "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
              SELECT 'delete', r.id, r.uri, r.name, r.title, r.description
-             FROM temp.swap_ids x JOIN resources r ON r.id = x.id",
+             FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id",
             [],
         )?;
     }
@@ -1100,7 +1100,7 @@ fn index_new_text(
         transaction.execute(
             "INSERT INTO resources_fts (rowid, uri, name, title, description)
              SELECT r.id, r.uri, r.name, r.title, r.description
-             FROM temp.swap_ids x JOIN resources r ON r.id = x.id WHERE x.kind IN (?1, ?2)",
+             FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id WHERE x.kind IN (?1, ?2)",
             params![CHANGED, ADDED],
         )?;
     }
@@ -1117,7 +1117,7 @@ fn record_added(
 ) -> Result<u64, StoreError> {
     Ok(transaction.execute(
         "INSERT INTO changes (at, server, kind, uri)
-         SELECT ?1, ?2, ?5, r.uri FROM temp.swap_ids x JOIN resources r ON r.id = x.id
+         SELECT ?1, ?2, ?5, r.uri FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
          WHERE x.kind = ?3 LIMIT ?4",
         params![
             now,
