@@ -108,10 +108,11 @@ impl SourceSnapshot<'_> {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Stored entries of every kind.
+    /// Stored entries of every kind (a first load's pending rows belong to no server yet).
     pub fn entry_count(&self) -> Result<u64, StoreError> {
         let count: i64 = self.transaction.query_row(
-            "SELECT (SELECT count(*) FROM resources) + (SELECT count(*) FROM resource_templates)
+            "SELECT (SELECT count(*) FROM resources WHERE server_id IN (SELECT id FROM servers))
+                    + (SELECT count(*) FROM resource_templates)
                     + (SELECT count(*) FROM entries)",
             [],
             |row| row.get(0),

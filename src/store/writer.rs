@@ -1,7 +1,7 @@
-//! The one writer thread: stages walks in temp tables and swaps each complete walk in one transaction.
+//! The one writer thread: stages walks (a first load straight into `resources`, pending) and swaps each complete walk in one transaction.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -143,12 +143,40 @@ pub fn run(
             "resuming the full-text indexing of a large swap's rows"
         );
     }
+    // First loads to discard (their pending ids), a batch at a time between operations:
+    // those a crash or a stop left first.
+    let mut discarding: VecDeque<i64> = pending_loads(&connection)
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot list the pending loads left by the last run");
+            Vec::new()
+        })
+        .into();
+    if !discarding.is_empty() {
+        tracing::info!(
+            loads = discarding.len(),
+            "discarding the rows of first loads the last run left unfinished"
+        );
+    }
     loop {
-        let operation = if indexing {
+        let operation = if indexing || !discarding.is_empty() {
             match operations.try_recv() {
                 Ok(operation) => operation,
                 Err(TryRecvError::Empty) => {
-                    indexing = index_full_text_batch(&mut connection, &full_text_behind);
+                    if let Some(&pending_id) = discarding.front() {
+                        match discard_pending_batch(&mut connection, pending_id) {
+                            Ok(false) => {}
+                            Ok(true) => {
+                                discarding.pop_front();
+                            }
+                            Err(error) => {
+                                // The next start tries again.
+                                tracing::warn!(%error, "discarding a pending load failed");
+                                discarding.pop_front();
+                            }
+                        }
+                    } else {
+                        indexing = index_full_text_batch(&mut connection, &full_text_behind);
+                    }
                     continue;
                 }
                 Err(TryRecvError::Disconnected) => return,
@@ -216,10 +244,10 @@ pub fn run(
                 report,
                 reply,
             } => {
+                let counts = staged_walks.remove(&walk_id).unwrap_or_default();
                 let outcome = match failed_walks.remove(&walk_id) {
                     Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
                     None => {
-                        let counts = staged_walks.remove(&walk_id).unwrap_or_default();
                         swap(
                             &mut connection,
                             walk_id,
@@ -230,6 +258,9 @@ pub fn run(
                         )
                     }
                 };
+                if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
+                    discarding.push_back(pending.id);
+                }
                 // A swap that left rows to the backlog starts (or extends) the indexing.
                 indexing |= full_text_behind.load(Ordering::Acquire) > 0;
                 // Subscribers and the caller hear first: dropping a million staged rows takes
@@ -250,12 +281,13 @@ pub fn run(
                     swap
                 });
                 let _ = reply.send(outcome);
-                staged_walks.remove(&walk_id);
                 discard_staging(&connection, walk_id);
             }
             WriteOp::Abort { walk_id } => {
                 failed_walks.remove(&walk_id);
-                staged_walks.remove(&walk_id);
+                if let Some(pending) = staged_walks.remove(&walk_id).and_then(|c| c.pending) {
+                    discarding.push_back(pending.id);
+                }
                 discard_staging(&connection, walk_id);
             }
             WriteOp::SwapEntries {
@@ -616,8 +648,19 @@ fn server_id(connection: &Connection, server: &str) -> Result<Option<i64>, Store
         .optional()?)
 }
 
+/// A first load in flight: its rows are in `resources` under `id`, a negative id no `servers`
+/// row has (`pending_loads`), so no reader sees them until `promote` gives the server that id.
+#[derive(Debug, Default, Clone)]
+struct PendingLoad {
+    id: i64,
+    /// The ids its rows took, in order, as ranges (both ends included): each page's rows take
+    /// consecutive ids, and pages that follow each other without another swap between them
+    /// make one range.
+    ranges: Vec<(i64, i64)>,
+}
+
 /// What one walk has staged, and the snapshot it was compared with.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct StagedCounts {
     /// The server's id when staging began: light rows stand for "as in this snapshot".
     snapshot: Option<i64>,
@@ -627,6 +670,8 @@ struct StagedCounts {
     staged: u64,
     /// Staged resources the snapshot holds (unchanged or changed).
     matched: u64,
+    /// A first load of a recorded server stages straight into `resources`, as a pending load.
+    pending: Option<PendingLoad>,
 }
 
 impl StagedCounts {
@@ -640,9 +685,20 @@ impl StagedCounts {
             )?,
             None => true,
         };
+        let pending = match snapshot {
+            Some(_) if snapshot_empty => {
+                connection.execute("INSERT INTO pending_loads (server) VALUES (?1)", [server])?;
+                Some(PendingLoad {
+                    id: -connection.last_insert_rowid(),
+                    ranges: Vec::new(),
+                })
+            }
+            _ => None,
+        };
         Ok(StagedCounts {
             snapshot,
             snapshot_empty,
+            pending,
             ..StagedCounts::default()
         })
     }
@@ -658,6 +714,9 @@ fn stage_resources(
     counts: &mut StagedCounts,
     rows: &[ResourceRow],
 ) -> Result<(), StoreError> {
+    if counts.pending.is_some() {
+        return stage_pending(connection, counts, rows);
+    }
     let walk = walk_id as i64;
     let snapshot = counts.snapshot.filter(|_| !counts.snapshot_empty);
     let transaction = connection.transaction()?;
@@ -750,6 +809,120 @@ fn stage_resources(
     }
     transaction.commit()?;
     Ok(())
+}
+
+/// Runs `write` with foreign keys off: pending rows name a server id no `servers` row has
+/// until `promote` gives it to the server. (The pragma is a no-op inside a transaction, so
+/// `write` opens its own.)
+fn without_foreign_keys<T>(
+    connection: &mut Connection,
+    write: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    connection.pragma_update(None, "foreign_keys", false)?;
+    let outcome = write(connection);
+    let restored = connection.pragma_update(None, "foreign_keys", true);
+    let outcome = outcome?;
+    restored?;
+    Ok(outcome)
+}
+
+/// Stages one page of a first load: its rows go straight into `resources` under the pending
+/// id, so the swap has nothing left to insert. The walk never sends a URI twice; the unique
+/// (server, uri) index refuses an exact repeat all the same.
+fn stage_pending(
+    connection: &mut Connection,
+    counts: &mut StagedCounts,
+    rows: &[ResourceRow],
+) -> Result<(), StoreError> {
+    let Some(pending) = counts.pending.as_mut() else {
+        return Ok(());
+    };
+    let pending_id = pending.id;
+    let (inserted, range) = without_foreign_keys(connection, |connection| {
+        let transaction = connection.transaction()?;
+        let mut inserted = 0u64;
+        let mut range: Option<(i64, i64)> = None;
+        {
+            let mut insert = transaction.prepare_cached(
+                "INSERT OR IGNORE INTO resources (server_id, uri, name, title, description,
+                     mime_type, size, annotations, icons, meta, raw, hash, oversized)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            )?;
+            for row in rows {
+                let added = insert.execute(params![
+                    pending_id,
+                    row.uri,
+                    row.name,
+                    row.title,
+                    row.description,
+                    row.mime_type,
+                    row.size,
+                    row.annotations,
+                    row.icons,
+                    row.meta,
+                    row.raw,
+                    row.hash,
+                    row.oversized
+                ])?;
+                if added > 0 {
+                    inserted += 1;
+                    let id = transaction.last_insert_rowid();
+                    range = Some(range.map_or((id, id), |(first, _)| (first, id)));
+                }
+            }
+        }
+        transaction.commit()?;
+        Ok((inserted, range))
+    })?;
+    counts.staged += inserted;
+    if let Some((first, last)) = range {
+        match pending.ranges.last_mut() {
+            Some(previous) if previous.1 + 1 == first => previous.1 = last,
+            _ => pending.ranges.push((first, last)),
+        }
+    }
+    Ok(())
+}
+
+/// The most pending rows one batch deletes (`discard_pending_batch`).
+const DISCARD_BATCH_ROWS: i64 = 5_000;
+
+/// The pending loads a crash or a stop left, to discard (`discard_pending_batch`).
+fn pending_loads(connection: &Connection) -> Result<Vec<i64>, StoreError> {
+    let mut statement = connection.prepare("SELECT id FROM pending_loads ORDER BY id")?;
+    let ids = statement.query_map([], |row| row.get::<_, i64>(0))?;
+    Ok(ids.map(|id| id.map(|id| -id)).collect::<Result<_, _>>()?)
+}
+
+/// Deletes up to `DISCARD_BATCH_ROWS` rows of a failed, superseded or interrupted first load,
+/// and its `pending_loads` row once none is left; returns whether it is gone. Pending rows
+/// are never in the full-text index (its batches skip rows of no server), so nothing else
+/// needs them gone.
+fn discard_pending_batch(connection: &mut Connection, pending_id: i64) -> Result<bool, StoreError> {
+    without_foreign_keys(connection, |connection| {
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Never a server's rows: had the load been promoted, its pending row would be gone.
+        let promoted: bool = transaction.query_row(
+            "SELECT EXISTS (SELECT 1 FROM servers WHERE id = ?1)",
+            [pending_id],
+            |row| row.get(0),
+        )?;
+        let deleted = if promoted {
+            0
+        } else {
+            transaction.execute(
+                "DELETE FROM resources WHERE id IN
+                     (SELECT id FROM resources WHERE server_id = ?1 LIMIT ?2)",
+                params![pending_id, DISCARD_BATCH_ROWS],
+            )?
+        };
+        if deleted == 0 {
+            transaction.execute("DELETE FROM pending_loads WHERE id = ?1", [-pending_id])?;
+        }
+        transaction.commit()?;
+        Ok(deleted == 0)
+    })
 }
 
 fn stage_templates(
@@ -875,6 +1048,17 @@ fn swap(
     report: &WalkReport,
     full_text_behind: &AtomicU64,
 ) -> Result<(SwapOutcome, i64), StoreError> {
+    if let Some(pending) = &counts.pending {
+        return promote(
+            connection,
+            walk_id,
+            counts,
+            pending,
+            server,
+            report,
+            full_text_behind,
+        );
+    }
     let swap_started = std::time::Instant::now();
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)?;
@@ -907,6 +1091,152 @@ fn swap(
             templates_touched,
         },
         applied.latest_seq,
+    ))
+}
+
+/// The tables whose rows belong to a server by `server_id` (besides `resources`): `promote`
+/// moves them to the server's new id.
+const SERVER_TABLES: &[&str] = &[
+    "resource_templates",
+    "read_cache",
+    "entries",
+    "entry_snapshots",
+    "accepted_entries",
+    "accepted_servers",
+];
+
+/// The swap of a first load (`PendingLoad`): its rows are already in `resources` under the
+/// pending id, so one small transaction gives the server's row that id (the name, status and
+/// the few rows keyed by the server move with it), replaces the templates, feeds the change
+/// feed and the full-text backlog, and records the walk. Its commit makes the whole load
+/// visible at once. A server recorded anew, or given resources, since the load began fails it.
+fn promote(
+    connection: &mut Connection,
+    walk_id: u64,
+    counts: &StagedCounts,
+    pending: &PendingLoad,
+    server: &str,
+    report: &WalkReport,
+    full_text_behind: &AtomicU64,
+) -> Result<(SwapOutcome, i64), StoreError> {
+    let hold_started = std::time::Instant::now();
+    let (diff, templates, templates_touched, latest_seq) =
+        without_foreign_keys(connection, |connection| {
+            let transaction =
+                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let old_id = server_id(&transaction, server)?.ok_or_else(|| {
+                StoreError::Walk(format!("server {server} is not in the database"))
+            })?;
+            if counts.snapshot != Some(old_id) {
+                return Err(StoreError::Walk(format!(
+                    "server {server} was recorded anew while it was walked; the walk is discarded"
+                )));
+            }
+            if query_one::<bool, _>(
+                &transaction,
+                "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
+                [old_id],
+            )? {
+                return Err(StoreError::Walk(format!(
+                    "server {server} gained resources while its first load was walked; the walk is discarded"
+                )));
+            }
+            execute(
+                &transaction,
+                "UPDATE servers SET id = ?2 WHERE id = ?1",
+                params![old_id, pending.id],
+            )?;
+            for table in SERVER_TABLES {
+                execute(
+                    &transaction,
+                    &format!("UPDATE {table} SET server_id = ?2 WHERE server_id = ?1"),
+                    params![old_id, pending.id],
+                )?;
+            }
+            let added = counts.staged;
+            let diff = SnapshotDiff {
+                server_id: pending.id,
+                walk: walk_id as i64,
+                before: 0,
+                added,
+                removed: 0,
+                changed: 0,
+                first_load: true,
+                full_text: if added >= BULK_INDEX_MIN_ROWS {
+                    FullText::DeferAdded
+                } else {
+                    FullText::Inline
+                },
+            };
+            let now = now_ms();
+            execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
+            execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+            let (templates, templates_touched) =
+                replace_templates(&transaction, &diff, server, now)?;
+            if diff.full_text == FullText::DeferAdded {
+                for &(first, last) in &pending.ranges {
+                    defer_full_text(&transaction, first, last)?;
+                }
+            } else {
+                // Rows a backlog range holds (ids it lists were freed and handed out again)
+                // are left to its batch.
+                execute(
+                    &transaction,
+                    &format!(
+                        "INSERT INTO resources_fts (rowid, uri, name, title, description)
+                         SELECT r.id, r.uri, r.name, r.title, r.description
+                         FROM resources r WHERE r.server_id = ?1 AND {INDEXED}"
+                    ),
+                    [pending.id],
+                )?;
+            }
+            let mut recorded = 0;
+            for &(first, last) in &pending.ranges {
+                if recorded >= CHANGES_PER_SWAP {
+                    break;
+                }
+                recorded += execute(
+                    &transaction,
+                    "INSERT INTO changes (at, server, kind, uri)
+                     SELECT ?1, ?2, ?6, r.uri FROM resources r
+                     WHERE r.id BETWEEN ?3 AND ?4 AND r.server_id = ?5 ORDER BY r.id LIMIT ?7",
+                    params![
+                        now,
+                        server,
+                        first,
+                        last,
+                        pending.id,
+                        ChangeKind::Added,
+                        (CHANGES_PER_SWAP - recorded) as i64
+                    ],
+                )? as u64;
+            }
+            record_truncated(&transaction, now, server, added, recorded)?;
+            let latest_seq = prune_changes(&transaction)?;
+            record_walk(&transaction, &diff, report, now, templates)?;
+            execute(
+                &transaction,
+                "DELETE FROM pending_loads WHERE id = ?1",
+                [-pending.id],
+            )?;
+            if diff.full_text != FullText::Inline {
+                full_text_behind.store(full_text_backlog(&transaction)?, Ordering::Release);
+            }
+            transaction.commit()?;
+            Ok((diff, templates, templates_touched, latest_seq))
+        })?;
+    crate::metrics::observe_swap_hold(hold_started.elapsed());
+    log_swap(server, &diff, hold_started, hold_started);
+    Ok((
+        SwapOutcome {
+            added: diff.added,
+            removed: 0,
+            changed: 0,
+            resources: diff.resources() as u64,
+            templates,
+            templates_touched,
+        },
+        latest_seq,
     ))
 }
 
@@ -1351,7 +1681,8 @@ fn index_backlog_batch(connection: &mut Connection) -> Result<u64, StoreError> {
     let upto = last.min(first.saturating_add(FULL_TEXT_BATCH_IDS - 1));
     transaction.execute(
         "INSERT INTO resources_fts (rowid, uri, name, title, description)
-         SELECT id, uri, name, title, description FROM resources WHERE id BETWEEN ?1 AND ?2",
+         SELECT id, uri, name, title, description FROM resources
+         WHERE id BETWEEN ?1 AND ?2 AND server_id IN (SELECT id FROM servers)",
         params![first, upto],
     )?;
     if upto == last {
