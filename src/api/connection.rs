@@ -31,6 +31,17 @@ pub(crate) struct ConnectionState {
     pub(super) search_client: crate::search_gate::SearchClient,
 }
 
+impl ConnectionState {
+    /// A fresh state whose searches use `search_client`'s share of the gate (the HTTP face
+    /// gives every request of one client identity the same one).
+    pub(crate) fn searching_as(search_client: crate::search_gate::SearchClient) -> Self {
+        ConnectionState {
+            search_client,
+            ..ConnectionState::default()
+        }
+    }
+}
+
 pub(super) async fn serve_connection(
     stream: UnixStream,
     context: &ApiContext,

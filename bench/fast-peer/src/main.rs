@@ -22,6 +22,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use axum::serve::ListenerExt as _;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 
 /// Which protocol eras the peer speaks.
@@ -53,6 +54,12 @@ struct Args {
     /// Serve Streamable HTTP on this loopback address instead of stdio.
     #[arg(long)]
     http: Option<SocketAddr>,
+    /// Set TCP_NODELAY on accepted HTTP connections (also when the environment has
+    /// FAST_PEER_NODELAY=1, which is how `bench/run` is told). Off by default, like most
+    /// servers in the field (axum's own default), so the benchmark measures clients against
+    /// a server whose small writes Nagle's algorithm holds back.
+    #[arg(long)]
+    nodelay: bool,
 }
 
 const MIME_TYPES: [&str; 4] = [
@@ -217,6 +224,13 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("while binding {address}"))?;
             let bound = listener.local_addr()?;
+            let nodelay =
+                args.nodelay || std::env::var_os("FAST_PEER_NODELAY").is_some_and(|v| v == "1");
+            let listener = listener.tap_io(move |stream| {
+                if nodelay {
+                    let _ = stream.set_nodelay(true);
+                }
+            });
             println!("listening on http://{bound}/mcp");
             axum::serve(listener, router)
                 .with_graceful_shutdown(async {
