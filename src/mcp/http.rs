@@ -326,16 +326,16 @@ impl HttpConnection {
     /// the message cap; a stream that does not end by then is dropped, with its connection.
     fn finish_stream(&self, mut response: reqwest::Response, mut parser: SseParser) {
         use futures_util::FutureExt as _;
+        let headers = self.headers(None, &Value::Null);
+        let mut read = 0usize;
         loop {
             match response.chunk().now_or_never() {
                 None => break,
                 Some(Ok(Some(chunk))) => {
-                    if !route_events(
-                        &self.endpoint,
-                        &self.headers(None, &Value::Null),
-                        &mut parser,
-                        &chunk,
-                    ) {
+                    read += chunk.len();
+                    if read > MAX_MESSAGE_BYTES
+                        || !route_events(&self.endpoint, &headers, &mut parser, &chunk)
+                    {
                         return;
                     }
                 }
@@ -343,10 +343,8 @@ impl HttpConnection {
             }
         }
         let endpoint = self.endpoint.clone();
-        let headers = self.headers(None, &Value::Null);
         tokio::spawn(async move {
             let reading = async {
-                let mut read = 0usize;
                 while let Ok(Some(chunk)) = response.chunk().await {
                     read += chunk.len();
                     if read > MAX_MESSAGE_BYTES

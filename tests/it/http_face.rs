@@ -1109,40 +1109,45 @@ fn an_http_client_flooding_heavy_searches_starves_neither_a_socket_client_nor_an
         // kept from it, each gets it at once, and a heavy search (300 ms) ends during one
         // only by chance.
         let mut socket = SocketClient::connect(&daemon.socket);
-        let mut socket_search =
-            |query: &str| socket.request("catalog/search", json!({"query": query, "limit": 10}));
-        let mut http_search = |query: &str| search("tok-gentle-9e0d", query, false, 10);
-        let gentle: [(&str, &mut dyn FnMut(&str) -> Value); 2] =
-            [("socket", &mut socket_search), ("http", &mut http_search)];
-        for (who, ask) in gentle {
-            let mut heavy_during = 0;
-            let mut slowest = Duration::ZERO;
-            for i in 0..10 {
-                let before = finished.load(Ordering::SeqCst);
-                let started = Instant::now();
-                let answer = ask(&format!("document {}", 29_000 + i));
-                slowest = slowest.max(started.elapsed());
-                heavy_during += finished.load(Ordering::SeqCst) - before;
-                assert_eq!(answer["result"]["engine"], "index", "{who}: {answer:.300}");
-                assert!(
-                    answer["result"]["results"]
-                        .as_array()
-                        .is_some_and(|hits| !hits.is_empty()),
-                    "{who}: {answer:.300}"
-                );
-            }
-            eprintln!(
-                "10 gentle {who} searches: {heavy_during} heavy searches ended meanwhile, slowest {slowest:?}"
-            );
-            assert!(
-                heavy_during < 10,
-                "{who}: {heavy_during} heavy searches ended while 10 gentle ones waited"
-            );
-        }
+        gentle_searches("socket", &finished, |query| {
+            socket.request("catalog/search", json!({"query": query, "limit": 10}))
+        });
+        gentle_searches("http", &finished, |query| {
+            search("tok-gentle-9e0d", query, false, 10)
+        });
     });
     let status = daemon.call("catalog/status", json!({}));
     let limits = &status["daemon"]["socketLimits"];
     assert_eq!(limits["searchesPeak"], 2, "{limits}");
+}
+
+/// Ten plain searches of one gentle client, one after the other, while a flood runs: each
+/// answered by the index with hits, and fewer than ten of the flood's heavy searches
+/// (`finished`) ending meanwhile.
+fn gentle_searches(who: &str, finished: &AtomicU64, mut ask: impl FnMut(&str) -> Value) {
+    let mut heavy_during = 0;
+    let mut slowest = Duration::ZERO;
+    for i in 0..10 {
+        let before = finished.load(Ordering::SeqCst);
+        let started = Instant::now();
+        let answer = ask(&format!("document {}", 29_000 + i));
+        slowest = slowest.max(started.elapsed());
+        heavy_during += finished.load(Ordering::SeqCst) - before;
+        assert_eq!(answer["result"]["engine"], "index", "{who}: {answer:.300}");
+        assert!(
+            answer["result"]["results"]
+                .as_array()
+                .is_some_and(|hits| !hits.is_empty()),
+            "{who}: {answer:.300}"
+        );
+    }
+    eprintln!(
+        "10 gentle {who} searches: {heavy_during} heavy searches ended meanwhile, slowest {slowest:?}"
+    );
+    assert!(
+        heavy_during < 10,
+        "{who}: {heavy_during} heavy searches ended while 10 gentle ones waited"
+    );
 }
 
 /// Sets its flag when dropped, also while a panic unwinds.
