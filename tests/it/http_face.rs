@@ -1027,7 +1027,9 @@ fn the_remote_cli_says_when_the_token_is_wrong_or_missing_or_the_mirror_is_away(
 
 /// `BUSY` of the socket protocol, which the HTTP face answers with too.
 const BUSY: i64 = -32003;
-/// A raw FTS5 query that runs into `search_timeout` on tens of thousands of entries.
+const SEARCH_TIMED_OUT: i64 = -32004;
+/// A raw FTS5 query that runs into `search_timeout` on 65,000 entries (on fewer, some end
+/// sooner, and a flood of them would not always count as heavy).
 const HEAVY_QUERY: &str = "d* OR f* OR s* OR t* OR a* OR n* OR m* OR c* OR e* OR p*";
 
 #[test]
@@ -1043,7 +1045,7 @@ fn an_http_client_flooding_heavy_searches_starves_neither_a_socket_client_nor_an
             "[daemon]\ndatabase = {:?}\nsocket = {:?}\nrequest_timeout = \"5s\"\n\
              search_timeout = \"300ms\"\nmax_concurrent_searches = 2\n\n\
              [servers.big]\ncommand = {FIXTURE:?}\n\
-             args = [\"--name\", \"big\", \"--generate\", \"30000\", \"--page-size\", \"5000\"]\n\n\
+             args = [\"--name\", \"big\", \"--generate\", \"65000\", \"--page-size\", \"5000\"]\n\n\
              [http]\nlisten = \"{address}\"\ntokens = {{ abuser = {:?}, gentle = {:?} }}\n",
             scratch.path("catalog.db").display().to_string(),
             scratch.path("mirror.sock").display().to_string(),
@@ -1053,13 +1055,13 @@ fn an_http_client_flooding_heavy_searches_starves_neither_a_socket_client_nor_an
     );
     let daemon = Daemon::start(&scratch, &config);
     wait_for("the big walk", Duration::from_secs(600), || {
-        (daemon.server_status("big")["resources"] == 30_000).then_some(())
+        (daemon.server_status("big")["resources"] == 65_000).then_some(())
     });
     // The gentle searches are the index's (fast); only the flood reaches SQLite.
     wait_for("the search index", Duration::from_secs(600), || {
         let index = &daemon.call("catalog/status", json!({}))["daemon"]["searchIndex"];
         // The fixture's 3 templates are indexed beside the resources.
-        (index["state"] == "ready" && index["documents"] == 30_003).then_some(())
+        (index["state"] == "ready" && index["documents"] == 65_003).then_some(())
     });
     let search = |token: &str, query: &str, raw: bool, limit: u64| {
         let body = json!({
@@ -1079,14 +1081,18 @@ fn an_http_client_flooding_heavy_searches_starves_neither_a_socket_client_nor_an
     let stop = AtomicBool::new(false);
     // The flood's heavy searches answered so far (cancelled at search_timeout, not refused).
     let finished = AtomicU64::new(0);
+    let timed_out = AtomicU64::new(0);
     std::thread::scope(|scope| {
         // One HTTP client (one token) asking twelve searches at once, each on a new
         // connection: more than the gate's whole queue (4 places per slot).
         for _ in 0..12 {
-            let (stop, finished, search) = (&stop, &finished, &search);
+            let (stop, finished, timed_out, search) = (&stop, &finished, &timed_out, &search);
             scope.spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     let answer = search("tok-abuser-51c2", HEAVY_QUERY, true, 1000);
+                    if answer["error"]["code"] == SEARCH_TIMED_OUT {
+                        timed_out.fetch_add(1, Ordering::SeqCst);
+                    }
                     if answer["error"]["code"] == BUSY {
                         // Refused at once: ask again soon, as a flooding client does.
                         std::thread::sleep(Duration::from_millis(50));
@@ -1116,6 +1122,11 @@ fn an_http_client_flooding_heavy_searches_starves_neither_a_socket_client_nor_an
             search("tok-gentle-9e0d", query, false, 10)
         });
     });
+    eprintln!(
+        "the flood: {} heavy searches answered, {} of them cancelled at search_timeout",
+        finished.load(Ordering::SeqCst),
+        timed_out.load(Ordering::SeqCst)
+    );
     let status = daemon.call("catalog/status", json!({}));
     let limits = &status["daemon"]["socketLimits"];
     assert_eq!(limits["searchesPeak"], 2, "{limits}");
@@ -1130,7 +1141,7 @@ fn gentle_searches(who: &str, finished: &AtomicU64, mut ask: impl FnMut(&str) ->
     for i in 0..10 {
         let before = finished.load(Ordering::SeqCst);
         let started = Instant::now();
-        let answer = ask(&format!("document {}", 29_000 + i));
+        let answer = ask(&format!("document {}", 64_000 + i));
         slowest = slowest.max(started.elapsed());
         heavy_during += finished.load(Ordering::SeqCst) - before;
         assert_eq!(answer["result"]["engine"], "index", "{who}: {answer:.300}");
