@@ -3,7 +3,7 @@
 //! constant whatever the catalog's size.
 //!
 //! `fast-peer --resources N --page-size P [--name NAME] [--era legacy|modern|both]` serves
-//! stdio; with `--http 127.0.0.1:0` it serves Streamable HTTP at `/mcp` and prints
+//! stdio; with `--http 127.0.0.1:0 [--nodelay]` it serves Streamable HTTP at `/mcp` and prints
 //! `listening on http://ADDRESS/mcp` as its first line, the same contract as `mcp-fixture`,
 //! so `bench/run` starts both the same way. Resources have the shape of the fixture's
 //! generated ones (every optional field filled), under `fast://NAME/docs/NNNNNN.md`.
@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
+use axum::serve::ListenerExt as _;
 use clap::{Parser, ValueEnum};
 use rmcp::model::{
     Annotations, Icon, Implementation, ListResourceTemplatesResult, ListResourcesResult,
@@ -22,7 +23,6 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use axum::serve::ListenerExt as _;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 
 /// Which protocol eras the peer speaks.
@@ -177,7 +177,8 @@ fn versions(era: Era) -> &'static [ProtocolVersion] {
         Era::Legacy => ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE),
         Era::Modern => {
             let all = ProtocolVersion::KNOWN_VERSIONS;
-            let first_modern = ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE).len();
+            let first_modern =
+                ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE).len();
             &all[first_modern..]
         }
         Era::Both => ProtocolVersion::KNOWN_VERSIONS,
