@@ -68,6 +68,12 @@ pub fn merged_resources(
     limit: usize,
 ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
     let page = merged_page(connection, MERGED_RESOURCES, after_uri, limit)?;
+    tracing::trace!(
+        vm_steps = page.vm_steps,
+        sorts = page.sorts,
+        rows = page.rows.len(),
+        "a page of the merged catalog"
+    );
     Ok((page.rows, page.more))
 }
 
