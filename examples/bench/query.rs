@@ -50,7 +50,14 @@ pub struct QueryOptions {
     pub reuse_million: bool,
 }
 
-const ALL_PARTS: [&str; 6] = ["classes", "throughput", "throughput8", "catchup", "paging", "ten"];
+const ALL_PARTS: [&str; 6] = [
+    "classes",
+    "throughput",
+    "throughput8",
+    "catchup",
+    "paging",
+    "ten",
+];
 
 impl QueryOptions {
     pub fn from_arguments(arguments: &[String]) -> anyhow::Result<QueryOptions> {
@@ -62,7 +69,10 @@ impl QueryOptions {
             if let Some(parts) = argument.strip_prefix("--parts=") {
                 for part in parts.split(',') {
                     if !ALL_PARTS.contains(&part) {
-                        bail!("unknown query part {part}; choose from {}", ALL_PARTS.join(", "));
+                        bail!(
+                            "unknown query part {part}; choose from {}",
+                            ALL_PARTS.join(", ")
+                        );
                     }
                     options.parts.push(part.to_string());
                 }
@@ -86,10 +96,13 @@ pub fn reuse_million_database() -> Option<MillionDatabase> {
     let files = DaemonFiles {
         dir: crate::paths::work_dir().join("million"),
     };
-    files.path("catalog.db").exists().then_some(MillionDatabase {
-        files,
-        first_load: None,
-    })
+    files
+        .path("catalog.db")
+        .exists()
+        .then_some(MillionDatabase {
+            files,
+            first_load: None,
+        })
 }
 
 /// A first load into an empty directory with the index on.
@@ -658,7 +671,14 @@ fn million_rest(
     }
 
     let runs: &[(bool, usize)] = if options.runs("throughput") {
-        &[(false, 1), (false, 8), (false, 64), (true, 1), (true, 8), (true, 64)]
+        &[
+            (false, 1),
+            (false, 8),
+            (false, 64),
+            (true, 1),
+            (true, 8),
+            (true, 64),
+        ]
     } else if options.runs("throughput8") {
         &[(false, 8), (false, 8), (false, 8)]
     } else {
@@ -677,8 +697,7 @@ fn million_rest(
         report.line("");
         let mut rows = Vec::new();
         for &(raw, clients) in runs {
-            let (rate, refused, p50, p99, cores, client_cores) =
-                throughput(&daemon, clients, raw)?;
+            let (rate, refused, p50, p99, cores, client_cores) = throughput(&daemon, clients, raw)?;
             rows.push(vec![
                 if raw { "FTS5 (raw AND)" } else { "index" }.to_string(),
                 clients.to_string(),
@@ -777,7 +796,10 @@ fn paging(report: &mut Report, daemon: &Daemon) -> anyhow::Result<()> {
             }
             let answer: PageAnswer = serde_json::from_str(&line)?;
             let Some(result) = answer.result else {
-                bail!("resources/list failed: {}", answer.error.map_or("", |_| "an error"));
+                bail!(
+                    "resources/list failed: {}",
+                    answer.error.map_or("", |_| "an error")
+                );
             };
             pages += 1;
             listed += result.resources.len();

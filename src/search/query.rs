@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tantivy::collector::TopDocs;
 use tantivy::query::{
-    BooleanQuery, EnableScoring, Explanation, FuzzyTermQuery, InvertedIndexRangeQuery, Occur, Query,
-    Scorer,
-    TermQuery, Weight,
+    BooleanQuery, EnableScoring, Explanation, FuzzyTermQuery, InvertedIndexRangeQuery, Occur,
+    Query, Scorer, TermQuery, Weight,
 };
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, TantivyDocument, Term};

@@ -55,8 +55,8 @@ fn pages_show_each_uri_once_from_its_winner() {
     let mut seen = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let page = merged_page(&connection, MERGED_RESOURCES, after.as_deref(), LIMIT)
-            .expect("page");
+        let page =
+            merged_page(&connection, MERGED_RESOURCES, after.as_deref(), LIMIT).expect("page");
         for row in &page.rows {
             assert_eq!(row.raw, format!("{{\"from\":\"{}\"}}", row.server));
             seen.push((row.key.clone(), row.server.clone()));
@@ -68,7 +68,10 @@ fn pages_show_each_uri_once_from_its_winner() {
         after = page.rows.last().map(|row| row.key.clone());
     }
     let expected = expected(&connection);
-    assert!(expected.len() > LISTINGS, "the catalog has c's own URIs too");
+    assert!(
+        expected.len() > LISTINGS,
+        "the catalog has c's own URIs too"
+    );
     assert_eq!(seen, expected);
     // A page that ends exactly at the last URI says nothing more follows.
     let all = merged_page(&connection, MERGED_RESOURCES, None, expected.len()).expect("page");

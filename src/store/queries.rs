@@ -182,7 +182,11 @@ mod merged_page_tests;
 /// Column `index` as text borrowed from the row (no copy until the caller keeps it).
 fn text<'row>(row: &'row rusqlite::Row<'_>, index: usize) -> rusqlite::Result<&'row str> {
     row.get_ref(index)?.as_str().map_err(|error| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(error))
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            Box::new(error),
+        )
     })
 }
 
