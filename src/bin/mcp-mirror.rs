@@ -153,8 +153,24 @@ enum LogFormat {
     Json,
 }
 
+/// Blocks of 1 MiB and more (a large page, a 20 MiB error, a 60 MB entry) are mapped for
+/// themselves and given back to the kernel when freed. glibc's default raises this threshold
+/// after each large free, up to 32 MiB, so such buffers stay in the heap afterwards: in the soak
+/// run's hostile mix the heap (RssAnon) grew to 363 MB after 2 minutes; with the threshold fixed
+/// it stays at 105 MB and flat. Called before any thread exists.
+fn bound_heap_retention() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; no thread exists yet.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 fn main() -> ExitCode {
     let arguments = Arguments::parse();
+    if matches!(arguments.command, Command::Serve { .. }) {
+        bound_heap_retention();
+    }
     if !matches!(arguments.command, Command::Serve { .. }) {
         // SAFETY: restoring the default SIGPIPE action before any thread exists; it lets
         // `mcp-mirror ls | head` end quietly like other command-line tools.
