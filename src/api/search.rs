@@ -209,5 +209,11 @@ pub async fn resource_search(
         }
     }
     let (hits, next) = gated_search(request, context).await?;
+    if let Some(behind) = context.store.full_text_note() {
+        origin.note = Some(match origin.note.take() {
+            Some(why) => format!("{why}; {behind}"),
+            None => behind,
+        });
+    }
     Ok((hits, next, origin))
 }

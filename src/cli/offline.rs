@@ -121,7 +121,9 @@ impl Catalog {
                 }
                 let request = params.into_request().map_err(usage)?;
                 let (hits, next) = catalog.search(&request).map_err(searched)?;
-                Ok(crate::api::search_result(hits, next))
+                let mut result = crate::api::search_result(hits, next);
+                result.note = catalog.full_text_note();
+                Ok(result)
             }
         }
     }

@@ -350,6 +350,19 @@ pub struct Store {
     next_walk_id: Arc<AtomicU64>,
     changes: broadcast::Sender<CatalogChanged>,
     catalog_version: Arc<AtomicU64>,
+    /// Ids the full-text backlog lists (the writer keeps it; `full_text_note` reads it).
+    full_text_behind: Arc<AtomicU64>,
+}
+
+/// What an answer from SQLite's full-text search says while the index lacks rows of a large
+/// swap (`ids` is how many the backlog lists).
+fn full_text_note(ids: u64) -> Option<String> {
+    (ids > 0).then(|| {
+        format!(
+            "the full-text index is still indexing up to {ids} resources of a large swap; \
+             some matches may be missing until it is done"
+        )
+    })
 }
 
 impl Store {
@@ -368,6 +381,9 @@ impl Store {
             source,
         })?;
         let connection = schema::open_writer(path)?;
+        // A backlog left by the last run shows in answers from the start; the writer resumes it.
+        let full_text_behind = Arc::new(AtomicU64::new(writer::full_text_backlog(&connection)?));
+        let writer_behind = full_text_behind.clone();
         let opened_file = file_identity(path).ok();
         let (sender, receiver) = mpsc::unbounded_channel();
         let (changes, _) = broadcast::channel(CHANGE_EVENTS_BUFFERED);
@@ -376,7 +392,15 @@ impl Store {
         let writer_version = catalog_version.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || writer::run(connection, receiver, writer_changes, writer_version))
+            .spawn(move || {
+                writer::run(
+                    connection,
+                    receiver,
+                    writer_changes,
+                    writer_version,
+                    writer_behind,
+                )
+            })
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the writer thread: {error}"))
             })?;
@@ -390,7 +414,14 @@ impl Store {
             next_walk_id: Arc::new(AtomicU64::new(1)),
             changes,
             catalog_version,
+            full_text_behind,
         })
+    }
+
+    /// The note a search answered by SQLite's full-text index carries while that index is
+    /// still indexing a large swap's rows (the writer does it between other work).
+    pub fn full_text_note(&self) -> Option<String> {
+        full_text_note(self.full_text_behind.load(Ordering::Acquire))
     }
 
     /// Events after every commit that changed the catalog, from now on.
@@ -796,6 +827,14 @@ impl ReadOnlyCatalog {
         request: &SearchRequest,
     ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
         queries::search(&self.connection, request)
+    }
+
+    /// As `Store::full_text_note`, read from the database. A database from before the backlog
+    /// existed (no daemon has migrated it yet) has none.
+    pub fn full_text_note(&self) -> Option<String> {
+        writer::full_text_backlog(&self.connection)
+            .ok()
+            .and_then(full_text_note)
     }
 
     pub fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {

@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_changes.sql"),
     include_str!("../../migrations/0003_hashes.sql"),
     include_str!("../../migrations/0004_entries.sql"),
+    include_str!("../../migrations/0005_full_text_backlog.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {

@@ -186,6 +186,9 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
         let status = daemon.server_status("big");
         (status["resources"] == 65_000).then_some(())
     });
+    // The heavy query must meet the whole catalog in FTS5, which indexes a first load after
+    // its commit.
+    crate::support::wait_for_full_text(&daemon);
 
     // One heavy search: cancelled at the limit, with a clear error, well within a bound.
     let mut client = SocketClient::connect(&daemon.socket);
@@ -282,6 +285,9 @@ fn a_gentle_client_searches_between_four_connections_flooding_heavy_searches() {
         let status = daemon.server_status("big");
         (status["resources"] == 65_000).then_some(())
     });
+    // The heavy query must meet the whole catalog in FTS5, which indexes a first load after
+    // its commit.
+    crate::support::wait_for_full_text(&daemon);
     // The gentle client's searches are the index's (fast); only the flooders' reach SQLite.
     wait_for("the search index", Duration::from_secs(600), || {
         let index = &daemon.call("catalog/status", json!({}))["daemon"]["searchIndex"];

@@ -196,3 +196,62 @@ fn search_finds_by_name_title_uri_and_description_with_filters_paging_snippets_a
         "the daemon still serves"
     );
 }
+
+/// A large first load's text reaches SQLite's full-text index after the load's commit, in
+/// batches between the writer's other work. Until it is done, a raw search (which SQLite
+/// answers) may miss the newest resources, but only while its note says the index is behind;
+/// afterwards it finds them and says nothing of it.
+#[test]
+fn a_large_first_load_is_full_text_indexed_after_its_commit_and_searches_say_so_meanwhile() {
+    let scratch = Scratch::new();
+    let servers = stdio_server(
+        "big",
+        &[
+            "--name",
+            "big",
+            "--generate",
+            "30000",
+            "--page-size",
+            "5000",
+        ],
+    );
+    let daemon = Daemon::start(&scratch, &scratch.config(&servers));
+    crate::support::wait_for(
+        "the first load",
+        std::time::Duration::from_secs(120),
+        || (daemon.server_status("big")["resources"] == 30_000).then_some(()),
+    );
+    let mut answers_while_behind = 0;
+    let found = crate::support::wait_for(
+        "the last resource in FTS5",
+        std::time::Duration::from_secs(180),
+        || {
+            let answer = daemon.call(
+                "catalog/search",
+                json!({"query": "\"doc-029999\" OR \"doc-000000\"", "raw": true}),
+            );
+            assert_eq!(answer["engine"], "sqlite", "{answer}");
+            let note = answer["note"].as_str().unwrap_or("");
+            let behind = note.contains(crate::support::FULL_TEXT_BEHIND);
+            let found = uris(&answer).len();
+            if behind {
+                answers_while_behind += 1;
+            } else {
+                assert_eq!(found, 2, "a silent miss: {answer}");
+            }
+            (!behind).then_some(answer)
+        },
+    );
+    eprintln!("{answers_while_behind} raw searches answered while FTS5 was behind");
+    let mut found_uris = uris(&found);
+    found_uris.sort();
+    assert_eq!(
+        found_uris,
+        [
+            "fixture://big/docs/000000.md",
+            "fixture://big/docs/029999.md"
+        ]
+        .map(String::from),
+        "{found}"
+    );
+}

@@ -63,6 +63,8 @@ fn fts5_and_of_words(text: &str) -> String {
 }
 
 fn assert_same_as_fts5(daemon: &Daemon, queries: &[&str]) {
+    // A large first load's rows reach FTS5 after its commit.
+    crate::support::wait_for_full_text(daemon);
     for query in queries {
         for server in [None, Some("alpha")] {
             // SQLite's resource index answers raw queries: the index's resources, to compare.

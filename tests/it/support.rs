@@ -22,6 +22,23 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Optio
         .unwrap_or_else(|error| panic!("{error:#}"))
 }
 
+/// What a search answered by SQLite's full-text index says while that index is still
+/// indexing a large swap's rows (the writer indexes them after the swap's commit).
+pub const FULL_TEXT_BEHIND: &str = "full-text index is still indexing";
+
+/// Waits until SQLite's full-text index holds every resource (a raw search says nothing of a
+/// backlog), so searches it answers can be compared with the catalog.
+pub fn wait_for_full_text(daemon: &Daemon) {
+    wait_for("the full-text index", Duration::from_secs(180), || {
+        let answer = daemon.call(
+            "catalog/search",
+            serde_json::json!({"query": "x", "raw": true}),
+        );
+        let note = answer["note"].as_str().unwrap_or("");
+        (!note.contains(FULL_TEXT_BEHIND)).then_some(())
+    });
+}
+
 /// A scratch directory for one test: config, database, socket and scenario files.
 pub struct Scratch {
     pub dir: TempDir,
