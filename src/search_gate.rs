@@ -13,8 +13,8 @@
 //! plain search waited behind them. So the gate remembers, for each client (`SearchClient`,
 //! one per connection), how much search time it used lately (decaying with `USAGE_HALF_LIFE`)
 //! and how long its searches take (a moving average): a free slot goes to the waiter whose
-//! client used the least, and clients whose searches take more than half the `search_timeout`
-//! on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
+//! client used the least, and clients whose searches take more than `HEAVY_SEARCH` (or half the
+//! `search_timeout`) on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
 //! slots, so one slot is always left for everyone else. A busy client of quick searches is not
 //! heavy: many searches are not what holds slots. One client may have at most `max_concurrent`
 //! searches waiting; past that its own searches are refused "busy", so a client asking many at
@@ -32,6 +32,12 @@ use tokio::sync::oneshot;
 
 /// How many searches may wait for a slot for every one allowed to run.
 const QUEUED_PER_SLOT: usize = 4;
+/// Searches longer than this on average (or than half the `search_timeout`, if shorter) make
+/// a client heavy. The index answers in milliseconds; a client whose searches take a quarter
+/// of a second holds slots a hundred times longer than the rest. With half the timeout alone
+/// (1 s), the soak's raw FTS5 queries (about 1 s each under load) were not heavy, and the
+/// well-behaved client waited up to 1.7 s for a slot.
+const HEAVY_SEARCH: Duration = Duration::from_millis(250);
 /// A client's recent search time halves over this long.
 const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
 
@@ -277,7 +283,7 @@ impl Drop for LeaveQueue<'_> {
 impl SearchGate {
     pub fn new(limits: SearchLimits) -> SearchGate {
         // Half the time limit: the searches that run into it are what hold slots.
-        SearchGate::with_heavy_search(limits, limits.timeout / 2)
+        SearchGate::with_heavy_search(limits, (limits.timeout / 2).min(HEAVY_SEARCH))
     }
 
     fn with_heavy_search(limits: SearchLimits, heavy_search: Duration) -> SearchGate {
