@@ -13,12 +13,15 @@
 //! plain search waited behind them. So the gate remembers, for each client (`SearchClient`,
 //! one per connection), how much search time it used lately (decaying with `USAGE_HALF_LIFE`)
 //! and how long its searches take (a moving average): a free slot goes to the waiter whose
-//! client used the least, and clients whose searches take more than half the `search_timeout`
-//! on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
+//! client used the least, and clients whose searches take more than `HEAVY_SEARCH` (or half the
+//! `search_timeout`) on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
 //! slots, so one slot is always left for everyone else. A busy client of quick searches is not
-//! heavy: many searches are not what holds slots. The client of a search comes from the task-local `CURRENT_CLIENT` that
-//! `api::answer_request` sets around each request, so every engine's call of `acquire` stays
-//! as it was; a search outside that scope is a client of its own.
+//! heavy: many searches are not what holds slots. One client may have at most `max_concurrent`
+//! searches waiting; past that its own searches are refused "busy", so a client asking many at
+//! once (the HTTP face's, one per identity) cannot fill the queue before others. The client of
+//! a search comes from the task-local `CURRENT_CLIENT` that `api::answer_request` sets around
+//! each request, so every engine's call of `acquire` stays as it was; a search outside that
+//! scope is a client of its own.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -29,6 +32,12 @@ use tokio::sync::oneshot;
 
 /// How many searches may wait for a slot for every one allowed to run.
 const QUEUED_PER_SLOT: usize = 4;
+/// Searches longer than this on average (or than half the `search_timeout`, if shorter) make
+/// a client heavy. The index answers in milliseconds; a client whose searches take a quarter
+/// of a second holds slots a hundred times longer than the rest. With half the timeout alone
+/// (1 s), the soak's raw FTS5 queries (about 1 s each under load) were not heavy, and the
+/// well-behaved client waited up to 1.7 s for a slot.
+const HEAVY_SEARCH: Duration = Duration::from_millis(250);
 /// A client's recent search time halves over this long.
 const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
 
@@ -119,6 +128,11 @@ impl SearchClient {
             Some(average) => (average + used) / 2.0,
             None => used,
         });
+    }
+
+    /// Whether both are the same client (clones of one).
+    fn is(&self, other: &SearchClient) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// The client of the current task, or a new one outside any request's scope.
@@ -269,7 +283,7 @@ impl Drop for LeaveQueue<'_> {
 impl SearchGate {
     pub fn new(limits: SearchLimits) -> SearchGate {
         // Half the time limit: the searches that run into it are what hold slots.
-        SearchGate::with_heavy_search(limits, limits.timeout / 2)
+        SearchGate::with_heavy_search(limits, (limits.timeout / 2).min(HEAVY_SEARCH))
     }
 
     fn with_heavy_search(limits: SearchLimits, heavy_search: Duration) -> SearchGate {
@@ -307,7 +321,15 @@ impl SearchGate {
         let (grant, mut granted) = oneshot::channel();
         let ticket = {
             let mut queue = lock(&shared.queue);
-            if queue.waiters.len() >= max_waiting {
+            // A socket connection asks one thing at a time; an HTTP face client (one identity
+            // over many requests) may ask many at once, and must not fill the queue alone.
+            let waiting_of_client = queue
+                .waiters
+                .iter()
+                .filter(|waiter| waiter.client.is(&client))
+                .count();
+            if queue.waiters.len() >= max_waiting || waiting_of_client >= self.limits.max_concurrent
+            {
                 shared.refused_busy.fetch_add(1, Ordering::Relaxed);
                 return Err(GateError::Busy {
                     running: queue.running,
@@ -421,6 +443,48 @@ mod tests {
         assert!(matches!(refused, GateError::Busy { .. }), "{refused}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(gate.activity().refused_busy, 1);
+        waiters.iter().for_each(|waiter| waiter.abort());
+    }
+
+    #[tokio::test]
+    async fn one_client_asking_many_at_once_cannot_fill_the_queue() {
+        let gate = SearchGate::new(SearchLimits {
+            timeout: Duration::from_secs(30),
+            max_concurrent: 2,
+        });
+        let greedy = SearchClient::default();
+        let _running: Vec<SearchPermit> = vec![
+            gate.acquire_for(greedy.clone()).await.expect("first"),
+            gate.acquire_for(greedy.clone()).await.expect("second"),
+        ];
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (gate, greedy) = (gate.clone(), greedy.clone());
+                tokio::spawn(async move { gate.acquire_for(greedy).await.map(|_| ()) })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while gate.activity().waiting < 2 {
+            assert!(Instant::now() < deadline, "waiters never queued");
+            tokio::task::yield_now().await;
+        }
+        // Its third waiting search is refused at once, though the queue has room.
+        let refused = gate
+            .acquire_for(greedy.clone())
+            .await
+            .map(|_| ())
+            .expect_err("the client's own share of the queue is full");
+        assert!(matches!(refused, GateError::Busy { .. }), "{refused}");
+        // Another client still queues.
+        let other = tokio::spawn({
+            let gate = gate.clone();
+            async move { gate.acquire_for(SearchClient::default()).await.map(|_| ()) }
+        });
+        while gate.activity().waiting < 3 {
+            assert!(Instant::now() < deadline, "the other client never queued");
+            tokio::task::yield_now().await;
+        }
+        other.abort();
         waiters.iter().for_each(|waiter| waiter.abort());
     }
 

@@ -107,6 +107,7 @@ fn main() -> anyhow::Result<()> {
         return walk::bare_walk(Path::new(config), rounds);
     }
     let walk_options = WalkOptions::from_arguments(&arguments)?;
+    let query_options = query::QueryOptions::from_arguments(&arguments)?;
     let quick = walk_options.quick;
     let mut scenarios: Vec<&str> = arguments
         .iter()
@@ -171,13 +172,16 @@ fn main() -> anyhow::Result<()> {
             "swap" => swap::run(&mut report),
             "change" => change::run(&mut report),
             "query" | "start" => (|| {
+                if million.is_none() && query_options.reuse_million {
+                    million = query::reuse_million_database();
+                }
                 if million.is_none() {
                     eprintln!("building the 1,000,000-resource database");
                     million = Some(query::build_million_database()?);
                 }
                 let files = million.as_ref().context("million database")?;
                 match *scenario {
-                    "query" => query::run(&mut report, files),
+                    "query" => query::run(&mut report, files, &query_options),
                     _ => start::run(&mut report, &files.files),
                 }
             })(),

@@ -35,10 +35,74 @@ const THROUGHPUT_WINDOW: Duration = Duration::from_secs(5);
 const CATCH_UP_ROUNDS: usize = 4;
 const CHANGING: usize = 100;
 
-/// The database the query and start scenarios share, and what its first load measured.
+/// The database the query and start scenarios share, and what its first load measured
+/// (`None` when `--reuse-million` reused the database of an earlier run).
 pub struct MillionDatabase {
     pub files: DaemonFiles,
-    pub first_load: FirstLoad,
+    pub first_load: Option<FirstLoad>,
+}
+
+/// Which parts of the query scenario run: `--parts=classes,throughput,throughput8,catchup,paging,ten`
+/// (default: all but `throughput8`, the index with 8 clients only), and `--reuse-million`
+/// (keep `target/bench-work/million` from an earlier run instead of loading it again).
+pub struct QueryOptions {
+    parts: Vec<String>,
+    pub reuse_million: bool,
+}
+
+const ALL_PARTS: [&str; 6] = [
+    "classes",
+    "throughput",
+    "throughput8",
+    "catchup",
+    "paging",
+    "ten",
+];
+
+impl QueryOptions {
+    pub fn from_arguments(arguments: &[String]) -> anyhow::Result<QueryOptions> {
+        let mut options = QueryOptions {
+            parts: Vec::new(),
+            reuse_million: false,
+        };
+        for argument in arguments {
+            if let Some(parts) = argument.strip_prefix("--parts=") {
+                for part in parts.split(',') {
+                    if !ALL_PARTS.contains(&part) {
+                        bail!(
+                            "unknown query part {part}; choose from {}",
+                            ALL_PARTS.join(", ")
+                        );
+                    }
+                    options.parts.push(part.to_string());
+                }
+            } else if argument == "--reuse-million" {
+                options.reuse_million = true;
+            }
+        }
+        Ok(options)
+    }
+
+    fn runs(&self, part: &str) -> bool {
+        match self.parts.is_empty() {
+            true => part != "throughput8",
+            false => self.parts.iter().any(|chosen| chosen == part),
+        }
+    }
+}
+
+/// The database of an earlier run, when it is there (`--reuse-million`).
+pub fn reuse_million_database() -> Option<MillionDatabase> {
+    let files = DaemonFiles {
+        dir: crate::paths::work_dir().join("million"),
+    };
+    files
+        .path("catalog.db")
+        .exists()
+        .then_some(MillionDatabase {
+            files,
+            first_load: None,
+        })
 }
 
 /// A first load into an empty directory with the index on.
@@ -63,7 +127,10 @@ pub fn build_million_database() -> anyhow::Result<MillionDatabase> {
     let mut first_load = first_load(&daemon, started, MILLION)?;
     first_load.peak_rss_kb = proc_status_kb(daemon.process.pid(), "VmHWM");
     daemon.process.stop();
-    Ok(MillionDatabase { files, first_load })
+    Ok(MillionDatabase {
+        files,
+        first_load: Some(first_load),
+    })
 }
 
 /// Whether the search index is ready, reflects the newest change and holds at least
@@ -372,7 +439,7 @@ fn throughput(
     daemon: &Daemon,
     clients: usize,
     raw: bool,
-) -> anyhow::Result<(f64, u64, f64, f64, f64)> {
+) -> anyhow::Result<(f64, u64, f64, f64, f64, f64)> {
     let results = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
@@ -405,9 +472,11 @@ fn throughput(
         }));
     }
     let cpu_before = cpu_ticks(daemon.process.pid()).unwrap_or(0);
+    let own_before = own_cpu_seconds();
     std::thread::sleep(THROUGHPUT_WINDOW);
     stop.store(true, Ordering::Relaxed);
     let cpu_after = cpu_ticks(daemon.process.pid()).unwrap_or(0);
+    let own_after = own_cpu_seconds();
     for thread in threads {
         thread
             .join()
@@ -427,6 +496,7 @@ fn throughput(
         latencies.median(),
         latencies.quantile(0.99),
         (cpu_after - cpu_before) as f64 / clock_ticks_per_second() / window,
+        (own_after - own_before) / window,
     ))
 }
 
@@ -505,11 +575,25 @@ fn catch_up(report: &mut Report, daemon: &Daemon, scenario: &Path) -> anyhow::Re
     Ok(())
 }
 
-pub fn run(report: &mut Report, million: &MillionDatabase) -> anyhow::Result<()> {
+pub fn run(
+    report: &mut Report,
+    million: &MillionDatabase,
+    options: &QueryOptions,
+) -> anyhow::Result<()> {
     let files = &million.files;
     report.line("## Query: 1,000,000 resources, the derived index beside FTS5");
     report.line("");
-    let load = &million.first_load;
+    match &million.first_load {
+        Some(load) => first_load_line(report, load),
+        None => report.line(
+            "The 1,000,000-resource database of an earlier run, reused (no first load measured).",
+        ),
+    }
+    report.line("");
+    million_rest(report, files, options)
+}
+
+fn first_load_line(report: &mut Report, load: &FirstLoad) {
     report.line(format!(
         "First load into an empty directory, index on (one stdio fixture of 1,000,000 \
          resources, pages of 1,000): the walk committed {:.1} s after the daemon started; the \
@@ -520,8 +604,13 @@ pub fn run(report: &mut Report, million: &MillionDatabase) -> anyhow::Result<()>
         mb(Some(load.index_bytes / 1024)),
         mb(load.peak_rss_kb),
     ));
-    report.line("");
+}
 
+fn million_rest(
+    report: &mut Report,
+    files: &DaemonFiles,
+    options: &QueryOptions,
+) -> anyhow::Result<()> {
     // The million, unreachable now, and a small server whose catalog changes.
     let scenario = files.path("churn.json");
     write_json_atomically(&scenario, &changing_scenario(0))?;
@@ -539,6 +628,9 @@ pub fn run(report: &mut Report, million: &MillionDatabase) -> anyhow::Result<()>
             fixture_stdio_table("churn", &churn_args)
         ),
     )?;
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
     let daemon = start_daemon(files, &config)?;
     let mut client = daemon.client()?;
     poll_until(
@@ -547,43 +639,65 @@ pub fn run(report: &mut Report, million: &MillionDatabase) -> anyhow::Result<()>
         Duration::from_millis(50),
         || {
             let status = client.call("catalog/status", json!({}))?;
+            // A walk of this daemon (a reused database counts the walks of earlier runs).
             let churned = status["servers"].as_array().is_some_and(|servers| {
-                servers
-                    .iter()
-                    .any(|server| server["name"] == "churn" && server["walksOk"] == 1)
+                servers.iter().any(|server| {
+                    server["name"] == "churn"
+                        && server["lastWalk"]["atMs"]
+                            .as_i64()
+                            .is_some_and(|at| at >= started_ms)
+                })
             });
             Ok((churned && index_caught_up(&status, MILLION + CHANGING as u64)).then_some(()))
         },
     )?;
     let status = client.call("catalog/status", json!({}))?;
-    report.line(format!(
-        "`catalog/search` (limit 10) through the socket, one client, client-side round trip; \
-         the database holds {} resources (`{MILLION_SERVER}`, unreachable, serving its \
-         snapshot, and 100 of `churn`). Each class twice: a plain query (the derived index) \
-         and the same words as an FTS5 AND query (`raw: true`, SQLite). 3 warm-up queries per \
-         class and engine, then up to {QUERIES_PER_CLASS} queries or {} s (index) / {} s \
-         (FTS5, whose common-word queries run into the 2 s `search_timeout`). Search gate: {} \
-         at once.",
-        status["daemon"]["resources"],
-        INDEX_CLASS_TIME.as_secs(),
-        SQLITE_CLASS_TIME.as_secs(),
-        status["daemon"]["socketLimits"]["maxConcurrentSearches"],
-    ));
-    report.line("");
-    class_table(report, &mut client, &million_classes(), Some(3))?;
+    if options.runs("classes") {
+        report.line(format!(
+            "`catalog/search` (limit 10) through the socket, one client, client-side round trip; \
+             the database holds {} resources (`{MILLION_SERVER}`, unreachable, serving its \
+             snapshot, and 100 of `churn`). Each class twice: a plain query (the derived index) \
+             and the same words as an FTS5 AND query (`raw: true`, SQLite). 3 warm-up queries per \
+             class and engine, then up to {QUERIES_PER_CLASS} queries or {} s (index) / {} s \
+             (FTS5, whose common-word queries run into the 2 s `search_timeout`). Search gate: {} \
+             at once.",
+            status["daemon"]["resources"],
+            INDEX_CLASS_TIME.as_secs(),
+            SQLITE_CLASS_TIME.as_secs(),
+            status["daemon"]["socketLimits"]["maxConcurrentSearches"],
+        ));
+        report.line("");
+        class_table(report, &mut client, &million_classes(), Some(3))?;
+    }
 
-    eprintln!("  throughput");
-    report.line(format!(
-        "Throughput of the selective mix: N socket clients, each on its own connection, each \
-         sending its next search as soon as the answer arrives, for {} s. Refusals (`busy`, \
-         the search gate's bounded queue) are counted apart and not in the latencies.",
-        THROUGHPUT_WINDOW.as_secs()
-    ));
-    report.line("");
-    let mut rows = Vec::new();
-    for raw in [false, true] {
-        for clients in [1usize, 8, 64] {
-            let (rate, refused, p50, p99, cores) = throughput(&daemon, clients, raw)?;
+    let runs: &[(bool, usize)] = if options.runs("throughput") {
+        &[
+            (false, 1),
+            (false, 8),
+            (false, 64),
+            (true, 1),
+            (true, 8),
+            (true, 64),
+        ]
+    } else if options.runs("throughput8") {
+        &[(false, 8), (false, 8), (false, 8)]
+    } else {
+        &[]
+    };
+    if !runs.is_empty() {
+        eprintln!("  throughput");
+        report.line(format!(
+            "Throughput of the selective mix: N socket clients, each on its own connection, each \
+             sending its next search as soon as the answer arrives, for {} s. Refusals (`busy`, \
+             the search gate's bounded queue) are counted apart and not in the latencies. \
+             Search gate: {} at once.",
+            THROUGHPUT_WINDOW.as_secs(),
+            status["daemon"]["socketLimits"]["maxConcurrentSearches"],
+        ));
+        report.line("");
+        let mut rows = Vec::new();
+        for &(raw, clients) in runs {
+            let (rate, refused, p50, p99, cores, client_cores) = throughput(&daemon, clients, raw)?;
             rows.push(vec![
                 if raw { "FTS5 (raw AND)" } else { "index" }.to_string(),
                 clients.to_string(),
@@ -592,58 +706,33 @@ pub fn run(report: &mut Report, million: &MillionDatabase) -> anyhow::Result<()>
                 format!("{p50:.2}"),
                 format!("{p99:.2}"),
                 format!("{cores:.2}"),
+                format!("{client_cores:.2}"),
             ]);
         }
+        report.table(
+            &[
+                "engine",
+                "clients",
+                "answers/s",
+                "refused busy",
+                "p50 ms",
+                "p99 ms",
+                "daemon cores used",
+                "bench clients' cores used",
+            ],
+            &rows,
+        );
     }
-    report.table(
-        &[
-            "engine",
-            "clients",
-            "answers/s",
-            "refused busy",
-            "p50 ms",
-            "p99 ms",
-            "daemon cores used",
-        ],
-        &rows,
-    );
 
-    eprintln!("  catch-up");
-    catch_up(report, &daemon, &scenario)?;
-
-    eprintln!("  paging");
-    let mut seconds = Samples::default();
-    let mut count = 0usize;
-    for round in 0..3 {
-        let started = Instant::now();
-        let mut cursor: Option<String> = None;
-        let mut listed = 0usize;
-        loop {
-            let params = match &cursor {
-                Some(cursor) => json!({"cursor": cursor}),
-                None => json!({}),
-            };
-            let result = client.call("resources/list", params)?;
-            listed += result["resources"].as_array().map_or(0, Vec::len);
-            match result["nextCursor"].as_str() {
-                Some(next) => cursor = Some(next.to_string()),
-                None => break,
-            }
-        }
-        count = listed;
-        if round > 0 {
-            seconds.push(started.elapsed().as_secs_f64());
-        }
+    if options.runs("catchup") {
+        eprintln!("  catch-up");
+        catch_up(report, &daemon, &scenario)?;
     }
-    report.line(format!(
-        "Paging the whole merged `resources/list` ({count} resources, pages of 500) through \
-         one socket client: {} s median (min–max) over {} rounds after a warm-up, {:.0} \
-         resources/s.",
-        seconds.summary(2),
-        seconds.len(),
-        count as f64 / seconds.median()
-    ));
-    report.line("");
+
+    if options.runs("paging") {
+        eprintln!("  paging");
+        paging(report, &daemon)?;
+    }
     report.line(format!(
         "Daemon peak RSS (VmHWM) at the end of this part: {} MB.",
         mb(proc_status_kb(daemon.process.pid(), "VmHWM"))
@@ -651,7 +740,104 @@ pub fn run(report: &mut Report, million: &MillionDatabase) -> anyhow::Result<()>
     report.line("");
     drop(daemon);
 
-    ten_servers(report)
+    match options.runs("ten") {
+        true => ten_servers(report),
+        false => Ok(()),
+    }
+}
+
+/// One page of `resources/list` as the paging client reads it: the entries counted, not
+/// parsed into trees, so the client's own cost stays small beside the daemon's.
+#[derive(serde::Deserialize)]
+struct PageAnswer {
+    result: Option<PageResult>,
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PageResult {
+    resources: Vec<serde::de::IgnoredAny>,
+    next_cursor: Option<String>,
+}
+
+/// Pages the whole merged catalog through one socket connection, 3 rounds (the first a
+/// warm-up), timing each round and the client's own CPU time.
+fn paging(report: &mut Report, daemon: &Daemon) -> anyhow::Result<()> {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::os::unix::net::UnixStream::connect(&daemon.socket)?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::with_capacity(1 << 20, stream);
+    let mut line = String::new();
+    let mut seconds = Samples::default();
+    let mut daemon_ms_per_page = Samples::default();
+    let mut client_share = Samples::default();
+    let mut count = 0usize;
+    let mut pages = 0usize;
+    for round in 0..3 {
+        let started = Instant::now();
+        let daemon_before = cpu_ticks(daemon.process.pid()).unwrap_or(0);
+        let client_before = own_cpu_seconds();
+        let mut cursor: Option<String> = None;
+        let mut listed = 0usize;
+        pages = 0;
+        loop {
+            let params = match &cursor {
+                Some(cursor) => json!({"cursor": cursor}),
+                None => json!({}),
+            };
+            let request = json!({"jsonrpc": "2.0", "id": pages, "method": "resources/list", "params": params});
+            let mut bytes = serde_json::to_vec(&request)?;
+            bytes.push(b'\n');
+            writer.write_all(&bytes)?;
+            line.clear();
+            if reader.read_line(&mut line)? == 0 {
+                bail!("the daemon closed the connection while paging");
+            }
+            let answer: PageAnswer = serde_json::from_str(&line)?;
+            let Some(result) = answer.result else {
+                bail!(
+                    "resources/list failed: {}",
+                    answer.error.map_or("", |_| "an error")
+                );
+            };
+            pages += 1;
+            listed += result.resources.len();
+            match result.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        count = listed;
+        let elapsed = started.elapsed().as_secs_f64();
+        if round > 0 {
+            seconds.push(elapsed);
+            let daemon_ticks = cpu_ticks(daemon.process.pid()).unwrap_or(0) - daemon_before;
+            daemon_ms_per_page
+                .push(daemon_ticks as f64 / clock_ticks_per_second() * 1000.0 / pages as f64);
+            client_share.push((own_cpu_seconds() - client_before) / elapsed);
+        }
+    }
+    report.line(format!(
+        "Paging the whole merged `resources/list` ({count} resources, {pages} pages of {}) \
+         through one socket client: {} s median (min–max) over {} rounds after a warm-up, \
+         {:.0} resources/s, {:.3} ms a page; the daemon's CPU per page {} ms; the client's own \
+         CPU (it counts the entries without parsing them into trees) {} of the time.",
+        count.div_ceil(pages.max(1)),
+        seconds.summary(2),
+        seconds.len(),
+        count as f64 / seconds.median(),
+        seconds.median() * 1000.0 / pages.max(1) as f64,
+        daemon_ms_per_page.summary(3),
+        client_share.summary(2),
+    ));
+    report.line("");
+    Ok(())
+}
+
+/// This process's CPU time so far (every thread), in seconds.
+fn own_cpu_seconds() -> f64 {
+    cpu_ticks(std::process::id()).unwrap_or(0) as f64 / clock_ticks_per_second()
 }
 
 /// The 10-server catalog: one HTTP fixture serving ten catalogs of 100,000 (`s0`..`s9`), and

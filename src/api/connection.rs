@@ -31,6 +31,17 @@ pub(crate) struct ConnectionState {
     pub(super) search_client: crate::search_gate::SearchClient,
 }
 
+impl ConnectionState {
+    /// A fresh state whose searches use `search_client`'s share of the gate (the HTTP face
+    /// gives every request of one client identity the same one).
+    pub(crate) fn searching_as(search_client: crate::search_gate::SearchClient) -> Self {
+        ConnectionState {
+            search_client,
+            ..ConnectionState::default()
+        }
+    }
+}
+
 pub(super) async fn serve_connection(
     stream: UnixStream,
     context: &ApiContext,
@@ -150,10 +161,17 @@ async fn send_watched_changes(
 /// Writes one message; the one choke point every answer and notification passes, so no
 /// configured secret a server echoed (into an error, a walk failure, a read) reaches a client.
 async fn write_message(writer: &mut OwnedWriteHalf, message: &impl Serialize) -> io::Result<()> {
-    let text = serde_json::to_string(message).map_err(io::Error::other)?;
-    let mut bytes = redact::scrub(&text).into_owned().into_bytes();
-    bytes.push(b'\n');
-    writer.write_all(&bytes).await
+    let mut text = serde_json::to_string(message).map_err(io::Error::other)?;
+    // Copied only when a secret had to be replaced (a page of the catalog is ~200 KB).
+    let scrubbed = match redact::scrub(&text) {
+        std::borrow::Cow::Owned(scrubbed) => Some(scrubbed),
+        std::borrow::Cow::Borrowed(_) => None,
+    };
+    if let Some(scrubbed) = scrubbed {
+        text = scrubbed;
+    }
+    text.push('\n');
+    writer.write_all(text.as_bytes()).await
 }
 
 /// Handles one request line; `None` for notifications, which get no answer.

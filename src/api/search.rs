@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::{internal, ApiContext};
 use crate::protocol::{self as wire, ErrorObject, BUSY, INVALID_PARAMS, SEARCH_TIMED_OUT};
 use crate::search::{SearchError, SearchIndex, SearchQuery};
+use crate::search_gate::SearchPermit;
 use crate::store::{self, StoreError};
 
 /// Runs a search once the gate admits it, cancelled at the permit's deadline.
@@ -55,7 +56,7 @@ pub(crate) async fn search_index(
     query.offset = request.offset;
     query.highlight = request.highlight.clone();
     // The same gate as SQLite's searches: a bounded number at once, each with a deadline.
-    let mut permit = context
+    let permit = context
         .search_gate
         .acquire()
         .await
@@ -65,13 +66,16 @@ pub(crate) async fn search_index(
     // then the search, if the index reflects it (and the in-memory version, which moves on
     // only after the commit that SQLite already shows).
     let wanted = context.store.catalog_version();
+    // The permit goes with the search and is given back on the blocking thread the moment
+    // the search ends, so the next waiter's search starts without waiting for this task to be
+    // scheduled again (with 8 clients on 2 slots, that wait was part of every slot's turn).
     let searched = {
         let (index, query) = (index.clone(), query.clone());
         context
             .store
             .with_index_generation(move |generation| {
                 if index.status().serves(wanted, generation) {
-                    Ok(index.search(&query))
+                    Ok(searched_within(&index, &query, permit))
                 } else {
                     Err(generation)
                 }
@@ -83,8 +87,8 @@ pub(crate) async fn search_index(
         Ok(searched) => searched,
         Err(generation) => {
             // Behind a swap the caller may already have seen: wait for the keeper to apply it
-            // (without holding a slot), then search, or let SQLite answer.
-            drop(permit);
+            // (without holding a slot: the permit was dropped with the closure), then search,
+            // or let SQLite answer.
             let mut status = index.watch();
             let caught_up = status.wait_for(|status| {
                 status.serves(wanted, generation) || status.phase != crate::search::Phase::Ready
@@ -105,14 +109,14 @@ pub(crate) async fn search_index(
                     "the search index is {state}; answered by SQLite full-text search"
                 )));
             }
-            permit = context
+            let permit = context
                 .search_gate
                 .acquire()
                 .await
                 .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
             query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
             let index = index.clone();
-            tokio::task::spawn_blocking(move || index.search(&query))
+            tokio::task::spawn_blocking(move || searched_within(&index, &query, permit))
                 .await
                 .map_err(internal)?
         }
@@ -123,7 +127,6 @@ pub(crate) async fn search_index(
             return Err(ErrorObject::new(INVALID_PARAMS, error.to_string()))
         }
         Err(SearchError::TimedOut(_)) => {
-            permit.timed_out();
             let limit = context.search_gate.limits().timeout;
             return Err(ErrorObject::new(
                 SEARCH_TIMED_OUT,
@@ -159,6 +162,19 @@ pub(crate) async fn search_index(
         next: page.next_offset,
         mode: page.mode,
     }))
+}
+
+/// Runs one search of the index under `permit`, counting a timeout, and gives the slot back.
+fn searched_within(
+    index: &SearchIndex,
+    query: &SearchQuery,
+    permit: SearchPermit,
+) -> Result<crate::search::Page, SearchError> {
+    let outcome = index.search(query);
+    if matches!(outcome, Err(SearchError::TimedOut(_))) {
+        permit.timed_out();
+    }
+    outcome
 }
 
 /// A page of resources from the derived search index.

@@ -1,6 +1,8 @@
 //! Who may use the HTTP face: browser `Origin`s (DNS rebinding) and bearer tokens compared in
 //! constant time; a refusal is a 403 or a 401 with `WWW-Authenticate`.
 
+use std::net::IpAddr;
+
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use secrecy::ExposeSecret;
@@ -8,11 +10,27 @@ use subtle::ConstantTimeEq;
 
 use super::HttpFace;
 
-/// The client a request comes from, as far as the log and the sharing rules care.
+/// The client a request comes from, as far as the log, the sharing rules and the search gate
+/// care.
 #[derive(Debug, Clone)]
 pub(super) struct Client {
     /// The name of the token it presented; `None` when the face has no tokens (loopback only).
     pub token: Option<String>,
+    /// The address the connection comes from.
+    pub address: IpAddr,
+}
+
+/// Whose share of the search gate a request's searches use: every request of one identity is
+/// one client of the gate, as a socket connection is.
+///
+/// The token when the face has tokens: a client cannot make new ones, and whoever holds one
+/// token is one principal. Else the peer's address, without the port: a new connection (a
+/// new port) or a new `Mcp-Session-Id` (minted by any `initialize`; the 2026-07-28 era has
+/// none) costs nothing, so neither may start a fresh share.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum SearchIdentity {
+    Token(String),
+    Address(IpAddr),
 }
 
 impl Client {
@@ -25,10 +43,22 @@ impl Client {
     pub fn holds_token(&self) -> bool {
         self.token.is_some()
     }
+
+    pub fn search_identity(&self) -> SearchIdentity {
+        match &self.token {
+            Some(name) => SearchIdentity::Token(name.clone()),
+            // An IPv4 client reached over an IPv6 socket is the same client.
+            None => SearchIdentity::Address(self.address.to_canonical()),
+        }
+    }
 }
 
 /// Checks the `Origin` and the bearer token; the answer to send when the request is refused.
-pub(super) fn admit(face: &HttpFace, headers: &HeaderMap) -> Result<Client, Box<Response>> {
+pub(super) fn admit(
+    face: &HttpFace,
+    address: IpAddr,
+    headers: &HeaderMap,
+) -> Result<Client, Box<Response>> {
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("").trim_end_matches('/');
         let allowed = face
@@ -47,7 +77,10 @@ pub(super) fn admit(face: &HttpFace, headers: &HeaderMap) -> Result<Client, Box<
         }
     }
     if face.config.tokens.is_empty() {
-        return Ok(Client { token: None });
+        return Ok(Client {
+            token: None,
+            address,
+        });
     }
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -73,7 +106,10 @@ pub(super) fn admit(face: &HttpFace, headers: &HeaderMap) -> Result<Client, Box<
         }
     }
     match matched {
-        Some(name) => Ok(Client { token: Some(name) }),
+        Some(name) => Ok(Client {
+            token: Some(name),
+            address,
+        }),
         None => {
             tracing::info!("HTTP request refused: unknown bearer token");
             Err(Box::new(unauthorized(Some("invalid_token"))))

@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -24,7 +25,7 @@ use crate::store::now_ms;
 
 use super::access::{admit, Client};
 use super::stream::{self, message_event, sse_response, StreamPlan};
-use super::HttpFace;
+use super::{HttpFace, PeerAddress};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -208,10 +209,11 @@ fn new_session_id() -> std::io::Result<String> {
 
 pub(super) async fn post_message(
     State(face): State<Arc<HttpFace>>,
+    Extension(PeerAddress(peer)): Extension<PeerAddress>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let client = match admit(&face, &headers) {
+    let client = match admit(&face, peer, &headers) {
         Ok(client) => client,
         Err(refusal) => return *refusal,
     };
@@ -487,8 +489,9 @@ async fn answer(
         }
     }
     // Each HTTP request is its own connection state: `catalog/watch` and the `initialize`
-    // flag mean nothing without a socket to push on (the GET stream and listen do that).
-    let mut state = ConnectionState::default();
+    // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
+    // searches are its identity's, so the gate holds a client of many requests back as one.
+    let mut state = ConnectionState::searching_as(face.search_client(client.search_identity()));
     let response = api::answer_request(request, &face.api, &mut state).await?;
     let (result, error) = response.into_parts();
     match (result, error) {
@@ -660,8 +663,12 @@ fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value) -> Respons
 }
 
 /// The handshake era's GET stream of a session: `list_changed` after each committed change.
-pub(super) async fn get_stream(State(face): State<Arc<HttpFace>>, headers: HeaderMap) -> Response {
-    let client = match admit(&face, &headers) {
+pub(super) async fn get_stream(
+    State(face): State<Arc<HttpFace>>,
+    Extension(PeerAddress(peer)): Extension<PeerAddress>,
+    headers: HeaderMap,
+) -> Response {
+    let client = match admit(&face, peer, &headers) {
         Ok(client) => client,
         Err(refusal) => return *refusal,
     };
@@ -719,9 +726,10 @@ pub(super) async fn get_stream(State(face): State<Arc<HttpFace>>, headers: Heade
 /// Ends a handshake-era session.
 pub(super) async fn delete_session(
     State(face): State<Arc<HttpFace>>,
+    Extension(PeerAddress(peer)): Extension<PeerAddress>,
     headers: HeaderMap,
 ) -> Response {
-    let client = match admit(&face, &headers) {
+    let client = match admit(&face, peer, &headers) {
         Ok(client) => client,
         Err(refusal) => return *refusal,
     };

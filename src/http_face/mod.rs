@@ -11,17 +11,17 @@ mod access;
 mod mcp;
 mod stream;
 
-use std::collections::{BTreeSet, HashSet};
-use std::net::SocketAddr;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{Extension, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -29,6 +29,9 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::api::ApiContext;
 use crate::config::{Config, HttpConfig};
+use crate::search_gate::SearchClient;
+
+use access::SearchIdentity;
 
 /// The largest request head (request line and headers) a client may send.
 pub const MAX_HEADER_BYTES: usize = 64 << 10;
@@ -40,6 +43,15 @@ pub const MAX_HTTP_CONNECTIONS: usize = 1024;
 pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long open connections get to finish at shutdown.
 const CONNECTION_STOP_BOUND: Duration = Duration::from_secs(2);
+/// Search identities remembered at most; past it the ones idle longest are forgotten.
+const MAX_SEARCH_IDENTITIES: usize = 4096;
+/// An identity idle this long has used next to nothing lately (six of the gate's 10 s
+/// half-lives): forgetting it loses nothing.
+const SEARCH_IDENTITY_IDLE: Duration = Duration::from_secs(60);
+
+/// The address a request's connection comes from, put on every request of the connection.
+#[derive(Debug, Clone, Copy)]
+struct PeerAddress(IpAddr);
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {address} for the HTTP face: {source}")]
@@ -60,6 +72,8 @@ pub struct HttpFace {
     connections: Arc<Semaphore>,
     /// HTTP connections open now.
     clients: AtomicUsize,
+    /// Each identity's share of the search gate, and when it last asked.
+    search_clients: std::sync::Mutex<HashMap<SearchIdentity, (SearchClient, Instant)>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -73,6 +87,7 @@ impl HttpFace {
             shared: std::sync::RwLock::new(BTreeSet::new()),
             sessions: std::sync::Mutex::new(HashSet::new()),
             clients: AtomicUsize::new(0),
+            search_clients: std::sync::Mutex::new(HashMap::new()),
             shutdown,
         };
         face.apply(config);
@@ -99,6 +114,34 @@ impl HttpFace {
         self.clients.load(Ordering::Relaxed)
     }
 
+    /// The search gate's client for every request of `identity`, so the gate's fairness
+    /// (least recent search time first, heavy clients kept off one slot, a bounded share of
+    /// the queue) holds it back like one socket connection.
+    fn search_client(&self, identity: SearchIdentity) -> SearchClient {
+        let now = Instant::now();
+        let mut known = self
+            .search_clients
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !known.contains_key(&identity) && known.len() >= MAX_SEARCH_IDENTITIES {
+            known.retain(|_, (_, last)| now.duration_since(*last) < SEARCH_IDENTITY_IDLE);
+            if known.len() >= MAX_SEARCH_IDENTITIES {
+                let oldest = known
+                    .iter()
+                    .min_by_key(|(_, (_, last))| *last)
+                    .map(|(identity, _)| identity.clone());
+                if let Some(oldest) = oldest {
+                    known.remove(&oldest);
+                }
+            }
+        }
+        let (client, last) = known
+            .entry(identity)
+            .or_insert_with(|| (SearchClient::default(), now));
+        *last = now;
+        client.clone()
+    }
+
     fn router(self: &Arc<Self>, face: Face) -> Router {
         let router = Router::new().route("/metrics", get(metrics));
         let router = match face {
@@ -122,8 +165,12 @@ pub enum Face {
 }
 
 /// `GET /metrics`: the Prometheus text format, from the same status `catalog/status` answers.
-async fn metrics(State(face): State<Arc<HttpFace>>, headers: HeaderMap) -> Response {
-    let client = match access::admit(&face, &headers) {
+async fn metrics(
+    State(face): State<Arc<HttpFace>>,
+    Extension(PeerAddress(peer)): Extension<PeerAddress>,
+    headers: HeaderMap,
+) -> Response {
+    let client = match access::admit(&face, peer, &headers) {
         Ok(client) => client,
         Err(refusal) => return *refusal,
     };
@@ -177,7 +224,13 @@ pub async fn serve(face: Arc<HttpFace>, listener: TcpListener, serving: Face) {
             },
             _ = shutdown.changed() => return,
         };
-        let service = TowerToHyperService::new(router.clone());
+        // An answer goes out as it is written: without TCP_NODELAY, a body written after its
+        // head waits for the client's (delayed, up to 40 ms) ACK of the head.
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, %peer, "cannot set TCP_NODELAY");
+        }
+        let service =
+            TowerToHyperService::new(router.clone().layer(Extension(PeerAddress(peer.ip()))));
         let face = face.clone();
         let mut stop = face.shutdown.clone();
         tokio::spawn(async move {

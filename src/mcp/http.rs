@@ -31,6 +31,10 @@ const ERROR_BODY_LIMIT: usize = 300;
 const MAX_STREAM_RETRY: Duration = Duration::from_secs(30);
 /// A GET stream that stayed open this long was healthy: its end is not a failure.
 const HEALTHY_STREAM: Duration = Duration::from_secs(5);
+/// How long an SSE answer's stream is read past the answer, in the background, for its end:
+/// a stream read to its end gives its connection back to the pool. A server that keeps the
+/// stream open longer costs that connection, never the answer's time.
+const SSE_END_WAIT: Duration = Duration::from_secs(5);
 
 /// What every request and stream of one connection shares.
 #[derive(Clone)]
@@ -80,9 +84,25 @@ impl HttpConnection {
         }
         // No redirects: one would carry our secret headers to wherever the server points, and
         // turn a POST into a GET. A redirect is reported as the error it is.
-        let client = reqwest::Client::builder()
+        // TCP_NODELAY: a request goes out whole at once, never held back by Nagle's algorithm
+        // waiting for the ACK of an earlier segment (reqwest's default too; said here on purpose).
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none());
+        if is_loopback(url) {
+            // A server on this host gets a new connection per request. Most servers do not set
+            // TCP_NODELAY (axum's and so rmcp's default), so an answer's body, written after
+            // its head, waits for our ACK of the head; loopback's 64 KiB segments make any
+            // page under 64 KiB such a body; and a kept-alive connection on which we send
+            // right after receiving is in the kernel's delayed-ACK ("pingpong") mode, so that
+            // ACK waits 40 ms: 33 ms a page of 100 against rmcp, where a fresh connection
+            // ACKs at once (1 ms). Connecting costs microseconds here (and Linux reuses
+            // loopback ports in TIME_WAIT); to a remote server it costs round trips and a TLS
+            // handshake, and its pages span many segments, so remote connections stay pooled.
+            builder = builder.pool_max_idle_per_host(0);
+        }
+        let client = builder
             .build()
             .map_err(|error| McpError::Transport(format!("cannot build HTTP client: {error}")))?;
         Ok(HttpConnection {
@@ -264,6 +284,7 @@ impl HttpConnection {
                         McpError::Protocol(format!("SSE event data is not JSON: {error}"))
                     })?;
                     if let Some(answer) = self.route(message, Some(id)) {
+                        self.finish_stream(response, parser);
                         return Ok(answer);
                     }
                 }
@@ -296,6 +317,45 @@ impl HttpConnection {
         Err(McpError::Protocol(
             "the response body holds no answer to our request".into(),
         ))
+    }
+
+    /// Reads an SSE answer's stream past the answer to its end (routing whatever else comes),
+    /// so hyper gives the connection back to the pool for the next request instead of
+    /// opening another. What has already arrived is read now; a rest still on its way is read
+    /// by a task of its own, so the answer never waits for it. Bounded by `SSE_END_WAIT` and
+    /// the message cap; a stream that does not end by then is dropped, with its connection.
+    fn finish_stream(&self, mut response: reqwest::Response, mut parser: SseParser) {
+        use futures_util::FutureExt as _;
+        let headers = self.headers(None, &Value::Null);
+        let mut read = 0usize;
+        loop {
+            match response.chunk().now_or_never() {
+                None => break,
+                Some(Ok(Some(chunk))) => {
+                    read += chunk.len();
+                    if read > MAX_MESSAGE_BYTES
+                        || !route_events(&self.endpoint, &headers, &mut parser, &chunk)
+                    {
+                        return;
+                    }
+                }
+                Some(Ok(None) | Err(_)) => return,
+            }
+        }
+        let endpoint = self.endpoint.clone();
+        tokio::spawn(async move {
+            let reading = async {
+                while let Ok(Some(chunk)) = response.chunk().await {
+                    read += chunk.len();
+                    if read > MAX_MESSAGE_BYTES
+                        || !route_events(&endpoint, &headers, &mut parser, &chunk)
+                    {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(SSE_END_WAIT, reading).await;
+        });
     }
 
     /// Routes one server message; returns the outcome when it answers request `id`.
@@ -349,6 +409,43 @@ impl Drop for HttpConnection {
         if let Some(task) = lock(&self.get_stream).take() {
             task.abort();
         }
+    }
+}
+
+/// Feeds a chunk of a stream after its answer and routes its messages; false when the stream
+/// is past the event size bound and is to be dropped.
+fn route_events(
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    parser: &mut SseParser,
+    chunk: &[u8],
+) -> bool {
+    let Ok(events) = parser.feed(chunk) else {
+        return false;
+    };
+    for event in events {
+        if event.event.as_deref().is_some_and(|name| name != "message") {
+            continue;
+        }
+        if let Ok(message) = rpc::parse_message(&event.data) {
+            route_message(endpoint, headers, message, None);
+        }
+    }
+    true
+}
+
+/// Whether the URL names this host (a loopback address or `localhost`).
+fn is_loopback(url: &str) -> bool {
+    let Some(host) = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|url| url.host_str().map(str::to_ascii_lowercase))
+    else {
+        return false;
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(address) => address.is_loopback(),
+        Err(_) => host == "localhost" || host.ends_with(".localhost"),
     }
 }
 

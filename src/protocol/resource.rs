@@ -244,6 +244,20 @@ impl Serialize for StoredObject<'_> {
             (None, Some(own)) => map.serialize_entry(META, own)?,
             (None, None) => {}
             (Some(server), own) => {
+                // Usually the server's own `_meta` is an object without our keys: its fields
+                // pass through as text and ours follows, no tree built.
+                let own_fields = match own {
+                    None => Some(Vec::new()),
+                    Some(own) => top_level_fields(own.get()).filter(|fields| {
+                        !fields.iter().any(|(key, _)| {
+                            [ORIGIN_META_KEY, CACHE_META_KEY, VIA_META_KEY].contains(&key.as_ref())
+                        })
+                    }),
+                };
+                if let Some(own) = own_fields {
+                    map.serialize_entry(META, &OwnMetaWithOrigin { own, server })?;
+                    return map.end();
+                }
                 let mut own = match own.map(|own| serde_json::from_str::<Value>(own.get())) {
                     Some(Ok(Value::Object(own))) => own,
                     _ => Map::new(),
@@ -259,6 +273,23 @@ impl Serialize for StoredObject<'_> {
                 )?;
             }
         }
+        map.end()
+    }
+}
+
+/// A stored `_meta` without our keys, its fields as their text, with the origin added.
+struct OwnMetaWithOrigin<'a> {
+    own: Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>,
+    server: &'a str,
+}
+
+impl Serialize for OwnMetaWithOrigin<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.own.len() + 1))?;
+        for (key, value) in &self.own {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry(ORIGIN_META_KEY, self.server)?;
         map.end()
     }
 }
@@ -505,6 +536,13 @@ mod tests {
             "{\n  \"uri\": \"file:///a\",\r\n  \"description\": \"two\\nlines\"\n}".to_string(),
             r#"{"uri":"file:///a","na\u006de":"escaped key","extra":null}"#.to_string(),
             r#"{"uri":"file:///a","name":"first","name":"second"}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{}}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{"z":{"b":[1,{"c":null}]},"a":"y","m":2.5}}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{"dup":1,"dup":2}}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/ser\u0076er":"demo","x":1}}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/cache":5,"x":1}}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/via":"v"}}"#.to_string(),
+            r#"{"uri":"file:///a","_meta":{"k\"ey":"quoted"}}"#.to_string(),
         ];
         for raw in &raws {
             for origin in [None, Some("docs")] {

@@ -6,11 +6,14 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch, MIRROR};
+use crate::support::{
+    run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch, SocketClient, FIXTURE, MIRROR,
+};
 
 const TOKEN: &str = "tok-fleet-7f3a9c";
 
@@ -1020,4 +1023,149 @@ fn the_remote_cli_says_when_the_token_is_wrong_or_missing_or_the_mirror_is_away(
     let output = remote_cli(&url, Some(&empty), &["ls"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("is empty"));
+}
+
+/// `BUSY` of the socket protocol, which the HTTP face answers with too.
+const BUSY: i64 = -32003;
+const SEARCH_TIMED_OUT: i64 = -32004;
+/// A raw FTS5 query that runs into `search_timeout` on 65,000 entries (on fewer, some end
+/// sooner, and a flood of them would not always count as heavy).
+const HEAVY_QUERY: &str = "d* OR f* OR s* OR t* OR a* OR n* OR m* OR c* OR e* OR p*";
+
+#[test]
+fn an_http_client_flooding_heavy_searches_starves_neither_a_socket_client_nor_another_http_client()
+{
+    let scratch = Scratch::new();
+    let abuser_token = scratch.write("abuser.token", "tok-abuser-51c2\n");
+    let gentle_token = scratch.write("gentle.token", "tok-gentle-9e0d\n");
+    let address = format!("127.0.0.1:{}", free_port());
+    let config = scratch.write(
+        "daemon.toml",
+        &format!(
+            "[daemon]\ndatabase = {:?}\nsocket = {:?}\nrequest_timeout = \"5s\"\n\
+             search_timeout = \"300ms\"\nmax_concurrent_searches = 2\n\n\
+             [servers.big]\ncommand = {FIXTURE:?}\n\
+             args = [\"--name\", \"big\", \"--generate\", \"65000\", \"--page-size\", \"5000\"]\n\n\
+             [http]\nlisten = \"{address}\"\ntokens = {{ abuser = {:?}, gentle = {:?} }}\n",
+            scratch.path("catalog.db").display().to_string(),
+            scratch.path("mirror.sock").display().to_string(),
+            abuser_token.display().to_string(),
+            gentle_token.display().to_string(),
+        ),
+    );
+    let daemon = Daemon::start(&scratch, &config);
+    wait_for("the big walk", Duration::from_secs(600), || {
+        (daemon.server_status("big")["resources"] == 65_000).then_some(())
+    });
+    // The gentle searches are the index's (fast); only the flood reaches SQLite.
+    wait_for("the search index", Duration::from_secs(600), || {
+        let index = &daemon.call("catalog/status", json!({}))["daemon"]["searchIndex"];
+        // The fixture's 3 templates are indexed beside the resources.
+        (index["state"] == "ready" && index["documents"] == 65_003).then_some(())
+    });
+    let search = |token: &str, query: &str, raw: bool, limit: u64| {
+        let body = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "catalog/search",
+            "params": {"query": query, "raw": raw, "limit": limit},
+        });
+        let bearer = format!("Bearer {token}");
+        let answer = http_exchange(
+            &address,
+            "POST",
+            &[("Authorization", &bearer)],
+            &body.to_string(),
+        );
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answer.json()
+    };
+    let stop = AtomicBool::new(false);
+    // The flood's heavy searches answered so far (cancelled at search_timeout, not refused).
+    let finished = AtomicU64::new(0);
+    let timed_out = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        // One HTTP client (one token) asking twelve searches at once, each on a new
+        // connection: more than the gate's whole queue (4 places per slot).
+        for _ in 0..12 {
+            let (stop, finished, timed_out, search) = (&stop, &finished, &timed_out, &search);
+            scope.spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let answer = search("tok-abuser-51c2", HEAVY_QUERY, true, 1000);
+                    if answer["error"]["code"] == SEARCH_TIMED_OUT {
+                        timed_out.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if answer["error"]["code"] == BUSY {
+                        // Refused at once: ask again soon, as a flooding client does.
+                        std::thread::sleep(Duration::from_millis(50));
+                    } else {
+                        finished.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        // Whatever happens below, the flood stops, so the scope ends.
+        let _stop_flood = StopOnDrop(&stop);
+        // The flood has used its share: several heavy searches answered.
+        wait_for("the flood's searches", Duration::from_secs(60), || {
+            (finished.load(Ordering::SeqCst) >= 6).then_some(())
+        });
+        // Ten plain searches from a socket client, then ten from a second HTTP client, each
+        // one after the other. If every request were a client of its own, each would wait
+        // behind the flood's searches queued ahead of it, so at least two heavy searches
+        // would end during each (20 in all); with the flood one client of the gate, a slot is
+        // kept from it, each gets it at once, and a heavy search (300 ms) ends during one
+        // only by chance.
+        let mut socket = SocketClient::connect(&daemon.socket);
+        gentle_searches("socket", &finished, |query| {
+            socket.request("catalog/search", json!({"query": query, "limit": 10}))
+        });
+        gentle_searches("http", &finished, |query| {
+            search("tok-gentle-9e0d", query, false, 10)
+        });
+    });
+    eprintln!(
+        "the flood: {} heavy searches answered, {} of them cancelled at search_timeout",
+        finished.load(Ordering::SeqCst),
+        timed_out.load(Ordering::SeqCst)
+    );
+    let status = daemon.call("catalog/status", json!({}));
+    let limits = &status["daemon"]["socketLimits"];
+    assert_eq!(limits["searchesPeak"], 2, "{limits}");
+}
+
+/// Ten plain searches of one gentle client, one after the other, while a flood runs: each
+/// answered by the index with hits, and fewer than ten of the flood's heavy searches
+/// (`finished`) ending meanwhile.
+fn gentle_searches(who: &str, finished: &AtomicU64, mut ask: impl FnMut(&str) -> Value) {
+    let mut heavy_during = 0;
+    let mut slowest = Duration::ZERO;
+    for i in 0..10 {
+        let before = finished.load(Ordering::SeqCst);
+        let started = Instant::now();
+        let answer = ask(&format!("document {}", 64_000 + i));
+        slowest = slowest.max(started.elapsed());
+        heavy_during += finished.load(Ordering::SeqCst) - before;
+        assert_eq!(answer["result"]["engine"], "index", "{who}: {answer:.300}");
+        assert!(
+            answer["result"]["results"]
+                .as_array()
+                .is_some_and(|hits| !hits.is_empty()),
+            "{who}: {answer:.300}"
+        );
+    }
+    eprintln!(
+        "10 gentle {who} searches: {heavy_during} heavy searches ended meanwhile, slowest {slowest:?}"
+    );
+    assert!(
+        heavy_during < 10,
+        "{who}: {heavy_during} heavy searches ended while 10 gentle ones waited"
+    );
+}
+
+/// Sets its flag when dropped, also while a panic unwinds.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }

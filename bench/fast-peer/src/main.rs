@@ -3,7 +3,7 @@
 //! constant whatever the catalog's size.
 //!
 //! `fast-peer --resources N --page-size P [--name NAME] [--era legacy|modern|both]` serves
-//! stdio; with `--http 127.0.0.1:0` it serves Streamable HTTP at `/mcp` and prints
+//! stdio; with `--http 127.0.0.1:0 [--nodelay]` it serves Streamable HTTP at `/mcp` and prints
 //! `listening on http://ADDRESS/mcp` as its first line, the same contract as `mcp-fixture`,
 //! so `bench/run` starts both the same way. Resources have the shape of the fixture's
 //! generated ones (every optional field filled), under `fast://NAME/docs/NNNNNN.md`.
@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
+use axum::serve::ListenerExt as _;
 use clap::{Parser, ValueEnum};
 use rmcp::model::{
     Annotations, Icon, Implementation, ListResourceTemplatesResult, ListResourcesResult,
@@ -53,6 +54,12 @@ struct Args {
     /// Serve Streamable HTTP on this loopback address instead of stdio.
     #[arg(long)]
     http: Option<SocketAddr>,
+    /// Set TCP_NODELAY on accepted HTTP connections (also when the environment has
+    /// FAST_PEER_NODELAY=1, which is how `bench/run` is told). Off by default, like most
+    /// servers in the field (axum's own default), so the benchmark measures clients against
+    /// a server whose small writes Nagle's algorithm holds back.
+    #[arg(long)]
+    nodelay: bool,
 }
 
 const MIME_TYPES: [&str; 4] = [
@@ -170,7 +177,8 @@ fn versions(era: Era) -> &'static [ProtocolVersion] {
         Era::Legacy => ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE),
         Era::Modern => {
             let all = ProtocolVersion::KNOWN_VERSIONS;
-            let first_modern = ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE).len();
+            let first_modern =
+                ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE).len();
             &all[first_modern..]
         }
         Era::Both => ProtocolVersion::KNOWN_VERSIONS,
@@ -217,6 +225,13 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("while binding {address}"))?;
             let bound = listener.local_addr()?;
+            let nodelay =
+                args.nodelay || std::env::var_os("FAST_PEER_NODELAY").is_some_and(|v| v == "1");
+            let listener = listener.tap_io(move |stream| {
+                if nodelay {
+                    let _ = stream.set_nodelay(true);
+                }
+            });
             println!("listening on http://{bound}/mcp");
             axum::serve(listener, router)
                 .with_graceful_shutdown(async {
