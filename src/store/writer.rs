@@ -247,16 +247,14 @@ pub fn run(
                 let counts = staged_walks.remove(&walk_id).unwrap_or_default();
                 let outcome = match failed_walks.remove(&walk_id) {
                     Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
-                    None => {
-                        swap(
-                            &mut connection,
-                            walk_id,
-                            &counts,
-                            &server,
-                            &report,
-                            &full_text_behind,
-                        )
-                    }
+                    None => swap(
+                        &mut connection,
+                        walk_id,
+                        &counts,
+                        &server,
+                        &report,
+                        &full_text_behind,
+                    ),
                 };
                 if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
                     discarding.push_back(pending.id);
@@ -1120,8 +1118,9 @@ fn promote(
     full_text_behind: &AtomicU64,
 ) -> Result<(SwapOutcome, i64), StoreError> {
     let hold_started = std::time::Instant::now();
-    let (diff, templates, templates_touched, latest_seq) =
-        without_foreign_keys(connection, |connection| {
+    let (diff, templates, templates_touched, latest_seq) = without_foreign_keys(
+        connection,
+        |connection| {
             let transaction =
                 connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let old_id = server_id(&transaction, server)?.ok_or_else(|| {
@@ -1224,7 +1223,8 @@ fn promote(
             }
             transaction.commit()?;
             Ok((diff, templates, templates_touched, latest_seq))
-        })?;
+        },
+    )?;
     crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, hold_started);
     Ok((
@@ -2265,7 +2265,11 @@ mod tests {
             .expect("stage");
         let outcome = small.commit(WalkReport::default()).await.expect("commit");
         assert_eq!(outcome.added, 10);
-        assert_eq!(pending_rows(&path), 50_001, "the load's pages and its pending row");
+        assert_eq!(
+            pending_rows(&path),
+            50_001,
+            "the load's pages and its pending row"
+        );
 
         // No reader sees any of them.
         assert_eq!(resources_of(&store, "large").await, 0);
