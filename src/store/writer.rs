@@ -2291,6 +2291,20 @@ mod tests {
             .expect("read target")
             .is_none());
 
+        // The server's tools, swapped mid-load under its old id, move with it at the swap.
+        let tool = crate::store::EntryRow {
+            name: "lookup".to_string(),
+            title: None,
+            description: Some("finds things".to_string()),
+            inputs: String::new(),
+            raw: serde_json::json!({"name": "lookup", "inputSchema": {"type": "object"}})
+                .to_string(),
+        };
+        store
+            .swap_entries("large", Kind::Tool, vec![tool])
+            .await
+            .expect("swap tools");
+
         // The rest of the pages, then the swap: everything at once, nothing left pending.
         for page in large[50_000..].chunks(1_000) {
             walk.add_resources(page.to_vec()).await.expect("stage");
@@ -2304,6 +2318,12 @@ mod tests {
         assert_eq!(store.merged_resource_count().await.expect("count"), 100_010);
         let (listed, _) = store.list_resources(None, 20).await.expect("list");
         assert!(listed.iter().all(|row| row.server == "large"));
+        let (tools, _) = store
+            .list_entries(Kind::Tool, Some("large".to_string()), None, 10)
+            .await
+            .expect("tools");
+        assert_eq!(tools.len(), 1, "the server's tools were lost at the swap");
+        assert_eq!(tools[0].name, "lookup");
         wait_until(
             "the backlog to be indexed",
             Duration::from_secs(300),
