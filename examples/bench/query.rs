@@ -135,7 +135,7 @@ pub fn build_million_database() -> anyhow::Result<MillionDatabase> {
 
 /// Whether the search index is ready, reflects the newest change and holds at least
 /// `resources` documents (the fixture's templates are indexed too).
-fn index_caught_up(status: &Value, resources: u64) -> bool {
+pub fn index_caught_up(status: &Value, resources: u64) -> bool {
     let index = &status["daemon"]["searchIndex"];
     index["state"] == "ready"
         && index["generation"].as_i64() == status["daemon"]["changeSeq"].as_i64()

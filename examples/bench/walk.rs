@@ -10,11 +10,11 @@ use anyhow::{anyhow, bail, Context as _};
 use serde_json::{json, Value};
 
 use crate::daemon::{
-    fixture_args, start_daemon, start_http_server, timed_rounds, DaemonFiles, HttpServer,
+    fixture_args, start_daemon, start_http_server, timed_rounds, Daemon, DaemonFiles, HttpServer,
 };
 use crate::measure::{children_of, cpu_seconds, proc_status_kb};
 use crate::paths::{bench_peer_binary, python_binary, release_binary, ROOT};
-use crate::process::{http_server_table, stdio_server_table};
+use crate::process::{http_server_table, poll_until, stdio_server_table};
 use crate::report::{mb, ratio, Report, Samples};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -310,6 +310,7 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
     //    socket), then re-walks of the last one with `catalog/refresh {wait: true}`.
     let mut first_load = Samples::default();
     let mut daemon = None;
+    let mut daemon_files = None;
     for _ in 0..case.first_loads.max(1) {
         drop(daemon.take());
         let files = DaemonFiles::fresh(&format!("{work}-daemon"))?;
@@ -319,8 +320,13 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
         started_daemon.wait_for_walks(1, limit)?;
         first_load.push(started.elapsed().as_secs_f64());
         daemon = Some(started_daemon);
+        daemon_files = Some(files);
     }
     let daemon = daemon.context("no daemon started")?;
+    // The steady state: the derived search index and the FTS5 backlog of the first load
+    // are brought up to date after its commit; re-walks are timed once they are.
+    let files = daemon_files.context("no daemon started")?;
+    wait_for_derived_state(&daemon, &files.path("catalog.db"), case.size as u64, limit)?;
     let daemon_pid = daemon.process.pid();
     let server_pid = match &http {
         Some(server) => Some(server.process.pid()),
@@ -381,6 +387,33 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
 }
 
 /// The cases of one peer's table before the filters.
+/// Waits until the search index reflects the newest change and holds `resources` entries,
+/// and the FTS5 backlog of a large first load is indexed.
+fn wait_for_derived_state(
+    daemon: &Daemon,
+    database: &Path,
+    resources: u64,
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let mut client = daemon.client()?;
+    let uri = format!("file:{}?mode=ro", database.display());
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+    let sqlite = rusqlite::Connection::open_with_flags(uri, flags)?;
+    poll_until(
+        "the search index and FTS5 caught up",
+        limit,
+        Duration::from_millis(50),
+        || {
+            let status = client.call("catalog/status", json!({}))?;
+            let backlog: i64 =
+                sqlite.query_row("SELECT count(*) FROM full_text_backlog", [], |row| {
+                    row.get(0)
+                })?;
+            Ok((crate::query::index_caught_up(&status, resources) && backlog == 0).then_some(()))
+        },
+    )
+}
+
 fn cases_for(peer: Peer, quick: bool) -> Vec<WalkCase> {
     let mut cases = Vec::new();
     let sizes: &[usize] = match (peer, quick) {
@@ -518,7 +551,7 @@ fn run_table(
          fetching and dropping every page; *mirror* = `catalog/refresh {wait:true}` on the \
          running daemon (walk, staging, diff, swap, visible on the socket; the catalog is \
          unchanged, so this is the steady-state re-walk); *first sync* = fresh daemon process \
-         start to the whole catalog visible on the socket (walk + insert + full-text index); \
+         start to the whole catalog visible on the socket (walk + insert; the search indexes follow); \
          *python* = `mcp` 2.3.0 `ClientSession.list_resources` cursor loop; *rmcp* = `rmcp` \
          3.11 `Peer::list_resources` cursor loop (bench/rmcp-walk); for both SDKs the \
          handshake and process start are excluded. *CPU s/100k* is CPU time (user + system) \
