@@ -1,0 +1,624 @@
+//! The one writer thread: stages walks (a first load straight into `resources`, pending) and swaps each complete walk in one transaction.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
+
+use super::{
+    now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
+    SwapOutcome, TemplateRow, WalkReport,
+};
+use crate::protocol::{ChangeKind, Kind, ServerState};
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+pub enum WriteOp {
+    SyncServers {
+        sync: ServerSync,
+        reply: Reply<()>,
+    },
+    Ping {
+        reply: Reply<()>,
+    },
+    UpdateServer {
+        server: String,
+        update: ServerUpdate,
+        reply: Reply<()>,
+    },
+    Stage {
+        walk_id: u64,
+        server: String,
+        batch: Batch,
+        permit: OwnedSemaphorePermit,
+    },
+    Commit {
+        walk_id: u64,
+        server: String,
+        report: WalkReport,
+        reply: Reply<SwapOutcome>,
+    },
+    Abort {
+        walk_id: u64,
+    },
+    /// Replaces one (server, kind) snapshot of tools or prompts (`entries.rs`).
+    SwapEntries {
+        server: String,
+        kind: Kind,
+        rows: Vec<super::EntryRow>,
+        reply: Reply<super::EntrySwap>,
+    },
+    /// Records the current tools and prompts as accepted (`entries.rs`).
+    Accept {
+        server: Option<String>,
+        reply: Reply<u64>,
+    },
+    CacheContents {
+        server: String,
+        uri: String,
+        contents: String,
+        limit_bytes: u64,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// One page of a walk on its way to staging.
+pub enum Batch {
+    Resources(Vec<ResourceRow>),
+    Templates(Vec<TemplateRow>),
+}
+
+mod full_text;
+mod pending;
+mod staging;
+mod swap;
+
+pub(super) use full_text::full_text_backlog;
+use full_text::{index_full_text_batch, INDEXED};
+use pending::{discard_pending_batch, pending_loads};
+use staging::{discard_staging, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA};
+use swap::swap;
+
+/// The most per-URI rows one swap adds to the change feed; the rest become one
+/// 'truncated' row with a count, so a first load of a million resources costs little.
+pub const CHANGES_PER_SWAP: u64 = 1_000;
+/// The change feed keeps this many newest entries and forgets older ones.
+pub const CHANGES_KEPT: i64 = 100_000;
+
+/// Runs the writer until `Close`. Between operations, when none is waiting, it indexes the
+/// full-text backlog a batch at a time (`index_full_text_batch`), so a large swap's indexing
+/// never holds up another operation for more than one batch; `full_text_behind` is how many
+/// ids the backlog still lists (the answer notes of SQLite searches read it).
+pub fn run(
+    mut connection: Connection,
+    mut operations: mpsc::UnboundedReceiver<WriteOp>,
+    changes: broadcast::Sender<CatalogChanged>,
+    catalog_version: Arc<AtomicU64>,
+    full_text_behind: Arc<AtomicU64>,
+) {
+    if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
+        tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
+    }
+    // Walks whose staging failed, with the first error; their commit reports it.
+    let mut failed_walks: HashMap<u64, String> = HashMap::new();
+    // What each walk has staged so far, and against which snapshot.
+    let mut staged_walks: HashMap<u64, StagedCounts> = HashMap::new();
+    // A backlog left by the last run (a crash, or a stop before it was done) resumes now.
+    let mut indexing = full_text_behind.load(Ordering::Acquire) > 0;
+    if indexing {
+        tracing::info!(
+            ids = full_text_behind.load(Ordering::Acquire),
+            "resuming the full-text indexing of a large swap's rows"
+        );
+    }
+    // First loads to discard (their pending ids), a batch at a time between operations:
+    // those a crash or a stop left first.
+    let mut discarding: VecDeque<i64> = pending_loads(&connection)
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot list the pending loads left by the last run");
+            Vec::new()
+        })
+        .into();
+    if !discarding.is_empty() {
+        tracing::info!(
+            loads = discarding.len(),
+            "discarding the rows of first loads the last run left unfinished"
+        );
+    }
+    loop {
+        let operation = if indexing || !discarding.is_empty() {
+            match operations.try_recv() {
+                Ok(operation) => operation,
+                Err(TryRecvError::Empty) => {
+                    if let Some(&pending_id) = discarding.front() {
+                        match discard_pending_batch(&mut connection, pending_id) {
+                            Ok(false) => {}
+                            Ok(true) => {
+                                discarding.pop_front();
+                            }
+                            Err(error) => {
+                                // The next start tries again.
+                                tracing::warn!(%error, "discarding a pending load failed");
+                                discarding.pop_front();
+                            }
+                        }
+                    } else {
+                        indexing = index_full_text_batch(&mut connection, &full_text_behind);
+                    }
+                    continue;
+                }
+                Err(TryRecvError::Disconnected) => return,
+            }
+        } else {
+            match operations.blocking_recv() {
+                Some(operation) => operation,
+                None => return,
+            }
+        };
+        match operation {
+            WriteOp::SyncServers { sync, reply } => {
+                let outcome = sync_servers(&mut connection, &sync);
+                // Priorities may have changed which listing of a URI a search shows.
+                catalog_version.fetch_add(1, Ordering::Release);
+                if let Ok(dropped) = &outcome {
+                    for event in dropped {
+                        // Nobody listening is fine: the feed in the database has it all.
+                        let _ = changes.send(event.clone());
+                    }
+                }
+                let _ = reply.send(outcome.map(|_| ()));
+            }
+            WriteOp::Ping { reply } => {
+                let _ = reply.send(Ok(()));
+            }
+            WriteOp::UpdateServer {
+                server,
+                update,
+                reply,
+            } => {
+                let _ = reply.send(update_server(&connection, &server, &update));
+            }
+            WriteOp::Stage {
+                walk_id,
+                server,
+                batch,
+                permit,
+            } => {
+                // After one failed page the walk cannot commit, so later pages are skipped.
+                if let Entry::Vacant(slot) = failed_walks.entry(walk_id) {
+                    let staged = match &batch {
+                        Batch::Resources(rows) => {
+                            let counts = match staged_walks.entry(walk_id) {
+                                Entry::Occupied(known) => Ok(known.into_mut()),
+                                Entry::Vacant(slot) => StagedCounts::against(&connection, &server)
+                                    .map(|counts| slot.insert(counts)),
+                            };
+                            counts.and_then(|counts| {
+                                stage_resources(&mut connection, walk_id, counts, rows)
+                            })
+                        }
+                        Batch::Templates(rows) => stage_templates(&mut connection, walk_id, rows),
+                    };
+                    if let Err(error) = staged {
+                        tracing::warn!(server, walk_id, %error, "staging a page failed");
+                        slot.insert(error.to_string());
+                    }
+                }
+                drop(permit);
+            }
+            WriteOp::Commit {
+                walk_id,
+                server,
+                report,
+                reply,
+            } => {
+                let counts = staged_walks.remove(&walk_id).unwrap_or_default();
+                let outcome = match failed_walks.remove(&walk_id) {
+                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    None => swap(
+                        &mut connection,
+                        walk_id,
+                        &counts,
+                        &server,
+                        &report,
+                        &full_text_behind,
+                    ),
+                };
+                if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
+                    discarding.push_back(pending.id);
+                }
+                // A swap that left rows to the backlog starts (or extends) the indexing.
+                indexing |= full_text_behind.load(Ordering::Acquire) > 0;
+                // Subscribers and the caller hear first: dropping a million staged rows takes
+                // a while, and the snapshot is already committed (or the walk already failed).
+                let outcome = outcome.map(|(swap, latest_seq)| {
+                    if swap.added + swap.removed + swap.changed + swap.templates_touched > 0 {
+                        catalog_version.fetch_add(1, Ordering::Release);
+                        // A broadcast never blocks: a slow subscriber lags, the writer goes on.
+                        let _ = changes.send(CatalogChanged {
+                            server: server.clone(),
+                            kind: Kind::Resource,
+                            added: swap.added,
+                            removed: swap.removed,
+                            changed: swap.changed,
+                            latest_seq,
+                        });
+                    }
+                    swap
+                });
+                let _ = reply.send(outcome);
+                discard_staging(&connection, walk_id);
+            }
+            WriteOp::Abort { walk_id } => {
+                failed_walks.remove(&walk_id);
+                if let Some(pending) = staged_walks.remove(&walk_id).and_then(|c| c.pending) {
+                    discarding.push_back(pending.id);
+                }
+                discard_staging(&connection, walk_id);
+            }
+            WriteOp::SwapEntries {
+                server,
+                kind,
+                rows,
+                reply,
+            } => {
+                let outcome = super::entries::swap_entries(&mut connection, &server, kind, rows);
+                let outcome = outcome.map(|(swap, latest_seq)| {
+                    if swap.touched() > 0 {
+                        let _ = changes.send(CatalogChanged {
+                            server: server.clone(),
+                            kind,
+                            added: swap.added,
+                            removed: swap.removed,
+                            changed: swap.changed,
+                            latest_seq,
+                        });
+                    }
+                    swap
+                });
+                let _ = reply.send(outcome);
+            }
+            WriteOp::Accept { server, reply } => {
+                let _ = reply.send(super::entries::accept(&mut connection, server.as_deref()));
+            }
+            WriteOp::CacheContents {
+                server,
+                uri,
+                contents,
+                limit_bytes,
+            } => {
+                if let Err(error) =
+                    cache_contents(&mut connection, &server, &uri, &contents, limit_bytes)
+                {
+                    tracing::warn!(server, %error, "cannot cache read contents");
+                }
+            }
+            WriteOp::Close { reply } => {
+                if let Err(error) = connection.execute_batch("PRAGMA optimize;") {
+                    tracing::debug!(%error, "PRAGMA optimize failed at close");
+                }
+                drop(connection);
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+}
+
+/// Records the configured servers; returns one event per dropped server that had resources.
+fn sync_servers(
+    connection: &mut Connection,
+    sync: &ServerSync,
+) -> Result<Vec<CatalogChanged>, StoreError> {
+    let servers = &sync.configured;
+    let mut dropped = Vec::new();
+    let transaction = connection.transaction()?;
+    {
+        let mut upsert = transaction.prepare_cached(
+            "INSERT INTO servers (name, priority, transport, state, read_cache_bytes)
+             VALUES (?1, ?2, ?3, ?5, ?4)
+             ON CONFLICT (name) DO UPDATE SET priority = excluded.priority, transport = excluded.transport,
+                 state = excluded.state, retry_at = NULL, read_cache_bytes = excluded.read_cache_bytes",
+        )?;
+        // An untouched server's session carries on, so its row keeps the state it reported.
+        let mut touch_up = transaction.prepare_cached(
+            "UPDATE servers SET priority = ?2, transport = ?3, read_cache_bytes = ?4 WHERE name = ?1",
+        )?;
+        for server in servers {
+            let read_cache_bytes = server
+                .read_cache_bytes
+                .map(|bytes| bytes.min(i64::MAX as u64) as i64);
+            let arguments = params![
+                server.name,
+                server.priority,
+                server.transport,
+                read_cache_bytes
+            ];
+            if sync.untouched.contains(&server.name) {
+                touch_up.execute(arguments)?;
+            } else {
+                let starting = params![
+                    server.name,
+                    server.priority,
+                    server.transport,
+                    read_cache_bytes,
+                    ServerState::Starting
+                ];
+                upsert.execute(starting)?;
+            }
+        }
+        // A cache turned off in the configuration frees its space.
+        transaction.execute(
+            "DELETE FROM read_cache WHERE server_id IN
+                 (SELECT id FROM servers WHERE read_cache_bytes IS NULL)",
+            [],
+        )?;
+        let configured: Vec<&str> = servers.iter().map(|server| server.name.as_str()).collect();
+        let mut known = transaction.prepare("SELECT id, name FROM servers")?;
+        let stale: Vec<(i64, String)> = known
+            .query_map([], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .filter(|(_, name)| !configured.contains(&name.as_str()))
+            .collect();
+        for (id, name) in stale {
+            if sync.removed == RemovedServers::KeepOffline {
+                let updated = transaction.execute(
+                    "UPDATE servers SET state = ?2, stale = 1, retry_at = NULL
+                     WHERE id = ?1 AND state != ?2",
+                    params![id, ServerState::Offline],
+                )?;
+                if updated > 0 {
+                    tracing::info!(server = %name, "kept the snapshot of a server no longer configured, marked offline");
+                }
+                continue;
+            }
+            let now = now_ms();
+            let removed: i64 = transaction.query_row(
+                "SELECT count(*) FROM resources WHERE server_id = ?1",
+                [id],
+                |row| row.get(0),
+            )?;
+            let recorded = transaction.execute(
+                "INSERT INTO changes (at, server, kind, uri)
+                 SELECT ?1, ?2, ?5, uri FROM resources WHERE server_id = ?3 LIMIT ?4",
+                params![now, name, id, CHANGES_PER_SWAP as i64, ChangeKind::Removed],
+            )? as u64;
+            record_truncated(&transaction, now, &name, removed as u64, recorded)?;
+            transaction.execute(
+                &format!(
+                    "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
+                     SELECT 'delete', r.id, r.uri, r.name, r.title, r.description FROM resources r
+                     WHERE r.server_id = ?1 AND {INDEXED}"
+                ),
+                [id],
+            )?;
+            // Tools and prompts go with the server (a cascade); their index rows must too.
+            transaction.execute(
+                "DELETE FROM entries_fts WHERE rowid IN (SELECT id FROM entries WHERE server_id = ?1)",
+                [id],
+            )?;
+            transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
+            tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
+            if removed > 0 {
+                dropped.push(CatalogChanged {
+                    server: name,
+                    kind: Kind::Resource,
+                    added: 0,
+                    removed: removed as u64,
+                    changed: 0,
+                    latest_seq: 0,
+                });
+            }
+        }
+        if !dropped.is_empty() {
+            let latest_seq = prune_changes(&transaction)?;
+            for event in &mut dropped {
+                event.latest_seq = latest_seq;
+            }
+        }
+    }
+    transaction.commit()?;
+    Ok(dropped)
+}
+
+/// Runs one statement of a swap or of a server record. In the crate's tests it also counts
+/// the statement's full-scan steps (`full_scans`), so a test can show that a small swap beside
+/// a large snapshot never walks a whole table.
+fn execute<P: rusqlite::Params>(
+    connection: &Connection,
+    sql: &str,
+    params: P,
+) -> Result<usize, StoreError> {
+    let mut statement = connection.prepare(sql)?;
+    let changed = statement.execute(params)?;
+    full_scans::note(&statement);
+    Ok(changed)
+}
+
+/// The one value a one-row query returns, counted like `execute`.
+fn query_one<T: rusqlite::types::FromSql, P: rusqlite::Params>(
+    connection: &Connection,
+    sql: &str,
+    params: P,
+) -> Result<T, StoreError> {
+    let mut statement = connection.prepare(sql)?;
+    let value = statement.query_row(params, |row| row.get(0))?;
+    full_scans::note(&statement);
+    Ok(value)
+}
+
+/// Full-scan steps of the writer's statements on this thread, for the tests' guard.
+#[cfg(test)]
+mod full_scans {
+    use std::cell::Cell;
+
+    thread_local! {
+        static STEPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(super) fn note(statement: &rusqlite::Statement<'_>) {
+        let steps = statement.reset_status(rusqlite::StatementStatus::FullscanStep);
+        STEPS.with(|counted| counted.set(counted.get() + steps.max(0) as u64));
+    }
+
+    /// The steps counted since the last call.
+    pub(super) fn take() -> u64 {
+        STEPS.with(|counted| counted.replace(0))
+    }
+}
+
+#[cfg(not(test))]
+mod full_scans {
+    pub(super) fn note(_statement: &rusqlite::Statement<'_>) {}
+}
+
+/// Adds the 'truncated' row for the changes of one swap that were not recorded one by one.
+fn record_truncated(
+    transaction: &rusqlite::Transaction<'_>,
+    now: i64,
+    server: &str,
+    total: u64,
+    recorded: u64,
+) -> Result<(), StoreError> {
+    if total > recorded {
+        execute(
+            transaction,
+            "INSERT INTO changes (at, server, kind, uri, count) VALUES (?1, ?2, ?4, NULL, ?3)",
+            params![
+                now,
+                server,
+                (total - recorded) as i64,
+                ChangeKind::Truncated
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Forgets the oldest change feed entries past `CHANGES_KEPT`; returns the newest seq.
+pub(super) fn prune_changes(transaction: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
+    let latest: i64 = query_one(transaction, "SELECT coalesce(max(seq), 0) FROM changes", [])?;
+    execute(
+        transaction,
+        "DELETE FROM changes WHERE seq <= ?1",
+        [latest - CHANGES_KEPT],
+    )?;
+    Ok(latest)
+}
+
+/// Stores one read result and evicts the server's oldest entries beyond `limit_bytes`.
+fn cache_contents(
+    connection: &mut Connection,
+    server: &str,
+    uri: &str,
+    contents: &str,
+    limit_bytes: u64,
+) -> Result<(), StoreError> {
+    let bytes = contents.len() as u64;
+    let transaction = connection.transaction()?;
+    if bytes > limit_bytes {
+        // Too big to keep: an older, smaller version would be stale, so drop it too.
+        transaction.execute(
+            "DELETE FROM read_cache WHERE uri = ?2
+                 AND server_id = (SELECT id FROM servers WHERE name = ?1)",
+            params![server, uri],
+        )?;
+    } else {
+        // REPLACE gives the entry a new rowid, which keeps "newest" well defined for eviction.
+        transaction.execute(
+            "INSERT OR REPLACE INTO read_cache (server_id, uri, contents, bytes, stored_at)
+             SELECT id, ?2, ?3, ?4, ?5 FROM servers WHERE name = ?1",
+            params![server, uri, contents, bytes as i64, now_ms()],
+        )?;
+        transaction.execute(
+            "DELETE FROM read_cache WHERE rowid IN (
+                 SELECT entry FROM (
+                     SELECT c.rowid AS entry,
+                            sum(c.bytes) OVER (ORDER BY c.stored_at DESC, c.rowid DESC) AS kept
+                     FROM read_cache c WHERE c.server_id = (SELECT id FROM servers WHERE name = ?1))
+                 WHERE kept > ?2)",
+            params![server, limit_bytes.min(i64::MAX as u64) as i64],
+        )?;
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+fn update_server(
+    connection: &Connection,
+    server: &str,
+    update: &ServerUpdate,
+) -> Result<(), StoreError> {
+    let now = now_ms();
+    match update {
+        ServerUpdate::Connecting => connection.execute(
+            "UPDATE servers SET state = ?2, retry_at = NULL WHERE name = ?1",
+            params![server, ServerState::Connecting],
+        )?,
+        ServerUpdate::Connected {
+            protocol_version,
+            capabilities,
+            server_info,
+        } => connection.execute(
+            "UPDATE servers SET state = ?6, protocol_version = ?2, capabilities = ?3,
+                 server_info = ?4, connected_at = ?5, retry_at = NULL WHERE name = ?1",
+            params![
+                server,
+                protocol_version,
+                capabilities.to_string(),
+                server_info.to_string(),
+                now,
+                ServerState::Connected
+            ],
+        )?,
+        ServerUpdate::NoResources => connection.execute(
+            "UPDATE servers SET state = ?2, stale = 0, last_error = NULL WHERE name = ?1",
+            params![server, ServerState::NoResources],
+        )?,
+        ServerUpdate::Walking => connection.execute(
+            "UPDATE servers SET state = ?2 WHERE name = ?1",
+            params![server, ServerState::Walking],
+        )?,
+        ServerUpdate::WalkFailed { error } => connection.execute(
+            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3,
+                 walks_failed = walks_failed + 1 WHERE name = ?1",
+            params![server, error, now, ServerState::Failed],
+        )?,
+        ServerUpdate::Reconnecting { error } => connection.execute(
+            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3
+                 WHERE name = ?1",
+            params![server, error, now, ServerState::Reconnecting],
+        )?,
+        ServerUpdate::BackingOff { error, retry_at_ms } => connection.execute(
+            "UPDATE servers SET state = ?5, stale = 1, last_error = ?2, last_error_at = ?3,
+                 retry_at = ?4 WHERE name = ?1",
+            params![server, error, now, retry_at_ms, ServerState::BackingOff],
+        )?,
+        ServerUpdate::Stopped => connection.execute(
+            "UPDATE servers SET state = ?2, retry_at = NULL WHERE name = ?1",
+            params![server, ServerState::Stopped],
+        )?,
+    };
+    Ok(())
+}
+
+/// The id of `server`'s row; `None` when it has none (yet).
+fn server_id(connection: &Connection, server: &str) -> Result<Option<i64>, StoreError> {
+    Ok(connection
+        .query_row("SELECT id FROM servers WHERE name = ?1", [server], |row| {
+            row.get(0)
+        })
+        .optional()?)
+}
+
+#[cfg(test)]
+mod tests;

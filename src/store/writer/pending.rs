@@ -1,0 +1,290 @@
+//! A first load staged straight into `resources` under a pending id, its discard, and its promotion to the server's id.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::{params, Connection};
+
+use super::full_text::{
+    defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
+};
+use super::staging::StagedCounts;
+use super::swap::{log_swap, record_walk, replace_templates, SnapshotDiff};
+use super::{execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_SWAP};
+use crate::protocol::ChangeKind;
+use crate::store::{now_ms, ResourceRow, StoreError, SwapOutcome, WalkReport};
+
+/// A first load in flight: its rows are in `resources` under `id`, a negative id no `servers`
+/// row has (`pending_loads`), so no reader sees them until `promote` gives the server that id.
+#[derive(Debug, Default, Clone)]
+pub(super) struct PendingLoad {
+    pub(super) id: i64,
+    /// The ids its rows took, in order, as ranges (both ends included): each page's rows take
+    /// consecutive ids, and pages that follow each other without another swap between them
+    /// make one range.
+    pub(super) ranges: Vec<(i64, i64)>,
+}
+
+/// Runs `write` with foreign keys off: pending rows name a server id no `servers` row has
+/// until `promote` gives it to the server. (The pragma is a no-op inside a transaction, so
+/// `write` opens its own.)
+fn without_foreign_keys<T>(
+    connection: &mut Connection,
+    write: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    connection.pragma_update(None, "foreign_keys", false)?;
+    let outcome = write(connection);
+    let restored = connection.pragma_update(None, "foreign_keys", true);
+    let outcome = outcome?;
+    restored?;
+    Ok(outcome)
+}
+
+/// Stages one page of a first load: its rows go straight into `resources` under the pending
+/// id, so the swap has nothing left to insert. The walk never sends a URI twice; the unique
+/// (server, uri) index refuses an exact repeat all the same.
+pub(super) fn stage_pending(
+    connection: &mut Connection,
+    counts: &mut StagedCounts,
+    rows: &[ResourceRow],
+) -> Result<(), StoreError> {
+    let Some(pending) = counts.pending.as_mut() else {
+        return Ok(());
+    };
+    let pending_id = pending.id;
+    let (inserted, range) = without_foreign_keys(connection, |connection| {
+        let transaction = connection.transaction()?;
+        let mut inserted = 0u64;
+        let mut range: Option<(i64, i64)> = None;
+        {
+            let mut insert = transaction.prepare_cached(
+                "INSERT OR IGNORE INTO resources (server_id, uri, name, title, description,
+                     mime_type, size, annotations, icons, meta, raw, hash, oversized)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            )?;
+            for row in rows {
+                let added = insert.execute(params![
+                    pending_id,
+                    row.uri,
+                    row.name,
+                    row.title,
+                    row.description,
+                    row.mime_type,
+                    row.size,
+                    row.annotations,
+                    row.icons,
+                    row.meta,
+                    row.raw,
+                    row.hash,
+                    row.oversized
+                ])?;
+                if added > 0 {
+                    inserted += 1;
+                    let id = transaction.last_insert_rowid();
+                    range = Some(range.map_or((id, id), |(first, _)| (first, id)));
+                }
+            }
+        }
+        transaction.commit()?;
+        Ok((inserted, range))
+    })?;
+    counts.staged += inserted;
+    if let Some((first, last)) = range {
+        match pending.ranges.last_mut() {
+            Some(previous) if previous.1 + 1 == first => previous.1 = last,
+            _ => pending.ranges.push((first, last)),
+        }
+    }
+    Ok(())
+}
+
+/// The most pending rows one batch deletes (`discard_pending_batch`).
+const DISCARD_BATCH_ROWS: i64 = 5_000;
+
+/// The pending loads a crash or a stop left, to discard (`discard_pending_batch`).
+pub(super) fn pending_loads(connection: &Connection) -> Result<Vec<i64>, StoreError> {
+    let mut statement = connection.prepare("SELECT id FROM pending_loads ORDER BY id")?;
+    let ids = statement.query_map([], |row| row.get::<_, i64>(0))?;
+    Ok(ids.map(|id| id.map(|id| -id)).collect::<Result<_, _>>()?)
+}
+
+/// Deletes up to `DISCARD_BATCH_ROWS` rows of a failed, superseded or interrupted first load,
+/// and its `pending_loads` row once none is left; returns whether it is gone. Pending rows
+/// are never in the full-text index (its batches skip rows of no server), so nothing else
+/// needs them gone.
+pub(super) fn discard_pending_batch(
+    connection: &mut Connection,
+    pending_id: i64,
+) -> Result<bool, StoreError> {
+    without_foreign_keys(connection, |connection| {
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Never a server's rows: had the load been promoted, its pending row would be gone.
+        let promoted: bool = transaction.query_row(
+            "SELECT EXISTS (SELECT 1 FROM servers WHERE id = ?1)",
+            [pending_id],
+            |row| row.get(0),
+        )?;
+        let deleted = if promoted {
+            0
+        } else {
+            transaction.execute(
+                "DELETE FROM resources WHERE id IN
+                     (SELECT id FROM resources WHERE server_id = ?1 LIMIT ?2)",
+                params![pending_id, DISCARD_BATCH_ROWS],
+            )?
+        };
+        if deleted == 0 {
+            transaction.execute("DELETE FROM pending_loads WHERE id = ?1", [-pending_id])?;
+        }
+        transaction.commit()?;
+        Ok(deleted == 0)
+    })
+}
+
+/// The tables whose rows belong to a server by `server_id` (besides `resources`): `promote`
+/// moves them to the server's new id.
+const SERVER_TABLES: &[&str] = &[
+    "resource_templates",
+    "read_cache",
+    "entries",
+    "entry_snapshots",
+    "accepted_entries",
+    "accepted_servers",
+];
+
+/// The swap of a first load (`PendingLoad`): its rows are already in `resources` under the
+/// pending id, so one small transaction gives the server's row that id (the name, status and
+/// the few rows keyed by the server move with it), replaces the templates, feeds the change
+/// feed and the full-text backlog, and records the walk. Its commit makes the whole load
+/// visible at once. A server recorded anew, or given resources, since the load began fails it.
+pub(super) fn promote(
+    connection: &mut Connection,
+    walk_id: u64,
+    counts: &StagedCounts,
+    pending: &PendingLoad,
+    server: &str,
+    report: &WalkReport,
+    full_text_behind: &AtomicU64,
+) -> Result<(SwapOutcome, i64), StoreError> {
+    let hold_started = std::time::Instant::now();
+    let (diff, templates, templates_touched, latest_seq) = without_foreign_keys(
+        connection,
+        |connection| {
+            let transaction =
+                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let old_id = server_id(&transaction, server)?.ok_or_else(|| {
+                StoreError::Walk(format!("server {server} is not in the database"))
+            })?;
+            if counts.snapshot != Some(old_id) {
+                return Err(StoreError::Walk(format!(
+                    "server {server} was recorded anew while it was walked; the walk is discarded"
+                )));
+            }
+            if query_one::<bool, _>(
+                &transaction,
+                "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
+                [old_id],
+            )? {
+                return Err(StoreError::Walk(format!(
+                    "server {server} gained resources while its first load was walked; the walk is discarded"
+                )));
+            }
+            execute(
+                &transaction,
+                "UPDATE servers SET id = ?2 WHERE id = ?1",
+                params![old_id, pending.id],
+            )?;
+            for table in SERVER_TABLES {
+                execute(
+                    &transaction,
+                    &format!("UPDATE {table} SET server_id = ?2 WHERE server_id = ?1"),
+                    params![old_id, pending.id],
+                )?;
+            }
+            let added = counts.staged;
+            let diff = SnapshotDiff {
+                server_id: pending.id,
+                walk: walk_id as i64,
+                before: 0,
+                added,
+                removed: 0,
+                changed: 0,
+                first_load: true,
+                full_text: if added >= BULK_INDEX_MIN_ROWS {
+                    FullText::DeferAdded
+                } else {
+                    FullText::Inline
+                },
+            };
+            let now = now_ms();
+            execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
+            execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+            let (templates, templates_touched) =
+                replace_templates(&transaction, &diff, server, now)?;
+            if diff.full_text == FullText::DeferAdded {
+                for &(first, last) in &pending.ranges {
+                    defer_full_text(&transaction, first, last)?;
+                }
+            } else {
+                // Rows a backlog range holds (ids it lists were freed and handed out again)
+                // are left to its batch.
+                execute(
+                    &transaction,
+                    &format!(
+                        "INSERT INTO resources_fts (rowid, uri, name, title, description)
+                         SELECT r.id, r.uri, r.name, r.title, r.description
+                         FROM resources r WHERE r.server_id = ?1 AND {INDEXED}"
+                    ),
+                    [pending.id],
+                )?;
+            }
+            let mut recorded = 0;
+            for &(first, last) in &pending.ranges {
+                if recorded >= CHANGES_PER_SWAP {
+                    break;
+                }
+                recorded += execute(
+                    &transaction,
+                    "INSERT INTO changes (at, server, kind, uri)
+                     SELECT ?1, ?2, ?6, r.uri FROM resources r
+                     WHERE r.id BETWEEN ?3 AND ?4 AND r.server_id = ?5 ORDER BY r.id LIMIT ?7",
+                    params![
+                        now,
+                        server,
+                        first,
+                        last,
+                        pending.id,
+                        ChangeKind::Added,
+                        (CHANGES_PER_SWAP - recorded) as i64
+                    ],
+                )? as u64;
+            }
+            record_truncated(&transaction, now, server, added, recorded)?;
+            let latest_seq = prune_changes(&transaction)?;
+            record_walk(&transaction, &diff, report, now, templates)?;
+            execute(
+                &transaction,
+                "DELETE FROM pending_loads WHERE id = ?1",
+                [-pending.id],
+            )?;
+            if diff.full_text != FullText::Inline {
+                full_text_behind.store(full_text_backlog(&transaction)?, Ordering::Release);
+            }
+            transaction.commit()?;
+            Ok((diff, templates, templates_touched, latest_seq))
+        },
+    )?;
+    crate::metrics::observe_swap_hold(hold_started.elapsed());
+    log_swap(server, &diff, hold_started, hold_started);
+    Ok((
+        SwapOutcome {
+            added: diff.added,
+            removed: 0,
+            changed: 0,
+            resources: diff.resources() as u64,
+            templates,
+            templates_touched,
+        },
+        latest_seq,
+    ))
+}
