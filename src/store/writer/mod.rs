@@ -78,12 +78,15 @@ mod full_text;
 mod pending;
 mod staging;
 mod swap;
+mod wal;
 
 pub(super) use full_text::full_text_backlog;
 use full_text::{index_full_text_batch, INDEXED};
 use pending::{discard_pending_batch, pending_loads};
 use staging::{discard_staging, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA};
 use swap::swap;
+
+use wal::{WriteAheadLog, WAL_LIMIT_BYTES};
 
 /// The most per-URI rows one swap adds to the change feed; the rest become one
 /// 'truncated' row with a count, so a first load of a million resources costs little.
@@ -131,11 +134,19 @@ pub fn run(
             "discarding the rows of first loads the last run left unfinished"
         );
     }
+    let mut wal = match WriteAheadLog::take_over(&connection, WAL_LIMIT_BYTES) {
+        Ok(wal) => wal,
+        Err(error) => {
+            tracing::error!(%error, "cannot set up the write-ahead log; the store cannot accept writes");
+            return;
+        }
+    };
     loop {
         let operation = if indexing || !discarding.is_empty() {
             match operations.try_recv() {
                 Ok(operation) => operation,
                 Err(TryRecvError::Empty) => {
+                    commit_batch(&mut wal, &connection, &mut failed_walks);
                     if let Some(&pending_id) = discarding.front() {
                         match discard_pending_batch(&mut connection, pending_id) {
                             Ok(false) => {}
@@ -151,6 +162,7 @@ pub fn run(
                     } else {
                         indexing = index_full_text_batch(&mut connection, &full_text_behind);
                     }
+                    wal.after_write(&connection, loading(&staged_walks));
                     continue;
                 }
                 Err(TryRecvError::Disconnected) => return,
@@ -161,6 +173,11 @@ pub fn run(
                 None => return,
             }
         };
+        // Pages of one walk share a transaction; anything else commits it first.
+        let same_walk = matches!(&operation, WriteOp::Stage { walk_id, .. } if Some(*walk_id) == wal.batch_walk());
+        if !same_walk {
+            commit_batch(&mut wal, &connection, &mut failed_walks);
+        }
         match operation {
             WriteOp::SyncServers { sync, reply } => {
                 let outcome = sync_servers(&mut connection, &sync);
@@ -192,19 +209,29 @@ pub fn run(
             } => {
                 // After one failed page the walk cannot commit, so later pages are skipped.
                 if let Entry::Vacant(slot) = failed_walks.entry(walk_id) {
-                    let staged = match &batch {
-                        Batch::Resources(rows) => {
-                            let counts = match staged_walks.entry(walk_id) {
-                                Entry::Occupied(known) => Ok(known.into_mut()),
-                                Entry::Vacant(slot) => StagedCounts::against(&connection, &server)
-                                    .map(|counts| slot.insert(counts)),
-                            };
-                            counts.and_then(|counts| {
-                                stage_resources(&mut connection, walk_id, counts, rows)
-                            })
-                        }
-                        Batch::Templates(rows) => stage_templates(&mut connection, walk_id, rows),
+                    let bytes = match &batch {
+                        Batch::Resources(rows) => rows.iter().map(|row| row.raw.len()).sum(),
+                        Batch::Templates(rows) => rows.iter().map(|row| row.raw.len()).sum(),
                     };
+                    let staged =
+                        wal.stage_page(&connection, walk_id, bytes)
+                            .and_then(|()| match &batch {
+                                Batch::Resources(rows) => {
+                                    let counts = match staged_walks.entry(walk_id) {
+                                        Entry::Occupied(known) => Ok(known.into_mut()),
+                                        Entry::Vacant(slot) => {
+                                            StagedCounts::against(&connection, &server)
+                                                .map(|counts| slot.insert(counts))
+                                        }
+                                    };
+                                    counts.and_then(|counts| {
+                                        stage_resources(&mut connection, walk_id, counts, rows)
+                                    })
+                                }
+                                Batch::Templates(rows) => {
+                                    stage_templates(&mut connection, walk_id, rows)
+                                }
+                            });
                     if let Err(error) = staged {
                         tracing::warn!(server, walk_id, %error, "staging a page failed");
                         slot.insert(error.to_string());
@@ -300,6 +327,7 @@ pub fn run(
                 }
             }
             WriteOp::Close { reply } => {
+                wal.close(&connection);
                 if let Err(error) = connection.execute_batch("PRAGMA optimize;") {
                     tracing::debug!(%error, "PRAGMA optimize failed at close");
                 }
@@ -308,6 +336,27 @@ pub fn run(
                 return;
             }
         }
+        wal.after_write(&connection, loading(&staged_walks));
+    }
+}
+
+/// Whether a first load is in flight: the log is not checkpointed meanwhile (`wal.rs`).
+fn loading(staged_walks: &HashMap<u64, StagedCounts>) -> bool {
+    staged_walks.values().any(|counts| counts.pending.is_some())
+}
+
+/// Commits the writer's open batch of pages; when that fails, their walk fails with it.
+fn commit_batch(
+    wal: &mut WriteAheadLog,
+    connection: &Connection,
+    failed_walks: &mut HashMap<u64, String>,
+) {
+    let walk = wal.batch_walk();
+    if let (Err(error), Some(walk_id)) = (wal.commit_batch(connection), walk) {
+        tracing::warn!(walk_id, %error, "committing staged pages failed");
+        failed_walks
+            .entry(walk_id)
+            .or_insert_with(|| error.to_string());
     }
 }
 

@@ -51,8 +51,9 @@ pub(super) fn stage_pending(
         return Ok(());
     };
     let pending_id = pending.id;
-    let (inserted, range) = without_foreign_keys(connection, |connection| {
-        let transaction = connection.transaction()?;
+    // A savepoint in the writer's open batch, which has foreign keys off (`wal.rs`).
+    let (inserted, range) = {
+        let transaction = connection.savepoint()?;
         let mut inserted = 0u64;
         let mut range: Option<(i64, i64)> = None;
         {
@@ -85,8 +86,8 @@ pub(super) fn stage_pending(
             }
         }
         transaction.commit()?;
-        Ok((inserted, range))
-    })?;
+        (inserted, range)
+    };
     counts.staged += inserted;
     if let Some((first, last)) = range {
         match pending.ranges.last_mut() {

@@ -98,7 +98,8 @@ pub(super) fn stage_resources(
     }
     let walk = walk_id as i64;
     let snapshot = counts.snapshot.filter(|_| !counts.snapshot_empty);
-    let transaction = connection.transaction()?;
+    // A savepoint: the page is one step of the writer's open batch (`wal.rs`).
+    let transaction = connection.savepoint()?;
     {
         let mut stored_row = transaction
             .prepare_cached("SELECT id, hash FROM resources WHERE server_id = ?1 AND uri = ?2")?;
@@ -195,7 +196,8 @@ pub(super) fn stage_templates(
     walk_id: u64,
     rows: &[TemplateRow],
 ) -> Result<(), StoreError> {
-    let transaction = connection.transaction()?;
+    // A savepoint: the page is one step of the writer's open batch (`wal.rs`).
+    let transaction = connection.savepoint()?;
     {
         let mut insert = transaction.prepare_cached(
             "INSERT OR IGNORE INTO temp.staging_templates

@@ -58,6 +58,33 @@ fn writer_connection(path: &std::path::Path, servers: &[&str]) -> Connection {
     connection
 }
 
+/// Stages `rows` in pages of 1,000, in the writer's batches (`wal.rs`), all committed.
+fn stage_pages(
+    connection: &mut Connection,
+    walk_id: u64,
+    counts: &mut StagedCounts,
+    rows: &[ResourceRow],
+) {
+    stage_pages_under(connection, walk_id, counts, rows, WAL_LIMIT_BYTES);
+}
+
+/// `stage_pages` with the log limited to `limit_bytes`, in pages of 100.
+fn stage_pages_under(
+    connection: &mut Connection,
+    walk_id: u64,
+    counts: &mut StagedCounts,
+    rows: &[ResourceRow],
+    limit_bytes: i64,
+) {
+    let mut wal = WriteAheadLog::take_over(connection, limit_bytes).expect("the write-ahead log");
+    for page in rows.chunks(100) {
+        let bytes = page.iter().map(|row| row.raw.len()).sum();
+        wal.stage_page(connection, walk_id, bytes).expect("a batch");
+        stage_resources(connection, walk_id, counts, page).expect("stage");
+    }
+    wal.close(connection);
+}
+
 /// Stages `rows` as one walk of `server` and swaps it in, as the writer thread does.
 fn walk(
     connection: &mut Connection,
@@ -67,9 +94,7 @@ fn walk(
     behind: &AtomicU64,
 ) -> SwapOutcome {
     let mut counts = StagedCounts::against(connection, server).expect("counts");
-    for page in rows.chunks(1_000) {
-        stage_resources(connection, walk_id, &mut counts, page).expect("stage");
-    }
+    stage_pages(connection, walk_id, &mut counts, rows);
     let report = WalkReport::default();
     let (outcome, _) = swap(connection, walk_id, &counts, server, &report, behind).expect("swap");
     discard_staging(connection, walk_id);
@@ -504,9 +529,8 @@ async fn pending_rows_left_by_a_crash_are_discarded_at_start_and_the_walk_repeat
             &AtomicU64::new(0),
         );
         let mut counts = StagedCounts::against(&connection, "large").expect("counts");
-        for page in resources("large", 0..12_000, "alpha").chunks(1_000) {
-            stage_resources(&mut connection, 2, &mut counts, page).expect("stage");
-        }
+        let rows = resources("large", 0..12_000, "alpha");
+        stage_pages(&mut connection, 2, &mut counts, &rows);
     }
     assert_eq!(pending_rows(&path), 12_001);
     let store = Store::open(&path).expect("open");
@@ -536,4 +560,75 @@ async fn pending_rows_left_by_a_crash_are_discarded_at_start_and_the_walk_repeat
     store.close().await;
     let connection = schema::open_writer(&path).expect("writer");
     assert_full_text_is_exact(&connection);
+}
+
+fn file_bytes(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path)
+        .map(|found| found.len())
+        .unwrap_or(0)
+}
+
+fn log_path(path: &std::path::Path) -> std::path::PathBuf {
+    path.with_extension("db-wal")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_load_is_copied_from_the_log_only_once_it_is_committed() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("catalog.db");
+    let store = Store::open(&path).expect("open");
+    store
+        .apply_servers(configured(&["large"]))
+        .await
+        .expect("servers");
+    store.ping_writer().await.expect("ping");
+    let before = file_bytes(&path);
+    let walk = store.begin_walk("large");
+    for page in resources("large", 0..20_000, "alpha").chunks(100) {
+        walk.add_resources(page.to_vec()).await.expect("stage");
+    }
+    // A ping commits the open batch: every page is in the log, none in the database file.
+    store.ping_writer().await.expect("ping");
+    assert_eq!(pending_rows(&path), 20_001);
+    assert!(
+        file_bytes(&log_path(&path)) > 4 << 20,
+        "the load is in the log"
+    );
+    assert!(
+        file_bytes(&path) < before + (1 << 20),
+        "a checkpoint ran during the load: {} -> {} bytes",
+        before,
+        file_bytes(&path)
+    );
+    let outcome = walk.commit(WalkReport::default()).await.expect("commit");
+    assert_eq!(outcome.added, 20_000);
+    wait_until("the log copied back", Duration::from_secs(30), async || {
+        file_bytes(&path) > before + (4 << 20)
+    })
+    .await;
+    assert_eq!(resources_of(&store, "large").await, 20_000);
+}
+
+#[test]
+fn the_log_is_copied_back_during_a_load_that_reaches_its_limit() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("catalog.db");
+    let mut connection = writer_connection(&path, &["large"]);
+    let before = file_bytes(&path);
+    let mut counts = StagedCounts::against(&connection, "large").expect("counts");
+    let rows = resources("large", 0..20_000, "alpha");
+    stage_pages_under(&mut connection, 1, &mut counts, &rows, 1 << 20);
+    // Still pending, so only the limit can have copied the log back; it restarted each time.
+    assert_eq!(pending_rows(&path), 20_001);
+    assert!(
+        file_bytes(&path) > before + (4 << 20),
+        "the database file did not grow: {} -> {} bytes",
+        before,
+        file_bytes(&path)
+    );
+    assert!(
+        file_bytes(&log_path(&path)) < 4 << 20,
+        "the log outgrew its limit: {} bytes",
+        file_bytes(&log_path(&path))
+    );
 }
