@@ -11,9 +11,9 @@
 
 use std::cell::Cell;
 use std::path::PathBuf;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
@@ -227,18 +227,38 @@ impl Checkpointer {
     }
 }
 
+/// How long the checkpointer waits to try again when readers held part of the log back.
+const RETRY_HELD_BACK: Duration = Duration::from_secs(1);
+
+/// Checkpoints when asked; a checkpoint that readers held back (they still read older
+/// frames) is tried again a second later, so an idle daemon's log is copied back all the same.
 fn run_checkpointer(connection: Connection, asked: Receiver<()>) {
-    while asked.recv().is_ok() {
+    let mut held_back = false;
+    loop {
+        let wake = if held_back {
+            asked.recv_timeout(RETRY_HELD_BACK)
+        } else {
+            asked.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        };
+        if let Err(RecvTimeoutError::Disconnected) = wake {
+            return;
+        }
         let started = Instant::now();
         match checkpoint(&connection, "PASSIVE") {
-            Ok(done) => tracing::debug!(
-                log = done.log,
-                copied = done.copied,
-                busy = done.busy,
-                ms = started.elapsed().as_millis() as u64,
-                "checkpointed the write-ahead log"
-            ),
-            Err(error) => tracing::warn!(%error, "checkpointing the write-ahead log failed"),
+            Ok(done) => {
+                held_back = done.copied < done.log;
+                tracing::debug!(
+                    log = done.log,
+                    copied = done.copied,
+                    busy = done.busy,
+                    ms = started.elapsed().as_millis() as u64,
+                    "checkpointed the write-ahead log"
+                );
+            }
+            Err(error) => {
+                held_back = false;
+                tracing::warn!(%error, "checkpointing the write-ahead log failed");
+            }
         }
     }
 }
