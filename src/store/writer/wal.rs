@@ -6,8 +6,8 @@
 //! into the database while the walk ran: a quarter of the first sync's wall time, on the
 //! walk's critical path. Now the writer's connection never checkpoints by itself. A
 //! checkpointer thread with its own connection copies the log when the writer has no first
-//! load in flight (or once the log is half its limit), and the writer checkpoints inline only
-//! when the log reaches `WAL_LIMIT_BYTES`.
+//! load in flight (or once the log is half its limit), and the writer waits for a checkpoint
+//! only when the log reaches `WAL_LIMIT_BYTES`.
 
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -111,8 +111,8 @@ impl WriteAheadLog {
         self.batch.map(|(walk_id, _)| walk_id)
     }
 
-    /// Commits the open batch, if any: before any other operation, and before idle work.
-    /// Returns the walk whose pages were lost when the commit failed.
+    /// Commits the open batch, if any: before any other operation, and before idle work. When
+    /// the commit fails its pages are gone, and the caller fails their walk.
     pub(super) fn commit_batch(&mut self, connection: &Connection) -> Result<(), StoreError> {
         let Some(_) = self.batch.take() else {
             return Ok(());
