@@ -58,7 +58,17 @@ fn writer_connection(path: &std::path::Path, servers: &[&str]) -> Connection {
     connection
 }
 
-/// Stages `rows` in pages of 1,000, in the writer's batches (`wal.rs`), all committed.
+/// A store on `path` with `servers` configured.
+async fn open_store(path: &std::path::Path, servers: &[&str]) -> Store {
+    let store = Store::open(path).expect("open");
+    store
+        .apply_servers(configured(servers))
+        .await
+        .expect("servers");
+    store
+}
+
+/// Stages `rows` in pages of 100, in the writer's batches (`wal.rs`), all committed.
 fn stage_pages(
     connection: &mut Connection,
     walk_id: u64,
@@ -68,7 +78,7 @@ fn stage_pages(
     stage_pages_under(connection, walk_id, counts, rows, WAL_LIMIT_BYTES);
 }
 
-/// `stage_pages` with the log limited to `limit_bytes`, in pages of 100.
+/// `stage_pages` with the log limited to `limit_bytes`.
 fn stage_pages_under(
     connection: &mut Connection,
     walk_id: u64,
@@ -288,11 +298,7 @@ async fn a_backlog_left_by_a_crash_is_resumed_at_start() {
 async fn another_servers_swap_commits_while_a_large_first_load_is_indexed() {
     let directory = tempfile::tempdir().expect("tempdir");
     let path = directory.path().join("catalog.db");
-    let store = Store::open(&path).expect("open");
-    store
-        .apply_servers(configured(&["large", "small"]))
-        .await
-        .expect("servers");
+    let store = open_store(&path, &["large", "small"]).await;
     let walk = store.begin_walk("large");
     for page in resources("large", 0..100_000, "alpha").chunks(1_000) {
         walk.add_resources(page.to_vec()).await.expect("stage");
@@ -367,11 +373,7 @@ async fn resources_of(store: &Store, server: &str) -> u64 {
 async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commit() {
     let directory = tempfile::tempdir().expect("tempdir");
     let path = directory.path().join("catalog.db");
-    let store = Store::open(&path).expect("open");
-    store
-        .apply_servers(configured(&["large", "small"]))
-        .await
-        .expect("servers");
+    let store = open_store(&path, &["large", "small"]).await;
     let large = resources("large", 0..100_000, "alpha");
     let walk = store.begin_walk("large");
     for page in large[..50_000].chunks(1_000) {
@@ -462,11 +464,7 @@ async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commi
 async fn a_first_load_that_fails_or_is_dropped_leaves_no_rows() {
     let directory = tempfile::tempdir().expect("tempdir");
     let path = directory.path().join("catalog.db");
-    let store = Store::open(&path).expect("open");
-    store
-        .apply_servers(configured(&["large"]))
-        .await
-        .expect("servers");
+    let store = open_store(&path, &["large"]).await;
     // A walk dropped mid-load (failed or superseded: the session drops it).
     let walk = store.begin_walk("large");
     for page in resources("large", 0..20_000, "alpha").chunks(1_000) {
@@ -576,11 +574,7 @@ fn log_path(path: &std::path::Path) -> std::path::PathBuf {
 async fn a_first_load_is_copied_from_the_log_only_once_it_is_committed() {
     let directory = tempfile::tempdir().expect("tempdir");
     let path = directory.path().join("catalog.db");
-    let store = Store::open(&path).expect("open");
-    store
-        .apply_servers(configured(&["large"]))
-        .await
-        .expect("servers");
+    let store = open_store(&path, &["large"]).await;
     store.ping_writer().await.expect("ping");
     let before = file_bytes(&path);
     let walk = store.begin_walk("large");
