@@ -327,10 +327,10 @@ pub fn run(
                 }
             }
             WriteOp::Close { reply } => {
-                wal.close(&connection);
                 if let Err(error) = connection.execute_batch("PRAGMA optimize;") {
                     tracing::debug!(%error, "PRAGMA optimize failed at close");
                 }
+                wal.close(&connection);
                 drop(connection);
                 let _ = reply.send(());
                 return;

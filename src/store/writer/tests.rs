@@ -601,6 +601,9 @@ async fn a_first_load_is_copied_from_the_log_only_once_it_is_committed() {
     })
     .await;
     assert_eq!(resources_of(&store, "large").await, 20_000);
+    // A clean stop leaves everything in the database file.
+    store.close().await;
+    assert_eq!(file_bytes(&log_path(&path)), 0, "the log outlived the stop");
 }
 
 #[test]

@@ -162,10 +162,24 @@ impl WriteAheadLog {
 
     /// Stops the checkpointer after its last checkpoint (before the writer's connection
     /// closes, so that close is the last and checkpoints whatever is left).
+    /// A clean stop leaves the whole catalog in the database file and an empty log, as an
+    /// operator copying `catalog.db` expects. (The readers' connections are still open, so the
+    /// writer's close is not the last one, which would checkpoint by itself.)
     pub(super) fn close(&mut self, connection: &Connection) {
         let _ = self.commit_batch(connection);
         if let Some(checkpointer) = self.checkpointer.take() {
             checkpointer.stop();
+        }
+        let started = Instant::now();
+        match checkpoint(connection, "TRUNCATE") {
+            Ok(done) => tracing::debug!(
+                log = done.log,
+                copied = done.copied,
+                busy = done.busy,
+                ms = started.elapsed().as_millis() as u64,
+                "checkpointed and emptied the write-ahead log"
+            ),
+            Err(error) => tracing::warn!(%error, "checkpointing the write-ahead log failed"),
         }
     }
 }
@@ -180,7 +194,8 @@ struct Checkpointed {
 }
 
 /// `PRAGMA wal_checkpoint(mode)`: `PASSIVE` copies what no reader still needs without
-/// waiting; `RESTART` waits for other checkpoints and for readers, so the log restarts.
+/// waiting; `RESTART` waits for other checkpoints and for readers, so the log restarts;
+/// `TRUNCATE` also empties the log file.
 fn checkpoint(connection: &Connection, mode: &str) -> rusqlite::Result<Checkpointed> {
     connection.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
         Ok(Checkpointed {
