@@ -74,6 +74,16 @@ pub enum Batch {
     Templates(Vec<TemplateRow>),
 }
 
+impl Batch {
+    /// The entries' text, which the writer's batches are bounded by (`wal.rs`).
+    fn bytes(&self) -> usize {
+        match self {
+            Batch::Resources(rows) => rows.iter().map(|row| row.raw.len()).sum(),
+            Batch::Templates(rows) => rows.iter().map(|row| row.raw.len()).sum(),
+        }
+    }
+}
+
 mod full_text;
 mod pending;
 mod staging;
@@ -134,13 +144,7 @@ pub fn run(
             "discarding the rows of first loads the last run left unfinished"
         );
     }
-    let mut wal = match WriteAheadLog::take_over(&connection, WAL_LIMIT_BYTES) {
-        Ok(wal) => wal,
-        Err(error) => {
-            tracing::error!(%error, "cannot set up the write-ahead log; the store cannot accept writes");
-            return;
-        }
-    };
+    let mut wal = WriteAheadLog::take_over(&connection, WAL_LIMIT_BYTES);
     loop {
         let operation = if indexing || !discarding.is_empty() {
             match operations.try_recv() {
@@ -173,8 +177,10 @@ pub fn run(
                 None => return,
             }
         };
-        // Pages of one walk share a transaction; anything else commits it first.
-        let same_walk = matches!(&operation, WriteOp::Stage { walk_id, .. } if Some(*walk_id) == wal.batch_walk());
+        // Pages of one walk share a transaction; anything else (a page of a walk that failed
+        // too: its pages are skipped) commits it first.
+        let same_walk = matches!(&operation, WriteOp::Stage { walk_id, .. }
+            if Some(*walk_id) == wal.batch_walk() && !failed_walks.contains_key(walk_id));
         if !same_walk {
             commit_batch(&mut wal, &connection, &mut failed_walks);
         }
@@ -209,29 +215,31 @@ pub fn run(
             } => {
                 // After one failed page the walk cannot commit, so later pages are skipped.
                 if let Entry::Vacant(slot) = failed_walks.entry(walk_id) {
-                    let bytes = match &batch {
-                        Batch::Resources(rows) => rows.iter().map(|row| row.raw.len()).sum(),
-                        Batch::Templates(rows) => rows.iter().map(|row| row.raw.len()).sum(),
+                    // A walk's counts, and a first load's pending id, are taken outside any
+                    // batch: the id's `pending_loads` row must outlive a batch rolled back, or
+                    // the id could be handed out again while this walk still holds it.
+                    let counts = match &batch {
+                        Batch::Resources(_) => match staged_walks.entry(walk_id) {
+                            Entry::Occupied(known) => Ok(Some(known.into_mut())),
+                            Entry::Vacant(fresh) => wal
+                                .commit_batch(&connection)
+                                .and_then(|()| StagedCounts::against(&connection, &server))
+                                .map(|counts| Some(fresh.insert(counts))),
+                        },
+                        Batch::Templates(_) => Ok(None),
                     };
-                    let staged =
-                        wal.stage_page(&connection, walk_id, bytes)
-                            .and_then(|()| match &batch {
-                                Batch::Resources(rows) => {
-                                    let counts = match staged_walks.entry(walk_id) {
-                                        Entry::Occupied(known) => Ok(known.into_mut()),
-                                        Entry::Vacant(slot) => {
-                                            StagedCounts::against(&connection, &server)
-                                                .map(|counts| slot.insert(counts))
-                                        }
-                                    };
-                                    counts.and_then(|counts| {
-                                        stage_resources(&mut connection, walk_id, counts, rows)
-                                    })
-                                }
-                                Batch::Templates(rows) => {
-                                    stage_templates(&mut connection, walk_id, rows)
-                                }
-                            });
+                    let staged = counts.and_then(|counts| {
+                        wal.stage_page(&connection, walk_id, batch.bytes())?;
+                        match (&batch, counts) {
+                            (Batch::Resources(rows), Some(counts)) => {
+                                stage_resources(&mut connection, walk_id, counts, rows)
+                            }
+                            (Batch::Templates(rows), _) => {
+                                stage_templates(&mut connection, walk_id, rows)
+                            }
+                            (Batch::Resources(_), None) => Ok(()),
+                        }
+                    });
                     if let Err(error) = staged {
                         tracing::warn!(server, walk_id, %error, "staging a page failed");
                         slot.insert(error.to_string());

@@ -60,17 +60,34 @@ pub(super) struct WriteAheadLog {
 
 impl WriteAheadLog {
     /// Turns the connection's automatic checkpoints off and starts the checkpointer; the log
-    /// grows to at most about `limit_bytes` (`WAL_LIMIT_BYTES`).
-    pub(super) fn take_over(connection: &Connection, limit_bytes: i64) -> Result<Self, StoreError> {
+    /// grows to at most about `limit_bytes` (`WAL_LIMIT_BYTES`). Should that fail, SQLite goes
+    /// on checkpointing as it commits, as it did before: slower first loads, nothing lost.
+    pub(super) fn take_over(connection: &Connection, limit_bytes: i64) -> Self {
+        match Self::try_take_over(connection, limit_bytes) {
+            Ok(wal) => wal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot checkpoint on a thread of its own; SQLite checkpoints as the writer commits");
+                // Also replaces the WAL hook with SQLite's own.
+                let _ = connection.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_PAGES);
+                WriteAheadLog {
+                    batch: None,
+                    limit_pages: i64::MAX,
+                    checkpointer: None,
+                }
+            }
+        }
+    }
+
+    fn try_take_over(connection: &Connection, limit_bytes: i64) -> Result<Self, StoreError> {
         let page_size: i64 = connection.pragma_query_value(None, "page_size", |row| row.get(0))?;
-        connection.pragma_update(None, "wal_autocheckpoint", 0)?;
-        connection.pragma_update(None, "journal_size_limit", WAL_KEPT_BYTES)?;
-        // After `wal_autocheckpoint`, which installs SQLite's own hook.
-        connection.wal_hook(Some(note_wal_pages));
         let checkpointer = match connection.path() {
             Some(path) if !path.is_empty() => Some(Checkpointer::start(PathBuf::from(path))?),
             _ => None,
         };
+        connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+        connection.pragma_update(None, "journal_size_limit", WAL_KEPT_BYTES)?;
+        // After `wal_autocheckpoint`, which installs SQLite's own hook.
+        connection.wal_hook(Some(note_wal_pages));
         Ok(WriteAheadLog {
             batch: None,
             limit_pages: limit_bytes / page_size.max(512),
@@ -139,13 +156,19 @@ impl WriteAheadLog {
         }
         let pages = WAL_PAGES.with(Cell::get);
         if pages >= self.limit_pages {
-            // Waits (up to the busy timeout) for the checkpointer and for readers of the log.
+            // Waits (up to the busy timeout) for the checkpointer and for readers of the log;
+            // while they still hold it, the writer tries again after each commit.
             let started = Instant::now();
             match checkpoint(connection, "RESTART") {
+                Ok(done) if done.busy => tracing::warn!(
+                    log = done.log,
+                    copied = done.copied,
+                    ms = started.elapsed().as_millis() as u64,
+                    "the write-ahead log is at its limit and readers still hold it; trying again after the next commit"
+                ),
                 Ok(done) => tracing::info!(
                     log = done.log,
                     copied = done.copied,
-                    waited = done.busy,
                     ms = started.elapsed().as_millis() as u64,
                     "checkpointed the write-ahead log at its limit"
                 ),
@@ -160,11 +183,10 @@ impl WriteAheadLog {
         }
     }
 
-    /// Stops the checkpointer after its last checkpoint (before the writer's connection
-    /// closes, so that close is the last and checkpoints whatever is left).
-    /// A clean stop leaves the whole catalog in the database file and an empty log, as an
-    /// operator copying `catalog.db` expects. (The readers' connections are still open, so the
-    /// writer's close is not the last one, which would checkpoint by itself.)
+    /// Stops the checkpointer, then checkpoints and empties the log: a clean stop leaves the
+    /// whole catalog in the database file, as an operator copying `catalog.db` expects. (The
+    /// readers' connections are still open, so the writer's close is not the last one, which
+    /// would checkpoint by itself.)
     pub(super) fn close(&mut self, connection: &Connection) {
         let _ = self.commit_batch(connection);
         if let Some(checkpointer) = self.checkpointer.take() {
@@ -207,7 +229,8 @@ fn checkpoint(connection: &Connection, mode: &str) -> rusqlite::Result<Checkpoin
 }
 
 /// A thread with its own connection that checkpoints when asked; the writer goes on
-/// committing meanwhile (a passive checkpoint never blocks a writer or a reader).
+/// committing meanwhile (a passive checkpoint never blocks a commit or a reader, only another
+/// checkpoint: the writer's `RESTART` at the limit waits for it).
 struct Checkpointer {
     asks: SyncSender<()>,
     thread: JoinHandle<()>,
