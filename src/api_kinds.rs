@@ -9,7 +9,7 @@ use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
     ORIGIN_META_KEY, PAGE_SIZE,
 };
-use crate::store::{EntryHit, EntryListing, SearchHit, Store, StoreError};
+use crate::store::{EntryHit, EntryListing, FullTextPage, Store, StoreError};
 
 /// JSON-RPC's "resource not found" for a tool or prompt no server lists.
 const NOT_FOUND: i64 = crate::protocol::RESOURCE_NOT_FOUND;
@@ -349,14 +349,14 @@ async fn gated_entry_search(
 /// continues where it stopped. When the resource page ended early (cut by its byte bound),
 /// the merged page stops there too, since an unseen resource could outrank what follows.
 pub fn merge_search_pages(
-    resources: Option<(Vec<SearchHit>, Option<usize>)>,
+    resources: Option<FullTextPage>,
     entries: Vec<EntryHit>,
     (resource_offset, entry_offset): (usize, usize),
     limit: usize,
 ) -> wire::SearchResult {
-    let (resources, resources_follow) = match resources {
-        Some((hits, next)) => (hits, next.is_some()),
-        None => (Vec::new(), false),
+    let (resources, resources_follow, note) = match resources {
+        Some(page) => (page.hits, page.next.is_some(), page.note),
+        None => (Vec::new(), false, None),
     };
     let mut resources = resources.into_iter().peekable();
     let mut entries = entries.into_iter().peekable();
@@ -403,7 +403,7 @@ pub fn merge_search_pages(
         }),
         engine: Some(wire::SearchEngine::Sqlite),
         match_mode: None,
-        note: None,
+        note,
     }
 }
 
@@ -507,6 +507,15 @@ async fn describe(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::SearchHit;
+
+    fn resource_page(hits: Vec<SearchHit>, next: Option<usize>) -> FullTextPage {
+        FullTextPage {
+            hits,
+            next,
+            note: None,
+        }
+    }
 
     fn resource(uri: &str, score: f64) -> SearchHit {
         SearchHit {
@@ -544,7 +553,10 @@ mod tests {
     #[test]
     fn merged_pages_rank_by_score_and_count_each_side_in_the_cursor() {
         let page = merge_search_pages(
-            Some((vec![resource("r1", 9.0), resource("r2", 5.0)], Some(2))),
+            Some(resource_page(
+                vec![resource("r1", 9.0), resource("r2", 5.0)],
+                Some(2),
+            )),
             vec![tool("t1", 7.0), tool("t2", 1.0), tool("t3", 0.5)],
             (10, 20),
             2,
@@ -557,7 +569,12 @@ mod tests {
             Some(wire::encode_kinds_search_cursor(11, 21).as_str())
         );
         // Nothing follows on either side: no cursor.
-        let last = merge_search_pages(Some((vec![resource("r", 1.0)], None)), vec![], (0, 0), 5);
+        let last = merge_search_pages(
+            Some(resource_page(vec![resource("r", 1.0)], None)),
+            vec![],
+            (0, 0),
+            5,
+        );
         assert_eq!(keys(&last), ["r"]);
         assert_eq!(last.next_cursor, None);
     }
@@ -567,7 +584,7 @@ mod tests {
         // The resource page carried one hit of the three asked for (its byte bound), and more
         // follow: a tool that ranks below that hit must wait, an unseen resource may outrank it.
         let page = merge_search_pages(
-            Some((vec![resource("r1", 9.0)], Some(1))),
+            Some(resource_page(vec![resource("r1", 9.0)], Some(1))),
             vec![tool("t1", 10.0), tool("t2", 1.0)],
             (0, 0),
             3,

@@ -131,9 +131,13 @@ async fn dispatch(
             let request = params.into_request().map_err(invalid_params)?;
             // A cursor stays with the engine that made it: the two rank differently.
             let outcome = if index_cursor == Some(false) {
-                gated_search(request, context)
-                    .await
-                    .map(|(hits, next)| (hits, next, None))
+                gated_search(request, context).await.map(|page| {
+                    let origin = wire::SearchResult {
+                        note: page.note,
+                        ..search_result(Vec::new(), None)
+                    };
+                    (page.hits, page.next, Some(origin))
+                })
             } else {
                 resource_search(request, context)
                     .await

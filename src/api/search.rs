@@ -13,7 +13,7 @@ use crate::store::{self, StoreError};
 pub(crate) async fn gated_search(
     mut request: store::SearchRequest,
     context: &ApiContext,
-) -> Result<(Vec<store::SearchHit>, Option<usize>), ErrorObject> {
+) -> Result<store::FullTextPage, ErrorObject> {
     let permit = context
         .search_gate
         .acquire()
@@ -208,12 +208,12 @@ pub async fn resource_search(
             Err(why) => origin.note = Some(why),
         }
     }
-    let (hits, next) = gated_search(request, context).await?;
-    if let Some(behind) = context.store.full_text_note() {
+    let page = gated_search(request, context).await?;
+    if let Some(behind) = page.note {
         origin.note = Some(match origin.note.take() {
             Some(why) => format!("{why}; {behind}"),
             None => behind,
         });
     }
-    Ok((hits, next, origin))
+    Ok((page.hits, page.next, origin))
 }

@@ -120,9 +120,9 @@ impl Catalog {
                     ));
                 }
                 let request = params.into_request().map_err(usage)?;
-                let (hits, next) = catalog.search(&request).map_err(searched)?;
-                let mut result = crate::api::search_result(hits, next);
-                result.note = catalog.full_text_note();
+                let page = catalog.search(&request).map_err(searched)?;
+                let mut result = crate::api::search_result(page.hits, page.next);
+                result.note = page.note;
                 Ok(result)
             }
         }

@@ -276,6 +276,15 @@ pub struct LastWalk {
     pub skipped: u64,
 }
 
+/// One page of a search SQLite's FTS5 answered, and the note its answer carries when the
+/// full-text index lacked rows of a large swap in the snapshot it searched.
+#[derive(Debug, Clone)]
+pub struct FullTextPage {
+    pub hits: Vec<SearchHit>,
+    pub next: Option<usize>,
+    pub note: Option<String>,
+}
+
 /// One search result.
 #[derive(Debug, Clone)]
 pub struct SearchHit {
@@ -356,7 +365,7 @@ pub struct Store {
 
 /// What an answer from SQLite's full-text search says while the index lacks rows of a large
 /// swap (`ids` is how many the backlog lists).
-fn full_text_note(ids: u64) -> Option<String> {
+pub(crate) fn full_text_note(ids: u64) -> Option<String> {
     (ids > 0).then(|| {
         format!(
             "the full-text index is still indexing up to {ids} resources of a large swap; \
@@ -418,8 +427,8 @@ impl Store {
         })
     }
 
-    /// The note a search answered by SQLite's full-text index carries while that index is
-    /// still indexing a large swap's rows (the writer does it between other work).
+    /// The full-text note as of now (the writer indexes a large swap's rows between other
+    /// work); a search's own note (`FullTextPage`) is read in the snapshot it searched.
     pub fn full_text_note(&self) -> Option<String> {
         full_text_note(self.full_text_behind.load(Ordering::Acquire))
     }
@@ -619,11 +628,8 @@ impl Store {
     }
 
     /// One page of ranked hits, and the offset of the next page when there is one.
-    pub async fn search(
-        &self,
-        request: SearchRequest,
-    ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
-        self.read(move |connection| queries::search(connection, &request))
+    pub async fn search(&self, request: SearchRequest) -> Result<FullTextPage, StoreError> {
+        self.read(move |connection| queries::search_noting_backlog(connection, &request))
             .await
     }
 
@@ -822,19 +828,8 @@ impl ReadOnlyCatalog {
         queries::merged_resources(&self.connection, after_uri, limit)
     }
 
-    pub fn search(
-        &self,
-        request: &SearchRequest,
-    ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
-        queries::search(&self.connection, request)
-    }
-
-    /// As `Store::full_text_note`, read from the database. A database from before the backlog
-    /// existed (no daemon has migrated it yet) has none.
-    pub fn full_text_note(&self) -> Option<String> {
-        writer::full_text_backlog(&self.connection)
-            .ok()
-            .and_then(full_text_note)
+    pub fn search(&self, request: &SearchRequest) -> Result<FullTextPage, StoreError> {
+        queries::search_noting_backlog(&self.connection, request)
     }
 
     pub fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {

@@ -291,6 +291,26 @@ pub fn search(
     }
 }
 
+/// `search`, and the full-text backlog read in the same snapshot, so the answer's note says
+/// the index is behind exactly when the rows it searched were. (Read apart, a batch of the
+/// backlog committed between the two could make the last rows look indexed, or a large swap
+/// committed between them could bring rows that were not.) A database no daemon of this
+/// version migrated has no backlog table, so nothing behind.
+pub fn search_noting_backlog(
+    connection: &Connection,
+    request: &SearchRequest,
+) -> Result<super::FullTextPage, StoreError> {
+    let snapshot = connection.unchecked_transaction()?;
+    let (hits, next) = search(&snapshot, request)?;
+    let behind = super::writer::full_text_backlog(&snapshot).unwrap_or(0);
+    snapshot.commit()?;
+    Ok(super::FullTextPage {
+        hits,
+        next,
+        note: super::full_text_note(behind),
+    })
+}
+
 fn search_unbounded(
     connection: &Connection,
     request: &SearchRequest,

@@ -204,16 +204,15 @@ fn a_large_swap_leaves_its_full_text_to_the_backlog_and_rows_changed_meanwhile_s
     // Committed and visible, but not in the full-text index yet; the note says so.
     assert_eq!(full_text_matches(&connection, "alpha"), 50);
     let reader = crate::store::ReadOnlyCatalog::open(&path).expect("reader");
-    let note = reader.full_text_note().expect("a note while behind");
+    let alpha = SearchRequest {
+        raw: true,
+        server: Some("large".into()),
+        ..SearchRequest::new("alpha", 10)
+    };
+    let page = reader.search(&alpha).expect("search");
+    assert!(page.hits.is_empty(), "{:?}", page.hits);
+    let note = page.note.expect("a note while behind");
     assert!(note.contains("20000 resources"), "{note}");
-    let (hits, _) = reader
-        .search(&SearchRequest {
-            raw: true,
-            server: Some("large".into()),
-            ..SearchRequest::new("alpha", 10)
-        })
-        .expect("search");
-    assert!(hits.is_empty(), "{hits:?}");
 
     // Before a batch ran: a row changes, one goes, one comes (a small, inline swap). The
     // index must not be told to forget text it never had.
@@ -231,7 +230,7 @@ fn a_large_swap_leaves_its_full_text_to_the_backlog_and_rows_changed_meanwhile_s
     }
     assert!(batches >= 3, "20,000 ids took {batches} batches");
     assert_eq!(behind.load(Ordering::Acquire), 0);
-    assert_eq!(reader.full_text_note(), None);
+    assert_eq!(reader.search(&alpha).expect("search").note, None);
     assert_full_text_is_exact(&connection);
     assert_eq!(full_text_matches(&connection, "omega"), 2);
     assert_eq!(full_text_matches(&connection, "alpha"), 50 + 19_998);
@@ -279,12 +278,12 @@ async fn a_backlog_left_by_a_crash_is_resumed_at_start() {
         Duration::from_secs(120),
         async || {
             let found = store.search(raw.clone()).await.expect("search");
-            if found.0.is_empty() {
+            if found.hits.is_empty() {
                 // Not found yet: only while the note says the index is behind.
-                assert!(store.full_text_note().is_some(), "a silent miss");
+                assert!(found.note.is_some(), "a silent miss");
                 return false;
             }
-            store.full_text_note().is_none()
+            found.note.is_none()
         },
     )
     .await;
@@ -327,7 +326,7 @@ async fn another_servers_swap_commits_while_a_large_first_load_is_indexed() {
         raw: true,
         ..SearchRequest::new("beta", 20)
     };
-    let (hits, _) = store.search(small).await.expect("search");
+    let hits = store.search(small).await.expect("search").hits;
     assert_eq!(hits.len(), 10, "a small swap is indexed in its own commit");
 
     wait_until(
@@ -407,7 +406,7 @@ async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commi
         raw: true,
         ..SearchRequest::new("alpha", 20)
     };
-    let (hits, _) = store.search(alpha.clone()).await.expect("search");
+    let hits = store.search(alpha.clone()).await.expect("search").hits;
     assert!(hits.is_empty(), "a search found a pending row");
     assert!(store
         .read_target(&large[0].uri)
@@ -453,7 +452,7 @@ async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commi
         async || store.full_text_note().is_none(),
     )
     .await;
-    let (hits, _) = store.search(alpha).await.expect("search");
+    let hits = store.search(alpha).await.expect("search").hits;
     assert_eq!(hits.len(), 20);
     store.close().await;
     let connection = schema::open_writer(&path).expect("writer");
