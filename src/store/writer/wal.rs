@@ -11,7 +11,9 @@
 
 use std::cell::Cell;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -151,10 +153,15 @@ impl WriteAheadLog {
     /// writer copies it itself, so the log restarts (a log written while a checkpoint runs
     /// cannot restart until one catches up with it).
     pub(super) fn after_write(&mut self, connection: &Connection, loading: bool) {
+        let pages = WAL_PAGES.with(Cell::get);
+        if let Some(checkpointer) = &self.checkpointer {
+            // The checkpointer's own retries wait too while a first load is in flight.
+            let defer = loading && pages < self.limit_pages / 2;
+            checkpointer.deferring.store(defer, Ordering::Release);
+        }
         if self.batch.is_some() {
             return;
         }
-        let pages = WAL_PAGES.with(Cell::get);
         if pages >= self.limit_pages {
             // Waits (up to the busy timeout) for the checkpointer and for readers of the log;
             // while they still hold it, the writer tries again after each commit.
@@ -233,6 +240,8 @@ fn checkpoint(connection: &Connection, mode: &str) -> rusqlite::Result<Checkpoin
 /// checkpoint: the writer's `RESTART` at the limit waits for it).
 struct Checkpointer {
     asks: SyncSender<()>,
+    /// Set by the writer while checkpoints wait for a first load (`after_write`).
+    deferring: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
 
@@ -243,13 +252,19 @@ impl Checkpointer {
             source,
         })?;
         let (asks, asked) = sync_channel(1);
+        let deferring = Arc::new(AtomicBool::new(false));
+        let deferred = deferring.clone();
         let thread = std::thread::Builder::new()
             .name("store-checkpoint".into())
-            .spawn(move || run_checkpointer(connection, asked))
+            .spawn(move || run_checkpointer(connection, asked, deferred))
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the checkpoint thread: {error}"))
             })?;
-        Ok(Checkpointer { asks, thread })
+        Ok(Checkpointer {
+            asks,
+            deferring,
+            thread,
+        })
     }
 
     /// Asks for a checkpoint; one already asked for and not yet begun covers this one too.
@@ -269,8 +284,9 @@ impl Checkpointer {
 const RETRY_HELD_BACK: Duration = Duration::from_secs(1);
 
 /// Checkpoints when asked; a checkpoint that readers held back (they still read older
-/// frames) is tried again a second later, so an idle daemon's log is copied back all the same.
-fn run_checkpointer(connection: Connection, asked: Receiver<()>) {
+/// frames) is tried again a second later, so an idle daemon's log is copied back all the same,
+/// unless the writer is `deferring` checkpoints for a first load meanwhile.
+fn run_checkpointer(connection: Connection, asked: Receiver<()>, deferring: Arc<AtomicBool>) {
     let mut held_back = false;
     loop {
         let wake = if held_back {
@@ -278,8 +294,10 @@ fn run_checkpointer(connection: Connection, asked: Receiver<()>) {
         } else {
             asked.recv().map_err(|_| RecvTimeoutError::Disconnected)
         };
-        if let Err(RecvTimeoutError::Disconnected) = wake {
-            return;
+        match wake {
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) if deferring.load(Ordering::Acquire) => continue,
+            _ => {}
         }
         let started = Instant::now();
         match checkpoint(&connection, "PASSIVE") {
