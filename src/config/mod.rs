@@ -75,7 +75,7 @@ pub(crate) fn default_max_concurrent_searches() -> u64 {
 /// Bounds on what socket clients may ask of the daemon; read at start (a reload keeps them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SocketLimits {
-    pub search: crate::search_gate::SearchLimits,
+    pub search: crate::search::gate::SearchLimits,
     pub max_clients: usize,
 }
 

@@ -191,16 +191,16 @@ fn protocol_version(
         return Ok(None);
     };
     let wanted = version.get_ref().as_str();
-    let known = crate::mcp::LEGACY_VERSIONS.contains(&wanted)
-        || crate::mcp::MODERN_VERSIONS.contains(&wanted);
+    let known = crate::upstream::LEGACY_VERSIONS.contains(&wanted)
+        || crate::upstream::MODERN_VERSIONS.contains(&wanted);
     if !known {
         return Err(source.error(
             &version.span(),
             &server.key_of("protocol_version"),
             format!(
                 "unknown protocol version `{wanted}` (known: {}, {})",
-                crate::mcp::MODERN_VERSIONS.join(", "),
-                crate::mcp::LEGACY_VERSIONS.join(", ")
+                crate::upstream::MODERN_VERSIONS.join(", "),
+                crate::upstream::LEGACY_VERSIONS.join(", ")
             ),
         ));
     }

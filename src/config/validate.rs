@@ -15,7 +15,7 @@ use super::{
     DEFAULT_SEARCH_TIMEOUT,
 };
 use crate::paths;
-use crate::search_gate::SearchLimits;
+use crate::search::gate::SearchLimits;
 
 /// Validates the whole file; the first problem found is the error.
 pub(super) fn validate(

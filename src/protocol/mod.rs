@@ -3,8 +3,9 @@
 //! (online and offline) and the bridge.
 
 mod cursor;
-mod entries;
 mod envelope;
+mod kinds;
+pub(crate) mod lines;
 mod listen;
 mod params;
 mod record;
@@ -15,23 +16,23 @@ mod state;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use crate::mcp::{
+pub use crate::upstream::{
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 pub use cursor::{
     decode_cursor, decode_kinds_search_cursor, decode_search_cursor, encode_cursor,
     encode_index_cursor, encode_kinds_search_cursor, encode_search_cursor, is_index_cursor,
 };
-pub use entries::{
+pub use envelope::{
+    CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
+    Response, ServerMessage, JSONRPC_VERSION,
+};
+pub use kinds::{
     mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
     DriftCount, DriftEntry, DriftResult, EntriesParams, EntryDetails, EntryParams, FieldChange,
     KindStatus, ListMirrorToolsResult, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
     SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL,
     HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
-};
-pub use envelope::{
-    CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
-    Response, ServerMessage, JSONRPC_VERSION,
 };
 pub use listen::{
     AcknowledgedParams, ListenNotifications, ListenParams, ListenResourcesListChanged,

@@ -387,11 +387,11 @@ mod tests {
     fn push_channels_read_as_the_session_writes_them() {
         // Today's sessions report the engine's channel as text; each must parse back.
         let engine = [
-            crate::mcp::PushChannel::Stdio,
-            crate::mcp::PushChannel::GetStream,
-            crate::mcp::PushChannel::SseStream,
-            crate::mcp::PushChannel::Listen,
-            crate::mcp::PushChannel::Polling("no listChanged".into()),
+            crate::upstream::PushChannel::Stdio,
+            crate::upstream::PushChannel::GetStream,
+            crate::upstream::PushChannel::SseStream,
+            crate::upstream::PushChannel::Listen,
+            crate::upstream::PushChannel::Polling("no listChanged".into()),
         ];
         for channel in engine {
             let shown = channel.to_string();
@@ -400,7 +400,7 @@ mod tests {
             let opening = format!("opening {shown}");
             if matches!(
                 channel,
-                crate::mcp::PushChannel::GetStream | crate::mcp::PushChannel::Listen
+                crate::upstream::PushChannel::GetStream | crate::upstream::PushChannel::Listen
             ) {
                 assert_eq!(
                     opening.parse::<PushChannel>().expect("parse"),

@@ -18,6 +18,7 @@
 //! `wins`, as an index term, so the filter takes part in top-k pruning like a word does.
 
 mod directory;
+pub(crate) mod gate;
 pub mod keeper;
 mod query;
 mod schema;

@@ -1,7 +1,7 @@
 //! `/mcp` over Streamable HTTP: POSTed JSON-RPC in both eras (the 2026-07-28 headers checked,
 //! `server/discover`, `subscriptions/listen`; `initialize` with `Mcp-Session-Id`), the GET
 //! stream, DELETE of a session; answers shaped for the client (caching hints, withheld
-//! `private` entries) around the socket's own `api::answer_request`.
+//! `private` entries) around the socket's own `socket::answer_request`.
 
 use std::collections::BTreeSet;
 use std::io::Read as _;
@@ -15,12 +15,12 @@ use axum::Extension;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::{self, ConnectionState};
 use crate::protocol::{
     self as wire, CatalogChanges, CatalogResource, CatalogSearch, CheckedRequest, ErrorObject,
     IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
     INVALID_REQUEST, PARSE_ERROR,
 };
+use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
 
 use super::access::{admit, Client};
@@ -277,8 +277,8 @@ async fn modern_request(
     version: &str,
 ) -> Response {
     let id = request.id.clone().unwrap_or(Value::Null);
-    if !crate::mcp::MODERN_VERSIONS.contains(&version) {
-        let supported: Vec<&str> = crate::mcp::MODERN_VERSIONS
+    if !crate::upstream::MODERN_VERSIONS.contains(&version) {
+        let supported: Vec<&str> = crate::upstream::MODERN_VERSIONS
             .iter()
             .chain(wire::PROTOCOL_VERSIONS.iter().rev())
             .copied()
@@ -483,7 +483,7 @@ async fn answer(
                         server = %target.server,
                         "read withheld: the server's results are private (set share = true to serve them)"
                     );
-                    return Some(Err(wire::Response::failure(id, api::not_listed(uri))));
+                    return Some(Err(wire::Response::failure(id, socket::not_listed(uri))));
                 }
             }
         }
@@ -492,7 +492,7 @@ async fn answer(
     // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
     // searches are its identity's, so the gate holds a client of many requests back as one.
     let mut state = ConnectionState::searching_as(face.search_client(client.search_identity()));
-    let response = api::answer_request(request, &face.api, &mut state).await?;
+    let response = socket::answer_request(request, &face.api, &mut state).await?;
     let (result, error) = response.into_parts();
     match (result, error) {
         (Some(result), _) => Some(
@@ -542,7 +542,7 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
             let mut details: <CatalogResource as Method>::Result =
                 serde_json::from_value(result).map_err(internal)?;
             if !visible(Some(&details.server)) {
-                return Err(api::not_listed(&details.resource.uri));
+                return Err(socket::not_listed(&details.resource.uri));
             }
             details
                 .listed_by
@@ -561,7 +561,7 @@ fn discover() -> Value {
         },
     };
     let result = DiscoverResult {
-        supported_versions: crate::mcp::MODERN_VERSIONS
+        supported_versions: crate::upstream::MODERN_VERSIONS
             .iter()
             .chain(wire::PROTOCOL_VERSIONS.iter().rev())
             .copied()
@@ -684,7 +684,7 @@ pub(super) async fn get_stream(
             .into_response();
     }
     if header_text(&headers, VERSION_HEADER)
-        .is_some_and(|version| crate::mcp::MODERN_VERSIONS.contains(&version))
+        .is_some_and(|version| crate::upstream::MODERN_VERSIONS.contains(&version))
     {
         return (
             StatusCode::METHOD_NOT_ALLOWED,

@@ -19,7 +19,7 @@
 //! heavy: many searches are not what holds slots. One client may have at most `max_concurrent`
 //! searches waiting; past that its own searches are refused "busy", so a client asking many at
 //! once (the HTTP face's, one per identity) cannot fill the queue before others. The client of
-//! a search comes from the task-local `CURRENT_CLIENT` that `api::answer_request` sets around
+//! a search comes from the task-local `CURRENT_CLIENT` that `socket::answer_request` sets around
 //! each request, so every engine's call of `acquire` stays as it was; a search outside that
 //! scope is a client of its own.
 

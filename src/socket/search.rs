@@ -3,16 +3,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{internal, ApiContext};
+use super::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, BUSY, INVALID_PARAMS, SEARCH_TIMED_OUT};
+use crate::search::gate::SearchPermit;
 use crate::search::{SearchError, SearchIndex, SearchQuery};
-use crate::search_gate::SearchPermit;
 use crate::store::{self, StoreError};
 
 /// Runs a search once the gate admits it, cancelled at the permit's deadline.
 pub(crate) async fn gated_search(
     mut request: store::SearchRequest,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<store::FullTextPage, ErrorObject> {
     let permit = context
         .search_gate
@@ -46,7 +46,7 @@ const INDEX_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(
 /// catalog as it stands (repairing, or behind a swap it has not applied yet in time).
 pub(crate) async fn search_index(
     index: &Arc<SearchIndex>,
-    context: &ApiContext,
+    context: &DaemonContext,
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     let mut query = SearchQuery::new(request.query.clone(), request.limit);
@@ -189,7 +189,7 @@ pub struct IndexAnswer {
 /// says which engine answered; `next_cursor` is left to the caller.
 pub async fn resource_search(
     request: store::SearchRequest,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<(Vec<store::SearchHit>, Option<usize>, wire::SearchResult), ErrorObject> {
     let mut origin = wire::SearchResult {
         results: Vec::new(),
