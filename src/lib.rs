@@ -3,6 +3,7 @@
 //! Public modules are those the binaries and `examples/` use; everything else is crate-private,
 //! so the compiler reports an item nothing uses.
 
+pub(crate) mod answer;
 pub mod cli;
 pub mod config;
 pub mod daemon;

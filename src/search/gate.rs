@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::config::SearchLimits;
+
 /// How many searches may wait for a slot for every one allowed to run.
 const QUEUED_PER_SLOT: usize = 4;
 /// Searches longer than this on average (or than half the `search_timeout`, if shorter) make
@@ -44,15 +46,6 @@ const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
 tokio::task_local! {
     /// The client on whose behalf the current task searches.
     pub static CURRENT_CLIENT: SearchClient;
-}
-
-/// The gate's bounds, from `[daemon] search_timeout` and `max_concurrent_searches`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SearchLimits {
-    /// How long one search may run (and, separately, how long it may wait for a slot).
-    pub timeout: Duration,
-    /// How many searches run at once.
-    pub max_concurrent: usize,
 }
 
 /// Why a search was not admitted.

@@ -237,7 +237,7 @@ async fn dispatch(
 fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
     let version = params
         .protocol_version
-        .filter(|version| wire::PROTOCOL_VERSIONS.contains(&version.as_str()))
+        .filter(|version| wire::LEGACY_VERSIONS.contains(&version.as_str()))
         .unwrap_or_else(|| wire::PROTOCOL_VERSION.to_string());
     wire::InitializeResult {
         protocol_version: version,

@@ -253,7 +253,7 @@ pub async fn search_catalog(
 /// negated BM25), with the reason in `note`. A cursor stays with the engine that made it,
 /// except that an index cursor is continued by SQLite when the index cannot answer.
 pub async fn search_kinds(
-    search: wire::KindsSearch,
+    search: crate::answer::KindsSearch,
     context: &DaemonContext,
 ) -> Result<wire::SearchResult, ErrorObject> {
     let mut note = None;
@@ -282,7 +282,7 @@ pub async fn search_kinds(
 /// hits merged into one page. An index cursor's position (the index was there for the page
 /// before) is reached by merging from the start and leaving out what it had shown.
 async fn sqlite_kinds_search(
-    mut search: wire::KindsSearch,
+    mut search: crate::answer::KindsSearch,
     context: &DaemonContext,
 ) -> Result<wire::SearchResult, ErrorObject> {
     let skip = if search.sqlite_cursor {

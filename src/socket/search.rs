@@ -91,19 +91,22 @@ pub(crate) async fn search_index(
             // or let SQLite answer.
             let mut status = index.watch();
             let caught_up = status.wait_for(|status| {
-                status.serves(wanted, generation) || status.phase != crate::search::Phase::Ready
+                status.serves(wanted, generation)
+                    || status.phase != crate::protocol::IndexPhase::Ready
             });
             let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
             let now = index.status();
             if !now.serves(wanted, generation) {
                 let state = match now.phase {
-                    crate::search::Phase::Ready => "catching up with the latest change".to_string(),
-                    crate::search::Phase::Opening => "opening".to_string(),
-                    crate::search::Phase::CatchingUp => "catching up".to_string(),
-                    crate::search::Phase::Rebuilding { percent } => {
+                    crate::protocol::IndexPhase::Ready => {
+                        "catching up with the latest change".to_string()
+                    }
+                    crate::protocol::IndexPhase::Opening => "opening".to_string(),
+                    crate::protocol::IndexPhase::CatchingUp => "catching up".to_string(),
+                    crate::protocol::IndexPhase::Rebuilding { percent } => {
                         format!("rebuilding ({percent}%)")
                     }
-                    crate::search::Phase::Failed => "unavailable (see the log)".to_string(),
+                    crate::protocol::IndexPhase::Failed => "unavailable (see the log)".to_string(),
                 };
                 return Ok(Err(format!(
                     "the search index is {state}; answered by SQLite full-text search"
@@ -181,7 +184,7 @@ fn searched_within(
 pub struct IndexAnswer {
     pub hits: Vec<store::SearchHit>,
     pub next: Option<usize>,
-    pub mode: crate::search::MatchMode,
+    pub mode: crate::protocol::MatchMode,
 }
 
 /// The resource part of a search: from the derived index when it can answer for the catalog

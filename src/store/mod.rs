@@ -5,6 +5,7 @@ mod index_source;
 mod kinds;
 mod queries;
 mod schema;
+mod sql_text;
 mod uri_template;
 mod views;
 mod writer;
@@ -18,7 +19,7 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use index_source::{FeedDiff, IndexSource};
+pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
 pub use kinds::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 pub use views::SnapshotRow;

@@ -12,9 +12,10 @@ use serde_json::Value;
 
 use crate::config::WalkLimits;
 use crate::protocol::Kind;
+use crate::protocol::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::store::entry::{fit_entry, whole_entry_hash};
 use crate::store::{now_ms, ResourceRow, Store, StoreError, SwapOutcome, TemplateRow, WalkReport};
-use crate::upstream::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::upstream::{McpError, Session};
 
 /// Why a walk did not complete.
 #[derive(Debug, thiserror::Error)]
