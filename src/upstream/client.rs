@@ -4,7 +4,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -12,6 +11,7 @@ use tokio::time::Instant;
 use super::backoff::{Backoff, RECONNECT_FLOOR};
 use super::http::HttpConnection;
 use super::legacy_sse::LegacySseConnection;
+use super::page::Page;
 use super::stdio::StdioConnection;
 use super::{rpc, EventSink, McpError, ServerEvent};
 use crate::config::{EraChoice, ServerConfig, Transport};
@@ -54,16 +54,6 @@ impl ServerHello {
     pub fn kind_lists_changes(&self, capability: &str) -> bool {
         self.capabilities[capability]["listChanged"] == Value::Bool(true)
     }
-}
-
-/// One page of a paginated list: the raw items, the cursor to the next page, and the
-/// server's caching hint (stateless era). Each item is its text as the server sent it.
-#[derive(Debug)]
-pub struct Page {
-    pub items: Vec<Box<RawValue>>,
-    pub next_cursor: Option<String>,
-    pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
 }
 
 enum Connection {

@@ -15,8 +15,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use backoff::{parse_retry_after, with_jitter, Backoff, MAX_SERVER_DELAY, RECONNECT_FLOOR};
-pub use client::{Era, Page, PushChannel, ServerHello, Session};
+pub use client::{Era, PushChannel, ServerHello, Session};
 pub use events::{channel as event_channel, EventSink, EventStream, ServerEvent};
+pub use page::Page;
 
 /// The largest single message we accept from a server (a line on stdio, a body, an SSE
 /// event); a server that sends more is cut off, so its size limits stay its own problem.
