@@ -592,7 +592,7 @@ async fn health_loop(
             if let Some(path) = &socket {
                 probe_socket(path).await?;
             }
-            Ok::<_, anyhow::Error>(summarize(&store.status().await?))
+            Ok::<_, anyhow::Error>(summarize(&store.read(|reader| reader.status()).await?))
         };
         match tokio::time::timeout(period, check).await {
             Ok(Ok(summary)) => {
@@ -616,7 +616,7 @@ async fn health_loop(
 
 /// The summary sent with `READY=1`.
 async fn current_summary(store: &Store) -> String {
-    match store.status().await {
+    match store.read(|reader| reader.status()).await {
         Ok(servers) => summarize(&servers),
         Err(error) => format!("serving; cannot read the server states: {error}"),
     }

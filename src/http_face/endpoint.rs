@@ -441,7 +441,13 @@ async fn answer(
     let method = request.method.clone();
     if method == ReadResource::NAME && !audience.hidden.is_empty() {
         if let Some(uri) = request.params.get("uri").and_then(Value::as_str) {
-            if let Ok(Some(target)) = face.api.store.read_target(uri).await {
+            let wanted = uri.to_string();
+            let target = face
+                .api
+                .store
+                .read(move |reader| reader.read_target(&wanted))
+                .await;
+            if let Ok(Some(target)) = target {
                 if audience.hidden.contains(&target.server) {
                     tracing::info!(
                         token = client.name(),

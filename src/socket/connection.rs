@@ -9,8 +9,8 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use super::shape::changes_result;
 use super::{answer_request, DaemonContext};
+use crate::answer::changes::changes_result;
 use crate::protocol::lines::{self, Line};
 use crate::protocol::{
     CatalogChanged, ErrorObject, IncomingRequest, NotificationMessage, ResourcesListChanged,
@@ -134,7 +134,7 @@ async fn send_watched_changes(
     while let Some(since) = state.watching {
         let page = match context
             .store
-            .changes_since(Some(since), DEFAULT_CHANGES_LIMIT)
+            .read(move |reader| reader.changes(Some(since), DEFAULT_CHANGES_LIMIT, None))
             .await
         {
             Ok(page) => page,

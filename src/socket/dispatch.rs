@@ -3,17 +3,15 @@
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::reads::{read_resource, server_list};
+use super::reads::read_resource;
 use super::search::{gated_search, resource_search};
-use super::shape::{
-    changes_result, resource_details, resources_page, search_result, templates_page,
-};
-use super::{internal, invalid_params, not_listed, status, ConnectionState, DaemonContext};
+use super::{internal, invalid_params, on_reader, status, ConnectionState, DaemonContext};
+use crate::answer::search::search_result;
 use crate::protocol::{
     self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogList, CatalogRefresh,
-    CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorData,
-    ErrorObject, Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response,
-    INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
+    CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorObject,
+    Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response, INVALID_PARAMS,
+    METHOD_NOT_FOUND, PAGE_SIZE,
 };
 use crate::redact;
 use crate::socket::kinds;
@@ -77,26 +75,20 @@ async fn dispatch(
             answer::<Ping>(wire::Empty {})
         }
         ListResources::NAME => {
-            let after = params::<ListResources>(raw)?
-                .after()
-                .map_err(invalid_params)?;
-            let (rows, more) = context
-                .store
-                .list_resources(after, PAGE_SIZE)
-                .await
-                .map_err(internal)?;
-            to_text(&resources_page(&rows, more))
+            let params = params::<ListResources>(raw)?;
+            let page = on_reader(context, move |reader| {
+                crate::answer::list::resources(reader, &params, PAGE_SIZE)
+            })
+            .await?;
+            to_text(&page.resources())
         }
         ListTemplates::NAME => {
-            let after = params::<ListTemplates>(raw)?
-                .after()
-                .map_err(invalid_params)?;
-            let (rows, more) = context
-                .store
-                .list_templates(after, PAGE_SIZE)
-                .await
-                .map_err(internal)?;
-            to_text(&templates_page(&rows, more))
+            let params = params::<ListTemplates>(raw)?;
+            let page = on_reader(context, move |reader| {
+                crate::answer::list::templates(reader, &params, PAGE_SIZE)
+            })
+            .await?;
+            to_text(&page.templates())
         }
         ReadResource::NAME => {
             let uri = params::<ReadResource>(raw)?.uri;
@@ -104,9 +96,11 @@ async fn dispatch(
         }
         CatalogResource::NAME => {
             let uri = params::<CatalogResource>(raw)?.uri;
-            let listings = context.store.listings(&uri).await.map_err(internal)?;
-            let details = resource_details(listings).map_err(internal)?;
-            answer::<CatalogResource>(details.ok_or_else(|| not_listed(&uri))?)
+            let details = on_reader(context, move |reader| {
+                crate::answer::resource::details(reader, &uri)
+            })
+            .await?;
+            answer::<CatalogResource>(details)
         }
         CatalogStatus::NAME => {
             params::<CatalogStatus>(raw)?;
@@ -158,19 +152,21 @@ async fn dispatch(
         }
         CatalogChanges::NAME => {
             let params = params::<CatalogChanges>(raw)?;
-            let (since, limit) = params.checked().map_err(invalid_params)?;
-            let page = match params.kinds {
-                Some(kinds) => context.store.changes_of_kinds(since, limit, kinds).await,
-                None => context.store.changes_since(since, limit).await,
-            }
-            .map_err(internal)?;
-            answer::<CatalogChanges>(changes_result(page))
+            let changes = on_reader(context, move |reader| {
+                crate::answer::changes::changes(reader, &params)
+            })
+            .await?;
+            answer::<CatalogChanges>(changes)
         }
         CatalogWatch::NAME => {
             let since = params::<CatalogWatch>(raw)?
                 .checked_since()
                 .map_err(invalid_params)?;
-            let latest_seq = context.store.latest_change_seq().await.map_err(internal)?;
+            let latest_seq = context
+                .store
+                .read(|reader| reader.latest_change_seq())
+                .await
+                .map_err(internal)?;
             state.watching = Some(since.unwrap_or(latest_seq));
             answer::<CatalogWatch>(wire::WatchResult { latest_seq })
         }
@@ -180,30 +176,35 @@ async fn dispatch(
         }
         wire::CatalogTools::NAME => {
             let params = params::<wire::CatalogTools>(raw)?;
-            let (tools, next_cursor) =
-                kinds::entries_page(&context.store, wire::Kind::Tool, params).await?;
-            answer::<wire::CatalogTools>(wire::ListToolsResult { tools, next_cursor })
+            let tools = on_reader(context, move |reader| {
+                crate::answer::entries::tools(reader, &params, PAGE_SIZE)
+            })
+            .await?;
+            answer::<wire::CatalogTools>(tools)
         }
         wire::CatalogPrompts::NAME => {
             let params = params::<wire::CatalogPrompts>(raw)?;
-            let (prompts, next_cursor) =
-                kinds::entries_page(&context.store, wire::Kind::Prompt, params).await?;
-            answer::<wire::CatalogPrompts>(wire::ListPromptsResult {
-                prompts,
-                next_cursor,
+            let prompts = on_reader(context, move |reader| {
+                crate::answer::entries::prompts(reader, &params, PAGE_SIZE)
             })
+            .await?;
+            answer::<wire::CatalogPrompts>(prompts)
         }
         wire::CatalogTool::NAME => {
             let params = params::<wire::CatalogTool>(raw)?;
-            answer::<wire::CatalogTool>(
-                kinds::entry_details(&context.store, wire::Kind::Tool, params).await?,
-            )
+            let details = on_reader(context, move |reader| {
+                crate::answer::entries::details(reader, wire::Kind::Tool, &params)
+            })
+            .await?;
+            answer::<wire::CatalogTool>(details)
         }
         wire::CatalogPrompt::NAME => {
             let params = params::<wire::CatalogPrompt>(raw)?;
-            answer::<wire::CatalogPrompt>(
-                kinds::entry_details(&context.store, wire::Kind::Prompt, params).await?,
-            )
+            let details = on_reader(context, move |reader| {
+                crate::answer::entries::details(reader, wire::Kind::Prompt, &params)
+            })
+            .await?;
+            answer::<wire::CatalogPrompt>(details)
         }
         wire::CatalogAccept::NAME => {
             let params = params::<wire::CatalogAccept>(raw)?;
@@ -211,7 +212,11 @@ async fn dispatch(
         }
         wire::CatalogDrift::NAME => {
             let params = params::<wire::CatalogDrift>(raw)?;
-            answer::<wire::CatalogDrift>(kinds::drift(&context.store, params).await?)
+            let drift = on_reader(context, move |reader| {
+                crate::answer::entries::drift(reader, &params)
+            })
+            .await?;
+            answer::<wire::CatalogDrift>(drift)
         }
         wire::ListTools::NAME => {
             params::<wire::ListTools>(raw)?;
@@ -225,7 +230,11 @@ async fn dispatch(
         }
         CatalogList::NAME => {
             let params = params::<CatalogList>(raw)?;
-            answer::<CatalogList>(server_list(params, context).await?)
+            let list = on_reader(context, move |reader| {
+                crate::answer::list::server_list(reader, &params)
+            })
+            .await?;
+            answer::<CatalogList>(list)
         }
         _ => Err(ErrorObject::new(
             METHOD_NOT_FOUND,
@@ -259,16 +268,7 @@ async fn refresh(
         .supervisor
         .refresh(server, params.wait.unwrap_or(false))
         .await
-        .ok_or_else(|| {
-            let name = server.unwrap_or("");
-            ErrorObject::new(INVALID_PARAMS, format!("no server named {name}")).with_data(
-                ErrorData {
-                    not_found: Some("server".into()),
-                    server: Some(name.into()),
-                    ..ErrorData::default()
-                },
-            )
-        })?;
+        .ok_or_else(|| crate::answer::list::no_such_server(server.unwrap_or("")))?;
     let servers = outcomes
         .into_iter()
         .map(|(name, outcome)| {

@@ -1,123 +1,13 @@
-//! The socket methods of every kind beside resources (`catalog/tools`, `/prompts`, `/tool`, `/prompt`, `/accept`, `/drift`, per-kind status), `catalog/search` of several kinds, and the MCP face's own tools, `search_catalog` and `describe_entry`.
-
-use std::collections::BTreeMap;
+//! `catalog/accept`, `catalog/search` of several kinds, and the MCP face's own tools, `search_catalog` and `describe_entry`.
 
 use serde_json::Value;
 
-use crate::protocol::{
-    self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
-    ORIGIN_META_KEY, PAGE_SIZE,
-};
+use crate::answer::entries::with_origin;
+use crate::protocol::{self as wire, parse_params, ErrorObject, Kind, INVALID_PARAMS};
 use crate::socket::DaemonContext;
-use crate::store::{EntryHit, EntryListing, FullTextPage, Store, StoreError};
+use crate::store::{EntryHit, Store, StoreError};
 
-/// JSON-RPC's "resource not found" for a tool or prompt no server lists.
-const NOT_FOUND: i64 = crate::protocol::RESOURCE_NOT_FOUND;
-/// The separator between server and name inside a `catalog/tools` cursor.
-const CURSOR_SEPARATOR: char = '\u{1f}';
-
-fn internal(error: impl std::fmt::Display) -> ErrorObject {
-    ErrorObject::new(crate::protocol::INTERNAL_ERROR, error.to_string())
-}
-
-fn invalid(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, message.into())
-}
-
-/// A stored definition with its origin server in `_meta`.
-fn with_origin(listing: &EntryListing) -> Value {
-    let mut value: Value = serde_json::from_str(&listing.raw).unwrap_or(Value::Null);
-    if let Value::Object(object) = &mut value {
-        let meta = object
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Value::Object(meta) = meta {
-            meta.insert(
-                ORIGIN_META_KEY.into(),
-                Value::String(listing.server.clone()),
-            );
-        }
-    }
-    value
-}
-
-/// Where a `catalog/tools` (or `/prompts`) page starts: after this (server, name).
-pub fn entries_after(
-    params: &wire::EntriesParams,
-) -> Result<Option<(String, String)>, ErrorObject> {
-    let Some(cursor) = &params.cursor else {
-        return Ok(None);
-    };
-    let key = decode_cursor(cursor).ok_or_else(|| invalid("invalid cursor"))?;
-    let (server, name) = key
-        .split_once(CURSOR_SEPARATOR)
-        .ok_or_else(|| invalid("invalid cursor"))?;
-    Ok(Some((server.to_string(), name.to_string())))
-}
-
-/// The stored rows of a page as the socket answers them, and the cursor to the next page.
-pub fn entries_page_of(rows: &[EntryListing], more: bool) -> (Vec<Value>, Option<String>) {
-    let next = match (more, rows.last()) {
-        (true, Some(last)) => Some(encode_cursor(&format!(
-            "{}{CURSOR_SEPARATOR}{}",
-            last.server, last.name
-        ))),
-        _ => None,
-    };
-    (rows.iter().map(with_origin).collect(), next)
-}
-
-/// A page of one kind's entries and the cursor to the next page.
-pub async fn entries_page(
-    store: &Store,
-    kind: Kind,
-    params: wire::EntriesParams,
-) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
-    let after = entries_after(&params)?;
-    let (rows, more) = store
-        .list_entries(kind, params.server, after, PAGE_SIZE)
-        .await
-        .map_err(internal)?;
-    Ok(entries_page_of(&rows, more))
-}
-
-/// One stored tool or prompt as `catalog/tool` answers; `NOT_FOUND` when there is none.
-pub fn entry_details_of(
-    kind: Kind,
-    params: &wire::EntryParams,
-    listing: Option<EntryListing>,
-) -> Result<wire::EntryDetails, ErrorObject> {
-    let listing = listing.ok_or_else(|| {
-        ErrorObject::new(
-            NOT_FOUND,
-            format!(
-                "server {} lists no {kind} named {}",
-                params.server, params.name
-            ),
-        )
-    })?;
-    Ok(wire::EntryDetails {
-        definition: serde_json::from_str(&listing.raw).map_err(internal)?,
-        server: listing.server,
-        kind,
-        name: listing.name,
-        stale: listing.stale,
-        snapshot_at_ms: listing.snapshot_at_ms,
-    })
-}
-
-/// One tool or prompt, whole; `NOT_FOUND` when the server does not list it.
-pub async fn entry_details(
-    store: &Store,
-    kind: Kind,
-    params: wire::EntryParams,
-) -> Result<wire::EntryDetails, ErrorObject> {
-    let listing = store
-        .entry(kind, &params.server, &params.name)
-        .await
-        .map_err(internal)?;
-    entry_details_of(kind, &params, listing)
-}
+use crate::answer::{internal, invalid};
 
 pub async fn accept(
     store: &Store,
@@ -131,74 +21,6 @@ pub async fn accept(
             other => internal(other),
         })?;
     Ok(wire::AcceptResult { accepted })
-}
-
-pub async fn drift(
-    store: &Store,
-    params: wire::ServerParams,
-) -> Result<wire::DriftResult, ErrorObject> {
-    let rows = store.drift(params.server).await.map_err(internal)?;
-    let drift = rows
-        .into_iter()
-        .map(|row| {
-            let field = |definition: &Option<Value>, name: &str| {
-                definition
-                    .as_ref()
-                    .and_then(|definition| definition.get(name))
-                    .cloned()
-            };
-            let fields = row
-                .fields
-                .iter()
-                .map(|name| {
-                    let change = wire::FieldChange {
-                        accepted: field(&row.accepted, name),
-                        current: field(&row.current, name),
-                    };
-                    (name.clone(), change)
-                })
-                .collect();
-            wire::DriftEntry {
-                server: row.server,
-                kind: row.kind,
-                name: row.name,
-                change: row.change,
-                fields,
-                accepted: row.accepted,
-                current: row.current,
-            }
-        })
-        .collect();
-    Ok(wire::DriftResult { drift })
-}
-
-/// Fills each server's per-kind counts and drift into a status answer.
-pub async fn add_kind_status(
-    store: &Store,
-    servers: &mut [wire::ServerStatus],
-) -> Result<(), ErrorObject> {
-    let mut counts = store.kind_counts().await.map_err(internal)?;
-    for server in servers {
-        let Some(kinds) = counts.remove(&server.name) else {
-            continue;
-        };
-        server.kinds = kinds
-            .into_iter()
-            .map(|(kind, counts)| {
-                let status = wire::KindStatus {
-                    count: counts.entries,
-                    snapshot_at_ms: counts.snapshot_at_ms,
-                    drift: counts.drift.map(|drift| wire::DriftCount {
-                        added: drift.added,
-                        removed: drift.removed,
-                        changed: drift.changed,
-                    }),
-                };
-                (kind, status)
-            })
-            .collect::<BTreeMap<_, _>>();
-    }
-    Ok(())
 }
 
 /// The first line of a description, cut to `HIT_DESCRIPTION_CHARS`.
@@ -264,7 +86,7 @@ pub async fn search_kinds(
     ) {
         match crate::socket::search_index(index, context, &search.index).await? {
             Ok(answer) => {
-                let mut result = crate::socket::search_result(answer.hits, None);
+                let mut result = crate::answer::search::search_result(answer.hits, None);
                 result.next_cursor = answer.next.map(wire::encode_index_cursor);
                 result.engine = Some(wire::SearchEngine::Index);
                 result.match_mode = Some(answer.mode);
@@ -307,7 +129,7 @@ async fn sqlite_kinds_search(
         None => None,
     };
     let entries = gated_entry_search(search.entries, context).await?;
-    let mut result = merge_search_pages(resources, entries, offsets, limit);
+    let mut result = crate::answer::search::merge_search_pages(resources, entries, offsets, limit);
     result.results.drain(..skip.min(result.results.len()));
     Ok(result)
 }
@@ -327,7 +149,7 @@ async fn gated_entry_search(
     search.deadline = Some(permit.deadline);
     context
         .store
-        .search_entries(search)
+        .read(move |reader| reader.search_entries(&search))
         .await
         .map_err(|error| match error {
             StoreError::InvalidQuery(_) => invalid(error.to_string()),
@@ -341,70 +163,6 @@ async fn gated_entry_search(
             }
             other => internal(other),
         })
-}
-
-/// One page of a search of several kinds: the resource page (its hits and whether more
-/// follow) and the tool and prompt hits (one more than `limit` when more follow), merged best
-/// first. The cursor counts how many of each the pages so far showed, so each ranking
-/// continues where it stopped. When the resource page ended early (cut by its byte bound),
-/// the merged page stops there too, since an unseen resource could outrank what follows.
-pub fn merge_search_pages(
-    resources: Option<FullTextPage>,
-    entries: Vec<EntryHit>,
-    (resource_offset, entry_offset): (usize, usize),
-    limit: usize,
-) -> wire::SearchResult {
-    let (resources, resources_follow, note) = match resources {
-        Some(page) => (page.hits, page.next.is_some(), page.note),
-        None => (Vec::new(), false, None),
-    };
-    let mut resources = resources.into_iter().peekable();
-    let mut entries = entries.into_iter().peekable();
-    let (mut shown_resources, mut shown_entries) = (0, 0);
-    let mut results = Vec::with_capacity(limit);
-    while results.len() < limit {
-        let take_resource = match (resources.peek(), entries.peek()) {
-            (Some(resource), Some(entry)) => resource.score >= entry.score,
-            (Some(_), None) => true,
-            // Resources past this page could outrank the next entry.
-            (None, Some(_)) if resources_follow => break,
-            (None, Some(_)) => false,
-            (None, None) => break,
-        };
-        if take_resource {
-            if let Some(hit) = resources.next() {
-                shown_resources += 1;
-                results.extend(crate::socket::search_result(vec![hit], None).results);
-            }
-        } else if let Some(hit) = entries.next() {
-            shown_entries += 1;
-            results.push(wire::SearchHit {
-                kind: hit.kind,
-                meta: Some(wire::origin_meta(&hit.server)),
-                server: hit.server,
-                uri: None,
-                name: hit.name,
-                title: hit.title,
-                mime_type: None,
-                description: hit.description,
-                score: hit.score,
-                snippet: None,
-            });
-        }
-    }
-    let more = resources.peek().is_some() || resources_follow || entries.peek().is_some();
-    wire::SearchResult {
-        results,
-        next_cursor: more.then(|| {
-            wire::encode_kinds_search_cursor(
-                resource_offset + shown_resources,
-                entry_offset + shown_entries,
-            )
-        }),
-        engine: Some(wire::SearchEngine::Sqlite),
-        match_mode: None,
-        note,
-    }
 }
 
 /// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.
@@ -474,125 +232,26 @@ async fn describe(
             let name = arguments
                 .name
                 .ok_or_else(|| invalid("`name` is required for a tool or prompt"))?;
+            let server = arguments.server;
+            let kind = arguments.kind;
             let listing = store
-                .entry(arguments.kind, &arguments.server, &name)
+                .read(move |reader| reader.entry(kind, &server, &name))
                 .await
                 .map_err(internal)?;
-            Ok(listing.as_ref().map(with_origin))
+            Ok(listing.map(|listing| with_origin(&listing.raw, &listing.server)))
         }
         Kind::Resource | Kind::Template => {
             let uri = arguments
                 .uri
                 .ok_or_else(|| invalid("`uri` is required for a resource"))?;
-            let listings = store.listings(&uri).await.map_err(internal)?;
+            let listings = store
+                .read(move |reader| reader.listings(&uri))
+                .await
+                .map_err(internal)?;
             let listing = listings
                 .into_iter()
                 .find(|listing| listing.server == arguments.server);
-            Ok(listing.map(|listing| {
-                let mut value: Value = serde_json::from_str(&listing.raw).unwrap_or(Value::Null);
-                if let Value::Object(object) = &mut value {
-                    let meta = object
-                        .entry("_meta")
-                        .or_insert_with(|| Value::Object(Default::default()));
-                    if let Value::Object(meta) = meta {
-                        meta.insert(ORIGIN_META_KEY.into(), Value::String(listing.server));
-                    }
-                }
-                value
-            }))
+            Ok(listing.map(|listing| with_origin(&listing.raw, &listing.server)))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::SearchHit;
-
-    fn resource_page(hits: Vec<SearchHit>, next: Option<usize>) -> FullTextPage {
-        FullTextPage {
-            hits,
-            next,
-            note: None,
-        }
-    }
-
-    fn resource(uri: &str, score: f64) -> SearchHit {
-        SearchHit {
-            kind: Kind::Resource,
-            server: "docs".into(),
-            uri: uri.into(),
-            name: uri.into(),
-            title: None,
-            mime_type: None,
-            description: None,
-            score,
-            snippet: None,
-        }
-    }
-
-    fn tool(name: &str, score: f64) -> EntryHit {
-        EntryHit {
-            server: "fx".into(),
-            kind: Kind::Tool,
-            name: name.into(),
-            title: None,
-            description: None,
-            score,
-        }
-    }
-
-    fn keys(result: &wire::SearchResult) -> Vec<String> {
-        result
-            .results
-            .iter()
-            .map(|hit| hit.uri.clone().unwrap_or_else(|| hit.name.clone()))
-            .collect()
-    }
-
-    #[test]
-    fn merged_pages_rank_by_score_and_count_each_side_in_the_cursor() {
-        let page = merge_search_pages(
-            Some(resource_page(
-                vec![resource("r1", 9.0), resource("r2", 5.0)],
-                Some(2),
-            )),
-            vec![tool("t1", 7.0), tool("t2", 1.0), tool("t3", 0.5)],
-            (10, 20),
-            2,
-        );
-        assert_eq!(keys(&page), ["r1", "t1"]);
-        assert_eq!(page.results[1].kind, Kind::Tool);
-        assert_eq!(page.results[1].uri, None);
-        assert_eq!(
-            page.next_cursor.as_deref(),
-            Some(wire::encode_kinds_search_cursor(11, 21).as_str())
-        );
-        // Nothing follows on either side: no cursor.
-        let last = merge_search_pages(
-            Some(resource_page(vec![resource("r", 1.0)], None)),
-            vec![],
-            (0, 0),
-            5,
-        );
-        assert_eq!(keys(&last), ["r"]);
-        assert_eq!(last.next_cursor, None);
-    }
-
-    #[test]
-    fn a_resource_page_cut_short_stops_the_merged_page_where_it_ends() {
-        // The resource page carried one hit of the three asked for (its byte bound), and more
-        // follow: a tool that ranks below that hit must wait, an unseen resource may outrank it.
-        let page = merge_search_pages(
-            Some(resource_page(vec![resource("r1", 9.0)], Some(1))),
-            vec![tool("t1", 10.0), tool("t2", 1.0)],
-            (0, 0),
-            3,
-        );
-        assert_eq!(keys(&page), ["t1", "r1"]);
-        assert_eq!(
-            page.next_cursor.as_deref(),
-            Some(wire::encode_kinds_search_cursor(1, 1).as_str())
-        );
     }
 }

@@ -5,7 +5,6 @@ mod dispatch;
 pub(crate) mod kinds;
 mod reads;
 mod search;
-mod shape;
 mod status;
 
 use std::io;
@@ -19,22 +18,17 @@ use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
-use crate::protocol::{
-    self as wire, ErrorObject, InvalidParams, Response, BUSY, INTERNAL_ERROR, INVALID_PARAMS,
-};
+use crate::protocol::{self as wire, ErrorObject, Response, BUSY};
 use crate::search::gate::SearchGate;
 use crate::search::SearchIndex;
 use crate::store::Store;
 use crate::supervisor::Supervisor;
 
+pub(crate) use crate::answer::resource::not_listed;
 use connection::serve_connection;
 pub(crate) use connection::ConnectionState;
 pub(crate) use dispatch::answer_request;
-pub(crate) use reads::not_listed;
 pub(crate) use search::{gated_search, search_index};
-pub use shape::{
-    resource_details, resources_page, search_result, server_list_result, templates_page,
-};
 pub(crate) use status::status;
 
 #[derive(Debug, thiserror::Error)]
@@ -264,10 +258,16 @@ fn refuse_client(stream: &UnixStream, context: &DaemonContext) {
     }
 }
 
-pub(super) fn invalid_params(error: InvalidParams) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, error.0)
-}
+pub(super) use crate::answer::{internal, invalid_params};
 
-pub(super) fn internal(error: impl std::fmt::Display) -> ErrorObject {
-    ErrorObject::new(INTERNAL_ERROR, error.to_string())
+/// Runs an answer on a `Reader` from the store's pool, off the async threads.
+pub(crate) async fn on_reader<T: Send + 'static>(
+    context: &DaemonContext,
+    answer: impl FnOnce(&crate::store::Reader) -> Result<T, ErrorObject> + Send + 'static,
+) -> Result<T, ErrorObject> {
+    context
+        .store
+        .read(move |reader| Ok(answer(reader)))
+        .await
+        .map_err(internal)?
 }

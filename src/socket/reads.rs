@@ -1,25 +1,11 @@
-//! Reads routed to a server: `resources/read` (the winning server, else the first matching template's; the cache fallback) and `catalog/list`.
+//! Reads routed to a server: `resources/read` (the winning server, else the first matching template's; the cache fallback).
 
-use super::shape::server_list_result;
-use super::{internal, invalid_params, DaemonContext};
-use crate::protocol::{
-    self as wire, CacheNote, ErrorData, ErrorObject, ReadResourceResult, INTERNAL_ERROR,
-    INVALID_PARAMS, RESOURCE_NOT_FOUND,
-};
+use super::{internal, DaemonContext};
+use crate::answer::resource::not_listed;
+use crate::protocol::{CacheNote, ErrorData, ErrorObject, ReadResourceResult, INTERNAL_ERROR};
 use crate::redact;
 use crate::session::ReadError;
 use crate::store;
-
-pub(crate) fn not_listed(uri: &str) -> ErrorObject {
-    ErrorObject::new(
-        RESOURCE_NOT_FOUND,
-        format!("resource not found: no mirrored server lists {uri}"),
-    )
-    .with_data(ErrorData {
-        uri: Some(uri.into()),
-        ..ErrorData::default()
-    })
-}
 
 /// Reads through the server that wins `uri` in the merged catalog; when that server cannot
 /// be reached and its content cache has the URI, serves the cached contents instead.
@@ -47,9 +33,10 @@ pub(super) async fn read_resource(
         Err(error) => {
             let unreachable = matches!(error, ReadError::Offline { .. } | ReadError::Failed { .. });
             if unreachable && target.read_cache_bytes.is_some() {
+                let (server_name, uri_text) = (server.to_string(), uri.to_string());
                 let cached = context
                     .store
-                    .cached_contents(server, uri)
+                    .read(move |reader| reader.cached_contents(&server_name, &uri_text))
                     .await
                     .map_err(internal)?;
                 // An entry that no longer parses is as good as none.
@@ -91,47 +78,23 @@ async fn read_target_or_template(
     uri: &str,
     context: &DaemonContext,
 ) -> Result<store::ReadTarget, ErrorObject> {
-    if let Some(target) = context.store.read_target(uri).await.map_err(internal)? {
-        return Ok(target);
-    }
-    let template = context
-        .store
-        .template_target(uri)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| not_listed(uri))?;
-    Ok(store::ReadTarget {
-        server: template.server,
-        read_cache_bytes: template.read_cache_bytes,
-    })
-}
-
-/// The "no server named" error, as `catalog/refresh` and `catalog/list` answer it.
-fn no_such_server(name: &str) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, format!("no server named {name}")).with_data(ErrorData {
-        not_found: Some("server".into()),
-        server: Some(name.into()),
-        ..ErrorData::default()
-    })
-}
-
-pub(super) async fn server_list(
-    params: wire::ServerListParams,
-    context: &DaemonContext,
-) -> Result<wire::ServerListResult, ErrorObject> {
-    let (after, limit) = params.checked().map_err(invalid_params)?;
-    if !context
-        .store
-        .server_exists(&params.server)
-        .await
-        .map_err(internal)?
-    {
-        return Err(no_such_server(&params.server));
-    }
-    let (rows, more) = context
-        .store
-        .server_snapshot(&params.server, after, limit)
-        .await
-        .map_err(internal)?;
-    server_list_result(params.server, rows, more).map_err(internal)
+    let target = {
+        let uri = uri.to_string();
+        context
+            .store
+            .read(move |reader| {
+                if let Some(target) = reader.read_target(&uri)? {
+                    return Ok(Some(target));
+                }
+                Ok(reader
+                    .template_target(&uri)?
+                    .map(|template| store::ReadTarget {
+                        server: template.server,
+                        read_cache_bytes: template.read_cache_bytes,
+                    }))
+            })
+            .await
+            .map_err(internal)?
+    };
+    target.ok_or_else(|| not_listed(uri))
 }

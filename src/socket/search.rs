@@ -22,7 +22,7 @@ pub(crate) async fn gated_search(
     request.deadline = Some(permit.deadline);
     context
         .store
-        .search(request)
+        .read(move |reader| reader.search(&request))
         .await
         .map_err(|error| match error {
             StoreError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
@@ -73,12 +73,13 @@ pub(crate) async fn search_index(
         let (index, query) = (index.clone(), query.clone());
         context
             .store
-            .with_index_generation(move |generation| {
-                if index.status().serves(wanted, generation) {
+            .read(move |reader| {
+                let generation = reader.index_generation()?;
+                Ok(if index.status().serves(wanted, generation) {
                     Ok(searched_within(&index, &query, permit))
                 } else {
                     Err(generation)
-                }
+                })
             })
             .await
             .map_err(internal)?

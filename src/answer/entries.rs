@@ -1,0 +1,191 @@
+//! `catalog/tools`, `catalog/prompts`, `catalog/tool`, `catalog/prompt`, `catalog/drift` and the
+//! per-kind part of `catalog/status`: tools and prompts from a `Reader`.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::protocol::{
+    self as wire, decode_cursor, encode_cursor, ErrorObject, Kind, ORIGIN_META_KEY,
+    RESOURCE_NOT_FOUND,
+};
+use crate::store::{EntryListing, KindCounts, Reader};
+
+use super::{internal, invalid};
+
+/// The separator between server and name inside a `catalog/tools` cursor.
+const CURSOR_SEPARATOR: char = '\u{1f}';
+
+/// A stored definition with its origin server in `_meta`.
+pub fn with_origin(raw: &str, server: &str) -> Value {
+    let mut value: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+    if let Value::Object(object) = &mut value {
+        let meta = object
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Value::Object(meta) = meta {
+            meta.insert(ORIGIN_META_KEY.into(), Value::String(server.to_string()));
+        }
+    }
+    value
+}
+
+/// Where a `catalog/tools` (or `/prompts`) page starts: after this (server, name).
+fn entries_after(params: &wire::EntriesParams) -> Result<Option<(String, String)>, ErrorObject> {
+    let Some(cursor) = &params.cursor else {
+        return Ok(None);
+    };
+    let key = decode_cursor(cursor).ok_or_else(|| invalid("invalid cursor"))?;
+    let (server, name) = key
+        .split_once(CURSOR_SEPARATOR)
+        .ok_or_else(|| invalid("invalid cursor"))?;
+    Ok(Some((server.to_string(), name.to_string())))
+}
+
+/// A page of one kind's entries (`page_size` at most), each with its origin, and the cursor
+/// to the next page.
+pub fn page(
+    reader: &Reader,
+    kind: Kind,
+    params: &wire::EntriesParams,
+    page_size: usize,
+) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
+    let after = entries_after(params)?;
+    let after = after
+        .as_ref()
+        .map(|(server, name)| (server.as_str(), name.as_str()));
+    let (rows, more) = reader
+        .list_entries(kind, params.server.as_deref(), after, page_size)
+        .map_err(internal)?;
+    let next = match (more, rows.last()) {
+        (true, Some(last)) => Some(encode_cursor(&format!(
+            "{}{CURSOR_SEPARATOR}{}",
+            last.server, last.name
+        ))),
+        _ => None,
+    };
+    let entries = rows
+        .iter()
+        .map(|row| with_origin(&row.raw, &row.server))
+        .collect();
+    Ok((entries, next))
+}
+
+/// `catalog/tools`.
+pub fn tools(
+    reader: &Reader,
+    params: &wire::EntriesParams,
+    page_size: usize,
+) -> Result<wire::ListToolsResult, ErrorObject> {
+    let (tools, next_cursor) = page(reader, Kind::Tool, params, page_size)?;
+    Ok(wire::ListToolsResult { tools, next_cursor })
+}
+
+/// `catalog/prompts`.
+pub fn prompts(
+    reader: &Reader,
+    params: &wire::EntriesParams,
+    page_size: usize,
+) -> Result<wire::ListPromptsResult, ErrorObject> {
+    let (prompts, next_cursor) = page(reader, Kind::Prompt, params, page_size)?;
+    Ok(wire::ListPromptsResult {
+        prompts,
+        next_cursor,
+    })
+}
+
+/// One tool or prompt, whole (`catalog/tool`, `catalog/prompt`); "not found" when the server
+/// lists none of that name.
+pub fn details(
+    reader: &Reader,
+    kind: Kind,
+    params: &wire::EntryParams,
+) -> Result<wire::EntryDetails, ErrorObject> {
+    let listing: Option<EntryListing> = reader
+        .entry(kind, &params.server, &params.name)
+        .map_err(internal)?;
+    let listing = listing.ok_or_else(|| {
+        ErrorObject::new(
+            RESOURCE_NOT_FOUND,
+            format!(
+                "server {} lists no {kind} named {}",
+                params.server, params.name
+            ),
+        )
+    })?;
+    Ok(wire::EntryDetails {
+        definition: serde_json::from_str(&listing.raw).map_err(internal)?,
+        server: listing.server,
+        kind,
+        name: listing.name,
+        stale: listing.stale,
+        snapshot_at_ms: listing.snapshot_at_ms,
+    })
+}
+
+/// `catalog/drift`: each entry changed since the accepted definitions, field by field.
+pub fn drift(
+    reader: &Reader,
+    params: &wire::ServerParams,
+) -> Result<wire::DriftResult, ErrorObject> {
+    let rows = reader.drift(params.server.as_deref()).map_err(internal)?;
+    let drift = rows
+        .into_iter()
+        .map(|row| {
+            let field = |definition: &Option<Value>, name: &str| {
+                definition
+                    .as_ref()
+                    .and_then(|definition| definition.get(name))
+                    .cloned()
+            };
+            let fields = row
+                .fields
+                .iter()
+                .map(|name| {
+                    let change = wire::FieldChange {
+                        accepted: field(&row.accepted, name),
+                        current: field(&row.current, name),
+                    };
+                    (name.clone(), change)
+                })
+                .collect();
+            wire::DriftEntry {
+                server: row.server,
+                kind: row.kind,
+                name: row.name,
+                change: row.change,
+                fields,
+                accepted: row.accepted,
+                current: row.current,
+            }
+        })
+        .collect();
+    Ok(wire::DriftResult { drift })
+}
+
+/// Fills each server's per-kind counts and drift into a status answer.
+pub fn add_kind_status(
+    mut counts: BTreeMap<String, BTreeMap<Kind, KindCounts>>,
+    servers: &mut [wire::ServerStatus],
+) {
+    for server in servers {
+        let Some(kinds) = counts.remove(&server.name) else {
+            continue;
+        };
+        server.kinds = kinds
+            .into_iter()
+            .map(|(kind, counts)| {
+                let status = wire::KindStatus {
+                    count: counts.entries,
+                    snapshot_at_ms: counts.snapshot_at_ms,
+                    drift: counts.drift.map(|drift| wire::DriftCount {
+                        added: drift.added,
+                        removed: drift.removed,
+                        changed: drift.changed,
+                    }),
+                };
+                (kind, status)
+            })
+            .collect::<BTreeMap<_, _>>();
+    }
+}
