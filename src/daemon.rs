@@ -13,13 +13,14 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
+use crate::answer::{ConfigLoad, DaemonContext, IntervalLog};
 use crate::config::{self, Config};
 use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
 use crate::search::gate::SearchGate;
 use crate::search::{self, SearchIndex};
-use crate::socket::{self, ConfigLoad, DaemonContext, IntervalLog};
+use crate::socket;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};

@@ -4,12 +4,18 @@
 //! the same functions, so no method body exists twice.
 
 pub(crate) mod changes;
+mod context;
 pub(crate) mod entries;
 pub(crate) mod list;
+pub(crate) mod read;
+pub(crate) mod refresh;
 pub(crate) mod resource;
 pub(crate) mod search;
+pub(crate) mod status;
+pub(crate) mod tools;
 
-pub(crate) use search::KindsSearch;
+pub(crate) use context::on_reader;
+pub use context::{ConfigLoad, DaemonContext, IntervalLog};
 
 use crate::protocol::{ErrorObject, InvalidParams, INTERNAL_ERROR, INVALID_PARAMS};
 

@@ -454,7 +454,10 @@ async fn answer(
                         server = %target.server,
                         "read withheld: the server's results are private (set share = true to serve them)"
                     );
-                    return Some(Err(wire::Response::failure(id, socket::not_listed(uri))));
+                    return Some(Err(wire::Response::failure(
+                        id,
+                        crate::answer::resource::not_listed(uri),
+                    )));
                 }
             }
         }
@@ -513,7 +516,7 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
             let mut details: <CatalogResource as Method>::Result =
                 serde_json::from_value(result).map_err(internal)?;
             if !visible(Some(&details.server)) {
-                return Err(socket::not_listed(&details.resource.uri));
+                return Err(crate::answer::resource::not_listed(&details.resource.uri));
             }
             details
                 .listed_by

@@ -3,20 +3,17 @@
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::reads::read_resource;
-use super::search::{gated_search, resource_search};
-use super::{internal, invalid_params, on_reader, status, ConnectionState, DaemonContext};
-use crate::answer::search::search_result;
+use super::ConnectionState;
+use crate::answer::read::read_resource;
+use crate::answer::status::status;
+use crate::answer::{internal, invalid_params, on_reader, tools, DaemonContext};
 use crate::protocol::{
-    self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogList, CatalogRefresh,
-    CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorObject,
-    Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response, INVALID_PARAMS,
+    self as wire, parse_params, CatalogChanges, CatalogList, CatalogRefresh, CatalogResource,
+    CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorObject, Initialize,
+    ListResources, ListTemplates, Method, Ping, ReadResource, Response, INVALID_PARAMS,
     METHOD_NOT_FOUND, PAGE_SIZE,
 };
 use crate::redact;
-use crate::socket::kinds;
-use crate::store;
-use crate::supervisor::RefreshOutcome;
 
 /// Answers one checked request through `dispatch`: the socket and the HTTP face both come
 /// here. `None` for notifications, which get no answer.
@@ -113,42 +110,7 @@ async fn dispatch(
         }
         CatalogSearch::NAME => {
             let params = params::<CatalogSearch>(raw)?;
-            // Every answer counts, refusals and timeouts too: they are latency a client saw.
-            let started = std::time::Instant::now();
-            if params.searches_entries() {
-                let search = params.into_kinds_request().map_err(invalid_params)?;
-                let outcome = kinds::search_kinds(search, context).await;
-                crate::metrics::observe_search(started.elapsed());
-                return answer::<CatalogSearch>(outcome?);
-            }
-            let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
-            let request = params.into_request().map_err(invalid_params)?;
-            // A cursor stays with the engine that made it: the two rank differently.
-            let outcome = if index_cursor == Some(false) {
-                gated_search(request, context).await.map(|page| {
-                    let origin = wire::SearchResult {
-                        note: page.note,
-                        ..search_result(Vec::new(), None)
-                    };
-                    (page.hits, page.next, Some(origin))
-                })
-            } else {
-                resource_search(request, context)
-                    .await
-                    .map(|(hits, next, origin)| (hits, next, Some(origin)))
-            };
-            crate::metrics::observe_search(started.elapsed());
-            let (hits, next, origin) = outcome?;
-            let mut result = search_result(hits, next);
-            if let Some(origin) = origin {
-                if origin.engine == Some(wire::SearchEngine::Index) {
-                    result.next_cursor = next.map(encode_index_cursor);
-                }
-                result.engine = origin.engine;
-                result.match_mode = origin.match_mode;
-                result.note = origin.note;
-            }
-            answer::<CatalogSearch>(result)
+            answer::<CatalogSearch>(crate::answer::search::catalog_search(context, params).await?)
         }
         CatalogChanges::NAME => {
             let params = params::<CatalogChanges>(raw)?;
@@ -172,7 +134,7 @@ async fn dispatch(
         }
         CatalogRefresh::NAME => {
             let params = params::<CatalogRefresh>(raw)?;
-            answer::<CatalogRefresh>(refresh(params, context).await?)
+            answer::<CatalogRefresh>(crate::answer::refresh::refresh(params, context).await?)
         }
         wire::CatalogTools::NAME => {
             let params = params::<wire::CatalogTools>(raw)?;
@@ -208,7 +170,7 @@ async fn dispatch(
         }
         wire::CatalogAccept::NAME => {
             let params = params::<wire::CatalogAccept>(raw)?;
-            answer::<wire::CatalogAccept>(kinds::accept(&context.store, params).await?)
+            answer::<wire::CatalogAccept>(tools::accept(&context.store, params).await?)
         }
         wire::CatalogDrift::NAME => {
             let params = params::<wire::CatalogDrift>(raw)?;
@@ -226,7 +188,7 @@ async fn dispatch(
         }
         wire::CallTool::NAME => {
             let params = params::<wire::CallTool>(raw)?;
-            answer::<wire::CallTool>(kinds::call_tool(context, params).await?)
+            answer::<wire::CallTool>(tools::call_tool(context, params).await?)
         }
         CatalogList::NAME => {
             let params = params::<CatalogList>(raw)?;
@@ -256,54 +218,5 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
             version: env!("CARGO_PKG_VERSION").into(),
         },
         instructions: wire::INSTRUCTIONS.into(),
-    }
-}
-
-async fn refresh(
-    params: wire::RefreshParams,
-    context: &DaemonContext,
-) -> Result<wire::RefreshResult, ErrorObject> {
-    let server = params.server.as_deref();
-    let outcomes = context
-        .supervisor
-        .refresh(server, params.wait.unwrap_or(false))
-        .await
-        .ok_or_else(|| crate::answer::list::no_such_server(server.unwrap_or("")))?;
-    let servers = outcomes
-        .into_iter()
-        .map(|(name, outcome)| {
-            let outcome = match outcome {
-                RefreshOutcome::Queued => wire::RefreshOutcome::queued(),
-                RefreshOutcome::Walked(Ok(summary)) => wire::RefreshOutcome::settled(
-                    refresh_state(summary.state),
-                    swap_summary(summary.swap),
-                    summary.report.pages,
-                    summary.report.duration_ms,
-                ),
-                // A server's words, bounded (secrets go at the answer's choke point).
-                RefreshOutcome::Walked(Err(error)) => {
-                    wire::RefreshOutcome::failed(redact::truncate_server_text(&error).into_owned())
-                }
-            };
-            (name, outcome)
-        })
-        .collect();
-    Ok(wire::RefreshResult { servers })
-}
-
-fn refresh_state(state: crate::session::SettledState) -> wire::RefreshState {
-    match state {
-        crate::session::SettledState::Synced => wire::RefreshState::Synced,
-        crate::session::SettledState::NoResources => wire::RefreshState::NoResources,
-    }
-}
-
-fn swap_summary(swap: store::SwapOutcome) -> wire::SwapSummary {
-    wire::SwapSummary {
-        added: swap.added,
-        removed: swap.removed,
-        changed: swap.changed,
-        resources: swap.resources,
-        templates: swap.templates,
     }
 }

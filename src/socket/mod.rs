@@ -2,34 +2,24 @@
 
 mod connection;
 mod dispatch;
-pub(crate) mod kinds;
-mod reads;
-mod search;
-mod status;
 
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
 use crate::protocol::{self as wire, ErrorObject, Response, BUSY};
-use crate::search::gate::SearchGate;
-use crate::search::SearchIndex;
-use crate::store::Store;
-use crate::supervisor::Supervisor;
 
-pub(crate) use crate::answer::resource::not_listed;
+use crate::answer::{DaemonContext, IntervalLog};
 use connection::serve_connection;
 pub(crate) use connection::ConnectionState;
 pub(crate) use dispatch::answer_request;
-pub(crate) use search::{gated_search, search_index};
-pub(crate) use status::status;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
@@ -107,78 +97,9 @@ pub fn record_socket_database(socket: &Path, database: &Path) -> io::Result<()> 
     std::fs::rename(&temporary, &path)
 }
 
-/// What request handlers need.
-pub struct DaemonContext {
-    pub store: Store,
-    pub supervisor: Arc<Supervisor>,
-    pub socket_path: PathBuf,
-    pub config_path: PathBuf,
-    pub started: Instant,
-    pub clients: AtomicUsize,
-    /// When the configuration in force was loaded, and why the last reload was refused.
-    pub config_load: std::sync::Mutex<ConfigLoad>,
-    /// The derived search index; `None` when it could not be opened (SQLite answers).
-    pub search_index: Option<Arc<SearchIndex>>,
-    /// Admits `catalog/search` calls: a bounded number at once, a bounded queue, a deadline.
-    pub search_gate: SearchGate,
-    /// The most connections served at once; more are refused at accept.
-    pub max_clients: usize,
-    /// Connections refused at accept, and the log of refusals (once per interval).
-    pub refused_clients: AtomicU64,
-    pub refusal_log: Mutex<IntervalLog>,
-}
-
-/// How often a repeated condition (refused clients, failing accepts) is logged at most.
-const REPEATED_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// The first and the longest pause after a failed accept (such as EMFILE, out of descriptors).
 const ACCEPT_RETRY_FIRST: Duration = Duration::from_millis(50);
 const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(2);
-
-/// Logs a repeated event at most once per interval, with how many happened since the last line.
-#[derive(Debug)]
-pub struct IntervalLog {
-    interval: Duration,
-    last_logged: Option<Instant>,
-    unlogged: u64,
-}
-
-impl IntervalLog {
-    pub fn new(interval: Duration) -> IntervalLog {
-        IntervalLog {
-            interval,
-            last_logged: None,
-            unlogged: 0,
-        }
-    }
-
-    /// Counts one event; `Some(count)` when it is time to log, with the events since the last line.
-    pub fn record(&mut self) -> Option<u64> {
-        self.unlogged += 1;
-        let due = self
-            .last_logged
-            .map_or(true, |last| last.elapsed() >= self.interval);
-        if !due {
-            return None;
-        }
-        self.last_logged = Some(Instant::now());
-        Some(std::mem::take(&mut self.unlogged))
-    }
-}
-
-impl Default for IntervalLog {
-    fn default() -> Self {
-        IntervalLog::new(REPEATED_LOG_INTERVAL)
-    }
-}
-
-/// The daemon's record of its configuration file, shown by `catalog/status`.
-#[derive(Debug, Clone, Default)]
-pub struct ConfigLoad {
-    pub loaded_at_ms: i64,
-    /// Set when the last reload was rejected (the previous configuration stays in force).
-    pub error: Option<String>,
-    pub error_at_ms: Option<i64>,
-}
 
 /// Accepts connections until shutdown; each connection is served by its own task, so a slow
 /// or stuck client holds up nobody but itself.
@@ -256,18 +177,4 @@ fn refuse_client(stream: &UnixStream, context: &DaemonContext) {
             "refusing socket clients: max_clients connections are open"
         );
     }
-}
-
-pub(super) use crate::answer::{internal, invalid_params};
-
-/// Runs an answer on a `Reader` from the store's pool, off the async threads.
-pub(crate) async fn on_reader<T: Send + 'static>(
-    context: &DaemonContext,
-    answer: impl FnOnce(&crate::store::Reader) -> Result<T, ErrorObject> + Send + 'static,
-) -> Result<T, ErrorObject> {
-    context
-        .store
-        .read(move |reader| Ok(answer(reader)))
-        .await
-        .map_err(internal)?
 }

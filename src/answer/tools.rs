@@ -1,13 +1,11 @@
-//! `catalog/accept`, `catalog/search` of several kinds, and the MCP face's own tools, `search_catalog` and `describe_entry`.
+//! `catalog/accept`, and the MCP face's own tools: `search_catalog` (through `catalog/search`'s path) and `describe_entry`.
 
 use serde_json::Value;
 
 use crate::answer::entries::with_origin;
+use crate::answer::{internal, invalid, DaemonContext};
 use crate::protocol::{self as wire, parse_params, ErrorObject, Kind, INVALID_PARAMS};
-use crate::socket::DaemonContext;
-use crate::store::{EntryHit, Store, StoreError};
-
-use crate::answer::{internal, invalid};
+use crate::store::{Store, StoreError};
 
 pub async fn accept(
     store: &Store,
@@ -53,7 +51,7 @@ pub async fn search_catalog(
     let search = params
         .into_kinds_request()
         .map_err(|error| invalid(error.0))?;
-    let result = search_kinds(search, context).await?;
+    let result = crate::answer::search::search_kinds(search, context).await?;
     Ok(result
         .results
         .into_iter()
@@ -67,102 +65,6 @@ pub async fn search_catalog(
             score: hit.score,
         })
         .collect())
-}
-
-/// `catalog/search` of several kinds: one ranked query of the derived search index, every
-/// kind in it and the kinds an index filter, when the index can answer for the catalog as it
-/// stands; else SQLite, whose resource and entry full-text indexes are merged by score (both
-/// negated BM25), with the reason in `note`. A cursor stays with the engine that made it,
-/// except that an index cursor is continued by SQLite when the index cannot answer.
-pub async fn search_kinds(
-    search: crate::answer::KindsSearch,
-    context: &DaemonContext,
-) -> Result<wire::SearchResult, ErrorObject> {
-    let mut note = None;
-    if let (Some(index), false, false) = (
-        &context.search_index,
-        search.sqlite_cursor,
-        search.index.raw,
-    ) {
-        match crate::socket::search_index(index, context, &search.index).await? {
-            Ok(answer) => {
-                let mut result = crate::answer::search::search_result(answer.hits, None);
-                result.next_cursor = answer.next.map(wire::encode_index_cursor);
-                result.engine = Some(wire::SearchEngine::Index);
-                result.match_mode = Some(answer.mode);
-                return Ok(result);
-            }
-            Err(why) => note = Some(why),
-        }
-    }
-    let mut result = sqlite_kinds_search(search, context).await?;
-    result.note = note;
-    Ok(result)
-}
-
-/// The SQLite side of a search of several kinds: the resource page and the tool and prompt
-/// hits merged into one page. An index cursor's position (the index was there for the page
-/// before) is reached by merging from the start and leaving out what it had shown.
-async fn sqlite_kinds_search(
-    mut search: crate::answer::KindsSearch,
-    context: &DaemonContext,
-) -> Result<wire::SearchResult, ErrorObject> {
-    let skip = if search.sqlite_cursor {
-        0
-    } else {
-        search.index.offset
-    };
-    let limit = search.limit + skip;
-    if let Some(request) = &mut search.resources {
-        request.limit = limit;
-    }
-    search.entries.limit = limit + 1;
-    let offsets = (
-        search
-            .resources
-            .as_ref()
-            .map_or(0, |request| request.offset),
-        search.entries.offset,
-    );
-    let resources = match search.resources {
-        Some(request) => Some(crate::socket::gated_search(request, context).await?),
-        None => None,
-    };
-    let entries = gated_entry_search(search.entries, context).await?;
-    let mut result = crate::answer::search::merge_search_pages(resources, entries, offsets, limit);
-    result.results.drain(..skip.min(result.results.len()));
-    Ok(result)
-}
-
-async fn gated_entry_search(
-    mut search: crate::store::EntrySearch,
-    context: &DaemonContext,
-) -> Result<Vec<EntryHit>, ErrorObject> {
-    if search.kinds.is_empty() {
-        return Ok(Vec::new());
-    }
-    let permit = context
-        .search_gate
-        .acquire()
-        .await
-        .map_err(|error| ErrorObject::new(wire::BUSY, error.to_string()))?;
-    search.deadline = Some(permit.deadline);
-    context
-        .store
-        .read(move |reader| reader.search_entries(&search))
-        .await
-        .map_err(|error| match error {
-            StoreError::InvalidQuery(_) => invalid(error.to_string()),
-            StoreError::SearchTimedOut => {
-                permit.timed_out();
-                let limit = context.search_gate.limits().timeout;
-                ErrorObject::new(
-                    wire::SEARCH_TIMED_OUT,
-                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
-                )
-            }
-            other => internal(other),
-        })
 }
 
 /// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.

@@ -9,7 +9,7 @@ use crate::store;
 
 /// Reads through the server that wins `uri` in the merged catalog; when that server cannot
 /// be reached and its content cache has the URI, serves the cached contents instead.
-pub(super) async fn read_resource(
+pub async fn read_resource(
     uri: &str,
     context: &DaemonContext,
 ) -> Result<ReadResourceResult, ErrorObject> {
