@@ -95,40 +95,41 @@ pub(crate) fn scrub_server_json(value: &mut Value) {
 
 /// Bounds every string inside a JSON value to `MAX_SERVER_TEXT_BYTES`.
 pub(crate) fn bound_json_strings(value: &mut Value) {
-    match value {
-        Value::String(text) => {
-            if let Cow::Owned(bounded) = truncate_server_text(text) {
-                *text = bounded;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(bound_json_strings),
-        Value::Object(object) => object.values_mut().for_each(bound_json_strings),
-        _ => {}
-    }
+    each_json_string(value, truncate_server_text);
 }
 
 /// Scrubs every string (keys too) inside a JSON value.
 pub(crate) fn scrub_json(value: &mut Value) {
-    match value {
-        Value::String(text) => {
-            if let Cow::Owned(scrubbed) = scrub(text) {
-                *text = scrubbed;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(scrub_json),
-        Value::Object(object) => {
-            let needs_key_scrub = object.keys().any(|key| matches!(scrub(key), Cow::Owned(_)));
-            if needs_key_scrub {
-                let entries = std::mem::take(object);
-                for (key, mut item) in entries {
-                    scrub_json(&mut item);
-                    object.insert(scrub(&key).into_owned(), item);
+    each_json_string(value, scrub);
+}
+
+/// Replaces every string inside `value` (object keys too) by what `change` makes of it. A
+/// loop with a stack of its own, not recursion: the depth is the server's to choose (the parser
+/// stops at 128 levels, but a `Value` may be built otherwise), the stack is ours.
+fn each_json_string(value: &mut Value, change: impl Fn(&str) -> Cow<'_, str>) {
+    let mut pending: Vec<&mut Value> = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::String(text) => {
+                if let Cow::Owned(changed) = change(text) {
+                    *text = changed;
                 }
-            } else {
-                object.values_mut().for_each(scrub_json);
             }
+            Value::Array(items) => pending.extend(items.iter_mut()),
+            Value::Object(object) => {
+                if object
+                    .keys()
+                    .any(|key| matches!(change(key), Cow::Owned(_)))
+                {
+                    let entries = std::mem::take(object);
+                    for (key, item) in entries {
+                        object.insert(change(&key).into_owned(), item);
+                    }
+                }
+                pending.extend(object.values_mut());
+            }
+            _ => {}
         }
-        _ => {}
     }
 }
 
@@ -183,6 +184,26 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbedStderr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deep_json_is_scrubbed_and_bounded_without_recursion() {
+        remember_secrets(["tok-deep-test-5678"]);
+        let depth = 200_000;
+        let mut value = Value::String(format!("tok-deep-test-5678 {}", "x".repeat(20_000)));
+        for _ in 0..depth {
+            value = Value::Array(vec![value]);
+        }
+        scrub_json(&mut value);
+        bound_json_strings(&mut value);
+        // Taken apart in a loop too: dropping a Value this deep would recurse.
+        let mut innermost = value;
+        while let Value::Array(mut items) = innermost {
+            innermost = items.pop().expect("one item");
+        }
+        let text = innermost.as_str().expect("the string");
+        assert!(text.starts_with("<redacted> x"), "{}", &text[..40]);
+        assert!(text.len() < 9_000, "{}", text.len());
+    }
 
     #[test]
     fn scrubs_known_secrets_everywhere_in_json() {
