@@ -1169,3 +1169,62 @@ impl Drop for StopOnDrop<'_> {
         self.0.store(true, Ordering::SeqCst);
     }
 }
+
+/// Issue 21 item 14: after reloads that remove servers, `/metrics` has series of the
+/// configured servers only (the walk-duration histogram kept every removed server's).
+#[test]
+fn metrics_forget_the_servers_a_reload_removed() {
+    let server = |name: &str| stdio_server(name, &["--name", name, "--generate", "2"]);
+    let upstream = Upstream::start(&format!("{}{}", server("keep"), server("gone0")), "");
+    upstream.daemon.wait_for_walks("keep", 1);
+    upstream.daemon.wait_for_walks("gone0", 1);
+    let config = upstream._scratch.path("daemon.toml");
+    let first = std::fs::read_to_string(&config).expect("config");
+    let rounds = 5;
+    for round in 1..=rounds {
+        let text = first.replace(&server("gone0"), &server(&format!("gone{round}")));
+        std::fs::write(&config, text).expect("write config");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(upstream.daemon.child.id() as libc::pid_t, libc::SIGHUP);
+        }
+        let name = format!("gone{round}");
+        wait_for(
+            &format!("the reload to {name}"),
+            Duration::from_secs(30),
+            || {
+                let status = upstream.daemon.call("catalog/status", json!({}));
+                let servers = status["servers"].as_array().cloned().unwrap_or_default();
+                let walked = servers.iter().any(|entry| {
+                    entry["name"] == name.as_str() && entry["walksOk"].as_u64() >= Some(1)
+                });
+                (walked && servers.len() == 2).then_some(())
+            },
+        );
+    }
+    let bearer = format!("Bearer {TOKEN}");
+    let answer = http_exchange_at(
+        &upstream.address,
+        "GET",
+        "/metrics",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let mut named: Vec<&str> = answer
+        .body
+        .lines()
+        .filter_map(|line| line.split("server=\"").nth(1))
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    assert_eq!(named, ["gone5", "keep"], "{}", answer.body);
+    assert!(
+        answer
+            .body
+            .contains("mcp_mirror_walk_duration_seconds_count{server=\"gone5\"}"),
+        "{}",
+        answer.body
+    );
+}
