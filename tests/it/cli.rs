@@ -318,7 +318,10 @@ fn hostile_names_field_names_descriptions_and_errors_are_escaped_for_humans() {
     // An unknown tool's error quotes the name the user typed, escaped too.
     let missing = run(&["show", "tool", &format!("fx/missing{BIDI}")]);
     let error = String::from_utf8_lossy(&missing.stderr);
-    assert!(error.contains("missing\\u{202e}") && !has_unprintable(&error), "{error:?}");
+    assert!(
+        error.contains("missing\\u{202e}") && !has_unprintable(&error),
+        "{error:?}"
+    );
     let json: Value = serde_json::from_str(&stdout(&run(&[
         "show",
         "tool",
