@@ -6,6 +6,7 @@ use tracing_subscriber::EnvFilter;
 use super::raw::{RawConfig, RawDaemon};
 use super::source::SourceFile;
 use super::values::{count, count_at_most, duration, optional_duration};
+use super::SearchLimits;
 use super::{
     default_max_concurrent_searches, server, Config, ConfigError, DaemonConfig, SocketLimits,
     SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED,
@@ -15,7 +16,6 @@ use super::{
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL, DEFAULT_SEARCH_TIMEOUT,
 };
 use crate::paths;
-use crate::search_gate::SearchLimits;
 
 /// Validates the whole file; the first problem found is the error.
 pub(super) fn validate(
@@ -133,14 +133,14 @@ fn walk_limits(source: &SourceFile, raw: &RawDaemon) -> Result<WalkLimits, Confi
             &raw.max_template_bytes,
             "daemon.max_template_bytes",
             DEFAULT_MAX_TEMPLATE_BYTES,
-            crate::uri_template::MAX_TEMPLATE_BYTES_CEILING as u64,
+            super::MAX_TEMPLATE_BYTES_CEILING as u64,
         )?,
         max_template_expressions: count_at_most(
             source,
             &raw.max_template_expressions,
             "daemon.max_template_expressions",
             DEFAULT_MAX_TEMPLATE_EXPRESSIONS,
-            crate::uri_template::MAX_TEMPLATE_EXPRESSIONS_CEILING as u64,
+            super::MAX_TEMPLATE_EXPRESSIONS_CEILING as u64,
         )?,
     })
 }

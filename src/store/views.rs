@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{CatalogRow, ReadOnlyCatalog, Store, StoreError};
-use crate::uri_template::{MatchBudget, UriTemplate, MAX_TEMPLATE_BYTES_CEILING};
+use crate::store::uri_template::{MatchBudget, UriTemplate, MAX_TEMPLATE_BYTES_CEILING};
 
 /// The server a read of a templated URI goes to: the first of the templates it matches,
 /// by server priority (lowest first), then server name.

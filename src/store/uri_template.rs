@@ -17,11 +17,7 @@ pub const MAX_MATCHED_URI_BYTES: usize = 4096;
 /// templates may spend on matching one URI; past it, its remaining templates do not match. A
 /// template within the default bounds needs a small fraction of it, even on the longest URI.
 pub const MATCH_BUDGET_STEPS: u64 = 4_000_000;
-/// The longest template that is parsed at all (the ceiling of `max_template_bytes`); a longer
-/// one (stored by an older version) routes nothing.
-pub const MAX_TEMPLATE_BYTES_CEILING: usize = 64 * 1024;
-/// The most expressions a parsed template may have (the ceiling of `max_template_expressions`).
-pub const MAX_TEMPLATE_EXPRESSIONS_CEILING: usize = 1024;
+pub use crate::config::{MAX_TEMPLATE_BYTES_CEILING, MAX_TEMPLATE_EXPRESSIONS_CEILING};
 
 /// A parsed URI template.
 #[derive(Debug, Clone, PartialEq, Eq)]
