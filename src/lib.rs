@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub(crate) mod entry;
+pub(crate) mod follow;
 pub(crate) mod http_face;
 pub(crate) mod lines;
 pub mod mcp;

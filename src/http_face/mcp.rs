@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use crate::api::{self, ConnectionState};
 use crate::protocol::{
-    self as wire, CatalogChanges, CatalogResource, CatalogSearch, CheckedRequest, ErrorObject,
-    IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
+    self as wire, CatalogChanges, CatalogEntries, CatalogResource, CatalogSearch, CheckedRequest,
+    ErrorObject, IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
     INVALID_REQUEST, PARSE_ERROR,
 };
 use crate::store::now_ms;
@@ -537,6 +537,25 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
                 serde_json::from_value(result).map_err(internal)?;
             page.changes.retain(|change| visible(Some(&change.server)));
             serde_json::to_value(page).map_err(internal)
+        }
+        CatalogEntries::NAME => {
+            let mut read: <CatalogEntries as Method>::Result =
+                serde_json::from_value(result).map_err(internal)?;
+            let (shown, withheld): (Vec<Value>, Vec<Value>) = read
+                .entries
+                .into_iter()
+                .partition(|entry| visible(entry["_meta"][wire::ORIGIN_META_KEY].as_str()));
+            let key = |entry: &Value| {
+                entry["uri"]
+                    .as_str()
+                    .or(entry["uriTemplate"].as_str())
+                    .map(str::to_string)
+            };
+            read.missing.extend(withheld.iter().filter_map(key));
+            read.entries = shown;
+            // A count of what this client may not see cannot be checked against.
+            read.total = None;
+            serde_json::to_value(read).map_err(internal)
         }
         CatalogResource::NAME => {
             let mut details: <CatalogResource as Method>::Result =

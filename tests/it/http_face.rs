@@ -26,14 +26,14 @@ fn free_port() -> u16 {
 }
 
 /// An upstream daemon: the given servers, and the HTTP face with one token named `fleet`.
-struct Upstream {
-    daemon: Daemon,
-    address: String,
-    _scratch: Scratch,
+pub(crate) struct Upstream {
+    pub(crate) daemon: Daemon,
+    pub(crate) address: String,
+    pub(crate) scratch: Scratch,
 }
 
 impl Upstream {
-    fn start(servers: &str, http_extra: &str) -> Upstream {
+    pub(crate) fn start(servers: &str, http_extra: &str) -> Upstream {
         let scratch = Scratch::new();
         let token = scratch.write("fleet.token", &format!("{TOKEN}\n"));
         let address = format!("127.0.0.1:{}", free_port());
@@ -46,7 +46,7 @@ impl Upstream {
         let upstream = Upstream {
             daemon,
             address,
-            _scratch: scratch,
+            scratch,
         };
         wait_for("the HTTP face", Duration::from_secs(20), || {
             TcpStream::connect(&upstream.address).ok().map(|_| ())
@@ -75,7 +75,7 @@ fn fast_daemon_settings(config: &Path) {
 }
 
 /// A downstream daemon mirroring `upstream` (named `upstream` in its config) in `era`.
-fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
+pub(crate) fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
     let token = scratch.write("upstream.token", TOKEN);
     let config = scratch.config(&format!(
         "[servers.upstream]\nurl = \"{}\"\nbearer_token_file = {:?}\nera = \"{era}\"\n",
@@ -163,7 +163,7 @@ fn modern_request(method: &str, mut params: Value) -> Value {
 }
 
 /// Every resource of a daemon's merged catalog, without the `via` note, sorted by URI.
-fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
+pub(crate) fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
     let mut all = daemon.list_all();
     for resource in &mut all {
         if let Some(meta) = resource["_meta"].as_object_mut() {
@@ -174,7 +174,7 @@ fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
     all
 }
 
-fn count_from(daemon: &Daemon, origin: &str) -> usize {
+pub(crate) fn count_from(daemon: &Daemon, origin: &str) -> usize {
     daemon
         .list_all()
         .iter()
