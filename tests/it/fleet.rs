@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::http_face::{catalog_without_via, count_from, downstream, Upstream};
+use crate::http_face::{catalog_without_via, count_from, downstream, Upstream, TOKEN};
 use crate::support::{stdio_server, wait_for, Daemon, Scratch};
 
 /// The origin's scenario in round `round`: 300 generated resources and `round % 5` extras,
@@ -99,25 +99,34 @@ fn a_new_upstream_database_costs_exactly_one_walk() {
     let mirror = downstream(&scratch, &upstream, "modern");
     mirror.wait_for_walks("upstream", 1);
 
-    // The upstream starts over with a new database on the same address, and its catalog
-    // changes: the cursor belongs to the old database, so the follower lists once.
+    // Another upstream, with a database of its own (already synced), takes over the address:
+    // the follower's cursor belongs to the old database, so it lists once.
+    let other_origin = Scratch::new();
+    let other_path = other_origin.write_scenario("demo.json", &scenario(3));
+    let other_text = other_path.display().to_string();
+    let other_servers = stdio_server("demo", &["--name", "demo", "--scenario", &other_text]);
+    let mut other = Upstream::start(&other_servers, "");
+    other.daemon.wait_for_walks("demo", 1);
+    other.daemon.stop();
+    let config = other.scratch.path("daemon.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, text.replace(&other.address, &upstream.address)).expect("config");
     upstream.daemon.stop();
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(upstream.scratch.path(&format!("catalog.db{suffix}")));
-    }
-    origin.write_scenario("demo.json", &scenario(3));
-    upstream.daemon = Daemon::start(&upstream.scratch, &upstream.scratch.path("daemon.toml"));
-    upstream.daemon.wait_for_walks("demo", 1);
+    other.daemon = Daemon::start(&other.scratch, &config);
     wait_for(
         "the downstream to hold the new upstream's catalog",
         Duration::from_secs(60),
-        || same_catalog(&mirror, &upstream.daemon).then_some(()),
+        || same_catalog(&mirror, &other.daemon).then_some(()),
     );
-    let walks = status_number(&mirror, "walksOk");
-    assert_eq!(walks, 2, "{}", mirror.server_status("upstream"));
+    assert_eq!(
+        status_number(&mirror, "walksOk"),
+        2,
+        "{}",
+        mirror.server_status("upstream")
+    );
 
-    // From then on it follows the new database's feed again.
-    origin.write_scenario("demo.json", &scenario(4));
+    // From then on it follows the new database's feed.
+    other_origin.write_scenario("demo.json", &scenario(4));
     wait_for(
         "the next change at the downstream",
         Duration::from_secs(30),
@@ -125,4 +134,71 @@ fn a_new_upstream_database_costs_exactly_one_walk() {
     );
     assert_eq!(status_number(&mirror, "walksOk"), 2);
     assert!(status_number(&mirror, "deltasApplied") >= 1);
+}
+
+#[test]
+fn list_answers_carry_an_etag_and_an_unchanged_catalog_answers_304() {
+    let origin = Scratch::new();
+    let scenario_path = origin.write_scenario("demo.json", &scenario(1));
+    let scenario_text = scenario_path.display().to_string();
+    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    let bearer = format!("Bearer {TOKEN}");
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {}});
+
+    let first = upstream.post(&[("Authorization", &bearer)], &list);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let tag = first.header("etag").expect("an ETag on a list answer");
+    assert_eq!(
+        first.json()["result"]["resources"].as_array().map(Vec::len),
+        Some(301)
+    );
+
+    let again = upstream.post(
+        &[("Authorization", &bearer), ("If-None-Match", &tag)],
+        &list,
+    );
+    assert_eq!(again.status, 304, "{}", again.head);
+    assert!(again.body.is_empty(), "{}", again.body);
+    assert_eq!(again.header("etag").as_deref(), Some(tag.as_str()));
+
+    // Another page, or another method, is another answer with its own tag.
+    let other =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "resources/templates/list", "params": {}});
+    let templates = upstream.post(
+        &[("Authorization", &bearer), ("If-None-Match", &tag)],
+        &other,
+    );
+    assert_eq!(templates.status, 200);
+    assert_ne!(templates.header("etag").as_deref(), Some(tag.as_str()));
+    // Search and other non-list answers carry none.
+    let search =
+        json!({"jsonrpc": "2.0", "id": 3, "method": "catalog/search", "params": {"query": "doc"}});
+    assert_eq!(
+        upstream
+            .post(&[("Authorization", &bearer)], &search)
+            .header("etag"),
+        None
+    );
+
+    // A change moves the tag: the old one gets the new answer.
+    origin.write_scenario("demo.json", &scenario(2));
+    wait_for(
+        "the change at the upstream",
+        Duration::from_secs(20),
+        || (count_from(&upstream.daemon, "demo") == 302).then_some(()),
+    );
+    let changed = upstream.post(
+        &[("Authorization", &bearer), ("If-None-Match", &tag)],
+        &list,
+    );
+    assert_eq!(changed.status, 200, "{}", changed.head);
+    assert_ne!(changed.header("etag").as_deref(), Some(tag.as_str()));
+    assert_eq!(
+        changed.json()["result"]["resources"]
+            .as_array()
+            .map(Vec::len),
+        Some(302)
+    );
 }

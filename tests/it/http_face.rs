@@ -15,7 +15,7 @@ use crate::support::{
     run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch, SocketClient, FIXTURE, MIRROR,
 };
 
-const TOKEN: &str = "tok-fleet-7f3a9c";
+pub(crate) const TOKEN: &str = "tok-fleet-7f3a9c";
 
 /// A loopback port nobody listens on now, for a daemon's `[http] listen`.
 fn free_port() -> u16 {
@@ -58,7 +58,7 @@ impl Upstream {
         format!("http://{}/mcp", self.address)
     }
 
-    fn post(&self, headers: &[(&str, &str)], body: &Value) -> Answer {
+    pub(crate) fn post(&self, headers: &[(&str, &str)], body: &Value) -> Answer {
         http_exchange(&self.address, "POST", headers, &body.to_string())
     }
 }
@@ -87,19 +87,19 @@ pub(crate) fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> D
 }
 
 /// One HTTP answer, read to the end (the request says `Connection: close`).
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) head: String,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body)
             .unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.body))
     }
 
-    fn header(&self, name: &str) -> Option<String> {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
         self.head.lines().find_map(|line| {
             let (key, value) = line.split_once(':')?;
             key.eq_ignore_ascii_case(name)
