@@ -12,12 +12,12 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::config::WalkLimits;
-use crate::mcp::{ServerHello, Session};
 use crate::protocol::{
     self as wire, CatalogChanges, CatalogEntries, ChangeKind, Kind, Method, FEED_CAPABILITY,
     FEED_VERSION, MAX_CHANGES_LIMIT,
 };
 use crate::store::{now_ms, FollowCursor, Store, WalkReport};
+use crate::upstream::{ServerHello, Session};
 use crate::walk::{self, resource_row, WalkError, WalkSummary};
 
 /// Keys asked of the upstream per `catalog/entries` request (the method takes up to
