@@ -1,5 +1,6 @@
 //! One walk of a server's resources and templates, and the one cursor walk with its guards (`ListWalk`) that every kind goes through.
 
+pub(crate) mod follow;
 pub(crate) mod kinds;
 
 use std::collections::HashSet;
