@@ -38,5 +38,6 @@ pub fn changes_result(page: ChangePage) -> wire::ChangesResult {
         latest_seq: page.latest_seq,
         truncated: page.truncated,
         more: page.more,
+        instance: None,
     }
 }

@@ -123,11 +123,23 @@ pub fn details(
     })
 }
 
+/// `server`, when named, must be configured: the same "no server named" error (`notFound:
+/// server`, exit 4 in the CLI) as `catalog/list` and `catalog/refresh` answer.
+pub fn known_server(reader: &Reader, server: Option<&str>) -> Result<(), ErrorObject> {
+    match server {
+        Some(server) if !reader.server_exists(server).map_err(internal)? => {
+            Err(super::list::no_such_server(server))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `catalog/drift`: each entry changed since the accepted definitions, field by field.
 pub fn drift(
     reader: &Reader,
     params: &wire::ServerParams,
 ) -> Result<wire::DriftResult, ErrorObject> {
+    known_server(reader, params.server.as_deref())?;
     let rows = reader.drift(params.server.as_deref()).map_err(internal)?;
     let drift = rows
         .into_iter()

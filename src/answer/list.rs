@@ -5,7 +5,7 @@ use crate::protocol::{
     self as wire, encode_cursor, ErrorData, ErrorObject, ListParams, ServerListParams,
     StoredObject, INVALID_PARAMS,
 };
-use crate::store::{CatalogRow, Reader};
+use crate::store::{CatalogRow, KeyedEntries, Reader};
 
 use super::{internal, invalid_params};
 
@@ -77,6 +77,27 @@ impl MergedPage {
             resource_templates,
             next_cursor: self.next_cursor(),
         })
+    }
+}
+
+/// `catalog/entries`: each found entry written as `resources/list` writes it.
+pub fn keyed_entries_result<'a>(
+    instance: &str,
+    read: &'a KeyedEntries,
+) -> wire::KeyedEntriesResult<StoredObject<'a>> {
+    wire::KeyedEntriesResult {
+        instance: instance.to_string(),
+        seq: read.seq,
+        total: Some(read.total),
+        entries: read
+            .found
+            .iter()
+            .map(|row| StoredObject {
+                raw: &row.raw,
+                origin: Some(&row.server),
+            })
+            .collect(),
+        missing: read.missing.clone(),
     }
 }
 

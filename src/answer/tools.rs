@@ -11,6 +11,16 @@ pub async fn accept(
     store: &Store,
     params: wire::ServerParams,
 ) -> Result<wire::AcceptResult, ErrorObject> {
+    let server = params.server.clone();
+    store
+        .read(move |reader| {
+            Ok(crate::answer::entries::known_server(
+                reader,
+                server.as_deref(),
+            ))
+        })
+        .await
+        .map_err(internal)??;
     let accepted = store
         .accept(params.server)
         .await

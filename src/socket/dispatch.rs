@@ -8,9 +8,9 @@ use crate::answer::read::read_resource;
 use crate::answer::status::status;
 use crate::answer::{internal, invalid_params, on_reader, tools, DaemonContext};
 use crate::protocol::{
-    self as wire, parse_params, CatalogChanges, CatalogList, CatalogRefresh, CatalogResource,
-    CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorObject, Initialize,
-    ListResources, ListTemplates, Method, Ping, ReadResource, Response, INVALID_PARAMS,
+    self as wire, parse_params, CatalogChanges, CatalogEntries, CatalogList, CatalogRefresh,
+    CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorObject,
+    Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response, INVALID_PARAMS,
     METHOD_NOT_FOUND, PAGE_SIZE,
 };
 use crate::redact;
@@ -114,11 +114,26 @@ async fn dispatch(
         }
         CatalogChanges::NAME => {
             let params = params::<CatalogChanges>(raw)?;
-            let changes = on_reader(context, move |reader| {
+            let mut changes = on_reader(context, move |reader| {
                 crate::answer::changes::changes(reader, &params)
             })
             .await?;
+            changes.instance = Some(context.store.instance().to_string());
             answer::<CatalogChanges>(changes)
+        }
+        CatalogEntries::NAME => {
+            let (kind, keys) = params::<CatalogEntries>(raw)?
+                .checked()
+                .map_err(invalid_params)?;
+            let read = context
+                .store
+                .keyed_entries(kind, keys)
+                .await
+                .map_err(internal)?;
+            to_text(&crate::answer::list::keyed_entries_result(
+                context.store.instance(),
+                &read,
+            ))
         }
         CatalogWatch::NAME => {
             let since = params::<CatalogWatch>(raw)?

@@ -41,6 +41,18 @@ impl Reader {
         Reader::open(path)
     }
 
+    /// The connection, for the store's own queries that need more than one call (a read
+    /// transaction spanning several statements).
+    pub(super) fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// The cursor a followed server's snapshot was last moved to; `None` before its first, and
+    /// while its snapshot is empty.
+    pub fn follow_cursor(&self, server: &str) -> Result<Option<super::FollowCursor>, StoreError> {
+        super::follow::follow_cursor(&self.connection, server)
+    }
+
     /// Every configured server's row, for `catalog/status`.
     pub fn status(&self) -> Result<Vec<ServerStatus>, StoreError> {
         queries::server_status(&self.connection)
