@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::api::ApiContext;
+use crate::api::{ApiContext, View};
 use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
     ORIGIN_META_KEY, PAGE_SIZE,
@@ -67,18 +67,23 @@ pub fn entries_page_of(rows: &[EntryListing], more: bool) -> (Vec<Value>, Option
     (rows.iter().map(with_origin).collect(), next)
 }
 
-/// A page of one kind's entries and the cursor to the next page.
-pub async fn entries_page(
+/// A page of one kind's entries the view sees, and the cursor to the next page (after the
+/// last entry read, whatever the view left of the page).
+pub(crate) async fn entries_page(
     store: &Store,
     kind: Kind,
     params: wire::EntriesParams,
+    view: &View,
 ) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
     let after = entries_after(&params)?;
-    let (rows, more) = store
+    let (mut rows, more) = store
         .list_entries(kind, params.server, after, PAGE_SIZE)
         .await
         .map_err(internal)?;
-    Ok(entries_page_of(&rows, more))
+    let (_, next) = entries_page_of(&rows[rows.len().saturating_sub(1)..], more);
+    rows.retain(|row| view.sees(&row.server, kind));
+    let (entries, _) = entries_page_of(&rows, false);
+    Ok((entries, next))
 }
 
 /// One stored tool or prompt as `catalog/tool` answers; `NOT_FOUND` when there is none.
@@ -106,16 +111,21 @@ pub fn entry_details_of(
     })
 }
 
-/// One tool or prompt, whole; `NOT_FOUND` when the server does not list it.
-pub async fn entry_details(
+/// One tool or prompt, whole; `NOT_FOUND` when the server does not list it, or the view does
+/// not see it.
+pub(crate) async fn entry_details(
     store: &Store,
     kind: Kind,
     params: wire::EntryParams,
+    view: &View,
 ) -> Result<wire::EntryDetails, ErrorObject> {
-    let listing = store
-        .entry(kind, &params.server, &params.name)
-        .await
-        .map_err(internal)?;
+    let listing = match view.sees(&params.server, kind) {
+        true => store
+            .entry(kind, &params.server, &params.name)
+            .await
+            .map_err(internal)?,
+        false => None,
+    };
     entry_details_of(kind, &params, listing)
 }
 
@@ -213,9 +223,10 @@ fn one_line(description: Option<String>) -> Option<String> {
 
 /// `search_catalog`, the MCP face's search: the same path as `catalog/search` with `kinds`
 /// (every kind when absent), best first.
-pub async fn search_catalog(
+pub(crate) async fn search_catalog(
     context: &ApiContext,
     arguments: wire::SearchCatalogArguments,
+    view: &View,
 ) -> Result<Vec<wire::CatalogHit>, ErrorObject> {
     let limit = arguments
         .limit
@@ -235,6 +246,7 @@ pub async fn search_catalog(
     Ok(result
         .results
         .into_iter()
+        .filter(|hit| view.sees(&hit.server, hit.kind))
         .map(|hit| wire::CatalogHit {
             kind: hit.kind,
             server: hit.server,
@@ -408,9 +420,10 @@ pub fn merge_search_pages(
 }
 
 /// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.
-pub async fn call_tool(
+pub(crate) async fn call_tool(
     context: &ApiContext,
     params: wire::CallToolParams,
+    view: &View,
 ) -> Result<wire::CallToolResult, ErrorObject> {
     let arguments = match params.arguments {
         Value::Null => Value::Object(Default::default()),
@@ -420,7 +433,7 @@ pub async fn call_tool(
         wire::SEARCH_CATALOG_TOOL => {
             let arguments: wire::SearchCatalogArguments =
                 parse_params(arguments).map_err(|error| invalid(error.0))?;
-            let hits = match search_catalog(context, arguments).await {
+            let hits = match search_catalog(context, arguments, view).await {
                 Ok(hits) => hits,
                 Err(error) if error.code == INVALID_PARAMS => {
                     return Ok(wire::CallToolResult::error(format!(
@@ -449,7 +462,11 @@ pub async fn call_tool(
         wire::DESCRIBE_ENTRY_TOOL => {
             let arguments: wire::DescribeEntryArguments =
                 parse_params(arguments).map_err(|error| invalid(error.0))?;
-            let definition = describe(&context.store, arguments).await?;
+            // An entry outside the view is as absent as one no server lists.
+            let definition = match view.sees(&arguments.server, arguments.kind) {
+                true => describe(&context.store, arguments).await?,
+                false => None,
+            };
             let Some(definition) = definition else {
                 return Ok(wire::CallToolResult::error("no such entry".into()));
             };

@@ -11,8 +11,10 @@ use serde_json::Value;
 use crate::config::WalkLimits;
 use crate::entry::{fit_entry, whole_entry_hash};
 use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
-use crate::protocol::Kind;
-use crate::store::{now_ms, ResourceRow, Store, StoreError, SwapOutcome, TemplateRow, WalkReport};
+use crate::protocol::{CacheScope, Kind};
+use crate::store::{
+    now_ms, ResourceRow, ScopeUpdate, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
+};
 
 /// Why a walk did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -42,14 +44,20 @@ impl From<McpError> for WalkError {
 pub struct WalkSummary {
     pub swap: SwapOutcome,
     pub report: WalkReport,
-    /// The server's caching hints from the first page (stateless era), for pacing polls.
+    /// The server's caching hint from the first page (stateless era), for pacing polls.
     pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
+    /// The scope of each kind walked: the most private of its pages (`cacheScope`).
+    pub scopes: Vec<(Kind, CacheScope)>,
     /// The swaps of the other kinds walked with it (`walk_kinds.rs`).
     pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
 }
 
 impl WalkSummary {
+    /// The most private scope of any kind walked (status shows it).
+    pub fn most_private_scope(&self) -> Option<CacheScope> {
+        self.scopes.iter().map(|(_, scope)| *scope).max()
+    }
+
     /// True when any kind's swap changed something.
     pub fn changed_anything(&self) -> bool {
         self.swap.added + self.swap.removed + self.swap.changed > 0
@@ -93,12 +101,27 @@ pub async fn walk(
             duplicates: resources.duplicates + templates.duplicates,
             skipped: resources.skipped + templates.skipped,
         };
+        // The scope goes with the snapshot: the stored scope is the more private of the old
+        // and the new one while the swap is under way (a crash leaves it so), then the new.
+        let scopes: Vec<(Kind, CacheScope)> = [
+            (Kind::Resource, resources.cache_scope),
+            (Kind::Template, templates.cache_scope),
+        ]
+        .into_iter()
+        .filter_map(|(kind, scope)| Some((kind, scope?)))
+        .collect();
+        store
+            .record_scopes(server, scopes.clone(), ScopeUpdate::Tighten)
+            .await?;
         let swap = staged.commit(report).await?;
+        store
+            .record_scopes(server, scopes.clone(), ScopeUpdate::Set)
+            .await?;
         Ok(WalkSummary {
             swap,
             report,
             ttl_ms: resources.ttl_ms,
-            cache_scope: resources.cache_scope,
+            scopes,
             entries: Vec::new(),
         })
     };
@@ -173,9 +196,10 @@ pub(crate) struct ListOutcome {
     pub skipped: u64,
     /// Items whose identity an earlier item of the walk had.
     pub duplicates: u64,
-    /// The server's caching hints from the first page (stateless era).
+    /// The server's caching hint from the first page (stateless era).
     pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
+    /// The most private `cacheScope` of any page (`None`: no page was read).
+    pub cache_scope: Option<CacheScope>,
 }
 
 /// The one cursor walk of every kind, with its guards: follow `nextCursor` to the end, the
@@ -240,8 +264,9 @@ impl<'a> ListWalk<'a> {
             outcome.pages += 1;
             if outcome.pages == 1 {
                 outcome.ttl_ms = page.ttl_ms;
-                outcome.cache_scope = page.cache_scope.clone();
             }
+            // A snapshot is as private as its most private page.
+            outcome.cache_scope = outcome.cache_scope.max(Some(page.cache_scope));
             let next_cursor = page.next_cursor;
             let page_cap_reached = outcome.pages >= limits.max_pages;
             let items = page.items;

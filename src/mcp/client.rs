@@ -63,7 +63,8 @@ pub struct Page {
     pub items: Vec<Box<RawValue>>,
     pub next_cursor: Option<String>,
     pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
+    /// The page's `cacheScope`; `public` when it declares none (the handshake era).
+    pub cache_scope: crate::protocol::CacheScope,
 }
 
 enum Connection {

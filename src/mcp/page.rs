@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::client::Page;
 use super::McpError;
+use crate::protocol::CacheScope;
 
 /// Parses a list result (`resources/list`, `tools/list`, …) whose items are under `field`.
 /// Only the top level is read into values; the list is split into its items' texts in the
@@ -55,11 +56,12 @@ pub(super) fn parse_page(method: &str, field: &str, result: &str) -> Result<Page
         items,
         next_cursor,
         ttl_ms: parsed.ttl_ms.as_ref().and_then(Value::as_u64),
-        cache_scope: parsed
-            .cache_scope
-            .as_ref()
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        cache_scope: match &parsed.cache_scope {
+            None => CacheScope::Public,
+            Some(Value::String(scope)) => CacheScope::of_page(Some(scope)),
+            // Not a scope we know: taken as the side that leaks nothing.
+            Some(_) => CacheScope::Private,
+        },
     })
 }
 
@@ -189,7 +191,7 @@ mod tests {
         );
         assert_eq!(page.next_cursor.as_deref(), Some("c2"));
         assert_eq!(page.ttl_ms, Some(5000));
-        assert_eq!(page.cache_scope.as_deref(), Some("public"));
+        assert_eq!(page.cache_scope, CacheScope::Public);
     }
 
     #[test]

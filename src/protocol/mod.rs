@@ -54,7 +54,8 @@ pub use results::{
     StatusResult, SwapSummary, ToolsCapability, WatchResult,
 };
 pub use state::{
-    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
+    CacheScope, ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,
+    UnknownName,
 };
 
 /// The longest request line the socket accepts; longer ones get an error and the connection closes.
@@ -96,6 +97,8 @@ pub const RESOURCE_NOT_FOUND: i64 = -32002;
 pub const BUSY: i64 = -32003;
 /// A search ran past `search_timeout` and was cancelled.
 pub const SEARCH_TIMED_OUT: i64 = -32004;
+/// The client may not call this method (it changes the mirror's state; HTTP token clients).
+pub const NOT_PERMITTED: i64 = -32005;
 
 /// The `_meta` key that names a resource's origin server.
 pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";
@@ -113,9 +116,23 @@ pub const VIA_META_KEY: &str = "io.mcp-mirror/via";
 /// The `_meta` key on a `resources/read` result served from the content cache.
 pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
 
+/// What a method's answer may carry, and so what a client's view does to it. Every method
+/// declares one (`methods!`), so a new method cannot forget it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeRule {
+    /// The answer carries no server's entries (the handshake, ping, the mirror's own tools).
+    NoEntries,
+    /// The answer carries entries or servers: each passes the view's rule before the answer
+    /// is serialized.
+    Filtered,
+    /// The method changes the owner's state: refused to a view that may not mutate.
+    Mutating,
+}
+
 /// A socket method: its name, params and result.
 pub trait Method {
     const NAME: &'static str;
+    const SCOPE: ScopeRule;
     type Params: Serialize + DeserializeOwned;
     type Result: Serialize + DeserializeOwned;
 }
@@ -127,49 +144,61 @@ pub trait Notification {
 }
 
 macro_rules! methods {
-    ($( $(#[$meta:meta])* $name:ident = $text:literal, $params:ty => $result:ty; )+) => {
+    ($( $(#[$meta:meta])* $name:ident = $text:literal, $params:ty => $result:ty, $rule:ident; )+) => {
         $(
             $(#[$meta])*
             pub enum $name {}
 
             impl Method for $name {
                 const NAME: &'static str = $text;
+                const SCOPE: ScopeRule = ScopeRule::$rule;
                 type Params = $params;
                 type Result = $result;
             }
         )+
+
+        /// The method table: every socket method's name and scope rule.
+        pub const METHODS: &[(&str, ScopeRule)] = &[$(($text, ScopeRule::$rule)),+];
     };
+}
+
+/// A method's scope rule; `None` for a name that is no method.
+pub fn scope_rule(method: &str) -> Option<ScopeRule> {
+    METHODS
+        .iter()
+        .find(|(name, _)| *name == method)
+        .map(|(_, rule)| *rule)
 }
 
 methods! {
     /// The MCP handshake; marks the connection as an MCP client that gets `list_changed`.
-    Initialize = "initialize", InitializeParams => InitializeResult;
-    Ping = "ping", NoParams => Empty;
+    Initialize = "initialize", InitializeParams => InitializeResult, NoEntries;
+    Ping = "ping", NoParams => Empty, NoEntries;
     /// The merged catalog, `PAGE_SIZE` per page, keyed by URI.
-    ListResources = "resources/list", ListParams => ListResourcesResult;
-    ListTemplates = "resources/templates/list", ListParams => ListTemplatesResult;
+    ListResources = "resources/list", ListParams => ListResourcesResult, Filtered;
+    ListTemplates = "resources/templates/list", ListParams => ListTemplatesResult, Filtered;
     /// Read through the server that wins the URI (or from its content cache).
-    ReadResource = "resources/read", UriParams => ReadResourceResult;
-    CatalogStatus = "catalog/status", NoParams => StatusResult;
-    CatalogSearch = "catalog/search", SearchParams => SearchResult;
-    CatalogResource = "catalog/resource", UriParams => ResourceDetails;
-    CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult;
+    ReadResource = "resources/read", UriParams => ReadResourceResult, Filtered;
+    CatalogStatus = "catalog/status", NoParams => StatusResult, Filtered;
+    CatalogSearch = "catalog/search", SearchParams => SearchResult, Filtered;
+    CatalogResource = "catalog/resource", UriParams => ResourceDetails, Filtered;
+    CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult, Mutating;
     /// One server's own snapshot, each entry marked with the server that wins it if another.
-    CatalogList = "catalog/list", ServerListParams => ServerListResult;
-    CatalogChanges = "catalog/changes", ChangesParams => ChangesResult;
+    CatalogList = "catalog/list", ServerListParams => ServerListResult, Filtered;
+    CatalogChanges = "catalog/changes", ChangesParams => ChangesResult, Filtered;
     /// Answers where the feed stands, then sends `notifications/catalog/changed`.
-    CatalogWatch = "catalog/watch", WatchParams => WatchResult;
+    CatalogWatch = "catalog/watch", WatchParams => WatchResult, NoEntries;
     /// Tools of every server (or one), `PAGE_SIZE` per page, ordered by server and name.
-    CatalogTools = "catalog/tools", EntriesParams => ListToolsResult;
-    CatalogPrompts = "catalog/prompts", EntriesParams => ListPromptsResult;
-    CatalogTool = "catalog/tool", EntryParams => EntryDetails;
-    CatalogPrompt = "catalog/prompt", EntryParams => EntryDetails;
+    CatalogTools = "catalog/tools", EntriesParams => ListToolsResult, Filtered;
+    CatalogPrompts = "catalog/prompts", EntriesParams => ListPromptsResult, Filtered;
+    CatalogTool = "catalog/tool", EntryParams => EntryDetails, Filtered;
+    CatalogPrompt = "catalog/prompt", EntryParams => EntryDetails, Filtered;
     /// Records the current tools and prompts as accepted; drift is measured from them.
-    CatalogAccept = "catalog/accept", ServerParams => AcceptResult;
-    CatalogDrift = "catalog/drift", ServerParams => DriftResult;
+    CatalogAccept = "catalog/accept", ServerParams => AcceptResult, Mutating;
+    CatalogDrift = "catalog/drift", ServerParams => DriftResult, Filtered;
     /// The mirror's own tools (`search_catalog`, `describe_entry`); it never proxies others'.
-    ListTools = "tools/list", ListParams => ListMirrorToolsResult;
-    CallTool = "tools/call", CallToolParams => CallToolResult;
+    ListTools = "tools/list", ListParams => ListMirrorToolsResult, NoEntries;
+    CallTool = "tools/call", CallToolParams => CallToolResult, Filtered;
 }
 
 /// Sent to MCP clients (those that sent `initialize`) once per committed change.

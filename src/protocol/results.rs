@@ -450,5 +450,5 @@ pub struct LiveStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_scope: Option<String>,
+    pub cache_scope: Option<super::CacheScope>,
 }

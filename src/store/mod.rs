@@ -4,6 +4,7 @@ mod entries;
 mod index_source;
 mod queries;
 mod schema;
+mod scopes;
 mod views;
 mod writer;
 
@@ -19,6 +20,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use index_source::{FeedDiff, IndexSource};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use scopes::ScopeUpdate;
 pub use views::SnapshotRow;
 
 use crate::protocol::{Kind, ServerState, TransportKind};
@@ -554,6 +556,33 @@ impl Store {
             reply,
         })
         .await
+    }
+
+    /// Records the `cacheScope` of kinds of `server`'s snapshot (`ScopeUpdate` says how).
+    pub async fn record_scopes(
+        &self,
+        server: &str,
+        scopes: Vec<(Kind, crate::protocol::CacheScope)>,
+        update: ScopeUpdate,
+    ) -> Result<(), StoreError> {
+        if scopes.is_empty() {
+            return Ok(());
+        }
+        let server = server.to_string();
+        self.call(|reply| WriteOp::RecordScopes {
+            server,
+            scopes,
+            update,
+            reply,
+        })
+        .await
+    }
+
+    /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
+    pub async fn scopes(
+        &self,
+    ) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
+        self.read(scopes::scopes).await
     }
 
     /// Starts staging a new walk of `server`; nothing is visible until `commit`.
