@@ -276,7 +276,8 @@ impl<'a> ListWalk<'a> {
             let this_page = async move {
                 let mut rows = Vec::with_capacity(items.len());
                 for item in items {
-                    let Some(row) = to_row(item) else {
+                    // Configured secrets never enter the store, whatever a server reflects.
+                    let Some(row) = to_row(crate::redact::scrub_entry(item)) else {
                         counts.skipped += 1;
                         continue;
                     };

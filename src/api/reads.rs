@@ -34,7 +34,9 @@ pub(super) async fn read_resource(
         return Err(not_listed(uri));
     }
     match context.supervisor.read(server, uri).await {
-        Ok(answer) => {
+        Ok(mut answer) => {
+            // As listed entries: a server's contents never carry our secrets onward.
+            redact::scrub_json(&mut answer);
             // A read result has its own `cacheScope` (2026-07-28): a private one is the
             // server's answer to us alone.
             let declared = answer

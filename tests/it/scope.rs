@@ -369,3 +369,42 @@ fn refreshes_are_paced_by_min_walk_interval_whoever_sends_them() {
     );
     assert!(walks >= 1);
 }
+
+#[test]
+fn a_server_reflecting_our_token_into_an_entry_never_gets_it_stored_or_served() {
+    const UPSTREAM_TOKEN: &str = "tok-upstream-reflected-8c21";
+    let scratch = Scratch::new();
+    let reflecting = HttpFixture::start(&[
+        "--name",
+        "mirror",
+        "--generate",
+        "3",
+        "--reflect-authorization",
+    ]);
+    let token_file = scratch.write("upstream.token", UPSTREAM_TOKEN);
+    let config = scratch.config(&format!(
+        "[servers.mirror]\nurl = \"{}\"\nbearer_token_file = {:?}\n",
+        reflecting.url,
+        token_file.display().to_string()
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("mirror", 1);
+    let listed = serde_json::to_string(&daemon.list_all()).expect("json");
+    // The server did reflect it (the fixture wrote what it saw), and it was scrubbed.
+    assert!(
+        listed.contains("Authorization: Bearer <redacted>"),
+        "{listed}"
+    );
+    assert!(!listed.contains(UPSTREAM_TOKEN), "{listed}");
+    let searched = daemon
+        .call("catalog/search", json!({"query": "Authorization"}))
+        .to_string();
+    assert!(!searched.contains(UPSTREAM_TOKEN), "{searched}");
+    drop(daemon);
+    let stored = std::fs::read(scratch.path("catalog.db")).expect("database");
+    let stored = String::from_utf8_lossy(&stored);
+    assert!(
+        !stored.contains(UPSTREAM_TOKEN),
+        "the token is in the database file"
+    );
+}
