@@ -48,6 +48,8 @@ pub struct WalkSummary {
     pub ttl_ms: Option<u64>,
     /// The scope of each kind walked: the most private of its pages (`cacheScope`).
     pub scopes: Vec<(Kind, CacheScope)>,
+    /// Entries left out because they came through this mirror already (a mirror loop).
+    pub looped: u64,
     /// The swaps of the other kinds walked with it (`walk_kinds.rs`).
     pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
 }
@@ -122,6 +124,7 @@ pub async fn walk(
             report,
             ttl_ms: resources.ttl_ms,
             scopes,
+            looped: resources.looped + templates.looped,
             entries: Vec::new(),
         })
     };
@@ -200,6 +203,8 @@ pub(crate) struct ListOutcome {
     pub ttl_ms: Option<u64>,
     /// The most private `cacheScope` of any page (`None`: no page was read).
     pub cache_scope: Option<CacheScope>,
+    /// Entries left out because they came through this mirror already (a mirror loop).
+    pub looped: u64,
 }
 
 /// The one cursor walk of every kind, with its guards: follow `nextCursor` to the end, the
@@ -241,6 +246,21 @@ impl<'a> ListWalk<'a> {
         let hasher = BuildHasherDefault::<DefaultHasher>::default();
         let mut seen: HashSet<u64> = HashSet::new();
         let mut outcome = ListOutcome::default();
+        let upstream_mirror = self
+            .session
+            .hello
+            .server_info
+            .get(crate::protocol::INSTANCE_INFO_KEY)
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty());
+        if upstream_mirror.is_some() && upstream_mirror == crate::protocol::mirror_id() {
+            return Err(WalkError::Failed(
+                "a mirror loop: this server is this mirror's own HTTP face; remove it from [servers]"
+                    .into(),
+            )
+            .into());
+        }
+        let upstream_mirror = &upstream_mirror;
         let mut pages_without_new = 0u64;
         // The page in hand, and whether it was asked for with a cursor (a stale cursor restarts).
         let mut fetched = self.session.list_page(method, list_key, None).await;
@@ -276,6 +296,21 @@ impl<'a> ListWalk<'a> {
             let this_page = async move {
                 let mut rows = Vec::with_capacity(items.len());
                 for item in items {
+                    // A mirror never takes back its own entries through a loop of mirrors.
+                    if crate::protocol::came_through_us(item.get()) {
+                        counts.looped += 1;
+                        continue;
+                    }
+                    // An upstream mirror's entry records that it came through it.
+                    let item = match upstream_mirror {
+                        Some(upstream) => {
+                            match crate::protocol::through_mirror(item.get(), upstream) {
+                                Some(recorded) => recorded,
+                                None => item,
+                            }
+                        }
+                        None => item,
+                    };
                     // Configured secrets never enter the store, whatever a server reflects.
                     let Some(row) = to_row(crate::redact::scrub_entry(item)) else {
                         counts.skipped += 1;

@@ -8,7 +8,7 @@ use crate::config::WalkLimits;
 use crate::mcp::Session;
 use crate::protocol::{CacheScope, Kind};
 use crate::store::{now_ms, EntryRow, EntrySwap, ScopeUpdate, Store, WalkReport};
-use crate::walk::{self, restarting_once, ListWalk, Listed, WalkError, WalkSummary};
+use crate::walk::{self, restarting_once, ListOutcome, ListWalk, Listed, WalkError, WalkSummary};
 
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a
 /// failure leaves the kinds already swapped in and the rest at their last complete snapshot.
@@ -34,13 +34,17 @@ pub async fn walk_kinds(
             },
             ttl_ms: None,
             scopes: Vec::new(),
+            looped: 0,
             entries: Vec::new(),
         }
     };
     for kind in kinds.iter().filter(|kind| Kind::ENTRY_KINDS.contains(kind)) {
-        let (swap, pages, scope) = walk_entries(session, store, server, *kind, limits).await?;
-        summary.report.pages += pages;
-        summary.scopes.extend(scope.map(|scope| (*kind, scope)));
+        let (swap, outcome) = walk_entries(session, store, server, *kind, limits).await?;
+        summary.report.pages += outcome.pages;
+        summary.looped += outcome.looped;
+        summary
+            .scopes
+            .extend(outcome.cache_scope.map(|scope| (*kind, scope)));
         summary.entries.push((*kind, swap));
     }
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
@@ -56,14 +60,14 @@ impl Listed for EntryRow {
 /// Walks one kind's list method to the end through the one cursor walk (`walk::ListWalk`:
 /// page and item caps, cursor loops, one restart on a stale cursor) and swaps the result in
 /// as the server's snapshot of that kind, its scope (the most private page's) with it.
-/// Returns the swap, the pages read and the scope.
+/// Returns the swap and what the walk saw (pages, scope, entries left out as a loop).
 pub async fn walk_entries(
     session: &Session,
     store: &Store,
     server: &str,
     kind: Kind,
     limits: WalkLimits,
-) -> Result<(EntrySwap, u64, Option<CacheScope>), WalkError> {
+) -> Result<(EntrySwap, ListOutcome), WalkError> {
     let pass = || async move {
         // The rows stay in memory: a tools or prompts list is bounded by `max_items`.
         let mut rows = Vec::new();
@@ -92,7 +96,7 @@ pub async fn walk_entries(
         store
             .record_scopes(server, scopes, ScopeUpdate::Set)
             .await?;
-        Ok((swap, outcome.pages, outcome.cache_scope))
+        Ok((swap, outcome))
     };
     restarting_once(server, kind, pass).await
 }

@@ -285,6 +285,7 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
         server_info: wire::Implementation {
             name: wire::SERVER_NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
+            instance: wire::mirror_id().map(str::to_string),
         },
         instructions: wire::INSTRUCTIONS.into(),
     }

@@ -516,6 +516,7 @@ fn discover() -> Value {
         server_info: wire::Implementation {
             name: wire::SERVER_NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
+            instance: wire::mirror_id().map(str::to_string),
         },
     };
     let result = DiscoverResult {

@@ -113,6 +113,79 @@ pub fn origin_meta(server: &str) -> serde_json::Value {
 /// The `_meta` key naming the mirror an entry came through, when its origin is another
 /// mirror's server ("demo via upstream").
 pub const VIA_META_KEY: &str = "io.mcp-mirror/via";
+/// The `_meta` key listing the instance ids of the mirrors an entry passed through, the
+/// nearest to its origin first; a mirror appends its upstream's id as it takes the entry.
+pub const MIRRORS_META_KEY: &str = "io.mcp-mirror/mirrors";
+/// The longest `io.mcp-mirror/mirrors` chain a mirror takes from an upstream; a longer one is
+/// left out like a loop (a tree of mirrors deeper than this is a mistake or an attack).
+pub const MAX_MIRROR_HOPS: usize = 16;
+
+static MIRROR_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets this process's mirror instance id (from its database); the first one set stays.
+pub fn set_mirror_id(id: &str) {
+    let _ = MIRROR_ID.set(id.to_string());
+}
+
+/// This mirror's instance id, once its database is open.
+pub fn mirror_id() -> Option<&'static str> {
+    MIRROR_ID.get().map(String::as_str)
+}
+
+/// Whether a listed entry (its JSON text) came through this mirror already, or through more
+/// mirrors than `MAX_MIRROR_HOPS`: a mirror never takes back its own entries from an upstream.
+pub fn came_through_us(entry: &str) -> bool {
+    if !entry.contains(MIRRORS_META_KEY) {
+        return false;
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[serde(rename = "_meta")]
+        meta: Option<Meta>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "io.mcp-mirror/mirrors")]
+        mirrors: Option<Vec<serde_json::Value>>,
+    }
+    let Ok(Entry {
+        meta: Some(Meta {
+            mirrors: Some(mirrors),
+        }),
+    }) = serde_json::from_str::<Entry>(entry)
+    else {
+        return false;
+    };
+    mirrors.len() >= MAX_MIRROR_HOPS
+        || mirror_id().is_some_and(|us| mirrors.iter().any(|mirror| mirror.as_str() == Some(us)))
+}
+
+/// The `serverInfo` key where a mirror names its instance id, so that a downstream can
+/// record it in the chain of each entry it takes (`MIRRORS_META_KEY`).
+pub const INSTANCE_INFO_KEY: &str = "io.mcp-mirror/instance";
+
+/// An entry taken from the upstream mirror `upstream` (its instance id), with `upstream`
+/// appended to its chain of mirrors; `None` when it does not parse as an object.
+pub fn through_mirror(entry: &str, upstream: &str) -> Option<Box<serde_json::value::RawValue>> {
+    let mut value: serde_json::Value = serde_json::from_str(entry).ok()?;
+    let object = value.as_object_mut()?;
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    if !meta.is_object() {
+        *meta = serde_json::Value::Object(Default::default());
+    }
+    let chain = meta
+        .as_object_mut()?
+        .entry(MIRRORS_META_KEY)
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    if !chain.is_array() {
+        *chain = serde_json::Value::Array(Vec::new());
+    }
+    chain.as_array_mut()?.push(upstream.into());
+    serde_json::value::to_raw_value(&value).ok()
+}
+
 /// The `_meta` key on a `resources/read` result served from the content cache.
 pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
 

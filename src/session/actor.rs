@@ -624,9 +624,21 @@ impl Actor {
         }
         link.poll.record(changed, summary.ttl_ms);
         let (ttl_ms, cache_scope) = (summary.ttl_ms, summary.most_private_scope());
+        let mirror_loop = (summary.looped > 0).then(|| {
+            format!(
+                "a mirror loop: {} entries came through this mirror already and were left out",
+                summary.looped
+            )
+        });
+        if let Some(note) = &mirror_loop {
+            if self.live.borrow().mirror_loop.is_none() {
+                tracing::warn!("{note}");
+            }
+        }
         self.publish(|live| {
             live.ttl_ms = ttl_ms;
             live.cache_scope = cache_scope;
+            live.mirror_loop = mirror_loop;
         });
         answer(waiters, Ok(Refreshed::walked(&summary)));
         if let Some(error) = &link.push.broken {

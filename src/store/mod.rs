@@ -392,6 +392,7 @@ impl Store {
             source,
         })?;
         let connection = schema::open_writer(path)?;
+        crate::protocol::set_mirror_id(&scopes::instance_id(&connection)?);
         // A backlog left by the last run shows in answers from the start; the writer resumes it.
         let full_text_behind = Arc::new(AtomicU64::new(writer::full_text_backlog(&connection)?));
         let writer_behind = full_text_behind.clone();

@@ -167,12 +167,14 @@ pub(crate) fn modern_request(method: &str, mut params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 }
 
-/// Every resource of a daemon's merged catalog, without the `via` note, sorted by URI.
+/// Every resource of a daemon's merged catalog, without the `via` note and the chain of
+/// mirrors (what a downstream adds), sorted by URI.
 fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
     let mut all = daemon.list_all();
     for resource in &mut all {
         if let Some(meta) = resource["_meta"].as_object_mut() {
             meta.remove("io.mcp-mirror/via");
+            meta.remove("io.mcp-mirror/mirrors");
         }
     }
     all.sort_by(|a, b| a["uri"].as_str().cmp(&b["uri"].as_str()));

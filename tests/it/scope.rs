@@ -408,3 +408,111 @@ fn a_server_reflecting_our_token_into_an_entry_never_gets_it_stored_or_served() 
         "the token is in the database file"
     );
 }
+
+/// A daemon with one stdio fixture of its own (`own_name`, from a scenario file) and the
+/// other daemon's HTTP face as server `peer_name`, serving its face at `own_address`.
+fn loop_member(
+    scratch: &Scratch,
+    own_name: &str,
+    own_address: &str,
+    peer_name: &str,
+    peer_address: &str,
+    generate: u64,
+) -> (Daemon, std::path::PathBuf) {
+    let scenario = scratch.write_scenario("own.json", &json!({"generate": generate}));
+    let token = scratch
+        .write("fleet.token", &format!("{TOKEN}\n"))
+        .display()
+        .to_string();
+    let config = scratch.config(&format!(
+        "{}[servers.{peer_name}]\nurl = \"http://{peer_address}/mcp\"\nbearer_token_file = {token:?}\n\n\
+         [http]\nlisten = \"{own_address}\"\ntokens = {{ fleet = {token:?} }}\n",
+        stdio_server(own_name, &["--name", own_name, "--scenario", scenario.to_str().expect("utf-8")]),
+    ));
+    fast_daemon_settings(&config);
+    (Daemon::start(scratch, &config), scenario)
+}
+
+fn own_snapshot(daemon: &Daemon, server: &str) -> Vec<Value> {
+    daemon.call("catalog/list", json!({"server": server}))["resources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_mirror_loop_is_cut_by_the_chain_of_mirrors_and_removed_entries_die() {
+    let (scratch_a, scratch_b) = (Scratch::new(), Scratch::new());
+    let (address_a, address_b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let (a, alpha_scenario) = loop_member(&scratch_a, "alpha", &address_a, "b", &address_b, 4);
+    let (b, _) = loop_member(&scratch_b, "beta", &address_b, "a", &address_a, 3);
+    // Each holds its own entries and the other's, once: what came back through the loop is
+    // left out (A's copy of B holds B's own three, not A's four again).
+    let settled = |daemon: &Daemon, peer: &str, own: &str, own_count: usize, peer_count: usize| {
+        wait_for(
+            &format!("{peer} mirrored without a loop"),
+            Duration::from_secs(40),
+            || {
+                let peer_snapshot = own_snapshot(daemon, peer);
+                let uris: Vec<&str> = peer_snapshot
+                    .iter()
+                    .filter_map(|entry| entry["resource"]["uri"].as_str())
+                    .collect();
+                let foreign = uris
+                    .iter()
+                    .all(|uri| !uri.starts_with(&format!("fixture://{own}/")));
+                (foreign
+                    && uris.len() == peer_count
+                    && own_snapshot(daemon, own).len() == own_count)
+                    .then_some(peer_snapshot)
+            },
+        )
+    };
+    let a_of_b = settled(&a, "b", "alpha", 4, 3);
+    settled(&b, "a", "beta", 3, 4);
+    // Entries keep their origin and a chain of one mirror; `_meta` does not grow.
+    for entry in &a_of_b {
+        let meta = &entry["resource"]["_meta"];
+        assert_eq!(meta["io.mcp-mirror/server"], "beta", "{entry}");
+        assert_eq!(
+            meta["io.mcp-mirror/mirrors"].as_array().map(Vec::len),
+            Some(1),
+            "{entry}"
+        );
+    }
+    // The loop is named in status, on both sides, once each has walked the other after that
+    // other took its entries.
+    wait_for("the loop in status", Duration::from_secs(40), || {
+        let a_status = a.server_status("b");
+        let b_status = b.server_status("a");
+        (a_status["live"]["mirrorLoop"].is_string() || b_status["live"]["mirrorLoop"].is_string())
+            .then_some(())
+    });
+
+    // An entry removed at its source leaves both mirrors.
+    let removed = "fixture://alpha/docs/000003.md";
+    scratch_a.write_scenario("own.json", &json!({"generate": 3}));
+    assert!(alpha_scenario.exists());
+    for (daemon, name) in [(&a, "A"), (&b, "B")] {
+        wait_for(
+            &format!("{removed} to leave {name}"),
+            Duration::from_secs(40),
+            || (!daemon.uris().iter().any(|uri| uri == removed)).then_some(()),
+        );
+    }
+    settled(&b, "a", "beta", 3, 3);
+    // No walk storm: a handful of walks each, not a growing count.
+    let walks = |daemon: &Daemon, server: &str| {
+        daemon.server_status(server)["walksOk"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let (a_walks, b_walks) = (walks(&a, "b"), walks(&b, "a"));
+    assert!(
+        a_walks <= 8 && b_walks <= 8,
+        "walks of the peer: A {a_walks}, B {b_walks}"
+    );
+}
