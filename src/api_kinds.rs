@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::api::{ApiContext, View};
 use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
-    ORIGIN_META_KEY, PAGE_SIZE,
+    ORIGIN_META_KEY, PAGE_SIZE, VIA_META_KEY,
 };
 use crate::store::{EntryHit, EntryListing, FullTextPage, Store, StoreError};
 
@@ -27,18 +27,26 @@ fn invalid(message: impl Into<String>) -> ErrorObject {
 /// A stored definition with its origin server in `_meta`.
 fn with_origin(listing: &EntryListing) -> Value {
     let mut value: Value = serde_json::from_str(&listing.raw).unwrap_or(Value::Null);
-    if let Value::Object(object) = &mut value {
-        let meta = object
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Value::Object(meta) = meta {
-            meta.insert(
-                ORIGIN_META_KEY.into(),
-                Value::String(listing.server.clone()),
-            );
-        }
-    }
+    attribute(&mut value, &listing.server);
     value
+}
+
+/// Names `server` in an entry's `_meta`: as its origin, or, when it already names one (it came
+/// from another mirror), as the mirror it came via, so the origin is kept.
+fn attribute(value: &mut Value, server: &str) {
+    let Value::Object(object) = value else {
+        return;
+    };
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(meta) = meta {
+        let key = match meta.get(ORIGIN_META_KEY) {
+            Some(Value::String(_)) => VIA_META_KEY,
+            _ => ORIGIN_META_KEY,
+        };
+        meta.insert(key.into(), Value::String(server.to_string()));
+    }
 }
 
 /// Where a `catalog/tools` (or `/prompts`) page starts: after this (server, name).
@@ -507,14 +515,7 @@ async fn describe(
                 .find(|listing| listing.server == arguments.server);
             Ok(listing.map(|listing| {
                 let mut value: Value = serde_json::from_str(&listing.raw).unwrap_or(Value::Null);
-                if let Value::Object(object) = &mut value {
-                    let meta = object
-                        .entry("_meta")
-                        .or_insert_with(|| Value::Object(Default::default()));
-                    if let Value::Object(meta) = meta {
-                        meta.insert(ORIGIN_META_KEY.into(), Value::String(listing.server));
-                    }
-                }
+                attribute(&mut value, &listing.server);
                 value
             }))
         }

@@ -63,7 +63,12 @@ pub(super) async fn read_resource(
         }
         Err(error) => {
             let unreachable = matches!(error, ReadError::Offline { .. } | ReadError::Failed { .. });
-            if unreachable && target.read_cache_bytes.is_some() {
+            // The cache does not record each result's own scope: a token client gets cached
+            // contents only of a server whose private results it may see (`share = true`).
+            if unreachable
+                && target.read_cache_bytes.is_some()
+                && view.sees_private_reads_of(server)
+            {
                 let cached = context
                     .store
                     .cached_contents(server, uri)
