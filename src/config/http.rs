@@ -1,14 +1,14 @@
 //! The `[http]` table: where the HTTP face listens, who may connect (bearer tokens from files,
 //! allowed browser origins) and its bounds, validated into one `HttpConfig`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
 use toml::Spanned;
 
+use super::raw::RawHttp;
 use super::source::SourceFile;
 use super::transport::expand_credentials;
 use super::values::{count, optional_size};
@@ -21,78 +21,6 @@ pub(crate) const DEFAULT_HTTP_MAX_BODY_BYTES: u64 = crate::protocol::MAX_LINE_BY
 pub(crate) const DEFAULT_HTTP_MAX_STREAMS: u64 = 256;
 /// `[http] max_sessions`: handshake-era sessions (`Mcp-Session-Id`) remembered at once.
 pub(crate) const DEFAULT_HTTP_MAX_SESSIONS: u64 = 1024;
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawHttp {
-    pub listen: Option<Spanned<String>>,
-    pub metrics_listen: Option<Spanned<String>>,
-    #[serde(default)]
-    pub tokens: BTreeMap<String, Spanned<RawToken>>,
-    #[serde(default)]
-    pub allowed_origins: Vec<String>,
-    pub max_body: Option<Spanned<String>>,
-    pub max_streams: Option<Spanned<i64>>,
-    pub max_sessions: Option<Spanned<i64>>,
-}
-
-/// One `[http] tokens` value: the token file's path, or a table with the path and the view
-/// (`{ file = "...", servers = [...], kinds = [...], mutate = true }`).
-#[derive(Default)]
-pub(super) struct RawToken {
-    file: String,
-    servers: Option<Vec<String>>,
-    kinds: Option<Vec<String>>,
-    mutate: bool,
-}
-
-impl<'de> Deserialize<'de> for RawToken {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TokenVisitor;
-
-        impl<'de> serde::de::Visitor<'de> for TokenVisitor {
-            type Value = RawToken;
-
-            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-                formatter
-                    .write_str("a token file's path, or a table { file, servers, kinds, mutate }")
-            }
-
-            fn visit_str<E: serde::de::Error>(self, file: &str) -> Result<RawToken, E> {
-                Ok(RawToken {
-                    file: file.to_string(),
-                    ..RawToken::default()
-                })
-            }
-
-            fn visit_map<M: serde::de::MapAccess<'de>>(
-                self,
-                mut map: M,
-            ) -> Result<RawToken, M::Error> {
-                let mut token = RawToken::default();
-                let mut file = None;
-                while let Some(key) = map.next_key::<String>()? {
-                    match key.as_str() {
-                        "file" => file = Some(map.next_value::<String>()?),
-                        "servers" => token.servers = Some(map.next_value()?),
-                        "kinds" => token.kinds = Some(map.next_value()?),
-                        "mutate" => token.mutate = map.next_value()?,
-                        other => {
-                            return Err(serde::de::Error::unknown_field(
-                                other,
-                                &["file", "servers", "kinds", "mutate"],
-                            ))
-                        }
-                    }
-                }
-                token.file = file.ok_or_else(|| serde::de::Error::missing_field("file"))?;
-                Ok(token)
-            }
-        }
-
-        deserializer.deserialize_any(TokenVisitor)
-    }
-}
 
 /// The HTTP face as configured; `listen: None` (the default) keeps it off.
 #[derive(Clone, PartialEq)]

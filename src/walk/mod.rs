@@ -1,5 +1,7 @@
 //! One walk of a server's resources and templates, and the one cursor walk with its guards (`ListWalk`) that every kind goes through.
 
+pub(crate) mod kinds;
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
@@ -9,12 +11,13 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
-use crate::entry::{fit_entry, whole_entry_hash};
-use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::protocol::{CacheScope, Kind};
+use crate::protocol::{INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::store::entry::{fit_entry, whole_entry_hash};
 use crate::store::{
     now_ms, ResourceRow, ScopeUpdate, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
 };
+use crate::upstream::{McpError, Session};
 
 /// Why a walk did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +53,7 @@ pub struct WalkSummary {
     pub scopes: Vec<(Kind, CacheScope)>,
     /// Entries left out because they came through this mirror already (a mirror loop).
     pub looped: u64,
-    /// The swaps of the other kinds walked with it (`walk_kinds.rs`).
+    /// The swaps of the other kinds walked with it (`walk/kinds.rs`).
     pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
 }
 

@@ -1,7 +1,7 @@
 //! Reads routed to a server: `resources/read` (the winning server, else the first matching template's; the cache fallback) and `catalog/list`.
 
 use super::shape::server_list_result;
-use super::{internal, invalid_params, ApiContext, View};
+use super::{internal, invalid_params, DaemonContext, View};
 use crate::protocol::{
     self as wire, CacheNote, CacheScope, ErrorData, ErrorObject, Kind, ReadResourceResult,
     INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND,
@@ -24,7 +24,7 @@ pub(crate) fn not_listed(uri: &str) -> ErrorObject {
 /// be reached and its content cache has the URI, serves the cached contents instead.
 pub(super) async fn read_resource(
     uri: &str,
-    context: &ApiContext,
+    context: &DaemonContext,
     view: &View,
 ) -> Result<ReadResourceResult, ErrorObject> {
     let target = read_target_or_template(uri, context).await?;
@@ -109,7 +109,10 @@ pub(super) async fn read_resource(
 
 /// The server a read of `uri` goes to: the one that wins the URI in the merged catalog, else
 /// (a URI no server lists) the one whose mirrored template matches it, by the same priority.
-async fn read_target_or_template(uri: &str, context: &ApiContext) -> Result<Target, ErrorObject> {
+async fn read_target_or_template(
+    uri: &str,
+    context: &DaemonContext,
+) -> Result<Target, ErrorObject> {
     if let Some(target) = context.store.read_target(uri).await.map_err(internal)? {
         return Ok(Target {
             server: target.server,
@@ -149,7 +152,7 @@ fn no_such_server(name: &str) -> ErrorObject {
 
 pub(super) async fn server_list(
     params: wire::ServerListParams,
-    context: &ApiContext,
+    context: &DaemonContext,
     view: &View,
 ) -> Result<wire::ServerListResult, ErrorObject> {
     let (after, limit) = params.checked().map_err(invalid_params)?;
