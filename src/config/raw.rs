@@ -94,7 +94,6 @@ impl<'de> Deserialize<'de> for RawToken {
     }
 }
 
-
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDaemon {
