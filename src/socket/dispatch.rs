@@ -6,14 +6,15 @@ use serde_json::Value;
 use super::reads::{read_resource, server_list};
 use super::search::{gated_search, resource_search};
 use super::shape::{
-    changes_result, resource_details, resources_page, search_result, templates_page,
+    changes_result, keyed_entries_result, resource_details, resources_page, search_result,
+    templates_page,
 };
 use super::{internal, invalid_params, not_listed, status, ConnectionState, DaemonContext};
 use crate::protocol::{
-    self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogList, CatalogRefresh,
-    CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorData,
-    ErrorObject, Initialize, Kind, ListResources, ListTemplates, Method, Ping, ReadResource,
-    Response, INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
+    self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogEntries, CatalogList,
+    CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest,
+    ErrorData, ErrorObject, Initialize, Kind, ListResources, ListTemplates, Method, Ping,
+    ReadResource, Response, INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
 };
 use crate::redact;
 use crate::socket::kinds;
@@ -191,7 +192,33 @@ async fn dispatch(
             result
                 .changes
                 .retain(|change| view.sees(&change.server, change.entry_kind));
+            result.instance = Some(context.store.instance().to_string());
             answer::<CatalogChanges>(result)
+        }
+        CatalogEntries::NAME => {
+            let (kind, keys) = params::<CatalogEntries>(raw)?
+                .checked()
+                .map_err(invalid_params)?;
+            let read = context
+                .store
+                .keyed_entries(kind, keys)
+                .await
+                .map_err(internal)?;
+            let mut result = keyed_entries_result(context.store.instance(), &read);
+            if !view.is_owner() {
+                // What the view may not see is reported as no server listing it, and a count
+                // of the whole catalog cannot be checked against a part.
+                let (shown, withheld): (Vec<_>, Vec<_>) = std::mem::take(&mut result.entries)
+                    .into_iter()
+                    .zip(&read.found)
+                    .partition(|(_, row)| view.sees(&row.server, kind));
+                result.entries = shown.into_iter().map(|(entry, _)| entry).collect();
+                result
+                    .missing
+                    .extend(withheld.into_iter().map(|(_, row)| row.key.clone()));
+                result.total = None;
+            }
+            to_text(&result)
         }
         CatalogWatch::NAME => {
             let since = params::<CatalogWatch>(raw)?

@@ -1,7 +1,7 @@
 //! The stored `cacheScope` of each (server, kind) snapshot (written around each swap, read by
-//! the HTTP face's view of the catalog), and this mirror's instance id.
+//! the HTTP face's view of the catalog).
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 
 use super::StoreError;
 use crate::protocol::{CacheScope, Kind};
@@ -48,27 +48,6 @@ pub(super) fn record_scopes(
 pub(super) fn forget_scopes(connection: &Connection, server: &str) -> Result<(), StoreError> {
     connection.execute("DELETE FROM scopes WHERE server = ?1", [server])?;
     Ok(())
-}
-
-/// This mirror's instance id, made (128 random bits, hex) the first time it is asked for.
-pub(super) fn instance_id(connection: &Connection) -> Result<String, StoreError> {
-    let found: Option<String> = connection
-        .query_row("SELECT id FROM instance LIMIT 1", [], |row| row.get(0))
-        .optional()?;
-    if let Some(id) = found {
-        return Ok(id);
-    }
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut bytes))
-        .map_err(|error| {
-            StoreError::Walk(format!(
-                "cannot read /dev/urandom for the instance id: {error}"
-            ))
-        })?;
-    let id: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-    connection.execute("INSERT INTO instance (id) VALUES (?1)", [&id])?;
-    Ok(id)
 }
 
 /// Every recorded (server, kind, scope).

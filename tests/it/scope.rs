@@ -76,6 +76,10 @@ fn probes(method: &str) -> Vec<Value> {
             .map(|server| json!({"server": server}))
             .collect(),
         "catalog/changes" => vec![json!({}), json!({"kinds": ["tool", "template"]})],
+        "catalog/entries" => vec![
+            json!({"kind": "resource", "keys": reads}),
+            json!({"kind": "template", "keys": ["fixture://kinds/docs/{id}.md", "fixture://secret/docs/{id}.md"]}),
+        ],
         "catalog/tool" => vec![json!({"server": "kinds", "name": "kinds_private_tool"})],
         "catalog/prompt" => vec![json!({"server": "kinds", "name": "kinds_public_prompt"})],
         "tools/call" => vec![
@@ -135,7 +139,14 @@ fn every_method(daemon: &Daemon, address: &str, token: &str, hidden: &[&str]) ->
     for (method, rule) in mcp_mirror::protocol::METHODS {
         for params in probes(method) {
             for answer in ask(daemon, address, Some(token), method, &params) {
-                let text = answer.to_string();
+                // `catalog/entries` names the keys it was asked for in `missing`: its entries
+                // are what must hold nothing hidden.
+                let text = match *method {
+                    "catalog/entries" if answer.get("result").is_some() => {
+                        answer["result"]["entries"].to_string()
+                    }
+                    _ => answer.to_string(),
+                };
                 everything.push_str(&text);
                 if *rule == mcp_mirror::protocol::ScopeRule::Mutating {
                     assert_eq!(

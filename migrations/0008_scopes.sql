@@ -10,9 +10,3 @@ CREATE TABLE scopes (
     PRIMARY KEY (server, kind)
 ) STRICT;
 
--- This mirror's identity: one random id made at the first start, which entries carry in
--- `_meta["io.mcp-mirror/mirrors"]` when they pass through it, so a mirror recognises its own
--- entries coming back through a loop of mirrors (and leaves them out).
-CREATE TABLE instance (
-    id TEXT NOT NULL
-) STRICT;
