@@ -367,8 +367,8 @@ pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<Resourc
             });
         }
     }
-    let item: Value = serde_json::from_str(item.get()).ok()?;
-    let fitted = fit_entry(item, "uri", max_entry_bytes)?;
+    let fitted = fit_entry(item.get(), Kind::Resource, max_entry_bytes)?;
+    drop(item);
     let object = &fitted.object;
     let uri = text_field(object, "uri")?;
     Some(ResourceRow {
@@ -389,8 +389,7 @@ pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<Resourc
 }
 
 fn template_row(item: &RawValue, max_entry_bytes: u64) -> Option<TemplateRow> {
-    let item: Value = serde_json::from_str(item.get()).ok()?;
-    let fitted = fit_entry(item, "uriTemplate", max_entry_bytes)?;
+    let fitted = fit_entry(item.get(), Kind::Template, max_entry_bytes)?;
     let object = &fitted.object;
     let uri_template = text_field(object, "uriTemplate")?;
     Some(TemplateRow {

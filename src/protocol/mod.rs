@@ -112,6 +112,8 @@ pub fn origin_meta(server: &str) -> serde_json::Value {
 pub const VIA_META_KEY: &str = "io.mcp-mirror/via";
 /// The `_meta` key on a `resources/read` result served from the content cache.
 pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
+/// The `_meta` key (`true`) on an entry stored trimmed because it was over `max_entry_bytes`.
+pub const OVERSIZED_META_KEY: &str = "io.mcp-mirror/oversized";
 
 /// A socket method: its name, params and result.
 pub trait Method {
