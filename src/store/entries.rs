@@ -243,17 +243,43 @@ pub fn kind_counts(
         slot.entries = entries.max(0) as u64;
         slot.snapshot_at_ms = Some(snapshot_at);
     }
-    for drift in drift(connection, None)? {
-        let slot = counts
-            .entry(drift.server.clone())
-            .or_default()
-            .entry(drift.kind)
-            .or_default();
+    // Counted in SQL: status never holds the definitions it compares.
+    let mut drift = connection.prepare_cached(
+        "SELECT s.name, e.kind, 0, count(*) FROM entries e
+         JOIN accepted_servers a ON a.server_id = e.server_id JOIN servers s ON s.id = e.server_id
+         WHERE NOT EXISTS (SELECT 1 FROM accepted_entries x
+                           WHERE x.server_id = e.server_id AND x.kind = e.kind AND x.name = e.name)
+         GROUP BY s.name, e.kind
+         UNION ALL
+         SELECT s.name, x.kind, 1, count(*) FROM accepted_entries x
+         JOIN servers s ON s.id = x.server_id
+         WHERE NOT EXISTS (SELECT 1 FROM entries e
+                           WHERE e.server_id = x.server_id AND e.kind = x.kind AND e.name = x.name)
+         GROUP BY s.name, x.kind
+         UNION ALL
+         SELECT s.name, e.kind, 2, count(*) FROM entries e
+         JOIN accepted_entries x ON x.server_id = e.server_id AND x.kind = e.kind AND x.name = e.name
+         JOIN servers s ON s.id = e.server_id
+         WHERE x.raw != e.raw
+         GROUP BY s.name, e.kind",
+    )?;
+    let rows = drift.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, Kind>(1)?,
+            row.get::<_, i64>(2)?,
+            row.get::<_, i64>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (server, kind, change, count) = row?;
+        let slot = counts.entry(server).or_default().entry(kind).or_default();
         let tally = slot.drift.get_or_insert_with(DriftCounts::default);
-        match drift.change {
-            ChangeKind::Added => tally.added += 1,
-            ChangeKind::Removed => tally.removed += 1,
-            _ => tally.changed += 1,
+        let count = count.max(0) as u64;
+        match change {
+            0 => tally.added += count,
+            1 => tally.removed += count,
+            _ => tally.changed += count,
         }
     }
     // An accepted server with no drift shows zeros rather than "never accepted".
