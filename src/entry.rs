@@ -10,6 +10,7 @@
 //! (another key order, the hash of an older version) are told apart from a real change by
 //! `same_entry`, which the store asks only when the hashes differ.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
@@ -107,7 +108,12 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
             oversized: false,
         });
     }
-    let mut fields: BTreeMap<String, Box<RawValue>> = serde_json::from_str(text).ok()?;
+    // Borrowed from `text`: the fields cost no copy of the entry.
+    let borrowed: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
+    let mut fields: BTreeMap<String, Cow<'_, RawValue>> = borrowed
+        .into_iter()
+        .map(|(field, value)| (field, Cow::Borrowed(value)))
+        .collect();
     match fields
         .get(key)
         .map(|value| serde_json::from_str::<String>(value.get()))
@@ -178,7 +184,7 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         name.truncate(cut);
         let value = RawValue::from_string(serde_json::to_string(&name).ok()?).ok()?;
         size = size - before + field_len("name", &value);
-        fields.insert("name".into(), value);
+        fields.insert("name".into(), Cow::Owned(value));
     }
     if size > target {
         return None;
@@ -187,7 +193,7 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         if !fields.contains_key(*field) {
             fields.insert(
                 field.to_string(),
-                RawValue::from_string(value.to_string()).ok()?,
+                Cow::Owned(RawValue::from_string(value.to_string()).ok()?),
             );
         }
     }
@@ -203,7 +209,7 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
     };
     fields.insert(
         "_meta".into(),
-        RawValue::from_string(serde_json::to_string(&meta).ok()?).ok()?,
+        Cow::Owned(RawValue::from_string(serde_json::to_string(&meta).ok()?).ok()?),
     );
     let raw = serde_json::to_string(&fields).ok()?;
     if raw.len() > max_bytes {
