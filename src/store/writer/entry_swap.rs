@@ -9,7 +9,7 @@ use rusqlite::params;
 
 use super::{execute, prune_changes, query_one, server_id, CHANGES_PER_SWAP};
 use crate::protocol::{ChangeKind, Kind, ServerState};
-use crate::store::entries::changed_fields;
+use crate::store::kinds::changed_fields;
 use crate::store::{now_ms, EntrySwap, StoreError};
 
 /// The count behind `oversizedEntries`: the server's trimmed entries of every kind.

@@ -53,7 +53,7 @@ pub enum WriteOp {
         kind: Kind,
         reply: Reply<super::EntrySwap>,
     },
-    /// Records the current tools and prompts as accepted (`entries.rs`).
+    /// Records the current tools and prompts as accepted (`kinds.rs`).
     Accept {
         server: Option<String>,
         reply: Reply<u64>,
@@ -335,7 +335,7 @@ pub fn run(
                 discard_staging(&connection, walk_id);
             }
             WriteOp::Accept { server, reply } => {
-                let _ = reply.send(super::entries::accept(&mut connection, server.as_deref()));
+                let _ = reply.send(super::kinds::accept(&mut connection, server.as_deref()));
             }
             WriteOp::CacheContents {
                 server,

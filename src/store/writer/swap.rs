@@ -12,8 +12,8 @@ use super::full_text::{
 use super::pending::promote;
 use super::staging::StagedCounts;
 use super::{execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_SWAP};
-use crate::entry::same_entry;
 use crate::protocol::{ChangeKind, Kind, ServerState};
+use crate::store::entry::same_entry;
 use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
 
 /// Kinds in `swap_ids` (added rows are found by id instead: they are the ids above the

@@ -6,10 +6,10 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::config::WalkLimits;
-use crate::entry::fit_entry;
-use crate::mcp::Session;
 use crate::protocol::Kind;
+use crate::store::entry::fit_entry;
 use crate::store::{now_ms, EntryRow, EntrySwap, Store, WalkReport};
+use crate::upstream::Session;
 use crate::walk::{self, restarting_once, ListWalk, Listed, WalkError, WalkSummary};
 
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a
