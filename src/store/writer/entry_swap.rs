@@ -200,3 +200,72 @@ pub(super) fn swap_entries(
     }
     Ok((swap, latest_seq))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::protocol::Kind;
+    use crate::store::entry::fit_entry;
+    use crate::store::EntryRow;
+
+    fn tool(text: &str) -> EntryRow {
+        let fitted = fit_entry(text, Kind::Tool, 1 << 20).expect("a tool");
+        EntryRow {
+            name: fitted.object["name"].as_str().expect("name").to_string(),
+            title: None,
+            description: fitted
+                .object
+                .get("description")
+                .and_then(|text| text.as_str())
+                .map(str::to_string),
+            inputs: String::new(),
+            raw: fitted.raw,
+            hash: fitted.hash,
+            oversized: fitted.oversized,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_staged_walk_of_tools_is_swapped_by_hash_and_another_key_order_is_no_change() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let store = super::super::tests::open_store(&directory.path().join("c.db"), &["fx"]).await;
+        let a = r#"{"name":"a","description":"one","inputSchema":{"type":"object"}}"#;
+        let b = r#"{"name":"b","description":"two","inputSchema":{"type":"object"}}"#;
+        let swap = |rows: Vec<EntryRow>| store.swap_entries("fx", Kind::Tool, rows);
+        let first = swap(vec![tool(a), tool(b)]).await.expect("first");
+        assert_eq!((first.added, first.entries), (2, 2));
+        // Pages of one walk: `a` unchanged, `b` changed, `c` added.
+        let walk = store.begin_walk("fx");
+        walk.add_entries(Kind::Tool, vec![tool(a)])
+            .await
+            .expect("page");
+        let b2 = r#"{"name":"b","description":"three","inputSchema":{"type":"object"}}"#;
+        let c = json!({"name": "c", "inputSchema": {"type": "object"}}).to_string();
+        walk.add_entries(Kind::Tool, vec![tool(b2), tool(&c)])
+            .await
+            .expect("page");
+        let second = walk.commit_entries(Kind::Tool).await.expect("second");
+        assert_eq!(
+            (second.added, second.changed, second.removed, second.entries),
+            (1, 1, 0, 3)
+        );
+        // The same tool in another key order: the same entry, not a change, and after it
+        // the listed form's hash is the stored one.
+        let reordered = r#"{"inputSchema":{"type":"object"},"description":"one","name":"a"}"#;
+        for _ in 0..2 {
+            let again = swap(vec![tool(reordered), tool(b2), tool(&c)])
+                .await
+                .expect("again");
+            assert_eq!(again.touched(), 0);
+        }
+        let (listed, _) = store
+            .list_entries(Kind::Tool, None, None, 10)
+            .await
+            .expect("list");
+        assert_eq!(listed[0].raw, a, "the stored text is kept");
+        let last = swap(vec![tool(&c)]).await.expect("last");
+        assert_eq!((last.removed, last.entries), (2, 1));
+        store.close().await;
+    }
+}

@@ -59,7 +59,7 @@ fn writer_connection(path: &std::path::Path, servers: &[&str]) -> Connection {
 }
 
 /// A store on `path` with `servers` configured.
-async fn open_store(path: &std::path::Path, servers: &[&str]) -> Store {
+pub(super) async fn open_store(path: &std::path::Path, servers: &[&str]) -> Store {
     let store = Store::open(path).expect("open");
     store
         .apply_servers(configured(servers))
