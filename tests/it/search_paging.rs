@@ -228,6 +228,33 @@ fn pages_of_every_size_are_slices_of_one_order() {
     }
     assert!(checked >= 30, "only {checked} searches found anything");
 
+    // A question carrying an 18 KB base64 blob: answered, from its first 4 KiB, saying which
+    // words were left out.
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut state: u64 = 7;
+    let blob: String = (0..18_000)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            char::from(alphabet[(state >> 58) as usize])
+        })
+        .collect();
+    let question = format!("convert this stock price file to pdf: {blob}");
+    let answer = daemon.call(
+        "catalog/search",
+        json!({"query": question, "kinds": ["tool"]}),
+    );
+    let note = answer["note"].as_str().unwrap_or("");
+    assert!(note.contains("words were not searched"), "{answer:.500}");
+    let names: Vec<&str> = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|hit| hit["name"].as_str())
+        .collect();
+    assert!(names.contains(&"convert_to_pdf"), "{names:?}");
+
     // SQLite's full-text index (raw queries): the same property.
     for query in [
         "document",
