@@ -171,7 +171,7 @@ def start_daemon(binary, catalog, directory, model):
         path = os.path.join(tools_dir, f"{name}.json")
         json.dump(tools, open(path, "w", encoding="utf-8"))
         lines += [f'[servers."{name}"]', f'command = "{sys.executable}"',
-                  f'args = ["{server}", "{path}"]', ""]
+                  f'args = ["-S", "{server}", "{path}"]', ""]
     config = os.path.join(directory, "daemon.toml")
     open(config, "w", encoding="utf-8").write("\n".join(lines))
     log = open(os.path.join(directory, "daemon.log"), "w")
@@ -227,7 +227,16 @@ def main():
     rows = [("BM25 reference (k1 1.2, b 0.75)", [bm25(question) for question, _ in tasks], None)]
     directory = tempfile.mkdtemp(prefix="retrieval-", dir=os.path.join(ROOT, "target", "tmp")
                                  if os.path.isdir(os.path.join(ROOT, "target", "tmp")) else None)
-    process, client = start_daemon(binary, catalog, directory, model)
+    # On a loaded machine 70 interpreters starting at once can hold up the daemon's own
+    # start-up ping (5 s), which then exits: try again, in a fresh directory.
+    for attempt in range(3):
+        try:
+            process, client = start_daemon(binary, catalog, directory, model)
+            break
+        except SystemExit:
+            if attempt == 2:
+                raise
+            directory = tempfile.mkdtemp(prefix="retrieval-", dir=os.path.dirname(directory))
     try:
         modes = ["lexical", "semantic", "hybrid"] if model else ["lexical"]
         for mode in modes:

@@ -222,20 +222,31 @@ pub fn run(
     let wanted = query.offset + query.limit + 1 + exact.len();
 
     // 1. Every word; the last one as a prefix.
-    let mut clauses: Vec<Clause> = words
-        .iter()
-        .map(|word| search.word(word))
-        .collect::<Result<_, _>>()?;
-    clauses.push(search.prefix(&last)?);
+    // A question, not a search box's few words: no typo stage, and its words are looked up
+    // only until one is in no entry (a pasted blob is hundreds of words).
+    let question = words.len() + 1 > MAX_TYPO_QUERY_WORDS;
+    let mut clauses: Vec<Clause> = Vec::with_capacity(words.len() + 1);
+    let mut missing = false;
+    for word in &words {
+        let clause = search.word(word)?;
+        missing |= clause.is_empty();
+        clauses.push(clause);
+        if missing && question {
+            break;
+        }
+    }
+    if !(missing && question) {
+        clauses.push(search.prefix(&last)?);
+    }
     let mut mode = MatchMode::All;
-    let mut ranked = if clauses.iter().any(Clause::is_empty) {
+    let mut ranked = if missing || clauses.iter().any(Clause::is_empty) {
         Vec::new()
     } else {
         search.conjunction(&clauses, wanted)?
     };
     // 2. Every word, long words with one typo: for what a person types in a search box, not
     // for a question, whose every word would open up a typo automaton.
-    if ranked.is_empty() && exact.is_empty() && clauses.len() <= MAX_TYPO_QUERY_WORDS {
+    if ranked.is_empty() && exact.is_empty() && !question {
         let mut tolerant: Vec<Clause> = words
             .iter()
             .zip(&clauses)
@@ -256,10 +267,14 @@ pub fn run(
         }
     }
     // 3. Any word: one ranked disjunction of the exact words typed (no typos, no prefix),
-    // stopwords left out unless every word is one, so the order of the hits is one order
-    // whatever page is asked for.
+    // stopwords and one-character words left out unless every word is one, so the order of
+    // the hits is one order whatever page is asked for.
     if ranked.is_empty() && exact.is_empty() && typed.len() > 1 {
-        let content: Vec<&String> = typed.iter().filter(|word| !is_stopword(word)).collect();
+        // One letter or digit says as little as a stopword ("a", "b", the parts of `x2Y`).
+        let content: Vec<&String> = typed
+            .iter()
+            .filter(|word| !is_stopword(word) && word.chars().count() > 1)
+            .collect();
         let chosen: Vec<&String> = if content.is_empty() {
             typed.iter().collect()
         } else {

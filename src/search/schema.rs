@@ -188,6 +188,9 @@ pub struct Fields {
     pub kinds: Field,
     /// "1" when this listing is the one the merged catalog shows for its URI.
     pub wins: Field,
+    /// Per kind, the sets of kinds holding it and each set's merged-view term, computed once
+    /// (a first load of a million entries writes them a million times).
+    kind_sets: Vec<(Kind, Vec<(String, String)>)>,
     /// "1" when more than one server lists this URI.
     pub shared: Field,
     /// Every searchable word: name and title twice (they outrank URI and description), then
@@ -249,6 +252,19 @@ impl Fields {
             kind,
             kinds,
             wins,
+            kind_sets: Kind::ALL
+                .iter()
+                .map(|kind| {
+                    let sets = kind_sets_holding(*kind)
+                        .into_iter()
+                        .map(|set| {
+                            let merged = scope(&set, None);
+                            (set, merged)
+                        })
+                        .collect();
+                    (*kind, sets)
+                })
+                .collect(),
             shared,
             all,
         }
@@ -328,10 +344,12 @@ impl Fields {
             document.add_text(self.mime_type, mime_type);
         }
         document.add_text(self.kind, entry.kind.as_str());
-        for set in kind_sets_holding(entry.kind) {
-            document.add_text(self.kinds, scope(&set, Some(&entry.server)));
-            if flags.wins {
-                document.add_text(self.kinds, scope(&set, None));
+        if let Some((_, sets)) = self.kind_sets.iter().find(|(kind, _)| *kind == entry.kind) {
+            for (set, merged) in sets {
+                document.add_text(self.kinds, scope(set, Some(&entry.server)));
+                if flags.wins {
+                    document.add_text(self.kinds, merged);
+                }
             }
         }
         document.add_text(self.wins, if flags.wins { "1" } else { "0" });
