@@ -17,7 +17,22 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
     #[serde(default)]
-    pub http: super::http::RawHttp,
+    pub http: RawHttp,
+}
+
+/// The `[http]` table as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub listen: Option<Spanned<String>>,
+    pub metrics_listen: Option<Spanned<String>>,
+    #[serde(default)]
+    pub tokens: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    pub max_body: Option<Spanned<String>>,
+    pub max_streams: Option<Spanned<i64>>,
+    pub max_sessions: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -32,6 +47,8 @@ pub(super) struct RawDaemon {
     pub max_items: Option<Spanned<i64>>,
     pub max_entry_bytes: Option<Spanned<i64>>,
     pub max_pages_without_new: Option<Spanned<i64>>,
+    pub max_template_bytes: Option<Spanned<i64>>,
+    pub max_template_expressions: Option<Spanned<i64>>,
     pub poll_interval: Option<Spanned<String>>,
     pub poll_floor: Option<Spanned<String>>,
     pub ping_interval: Option<Spanned<String>>,

@@ -1,9 +1,13 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
-mod entries;
+pub(crate) mod entry;
+mod follow;
 mod index_source;
+mod kinds;
 mod queries;
 mod schema;
+mod sql_text;
+pub(crate) mod uri_template;
 mod views;
 mod writer;
 
@@ -16,8 +20,9 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
-pub use index_source::{FeedDiff, IndexSource};
+pub use follow::{FollowCursor, KeyedEntries};
+pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
+pub use kinds::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 pub use views::SnapshotRow;
 
@@ -258,6 +263,8 @@ pub struct ServerStatus {
     pub last_walk: Option<LastWalk>,
     pub walks_ok: u64,
     pub walks_failed: u64,
+    /// Deltas of a followed upstream's change feed applied instead of walks.
+    pub deltas_applied: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
     /// Entries of the snapshot stored trimmed because they were over `max_entry_bytes`.
@@ -361,6 +368,9 @@ pub struct Store {
     catalog_version: Arc<AtomicU64>,
     /// Ids the full-text backlog lists (the writer keeps it; `full_text_note` reads it).
     full_text_behind: Arc<AtomicU64>,
+    /// This database's id (`mirror_identity`), named in answers to followers.
+    instance: String,
+    merged_count_memo: Arc<follow::CountMemo>,
 }
 
 /// What an answer from SQLite's full-text search says while the index lacks rows of a large
@@ -390,6 +400,7 @@ impl Store {
             source,
         })?;
         let connection = schema::open_writer(path)?;
+        let instance = follow::instance_id(&connection)?;
         // A backlog left by the last run shows in answers from the start; the writer resumes it.
         let full_text_behind = Arc::new(AtomicU64::new(writer::full_text_backlog(&connection)?));
         let writer_behind = full_text_behind.clone();
@@ -424,6 +435,8 @@ impl Store {
             changes,
             catalog_version,
             full_text_behind,
+            instance,
+            merged_count_memo: Arc::default(),
         })
     }
 
@@ -738,7 +751,7 @@ impl Store {
             let after = after
                 .as_ref()
                 .map(|(server, name)| (server.as_str(), name.as_str()));
-            entries::list_entries(connection, kind, server.as_deref(), after, limit)
+            kinds::list_entries(connection, kind, server.as_deref(), after, limit)
         })
         .await
     }
@@ -750,7 +763,7 @@ impl Store {
         name: &str,
     ) -> Result<Option<EntryListing>, StoreError> {
         let (server, name) = (server.to_string(), name.to_string());
-        self.read(move |connection| entries::entry(connection, kind, &server, &name))
+        self.read(move |connection| kinds::entry(connection, kind, &server, &name))
             .await
     }
 
@@ -760,11 +773,11 @@ impl Store {
         std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>,
         StoreError,
     > {
-        self.read(entries::kind_counts).await
+        self.read(kinds::kind_counts).await
     }
 
     pub async fn drift(&self, server: Option<String>) -> Result<Vec<DriftRow>, StoreError> {
-        self.read(move |connection| entries::drift(connection, server.as_deref()))
+        self.read(move |connection| kinds::drift(connection, server.as_deref()))
             .await
     }
 
@@ -775,12 +788,12 @@ impl Store {
         limit: usize,
         kinds: Vec<Kind>,
     ) -> Result<ChangePage, StoreError> {
-        self.read(move |connection| entries::changes_of_kinds(connection, since, limit, &kinds))
+        self.read(move |connection| kinds::changes_of_kinds(connection, since, limit, &kinds))
             .await
     }
 
     pub async fn search_entries(&self, search: EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
-        self.read(move |connection| entries::search_entries(connection, &search))
+        self.read(move |connection| kinds::search_entries(connection, &search))
             .await
     }
 
@@ -837,7 +850,7 @@ impl ReadOnlyCatalog {
     }
 
     pub fn search_entries(&self, search: &EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
-        entries::search_entries(&self.connection, search)
+        kinds::search_entries(&self.connection, search)
     }
 
     /// A page of one kind's tools or prompts, after (server, name), ordered by server and name.
@@ -848,7 +861,7 @@ impl ReadOnlyCatalog {
         after: Option<(&str, &str)>,
         limit: usize,
     ) -> Result<(Vec<EntryListing>, bool), StoreError> {
-        entries::list_entries(&self.connection, kind, server, after, limit)
+        kinds::list_entries(&self.connection, kind, server, after, limit)
     }
 
     pub fn entry(
@@ -857,7 +870,7 @@ impl ReadOnlyCatalog {
         server: &str,
         name: &str,
     ) -> Result<Option<EntryListing>, StoreError> {
-        entries::entry(&self.connection, kind, server, name)
+        kinds::entry(&self.connection, kind, server, name)
     }
 }
 
@@ -907,6 +920,48 @@ impl StagedWalk {
                 walk_id: self.id,
                 server: self.server.clone(),
                 report,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+impl StagedWalk {
+    /// Applies the staged rows as a delta of a followed upstream: they are added or changed,
+    /// `removed` go, the rest of the snapshot stays; the cursor moves in the same transaction.
+    pub async fn commit_delta(
+        mut self,
+        removed: Vec<String>,
+        cursor: FollowCursor,
+    ) -> Result<SwapOutcome, StoreError> {
+        self.finished = true;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::CommitDelta {
+                walk_id: self.id,
+                server: self.server.clone(),
+                removed,
+                cursor,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+impl Store {
+    /// Moves (or forgets) a followed server's cursor, after a full walk of it committed.
+    pub async fn set_follow_cursor(
+        &self,
+        server: &str,
+        cursor: Option<FollowCursor>,
+    ) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::SetFollowCursor {
+                server: server.to_string(),
+                cursor,
                 reply,
             })
             .map_err(|_| StoreError::WriterGone)?;

@@ -1,7 +1,7 @@
 //! `/mcp` over Streamable HTTP: POSTed JSON-RPC in both eras (the 2026-07-28 headers checked,
 //! `server/discover`, `subscriptions/listen`; `initialize` with `Mcp-Session-Id`), the GET
 //! stream, DELETE of a session; answers shaped for the client (caching hints, withheld
-//! `private` entries) around the socket's own `api::answer_request`.
+//! `private` entries) around the socket's own `socket::answer_request`.
 
 use std::collections::BTreeSet;
 use std::io::Read as _;
@@ -15,12 +15,13 @@ use axum::Extension;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::{self, ConnectionState};
 use crate::protocol::{
-    self as wire, CatalogChanges, CatalogResource, CatalogSearch, CheckedRequest, ErrorObject,
-    IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
-    INVALID_REQUEST, PARSE_ERROR,
+    self as wire, CatalogChanges, CatalogEntries, CatalogList, CatalogPrompts, CatalogResource,
+    CatalogSearch, CatalogTools, CheckedRequest, DiscoverResult, ErrorObject, IncomingRequest,
+    Initialize, ListResources, ListTemplates, Method, ReadResource, UnsupportedVersionData,
+    DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
 };
+use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
 
 use super::access::{admit, Client};
@@ -35,12 +36,6 @@ const NAME_HEADER: &str = "mcp-name";
 /// The `_meta` key of the protocol version (2026-07-28).
 const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
-/// A header disagrees with the body (2026-07-28).
-const HEADER_MISMATCH: i64 = -32020;
-/// The requested protocol version is not one we speak (2026-07-28).
-const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
-
-const DISCOVER: &str = "server/discover";
 const LISTEN: &str = "subscriptions/listen";
 
 /// An error answer with free-form `data` (the 2026-07-28 errors carry their own shapes).
@@ -57,31 +52,6 @@ struct ErrorBody<'a> {
     message: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     data: Option<Value>,
-}
-
-/// `server/discover`'s answer.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DiscoverResult {
-    supported_versions: Vec<&'static str>,
-    capabilities: wire::ServerCapabilities,
-    instructions: &'static str,
-    #[serde(rename = "_meta")]
-    meta: DiscoverMeta,
-}
-
-/// `server/discover`'s `_meta`: who answers.
-#[derive(Serialize)]
-struct DiscoverMeta {
-    #[serde(rename = "io.modelcontextprotocol/serverInfo")]
-    server_info: wire::Implementation,
-}
-
-/// The `data` of an unsupported-version error (2026-07-28): what we speak, what was asked.
-#[derive(Serialize)]
-struct UnsupportedVersionData<'a> {
-    supported: Vec<&'a str>,
-    requested: &'a str,
 }
 
 /// The caching hints of a 2026-07-28 result.
@@ -262,10 +232,70 @@ pub(super) async fn post_message(
         Err(response) => return deliver(&headers, StatusCode::BAD_REQUEST, &*response),
     };
     tracing::info!(token = client.name(), method = %request.method, "HTTP request");
-    match modern_version(&request.params).map(str::to_string) {
+    let tag = entity_tag(&face, &client, &request);
+    if let Some(tag) = &tag {
+        if none_match_hits(&headers, tag) {
+            return (StatusCode::NOT_MODIFIED, [(header::ETAG, tag.as_str())]).into_response();
+        }
+    }
+    let mut response = match modern_version(&request.params).map(str::to_string) {
         Some(version) => modern_request(&face, &client, &headers, request, &version).await,
         None => legacy_request(&face, &client, &headers, request).await,
+    };
+    if let (Some(tag), StatusCode::OK) = (tag, response.status()) {
+        if let Ok(value) = HeaderValue::from_str(&tag) {
+            response.headers_mut().insert(header::ETAG, value);
+        }
     }
+    response
+}
+
+/// List methods whose answer follows from the catalog, the request and the client alone: it
+/// carries an ETag, and a request whose `If-None-Match` names the current one gets 304 with
+/// no body, so a client or a plain HTTP cache re-polling an unchanged catalog costs nothing.
+const CONDITIONAL: &[&str] = &[
+    ListResources::NAME,
+    ListTemplates::NAME,
+    CatalogList::NAME,
+    CatalogTools::NAME,
+    CatalogPrompts::NAME,
+];
+
+/// The validator of a conditional answer: this database, this process, the catalog's version
+/// (every committed change and every priority change moves it) and the request as sent by this
+/// client.
+fn entity_tag(face: &HttpFace, client: &Client, request: &CheckedRequest) -> Option<String> {
+    static STARTED_MS: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    if !CONDITIONAL.contains(&request.method.as_str()) {
+        return None;
+    }
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for part in [
+        request.method.as_bytes(),
+        request.params.to_string().as_bytes(),
+        client.name().as_bytes(),
+    ] {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    Some(format!(
+        "\"{}-{:x}-{}-{:016x}\"",
+        face.api.store.instance(),
+        STARTED_MS.get_or_init(now_ms),
+        face.api.store.catalog_version(),
+        hasher.digest()
+    ))
+}
+
+/// True when `If-None-Match` names `tag` (weakly or strongly) or is `*`.
+fn none_match_hits(headers: &HeaderMap, tag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|candidate| candidate.trim())
+        .any(|candidate| candidate == "*" || candidate.trim_start_matches("W/") == tag)
 }
 
 /// A 2026-07-28 request: headers checked against the body, no session.
@@ -277,12 +307,7 @@ async fn modern_request(
     version: &str,
 ) -> Response {
     let id = request.id.clone().unwrap_or(Value::Null);
-    if !crate::mcp::MODERN_VERSIONS.contains(&version) {
-        let supported: Vec<&str> = crate::mcp::MODERN_VERSIONS
-            .iter()
-            .chain(wire::PROTOCOL_VERSIONS.iter().rev())
-            .copied()
-            .collect();
+    if !wire::MODERN_VERSIONS.contains(&version) {
         return error_answer(
             headers,
             StatusCode::BAD_REQUEST,
@@ -290,8 +315,8 @@ async fn modern_request(
             UNSUPPORTED_PROTOCOL_VERSION,
             "Unsupported protocol version",
             serde_json::to_value(UnsupportedVersionData {
-                supported,
-                requested: version,
+                supported: wire::supported_versions(),
+                requested: Some(version.to_string()),
             })
             .ok(),
         );
@@ -364,7 +389,7 @@ async fn legacy_request(
 ) -> Response {
     let id = request.id.clone().unwrap_or(Value::Null);
     if let Some(version) = header_text(headers, VERSION_HEADER) {
-        if !wire::PROTOCOL_VERSIONS.contains(&version) && request.method != Initialize::NAME {
+        if !wire::LEGACY_VERSIONS.contains(&version) && request.method != Initialize::NAME {
             let message = format!("unsupported MCP-Protocol-Version header: {version}");
             return error_answer(
                 headers,
@@ -483,7 +508,7 @@ async fn answer(
                         server = %target.server,
                         "read withheld: the server's results are private (set share = true to serve them)"
                     );
-                    return Some(Err(wire::Response::failure(id, api::not_listed(uri))));
+                    return Some(Err(wire::Response::failure(id, socket::not_listed(uri))));
                 }
             }
         }
@@ -492,7 +517,7 @@ async fn answer(
     // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
     // searches are its identity's, so the gate holds a client of many requests back as one.
     let mut state = ConnectionState::searching_as(face.search_client(client.search_identity()));
-    let response = api::answer_request(request, &face.api, &mut state).await?;
+    let response = socket::answer_request(request, &face.api, &mut state).await?;
     let (result, error) = response.into_parts();
     match (result, error) {
         (Some(result), _) => Some(
@@ -538,11 +563,30 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
             page.changes.retain(|change| visible(Some(&change.server)));
             serde_json::to_value(page).map_err(internal)
         }
+        CatalogEntries::NAME => {
+            let mut read: <CatalogEntries as Method>::Result =
+                serde_json::from_value(result).map_err(internal)?;
+            let (shown, withheld): (Vec<Value>, Vec<Value>) = read
+                .entries
+                .into_iter()
+                .partition(|entry| visible(entry["_meta"][wire::ORIGIN_META_KEY].as_str()));
+            let key = |entry: &Value| {
+                entry["uri"]
+                    .as_str()
+                    .or(entry["uriTemplate"].as_str())
+                    .map(str::to_string)
+            };
+            read.missing.extend(withheld.iter().filter_map(key));
+            read.entries = shown;
+            // A count of what this client may not see cannot be checked against.
+            read.total = None;
+            serde_json::to_value(read).map_err(internal)
+        }
         CatalogResource::NAME => {
             let mut details: <CatalogResource as Method>::Result =
                 serde_json::from_value(result).map_err(internal)?;
             if !visible(Some(&details.server)) {
-                return Err(api::not_listed(&details.resource.uri));
+                return Err(socket::not_listed(&details.resource.uri));
             }
             details
                 .listed_by
@@ -554,21 +598,25 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
 }
 
 fn discover() -> Value {
-    let meta = DiscoverMeta {
-        server_info: wire::Implementation {
-            name: wire::SERVER_NAME.into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+    let server_info = wire::Implementation {
+        name: wire::SERVER_NAME.into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        wire::SERVER_INFO_META_KEY.into(),
+        serde_json::to_value(server_info).unwrap_or(Value::Null),
+    );
+    let capabilities = match serde_json::to_value(wire::ServerCapabilities::of_the_mirror()) {
+        Ok(Value::Object(capabilities)) => capabilities,
+        _ => serde_json::Map::new(),
     };
     let result = DiscoverResult {
-        supported_versions: crate::mcp::MODERN_VERSIONS
-            .iter()
-            .chain(wire::PROTOCOL_VERSIONS.iter().rev())
-            .copied()
-            .collect(),
-        capabilities: wire::ServerCapabilities::of_the_mirror(),
-        instructions: wire::INSTRUCTIONS,
-        meta,
+        supported_versions: wire::supported_versions(),
+        capabilities,
+        instructions: Some(wire::INSTRUCTIONS.into()),
+        meta: Some(meta),
+        server_info: None,
     };
     serde_json::to_value(result).unwrap_or(Value::Null)
 }
@@ -684,7 +732,7 @@ pub(super) async fn get_stream(
             .into_response();
     }
     if header_text(&headers, VERSION_HEADER)
-        .is_some_and(|version| crate::mcp::MODERN_VERSIONS.contains(&version))
+        .is_some_and(|version| wire::MODERN_VERSIONS.contains(&version))
     {
         return (
             StatusCode::METHOD_NOT_ALLOWED,
