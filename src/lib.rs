@@ -18,6 +18,8 @@ pub mod protocol;
 pub mod redact;
 pub mod search;
 pub(crate) mod search_gate;
+#[cfg(feature = "semantic")]
+pub mod semantic;
 pub mod session;
 pub(crate) mod store;
 pub(crate) mod supervisor;

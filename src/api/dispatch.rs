@@ -153,6 +153,7 @@ async fn dispatch(
                 result.engine = origin.engine;
                 result.match_mode = origin.match_mode;
                 result.note = origin.note;
+                result.mode = origin.mode;
             }
             answer::<CatalogSearch>(result)
         }

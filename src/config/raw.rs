@@ -18,6 +18,8 @@ pub(super) struct RawConfig {
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
     #[serde(default)]
     pub http: super::http::RawHttp,
+    #[serde(default)]
+    pub search: super::search::RawSearch,
 }
 
 #[derive(Deserialize, Default)]

@@ -49,9 +49,10 @@ pub use resource::{
 pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
     ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
-    RefreshState, ResourceDetails, ResourcesCapability, SearchEngine, SearchHit, SearchResult,
-    ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus, SocketActivity,
-    StatusResult, SwapSummary, ToolsCapability, WatchResult,
+    RefreshState, ResourceDetails, ResourcesCapability, SearchEngine, SearchHit, SearchMode,
+    SearchResult, ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus,
+    SocketActivity, StatusResult, SwapSummary, ToolsCapability, VectorsState, VectorsStatus,
+    WatchResult,
 };
 pub use state::{
     ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,

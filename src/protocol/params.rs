@@ -166,6 +166,10 @@ pub struct SearchParams {
     /// `resource`, `template`, `tool`, `prompt`: the kinds searched; every kind when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<Kind>>,
+    /// `lexical`, `semantic` or `hybrid`; `hybrid` when absent and a model is configured,
+    /// else `lexical`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<super::SearchMode>,
 }
 
 impl SearchParams {
@@ -279,6 +283,7 @@ impl SearchParams {
         request.server = self.server;
         request.mime_type = self.mime_type;
         request.raw = raw;
+        request.mode = self.mode;
         if let Some(cursor) = self.cursor {
             request.offset = decode_search_cursor(&cursor)
                 .filter(|offset| *offset <= MAX_SEARCH_OFFSET)

@@ -23,6 +23,7 @@ mod liveness;
 mod search;
 mod search_index;
 mod secrets;
+mod semantic;
 mod service;
 mod sizes;
 mod socket;
