@@ -11,7 +11,7 @@ use crate::protocol::Kind;
 
 /// `[search] semantic_kinds` when left out: what agents search for by meaning, and few enough
 /// to embed (10,000 tools take minutes of one core; a million resources would take hours).
-pub(crate) const DEFAULT_SEMANTIC_KINDS: &[Kind] = &[Kind::Tool, Kind::Prompt, Kind::Template];
+pub(crate) const DEFAULT_SEMANTIC_KINDS: &[Kind] = &[Kind::Template, Kind::Tool, Kind::Prompt];
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]

@@ -1,12 +1,15 @@
-//! The encoder of `[search] semantic_model` against an independent implementation: the same token ids, and the same vectors within 1e-5, on texts of every shape a catalog has.
+//! Semantic search: the encoder of `[search] semantic_model` against an independent implementation (the same token ids, the same vectors within 1e-5), and the daemon's hybrid search with the real model.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use mcp_mirror::semantic::Encoder;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::install;
+use crate::support::{stdio_server, wait_for, Daemon, Scratch};
 
 /// Texts like the ones a catalog holds (tool names and descriptions, questions as typed), and
 /// the awkward ones: accents, CJK, emoji, control characters, long words, punctuation runs,
@@ -108,4 +111,167 @@ fn encoder_matches_an_independent_numpy_forward_pass() {
     // The long text really was cut at the model's limit.
     let long = texts.last().expect("a long text");
     assert_eq!(encoder.token_ids(long).expect("tokenizes").len(), 256);
+}
+
+fn tool(name: &str, description: &str) -> Value {
+    json!({
+        "name": name,
+        "description": description,
+        "inputSchema": {
+            "type": "object",
+            "properties": {"input": {"type": "string", "description": "What to work on"}},
+            "required": ["input"]
+        },
+        "annotations": {"readOnlyHint": true}
+    })
+}
+
+fn catalog() -> Value {
+    json!({
+        "tools": [
+            tool("get_forecast", "Forecasts the weather for a city: temperature, wind and precipitation"),
+            tool("stock_quote", "Current share price of a listed company"),
+            tool("send_email", "Sends an email message to a recipient"),
+            tool("convert_currency", "Converts an amount between currencies at the latest exchange rate"),
+            tool("create_issue", "Opens an issue in a GitHub repository"),
+            tool("read_file", "Reads the contents of a file from disk"),
+            tool("translate_text", "Translates text between languages"),
+            tool("plot_chart", "Draws a bar or pie chart from numbers"),
+        ],
+        "prompts": [{"name": "summarize", "description": "Summarizes a long document"}]
+    })
+}
+
+/// A daemon mirroring the catalog above, with `[search] semantic_model = model`.
+fn semantic_daemon(scratch: &Scratch, model: &Path) -> Daemon {
+    let scenario = scratch.write_scenario("scenario.json", &catalog());
+    let scenario = scenario.display().to_string();
+    let server = stdio_server("fx", &["--name", "fx", "--scenario", &scenario]);
+    let config = scratch.config(&server);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!("\n[search]\nsemantic_model = {:?}\n", model.display().to_string()));
+    std::fs::write(&config, text).expect("config");
+    Daemon::start(scratch, &config)
+}
+
+fn vectors(daemon: &Daemon) -> Value {
+    daemon.call("catalog/status", json!({}))["daemon"]["vectors"].clone()
+}
+
+fn wait_for_vectors(daemon: &Daemon, count: u64) -> Value {
+    let mut last = Value::Null;
+    wait_for("every entry's vector", Duration::from_secs(120), || {
+        let vectors = vectors(daemon);
+        if vectors != last {
+            println!("vectors: {vectors}");
+            last = vectors.clone();
+        }
+        let done = vectors["state"] == "ready" && vectors["count"].as_u64() >= Some(count);
+        done.then_some(vectors)
+    })
+}
+
+fn names(answer: &Value) -> Vec<String> {
+    answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|hit| hit["name"].as_str().expect("name").to_string())
+        .collect()
+}
+
+#[test]
+fn hybrid_search_finds_by_meaning_pages_in_order_and_never_embeds_an_entry_twice() {
+    let model = install::minilm_model();
+    let scratch = Scratch::new();
+    let mut daemon = semantic_daemon(&scratch, &model);
+    daemon.wait_for_walks("fx", 1);
+    // The eight tools, the prompt, and the fixture's templates.
+    let status = wait_for_vectors(&daemon, 9);
+    assert_eq!(status["model"], "all-MiniLM-L6-v2");
+    assert_eq!(status["dimensions"], 384);
+    assert_eq!(status["pending"], 0);
+    assert_eq!(status["kinds"], json!(["template", "tool", "prompt"]));
+    let embedded = status["count"].as_u64().expect("count");
+
+    // No word of the question is in the tool, but its meaning is.
+    let question = "will it rain in Paris tomorrow";
+    let lexical = daemon.call(
+        "catalog/search",
+        json!({"query": question, "kinds": ["tool"], "mode": "lexical"}),
+    );
+    assert_eq!(lexical["mode"], "lexical");
+    assert!(!names(&lexical).contains(&"get_forecast".to_string()));
+    for mode in [None, Some("hybrid"), Some("semantic")] {
+        let mut params = json!({"query": question, "kinds": ["tool"], "limit": 3});
+        if let Some(mode) = mode {
+            params["mode"] = json!(mode);
+        }
+        let answer = daemon.call("catalog/search", params);
+        assert_eq!(answer["mode"], mode.unwrap_or("hybrid"), "{answer}");
+        assert_eq!(names(&answer)[0], "get_forecast", "{mode:?}: {answer}");
+    }
+
+    // Pages of a hybrid ranking concatenate to one page, never repeating a hit.
+    let whole = names(&daemon.call(
+        "catalog/search",
+        json!({"query": "money exchange", "limit": 6, "kinds": ["tool", "prompt"]}),
+    ));
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    while paged.len() < 6 {
+        let mut params = json!({"query": "money exchange", "limit": 2, "kinds": ["tool", "prompt"]});
+        if let Some(cursor) = &cursor {
+            params["cursor"] = json!(cursor);
+        }
+        let page = daemon.call("catalog/search", params);
+        paged.extend(names(&page));
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, whole);
+    assert_eq!(whole[0], "convert_currency");
+
+    // The MCP face's search gives a host the found tools' whole definitions.
+    let called = daemon.call(
+        "tools/call",
+        json!({"name": "search_catalog", "arguments": {
+            "query": "email someone", "kinds": ["tool"], "limit": 2, "definitions": true
+        }}),
+    );
+    let hits = called["structuredContent"]["hits"].as_array().expect("hits");
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0]["name"], "send_email");
+    assert_eq!(hits[0]["definition"]["inputSchema"]["required"], json!(["input"]));
+    assert_eq!(hits[0]["definition"]["annotations"]["readOnlyHint"], true);
+
+    // A restart reads the vectors back: nothing is embedded again, so the file does not grow.
+    let file = scratch.path("catalog.vectors");
+    let size = std::fs::metadata(&file).expect("the vectors file").len();
+    daemon.stop();
+    let daemon = semantic_daemon(&scratch, &model);
+    daemon.wait_for_walks("fx", 1);
+    wait_for_vectors(&daemon, embedded);
+    assert_eq!(std::fs::metadata(&file).expect("the vectors file").len(), size);
+    let answer = daemon.call("catalog/search", json!({"query": question, "kinds": ["tool"]}));
+    assert_eq!(names(&answer)[0], "get_forecast");
+}
+
+#[test]
+fn search_stays_lexical_and_says_why_when_the_model_cannot_load() {
+    let scratch = Scratch::new();
+    let missing = scratch.path("no-such-model");
+    let daemon = semantic_daemon(&scratch, &missing);
+    daemon.wait_for_walks("fx", 1);
+    let status = wait_for("the model's failure", Duration::from_secs(30), || {
+        let vectors = vectors(&daemon);
+        (vectors["state"] == "failed").then_some(vectors)
+    });
+    assert!(status["error"].as_str().expect("error").contains("config.json"));
+    let answer = daemon.call("catalog/search", json!({"query": "email", "kinds": ["tool"]}));
+    assert_eq!(answer["mode"], "lexical");
+    assert!(answer["note"].as_str().expect("note").contains("answered lexically"));
+    assert_eq!(names(&answer), ["send_email"]);
 }
