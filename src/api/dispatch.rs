@@ -121,11 +121,18 @@ async fn dispatch(
             let params = params::<CatalogSearch>(raw)?;
             // Every answer counts, refusals and timeouts too: they are latency a client saw.
             let started = std::time::Instant::now();
+            let cut = params.cut_words_note();
+            let with_cut = |note: Option<String>| match (note, &cut) {
+                (Some(note), Some(cut)) => Some(format!("{note}; {cut}")),
+                (note, cut) => note.or(cut.clone()),
+            };
             if params.searches_entries() {
                 let search = params.into_kinds_request().map_err(invalid_params)?;
                 let outcome = api_kinds::search_kinds(search, context).await;
                 crate::metrics::observe_search(started.elapsed());
-                return answer::<CatalogSearch>(outcome?);
+                let mut result = outcome?;
+                result.note = with_cut(result.note.take());
+                return answer::<CatalogSearch>(result);
             }
             let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
             let request = params.into_request().map_err(invalid_params)?;
@@ -155,6 +162,7 @@ async fn dispatch(
                 result.note = origin.note;
                 result.mode = origin.mode;
             }
+            result.note = with_cut(result.note.take());
             answer::<CatalogSearch>(result)
         }
         CatalogChanges::NAME => {

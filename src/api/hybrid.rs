@@ -123,7 +123,7 @@ pub(crate) async fn semantic_search(
             }
         })
         .collect();
-    let (ranked, match_mode) = match lexical {
+    let (ranked, match_mode, note) = match lexical {
         Some(lexical) => {
             let lexical_list = lexical
                 .hits
@@ -137,6 +137,7 @@ pub(crate) async fn semantic_search(
             (
                 fuse(lexical_list, semantic_list, DEFAULT_FUSION),
                 lexical.mode,
+                lexical.note,
             )
         }
         None => (
@@ -144,6 +145,7 @@ pub(crate) async fn semantic_search(
                 .into_iter()
                 .map(|ranked| (ranked.score, ranked.hit))
                 .collect(),
+            None,
             None,
         ),
     };
@@ -163,6 +165,6 @@ pub(crate) async fn semantic_search(
         next: (end < total).then_some(end),
         mode: match_mode,
         search_mode: mode,
-        note: None,
+        note,
     })))
 }

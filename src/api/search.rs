@@ -49,6 +49,7 @@ pub(crate) async fn search_index(
     context: &ApiContext,
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    let mut note = None;
     let mut query = SearchQuery::new(request.query.clone(), request.limit);
     query.server = request.server.clone();
     query.mime_type = request.mime_type.clone();
@@ -95,7 +96,20 @@ pub(crate) async fn search_index(
             });
             let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
             let now = index.status();
-            if !now.serves(wanted, generation) {
+            // Behind a large swap that SQLite's full-text index is still behind too (a first
+            // load of a million entries takes the index seconds, and SQLite's answer would lack
+            // the same rows and be slow for common words): the index's last commit, a
+            // consistent earlier catalog, answers, and says so.
+            let stale = !now.serves(wanted, generation)
+                && now.phase == crate::search::Phase::Ready
+                && now.replacing
+                && context.store.full_text_note().is_some();
+            if stale {
+                note = Some(format!(
+                    "the search index is still indexing a large change; answered from its previous state (generation {}), without the entries that change brings",
+                    now.generation.unwrap_or(0)
+                ));
+            } else if !now.serves(wanted, generation) {
                 let state = match now.phase {
                     crate::search::Phase::Ready => "catching up with the latest change".to_string(),
                     crate::search::Phase::Opening => "opening".to_string(),
@@ -162,7 +176,7 @@ pub(crate) async fn search_index(
         next: page.next_offset,
         mode: Some(page.mode),
         search_mode: wire::SearchMode::Lexical,
-        note: None,
+        note,
     }))
 }
 
@@ -187,7 +201,8 @@ pub struct IndexAnswer {
     pub mode: Option<crate::search::MatchMode>,
     /// Which ranking answered.
     pub search_mode: wire::SearchMode,
-    /// Why the ranking asked for did not answer (vectors not ready, no model).
+    /// Why the ranking asked for did not answer (vectors not ready, no model), and why the
+    /// index answered from an earlier state, when it did.
     pub note: Option<String>,
 }
 
@@ -213,7 +228,10 @@ pub(crate) async fn ranked_search(
     };
     let mut answer = search_index(index, context, request).await?;
     if let Ok(answer) = &mut answer {
-        answer.note = note;
+        answer.note = match (note, answer.note.take()) {
+            (Some(why), Some(behind)) => Some(format!("{why}; {behind}")),
+            (why, behind) => why.or(behind),
+        };
     }
     Ok(answer)
 }

@@ -166,6 +166,11 @@ pub struct IndexStatus {
     /// up with at its last pass; a search wanting a newer one waits for the next pass.
     #[serde(skip)]
     pub caught_up: u64,
+    /// The keeper is writing a diff that replaces all of one server's entries of a kind (a
+    /// first load, a re-walk that changed much): the index's last commit is a consistent
+    /// earlier catalog, which searches may answer from, saying so, until that diff commits.
+    #[serde(skip)]
+    pub replacing: bool,
 }
 
 impl IndexStatus {
@@ -286,6 +291,7 @@ impl SearchIndex {
             documents: 0,
             bytes: 0,
             caught_up: 0,
+            replacing: false,
         });
         let search_index = SearchIndex {
             directory: directory.to_path_buf(),
@@ -385,6 +391,12 @@ impl SearchIndex {
             status.phase = Phase::Ready;
             status.caught_up = status.caught_up.max(version);
         });
+    }
+
+    /// Says whether the keeper is writing a diff that replaces a whole kind of one server.
+    pub fn set_replacing(&self, replacing: bool) {
+        self.status
+            .send_modify(|status| status.replacing = replacing);
     }
 
     /// True when queries should go to the index.

@@ -548,7 +548,7 @@ fn search_entries_unbounded(
              JOIN servers s ON s.id = e.server_id
              WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.name = ?2)
                AND ((?3 AND e.kind = 'tool') OR (?4 AND e.kind = 'prompt'))
-             ORDER BY f.rank, s.name, e.name LIMIT ?5 OFFSET ?6",
+             ORDER BY f.rank, s.name, e.name, e.kind LIMIT ?5 OFFSET ?6",
         )
         .map_err(blame)?;
     let rows = statement

@@ -357,9 +357,10 @@ fn search_unbounded(
                          WHERE r2.uri = fr.uri AND r2.server_id != fr.server_id
                            AND (s2.priority < fs.priority
                                 OR (s2.priority = fs.priority AND s2.name < fs.name))))
-                   ORDER BY f.rank LIMIT ?4 OFFSET ?5) hits
+                   -- Ties in rank go by row id, so pages are slices of one order.
+                   ORDER BY f.rank, f.rowid LIMIT ?4 OFFSET ?5) hits
              JOIN resources r ON r.id = hits.id JOIN servers s ON s.id = r.server_id
-             ORDER BY hits.rank",
+             ORDER BY hits.rank, hits.id",
         )
         .map_err(blame)?;
     let rows = statement

@@ -22,6 +22,7 @@ mod live;
 mod liveness;
 mod search;
 mod search_index;
+mod search_paging;
 mod secrets;
 mod semantic;
 mod service;
