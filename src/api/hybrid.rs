@@ -51,6 +51,14 @@ pub(crate) async fn semantic_search(
             "no [search] semantic_model is configured; answered lexically".into(),
         )));
     };
+    let embedded = semantic.kinds();
+    let searched_any =
+        request.kinds.is_empty() || request.kinds.iter().any(|kind| embedded.contains(kind));
+    if !searched_any {
+        return Ok(Outcome::Lexical(Some(
+            "none of the kinds searched is embedded (semantic_kinds); answered lexically".into(),
+        )));
+    }
     let wanted = context.store.catalog_version();
     if semantic.serves(wanted).is_err() {
         // Ready but behind a change: wait a little for the vectors of that change.

@@ -151,6 +151,11 @@ impl SemanticIndex {
             .ok_or_else(|| SemanticError::Model("the model is not loaded".into()))
     }
 
+    /// The kinds whose entries have vectors.
+    pub fn kinds(&self) -> &[Kind] {
+        &self.kinds
+    }
+
     pub fn status(&self) -> VectorsStatus {
         self.status.borrow().0.clone()
     }

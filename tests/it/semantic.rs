@@ -149,7 +149,10 @@ fn semantic_daemon(scratch: &Scratch, model: &Path) -> Daemon {
     let server = stdio_server("fx", &["--name", "fx", "--scenario", &scenario]);
     let config = scratch.config(&server);
     let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str(&format!("\n[search]\nsemantic_model = {:?}\n", model.display().to_string()));
+    text.push_str(&format!(
+        "\n[search]\nsemantic_model = {:?}\n",
+        model.display().to_string()
+    ));
     std::fs::write(&config, text).expect("config");
     Daemon::start(scratch, &config)
 }
@@ -220,7 +223,8 @@ fn hybrid_search_finds_by_meaning_pages_in_order_and_never_embeds_an_entry_twice
     let mut paged = Vec::new();
     let mut cursor: Option<String> = None;
     while paged.len() < 6 {
-        let mut params = json!({"query": "money exchange", "limit": 2, "kinds": ["tool", "prompt"]});
+        let mut params =
+            json!({"query": "money exchange", "limit": 2, "kinds": ["tool", "prompt"]});
         if let Some(cursor) = &cursor {
             params["cursor"] = json!(cursor);
         }
@@ -241,10 +245,15 @@ fn hybrid_search_finds_by_meaning_pages_in_order_and_never_embeds_an_entry_twice
             "query": "email someone", "kinds": ["tool"], "limit": 2, "definitions": true
         }}),
     );
-    let hits = called["structuredContent"]["hits"].as_array().expect("hits");
+    let hits = called["structuredContent"]["hits"]
+        .as_array()
+        .expect("hits");
     assert_eq!(hits.len(), 2);
     assert_eq!(hits[0]["name"], "send_email");
-    assert_eq!(hits[0]["definition"]["inputSchema"]["required"], json!(["input"]));
+    assert_eq!(
+        hits[0]["definition"]["inputSchema"]["required"],
+        json!(["input"])
+    );
     assert_eq!(hits[0]["definition"]["annotations"]["readOnlyHint"], true);
 
     // A restart reads the vectors back: nothing is embedded again, so the file does not grow.
@@ -254,8 +263,14 @@ fn hybrid_search_finds_by_meaning_pages_in_order_and_never_embeds_an_entry_twice
     let daemon = semantic_daemon(&scratch, &model);
     daemon.wait_for_walks("fx", 1);
     wait_for_vectors(&daemon, embedded);
-    assert_eq!(std::fs::metadata(&file).expect("the vectors file").len(), size);
-    let answer = daemon.call("catalog/search", json!({"query": question, "kinds": ["tool"]}));
+    assert_eq!(
+        std::fs::metadata(&file).expect("the vectors file").len(),
+        size
+    );
+    let answer = daemon.call(
+        "catalog/search",
+        json!({"query": question, "kinds": ["tool"]}),
+    );
     assert_eq!(names(&answer)[0], "get_forecast");
 }
 
@@ -269,9 +284,18 @@ fn search_stays_lexical_and_says_why_when_the_model_cannot_load() {
         let vectors = vectors(&daemon);
         (vectors["state"] == "failed").then_some(vectors)
     });
-    assert!(status["error"].as_str().expect("error").contains("config.json"));
-    let answer = daemon.call("catalog/search", json!({"query": "email", "kinds": ["tool"]}));
+    assert!(status["error"]
+        .as_str()
+        .expect("error")
+        .contains("config.json"));
+    let answer = daemon.call(
+        "catalog/search",
+        json!({"query": "email", "kinds": ["tool"]}),
+    );
     assert_eq!(answer["mode"], "lexical");
-    assert!(answer["note"].as_str().expect("note").contains("answered lexically"));
+    assert!(answer["note"]
+        .as_str()
+        .expect("note")
+        .contains("answered lexically"));
     assert_eq!(names(&answer), ["send_email"]);
 }
