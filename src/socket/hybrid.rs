@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::search::{search_index, IndexAnswer};
-use super::{internal, ApiContext};
+use super::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, VectorsState, BUSY};
 use crate::search::SearchIndex;
 use crate::semantic::fusion::{fuse, HitKey, Ranked, DEFAULT_FUSION, FUSION_DEPTH};
@@ -35,7 +35,7 @@ fn key_of(hit: &store::SearchHit) -> HitKey {
 
 pub(crate) async fn semantic_search(
     index: &Arc<SearchIndex>,
-    context: &ApiContext,
+    context: &DaemonContext,
     request: &store::SearchRequest,
 ) -> Result<Outcome, ErrorObject> {
     let semantic = context.semantic.as_ref();

@@ -4,6 +4,7 @@ mod connection;
 mod dispatch;
 #[cfg(feature = "semantic")]
 mod hybrid;
+pub(crate) mod kinds;
 mod reads;
 mod search;
 mod shape;
@@ -23,8 +24,8 @@ use tokio::sync::watch;
 use crate::protocol::{
     self as wire, ErrorObject, InvalidParams, Response, BUSY, INTERNAL_ERROR, INVALID_PARAMS,
 };
+use crate::search::gate::SearchGate;
 use crate::search::SearchIndex;
-use crate::search_gate::SearchGate;
 use crate::store::Store;
 use crate::supervisor::Supervisor;
 
@@ -115,7 +116,7 @@ pub fn record_socket_database(socket: &Path, database: &Path) -> io::Result<()> 
 }
 
 /// What request handlers need.
-pub struct ApiContext {
+pub struct DaemonContext {
     pub store: Store,
     pub supervisor: Arc<Supervisor>,
     pub socket_path: PathBuf,
@@ -194,7 +195,7 @@ pub struct ConfigLoad {
 /// or stuck client holds up nobody but itself.
 pub async fn serve(
     listener: UnixListener,
-    context: Arc<ApiContext>,
+    context: Arc<DaemonContext>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut accept_retry = ACCEPT_RETRY_FIRST;
@@ -239,7 +240,7 @@ pub async fn serve(
 
 /// Turns a client away at accept: one JSON-RPC error line, written without waiting (a client
 /// that does not read loses it), then the connection closes.
-fn refuse_client(stream: &UnixStream, context: &ApiContext) {
+fn refuse_client(stream: &UnixStream, context: &DaemonContext) {
     let max_clients = context.max_clients;
     let response = Response::failure(
         Value::Null,
