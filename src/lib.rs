@@ -13,9 +13,9 @@ pub mod paths;
 pub mod protocol;
 pub mod redact;
 pub mod search;
-pub mod session;
 #[cfg(feature = "semantic")]
 pub mod semantic;
+pub mod session;
 pub(crate) mod socket;
 pub(crate) mod store;
 pub(crate) mod supervisor;
