@@ -174,6 +174,7 @@ impl SourceSnapshot<'_> {
 
     /// Like `with_entries` for every server, but of `kinds` only (the semantic index reads
     /// the kinds it embeds without streaming every resource).
+    #[cfg(feature = "semantic")]
     pub fn with_kinds<R>(
         &self,
         kinds: &[Kind],
