@@ -21,6 +21,7 @@ mod interop;
 mod kinds_notify;
 mod live;
 mod liveness;
+mod scope;
 mod search;
 mod search_index;
 mod search_paging;
