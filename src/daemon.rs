@@ -118,6 +118,8 @@ pub async fn run_with(
     let keeper = search_index
         .as_ref()
         .map(|index| search::keeper::spawn(index.clone(), store.clone(), stopping.clone()));
+    #[cfg(feature = "semantic")]
+    let semantic = start_semantic_index(&config.search, &store, &stopping);
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
     let max_clients = client_budget(config.daemon.socket_limits.max_clients);
     let context = Arc::new(DaemonContext {
@@ -131,6 +133,8 @@ pub async fn run_with(
         started: Instant::now(),
         clients: AtomicUsize::new(0),
         search_index: search_index.clone(),
+        #[cfg(feature = "semantic")]
+        semantic,
         config_load: std::sync::Mutex::new(ConfigLoad {
             loaded_at_ms: now_ms(),
             ..ConfigLoad::default()
@@ -285,6 +289,29 @@ async fn watch_database_file(
             }
             let _ = lost.send(problem).await;
             return;
+        }
+    }
+}
+
+/// Starts the semantic index of `[search] semantic_model`, when one is set: its thread loads
+/// the model and embeds the catalog in the background, and searches stay lexical until then.
+#[cfg(feature = "semantic")]
+fn start_semantic_index(
+    search: &crate::config::SearchConfig,
+    store: &Store,
+    stopping: &watch::Receiver<bool>,
+) -> Option<Arc<crate::semantic::SemanticIndex>> {
+    let model = search.semantic_model.as_ref()?;
+    match crate::semantic::SemanticIndex::start(
+        model,
+        search.semantic_kinds.clone(),
+        store.clone(),
+        stopping.clone(),
+    ) {
+        Ok(index) => Some(index),
+        Err(error) => {
+            tracing::warn!(%error, "semantic search is off; searches stay lexical");
+            None
         }
     }
 }

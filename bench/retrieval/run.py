@@ -178,7 +178,9 @@ def start_daemon(binary, catalog, directory, model):
     process = subprocess.Popen([binary, "serve", "--config", config],
                                stdout=log, stderr=subprocess.STDOUT)
     path = os.path.join(directory, "mirror.sock")
-    deadline = time.time() + 120
+    # Embedding 526 tools takes minutes of one core on a loaded machine.
+    limit = 900 if model else 120
+    deadline = time.time() + limit
     expected = sum(len(tools) for tools in catalog.values())
     while time.time() < deadline:
         if process.poll() is not None:
@@ -190,13 +192,18 @@ def start_daemon(binary, catalog, directory, model):
             tools = sum(((s.get("kinds") or {}).get("tool") or {}).get("count", 0)
                         for s in status["servers"])
             index = status["daemon"].get("searchIndex", {})
-            if tools >= expected and index.get("state") == "ready" and page.get("engine") == "index":
+            # With a model, also every tool's vector (semantic and hybrid stay lexical until then).
+            vectors = status["daemon"].get("vectors") or {}
+            embedded = not model or (vectors.get("state") == "ready"
+                                     and vectors.get("count", 0) >= expected)
+            if (tools >= expected and index.get("state") == "ready"
+                    and page.get("engine") == "index" and embedded):
                 return process, client
         except (OSError, ValueError, RuntimeError):
             pass
         time.sleep(0.2)
     process.kill()
-    raise SystemExit(f"the daemon did not mirror {expected} tools within 120 s; see {directory}/daemon.log")
+    raise SystemExit(f"the daemon did not mirror {expected} tools within {limit} s; see {directory}/daemon.log")
 
 
 def scores(rankings, tasks):

@@ -87,6 +87,10 @@ enum Command {
         /// kind by default).
         #[arg(long = "kind", value_name = "KIND")]
         kinds: Vec<mcp_mirror::protocol::Kind>,
+        /// Rank by words (lexical), by meaning (semantic) or both (hybrid, the default when
+        /// the daemon has a `[search] semantic_model`).
+        #[arg(long)]
+        mode: Option<mcp_mirror::protocol::SearchMode>,
     },
     /// Show every field of one resource and which servers list it (or of one URI template);
     /// `show tool SERVER/NAME` (or `prompt`) shows a whole tool or prompt definition.
@@ -207,9 +211,11 @@ fn main() -> ExitCode {
             raw,
             cursor,
             kinds,
+            mode,
         } => {
             let search = cli::SearchArgs {
                 kinds,
+                mode: *mode,
                 query,
                 limit: *limit,
                 server: server.as_deref(),

@@ -19,6 +19,8 @@ pub(super) struct RawConfig {
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
     #[serde(default)]
     pub http: RawHttp,
+    #[serde(default)]
+    pub search: super::search::RawSearch,
 }
 
 /// The `[http]` table as written.

@@ -53,8 +53,9 @@ pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult,
     KeyedEntriesResult, LastWalk, ListResourcesResult, ListTemplatesResult, Listing, LiveStatus,
     RefreshOutcome, RefreshResult, RefreshState, ResourceDetails, ResourcesCapability,
-    SearchEngine, SearchHit, SearchResult, ServerCapabilities, ServerListEntry, ServerListResult,
-    ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability, WatchResult,
+    SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities, ServerListEntry,
+    ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability,
+    VectorsState, VectorsStatus, WatchResult,
 };
 pub use state::{
     CacheScope, ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,

@@ -164,6 +164,10 @@ pub struct SearchParams {
     /// `resource`, `template`, `tool`, `prompt`: the kinds searched; every kind when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<Kind>>,
+    /// `lexical`, `semantic` or `hybrid`; `hybrid` when absent and a model is configured,
+    /// else `lexical`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<super::SearchMode>,
 }
 
 impl SearchParams {
@@ -176,38 +180,6 @@ impl SearchParams {
             None => !self.raw.unwrap_or(false) && self.mime_type.is_none(),
             Some(kinds) => kinds.iter().any(|kind| *kind != Kind::Resource),
         }
-    }
-
-    /// What the answer says when a plain query is longer than `MAX_QUERY_BYTES`: how many of
-    /// its words were not searched, and the first of them. `None` when every word counts.
-    pub fn cut_words_note(&self) -> Option<String> {
-        use super::MAX_QUERY_BYTES;
-        if self.raw.unwrap_or(false) || self.query.len() <= MAX_QUERY_BYTES {
-            return None;
-        }
-        let mut end = MAX_QUERY_BYTES;
-        while !self.query.is_char_boundary(end) {
-            end -= 1;
-        }
-        // A word the cut splits counts as dropped: only its start was searched.
-        let start = self.query[..end]
-            .rfind(|letter: char| !letter.is_alphanumeric())
-            .map_or(0, |position| position + 1);
-        let dropped: Vec<&str> = self.query[start..]
-            .split(|letter: char| !letter.is_alphanumeric())
-            .filter(|word| !word.is_empty())
-            .collect();
-        let shown: Vec<String> = dropped
-            .iter()
-            .take(5)
-            .map(|word| word.chars().take(32).collect())
-            .collect();
-        Some(format!(
-            "the query is longer than {MAX_QUERY_BYTES} bytes: its last {} words were not searched, from \"{}\"{}",
-            dropped.len(),
-            shown.join(" "),
-            if dropped.len() > shown.len() { " …" } else { "" }
-        ))
     }
 }
 

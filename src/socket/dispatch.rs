@@ -183,6 +183,7 @@ async fn dispatch(
                 result.engine = origin.engine;
                 result.match_mode = origin.match_mode;
                 result.note = origin.note;
+                result.mode = origin.mode;
             }
             result.note = with_cut(result.note.take());
             answer::<CatalogSearch>(result)

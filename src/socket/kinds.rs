@@ -267,17 +267,31 @@ pub(crate) async fn search_catalog(
         limit: Some(limit),
         server: arguments.server,
         kinds: Some(arguments.kinds.unwrap_or_else(|| Kind::ALL.to_vec())),
+        mode: arguments.mode,
         ..wire::SearchParams::default()
     };
     let search = params
         .into_kinds_request()
         .map_err(|error| invalid(error.0))?;
     let result = search_kinds(search, context).await?;
-    Ok(result
-        .results
-        .into_iter()
-        .filter(|hit| view.sees(&hit.server, hit.kind))
-        .map(|hit| wire::CatalogHit {
+    let mut hits = Vec::with_capacity(result.results.len());
+    for hit in result.results {
+        // A scoped client sees only what its view allows.
+        if !view.sees(&hit.server, hit.kind) {
+            continue;
+        }
+        // A tool's definition as its server listed it: what a host registers natively.
+        let definition = match (arguments.definitions, hit.kind) {
+            (Some(true), Kind::Tool | Kind::Prompt) => context
+                .store
+                .entry(hit.kind, &hit.server, &hit.name)
+                .await
+                .map_err(internal)?
+                .as_ref()
+                .map(with_origin),
+            _ => None,
+        };
+        hits.push(wire::CatalogHit {
             kind: hit.kind,
             server: hit.server,
             name: hit.name,
@@ -285,8 +299,10 @@ pub(crate) async fn search_catalog(
             title: hit.title,
             description: one_line(hit.description),
             score: hit.score,
-        })
-        .collect())
+            definition,
+        });
+    }
+    Ok(hits)
 }
 
 /// `catalog/search` of several kinds: one ranked query of the derived search index, every
@@ -304,12 +320,13 @@ pub async fn search_kinds(
         search.sqlite_cursor,
         search.index.raw,
     ) {
-        match crate::socket::search_index(index, context, &search.index).await? {
+        match crate::socket::ranked_search(index, context, &search.index).await? {
             Ok(answer) => {
                 let mut result = crate::socket::search_result(answer.hits, None);
                 result.next_cursor = answer.next.map(wire::encode_index_cursor);
                 result.engine = Some(wire::SearchEngine::Index);
-                result.match_mode = Some(answer.mode);
+                result.match_mode = answer.mode;
+                result.mode = Some(answer.search_mode);
                 result.note = answer.note;
                 return Ok(result);
             }
@@ -447,6 +464,7 @@ pub fn merge_search_pages(
         engine: Some(wire::SearchEngine::Sqlite),
         match_mode: None,
         note,
+        mode: Some(wire::SearchMode::Lexical),
     }
 }
 

@@ -2,6 +2,8 @@
 
 mod connection;
 mod dispatch;
+#[cfg(feature = "semantic")]
+mod hybrid;
 pub(crate) mod kinds;
 mod reads;
 mod search;
@@ -32,7 +34,7 @@ use connection::serve_connection;
 pub(crate) use connection::ConnectionState;
 pub(crate) use dispatch::answer_request;
 pub(crate) use reads::not_listed;
-pub(crate) use search::{gated_search, search_index};
+pub(crate) use search::{gated_search, ranked_search};
 pub use shape::{
     resource_details, resources_page, search_result, server_list_result, templates_page,
 };
@@ -127,6 +129,9 @@ pub struct DaemonContext {
     pub config_load: std::sync::Mutex<ConfigLoad>,
     /// The derived search index; `None` when it could not be opened (SQLite answers).
     pub search_index: Option<Arc<SearchIndex>>,
+    /// The vectors of hybrid search; `None` without `[search] semantic_model`.
+    #[cfg(feature = "semantic")]
+    pub semantic: Option<Arc<crate::semantic::SemanticIndex>>,
     /// Admits `catalog/search` calls: a bounded number at once, a bounded queue, a deadline.
     pub search_gate: SearchGate,
     /// The most connections served at once; more are refused at accept.

@@ -177,7 +177,8 @@ pub(crate) async fn search_index(
     Ok(Ok(IndexAnswer {
         hits,
         next: page.next_offset,
-        mode: page.mode,
+        mode: Some(page.mode),
+        search_mode: wire::SearchMode::Lexical,
         note,
     }))
 }
@@ -199,9 +200,43 @@ fn searched_within(
 pub struct IndexAnswer {
     pub hits: Vec<store::SearchHit>,
     pub next: Option<usize>,
-    pub mode: crate::protocol::MatchMode,
-    /// Why the index answered from an earlier state, when it did.
+    /// How the words matched; `None` for a semantic answer.
+    pub mode: Option<crate::protocol::MatchMode>,
+    /// Which ranking answered.
+    pub search_mode: wire::SearchMode,
+    /// Why the ranking asked for did not answer (vectors not ready, no model), and why the
+    /// index answered from an earlier state, when it did.
     pub note: Option<String>,
+}
+
+/// The index's answer ranked as the search asks (`mode`): by words alone, or with the local
+/// model's vectors (`semantic`, `hybrid`; see `crate::semantic`) when they are ready for the
+/// catalog as it stands; else by words, with the reason in `note`.
+pub(crate) async fn ranked_search(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    #[cfg(feature = "semantic")]
+    let note = match super::hybrid::semantic_search(index, context, request).await? {
+        super::hybrid::Outcome::Answered(answer) => return Ok(answer),
+        super::hybrid::Outcome::Lexical(note) => note,
+    };
+    #[cfg(not(feature = "semantic"))]
+    let note = match request.mode {
+        Some(wire::SearchMode::Semantic | wire::SearchMode::Hybrid) => Some(
+            "this mcp-mirror was built without semantic search; answered lexically".to_string(),
+        ),
+        _ => None,
+    };
+    let mut answer = search_index(index, context, request).await?;
+    if let Ok(answer) = &mut answer {
+        answer.note = match (note, answer.note.take()) {
+            (Some(why), Some(behind)) => Some(format!("{why}; {behind}")),
+            (why, behind) => why.or(behind),
+        };
+    }
+    Ok(answer)
 }
 
 /// The resource part of a search: from the derived index when it can answer for the catalog
@@ -217,12 +252,14 @@ pub async fn resource_search(
         engine: Some(wire::SearchEngine::Sqlite),
         match_mode: None,
         note: None,
+        mode: Some(wire::SearchMode::Lexical),
     };
     if let (Some(index), false) = (&context.search_index, request.raw) {
-        match search_index(index, context, &request).await? {
+        match ranked_search(index, context, &request).await? {
             Ok(answer) => {
                 origin.engine = Some(wire::SearchEngine::Index);
-                origin.match_mode = Some(answer.mode);
+                origin.match_mode = answer.mode;
+                origin.mode = Some(answer.search_mode);
                 origin.note = answer.note;
                 return Ok((answer.hits, answer.next, origin));
             }

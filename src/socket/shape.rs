@@ -107,6 +107,7 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
         engine: Some(wire::SearchEngine::Sqlite),
         match_mode: None,
         note: None,
+        mode: Some(wire::SearchMode::Lexical),
     }
 }
 

@@ -210,6 +210,9 @@ pub struct SearchRequest {
     pub highlight: (String, String),
     /// When set, the query is cancelled (`StoreError::SearchTimedOut`) once this passes.
     pub deadline: Option<Instant>,
+    /// The ranking asked for (`catalog/search`'s `mode`); the daemon's default when `None`.
+    /// SQLite ranks by words only.
+    pub mode: Option<crate::protocol::SearchMode>,
 }
 
 impl SearchRequest {
@@ -224,6 +227,7 @@ impl SearchRequest {
             offset: 0,
             highlight: (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into()),
             deadline: None,
+            mode: None,
         }
     }
 }

@@ -26,6 +26,7 @@ mod search;
 mod search_index;
 mod search_paging;
 mod secrets;
+mod semantic;
 mod service;
 mod sizes;
 mod socket;
