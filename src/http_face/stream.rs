@@ -1,7 +1,8 @@
 //! The HTTP face's long-lived SSE streams (the handshake era's GET stream, the 2026-07-28
 //! `subscriptions/listen` answer): one `resources/list_changed` per burst of committed swaps
-//! that touched resources, keep-alive comments, and an end at shutdown. Each holds a permit
-//! of the bounded stream count.
+//! that touched resources, keep-alive comments, and an end at shutdown. Each holds what it
+//! counts against (a permit of the bounded stream count, its client's share, its session)
+//! until it ends.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -9,7 +10,7 @@ use std::convert::Infallible;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
+use tokio::sync::{broadcast, watch};
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
 use crate::store::CatalogChanged;
@@ -49,7 +50,8 @@ struct Driver {
     shutdown: watch::Receiver<bool>,
     keep_alive: Interval,
     done: bool,
-    _permit: OwnedSemaphorePermit,
+    /// Given back when the stream ends.
+    _holds: Box<dyn Send>,
 }
 
 impl Driver {
@@ -98,7 +100,7 @@ pub(super) fn open(
     plan: StreamPlan,
     changes: broadcast::Receiver<CatalogChanged>,
     shutdown: watch::Receiver<bool>,
-    permit: OwnedSemaphorePermit,
+    holds: Box<dyn Send>,
 ) -> Response {
     let mut keep_alive = interval_at(Instant::now() + STREAM_KEEP_ALIVE, STREAM_KEEP_ALIVE);
     keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -110,7 +112,7 @@ pub(super) fn open(
         shutdown,
         keep_alive,
         done: false,
-        _permit: permit,
+        _holds: holds,
     };
     let chunks = futures_util::stream::unfold(driver, |mut driver| async move {
         let chunk = driver.next_chunk().await?;
