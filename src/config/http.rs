@@ -29,6 +29,9 @@ pub(crate) const DEFAULT_HTTP_MAX_CONNECTIONS: u64 = 1024;
 pub(crate) const DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER: u64 = 128;
 /// `[http] body_timeout`: the time a request's whole body may take to arrive after its head.
 pub(crate) const DEFAULT_HTTP_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// `[http] write_stall_timeout`: how long an answer's bytes may wait for a client that reads
+/// none of them; past it the connection is closed (a client that never reads cannot hold it).
+pub(crate) const DEFAULT_HTTP_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// `[http] session_idle_timeout`: a handshake-era session unused this long (and with no open
 /// GET stream) is forgotten; its next request gets 404 and the client initializes again.
 pub(crate) const DEFAULT_HTTP_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -56,6 +59,7 @@ pub(super) struct RawHttp {
     pub max_connections: Option<Spanned<i64>>,
     pub max_connections_per_peer: Option<Spanned<i64>>,
     pub body_timeout: Option<Spanned<String>>,
+    pub write_stall_timeout: Option<Spanned<String>>,
     pub session_idle_timeout: Option<Spanned<String>>,
     pub max_sessions_per_client: Option<Spanned<i64>>,
     pub max_streams_per_client: Option<Spanned<i64>>,
@@ -79,6 +83,7 @@ pub struct HttpConfig {
     pub max_connections: usize,
     pub max_connections_per_peer: usize,
     pub body_timeout: Duration,
+    pub write_stall_timeout: Duration,
     pub session_idle_timeout: Duration,
     pub max_sessions_per_client: usize,
     pub max_streams_per_client: usize,
@@ -98,6 +103,7 @@ impl Default for HttpConfig {
             max_connections: DEFAULT_HTTP_MAX_CONNECTIONS as usize,
             max_connections_per_peer: DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER as usize,
             body_timeout: DEFAULT_HTTP_BODY_TIMEOUT,
+            write_stall_timeout: DEFAULT_HTTP_WRITE_STALL_TIMEOUT,
             session_idle_timeout: DEFAULT_HTTP_SESSION_IDLE_TIMEOUT,
             max_sessions_per_client: DEFAULT_HTTP_MAX_SESSIONS_PER_CLIENT as usize,
             max_streams_per_client: DEFAULT_HTTP_MAX_STREAMS_PER_CLIENT as usize,
@@ -138,6 +144,7 @@ impl fmt::Debug for HttpConfig {
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_peer", &self.max_connections_per_peer)
             .field("body_timeout", &self.body_timeout)
+            .field("write_stall_timeout", &self.write_stall_timeout)
             .field("session_idle_timeout", &self.session_idle_timeout)
             .field("max_sessions_per_client", &self.max_sessions_per_client)
             .field("max_streams_per_client", &self.max_streams_per_client)
@@ -274,6 +281,11 @@ pub(super) fn http_config(
             "http.body_timeout",
             DEFAULT_HTTP_BODY_TIMEOUT,
         )?,
+        write_stall_timeout: positive(
+            &raw.write_stall_timeout,
+            "http.write_stall_timeout",
+            DEFAULT_HTTP_WRITE_STALL_TIMEOUT,
+        )?,
         session_idle_timeout: positive(
             &raw.session_idle_timeout,
             "http.session_idle_timeout",
@@ -384,6 +396,10 @@ mod tests {
         assert_eq!(config.http.max_connections, 1024);
         assert_eq!(config.http.max_connections_per_peer, 128);
         assert_eq!(config.http.body_timeout, std::time::Duration::from_secs(10));
+        assert_eq!(
+            config.http.write_stall_timeout,
+            std::time::Duration::from_secs(30)
+        );
         assert_eq!(
             config.http.session_idle_timeout,
             std::time::Duration::from_secs(1800)

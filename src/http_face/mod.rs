@@ -11,6 +11,7 @@ mod access;
 mod limits;
 mod mcp;
 mod sessions;
+mod stall;
 mod stream;
 
 use std::collections::{BTreeSet, HashMap};
@@ -273,6 +274,7 @@ pub async fn serve(face: Arc<HttpFace>, listener: TcpListener, serving: Face) {
                 .max_buf_size(MAX_HEADER_BYTES)
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT);
+            let stream = stall::StallGuarded::new(stream, face.config.write_stall_timeout);
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             let outcome = tokio::select! {

@@ -640,3 +640,59 @@ fn a_bad_token_flood_is_a_few_counted_log_lines_and_the_good_token_is_answered()
     );
     assert!(!log.contains("tok-guessed"));
 }
+
+#[test]
+fn a_client_that_never_reads_its_answers_loses_its_connection() {
+    let face = Face::start("write_stall_timeout = \"2s\"\n");
+    let address = face.address.clone();
+    assert_eq!(open_http_connections("127.0.0.1", &address), 1);
+    // From 127.0.0.2, with a small receive buffer: 2,000 pipelined `resources/list`, and
+    // nothing of the answers read.
+    let target: std::net::SocketAddr = address.parse().expect("address");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("runtime");
+    let hostile = runtime
+        .block_on(async move {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.set_recv_buffer_size(4096)?;
+            socket.bind(([127, 0, 0, 2], 0).into())?;
+            socket.connect(target).await
+        })
+        .expect("connect")
+        .into_std()
+        .expect("std stream");
+    hostile.set_nonblocking(false).expect("blocking");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}).to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut writer = hostile.try_clone().expect("clone");
+    let pipelined = request.repeat(2000);
+    let sender = std::thread::spawn(move || {
+        let _ = writer.write_all(pipelined.as_bytes());
+    });
+    wait_for(
+        "the never-reading client's connection",
+        Duration::from_secs(30),
+        || (open_http_connections("127.0.0.1", &address) == 2).then_some(()),
+    );
+    // The daemon answers until the buffers are full, then waits for the client; after the
+    // stall bound it closes the connection. The good client is answered meanwhile.
+    let mut answered = 0;
+    wait_for(
+        "the stalled connection to close",
+        Duration::from_secs(90),
+        || {
+            let (status, text) = exchange("127.0.0.1", &address, "POST", "/mcp", &[], &ping(1));
+            assert_eq!(status, 200, "{text}");
+            answered += 1;
+            (open_http_connections("127.0.0.1", &address) == 1).then_some(())
+        },
+    );
+    eprintln!("the never-reading client's connection closed; {answered} good pings meanwhile");
+    drop(hostile);
+    sender.join().expect("sender");
+}
