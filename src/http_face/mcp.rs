@@ -8,6 +8,8 @@ use std::io::Read as _;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::watch;
+
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -571,15 +573,18 @@ struct SessionStream {
 }
 
 impl SessionStream {
-    fn open(face: &Arc<HttpFace>, id: &str) -> SessionStream {
-        face.sessions
+    /// The mark, and what closes when the session ends.
+    fn open(face: &Arc<HttpFace>, id: &str) -> (SessionStream, Option<watch::Receiver<()>>) {
+        let ended = face
+            .sessions
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .stream(id, true, Instant::now());
-        SessionStream {
+        let mark = SessionStream {
             face: face.clone(),
             id: id.to_string(),
-        }
+        };
+        (mark, ended)
     }
 }
 
@@ -765,6 +770,7 @@ fn listen(
             >(Some(&changed)))
         }),
         at_end: closed.ok().map(|closed| message_text(&closed)),
+        session_ended: None,
     };
     stream::open(
         plan,
@@ -838,8 +844,9 @@ pub(super) async fn get_stream(
         }
         Some(session) => session,
     };
+    let (session_stream, session_ended) = SessionStream::open(&face, session);
     let place = match face.stream_place(&client, &headers, &Value::Null) {
-        Ok(place) => place.of_session(SessionStream::open(&face, session)),
+        Ok(place) => place.of_session(session_stream),
         Err(refusal) => return *refusal,
     };
     tracing::info!(token = client.name(), "HTTP GET stream opened");
@@ -848,6 +855,7 @@ pub(super) async fn get_stream(
         first: Vec::new(),
         on_change: Some(message_text(&changed)),
         at_end: None,
+        session_ended,
     };
     stream::open(
         plan,

@@ -8,6 +8,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
 use super::limits::ClientKey;
 
 /// The bounds sessions are kept within.
@@ -23,6 +25,8 @@ struct Session {
     last_used: Instant,
     /// GET streams of this session open now: while one is, the session is in use.
     streams: usize,
+    /// Dropped with the session (DELETE, ended to make room, expired): its streams end.
+    ended: watch::Sender<()>,
 }
 
 impl Session {
@@ -89,6 +93,7 @@ impl Sessions {
                 owner: owner.clone(),
                 last_used: now,
                 streams: 0,
+                ended: watch::channel(()).0,
             },
         );
         Opened::Yes { evicted }
@@ -121,15 +126,16 @@ impl Sessions {
         }
     }
 
-    /// A GET stream of `id` opened (true) or ended (false).
-    pub fn stream(&mut self, id: &str, opened: bool, now: Instant) {
-        if let Some(session) = self.by_id.get_mut(id) {
-            session.last_used = now;
-            session.streams = match opened {
-                true => session.streams + 1,
-                false => session.streams.saturating_sub(1),
-            };
-        }
+    /// A GET stream of `id` opened (true) or ended (false). An opened stream gets what closes
+    /// when the session ends.
+    pub fn stream(&mut self, id: &str, opened: bool, now: Instant) -> Option<watch::Receiver<()>> {
+        let session = self.by_id.get_mut(id)?;
+        session.last_used = now;
+        session.streams = match opened {
+            true => session.streams + 1,
+            false => session.streams.saturating_sub(1),
+        };
+        opened.then(|| session.ended.subscribe())
     }
 
     #[cfg(test)]
@@ -241,6 +247,17 @@ mod tests {
         assert!(!sessions.touch("s", &other, start, BOUNDS.idle));
         assert!(!sessions.remove("s", &other));
         assert!(sessions.remove("s", &owner));
+    }
+
+    #[test]
+    fn a_sessions_streams_hear_when_it_ends() {
+        let start = Instant::now();
+        let mut sessions = Sessions::default();
+        sessions.open("s".into(), &client(1), start, BOUNDS);
+        let ended = sessions.stream("s", true, start).expect("a receiver");
+        assert!(ended.has_changed().is_ok(), "open while the session is");
+        assert!(sessions.remove("s", &client(1)));
+        assert!(ended.has_changed().is_err(), "closed with the session");
     }
 
     #[test]

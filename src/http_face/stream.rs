@@ -40,6 +40,8 @@ pub(super) struct StreamPlan {
     pub on_change: Option<String>,
     /// The message sent when the daemon stops (the listen request's final result).
     pub at_end: Option<String>,
+    /// Closed when the stream's session ends (a GET stream's); the stream ends with it.
+    pub session_ended: Option<watch::Receiver<()>>,
 }
 
 struct Driver {
@@ -48,6 +50,7 @@ struct Driver {
     at_end: Option<String>,
     changes: broadcast::Receiver<CatalogChanged>,
     shutdown: watch::Receiver<bool>,
+    session_ended: Option<watch::Receiver<()>>,
     keep_alive: Interval,
     done: bool,
     /// Given back when the stream ends.
@@ -84,6 +87,7 @@ impl Driver {
                         return Some(message_event(message));
                     }
                 }
+                _ = session_ended(&mut self.session_ended) => return self.finish(),
                 _ = self.keep_alive.tick() => return Some(": keep-alive\n\n".to_string()),
             }
         }
@@ -92,6 +96,14 @@ impl Driver {
     fn finish(&mut self) -> Option<String> {
         self.done = true;
         self.at_end.take().map(|message| message_event(&message))
+    }
+}
+
+/// Resolves when the session is gone; never for a stream without one.
+async fn session_ended(ended: &mut Option<watch::Receiver<()>>) {
+    match ended {
+        Some(ended) => while ended.changed().await.is_ok() {},
+        None => std::future::pending().await,
     }
 }
 
@@ -110,6 +122,7 @@ pub(super) fn open(
         at_end: plan.at_end,
         changes,
         shutdown,
+        session_ended: plan.session_ended,
         keep_alive,
         done: false,
         _holds: holds,

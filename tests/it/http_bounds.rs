@@ -349,7 +349,7 @@ fn an_initialize_flood_ends_the_flooders_own_sessions_and_idle_ones_expire() {
     let address = face.address.clone();
     // The good client's session, with its GET stream open (so it is in use while idle).
     let good = initialize("127.0.0.1", &address).expect("good session");
-    let _good_stream = open_get_stream("127.0.0.1", &address, &good);
+    let good_stream = open_get_stream("127.0.0.1", &address, &good);
 
     // 1,024 initialize calls from nine addresses, 127.0.0.2 to 127.0.0.10.
     let mut flood: Vec<(String, String)> = Vec::new();
@@ -406,6 +406,19 @@ fn an_initialize_flood_ends_the_flooders_own_sessions_and_idle_ones_expire() {
         .daemon
         .log_text()
         .contains("session ended to make room"));
+    // DELETE ends the session and, with it, its GET stream.
+    let (status, text) = exchange(
+        "127.0.0.1",
+        &address,
+        "DELETE",
+        "/mcp",
+        &[("Mcp-Session-Id", &good)],
+        "",
+    );
+    assert_eq!(status, 204, "{text}");
+    let mut stream = good_stream;
+    let (_, rest) = read_answer(&mut stream, Duration::from_secs(30));
+    assert!(rest.ends_with("0\r\n\r\n"), "the stream ended: {rest:?}");
 }
 
 /// Opens a 2026-07-28 `subscriptions/listen` stream from `source` with `token`; the status
