@@ -1,16 +1,15 @@
 //! The `[http]` table: where the HTTP face listens, who may connect (bearer tokens from files,
 //! allowed browser origins) and its bounds, validated into one `HttpConfig`.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
 use toml::Spanned;
 
+use super::raw::RawHttp;
 use super::source::SourceFile;
 use super::transport::expand_credentials;
 use super::values::{count, duration, optional_size};
@@ -41,29 +40,6 @@ pub(crate) const DEFAULT_HTTP_MAX_SESSIONS_PER_CLIENT: u64 = 64;
 /// `[http] max_streams_per_client`: open streams of one client (its token and address, or its
 /// address alone); more get 503.
 pub(crate) const DEFAULT_HTTP_MAX_STREAMS_PER_CLIENT: u64 = 32;
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawHttp {
-    pub listen: Option<Spanned<String>>,
-    pub metrics_listen: Option<Spanned<String>>,
-    #[serde(default)]
-    pub tokens: BTreeMap<String, Spanned<String>>,
-    #[serde(default)]
-    pub allowed_origins: Vec<String>,
-    pub max_body: Option<Spanned<String>>,
-    pub max_streams: Option<Spanned<i64>>,
-    pub max_sessions: Option<Spanned<i64>>,
-    #[serde(default)]
-    pub allowed_hosts: Vec<Spanned<String>>,
-    pub max_connections: Option<Spanned<i64>>,
-    pub max_connections_per_peer: Option<Spanned<i64>>,
-    pub body_timeout: Option<Spanned<String>>,
-    pub write_stall_timeout: Option<Spanned<String>>,
-    pub session_idle_timeout: Option<Spanned<String>>,
-    pub max_sessions_per_client: Option<Spanned<i64>>,
-    pub max_streams_per_client: Option<Spanned<i64>>,
-}
 
 /// The HTTP face as configured; `listen: None` (the default) keeps it off.
 #[derive(Clone, PartialEq)]

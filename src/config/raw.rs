@@ -17,7 +17,31 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
     #[serde(default)]
-    pub http: super::http::RawHttp,
+    pub http: RawHttp,
+}
+
+/// The `[http]` table as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub listen: Option<Spanned<String>>,
+    pub metrics_listen: Option<Spanned<String>>,
+    #[serde(default)]
+    pub tokens: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    pub max_body: Option<Spanned<String>>,
+    pub max_streams: Option<Spanned<i64>>,
+    pub max_sessions: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub allowed_hosts: Vec<Spanned<String>>,
+    pub max_connections: Option<Spanned<i64>>,
+    pub max_connections_per_peer: Option<Spanned<i64>>,
+    pub body_timeout: Option<Spanned<String>>,
+    pub write_stall_timeout: Option<Spanned<String>>,
+    pub session_idle_timeout: Option<Spanned<String>>,
+    pub max_sessions_per_client: Option<Spanned<i64>>,
+    pub max_streams_per_client: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
