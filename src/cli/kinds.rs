@@ -120,7 +120,7 @@ pub fn show(
                 continue;
             }
             let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
-            println!("{key}:\n{}", escaped(&pretty));
+            println!("{}:\n{}", escaped(key), escaped(&pretty));
         }
     }
     Ok(())
@@ -169,7 +169,7 @@ pub fn drift(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), C
                 None => "(absent)".to_string(),
                 Some(value) => escaped(&value.to_string()).into_owned(),
             };
-            println!("  {field}:");
+            println!("  {}:", escaped(field));
             println!("    accepted: {}", show(&change.accepted));
             println!("    current:  {}", show(&change.current));
         }

@@ -56,6 +56,8 @@ pub(super) struct RawDaemon {
     pub max_items: Option<Spanned<i64>>,
     pub max_entry_bytes: Option<Spanned<i64>>,
     pub max_pages_without_new: Option<Spanned<i64>>,
+    pub max_template_bytes: Option<Spanned<i64>>,
+    pub max_template_expressions: Option<Spanned<i64>>,
     pub poll_interval: Option<Spanned<String>>,
     pub poll_floor: Option<Spanned<String>>,
     pub ping_interval: Option<Spanned<String>>,

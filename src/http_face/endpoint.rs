@@ -19,10 +19,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::protocol::{
-    self as wire, CatalogChanges, CatalogResource, CatalogSearch, CheckedRequest, DiscoverResult,
-    ErrorObject, IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
-    UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
-    UNSUPPORTED_PROTOCOL_VERSION,
+    self as wire, CatalogChanges, CatalogEntries, CatalogList, CatalogPrompts, CatalogResource,
+    CatalogSearch, CatalogTools, CheckedRequest, DiscoverResult, ErrorObject, IncomingRequest,
+    Initialize, ListResources, ListTemplates, Method, ReadResource, UnsupportedVersionData,
+    DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
@@ -260,10 +260,70 @@ pub(super) async fn post_message(
         Err(response) => return deliver(&headers, StatusCode::BAD_REQUEST, &*response),
     };
     tracing::info!(token = client.name(), method = %request.method, "HTTP request");
-    match modern_version(&request.params).map(str::to_string) {
+    let tag = entity_tag(&face, &client, &request);
+    if let Some(tag) = &tag {
+        if none_match_hits(&headers, tag) {
+            return (StatusCode::NOT_MODIFIED, [(header::ETAG, tag.as_str())]).into_response();
+        }
+    }
+    let mut response = match modern_version(&request.params).map(str::to_string) {
         Some(version) => modern_request(&face, &client, &headers, request, &version).await,
         None => legacy_request(&face, &client, &headers, request).await,
+    };
+    if let (Some(tag), StatusCode::OK) = (tag, response.status()) {
+        if let Ok(value) = HeaderValue::from_str(&tag) {
+            response.headers_mut().insert(header::ETAG, value);
+        }
     }
+    response
+}
+
+/// List methods whose answer follows from the catalog, the request and the client alone: it
+/// carries an ETag, and a request whose `If-None-Match` names the current one gets 304 with
+/// no body, so a client or a plain HTTP cache re-polling an unchanged catalog costs nothing.
+const CONDITIONAL: &[&str] = &[
+    ListResources::NAME,
+    ListTemplates::NAME,
+    CatalogList::NAME,
+    CatalogTools::NAME,
+    CatalogPrompts::NAME,
+];
+
+/// The validator of a conditional answer: this database, this process, the catalog's version
+/// (every committed change and every priority change moves it) and the request as sent by this
+/// client.
+fn entity_tag(face: &HttpFace, client: &Client, request: &CheckedRequest) -> Option<String> {
+    static STARTED_MS: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    if !CONDITIONAL.contains(&request.method.as_str()) {
+        return None;
+    }
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for part in [
+        request.method.as_bytes(),
+        request.params.to_string().as_bytes(),
+        client.name().as_bytes(),
+    ] {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    Some(format!(
+        "\"{}-{:x}-{}-{:016x}\"",
+        face.api.store.instance(),
+        STARTED_MS.get_or_init(now_ms),
+        face.api.store.catalog_version(),
+        hasher.digest()
+    ))
+}
+
+/// True when `If-None-Match` names `tag` (weakly or strongly) or is `*`.
+fn none_match_hits(headers: &HeaderMap, tag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|candidate| candidate.trim())
+        .any(|candidate| candidate == "*" || candidate.trim_start_matches("W/") == tag)
 }
 
 /// A 2026-07-28 request: headers checked against the body, no session.
@@ -636,6 +696,25 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
                 serde_json::from_value(result).map_err(internal)?;
             page.changes.retain(|change| visible(Some(&change.server)));
             serde_json::to_value(page).map_err(internal)
+        }
+        CatalogEntries::NAME => {
+            let mut read: <CatalogEntries as Method>::Result =
+                serde_json::from_value(result).map_err(internal)?;
+            let (shown, withheld): (Vec<Value>, Vec<Value>) = read
+                .entries
+                .into_iter()
+                .partition(|entry| visible(entry["_meta"][wire::ORIGIN_META_KEY].as_str()));
+            let key = |entry: &Value| {
+                entry["uri"]
+                    .as_str()
+                    .or(entry["uriTemplate"].as_str())
+                    .map(str::to_string)
+            };
+            read.missing.extend(withheld.iter().filter_map(key));
+            read.entries = shown;
+            // A count of what this client may not see cannot be checked against.
+            read.total = None;
+            serde_json::to_value(read).map_err(internal)
         }
         CatalogResource::NAME => {
             let mut details: <CatalogResource as Method>::Result =

@@ -40,8 +40,9 @@ pub use listen::{
     ListenResult, SubscriptionMeta, SubscriptionParams, SubscriptionsAcknowledged,
 };
 pub use params::{
-    page_limit, parse_params, ChangesParams, InitializeParams, InvalidParams, ListParams, NoParams,
-    RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
+    page_limit, parse_params, ChangesParams, InitializeParams, InvalidParams, KeysParams,
+    ListParams, NoParams, RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
+    MAX_KEYS,
 };
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
@@ -49,11 +50,11 @@ pub use resource::{
     ResourceTemplate, StoredObject,
 };
 pub use results::{
-    Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult, LastWalk,
-    ListResourcesResult, ListTemplatesResult, Listing, LiveStatus, RefreshOutcome, RefreshResult,
-    RefreshState, ResourceDetails, ResourcesCapability, SearchEngine, SearchHit, SearchResult,
-    ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus, SocketActivity,
-    StatusResult, SwapSummary, ToolsCapability, WatchResult,
+    Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult,
+    KeyedEntriesResult, LastWalk, ListResourcesResult, ListTemplatesResult, Listing, LiveStatus,
+    RefreshOutcome, RefreshResult, RefreshState, ResourceDetails, ResourcesCapability,
+    SearchEngine, SearchHit, SearchResult, ServerCapabilities, ServerListEntry, ServerListResult,
+    ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability, WatchResult,
 };
 pub use state::{
     ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
@@ -120,6 +121,11 @@ pub const VIA_META_KEY: &str = "io.mcp-mirror/via";
 /// The `_meta` key on a `resources/read` result served from the content cache.
 pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
 
+/// The capability (under `experimental`) by which an mcp-mirror says a downstream mirror may
+/// follow its change feed, and the version of that contract.
+pub const FEED_CAPABILITY: &str = "io.mcp-mirror/feed";
+pub const FEED_VERSION: u64 = 1;
+
 /// A socket method: its name, params and result.
 pub trait Method {
     const NAME: &'static str;
@@ -164,6 +170,8 @@ methods! {
     /// One server's own snapshot, each entry marked with the server that wins it if another.
     CatalogList = "catalog/list", ServerListParams => ServerListResult;
     CatalogChanges = "catalog/changes", ChangesParams => ChangesResult;
+    /// The merged entries of up to `MAX_KEYS` keys of one kind, for a follower of the feed.
+    CatalogEntries = "catalog/entries", KeysParams => KeyedEntriesResult;
     /// Answers where the feed stands, then sends `notifications/catalog/changed`.
     CatalogWatch = "catalog/watch", WatchParams => WatchResult;
     /// Tools of every server (or one), `PAGE_SIZE` per page, ordered by server and name.

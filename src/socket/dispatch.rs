@@ -6,14 +6,15 @@ use serde_json::Value;
 use super::reads::{read_resource, server_list};
 use super::search::{gated_search, resource_search};
 use super::shape::{
-    changes_result, resource_details, resources_page, search_result, templates_page,
+    changes_result, keyed_entries_result, resource_details, resources_page, search_result,
+    templates_page,
 };
 use super::{internal, invalid_params, not_listed, status, ConnectionState, DaemonContext};
 use crate::protocol::{
-    self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogList, CatalogRefresh,
-    CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorData,
-    ErrorObject, Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response,
-    INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
+    self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogEntries, CatalogList,
+    CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest,
+    ErrorData, ErrorObject, Initialize, ListResources, ListTemplates, Method, Ping, ReadResource,
+    Response, INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
 };
 use crate::redact;
 use crate::socket::kinds;
@@ -164,7 +165,20 @@ async fn dispatch(
                 None => context.store.changes_since(since, limit).await,
             }
             .map_err(internal)?;
-            answer::<CatalogChanges>(changes_result(page))
+            let mut result = changes_result(page);
+            result.instance = Some(context.store.instance().to_string());
+            answer::<CatalogChanges>(result)
+        }
+        CatalogEntries::NAME => {
+            let (kind, keys) = params::<CatalogEntries>(raw)?
+                .checked()
+                .map_err(invalid_params)?;
+            let read = context
+                .store
+                .keyed_entries(kind, keys)
+                .await
+                .map_err(internal)?;
+            to_text(&keyed_entries_result(context.store.instance(), &read))
         }
         CatalogWatch::NAME => {
             let since = params::<CatalogWatch>(raw)?

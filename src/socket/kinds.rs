@@ -119,10 +119,31 @@ pub async fn entry_details(
     entry_details_of(kind, &params, listing)
 }
 
+/// `server`, when named, must be configured: the same "no server named" error (`notFound:
+/// server`, exit 4 in the CLI) as `catalog/list` and `catalog/refresh` answer.
+async fn known_server(store: &Store, server: Option<&str>) -> Result<(), ErrorObject> {
+    let Some(server) = server else {
+        return Ok(());
+    };
+    if store.server_exists(server).await.map_err(internal)? {
+        return Ok(());
+    }
+    Err(
+        ErrorObject::new(INVALID_PARAMS, format!("no server named {server}")).with_data(
+            wire::ErrorData {
+                not_found: Some("server".into()),
+                server: Some(server.into()),
+                ..wire::ErrorData::default()
+            },
+        ),
+    )
+}
+
 pub async fn accept(
     store: &Store,
     params: wire::ServerParams,
 ) -> Result<wire::AcceptResult, ErrorObject> {
+    known_server(store, params.server.as_deref()).await?;
     let accepted = store
         .accept(params.server)
         .await
@@ -137,6 +158,7 @@ pub async fn drift(
     store: &Store,
     params: wire::ServerParams,
 ) -> Result<wire::DriftResult, ErrorObject> {
+    known_server(store, params.server.as_deref()).await?;
     let rows = store.drift(params.server).await.map_err(internal)?;
     let drift = rows
         .into_iter()

@@ -591,7 +591,8 @@ pub fn changes_of_kinds(
         [],
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
-    let truncated = since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since + 1));
+    let truncated =
+        since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since.saturating_add(1)));
     let kinds =
         serde_json::to_string(kinds).map_err(|error| StoreError::Walk(error.to_string()))?;
     let mut statement = connection.prepare_cached(

@@ -1,12 +1,13 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
 pub(crate) mod entry;
+mod follow;
 mod index_source;
 mod kinds;
 mod queries;
 mod schema;
 mod sql_text;
-mod uri_template;
+pub(crate) mod uri_template;
 mod views;
 mod writer;
 
@@ -19,6 +20,7 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
+pub use follow::{FollowCursor, KeyedEntries};
 pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
 pub use kinds::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
@@ -261,6 +263,8 @@ pub struct ServerStatus {
     pub last_walk: Option<LastWalk>,
     pub walks_ok: u64,
     pub walks_failed: u64,
+    /// Deltas of a followed upstream's change feed applied instead of walks.
+    pub deltas_applied: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
     /// Entries of the snapshot stored trimmed because they were over `max_entry_bytes`.
@@ -364,6 +368,9 @@ pub struct Store {
     catalog_version: Arc<AtomicU64>,
     /// Ids the full-text backlog lists (the writer keeps it; `full_text_note` reads it).
     full_text_behind: Arc<AtomicU64>,
+    /// This database's id (`mirror_identity`), named in answers to followers.
+    instance: String,
+    merged_count_memo: Arc<follow::CountMemo>,
 }
 
 /// What an answer from SQLite's full-text search says while the index lacks rows of a large
@@ -393,6 +400,7 @@ impl Store {
             source,
         })?;
         let connection = schema::open_writer(path)?;
+        let instance = follow::instance_id(&connection)?;
         // A backlog left by the last run shows in answers from the start; the writer resumes it.
         let full_text_behind = Arc::new(AtomicU64::new(writer::full_text_backlog(&connection)?));
         let writer_behind = full_text_behind.clone();
@@ -427,6 +435,8 @@ impl Store {
             changes,
             catalog_version,
             full_text_behind,
+            instance,
+            merged_count_memo: Arc::default(),
         })
     }
 
@@ -910,6 +920,48 @@ impl StagedWalk {
                 walk_id: self.id,
                 server: self.server.clone(),
                 report,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+impl StagedWalk {
+    /// Applies the staged rows as a delta of a followed upstream: they are added or changed,
+    /// `removed` go, the rest of the snapshot stays; the cursor moves in the same transaction.
+    pub async fn commit_delta(
+        mut self,
+        removed: Vec<String>,
+        cursor: FollowCursor,
+    ) -> Result<SwapOutcome, StoreError> {
+        self.finished = true;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::CommitDelta {
+                walk_id: self.id,
+                server: self.server.clone(),
+                removed,
+                cursor,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+impl Store {
+    /// Moves (or forgets) a followed server's cursor, after a full walk of it committed.
+    pub async fn set_follow_cursor(
+        &self,
+        server: &str,
+        cursor: Option<FollowCursor>,
+    ) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::SetFollowCursor {
+                server: server.to_string(),
+                cursor,
                 reply,
             })
             .map_err(|_| StoreError::WriterGone)?;

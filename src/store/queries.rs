@@ -18,7 +18,7 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
                 template_count, stale, snapshot_at, connected_at, retry_at, last_walk_at, last_walk_ms,
                 last_walk_pages, last_walk_added, last_walk_removed, last_walk_changed,
                 last_walk_duplicates, last_walk_skipped, walks_ok, walks_failed, last_error, last_error_at,
-                oversized_entries
+                oversized_entries, deltas_applied
          FROM servers ORDER BY name",
     )?;
     let rows = statement.query_map([], |row| {
@@ -55,6 +55,7 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
             last_error: row.get(22)?,
             last_error_at_ms: row.get(23)?,
             oversized_entries: row.get::<_, i64>(24)? as u64,
+            deltas_applied: row.get::<_, i64>(25)? as u64,
         })
     })?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -697,7 +698,8 @@ pub fn changes_since(
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     let after = since.unwrap_or(0);
-    let truncated = since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since + 1));
+    let truncated =
+        since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since.saturating_add(1)));
     let mut statement = connection.prepare_cached(
         "SELECT seq, at, server, kind, uri, count, entry_kind, name, fields FROM changes
          WHERE seq > ?1 ORDER BY seq LIMIT ?2",

@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0004_entries.sql"),
     include_str!("../../migrations/0005_full_text_backlog.sql"),
     include_str!("../../migrations/0006_pending_loads.sql"),
+    include_str!("../../migrations/0007_follow.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {

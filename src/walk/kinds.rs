@@ -8,7 +8,7 @@ use crate::config::WalkLimits;
 use crate::protocol::Kind;
 use crate::store::{now_ms, EntryRow, EntrySwap, Store, WalkReport};
 use crate::upstream::Session;
-use crate::walk::{self, restarting_once, ListWalk, Listed, WalkError, WalkSummary};
+use crate::walk::{restarting_once, ListWalk, Listed, WalkError, WalkSummary};
 
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a
 /// failure leaves the kinds already swapped in and the rest at their last complete snapshot.
@@ -24,7 +24,7 @@ pub async fn walk_kinds(
     let started = Instant::now();
     let started_at_ms = now_ms();
     let mut summary = if kinds.contains(&Kind::Resource) {
-        walk::walk(session, store, server, limits).await?
+        super::follow::walk_or_follow(session, store, server, limits).await?
     } else {
         WalkSummary {
             swap: Default::default(),

@@ -1,5 +1,6 @@
 //! One walk of a server's resources and templates, and the one cursor walk with its guards (`ListWalk`) that every kind goes through.
 
+pub(crate) mod follow;
 pub(crate) mod kinds;
 
 use std::collections::HashSet;
@@ -14,6 +15,7 @@ use crate::config::WalkLimits;
 use crate::protocol::Kind;
 use crate::protocol::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::store::entry::{fit_entry, whole_entry_hash};
+use crate::store::uri_template::{TemplateError, UriTemplate};
 use crate::store::{now_ms, ResourceRow, Store, StoreError, SwapOutcome, TemplateRow, WalkReport};
 use crate::upstream::{McpError, Session};
 
@@ -83,12 +85,29 @@ pub async fn walk(
             max_pages: limits.max_pages.min(1_000),
             ..limits
         };
+        // Templates over the bounds are skipped, the server's other entries kept; the walk
+        // says so once in the log (and counts them in `lastWalk.skipped`).
+        let mut over_bounds: (u64, Option<TemplateError>) = (0, None);
         let templates = ListWalk::new(session, Kind::Template, template_limits)
             .run(
-                |item| template_row(&item, limits.max_entry_bytes),
+                |item| match template_row(&item, &limits) {
+                    Ok(row) => row,
+                    Err(error) => {
+                        over_bounds.0 += 1;
+                        over_bounds.1.get_or_insert(error);
+                        None
+                    }
+                },
                 |rows| staged.add_templates(rows),
             )
             .await?;
+        if let (skipped, Some(first)) = over_bounds {
+            tracing::warn!(
+                server,
+                skipped,
+                "skipped {skipped} URI template(s) over the bounds (max_template_bytes, max_template_expressions), the first: {first}; the server's other entries are kept"
+            );
+        }
         let report = WalkReport {
             started_at_ms,
             duration_ms: started.elapsed().as_millis() as i64,
@@ -391,12 +410,34 @@ pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<Resourc
     })
 }
 
-fn template_row(item: &RawValue, max_entry_bytes: u64) -> Option<TemplateRow> {
-    let item: Value = serde_json::from_str(item.get()).ok()?;
-    let fitted = fit_entry(item, "uriTemplate", max_entry_bytes)?;
+/// Builds a store row from a listed ResourceTemplate: `Ok(None)` when it has no usable
+/// `uriTemplate`, an error when the template is over `max_template_bytes` or
+/// `max_template_expressions` (it would cost every read of an unlisted URI).
+fn template_row(
+    item: &RawValue,
+    limits: &WalkLimits,
+) -> Result<Option<TemplateRow>, TemplateError> {
+    let Ok(item) = serde_json::from_str::<Value>(item.get()) else {
+        return Ok(None);
+    };
+    let Some(fitted) = fit_entry(item, "uriTemplate", limits.max_entry_bytes) else {
+        return Ok(None);
+    };
     let object = &fitted.object;
-    let uri_template = text_field(object, "uriTemplate")?;
-    Some(TemplateRow {
+    let Some(uri_template) = text_field(object, "uriTemplate") else {
+        return Ok(None);
+    };
+    // A template that does not parse for other reasons is stored as listed; it routes nothing.
+    if let Err(error @ (TemplateError::TooLong { .. } | TemplateError::TooManyExpressions { .. })) =
+        UriTemplate::parse_within(
+            &uri_template,
+            usize::try_from(limits.max_template_bytes).unwrap_or(usize::MAX),
+            usize::try_from(limits.max_template_expressions).unwrap_or(usize::MAX),
+        )
+    {
+        return Err(error);
+    }
+    Ok(Some(TemplateRow {
         name: text_field(object, "name").unwrap_or_else(|| uri_template.clone()),
         title: text_field(object, "title"),
         description: text_field(object, "description"),
@@ -404,5 +445,5 @@ fn template_row(item: &RawValue, max_entry_bytes: u64) -> Option<TemplateRow> {
         oversized: fitted.oversized,
         raw: fitted.raw,
         uri_template,
-    })
+    }))
 }

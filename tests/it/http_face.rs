@@ -15,7 +15,7 @@ use crate::support::{
     run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch, SocketClient, FIXTURE, MIRROR,
 };
 
-const TOKEN: &str = "tok-fleet-7f3a9c";
+pub(crate) const TOKEN: &str = "tok-fleet-7f3a9c";
 
 /// A loopback port nobody listens on now, for a daemon's `[http] listen`.
 fn free_port() -> u16 {
@@ -26,14 +26,14 @@ fn free_port() -> u16 {
 }
 
 /// An upstream daemon: the given servers, and the HTTP face with one token named `fleet`.
-struct Upstream {
-    daemon: Daemon,
-    address: String,
-    _scratch: Scratch,
+pub(crate) struct Upstream {
+    pub(crate) daemon: Daemon,
+    pub(crate) address: String,
+    pub(crate) scratch: Scratch,
 }
 
 impl Upstream {
-    fn start(servers: &str, http_extra: &str) -> Upstream {
+    pub(crate) fn start(servers: &str, http_extra: &str) -> Upstream {
         let scratch = Scratch::new();
         let token = scratch.write_private("fleet.token", &format!("{TOKEN}\n"));
         let address = format!("127.0.0.1:{}", free_port());
@@ -46,7 +46,7 @@ impl Upstream {
         let upstream = Upstream {
             daemon,
             address,
-            _scratch: scratch,
+            scratch,
         };
         wait_for("the HTTP face", Duration::from_secs(20), || {
             TcpStream::connect(&upstream.address).ok().map(|_| ())
@@ -58,7 +58,7 @@ impl Upstream {
         format!("http://{}/mcp", self.address)
     }
 
-    fn post(&self, headers: &[(&str, &str)], body: &Value) -> Answer {
+    pub(crate) fn post(&self, headers: &[(&str, &str)], body: &Value) -> Answer {
         http_exchange(&self.address, "POST", headers, &body.to_string())
     }
 }
@@ -75,7 +75,7 @@ fn fast_daemon_settings(config: &Path) {
 }
 
 /// A downstream daemon mirroring `upstream` (named `upstream` in its config) in `era`.
-fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
+pub(crate) fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
     let token = scratch.write("upstream.token", TOKEN);
     let config = scratch.config(&format!(
         "[servers.upstream]\nurl = \"{}\"\nbearer_token_file = {:?}\nera = \"{era}\"\n",
@@ -87,19 +87,19 @@ fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
 }
 
 /// One HTTP answer, read to the end (the request says `Connection: close`).
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) head: String,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body)
             .unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.body))
     }
 
-    fn header(&self, name: &str) -> Option<String> {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
         self.head.lines().find_map(|line| {
             let (key, value) = line.split_once(':')?;
             key.eq_ignore_ascii_case(name)
@@ -163,7 +163,7 @@ fn modern_request(method: &str, mut params: Value) -> Value {
 }
 
 /// Every resource of a daemon's merged catalog, without the `via` note, sorted by URI.
-fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
+pub(crate) fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
     let mut all = daemon.list_all();
     for resource in &mut all {
         if let Some(meta) = resource["_meta"].as_object_mut() {
@@ -174,7 +174,7 @@ fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
     all
 }
 
-fn count_from(daemon: &Daemon, origin: &str) -> usize {
+pub(crate) fn count_from(daemon: &Daemon, origin: &str) -> usize {
     daemon
         .list_all()
         .iter()
@@ -1168,4 +1168,63 @@ impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
     }
+}
+
+/// Issue 21 item 14: after reloads that remove servers, `/metrics` has series of the
+/// configured servers only (the walk-duration histogram kept every removed server's).
+#[test]
+fn metrics_forget_the_servers_a_reload_removed() {
+    let server = |name: &str| stdio_server(name, &["--name", name, "--generate", "2"]);
+    let upstream = Upstream::start(&format!("{}{}", server("keep"), server("gone0")), "");
+    upstream.daemon.wait_for_walks("keep", 1);
+    upstream.daemon.wait_for_walks("gone0", 1);
+    let config = upstream._scratch.path("daemon.toml");
+    let first = std::fs::read_to_string(&config).expect("config");
+    let rounds = 5;
+    for round in 1..=rounds {
+        let text = first.replace(&server("gone0"), &server(&format!("gone{round}")));
+        std::fs::write(&config, text).expect("write config");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(upstream.daemon.child.id() as libc::pid_t, libc::SIGHUP);
+        }
+        let name = format!("gone{round}");
+        wait_for(
+            &format!("the reload to {name}"),
+            Duration::from_secs(30),
+            || {
+                let status = upstream.daemon.call("catalog/status", json!({}));
+                let servers = status["servers"].as_array().cloned().unwrap_or_default();
+                let walked = servers.iter().any(|entry| {
+                    entry["name"] == name.as_str() && entry["walksOk"].as_u64() >= Some(1)
+                });
+                (walked && servers.len() == 2).then_some(())
+            },
+        );
+    }
+    let bearer = format!("Bearer {TOKEN}");
+    let answer = http_exchange_at(
+        &upstream.address,
+        "GET",
+        "/metrics",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let mut named: Vec<&str> = answer
+        .body
+        .lines()
+        .filter_map(|line| line.split("server=\"").nth(1))
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    assert_eq!(named, ["gone5", "keep"], "{}", answer.body);
+    assert!(
+        answer
+            .body
+            .contains("mcp_mirror_walk_duration_seconds_count{server=\"gone5\"}"),
+        "{}",
+        answer.body
+    );
 }

@@ -15,6 +15,7 @@ mod database;
 mod endpoint;
 mod era;
 mod faults;
+mod fleet;
 mod http_bounds;
 mod http_face;
 mod interop;

@@ -16,8 +16,8 @@ use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
 
 /// Kinds in `swap_ids` (added rows are found by id instead: they are the ids above the
 /// highest one before the swap).
-const REMOVED: i64 = 0;
-const CHANGED: i64 = 1;
+pub(super) const REMOVED: i64 = 0;
+pub(super) const CHANGED: i64 = 1;
 
 /// Applies the staged walk as a diff against the server's snapshot, all in one transaction.
 /// Returns what changed and the change feed's newest sequence number. `counts` says what the
@@ -222,14 +222,14 @@ fn compute_diff(
 }
 
 /// What applying a diff left in the change feed.
-struct AppliedDiff {
-    latest_seq: i64,
+pub(super) struct AppliedDiff {
+    pub(super) latest_seq: i64,
 }
 
 /// Applies the diff to the resources, their full-text index, the read cache and the change
 /// feed, in the order each step needs: the feed and the index learn of old rows before they
 /// change, and the index of new rows after they exist.
-fn apply_diff(
+pub(super) fn apply_diff(
     transaction: &rusqlite::Transaction<'_>,
     diff: &SnapshotDiff,
     server: &str,
