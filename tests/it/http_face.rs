@@ -1178,7 +1178,7 @@ fn metrics_forget_the_servers_a_reload_removed() {
     let upstream = Upstream::start(&format!("{}{}", server("keep"), server("gone0")), "");
     upstream.daemon.wait_for_walks("keep", 1);
     upstream.daemon.wait_for_walks("gone0", 1);
-    let config = upstream._scratch.path("daemon.toml");
+    let config = upstream.scratch.path("daemon.toml");
     let first = std::fs::read_to_string(&config).expect("config");
     let rounds = 5;
     for round in 1..=rounds {
