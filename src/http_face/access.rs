@@ -41,11 +41,6 @@ impl Client {
         self.token.as_deref().unwrap_or("-")
     }
 
-    /// Token clients are outside the mirror's own authorization context.
-    pub fn holds_token(&self) -> bool {
-        self.token.is_some()
-    }
-
     /// Whose share of sessions and streams this request uses.
     pub fn key(&self) -> ClientKey {
         ClientKey {

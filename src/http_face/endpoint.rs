@@ -3,7 +3,7 @@
 //! stream, DELETE of a session; answers shaped for the client (caching hints, withheld
 //! `private` entries) around the socket's own `socket::answer_request`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read as _;
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,12 +19,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::protocol::{
-    self as wire, CatalogChanges, CatalogEntries, CatalogList, CatalogPrompts, CatalogResource,
-    CatalogSearch, CatalogTools, CheckedRequest, DiscoverResult, ErrorObject, IncomingRequest,
-    Initialize, ListResources, ListTemplates, Method, ReadResource, UnsupportedVersionData,
-    DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+    self as wire, CacheScope, CatalogList, CatalogPrompts, CatalogTools, CheckedRequest,
+    DiscoverResult, IncomingRequest, Initialize, Kind, ListResources, ListTemplates, Method,
+    ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
 };
-use crate::socket::{self, ConnectionState};
+use crate::socket::{self, ConnectionState, Restriction, View};
 use crate::store::now_ms;
 
 use super::access::{admit, Client};
@@ -70,10 +70,11 @@ struct CachingHints {
     cache_scope: Option<&'static str>,
 }
 
-/// What a request may see: the servers withheld from it, whether `private` entries are in
-/// what it sees, and how long results stay good (until the next backstop walk).
+/// What a request may see (its `View`: the one rule every answer passes in
+/// `api::answer_request`), whether `private` entries are in what it sees, and how long results
+/// stay good (until the next backstop walk).
 struct Audience {
-    hidden: BTreeSet<String>,
+    view: View,
     private_visible: bool,
     ttl_ms: u64,
 }
@@ -81,33 +82,55 @@ struct Audience {
 impl HttpFace {
     async fn audience(&self, client: &Client) -> Audience {
         let live = self.api.supervisor.live_status().await;
-        let shared = self
-            .shared
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        let now = now_ms();
-        let mut audience = Audience {
-            hidden: BTreeSet::new(),
-            private_visible: false,
-            ttl_ms: u64::MAX,
+        // The scopes stored with each snapshot; none readable means every scope is unknown,
+        // and an unknown scope is withheld from tokens.
+        let scopes: HashMap<(String, Kind), CacheScope> = match self.api.store.scopes().await {
+            Ok(scopes) => scopes
+                .into_iter()
+                .map(|(server, kind, scope)| ((server, kind), scope))
+                .collect(),
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the stored scopes: private is assumed");
+                HashMap::new()
+            }
         };
-        for (name, status) in live {
-            // Until a session has connected since start, its scope is unknown: withheld too.
-            let private = status.cache_scope.as_deref() == Some("private") || status.era.is_none();
-            if private && client.holds_token() && !shared.contains(&name) {
-                audience.hidden.insert(name);
-                continue;
+        let view = match client.token.as_deref() {
+            None => View::owner(),
+            Some(name) => {
+                let token = self.config.tokens.iter().find(|token| token.name == name);
+                View::restricted(Restriction {
+                    token: name.to_string(),
+                    servers: token.and_then(|token| token.servers.clone()),
+                    kinds: token.and_then(|token| token.kinds.clone()),
+                    shared: self
+                        .shared
+                        .read()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .clone(),
+                    scopes: scopes.clone(),
+                    may_mutate: token.is_some_and(|token| token.mutate),
+                })
             }
-            audience.private_visible |= status.cache_scope.as_deref() == Some("private");
-            if let Some(next) = status.next_walk_at_ms {
-                audience.ttl_ms = audience.ttl_ms.min(next.saturating_sub(now).max(0) as u64);
-            }
+        };
+        // The answers are `private` when the view holds any private (or unknown) snapshot.
+        let known: BTreeSet<&str> = scopes.keys().map(|(server, _)| server.as_str()).collect();
+        let private_visible = scopes.iter().any(|((server, kind), scope)| {
+            *scope == CacheScope::Private && view.sees(server, *kind)
+        }) || (view.is_owner()
+            && live.keys().any(|server| !known.contains(server.as_str())));
+        let now = now_ms();
+        let ttl_ms = live
+            .iter()
+            .filter(|(server, _)| view.sees_server(server))
+            .filter_map(|(_, status)| status.next_walk_at_ms)
+            .map(|next| next.saturating_sub(now).max(0) as u64)
+            .min()
+            .unwrap_or(0);
+        Audience {
+            view,
+            private_visible,
+            ttl_ms,
         }
-        if audience.ttl_ms == u64::MAX {
-            audience.ttl_ms = 0;
-        }
-        audience
     }
 }
 
@@ -623,8 +646,8 @@ impl Drop for SessionStream {
     }
 }
 
-/// Answers through the socket's dispatch, then withholds what this client may not see.
-/// `None` for a notification; `Err` is the JSON-RPC error answer.
+/// Answers through the socket's dispatch, restricted to the client's view (applied to each
+/// method's typed result there). `None` for a notification; `Err` is the JSON-RPC error answer.
 async fn answer(
     face: &HttpFace,
     client: &Client,
@@ -632,102 +655,19 @@ async fn answer(
     request: CheckedRequest,
 ) -> Option<Result<Value, wire::Response>> {
     let id = request.id.clone()?;
-    let method = request.method.clone();
-    if method == ReadResource::NAME && !audience.hidden.is_empty() {
-        if let Some(uri) = request.params.get("uri").and_then(Value::as_str) {
-            if let Ok(Some(target)) = face.api.store.read_target(uri).await {
-                if audience.hidden.contains(&target.server) {
-                    tracing::info!(
-                        token = client.name(),
-                        server = %target.server,
-                        "read withheld: the server's results are private (set share = true to serve them)"
-                    );
-                    return Some(Err(wire::Response::failure(id, socket::not_listed(uri))));
-                }
-            }
-        }
-    }
     // Each HTTP request is its own connection state: `catalog/watch` and the `initialize`
     // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
     // searches are its identity's, so the gate holds a client of many requests back as one.
-    let mut state = ConnectionState::searching_as(face.search_client(client.search_identity()));
+    let mut state = ConnectionState::searching_as(
+        face.search_client(client.search_identity()),
+        audience.view.clone(),
+    );
     let response = socket::answer_request(request, &face.api, &mut state).await?;
     let (result, error) = response.into_parts();
     match (result, error) {
-        (Some(result), _) => Some(
-            withhold(&method, result, &audience.hidden)
-                .map_err(|error| wire::Response::failure(id, error)),
-        ),
+        (Some(result), _) => Some(Ok(result)),
         (None, Some(error)) => Some(Err(wire::Response::failure(id, error))),
         (None, None) => Some(Ok(Value::Null)),
-    }
-}
-
-/// Removes the entries of withheld servers from a result, through the protocol's types.
-fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Value, ErrorObject> {
-    if hidden.is_empty() {
-        return Ok(result);
-    }
-    let visible = |server: Option<&str>| server.map_or(true, |server| !hidden.contains(server));
-    let internal =
-        |error: serde_json::Error| ErrorObject::new(wire::INTERNAL_ERROR, error.to_string());
-    match method {
-        ListResources::NAME => {
-            let mut page: <ListResources as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.resources.retain(|resource| visible(resource.origin()));
-            serde_json::to_value(page).map_err(internal)
-        }
-        ListTemplates::NAME => {
-            let mut page: <ListTemplates as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.resource_templates
-                .retain(|template| visible(template.fields.meta.origin.as_deref()));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogSearch::NAME => {
-            let mut page: <CatalogSearch as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.results.retain(|hit| visible(Some(&hit.server)));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogChanges::NAME => {
-            let mut page: <CatalogChanges as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.changes.retain(|change| visible(Some(&change.server)));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogEntries::NAME => {
-            let mut read: <CatalogEntries as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            let (shown, withheld): (Vec<Value>, Vec<Value>) = read
-                .entries
-                .into_iter()
-                .partition(|entry| visible(entry["_meta"][wire::ORIGIN_META_KEY].as_str()));
-            let key = |entry: &Value| {
-                entry["uri"]
-                    .as_str()
-                    .or(entry["uriTemplate"].as_str())
-                    .map(str::to_string)
-            };
-            read.missing.extend(withheld.iter().filter_map(key));
-            read.entries = shown;
-            // A count of what this client may not see cannot be checked against.
-            read.total = None;
-            serde_json::to_value(read).map_err(internal)
-        }
-        CatalogResource::NAME => {
-            let mut details: <CatalogResource as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            if !visible(Some(&details.server)) {
-                return Err(socket::not_listed(&details.resource.uri));
-            }
-            details
-                .listed_by
-                .retain(|listing| visible(Some(&listing.server)));
-            serde_json::to_value(details).map_err(internal)
-        }
-        _ => Ok(result),
     }
 }
 
@@ -735,6 +675,7 @@ fn discover() -> Value {
     let server_info = wire::Implementation {
         name: wire::SERVER_NAME.into(),
         version: env!("CARGO_PKG_VERSION").into(),
+        instance: wire::mirror_id().map(str::to_string),
     };
     let mut meta = serde_json::Map::new();
     meta.insert(

@@ -70,6 +70,13 @@ pub struct ResourcesCapability {
 pub struct Implementation {
     pub name: String,
     pub version: String,
+    /// A mirror's instance id (`INSTANCE_INFO_KEY`); absent elsewhere.
+    #[serde(
+        default,
+        rename = "io.mcp-mirror/instance",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub instance: Option<String>,
 }
 
 /// `resources/list`: a page of the merged catalog. The daemon writes its entries straight
@@ -483,5 +490,9 @@ pub struct LiveStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_scope: Option<String>,
+    pub cache_scope: Option<super::CacheScope>,
+    /// Set when the last walk left out entries that came through this mirror already: the
+    /// server is (or reaches) a mirror that mirrors this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_loop: Option<String>,
 }

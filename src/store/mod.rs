@@ -6,6 +6,7 @@ mod index_source;
 mod kinds;
 mod queries;
 mod schema;
+mod scopes;
 mod sql_text;
 pub(crate) mod uri_template;
 mod views;
@@ -24,6 +25,7 @@ pub use follow::{FollowCursor, KeyedEntries};
 pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
 pub use kinds::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use scopes::ScopeUpdate;
 pub use views::SnapshotRow;
 
 use crate::protocol::{Kind, ServerState, TransportKind};
@@ -401,6 +403,7 @@ impl Store {
         })?;
         let connection = schema::open_writer(path)?;
         let instance = follow::instance_id(&connection)?;
+        crate::protocol::set_mirror_id(&instance);
         // A backlog left by the last run shows in answers from the start; the writer resumes it.
         let full_text_behind = Arc::new(AtomicU64::new(writer::full_text_backlog(&connection)?));
         let writer_behind = full_text_behind.clone();
@@ -567,6 +570,33 @@ impl Store {
             reply,
         })
         .await
+    }
+
+    /// Records the `cacheScope` of kinds of `server`'s snapshot (`ScopeUpdate` says how).
+    pub async fn record_scopes(
+        &self,
+        server: &str,
+        scopes: Vec<(Kind, crate::protocol::CacheScope)>,
+        update: ScopeUpdate,
+    ) -> Result<(), StoreError> {
+        if scopes.is_empty() {
+            return Ok(());
+        }
+        let server = server.to_string();
+        self.call(|reply| WriteOp::RecordScopes {
+            server,
+            scopes,
+            update,
+            reply,
+        })
+        .await
+    }
+
+    /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
+    pub async fn scopes(
+        &self,
+    ) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
+        self.read(scopes::scopes).await
     }
 
     /// Starts staging a new walk of `server`; nothing is visible until `commit`.

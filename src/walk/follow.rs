@@ -169,6 +169,8 @@ async fn follow(
         let rows: Vec<_> = read
             .entries
             .into_iter()
+            // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
+            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)))
             .filter_map(|entry| resource_row(entry, limits.max_entry_bytes))
             .filter(|row| found.insert(row.uri.clone()))
             .collect();
@@ -206,7 +208,8 @@ async fn follow(
             skipped: 0,
         },
         ttl_ms: None,
-        cache_scope: None,
+        scopes: Vec::new(),
+        looped: 0,
         entries: Vec::new(),
     })
 }

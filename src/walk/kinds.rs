@@ -5,10 +5,10 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use crate::config::WalkLimits;
-use crate::protocol::Kind;
-use crate::store::{now_ms, EntryRow, EntrySwap, Store, WalkReport};
+use crate::protocol::{CacheScope, Kind};
+use crate::store::{now_ms, EntryRow, EntrySwap, ScopeUpdate, Store, WalkReport};
 use crate::upstream::Session;
-use crate::walk::{restarting_once, ListWalk, Listed, WalkError, WalkSummary};
+use crate::walk::{restarting_once, ListOutcome, ListWalk, Listed, WalkError, WalkSummary};
 
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a
 /// failure leaves the kinds already swapped in and the rest at their last complete snapshot.
@@ -33,13 +33,18 @@ pub async fn walk_kinds(
                 ..WalkReport::default()
             },
             ttl_ms: None,
-            cache_scope: None,
+            scopes: Vec::new(),
+            looped: 0,
             entries: Vec::new(),
         }
     };
     for kind in kinds.iter().filter(|kind| Kind::ENTRY_KINDS.contains(kind)) {
-        let (swap, pages) = walk_entries(session, store, server, *kind, limits).await?;
-        summary.report.pages += pages;
+        let (swap, outcome) = walk_entries(session, store, server, *kind, limits).await?;
+        summary.report.pages += outcome.pages;
+        summary.looped += outcome.looped;
+        summary
+            .scopes
+            .extend(outcome.cache_scope.map(|scope| (*kind, scope)));
         summary.entries.push((*kind, swap));
     }
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
@@ -54,14 +59,15 @@ impl Listed for EntryRow {
 
 /// Walks one kind's list method to the end through the one cursor walk (`walk::ListWalk`:
 /// page and item caps, cursor loops, one restart on a stale cursor) and swaps the result in
-/// as the server's snapshot of that kind. Returns the swap and the pages read.
+/// as the server's snapshot of that kind, its scope (the most private page's) with it.
+/// Returns the swap and what the walk saw (pages, scope, entries left out as a loop).
 pub async fn walk_entries(
     session: &Session,
     store: &Store,
     server: &str,
     kind: Kind,
     limits: WalkLimits,
-) -> Result<(EntrySwap, u64), WalkError> {
+) -> Result<(EntrySwap, ListOutcome), WalkError> {
     let pass = || async move {
         // The rows stay in memory: a tools or prompts list is bounded by `max_items`.
         let mut rows = Vec::new();
@@ -77,7 +83,20 @@ pub async fn walk_entries(
                 },
             )
             .await?;
-        Ok((store.swap_entries(server, kind, rows).await?, outcome.pages))
+        // As for resources: the more private of the old and new scope while the swap runs.
+        let scopes: Vec<(Kind, CacheScope)> = outcome
+            .cache_scope
+            .map(|scope| (kind, scope))
+            .into_iter()
+            .collect();
+        store
+            .record_scopes(server, scopes.clone(), ScopeUpdate::Tighten)
+            .await?;
+        let swap = store.swap_entries(server, kind, rows).await?;
+        store
+            .record_scopes(server, scopes, ScopeUpdate::Set)
+            .await?;
+        Ok((swap, outcome))
     };
     restarting_once(server, kind, pass).await
 }

@@ -66,6 +66,13 @@ pub enum WriteOp {
         rows: Vec<super::EntryRow>,
         reply: Reply<super::EntrySwap>,
     },
+    /// Records the scopes of a server's kinds (`scopes.rs`).
+    RecordScopes {
+        server: String,
+        scopes: Vec<(Kind, crate::protocol::CacheScope)>,
+        update: super::ScopeUpdate,
+        reply: Reply<()>,
+    },
     /// Records the current tools and prompts as accepted (`entries.rs`).
     Accept {
         server: Option<String>,
@@ -371,6 +378,19 @@ pub fn run(
                 });
                 let _ = reply.send(outcome);
             }
+            WriteOp::RecordScopes {
+                server,
+                scopes,
+                update,
+                reply,
+            } => {
+                let _ = reply.send(super::scopes::record_scopes(
+                    &mut connection,
+                    &server,
+                    &scopes,
+                    update,
+                ));
+            }
             WriteOp::Accept { server, reply } => {
                 let _ = reply.send(super::kinds::accept(&mut connection, server.as_deref()));
             }
@@ -516,6 +536,7 @@ fn sync_servers(
                 [id],
             )?;
             transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
+            super::scopes::forget_scopes(&transaction, &name)?;
             tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
             if removed > 0 {
                 dropped.push(CatalogChanged {
