@@ -90,8 +90,8 @@ impl SearchParams {
         let raw = self.raw.unwrap_or(false);
         let mut query = self.query;
         if query.len() > MAX_QUERY_BYTES {
-            // Raw syntax cut anywhere could mean something else; plain words only ever use the
-            // first few (`MAX_QUERY_WORDS` in the store), so a long paste is simply cut.
+            // Raw syntax cut anywhere could mean something else; a long paste of plain words
+            // is cut, and the answer says which words were left out (`cut_words_note`).
             if raw {
                 return Err(InvalidParams(format!(
                     "`query`: a raw query of {} bytes is longer than the limit of {MAX_QUERY_BYTES} bytes",

@@ -196,6 +196,8 @@ pub fn through_mirror(entry: &str, upstream: &str) -> Option<Box<serde_json::val
 
 /// The `_meta` key on a `resources/read` result served from the content cache.
 pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
+/// The `_meta` key (`true`) on an entry stored trimmed because it was over `max_entry_bytes`.
+pub const OVERSIZED_META_KEY: &str = "io.mcp-mirror/oversized";
 
 /// What a method's answer may carry, and so what a client's view does to it. Every method
 /// declares one (`methods!`), so a new method cannot forget it.

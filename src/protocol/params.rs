@@ -177,6 +177,38 @@ impl SearchParams {
             Some(kinds) => kinds.iter().any(|kind| *kind != Kind::Resource),
         }
     }
+
+    /// What the answer says when a plain query is longer than `MAX_QUERY_BYTES`: how many of
+    /// its words were not searched, and the first of them. `None` when every word counts.
+    pub fn cut_words_note(&self) -> Option<String> {
+        use super::MAX_QUERY_BYTES;
+        if self.raw.unwrap_or(false) || self.query.len() <= MAX_QUERY_BYTES {
+            return None;
+        }
+        let mut end = MAX_QUERY_BYTES;
+        while !self.query.is_char_boundary(end) {
+            end -= 1;
+        }
+        // A word the cut splits counts as dropped: only its start was searched.
+        let start = self.query[..end]
+            .rfind(|letter: char| !letter.is_alphanumeric())
+            .map_or(0, |position| position + 1);
+        let dropped: Vec<&str> = self.query[start..]
+            .split(|letter: char| !letter.is_alphanumeric())
+            .filter(|word| !word.is_empty())
+            .collect();
+        let shown: Vec<String> = dropped
+            .iter()
+            .take(5)
+            .map(|word| word.chars().take(32).collect())
+            .collect();
+        Some(format!(
+            "the query is longer than {MAX_QUERY_BYTES} bytes: its last {} words were not searched, from \"{}\"{}",
+            dropped.len(),
+            shown.join(" "),
+            if dropped.len() > shown.len() { " …" } else { "" }
+        ))
+    }
 }
 
 /// A whole number of at least 1, capped at `max`; `default` when absent.
@@ -368,10 +400,15 @@ mod tests {
             .into_request()
             .expect_err("a long raw query");
         assert!(raw.0.starts_with("`query`"), "{raw}");
-        let plain = parse_params::<SearchParams>(json!({"query": long}))
-            .expect("parses")
-            .into_request()
-            .expect("a long plain query is cut");
+        let plain = parse_params::<SearchParams>(json!({"query": long})).expect("parses");
+        let note = plain
+            .cut_words_note()
+            .expect("a note of the words left out");
+        assert!(note.contains("its last 2048 words"), "{note}");
+        assert!(note.contains("from \"q q q q q\" …"), "{note}");
+        let short = parse_params::<SearchParams>(json!({"query": "q q"})).expect("parses");
+        assert_eq!(short.cut_words_note(), None);
+        let plain = plain.into_request().expect("a long plain query is cut");
         assert_eq!(plain.query.len(), MAX_QUERY_BYTES);
         let uri = parse_params::<UriParams>(json!({"uri": "u".repeat(MAX_URI_BYTES + 1)}))
             .expect_err("uri");

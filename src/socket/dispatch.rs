@@ -138,11 +138,17 @@ async fn dispatch(
             let params = params::<CatalogSearch>(raw)?;
             // Every answer counts, refusals and timeouts too: they are latency a client saw.
             let started = std::time::Instant::now();
+            let cut = params.cut_words_note();
+            let with_cut = |note: Option<String>| match (note, &cut) {
+                (Some(note), Some(cut)) => Some(format!("{note}; {cut}")),
+                (note, cut) => note.or(cut.clone()),
+            };
             if params.searches_entries() {
                 let search = params.into_kinds_request().map_err(invalid_params)?;
                 let outcome = kinds::search_kinds(search, context).await;
                 crate::metrics::observe_search(started.elapsed());
                 let mut result = outcome?;
+                result.note = with_cut(result.note.take());
                 result
                     .results
                     .retain(|hit| view.sees(&hit.server, hit.kind));
@@ -178,6 +184,7 @@ async fn dispatch(
                 result.match_mode = origin.match_mode;
                 result.note = origin.note;
             }
+            result.note = with_cut(result.note.take());
             answer::<CatalogSearch>(result)
         }
         CatalogChanges::NAME => {

@@ -310,6 +310,7 @@ pub async fn search_kinds(
                 result.next_cursor = answer.next.map(wire::encode_index_cursor);
                 result.engine = Some(wire::SearchEngine::Index);
                 result.match_mode = Some(answer.mode);
+                result.note = answer.note;
                 return Ok(result);
             }
             Err(why) => note = Some(why),

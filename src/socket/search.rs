@@ -49,6 +49,7 @@ pub(crate) async fn search_index(
     context: &DaemonContext,
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    let mut note = None;
     let mut query = SearchQuery::new(request.query.clone(), request.limit);
     query.server = request.server.clone();
     query.mime_type = request.mime_type.clone();
@@ -96,7 +97,20 @@ pub(crate) async fn search_index(
             });
             let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
             let now = index.status();
-            if !now.serves(wanted, generation) {
+            // Behind a large swap that SQLite's full-text index is still behind too (a first
+            // load of a million entries takes the index seconds, and SQLite's answer would lack
+            // the same rows and be slow for common words): the index's last commit, a
+            // consistent earlier catalog, answers, and says so.
+            let stale = !now.serves(wanted, generation)
+                && now.phase == crate::search::Phase::Ready
+                && now.replacing
+                && context.store.full_text_note().is_some();
+            if stale {
+                note = Some(format!(
+                    "the search index is still indexing a large change; answered from its previous state (generation {}), without the entries that change brings",
+                    now.generation.unwrap_or(0)
+                ));
+            } else if !now.serves(wanted, generation) {
                 let state = match now.phase {
                     crate::protocol::IndexPhase::Ready => {
                         "catching up with the latest change".to_string()
@@ -164,6 +178,7 @@ pub(crate) async fn search_index(
         hits,
         next: page.next_offset,
         mode: page.mode,
+        note,
     }))
 }
 
@@ -185,6 +200,8 @@ pub struct IndexAnswer {
     pub hits: Vec<store::SearchHit>,
     pub next: Option<usize>,
     pub mode: crate::protocol::MatchMode,
+    /// Why the index answered from an earlier state, when it did.
+    pub note: Option<String>,
 }
 
 /// The resource part of a search: from the derived index when it can answer for the catalog
@@ -206,6 +223,7 @@ pub async fn resource_search(
             Ok(answer) => {
                 origin.engine = Some(wire::SearchEngine::Index);
                 origin.match_mode = Some(answer.mode);
+                origin.note = answer.note;
                 return Ok((answer.hits, answer.next, origin));
             }
             Err(why) => origin.note = Some(why),

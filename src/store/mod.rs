@@ -747,21 +747,17 @@ impl Store {
     }
 
     /// Replaces the server's snapshot of one kind of entries (tools or prompts) with `rows`,
-    /// atomically; the previous snapshot stays if this fails.
+    /// atomically, as one walk of one page (a walk stages its pages through `begin_walk`);
+    /// the previous snapshot stays if this fails.
     pub async fn swap_entries(
         &self,
         server: &str,
         kind: Kind,
         rows: Vec<EntryRow>,
     ) -> Result<EntrySwap, StoreError> {
-        let server = server.to_string();
-        self.call(|reply| WriteOp::SwapEntries {
-            server,
-            kind,
-            rows,
-            reply,
-        })
-        .await
+        let staged = self.begin_walk(server);
+        staged.add_entries(kind, rows).await?;
+        staged.commit_entries(kind).await
     }
 
     /// Records the current tools and prompts of `server` (or every server) as accepted.
@@ -923,6 +919,11 @@ impl StagedWalk {
         self.stage(Batch::Templates(rows)).await
     }
 
+    /// Queues a page of tools or prompts (`kind`) for staging.
+    pub async fn add_entries(&self, kind: Kind, rows: Vec<EntryRow>) -> Result<(), StoreError> {
+        self.stage(Batch::Entries(kind, rows)).await
+    }
+
     async fn stage(&self, batch: Batch) -> Result<(), StoreError> {
         let permit = self
             .in_flight
@@ -950,6 +951,22 @@ impl StagedWalk {
                 walk_id: self.id,
                 server: self.server.clone(),
                 report,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Swaps the staged walk of tools or prompts in as the server's snapshot of `kind`, in
+    /// one transaction.
+    pub async fn commit_entries(mut self, kind: Kind) -> Result<EntrySwap, StoreError> {
+        self.finished = true;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::CommitEntries {
+                walk_id: self.id,
+                server: self.server.clone(),
+                kind,
                 reply,
             })
             .map_err(|_| StoreError::WriterGone)?;

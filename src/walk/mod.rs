@@ -456,8 +456,8 @@ pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<Resourc
             });
         }
     }
-    let item: Value = serde_json::from_str(item.get()).ok()?;
-    let fitted = fit_entry(item, "uri", max_entry_bytes)?;
+    let fitted = fit_entry(item.get(), Kind::Resource, max_entry_bytes)?;
+    drop(item);
     let object = &fitted.object;
     let uri = text_field(object, "uri")?;
     Some(ResourceRow {
@@ -484,10 +484,7 @@ fn template_row(
     item: &RawValue,
     limits: &WalkLimits,
 ) -> Result<Option<TemplateRow>, TemplateError> {
-    let Ok(item) = serde_json::from_str::<Value>(item.get()) else {
-        return Ok(None);
-    };
-    let Some(fitted) = fit_entry(item, "uriTemplate", limits.max_entry_bytes) else {
+    let Some(fitted) = fit_entry(item.get(), Kind::Template, limits.max_entry_bytes) else {
         return Ok(None);
     };
     let object = &fitted.object;

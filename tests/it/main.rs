@@ -25,6 +25,7 @@ mod liveness;
 mod scope;
 mod search;
 mod search_index;
+mod search_paging;
 mod secrets;
 mod service;
 mod sizes;

@@ -10,8 +10,8 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
 
 use super::{
-    now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
-    SwapOutcome, TemplateRow, WalkReport,
+    now_ms, CatalogChanged, EntryRow, RemovedServers, ResourceRow, ServerSync, ServerUpdate,
+    StoreError, SwapOutcome, TemplateRow, WalkReport,
 };
 use crate::protocol::{ChangeKind, Kind, ServerState};
 
@@ -59,11 +59,12 @@ pub enum WriteOp {
         cursor: Option<super::FollowCursor>,
         reply: Reply<()>,
     },
-    /// Replaces one (server, kind) snapshot of tools or prompts (`entries.rs`).
-    SwapEntries {
+    /// Swaps a staged walk of tools or prompts in as the server's snapshot of `kind`
+    /// (`entry_swap.rs`).
+    CommitEntries {
+        walk_id: u64,
         server: String,
         kind: Kind,
-        rows: Vec<super::EntryRow>,
         reply: Reply<super::EntrySwap>,
     },
     /// Records the scopes of a server's kinds (`scopes.rs`).
@@ -73,7 +74,7 @@ pub enum WriteOp {
         update: super::ScopeUpdate,
         reply: Reply<()>,
     },
-    /// Records the current tools and prompts as accepted (`entries.rs`).
+    /// Records the current tools and prompts as accepted (`kinds.rs`).
     Accept {
         server: Option<String>,
         reply: Reply<u64>,
@@ -93,6 +94,8 @@ pub enum WriteOp {
 pub enum Batch {
     Resources(Vec<ResourceRow>),
     Templates(Vec<TemplateRow>),
+    /// Tools or prompts, compared with the snapshot of their kind as they are staged.
+    Entries(Kind, Vec<EntryRow>),
 }
 
 impl Batch {
@@ -101,21 +104,26 @@ impl Batch {
         match self {
             Batch::Resources(rows) => rows.iter().map(|row| row.raw.len()).sum(),
             Batch::Templates(rows) => rows.iter().map(|row| row.raw.len()).sum(),
+            Batch::Entries(_, rows) => rows.iter().map(|row| row.raw.len()).sum(),
         }
     }
 }
 
 mod delta;
+mod entry_swap;
 mod full_text;
 mod pending;
 mod staging;
 mod swap;
 mod wal;
 
+use entry_swap::swap_entries;
 pub(super) use full_text::full_text_backlog;
 use full_text::{index_full_text_batch, INDEXED};
 use pending::{discard_pending_batch, pending_loads};
-use staging::{discard_staging, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA};
+use staging::{
+    discard_staging, stage_entries, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA,
+};
 use swap::swap;
 
 use wal::{WriteAheadLog, WAL_LIMIT_BYTES};
@@ -254,7 +262,7 @@ pub fn run(
                                 .and_then(|()| StagedCounts::against(&connection, &server))
                                 .map(|counts| Some(fresh.insert(counts))),
                         },
-                        Batch::Templates(_) => Ok(None),
+                        Batch::Templates(_) | Batch::Entries(..) => Ok(None),
                     };
                     let staged = counts.and_then(|counts| {
                         wal.stage_page(&connection, walk_id, batch.bytes())?;
@@ -264,6 +272,9 @@ pub fn run(
                             }
                             (Batch::Templates(rows), _) => {
                                 stage_templates(&mut connection, walk_id, rows)
+                            }
+                            (Batch::Entries(kind, rows), _) => {
+                                stage_entries(&mut connection, walk_id, &server, *kind, rows)
                             }
                             (Batch::Resources(_), None) => Ok(()),
                         }
@@ -356,13 +367,16 @@ pub fn run(
                 }
                 discard_staging(&connection, walk_id);
             }
-            WriteOp::SwapEntries {
+            WriteOp::CommitEntries {
+                walk_id,
                 server,
                 kind,
-                rows,
                 reply,
             } => {
-                let outcome = super::kinds::swap_entries(&mut connection, &server, kind, rows);
+                let outcome = match failed_walks.remove(&walk_id) {
+                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    None => swap_entries(&mut connection, walk_id, &server, kind),
+                };
                 let outcome = outcome.map(|(swap, latest_seq)| {
                     if swap.touched() > 0 {
                         let _ = changes.send(CatalogChanged {
@@ -377,6 +391,7 @@ pub fn run(
                     swap
                 });
                 let _ = reply.send(outcome);
+                discard_staging(&connection, walk_id);
             }
             WriteOp::RecordScopes {
                 server,
