@@ -36,6 +36,15 @@ pub(super) struct RawHttp {
     pub max_body: Option<Spanned<String>>,
     pub max_streams: Option<Spanned<i64>>,
     pub max_sessions: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub allowed_hosts: Vec<Spanned<String>>,
+    pub max_connections: Option<Spanned<i64>>,
+    pub max_connections_per_peer: Option<Spanned<i64>>,
+    pub body_timeout: Option<Spanned<String>>,
+    pub write_stall_timeout: Option<Spanned<String>>,
+    pub session_idle_timeout: Option<Spanned<String>>,
+    pub max_sessions_per_client: Option<Spanned<i64>>,
+    pub max_streams_per_client: Option<Spanned<i64>>,
 }
 
 /// One `[http] tokens` value: the token file's path, or a table with the path and the view

@@ -6,6 +6,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read as _;
 use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -25,6 +28,8 @@ use crate::socket::{self, ConnectionState, Restriction, View};
 use crate::store::now_ms;
 
 use super::access::{admit, Client};
+use super::limits::{ClientKey, Refusal, ShareGuard};
+use super::sessions::{Opened, SessionBounds};
 use super::stream::{self, message_event, sse_response, StreamPlan};
 use super::{HttpFace, PeerAddress};
 
@@ -210,13 +215,36 @@ pub(super) async fn post_message(
         Ok(client) => client,
         Err(refusal) => return *refusal,
     };
-    let bytes = match axum::body::to_bytes(body, face.config.max_body_bytes).await {
-        Ok(bytes) => bytes,
+    // The whole body within `body_timeout` of the head: a client that sends a head and then
+    // nothing, or a byte now and then, holds its connection that long and no longer.
+    let read = tokio::time::timeout(
+        face.config.body_timeout,
+        axum::body::to_bytes(body, face.config.max_body_bytes),
+    )
+    .await;
+    let bytes = match read {
+        Ok(Ok(bytes)) => bytes,
         Err(_) => {
-            tracing::info!(
-                token = client.name(),
-                "HTTP request refused: body too large"
+            face.refusals.refused(Refusal::BodyTimeout);
+            let message = format!(
+                "request body not sent within {:?} ([http] body_timeout)",
+                face.config.body_timeout
             );
+            let mut response = error_answer(
+                &headers,
+                StatusCode::REQUEST_TIMEOUT,
+                &Value::Null,
+                INVALID_REQUEST,
+                &message,
+                None,
+            );
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+        Ok(Err(_)) => {
+            face.refusals.refused(Refusal::BodyTooLarge);
             let message = format!(
                 "request body larger than {} bytes ([http] max_body)",
                 face.config.max_body_bytes
@@ -383,7 +411,7 @@ async fn modern_request(
             StatusCode::OK,
             &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
         ),
-        LISTEN => listen(face, headers, request_id, &request.params),
+        LISTEN => listen(face, client, headers, request_id, &request.params),
         _ => {
             let caching = matches!(
                 request.method.as_str(),
@@ -426,36 +454,9 @@ async fn legacy_request(
     }
     let mut new_session = None;
     if request.method == Initialize::NAME {
-        let mut sessions = face
-            .sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if sessions.len() >= face.config.max_sessions {
-            drop(sessions);
-            tracing::warn!(
-                max_sessions = face.config.max_sessions,
-                "HTTP session refused: [http] max_sessions reached"
-            );
-            let message = format!(
-                "too many sessions ([http] max_sessions = {})",
-                face.config.max_sessions
-            );
-            return error_answer(
-                headers,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &id,
-                INVALID_REQUEST,
-                &message,
-                None,
-            );
-        }
-        match new_session_id() {
-            Ok(session) => {
-                sessions.insert(session.clone());
-                new_session = Some(session);
-            }
+        let session = match new_session_id() {
+            Ok(session) => session,
             Err(error) => {
-                drop(sessions);
                 let message = format!("cannot make a session id: {error}");
                 return error_answer(
                     headers,
@@ -466,9 +467,42 @@ async fn legacy_request(
                     None,
                 );
             }
+        };
+        let opened = face
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .open(
+                session.clone(),
+                &client.key(),
+                Instant::now(),
+                face.session_bounds(),
+            );
+        match opened {
+            Opened::Yes { evicted } => {
+                for _ in 0..evicted {
+                    face.refusals.refused(Refusal::SessionEvicted);
+                }
+                new_session = Some(session);
+            }
+            Opened::Full => {
+                face.refusals.refused(Refusal::Sessions);
+                let message = format!(
+                    "too many sessions, each with an open GET stream ([http] max_sessions = {}, max_sessions_per_client = {})",
+                    face.config.max_sessions, face.config.max_sessions_per_client
+                );
+                return error_answer(
+                    headers,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &id,
+                    INVALID_REQUEST,
+                    &message,
+                    None,
+                );
+            }
         }
     } else if let Some(session) = header_text(headers, SESSION_HEADER) {
-        if !known_session(face, session) {
+        if !known_session(face, client, session) {
             return error_answer(
                 headers,
                 StatusCode::NOT_FOUND,
@@ -505,11 +539,111 @@ async fn legacy_request(
     response
 }
 
-fn known_session(face: &HttpFace, session: &str) -> bool {
+/// Whether `session` is one of `client`'s, marking it used.
+fn known_session(face: &HttpFace, client: &Client, session: &str) -> bool {
     face.sessions
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .contains(session)
+        .touch(
+            session,
+            &client.key(),
+            Instant::now(),
+            face.config.session_idle_timeout,
+        )
+}
+
+impl HttpFace {
+    fn session_bounds(&self) -> SessionBounds {
+        SessionBounds {
+            max: self.config.max_sessions,
+            per_client: self.config.max_sessions_per_client,
+            idle: self.config.session_idle_timeout,
+        }
+    }
+
+    /// A stream's place: a permit of `max_streams` and one of its client's
+    /// `max_streams_per_client`; the refusal to send when either is used up.
+    fn stream_place(
+        &self,
+        client: &Client,
+        headers: &HeaderMap,
+        id: &Value,
+    ) -> Result<StreamPlace, Box<Response>> {
+        let Some(share) = self
+            .client_streams
+            .try_take(&client.key(), self.config.max_streams_per_client)
+        else {
+            self.refusals.refused(Refusal::ClientStreams);
+            let message = format!(
+                "too many open streams of this client ([http] max_streams_per_client = {})",
+                self.config.max_streams_per_client
+            );
+            return Err(Box::new(error_answer(
+                headers,
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                INVALID_REQUEST,
+                &message,
+                None,
+            )));
+        };
+        let Ok(permit) = self.streams.clone().try_acquire_owned() else {
+            return Err(Box::new(too_many_streams(self, headers, id)));
+        };
+        Ok(StreamPlace {
+            _permit: permit,
+            _share: share,
+            _session: None,
+        })
+    }
+}
+
+/// What an open stream holds until it ends.
+struct StreamPlace {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _share: ShareGuard<ClientKey>,
+    _session: Option<SessionStream>,
+}
+
+impl StreamPlace {
+    fn of_session(self, session: SessionStream) -> StreamPlace {
+        StreamPlace {
+            _session: Some(session),
+            ..self
+        }
+    }
+}
+
+/// A GET stream's mark on its session: while it is open the session does not expire.
+struct SessionStream {
+    face: Arc<HttpFace>,
+    id: String,
+}
+
+impl SessionStream {
+    /// The mark, and what closes when the session ends.
+    fn open(face: &Arc<HttpFace>, id: &str) -> (SessionStream, Option<watch::Receiver<()>>) {
+        let ended = face
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .stream(id, true, Instant::now());
+        let mark = SessionStream {
+            face: face.clone(),
+            id: id.to_string(),
+        };
+        (mark, ended)
+    }
+}
+
+impl Drop for SessionStream {
+    fn drop(&mut self) {
+        self.face
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .stream(&self.id, false, Instant::now());
+    }
 }
 
 /// Answers through the socket's dispatch, restricted to the client's view (applied to each
@@ -583,12 +717,19 @@ fn modern_result(result: Value, audience: &Audience, caching: bool) -> Value {
 
 /// `subscriptions/listen`: an SSE answer that acknowledges, then carries `list_changed`
 /// until the daemon stops (then the request's result).
-fn listen(face: &Arc<HttpFace>, headers: &HeaderMap, id: Value, params: &Value) -> Response {
+fn listen(
+    face: &Arc<HttpFace>,
+    client: &Client,
+    headers: &HeaderMap,
+    id: Value,
+    params: &Value,
+) -> Response {
     // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
     let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
     let asked_resources = asked.notifications.resources_list_changed == Some(true);
-    let Ok(permit) = face.streams.clone().try_acquire_owned() else {
-        return too_many_streams(face, headers, &id);
+    let place = match face.stream_place(client, headers, &id) {
+        Ok(place) => place,
+        Err(refusal) => return *refusal,
     };
     let subscription = wire::SubscriptionMeta {
         subscription_id: match &id {
@@ -618,12 +759,13 @@ fn listen(face: &Arc<HttpFace>, headers: &HeaderMap, id: Value, params: &Value) 
             >(Some(&changed)))
         }),
         at_end: closed.ok().map(|closed| message_text(&closed)),
+        session_ended: None,
     };
     stream::open(
         plan,
         face.api.store.subscribe(),
         face.shutdown.clone(),
-        permit,
+        Box::new(place),
     )
 }
 
@@ -633,10 +775,7 @@ fn message_text(message: &impl Serialize) -> String {
 }
 
 fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value) -> Response {
-    tracing::warn!(
-        max_streams = face.config.max_streams,
-        "HTTP stream refused: [http] max_streams reached"
-    );
+    face.refusals.refused(Refusal::Streams);
     let message = format!(
         "too many open streams ([http] max_streams = {})",
         face.config.max_streams
@@ -681,7 +820,7 @@ pub(super) async fn get_stream(
         )
             .into_response();
     }
-    match header_text(&headers, SESSION_HEADER) {
+    let session = match header_text(&headers, SESSION_HEADER) {
         None => {
             return (
                 StatusCode::BAD_REQUEST,
@@ -689,26 +828,29 @@ pub(super) async fn get_stream(
             )
                 .into_response()
         }
-        Some(session) if !known_session(&face, session) => {
+        Some(session) if !known_session(&face, &client, session) => {
             return (StatusCode::NOT_FOUND, "session not found\n").into_response()
         }
-        Some(_) => {}
-    }
-    tracing::info!(token = client.name(), "HTTP GET stream opened");
-    let Ok(permit) = face.streams.clone().try_acquire_owned() else {
-        return too_many_streams(&face, &headers, &Value::Null);
+        Some(session) => session,
     };
+    let (session_stream, session_ended) = SessionStream::open(&face, session);
+    let place = match face.stream_place(&client, &headers, &Value::Null) {
+        Ok(place) => place.of_session(session_stream),
+        Err(refusal) => return *refusal,
+    };
+    tracing::info!(token = client.name(), "HTTP GET stream opened");
     let changed = wire::NotificationMessage::new::<wire::ResourcesListChanged>(None);
     let plan = StreamPlan {
         first: Vec::new(),
         on_change: Some(message_text(&changed)),
         at_end: None,
+        session_ended,
     };
     stream::open(
         plan,
         face.api.store.subscribe(),
         face.shutdown.clone(),
-        permit,
+        Box::new(place),
     )
 }
 
@@ -733,7 +875,7 @@ pub(super) async fn delete_session(
         .sessions
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .remove(session);
+        .remove(session, &client.key());
     tracing::info!(token = client.name(), removed, "HTTP session deleted");
     match removed {
         true => StatusCode::NO_CONTENT.into_response(),

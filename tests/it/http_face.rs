@@ -35,7 +35,7 @@ pub(crate) struct Upstream {
 impl Upstream {
     pub(crate) fn start(servers: &str, http_extra: &str) -> Upstream {
         let scratch = Scratch::new();
-        let token = scratch.write("fleet.token", &format!("{TOKEN}\n"));
+        let token = scratch.write_private("fleet.token", &format!("{TOKEN}\n"));
         let address = format!("127.0.0.1:{}", free_port());
         let config = scratch.config(&format!(
             "{servers}[http]\nlisten = \"{address}\"\ntokens = {{ fleet = {:?} }}\n{http_extra}\n",
@@ -1042,8 +1042,8 @@ const HEAVY_QUERY: &str = "d* OR f* OR s* OR t* OR a* OR n* OR m* OR c* OR e* OR
 fn an_http_client_flooding_heavy_searches_starves_neither_a_socket_client_nor_another_http_client()
 {
     let scratch = Scratch::new();
-    let abuser_token = scratch.write("abuser.token", "tok-abuser-51c2\n");
-    let gentle_token = scratch.write("gentle.token", "tok-gentle-9e0d\n");
+    let abuser_token = scratch.write_private("abuser.token", "tok-abuser-51c2\n");
+    let gentle_token = scratch.write_private("gentle.token", "tok-gentle-9e0d\n");
     let address = format!("127.0.0.1:{}", free_port());
     let config = scratch.write(
         "daemon.toml",

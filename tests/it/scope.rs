@@ -183,7 +183,7 @@ fn scenario(scratch: &Scratch) -> std::path::PathBuf {
 fn config(scratch: &Scratch, secret: &str, paged: &str, kinds: &str) -> std::path::PathBuf {
     let token = |name: &str, value: &str| {
         scratch
-            .write(name, &format!("{value}\n"))
+            .write_private(name, &format!("{value}\n"))
             .display()
             .to_string()
     };
@@ -433,7 +433,7 @@ fn loop_member(
 ) -> (Daemon, std::path::PathBuf) {
     let scenario = scratch.write_scenario("own.json", &json!({"generate": generate}));
     let token = scratch
-        .write("fleet.token", &format!("{TOKEN}\n"))
+        .write_private("fleet.token", &format!("{TOKEN}\n"))
         .display()
         .to_string();
     let config = scratch.config(&format!(
