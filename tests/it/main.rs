@@ -20,6 +20,7 @@ mod interop;
 mod kinds_notify;
 mod live;
 mod liveness;
+mod pid1;
 mod search;
 mod search_index;
 mod secrets;
