@@ -13,13 +13,13 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::api::{self, ApiContext, ConfigLoad, IntervalLog};
 use crate::config::{self, Config};
 use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
+use crate::search::gate::SearchGate;
 use crate::search::{self, SearchIndex};
-use crate::search_gate::SearchGate;
+use crate::socket::{self, ConfigLoad, DaemonContext, IntervalLog};
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};
@@ -109,7 +109,7 @@ pub async fn run_with(
     let (listener, socket) = SocketFile::open(&config.daemon.socket, service.listener)?;
     if let Some(path) = &socket.path {
         // Without the record, clients that find this socket dead refuse to guess a database.
-        if let Err(error) = api::record_socket_database(path, &config.daemon.database) {
+        if let Err(error) = socket::record_socket_database(path, &config.daemon.database) {
             tracing::warn!(%error, socket = %path.display(), "cannot record the database beside the socket");
         }
     }
@@ -120,7 +120,7 @@ pub async fn run_with(
         .map(|index| search::keeper::spawn(index.clone(), store.clone(), stopping.clone()));
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
     let max_clients = client_budget(config.daemon.socket_limits.max_clients);
-    let context = Arc::new(ApiContext {
+    let context = Arc::new(DaemonContext {
         store: store.clone(),
         supervisor: supervisor.clone(),
         socket_path: socket
@@ -141,7 +141,7 @@ pub async fn run_with(
         refusal_log: std::sync::Mutex::new(IntervalLog::default()),
     });
     let (probes, probe_connections) = mpsc::channel(4);
-    let api_task = tokio::spawn(api::serve(
+    let api_task = tokio::spawn(socket::serve(
         listener,
         context.clone(),
         probe_connections,
@@ -323,7 +323,7 @@ async fn open_search_index(database: &Path) -> Option<Arc<SearchIndex>> {
 /// the start. A TCP socket systemd `passed` serves in place of binding `listen`.
 async fn start_http_face(
     config: &Config,
-    context: &Arc<ApiContext>,
+    context: &Arc<DaemonContext>,
     stopping: &watch::Receiver<bool>,
     mut passed: Option<std::os::fd::OwnedFd>,
 ) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
@@ -408,7 +408,7 @@ fn adopt_tcp_listener(
         .context("while adopting the TCP socket systemd passed")
 }
 
-async fn reload(current: Config, supervisor: &Supervisor, context: &ApiContext) -> Config {
+async fn reload(current: Config, supervisor: &Supervisor, context: &DaemonContext) -> Config {
     tracing::info!(config = %current.source.display(), "reloading the configuration");
     let loaded = match config::load(&current.source) {
         Ok(loaded) => loaded,
@@ -491,7 +491,7 @@ impl SocketFile {
     /// Listens on the socket systemd passed, if any, else binds `path`.
     fn open(path: &Path, passed: Option<OwnedFd>) -> anyhow::Result<(UnixListener, SocketFile)> {
         let Some(descriptor) = passed else {
-            let listener = api::bind(path)?;
+            let listener = socket::bind(path)?;
             let bound_file = std::fs::metadata(path)
                 .map(|metadata| (metadata.dev(), metadata.ino()))
                 .ok();

@@ -12,8 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::protocol::{IndexPhase as Phase, IndexStatus};
 use crate::protocol::{ServerState, StatusResult};
-use crate::search::{IndexStatus, Phase};
 
 /// Every metric name starts with this (`mcp_mirror_…`).
 const PREFIX: &str = "mcp_mirror";

@@ -1,11 +1,11 @@
 //! The benchmark harness (issue 6): runs the real daemon against the real fixture server and
-//! the fast peer through each scenario of DESIGN.md's performance budgets and prints Markdown
+//! the fast peer through each scenario of the performance budgets (BENCHMARKS.md) and prints Markdown
 //! tables.
 //!
 //! Run it with `bench/run [SCENARIO...]` (it builds the release binaries, the benchmark-only
 //! crates under bench/ and the Python SDK venv first); scenarios are `walk`, `swap`,
 //! `change`, `query`, `start`, `idle`, `fleet`, `kinds`, or `all`. `bench bare-walk CONFIG ROUNDS`
-//! is the bare loop: our own transport (`mcp::Session`) fetching every page and discarding it,
+//! is the bare loop: our own transport (`upstream::Session`) fetching every page and discarding it,
 //! the floor a mirror is compared with. One file per scenario; the child-process and socket helpers are
 //! tests/common/process.rs, shared with the integration tests. Nothing here is part of the
 //! daemon or of `cargo test`.

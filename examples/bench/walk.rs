@@ -150,8 +150,8 @@ pub fn bare_walk(config: &Path, rounds: usize) -> anyhow::Result<()> {
         .clone();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let (events, _stream) = mcp_mirror::mcp::event_channel();
-        let session = mcp_mirror::mcp::Session::connect(&server, events, None)
+        let (events, _stream) = mcp_mirror::upstream::event_channel();
+        let session = mcp_mirror::upstream::Session::connect(&server, events, None)
             .await
             .map_err(|error| anyhow!("connect: {error}"))?;
         for _ in 0..rounds {

@@ -80,7 +80,7 @@ impl Catalog {
                 let (rows, more) = catalog
                     .list_resources(after.as_deref(), OFFLINE_PAGE_SIZE)
                     .map_err(database_error)?;
-                typed(&crate::api::resources_page(&rows, more)).map_err(database_error)
+                typed(&crate::socket::resources_page(&rows, more)).map_err(database_error)
             }
         }
     }
@@ -112,7 +112,7 @@ impl Catalog {
                         true => Vec::new(),
                         false => catalog.search_entries(&search.entries).map_err(searched)?,
                     };
-                    return Ok(crate::api_kinds::merge_search_pages(
+                    return Ok(crate::socket::kinds::merge_search_pages(
                         resources,
                         entries,
                         offsets,
@@ -121,7 +121,7 @@ impl Catalog {
                 }
                 let request = params.into_request().map_err(usage)?;
                 let page = catalog.search(&request).map_err(searched)?;
-                let mut result = crate::api::search_result(page.hits, page.next);
+                let mut result = crate::socket::search_result(page.hits, page.next);
                 result.note = page.note;
                 Ok(result)
             }
@@ -142,7 +142,7 @@ impl Catalog {
                 let (rows, more) = catalog
                     .list_templates(after.as_deref(), OFFLINE_PAGE_SIZE)
                     .map_err(database_error)?;
-                typed(&crate::api::templates_page(&rows, more)).map_err(database_error)
+                typed(&crate::socket::templates_page(&rows, more)).map_err(database_error)
             }
         }
     }
@@ -168,7 +168,7 @@ impl Catalog {
                 let (rows, more) = catalog
                     .server_snapshot(&params.server, after.as_deref(), limit)
                     .map_err(database_error)?;
-                crate::api::server_list_result(params.server.clone(), rows, more)
+                crate::socket::server_list_result(params.server.clone(), rows, more)
                     .map_err(database_error)
             }
         }
@@ -192,7 +192,7 @@ impl Catalog {
             }
             Catalog::Database(catalog) => {
                 let listings = catalog.listings(uri).map_err(database_error)?;
-                crate::api::resource_details(listings)
+                crate::socket::resource_details(listings)
                     .map_err(database_error)?
                     .ok_or_else(|| ClientError::NotFound(format!("no mirrored server lists {uri}")))
             }
@@ -219,14 +219,14 @@ impl Catalog {
                 }
             },
             Catalog::Database(catalog) => {
-                let after = crate::api_kinds::entries_after(params).map_err(answered)?;
+                let after = crate::socket::kinds::entries_after(params).map_err(answered)?;
                 let after = after
                     .as_ref()
                     .map(|(server, name)| (server.as_str(), name.as_str()));
                 let (rows, more) = catalog
                     .list_entries(kind, params.server.as_deref(), after, OFFLINE_PAGE_SIZE)
                     .map_err(database_error)?;
-                Ok(crate::api_kinds::entries_page_of(&rows, more))
+                Ok(crate::socket::kinds::entries_page_of(&rows, more))
             }
         }
     }
@@ -242,7 +242,7 @@ impl Catalog {
                 let listing = catalog
                     .entry(kind, &params.server, &params.name)
                     .map_err(database_error)?;
-                crate::api_kinds::entry_details_of(kind, params, listing).map_err(answered)
+                crate::socket::kinds::entry_details_of(kind, params, listing).map_err(answered)
             }
         }
     }

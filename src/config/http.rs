@@ -1,14 +1,13 @@
 //! The `[http]` table: where the HTTP face listens, who may connect (bearer tokens from files,
 //! allowed browser origins) and its bounds, validated into one `HttpConfig`.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
 use toml::Spanned;
 
+use super::raw::RawHttp;
 use super::source::SourceFile;
 use super::transport::expand_credentials;
 use super::values::{count, optional_size};
@@ -20,20 +19,6 @@ pub(crate) const DEFAULT_HTTP_MAX_BODY_BYTES: u64 = crate::protocol::MAX_LINE_BY
 pub(crate) const DEFAULT_HTTP_MAX_STREAMS: u64 = 256;
 /// `[http] max_sessions`: handshake-era sessions (`Mcp-Session-Id`) remembered at once.
 pub(crate) const DEFAULT_HTTP_MAX_SESSIONS: u64 = 1024;
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawHttp {
-    pub listen: Option<Spanned<String>>,
-    pub metrics_listen: Option<Spanned<String>>,
-    #[serde(default)]
-    pub tokens: BTreeMap<String, Spanned<String>>,
-    #[serde(default)]
-    pub allowed_origins: Vec<String>,
-    pub max_body: Option<Spanned<String>>,
-    pub max_streams: Option<Spanned<i64>>,
-    pub max_sessions: Option<Spanned<i64>>,
-}
 
 /// The HTTP face as configured; `listen: None` (the default) keeps it off.
 #[derive(Clone, PartialEq)]

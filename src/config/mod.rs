@@ -26,6 +26,15 @@ use secrecy::{ExposeSecret, SecretString};
 pub use http::{HttpConfig, HttpToken};
 use source::SourceFile;
 
+/// The search gate's bounds, from `[daemon] search_timeout` and `max_concurrent_searches`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchLimits {
+    /// How long one search may run (and, separately, how long it may wait for a slot).
+    pub timeout: Duration,
+    /// How many searches run at once.
+    pub max_concurrent: usize,
+}
+
 /// `[daemon] resync_interval`: the backstop re-walk, besides `list_changed` notifications.
 pub(crate) const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// `request_timeout`: the longest wait for any one request to a server.
@@ -75,7 +84,7 @@ pub(crate) fn default_max_concurrent_searches() -> u64 {
 /// Bounds on what socket clients may ask of the daemon; read at start (a reload keeps them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SocketLimits {
-    pub search: crate::search_gate::SearchLimits,
+    pub search: SearchLimits,
     pub max_clients: usize,
 }
 

@@ -17,7 +17,22 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
     #[serde(default)]
-    pub http: super::http::RawHttp,
+    pub http: RawHttp,
+}
+
+/// The `[http]` table as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub listen: Option<Spanned<String>>,
+    pub metrics_listen: Option<Spanned<String>>,
+    #[serde(default)]
+    pub tokens: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    pub max_body: Option<Spanned<String>>,
+    pub max_streams: Option<Spanned<i64>>,
+    pub max_sessions: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]

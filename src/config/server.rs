@@ -191,16 +191,16 @@ fn protocol_version(
         return Ok(None);
     };
     let wanted = version.get_ref().as_str();
-    let known = crate::mcp::LEGACY_VERSIONS.contains(&wanted)
-        || crate::mcp::MODERN_VERSIONS.contains(&wanted);
+    let known = crate::protocol::LEGACY_VERSIONS.contains(&wanted)
+        || crate::protocol::MODERN_VERSIONS.contains(&wanted);
     if !known {
         return Err(source.error(
             &version.span(),
             &server.key_of("protocol_version"),
             format!(
                 "unknown protocol version `{wanted}` (known: {}, {})",
-                crate::mcp::MODERN_VERSIONS.join(", "),
-                crate::mcp::LEGACY_VERSIONS.join(", ")
+                crate::protocol::MODERN_VERSIONS.join(", "),
+                crate::protocol::LEGACY_VERSIONS.join(", ")
             ),
         ));
     }

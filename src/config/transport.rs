@@ -165,3 +165,12 @@ pub(super) fn expand_credentials(
         None => value.to_string(),
     }
 }
+
+impl From<&Transport> for crate::protocol::TransportKind {
+    fn from(transport: &Transport) -> crate::protocol::TransportKind {
+        match transport {
+            Transport::Stdio { .. } => crate::protocol::TransportKind::Stdio,
+            Transport::Http { .. } => crate::protocol::TransportKind::Http,
+        }
+    }
+}

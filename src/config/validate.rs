@@ -6,6 +6,7 @@ use tracing_subscriber::EnvFilter;
 use super::raw::{RawConfig, RawDaemon};
 use super::source::SourceFile;
 use super::values::{count, duration, optional_duration};
+use super::SearchLimits;
 use super::{
     default_max_concurrent_searches, server, Config, ConfigError, DaemonConfig, SocketLimits,
     SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED,
@@ -15,7 +16,6 @@ use super::{
     DEFAULT_SEARCH_TIMEOUT,
 };
 use crate::paths;
-use crate::search_gate::SearchLimits;
 
 /// Validates the whole file; the first problem found is the error.
 pub(super) fn validate(

@@ -2,13 +2,13 @@
 //! bearer tokens, origin checks and bounds, so one mirror can be the upstream of a fleet; and
 //! `GET /metrics` (also alone on `[http] metrics_listen`).
 //!
-//! Requests go through the socket's own `api::answer_request`; this module adds what HTTP
+//! Requests go through the socket's own `socket::answer_request`; this module adds what HTTP
 //! needs around it: who may ask (`access`), the 2026-07-28 headers and `server/discover`,
 //! handshake-era sessions, the caching hints, the GET and `subscriptions/listen` streams
 //! (`stream`), and withholding a `private` server's entries from token clients.
 
 mod access;
-mod mcp;
+mod endpoint;
 mod stream;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -27,9 +27,9 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-use crate::api::ApiContext;
 use crate::config::{Config, HttpConfig};
-use crate::search_gate::SearchClient;
+use crate::search::gate::SearchClient;
+use crate::socket::DaemonContext;
 
 use access::SearchIdentity;
 
@@ -62,7 +62,7 @@ pub struct HttpBindError {
 
 /// What the HTTP handlers share.
 pub struct HttpFace {
-    api: Arc<ApiContext>,
+    api: Arc<DaemonContext>,
     config: HttpConfig,
     /// Servers whose config says `share = true`; replaced on reload.
     shared: std::sync::RwLock<BTreeSet<String>>,
@@ -78,7 +78,11 @@ pub struct HttpFace {
 }
 
 impl HttpFace {
-    pub fn new(api: Arc<ApiContext>, config: &Config, shutdown: watch::Receiver<bool>) -> HttpFace {
+    pub fn new(
+        api: Arc<DaemonContext>,
+        config: &Config,
+        shutdown: watch::Receiver<bool>,
+    ) -> HttpFace {
         let face = HttpFace {
             api,
             streams: Arc::new(Semaphore::new(config.http.max_streams)),
@@ -147,9 +151,9 @@ impl HttpFace {
         let router = match face {
             Face::Mcp => router.route(
                 "/mcp",
-                get(mcp::get_stream)
-                    .post(mcp::post_message)
-                    .delete(mcp::delete_session),
+                get(endpoint::get_stream)
+                    .post(endpoint::post_message)
+                    .delete(endpoint::delete_session),
             ),
             Face::MetricsOnly => router,
         };
@@ -175,7 +179,7 @@ async fn metrics(
         Err(refusal) => return *refusal,
     };
     tracing::debug!(token = client.name(), "metrics scraped");
-    match crate::api::status(&face.api).await {
+    match crate::socket::status(&face.api).await {
         Ok(status) => {
             let text = crate::metrics::render(&status, face.clients());
             let mut response = (StatusCode::OK, text).into_response();

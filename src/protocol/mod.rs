@@ -3,43 +3,45 @@
 //! (online and offline) and the bridge.
 
 mod cursor;
-mod entries;
 mod envelope;
+mod index;
+mod kinds;
+pub(crate) mod lines;
 mod listen;
 mod params;
 mod record;
 mod resource;
 mod results;
 mod state;
+pub(crate) mod wire;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use crate::mcp::{
-    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-};
 pub use cursor::{
-    decode_cursor, decode_kinds_search_cursor, decode_search_cursor, encode_cursor,
-    encode_index_cursor, encode_kinds_search_cursor, encode_search_cursor, is_index_cursor,
+    decode_cursor, decode_index_cursor, decode_kinds_search_cursor, decode_search_cursor,
+    encode_cursor, encode_index_cursor, encode_kinds_search_cursor, encode_search_cursor,
+    is_index_cursor,
 };
-pub use entries::{
+pub use envelope::{
+    CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
+    Response, ServerMessage, JSONRPC_VERSION,
+};
+pub use index::{IndexPhase, IndexStatus, MatchMode};
+pub use kinds::{
     mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
     DriftCount, DriftEntry, DriftResult, EntriesParams, EntryDetails, EntryParams, FieldChange,
     KindStatus, ListMirrorToolsResult, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
     SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL,
     HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
 };
-pub use envelope::{
-    CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
-    Response, ServerMessage, JSONRPC_VERSION,
-};
 pub use listen::{
     AcknowledgedParams, ListenNotifications, ListenParams, ListenResourcesListChanged,
     ListenResult, SubscriptionMeta, SubscriptionParams, SubscriptionsAcknowledged,
 };
 pub use params::{
-    parse_params, ChangesParams, InitializeParams, InvalidParams, KindsSearch, ListParams,
-    NoParams, RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
+    page_limit, parse_params, ChangesParams, InitializeParams, InvalidParams, ListParams, NoParams,
+    RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
 };
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
@@ -55,6 +57,12 @@ pub use results::{
 };
 pub use state::{
     ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
+};
+pub use wire::{
+    supported_versions, DiscoverResult, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, LEGACY_VERSIONS, METHOD_NOT_FOUND,
+    MISSING_CLIENT_CAPABILITY, MODERN_VERSIONS, PARSE_ERROR, SERVER_INFO_META_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
 };
 
 /// The longest request line the socket accepts; longer ones get an error and the connection closes.
@@ -81,10 +89,9 @@ pub const MAX_NAME_BYTES: usize = 1 << 10;
 /// The markers around matched words in snippets unless the caller chooses others.
 pub const DEFAULT_HIGHLIGHT: (&str, &str) = ("\u{ab}", "\u{bb}");
 
-/// The protocol version the socket offers MCP clients that ask for one it does not know.
-pub const PROTOCOL_VERSION: &str = "2025-11-25";
-/// The handshake-era versions the socket speaks; a client asking for one of them gets it.
-pub const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The protocol version the socket offers MCP clients that ask for one it does not know (a
+/// client asking for one of `LEGACY_VERSIONS` gets it).
+pub const PROTOCOL_VERSION: &str = LEGACY_VERSIONS[0];
 /// The name the socket gives in `serverInfo`.
 pub const SERVER_NAME: &str = "mcp-mirror";
 pub const INSTRUCTIONS: &str =

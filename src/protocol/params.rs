@@ -5,14 +5,12 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::cursor::{decode_cursor, decode_kinds_search_cursor, decode_search_cursor};
+use super::cursor::decode_cursor;
 use super::Kind;
 use super::{
-    DEFAULT_CHANGES_LIMIT, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT, MAX_CHANGES_LIMIT,
-    MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES, MAX_NAME_BYTES, MAX_QUERY_BYTES, MAX_SEARCH_LIMIT,
-    MAX_SEARCH_OFFSET, MAX_URI_BYTES,
+    DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT, MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES,
+    MAX_NAME_BYTES, MAX_URI_BYTES,
 };
-use crate::store::{EntrySearch, SearchRequest};
 
 /// Params that do not fit their method; the message names the field (JSON-RPC `-32602`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -179,123 +177,14 @@ impl SearchParams {
             Some(kinds) => kinds.iter().any(|kind| *kind != Kind::Resource),
         }
     }
-
-    /// A search of several kinds: the whole request as the search index takes it (every kind
-    /// asked, the offset of an index cursor), and for SQLite the resource request (its offset
-    /// the resource part of a SQLite cursor), the entry search, and the limit of the merged
-    /// page.
-    pub fn into_kinds_request(mut self) -> Result<KindsSearch, InvalidParams> {
-        let cursor = self.cursor.take();
-        let sqlite_cursor = cursor
-            .as_deref()
-            .and_then(decode_kinds_search_cursor)
-            .map(|(resources, entries)| {
-                if resources <= MAX_SEARCH_OFFSET && entries <= MAX_SEARCH_OFFSET {
-                    Ok((resources, entries))
-                } else {
-                    Err(InvalidParams("invalid cursor".into()))
-                }
-            })
-            .transpose()?;
-        let index_offset = match (&cursor, sqlite_cursor) {
-            (Some(cursor), None) => Some(
-                super::cursor::decode_index_cursor(cursor)
-                    .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
-                    .ok_or_else(|| InvalidParams("invalid cursor".into()))?,
-            ),
-            _ => None,
-        };
-        let (resource_offset, entry_offset) = sqlite_cursor.unwrap_or((0, 0));
-        let kinds = self.kinds.take().unwrap_or_else(|| Kind::ALL.to_vec());
-        let searches_resources = kinds.contains(&Kind::Resource);
-        // Tools and prompts have no MIME type: a `mimeType` filter leaves only resources.
-        let entries_match = self.mime_type.is_none();
-        let mut request = self.into_request()?;
-        let mut index = request.clone();
-        index.kinds = kinds.clone();
-        index.offset = index_offset.unwrap_or(0);
-        request.offset = resource_offset;
-        let entries = EntrySearch {
-            query: request.query.clone(),
-            raw: request.raw,
-            kinds: kinds
-                .iter()
-                .copied()
-                .filter(|kind| entries_match && matches!(kind, Kind::Tool | Kind::Prompt))
-                .collect(),
-            server: request.server.clone(),
-            // One more than the page shows, to know whether more follow.
-            limit: request.limit + 1,
-            offset: entry_offset,
-            deadline: None,
-        };
-        Ok(KindsSearch {
-            limit: request.limit,
-            index,
-            sqlite_cursor: sqlite_cursor.is_some(),
-            resources: searches_resources.then_some(request),
-            entries,
-        })
-    }
-}
-
-/// A `catalog/search` of several kinds, paged as one ranking: by the search index in one
-/// query, or by SQLite's two full-text indexes (resources; tools and prompts) merged.
-#[derive(Debug, Clone)]
-pub struct KindsSearch {
-    /// The whole search as the index takes it: every kind asked, the index cursor's offset.
-    pub index: SearchRequest,
-    /// The cursor came from SQLite's merged ranking: the pages stay with SQLite.
-    pub sqlite_cursor: bool,
-    /// SQLite's resource part; `None` when resources are not searched.
-    pub resources: Option<SearchRequest>,
-    pub entries: EntrySearch,
-    pub limit: usize,
-}
-
-impl SearchParams {
-    /// The store's request, with the defaults and caps every caller gets (the daemon and the
-    /// CLI reading the database alike).
-    pub fn into_request(self) -> Result<SearchRequest, InvalidParams> {
-        let limit = limit(self.limit, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?;
-        let raw = self.raw.unwrap_or(false);
-        let mut query = self.query;
-        if query.len() > MAX_QUERY_BYTES {
-            // Raw syntax cut anywhere could mean something else; plain words only ever use the
-            // first few (`MAX_QUERY_WORDS` in the store), so a long paste is simply cut.
-            if raw {
-                return Err(InvalidParams(format!(
-                    "`query`: a raw query of {} bytes is longer than the limit of {MAX_QUERY_BYTES} bytes",
-                    query.len()
-                )));
-            }
-            let mut end = MAX_QUERY_BYTES;
-            while !query.is_char_boundary(end) {
-                end -= 1;
-            }
-            query.truncate(end);
-        }
-        let mut request = SearchRequest::new(query, limit);
-        request.server = self.server;
-        request.mime_type = self.mime_type;
-        request.raw = raw;
-        if let Some(cursor) = self.cursor {
-            request.offset = decode_search_cursor(&cursor)
-                .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
-                .ok_or_else(|| InvalidParams("invalid cursor".into()))?;
-        }
-        request.highlight = self.highlight.unwrap_or_else(|| {
-            (
-                DEFAULT_HIGHLIGHT.0.to_string(),
-                DEFAULT_HIGHLIGHT.1.to_string(),
-            )
-        });
-        Ok(request)
-    }
 }
 
 /// A whole number of at least 1, capped at `max`; `default` when absent.
-fn limit(requested: Option<u64>, default: usize, max: usize) -> Result<usize, InvalidParams> {
+pub fn page_limit(
+    requested: Option<u64>,
+    default: usize,
+    max: usize,
+) -> Result<usize, InvalidParams> {
     match requested {
         None => Ok(default),
         Some(0) => Err(InvalidParams(
@@ -332,7 +221,7 @@ impl ChangesParams {
     pub fn checked(&self) -> Result<(Option<i64>, usize), InvalidParams> {
         Ok((
             since(self.since)?,
-            limit(self.limit, DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT)?,
+            page_limit(self.limit, DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT)?,
         ))
     }
 }
@@ -385,7 +274,7 @@ impl ServerListParams {
         .after()?;
         Ok((
             after,
-            limit(self.limit, super::PAGE_SIZE, super::PAGE_SIZE)?,
+            page_limit(self.limit, super::PAGE_SIZE, super::PAGE_SIZE)?,
         ))
     }
 }
@@ -393,6 +282,7 @@ impl ServerListParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::MAX_QUERY_BYTES;
     use serde_json::json;
 
     #[test]
@@ -457,34 +347,5 @@ mod tests {
             parse_params::<ListParams>(json!({"cursor": "c".repeat(MAX_CURSOR_BYTES + 1)}))
                 .expect_err("cursor");
         assert!(cursor.0.starts_with("`cursor`"), "{cursor}");
-    }
-
-    #[test]
-    fn search_defaults_and_caps_are_the_same_for_everyone() {
-        let request = parse_params::<SearchParams>(json!({"query": "a", "raw": null}))
-            .expect("parse")
-            .into_request()
-            .expect("valid");
-        assert_eq!(request.limit, DEFAULT_SEARCH_LIMIT);
-        assert!(!request.raw);
-        assert_eq!(
-            request.highlight,
-            (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into())
-        );
-        let capped = SearchParams {
-            query: "a".into(),
-            limit: Some(1_000_000),
-            ..SearchParams::default()
-        };
-        assert_eq!(
-            capped.into_request().expect("valid").limit,
-            MAX_SEARCH_LIMIT
-        );
-        let deep = SearchParams {
-            query: "a".into(),
-            cursor: Some(super::super::encode_search_cursor(MAX_SEARCH_OFFSET + 1)),
-            ..SearchParams::default()
-        };
-        assert!(deep.into_request().is_err());
     }
 }

@@ -120,7 +120,7 @@ pub struct SearchResult {
     /// How the hits matched the words (the search index only): `all`, `typo` when only a word
     /// with one typo matched, `any` when no entry has every word.
     #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
-    pub match_mode: Option<crate::search::MatchMode>,
+    pub match_mode: Option<super::MatchMode>,
     /// Why SQLite answered although the search index exists (it is rebuilding, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -345,7 +345,7 @@ pub struct DaemonStatus {
     /// The derived search index: `state` (`opening | ready | catching-up | rebuilding`
     /// with `percent` | `failed`), the store `generation` it reflects, `documents`, `bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub search_index: Option<crate::search::IndexStatus>,
+    pub search_index: Option<super::IndexStatus>,
 }
 
 /// The socket's client and search bounds, with counts of what they refused since start.
@@ -396,7 +396,7 @@ pub struct ServerStatus {
     pub live: Option<LiveStatus>,
     /// Tools and prompts: counts and drift per kind (resources are counted above).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub kinds: BTreeMap<Kind, super::entries::KindStatus>,
+    pub kinds: BTreeMap<Kind, super::kinds::KindStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

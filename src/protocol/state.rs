@@ -1,10 +1,10 @@
 //! The states and kinds the socket reports, each an enum with its one text form, used alike by
-//! serde (the socket), rusqlite (the database) and `Display` (the CLI).
+//! serde (the socket), `Display` (the CLI) and, through `as_str` and `FromStr`, the database
+//! (`store/sql_text.rs`).
 
 use std::fmt;
 use std::str::FromStr;
 
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A text that names none of an enum's values.
@@ -16,7 +16,7 @@ pub struct UnknownName {
 }
 
 /// Declares an enum of unit variants with one text per variant, and derives every conversion
-/// (`as_str`, `FromStr`, `Display`, serde, rusqlite) from that one table.
+/// (`as_str`, `FromStr`, `Display`, serde) from that one table.
 macro_rules! text_enum {
     (
         $(#[$meta:meta])*
@@ -53,21 +53,6 @@ macro_rules! text_enum {
         }
 
         text_conversions!($name);
-
-        impl ToSql for $name {
-            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-                Ok(ToSqlOutput::Borrowed(ValueRef::Text(self.as_str().as_bytes())))
-            }
-        }
-
-        impl FromSql for $name {
-            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-                value
-                    .as_str()?
-                    .parse()
-                    .map_err(|error| FromSqlError::Other(Box::new(error)))
-            }
-        }
     };
 }
 
@@ -239,15 +224,6 @@ text_enum! {
     }
 }
 
-impl From<&crate::config::Transport> for TransportKind {
-    fn from(transport: &crate::config::Transport) -> TransportKind {
-        match transport {
-            crate::config::Transport::Stdio { .. } => TransportKind::Stdio,
-            crate::config::Transport::Http { .. } => TransportKind::Http,
-        }
-    }
-}
-
 /// How a session learns that its server's list changed, as status shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PushChannel {
@@ -328,11 +304,10 @@ mod tests {
 
     fn round_trips<T>(values: &[T])
     where
-        T: fmt::Display + FromStr + PartialEq + fmt::Debug + Serialize + ToSql,
-        T: for<'de> Deserialize<'de> + FromSql,
+        T: fmt::Display + FromStr + PartialEq + fmt::Debug + Serialize,
+        T: for<'de> Deserialize<'de>,
         <T as FromStr>::Err: fmt::Debug,
     {
-        let connection = rusqlite::Connection::open_in_memory().expect("open");
         for value in values {
             let text = value.to_string();
             assert_eq!(&text.parse::<T>().expect("parse"), value);
@@ -342,19 +317,11 @@ mod tests {
                 &serde_json::from_value::<T>(json).expect("deserialize"),
                 value
             );
-            let stored: String = connection
-                .query_row("SELECT ?1", [value], |row| row.get(0))
-                .expect("to sql");
-            assert_eq!(stored, text);
-            let read: T = connection
-                .query_row("SELECT ?1", [&text], |row| row.get(0))
-                .expect("from sql");
-            assert_eq!(&read, value);
         }
     }
 
     #[test]
-    fn every_value_has_one_text_in_json_sql_and_display() {
+    fn every_value_has_one_text_in_json_and_display() {
         round_trips(ServerState::ALL);
         round_trips(ChangeKind::ALL);
         round_trips(Kind::ALL);
@@ -387,21 +354,18 @@ mod tests {
     fn push_channels_read_as_the_session_writes_them() {
         // Today's sessions report the engine's channel as text; each must parse back.
         let engine = [
-            crate::mcp::PushChannel::Stdio,
-            crate::mcp::PushChannel::GetStream,
-            crate::mcp::PushChannel::SseStream,
-            crate::mcp::PushChannel::Listen,
-            crate::mcp::PushChannel::Polling("no listChanged".into()),
+            PushChannel::Stdio,
+            PushChannel::GetStream,
+            PushChannel::SseStream,
+            PushChannel::Listen,
+            PushChannel::Polling("no listChanged".into()),
         ];
         for channel in engine {
             let shown = channel.to_string();
             let parsed: PushChannel = shown.parse().expect("parse");
             assert_eq!(parsed, channel.clone());
             let opening = format!("opening {shown}");
-            if matches!(
-                channel,
-                crate::mcp::PushChannel::GetStream | crate::mcp::PushChannel::Listen
-            ) {
+            if matches!(channel, PushChannel::GetStream | PushChannel::Listen) {
                 assert_eq!(
                     opening.parse::<PushChannel>().expect("parse"),
                     PushChannel::opening(channel)

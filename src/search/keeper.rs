@@ -249,7 +249,7 @@ mod tests {
             annotations: None,
             icons: None,
             meta: None,
-            hash: crate::entry::content_hash(raw.as_bytes()),
+            hash: crate::store::entry::content_hash(raw.as_bytes()),
             oversized: false,
             raw,
         }

@@ -18,6 +18,7 @@
 //! `wins`, as an index term, so the filter takes part in top-k pruning like a word does.
 
 mod directory;
+pub(crate) mod gate;
 pub mod keeper;
 mod query;
 mod schema;
@@ -37,7 +38,9 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument};
 use tokio::sync::watch;
 
-pub use query::{Hit, MatchMode, Page, SearchQuery, MAX_MARKER_BYTES};
+pub use crate::protocol::{IndexPhase as Phase, IndexStatus, MatchMode};
+pub use crate::store::IndexEntry as Entry;
+pub use query::{Hit, Page, SearchQuery, MAX_MARKER_BYTES};
 use schema::{Fields, Flags, SCHEMA_VERSION};
 
 /// A file that marks a directory as ours, so a reset never empties a directory it did not make.
@@ -79,44 +82,6 @@ pub enum SearchError {
     Cancelled,
 }
 
-/// One listing of an entry of any kind by a server, as the index keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub kind: Kind,
-    pub server: String,
-    /// A resource's URI or a template's URI template; empty for tools and prompts.
-    pub uri: String,
-    pub name: String,
-    pub title: Option<String>,
-    pub description: Option<String>,
-    pub mime_type: Option<String>,
-    /// The names and descriptions of a tool's input properties or a prompt's arguments:
-    /// searched, not stored.
-    pub inputs: Option<String>,
-}
-
-impl Entry {
-    /// What identifies the entry within its server and kind: the URI (or URI template) of a
-    /// resource (or template), the name of a tool or prompt.
-    pub fn identity(&self) -> &str {
-        match self.kind {
-            Kind::Resource | Kind::Template => &self.uri,
-            Kind::Tool | Kind::Prompt => &self.name,
-        }
-    }
-
-    /// The order a rebuild takes entries in, and groups them by: kind, then the URI for
-    /// resources and templates (one group per URI), name and server for tools and prompts.
-    fn rebuild_order(&self, other: &Entry) -> std::cmp::Ordering {
-        self.kind.cmp(&other.kind).then_with(|| match self.kind {
-            Kind::Resource | Kind::Template => self.uri.cmp(&other.uri),
-            Kind::Tool | Kind::Prompt => {
-                (&self.name, &self.server).cmp(&(&other.name, &other.server))
-            }
-        })
-    }
-}
-
 /// One swap's effect on one server's listings of one kind, as the writer committed it.
 pub struct ServerDiff<I> {
     /// The store generation after this swap.
@@ -135,52 +100,6 @@ pub struct ServerDiff<I> {
 /// Server priorities: for a URI listed by several servers, the lowest priority wins, then the
 /// lowest server name.
 pub type Priorities = BTreeMap<String, i64>;
-
-/// What the index is doing, as `catalog/status` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "state")]
-pub enum Phase {
-    /// Opened, its agreement with the store not yet checked.
-    Opening,
-    /// Up to date with the store: queries go to the index.
-    Ready,
-    /// Applying the diffs it missed.
-    CatchingUp,
-    /// Being rebuilt from every stored entry.
-    Rebuilding { percent: u8 },
-    /// Broken beyond repair until restart (the error is in the log); queries go to SQLite.
-    Failed,
-}
-
-/// The index's state for status output.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct IndexStatus {
-    #[serde(flatten)]
-    pub phase: Phase,
-    /// The store generation the index reflects; `None` before its first commit.
-    pub generation: Option<u64>,
-    pub documents: u64,
-    pub bytes: u64,
-    /// The store's in-memory catalog version (`Store::catalog_version`) the index had caught
-    /// up with at its last pass; a search wanting a newer one waits for the next pass.
-    #[serde(skip)]
-    pub caught_up: u64,
-}
-
-impl IndexStatus {
-    /// True when the index answers for a catalog at in-memory `version` whose newest
-    /// committed change is at `generation`. The generation is read from SQLite: a commit is
-    /// visible to readers before the writer's `commit()` returns (and so before the version
-    /// moves on), which the generation cannot miss.
-    pub fn serves(&self, version: u64, generation: u64) -> bool {
-        self.phase == Phase::Ready
-            && self.caught_up >= version
-            && self
-                .generation
-                .is_some_and(|reflected| reflected >= generation)
-    }
-}
 
 /// What an index needs before it agrees with a store at some generation.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,6 +17,7 @@ use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, Tantivy
 
 use super::schema::{analyzer, words_with_spans, Fields};
 use super::SearchError;
+use crate::protocol::MatchMode;
 
 /// The longest highlight marker a caller may choose.
 pub const MAX_MARKER_BYTES: usize = 32;
@@ -69,18 +70,6 @@ impl SearchQuery {
             time_limit: Duration::from_secs(2),
         }
     }
-}
-
-/// How the hits matched the words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MatchMode {
-    /// Every word (the last one as a prefix).
-    All,
-    /// Every word, some of five letters or more with one typo.
-    Typo,
-    /// No entry has every word; these have some of them.
-    Any,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

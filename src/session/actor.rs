@@ -16,13 +16,13 @@ use super::pacing::{listen_retry_delay, with_poll_jitter, PollPace, WalkPace};
 use super::state::{Event, Link, Phase, Ping, Push, State, Waiter, Walk};
 use super::{LiveStatus, ReadError, ReadReply, Refreshed, SessionCommand};
 use crate::config::ServerConfig;
-use crate::mcp::{
-    event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
-};
 use crate::protocol::Kind;
 use crate::store::{now_ms, ServerUpdate, Store};
+use crate::upstream::{
+    event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
+};
+use crate::walk::kinds;
 use crate::walk::{WalkError, WalkSummary};
-use crate::walk_kinds;
 
 /// Walks a stream of changes may abandon in a row before one is let finish.
 const MAX_RESTARTS_IN_A_ROW: u32 = 3;
@@ -484,7 +484,7 @@ impl Actor {
         };
         let walked = kinds.clone();
         let run = async move {
-            let walk = walk_kinds::walk_kinds(&session, &store, &server, limits, &walked);
+            let walk = kinds::walk_kinds(&session, &store, &server, limits, &walked);
             tokio::join!(walking, walk).1
         }
         .instrument(span)

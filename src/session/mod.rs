@@ -2,7 +2,7 @@
 //!
 //! `actor.rs` is the state machine (connect, walk, listen for changes, pace walks, back off),
 //! `state.rs` its states and events, `pacing.rs` its waits (walk pace, poll pace, listen retry,
-//! poll jitter); the reconnect backoff is the crate's one `mcp::Backoff`.
+//! poll jitter); the reconnect backoff is the crate's one `upstream::Backoff`.
 
 mod actor;
 mod pacing;

@@ -1,12 +1,12 @@
 //! How long a session waits: the spacing of notification-driven walks, the poll pace, the listen retry, poll jitter.
 //!
-//! The reconnect backoff is the crate's one `mcp::Backoff`.
+//! The reconnect backoff is the crate's one `upstream::Backoff`.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::mcp::with_jitter;
+use crate::upstream::with_jitter;
 
 /// A server that keeps answering polls with no change is polled ever less often, up to this
 /// many times its interval (and never less often than `resync_interval`).

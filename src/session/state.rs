@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::pacing::PollPace;
 use super::{RefreshReply, SessionCommand};
-use crate::mcp::{EventStream, McpError, ServerEvent, Session};
+use crate::upstream::{EventStream, McpError, ServerEvent, Session};
 use crate::walk::{WalkError, WalkSummary};
 
 /// A server that never pauses still gets walked: a debounce ends at the latest this many

@@ -7,7 +7,44 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{schema, StoreError};
 use crate::protocol::{ChangeKind, Kind};
-use crate::search::Entry;
+
+/// One listing of an entry of any kind by a server, as the index keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: Kind,
+    pub server: String,
+    /// A resource's URI or a template's URI template; empty for tools and prompts.
+    pub uri: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    /// The names and descriptions of a tool's input properties or a prompt's arguments:
+    /// searched, not stored.
+    pub inputs: Option<String>,
+}
+
+impl Entry {
+    /// What identifies the entry within its server and kind: the URI (or URI template) of a
+    /// resource (or template), the name of a tool or prompt.
+    pub fn identity(&self) -> &str {
+        match self.kind {
+            Kind::Resource | Kind::Template => &self.uri,
+            Kind::Tool | Kind::Prompt => &self.name,
+        }
+    }
+
+    /// The order a rebuild takes entries in, and groups them by: kind, then the URI for
+    /// resources and templates (one group per URI), name and server for tools and prompts.
+    pub(crate) fn rebuild_order(&self, other: &Entry) -> std::cmp::Ordering {
+        self.kind.cmp(&other.kind).then_with(|| match self.kind {
+            Kind::Resource | Kind::Template => self.uri.cmp(&other.uri),
+            Kind::Tool | Kind::Prompt => {
+                (&self.name, &self.server).cmp(&(&other.name, &other.server))
+            }
+        })
+    }
+}
 
 /// A read-only connection of the search index's own, so a rebuild that streams every entry
 /// never holds one of the query connections.

@@ -1,9 +1,12 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
-mod entries;
+pub(crate) mod entry;
 mod index_source;
+mod kinds;
 mod queries;
 mod schema;
+mod sql_text;
+mod uri_template;
 mod views;
 mod writer;
 
@@ -16,8 +19,8 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
-pub use entries::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
-pub use index_source::{FeedDiff, IndexSource};
+pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
+pub use kinds::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 pub use views::SnapshotRow;
 
@@ -738,7 +741,7 @@ impl Store {
             let after = after
                 .as_ref()
                 .map(|(server, name)| (server.as_str(), name.as_str()));
-            entries::list_entries(connection, kind, server.as_deref(), after, limit)
+            kinds::list_entries(connection, kind, server.as_deref(), after, limit)
         })
         .await
     }
@@ -750,7 +753,7 @@ impl Store {
         name: &str,
     ) -> Result<Option<EntryListing>, StoreError> {
         let (server, name) = (server.to_string(), name.to_string());
-        self.read(move |connection| entries::entry(connection, kind, &server, &name))
+        self.read(move |connection| kinds::entry(connection, kind, &server, &name))
             .await
     }
 
@@ -760,11 +763,11 @@ impl Store {
         std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>,
         StoreError,
     > {
-        self.read(entries::kind_counts).await
+        self.read(kinds::kind_counts).await
     }
 
     pub async fn drift(&self, server: Option<String>) -> Result<Vec<DriftRow>, StoreError> {
-        self.read(move |connection| entries::drift(connection, server.as_deref()))
+        self.read(move |connection| kinds::drift(connection, server.as_deref()))
             .await
     }
 
@@ -775,12 +778,12 @@ impl Store {
         limit: usize,
         kinds: Vec<Kind>,
     ) -> Result<ChangePage, StoreError> {
-        self.read(move |connection| entries::changes_of_kinds(connection, since, limit, &kinds))
+        self.read(move |connection| kinds::changes_of_kinds(connection, since, limit, &kinds))
             .await
     }
 
     pub async fn search_entries(&self, search: EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
-        self.read(move |connection| entries::search_entries(connection, &search))
+        self.read(move |connection| kinds::search_entries(connection, &search))
             .await
     }
 
@@ -837,7 +840,7 @@ impl ReadOnlyCatalog {
     }
 
     pub fn search_entries(&self, search: &EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
-        entries::search_entries(&self.connection, search)
+        kinds::search_entries(&self.connection, search)
     }
 
     /// A page of one kind's tools or prompts, after (server, name), ordered by server and name.
@@ -848,7 +851,7 @@ impl ReadOnlyCatalog {
         after: Option<(&str, &str)>,
         limit: usize,
     ) -> Result<(Vec<EntryListing>, bool), StoreError> {
-        entries::list_entries(&self.connection, kind, server, after, limit)
+        kinds::list_entries(&self.connection, kind, server, after, limit)
     }
 
     pub fn entry(
@@ -857,7 +860,7 @@ impl ReadOnlyCatalog {
         server: &str,
         name: &str,
     ) -> Result<Option<EntryListing>, StoreError> {
-        entries::entry(&self.connection, kind, server, name)
+        kinds::entry(&self.connection, kind, server, name)
     }
 }
 

@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{CatalogRow, ReadOnlyCatalog, Store, StoreError};
-use crate::uri_template::UriTemplate;
+use crate::store::uri_template::UriTemplate;
 
 /// The server a read of a templated URI goes to: the first of the templates it matches,
 /// by server priority (lowest first), then server name.

@@ -503,7 +503,7 @@ fn tools_prompts_and_templates_are_searched_in_the_index_with_kinds_as_a_filter(
     assert_eq!(answer["results"][0]["name"], "get_forecast", "{answer}");
 }
 
-/// DESIGN.md's swap budget: replacing a 100,000-resource snapshot that differs in 100 entries
+/// The swap budget (BENCHMARKS.md): replacing a 100,000-resource snapshot that differs in 100 entries
 /// holds the write transaction under 100 ms. The index is kept off that path.
 const SWAP_HOLD_BUDGET_MS: f64 = 100.0;
 

@@ -200,7 +200,7 @@ impl Catalog {
             templates,
             page_size,
             resources_capability: scenario.capabilities_resources.unwrap_or(true),
-            tools: crate::entries::scenario_tools(scenario),
+            tools: crate::kinds::scenario_tools(scenario),
             tools_declared: scenario.tools.is_some() || scenario.generate_tools.is_some(),
             tools_page_size: scenario.tools_page_size.unwrap_or(100).max(1),
             prompts: scenario.prompts.clone().unwrap_or_default(),

@@ -314,7 +314,7 @@ impl Server {
         let (version, sessions, (entry_notifications, resources_notify)) = {
             let mut state = self.state();
             catalog.version = state.catalog.version + 1;
-            let notify = crate::entries::notifications_for(&state.catalog, &catalog);
+            let notify = crate::kinds::notifications_for(&state.catalog, &catalog);
             state.catalog = Arc::new(catalog);
             let sessions: Vec<Arc<Session>> = state.sessions.values().cloned().collect();
             (state.catalog.version, sessions, notify)
@@ -323,7 +323,7 @@ impl Server {
             let _ = self.pushes.send(Push::EntriesChanged(method));
             for session in sessions.iter().filter(|session| session.is_initialized()) {
                 if session.kind == SessionKind::StreamableHttp && !self.args.no_get_stream {
-                    session.push_messages([crate::entries::notification(method, None)]);
+                    session.push_messages([crate::kinds::notification(method, None)]);
                 }
             }
         }
@@ -530,11 +530,11 @@ impl Server {
             "resources/templates/list" => self.list_templates(),
             "resources/read" => self.read_resource(params, modern),
             "tools/list" if self.catalog().tools_declared => Ok(Handled::Result(
-                crate::entries::list_tools(&self.catalog(), params)?,
+                crate::kinds::list_tools(&self.catalog(), params)?,
             )),
-            "prompts/list" if self.catalog().prompts_declared => Ok(Handled::Result(
-                crate::entries::list_prompts(&self.catalog()),
-            )),
+            "prompts/list" if self.catalog().prompts_declared => {
+                Ok(Handled::Result(crate::kinds::list_prompts(&self.catalog())))
+            }
             _ if self.answers_unknown_methods() => {
                 info!(method, "answering an unknown method with a bare result");
                 self.stats.update(|counters| counters.bare_results += 1);
@@ -621,7 +621,7 @@ impl Server {
         if catalog.resources_capability {
             capabilities["resources"] = json!({"listChanged": true, "subscribe": false});
         }
-        crate::entries::declare(&catalog, &mut capabilities);
+        crate::kinds::declare(&catalog, &mut capabilities);
         json!({
             "protocolVersion": version,
             "capabilities": capabilities,
@@ -658,7 +658,7 @@ impl Server {
             // Without listen the server has no way to send list_changed in this era.
             capabilities["resources"] = json!({"listChanged": !self.args.no_listen});
         }
-        crate::entries::declare(&catalog, &mut capabilities);
+        crate::kinds::declare(&catalog, &mut capabilities);
         Ok(Handled::Result(json!({
             "resultType": "complete",
             "supportedVersions": self.modern_versions(),
@@ -683,7 +683,7 @@ impl Server {
         } else {
             json!({})
         };
-        crate::entries::honour(&self.catalog(), requested, &mut honoured);
+        crate::kinds::honour(&self.catalog(), requested, &mut honoured);
         Ok(Handled::Listen(honoured))
     }
 

@@ -303,7 +303,7 @@ pub fn run(
                 rows,
                 reply,
             } => {
-                let outcome = super::entries::swap_entries(&mut connection, &server, kind, rows);
+                let outcome = super::kinds::swap_entries(&mut connection, &server, kind, rows);
                 let outcome = outcome.map(|(swap, latest_seq)| {
                     if swap.touched() > 0 {
                         let _ = changes.send(CatalogChanged {
@@ -320,7 +320,7 @@ pub fn run(
                 let _ = reply.send(outcome);
             }
             WriteOp::Accept { server, reply } => {
-                let _ = reply.send(super::entries::accept(&mut connection, server.as_deref()));
+                let _ = reply.send(super::kinds::accept(&mut connection, server.as_deref()));
             }
             WriteOp::CacheContents {
                 server,

@@ -4,7 +4,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::pending::{stage_pending, PendingLoad};
 use super::server_id;
-use crate::entry::same_entry;
+use crate::store::entry::same_entry;
 use crate::store::{ResourceRow, StoreError, TemplateRow};
 
 /// Staged resources live in a rowid table whose index holds (walk_id, uri, hash): the diff

@@ -31,7 +31,7 @@ fn resource(server: &str, index: usize, word: &str) -> ResourceRow {
     let description = format!("{word} document number {index}");
     let raw = serde_json::json!({"uri": uri, "name": name, "description": description}).to_string();
     ResourceRow {
-        hash: crate::entry::content_hash(raw.as_bytes()),
+        hash: crate::store::entry::content_hash(raw.as_bytes()),
         uri,
         name,
         title: None,

@@ -1,7 +1,7 @@
 //! `/mcp` over Streamable HTTP: POSTed JSON-RPC in both eras (the 2026-07-28 headers checked,
 //! `server/discover`, `subscriptions/listen`; `initialize` with `Mcp-Session-Id`), the GET
 //! stream, DELETE of a session; answers shaped for the client (caching hints, withheld
-//! `private` entries) around the socket's own `api::answer_request`.
+//! `private` entries) around the socket's own `socket::answer_request`.
 
 use std::collections::BTreeSet;
 use std::io::Read as _;
@@ -15,12 +15,13 @@ use axum::Extension;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::{self, ConnectionState};
 use crate::protocol::{
-    self as wire, CatalogChanges, CatalogResource, CatalogSearch, CheckedRequest, ErrorObject,
-    IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
-    INVALID_REQUEST, PARSE_ERROR,
+    self as wire, CatalogChanges, CatalogResource, CatalogSearch, CheckedRequest, DiscoverResult,
+    ErrorObject, IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
+    UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
 };
+use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
 
 use super::access::{admit, Client};
@@ -35,12 +36,6 @@ const NAME_HEADER: &str = "mcp-name";
 /// The `_meta` key of the protocol version (2026-07-28).
 const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
-/// A header disagrees with the body (2026-07-28).
-const HEADER_MISMATCH: i64 = -32020;
-/// The requested protocol version is not one we speak (2026-07-28).
-const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
-
-const DISCOVER: &str = "server/discover";
 const LISTEN: &str = "subscriptions/listen";
 
 /// An error answer with free-form `data` (the 2026-07-28 errors carry their own shapes).
@@ -57,31 +52,6 @@ struct ErrorBody<'a> {
     message: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     data: Option<Value>,
-}
-
-/// `server/discover`'s answer.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DiscoverResult {
-    supported_versions: Vec<&'static str>,
-    capabilities: wire::ServerCapabilities,
-    instructions: &'static str,
-    #[serde(rename = "_meta")]
-    meta: DiscoverMeta,
-}
-
-/// `server/discover`'s `_meta`: who answers.
-#[derive(Serialize)]
-struct DiscoverMeta {
-    #[serde(rename = "io.modelcontextprotocol/serverInfo")]
-    server_info: wire::Implementation,
-}
-
-/// The `data` of an unsupported-version error (2026-07-28): what we speak, what was asked.
-#[derive(Serialize)]
-struct UnsupportedVersionData<'a> {
-    supported: Vec<&'a str>,
-    requested: &'a str,
 }
 
 /// The caching hints of a 2026-07-28 result.
@@ -277,12 +247,7 @@ async fn modern_request(
     version: &str,
 ) -> Response {
     let id = request.id.clone().unwrap_or(Value::Null);
-    if !crate::mcp::MODERN_VERSIONS.contains(&version) {
-        let supported: Vec<&str> = crate::mcp::MODERN_VERSIONS
-            .iter()
-            .chain(wire::PROTOCOL_VERSIONS.iter().rev())
-            .copied()
-            .collect();
+    if !wire::MODERN_VERSIONS.contains(&version) {
         return error_answer(
             headers,
             StatusCode::BAD_REQUEST,
@@ -290,8 +255,8 @@ async fn modern_request(
             UNSUPPORTED_PROTOCOL_VERSION,
             "Unsupported protocol version",
             serde_json::to_value(UnsupportedVersionData {
-                supported,
-                requested: version,
+                supported: wire::supported_versions(),
+                requested: Some(version.to_string()),
             })
             .ok(),
         );
@@ -364,7 +329,7 @@ async fn legacy_request(
 ) -> Response {
     let id = request.id.clone().unwrap_or(Value::Null);
     if let Some(version) = header_text(headers, VERSION_HEADER) {
-        if !wire::PROTOCOL_VERSIONS.contains(&version) && request.method != Initialize::NAME {
+        if !wire::LEGACY_VERSIONS.contains(&version) && request.method != Initialize::NAME {
             let message = format!("unsupported MCP-Protocol-Version header: {version}");
             return error_answer(
                 headers,
@@ -483,7 +448,7 @@ async fn answer(
                         server = %target.server,
                         "read withheld: the server's results are private (set share = true to serve them)"
                     );
-                    return Some(Err(wire::Response::failure(id, api::not_listed(uri))));
+                    return Some(Err(wire::Response::failure(id, socket::not_listed(uri))));
                 }
             }
         }
@@ -492,7 +457,7 @@ async fn answer(
     // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
     // searches are its identity's, so the gate holds a client of many requests back as one.
     let mut state = ConnectionState::searching_as(face.search_client(client.search_identity()));
-    let response = api::answer_request(request, &face.api, &mut state).await?;
+    let response = socket::answer_request(request, &face.api, &mut state).await?;
     let (result, error) = response.into_parts();
     match (result, error) {
         (Some(result), _) => Some(
@@ -542,7 +507,7 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
             let mut details: <CatalogResource as Method>::Result =
                 serde_json::from_value(result).map_err(internal)?;
             if !visible(Some(&details.server)) {
-                return Err(api::not_listed(&details.resource.uri));
+                return Err(socket::not_listed(&details.resource.uri));
             }
             details
                 .listed_by
@@ -554,21 +519,25 @@ fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Va
 }
 
 fn discover() -> Value {
-    let meta = DiscoverMeta {
-        server_info: wire::Implementation {
-            name: wire::SERVER_NAME.into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+    let server_info = wire::Implementation {
+        name: wire::SERVER_NAME.into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        wire::SERVER_INFO_META_KEY.into(),
+        serde_json::to_value(server_info).unwrap_or(Value::Null),
+    );
+    let capabilities = match serde_json::to_value(wire::ServerCapabilities::of_the_mirror()) {
+        Ok(Value::Object(capabilities)) => capabilities,
+        _ => serde_json::Map::new(),
     };
     let result = DiscoverResult {
-        supported_versions: crate::mcp::MODERN_VERSIONS
-            .iter()
-            .chain(wire::PROTOCOL_VERSIONS.iter().rev())
-            .copied()
-            .collect(),
-        capabilities: wire::ServerCapabilities::of_the_mirror(),
-        instructions: wire::INSTRUCTIONS,
-        meta,
+        supported_versions: wire::supported_versions(),
+        capabilities,
+        instructions: Some(wire::INSTRUCTIONS.into()),
+        meta: Some(meta),
+        server_info: None,
     };
     serde_json::to_value(result).unwrap_or(Value::Null)
 }
@@ -684,7 +653,7 @@ pub(super) async fn get_stream(
             .into_response();
     }
     if header_text(&headers, VERSION_HEADER)
-        .is_some_and(|version| crate::mcp::MODERN_VERSIONS.contains(&version))
+        .is_some_and(|version| wire::MODERN_VERSIONS.contains(&version))
     {
         return (
             StatusCode::METHOD_NOT_ALLOWED,

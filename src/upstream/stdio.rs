@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::rpc::{self, Incoming, PendingRequests};
 use super::{EventSink, McpError, ServerEvent, MAX_MESSAGE_BYTES};
-use crate::lines::{self, Line};
+use crate::protocol::lines::{self, Line};
 
 /// The longest stderr line we log; a child's stderr is free-form and may be noisy.
 const STDERR_LINE_BYTES: usize = 16 << 10;

@@ -1,7 +1,7 @@
 //! Reads routed to a server: `resources/read` (the winning server, else the first matching template's; the cache fallback) and `catalog/list`.
 
 use super::shape::server_list_result;
-use super::{internal, invalid_params, ApiContext};
+use super::{internal, invalid_params, DaemonContext};
 use crate::protocol::{
     self as wire, CacheNote, ErrorData, ErrorObject, ReadResourceResult, INTERNAL_ERROR,
     INVALID_PARAMS, RESOURCE_NOT_FOUND,
@@ -25,7 +25,7 @@ pub(crate) fn not_listed(uri: &str) -> ErrorObject {
 /// be reached and its content cache has the URI, serves the cached contents instead.
 pub(super) async fn read_resource(
     uri: &str,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<ReadResourceResult, ErrorObject> {
     let target = read_target_or_template(uri, context).await?;
     let server = target.server.as_str();
@@ -89,7 +89,7 @@ pub(super) async fn read_resource(
 /// (a URI no server lists) the one whose mirrored template matches it, by the same priority.
 async fn read_target_or_template(
     uri: &str,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<store::ReadTarget, ErrorObject> {
     if let Some(target) = context.store.read_target(uri).await.map_err(internal)? {
         return Ok(target);
@@ -117,7 +117,7 @@ fn no_such_server(name: &str) -> ErrorObject {
 
 pub(super) async fn server_list(
     params: wire::ServerListParams,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<wire::ServerListResult, ErrorObject> {
     let (after, limit) = params.checked().map_err(invalid_params)?;
     if !context

@@ -145,7 +145,7 @@ fn parse_error_object(error: Value) -> RpcError {
         code: error
             .get("code")
             .and_then(Value::as_i64)
-            .unwrap_or(super::INTERNAL_ERROR),
+            .unwrap_or(crate::protocol::INTERNAL_ERROR),
         message: crate::redact::scrub_server_text(
             error
                 .get("message")
@@ -169,7 +169,7 @@ pub fn answer_server_request(id: Value, method: &str) -> Value {
     if method == "ping" {
         json!({"jsonrpc": "2.0", "id": id, "result": {}})
     } else {
-        json!({"jsonrpc": "2.0", "id": id, "error": {"code": super::METHOD_NOT_FOUND, "message": format!("client does not handle {method}")}})
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": crate::protocol::METHOD_NOT_FOUND, "message": format!("client does not handle {method}")}})
     }
 }
 

@@ -8,8 +8,7 @@ use super::search::{gated_search, resource_search};
 use super::shape::{
     changes_result, resource_details, resources_page, search_result, templates_page,
 };
-use super::{internal, invalid_params, not_listed, status, ApiContext, ConnectionState};
-use crate::api_kinds;
+use super::{internal, invalid_params, not_listed, status, ConnectionState, DaemonContext};
 use crate::protocol::{
     self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogList, CatalogRefresh,
     CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorData,
@@ -17,6 +16,7 @@ use crate::protocol::{
     INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
 };
 use crate::redact;
+use crate::socket::kinds;
 use crate::store;
 use crate::supervisor::RefreshOutcome;
 
@@ -24,7 +24,7 @@ use crate::supervisor::RefreshOutcome;
 /// here. `None` for notifications, which get no answer.
 pub(crate) async fn answer_request(
     request: CheckedRequest,
-    context: &ApiContext,
+    context: &DaemonContext,
     state: &mut ConnectionState,
 ) -> Option<Response> {
     // Notifications (such as notifications/initialized) need no answer.
@@ -33,7 +33,7 @@ pub(crate) async fn answer_request(
         params @ (Value::Null | Value::Object(_)) => {
             // The search gate shares its slots fairly between the clients it knows.
             let client = state.search_client.clone();
-            crate::search_gate::CURRENT_CLIENT
+            crate::search::gate::CURRENT_CLIENT
                 .scope(client, dispatch(&request.method, params, context, state))
                 .await
         }
@@ -63,7 +63,7 @@ fn to_text(result: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject>
 async fn dispatch(
     method: &str,
     raw: Value,
-    context: &ApiContext,
+    context: &DaemonContext,
     state: &mut ConnectionState,
 ) -> Result<Box<RawValue>, ErrorObject> {
     match method {
@@ -123,7 +123,7 @@ async fn dispatch(
             let started = std::time::Instant::now();
             if params.searches_entries() {
                 let search = params.into_kinds_request().map_err(invalid_params)?;
-                let outcome = api_kinds::search_kinds(search, context).await;
+                let outcome = kinds::search_kinds(search, context).await;
                 crate::metrics::observe_search(started.elapsed());
                 return answer::<CatalogSearch>(outcome?);
             }
@@ -181,13 +181,13 @@ async fn dispatch(
         wire::CatalogTools::NAME => {
             let params = params::<wire::CatalogTools>(raw)?;
             let (tools, next_cursor) =
-                api_kinds::entries_page(&context.store, wire::Kind::Tool, params).await?;
+                kinds::entries_page(&context.store, wire::Kind::Tool, params).await?;
             answer::<wire::CatalogTools>(wire::ListToolsResult { tools, next_cursor })
         }
         wire::CatalogPrompts::NAME => {
             let params = params::<wire::CatalogPrompts>(raw)?;
             let (prompts, next_cursor) =
-                api_kinds::entries_page(&context.store, wire::Kind::Prompt, params).await?;
+                kinds::entries_page(&context.store, wire::Kind::Prompt, params).await?;
             answer::<wire::CatalogPrompts>(wire::ListPromptsResult {
                 prompts,
                 next_cursor,
@@ -196,22 +196,22 @@ async fn dispatch(
         wire::CatalogTool::NAME => {
             let params = params::<wire::CatalogTool>(raw)?;
             answer::<wire::CatalogTool>(
-                api_kinds::entry_details(&context.store, wire::Kind::Tool, params).await?,
+                kinds::entry_details(&context.store, wire::Kind::Tool, params).await?,
             )
         }
         wire::CatalogPrompt::NAME => {
             let params = params::<wire::CatalogPrompt>(raw)?;
             answer::<wire::CatalogPrompt>(
-                api_kinds::entry_details(&context.store, wire::Kind::Prompt, params).await?,
+                kinds::entry_details(&context.store, wire::Kind::Prompt, params).await?,
             )
         }
         wire::CatalogAccept::NAME => {
             let params = params::<wire::CatalogAccept>(raw)?;
-            answer::<wire::CatalogAccept>(api_kinds::accept(&context.store, params).await?)
+            answer::<wire::CatalogAccept>(kinds::accept(&context.store, params).await?)
         }
         wire::CatalogDrift::NAME => {
             let params = params::<wire::CatalogDrift>(raw)?;
-            answer::<wire::CatalogDrift>(api_kinds::drift(&context.store, params).await?)
+            answer::<wire::CatalogDrift>(kinds::drift(&context.store, params).await?)
         }
         wire::ListTools::NAME => {
             params::<wire::ListTools>(raw)?;
@@ -221,7 +221,7 @@ async fn dispatch(
         }
         wire::CallTool::NAME => {
             let params = params::<wire::CallTool>(raw)?;
-            answer::<wire::CallTool>(api_kinds::call_tool(context, params).await?)
+            answer::<wire::CallTool>(kinds::call_tool(context, params).await?)
         }
         CatalogList::NAME => {
             let params = params::<CatalogList>(raw)?;
@@ -237,7 +237,7 @@ async fn dispatch(
 fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
     let version = params
         .protocol_version
-        .filter(|version| wire::PROTOCOL_VERSIONS.contains(&version.as_str()))
+        .filter(|version| wire::LEGACY_VERSIONS.contains(&version.as_str()))
         .unwrap_or_else(|| wire::PROTOCOL_VERSION.to_string());
     wire::InitializeResult {
         protocol_version: version,
@@ -252,7 +252,7 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
 
 async fn refresh(
     params: wire::RefreshParams,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<wire::RefreshResult, ErrorObject> {
     let server = params.server.as_deref();
     let outcomes = context

@@ -3,16 +3,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{internal, ApiContext};
+use super::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, BUSY, INVALID_PARAMS, SEARCH_TIMED_OUT};
+use crate::search::gate::SearchPermit;
 use crate::search::{SearchError, SearchIndex, SearchQuery};
-use crate::search_gate::SearchPermit;
 use crate::store::{self, StoreError};
 
 /// Runs a search once the gate admits it, cancelled at the permit's deadline.
 pub(crate) async fn gated_search(
     mut request: store::SearchRequest,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<store::FullTextPage, ErrorObject> {
     let permit = context
         .search_gate
@@ -46,7 +46,7 @@ const INDEX_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(
 /// catalog as it stands (repairing, or behind a swap it has not applied yet in time).
 pub(crate) async fn search_index(
     index: &Arc<SearchIndex>,
-    context: &ApiContext,
+    context: &DaemonContext,
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     let mut query = SearchQuery::new(request.query.clone(), request.limit);
@@ -91,19 +91,22 @@ pub(crate) async fn search_index(
             // or let SQLite answer.
             let mut status = index.watch();
             let caught_up = status.wait_for(|status| {
-                status.serves(wanted, generation) || status.phase != crate::search::Phase::Ready
+                status.serves(wanted, generation)
+                    || status.phase != crate::protocol::IndexPhase::Ready
             });
             let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
             let now = index.status();
             if !now.serves(wanted, generation) {
                 let state = match now.phase {
-                    crate::search::Phase::Ready => "catching up with the latest change".to_string(),
-                    crate::search::Phase::Opening => "opening".to_string(),
-                    crate::search::Phase::CatchingUp => "catching up".to_string(),
-                    crate::search::Phase::Rebuilding { percent } => {
+                    crate::protocol::IndexPhase::Ready => {
+                        "catching up with the latest change".to_string()
+                    }
+                    crate::protocol::IndexPhase::Opening => "opening".to_string(),
+                    crate::protocol::IndexPhase::CatchingUp => "catching up".to_string(),
+                    crate::protocol::IndexPhase::Rebuilding { percent } => {
                         format!("rebuilding ({percent}%)")
                     }
-                    crate::search::Phase::Failed => "unavailable (see the log)".to_string(),
+                    crate::protocol::IndexPhase::Failed => "unavailable (see the log)".to_string(),
                 };
                 return Ok(Err(format!(
                     "the search index is {state}; answered by SQLite full-text search"
@@ -181,7 +184,7 @@ fn searched_within(
 pub struct IndexAnswer {
     pub hits: Vec<store::SearchHit>,
     pub next: Option<usize>,
-    pub mode: crate::search::MatchMode,
+    pub mode: crate::protocol::MatchMode,
 }
 
 /// The resource part of a search: from the derived index when it can answer for the catalog
@@ -189,7 +192,7 @@ pub struct IndexAnswer {
 /// says which engine answered; `next_cursor` is left to the caller.
 pub async fn resource_search(
     request: store::SearchRequest,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<(Vec<store::SearchHit>, Option<usize>, wire::SearchResult), ErrorObject> {
     let mut origin = wire::SearchResult {
         results: Vec::new(),

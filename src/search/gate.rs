@@ -19,7 +19,7 @@
 //! heavy: many searches are not what holds slots. One client may have at most `max_concurrent`
 //! searches waiting; past that its own searches are refused "busy", so a client asking many at
 //! once (the HTTP face's, one per identity) cannot fill the queue before others. The client of
-//! a search comes from the task-local `CURRENT_CLIENT` that `api::answer_request` sets around
+//! a search comes from the task-local `CURRENT_CLIENT` that `socket::answer_request` sets around
 //! each request, so every engine's call of `acquire` stays as it was; a search outside that
 //! scope is a client of its own.
 
@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
+
+use crate::config::SearchLimits;
 
 /// How many searches may wait for a slot for every one allowed to run.
 const QUEUED_PER_SLOT: usize = 4;
@@ -44,15 +46,6 @@ const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
 tokio::task_local! {
     /// The client on whose behalf the current task searches.
     pub static CURRENT_CLIENT: SearchClient;
-}
-
-/// The gate's bounds, from `[daemon] search_timeout` and `max_concurrent_searches`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SearchLimits {
-    /// How long one search may run (and, separately, how long it may wait for a slot).
-    pub timeout: Duration,
-    /// How many searches run at once.
-    pub max_concurrent: usize,
 }
 
 /// Why a search was not admitted.

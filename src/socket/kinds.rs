@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::api::ApiContext;
 use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
     ORIGIN_META_KEY, PAGE_SIZE,
 };
+use crate::socket::DaemonContext;
 use crate::store::{EntryHit, EntryListing, FullTextPage, Store, StoreError};
 
 /// JSON-RPC's "resource not found" for a tool or prompt no server lists.
@@ -214,7 +214,7 @@ fn one_line(description: Option<String>) -> Option<String> {
 /// `search_catalog`, the MCP face's search: the same path as `catalog/search` with `kinds`
 /// (every kind when absent), best first.
 pub async fn search_catalog(
-    context: &ApiContext,
+    context: &DaemonContext,
     arguments: wire::SearchCatalogArguments,
 ) -> Result<Vec<wire::CatalogHit>, ErrorObject> {
     let limit = arguments
@@ -253,8 +253,8 @@ pub async fn search_catalog(
 /// negated BM25), with the reason in `note`. A cursor stays with the engine that made it,
 /// except that an index cursor is continued by SQLite when the index cannot answer.
 pub async fn search_kinds(
-    search: wire::KindsSearch,
-    context: &ApiContext,
+    search: crate::answer::KindsSearch,
+    context: &DaemonContext,
 ) -> Result<wire::SearchResult, ErrorObject> {
     let mut note = None;
     if let (Some(index), false, false) = (
@@ -262,9 +262,9 @@ pub async fn search_kinds(
         search.sqlite_cursor,
         search.index.raw,
     ) {
-        match crate::api::search_index(index, context, &search.index).await? {
+        match crate::socket::search_index(index, context, &search.index).await? {
             Ok(answer) => {
-                let mut result = crate::api::search_result(answer.hits, None);
+                let mut result = crate::socket::search_result(answer.hits, None);
                 result.next_cursor = answer.next.map(wire::encode_index_cursor);
                 result.engine = Some(wire::SearchEngine::Index);
                 result.match_mode = Some(answer.mode);
@@ -282,8 +282,8 @@ pub async fn search_kinds(
 /// hits merged into one page. An index cursor's position (the index was there for the page
 /// before) is reached by merging from the start and leaving out what it had shown.
 async fn sqlite_kinds_search(
-    mut search: wire::KindsSearch,
-    context: &ApiContext,
+    mut search: crate::answer::KindsSearch,
+    context: &DaemonContext,
 ) -> Result<wire::SearchResult, ErrorObject> {
     let skip = if search.sqlite_cursor {
         0
@@ -303,7 +303,7 @@ async fn sqlite_kinds_search(
         search.entries.offset,
     );
     let resources = match search.resources {
-        Some(request) => Some(crate::api::gated_search(request, context).await?),
+        Some(request) => Some(crate::socket::gated_search(request, context).await?),
         None => None,
     };
     let entries = gated_entry_search(search.entries, context).await?;
@@ -314,7 +314,7 @@ async fn sqlite_kinds_search(
 
 async fn gated_entry_search(
     mut search: crate::store::EntrySearch,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> Result<Vec<EntryHit>, ErrorObject> {
     if search.kinds.is_empty() {
         return Ok(Vec::new());
@@ -374,7 +374,7 @@ pub fn merge_search_pages(
         if take_resource {
             if let Some(hit) = resources.next() {
                 shown_resources += 1;
-                results.extend(crate::api::search_result(vec![hit], None).results);
+                results.extend(crate::socket::search_result(vec![hit], None).results);
             }
         } else if let Some(hit) = entries.next() {
             shown_entries += 1;
@@ -409,7 +409,7 @@ pub fn merge_search_pages(
 
 /// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.
 pub async fn call_tool(
-    context: &ApiContext,
+    context: &DaemonContext,
     params: wire::CallToolParams,
 ) -> Result<wire::CallToolResult, ErrorObject> {
     let arguments = match params.arguments {

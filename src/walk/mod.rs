@@ -1,5 +1,7 @@
 //! One walk of a server's resources and templates, and the one cursor walk with its guards (`ListWalk`) that every kind goes through.
 
+pub(crate) mod kinds;
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
@@ -9,10 +11,11 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
-use crate::entry::{fit_entry, whole_entry_hash};
-use crate::mcp::{McpError, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::protocol::Kind;
+use crate::protocol::{INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::store::entry::{fit_entry, whole_entry_hash};
 use crate::store::{now_ms, ResourceRow, Store, StoreError, SwapOutcome, TemplateRow, WalkReport};
+use crate::upstream::{McpError, Session};
 
 /// Why a walk did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +48,7 @@ pub struct WalkSummary {
     /// The server's caching hints from the first page (stateless era), for pacing polls.
     pub ttl_ms: Option<u64>,
     pub cache_scope: Option<String>,
-    /// The swaps of the other kinds walked with it (`walk_kinds.rs`).
+    /// The swaps of the other kinds walked with it (`walk/kinds.rs`).
     pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
 }
 

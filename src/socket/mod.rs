@@ -2,6 +2,7 @@
 
 mod connection;
 mod dispatch;
+pub(crate) mod kinds;
 mod reads;
 mod search;
 mod shape;
@@ -21,8 +22,8 @@ use tokio::sync::{mpsc, watch};
 use crate::protocol::{
     self as wire, ErrorObject, InvalidParams, Response, BUSY, INTERNAL_ERROR, INVALID_PARAMS,
 };
+use crate::search::gate::SearchGate;
 use crate::search::SearchIndex;
-use crate::search_gate::SearchGate;
 use crate::store::Store;
 use crate::supervisor::Supervisor;
 
@@ -113,7 +114,7 @@ pub fn record_socket_database(socket: &Path, database: &Path) -> io::Result<()> 
 }
 
 /// What request handlers need.
-pub struct ApiContext {
+pub struct DaemonContext {
     pub store: Store,
     pub supervisor: Arc<Supervisor>,
     pub socket_path: PathBuf,
@@ -195,7 +196,7 @@ pub struct ConfigLoad {
 /// `DynamicUser` service). They are not clients: never counted, never refused.
 pub async fn serve(
     listener: UnixListener,
-    context: Arc<ApiContext>,
+    context: Arc<DaemonContext>,
     mut probes: mpsc::Receiver<UnixStream>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -248,7 +249,7 @@ pub async fn serve(
 
 /// Turns a client away at accept: one JSON-RPC error line, written without waiting (a client
 /// that does not read loses it), then the connection closes.
-fn refuse_client(stream: &UnixStream, context: &ApiContext) {
+fn refuse_client(stream: &UnixStream, context: &DaemonContext) {
     let max_clients = context.max_clients;
     let response = Response::failure(
         Value::Null,

@@ -10,8 +10,8 @@ use tokio::net::UnixStream;
 use tokio::sync::watch;
 
 use super::shape::changes_result;
-use super::{answer_request, ApiContext};
-use crate::lines::{self, Line};
+use super::{answer_request, DaemonContext};
+use crate::protocol::lines::{self, Line};
 use crate::protocol::{
     CatalogChanged, ErrorObject, IncomingRequest, NotificationMessage, ResourcesListChanged,
     Response, DEFAULT_CHANGES_LIMIT, INVALID_REQUEST, MAX_LINE_BYTES, PARSE_ERROR,
@@ -28,13 +28,13 @@ pub(crate) struct ConnectionState {
     /// After `catalog/watch`: the last change feed sequence number sent to this client.
     pub(super) watching: Option<i64>,
     /// This client's share of the search gate (its recent search time).
-    pub(super) search_client: crate::search_gate::SearchClient,
+    pub(super) search_client: crate::search::gate::SearchClient,
 }
 
 impl ConnectionState {
     /// A fresh state whose searches use `search_client`'s share of the gate (the HTTP face
     /// gives every request of one client identity the same one).
-    pub(crate) fn searching_as(search_client: crate::search_gate::SearchClient) -> Self {
+    pub(crate) fn searching_as(search_client: crate::search::gate::SearchClient) -> Self {
         ConnectionState {
             search_client,
             ..ConnectionState::default()
@@ -44,7 +44,7 @@ impl ConnectionState {
 
 pub(super) async fn serve_connection(
     stream: UnixStream,
-    context: &ApiContext,
+    context: &DaemonContext,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let (read_half, mut write_half) = stream.into_split();
@@ -113,7 +113,7 @@ async fn notify_catalog_changed(
     state: &mut ConnectionState,
     resources_changed: bool,
     writer: &mut OwnedWriteHalf,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> io::Result<()> {
     if state.mcp_client && resources_changed {
         let notification = NotificationMessage::new::<ResourcesListChanged>(None);
@@ -129,7 +129,7 @@ async fn notify_catalog_changed(
 async fn send_watched_changes(
     state: &mut ConnectionState,
     writer: &mut OwnedWriteHalf,
-    context: &ApiContext,
+    context: &DaemonContext,
 ) -> io::Result<()> {
     while let Some(since) = state.watching {
         let page = match context
@@ -177,7 +177,7 @@ async fn write_message(writer: &mut OwnedWriteHalf, message: &impl Serialize) ->
 /// Handles one request line; `None` for notifications, which get no answer.
 async fn handle_line(
     line: &[u8],
-    context: &ApiContext,
+    context: &DaemonContext,
     state: &mut ConnectionState,
 ) -> Option<Response> {
     let message: Value = match serde_json::from_slice(line) {

@@ -15,17 +15,13 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use backoff::{parse_retry_after, with_jitter, Backoff, MAX_SERVER_DELAY, RECONNECT_FLOOR};
-pub use client::{Era, Page, PushChannel, ServerHello, Session};
+pub use client::{Era, PushChannel, ServerHello, Session};
 pub use events::{channel as event_channel, EventSink, EventStream, ServerEvent};
+pub use page::Page;
 
 /// The largest single message we accept from a server (a line on stdio, a body, an SSE
 /// event); a server that sends more is cut off, so its size limits stay its own problem.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
-
-/// Handshake-era versions we speak, newest first; `initialize` offers the first.
-pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-/// Stateless-era versions we speak, newest first.
-pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
 
 /// A JSON-RPC error object as a server sent it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,15 +30,6 @@ pub struct RpcError {
     pub message: String,
     pub data: Option<Value>,
 }
-
-pub const PARSE_ERROR: i64 = -32700;
-pub const INVALID_REQUEST: i64 = -32600;
-pub const METHOD_NOT_FOUND: i64 = -32601;
-pub const INVALID_PARAMS: i64 = -32602;
-pub const INTERNAL_ERROR: i64 = -32603;
-pub const HEADER_MISMATCH: i64 = -32020;
-pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {

@@ -4,8 +4,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -13,12 +11,14 @@ use tokio::time::Instant;
 use super::backoff::{Backoff, RECONNECT_FLOOR};
 use super::http::HttpConnection;
 use super::legacy_sse::LegacySseConnection;
+use super::page::Page;
 use super::stdio::StdioConnection;
-use super::{
-    rpc, EventSink, McpError, ServerEvent, HEADER_MISMATCH, LEGACY_VERSIONS, METHOD_NOT_FOUND,
-    MISSING_CLIENT_CAPABILITY, MODERN_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
-};
+use super::{rpc, EventSink, McpError, ServerEvent};
 use crate::config::{EraChoice, ServerConfig, Transport};
+use crate::protocol::{
+    DiscoverResult, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, LEGACY_VERSIONS,
+    METHOD_NOT_FOUND, MISSING_CLIENT_CAPABILITY, MODERN_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
+};
 
 /// The slowest a listen that keeps ending is reopened.
 const MAX_LISTEN_RETRY: Duration = Duration::from_secs(30);
@@ -56,16 +56,6 @@ impl ServerHello {
     }
 }
 
-/// One page of a paginated list: the raw items, the cursor to the next page, and the
-/// server's caching hint (stateless era). Each item is its text as the server sent it.
-#[derive(Debug)]
-pub struct Page {
-    pub items: Vec<Box<RawValue>>,
-    pub next_cursor: Option<String>,
-    pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
-}
-
 enum Connection {
     Stdio(StdioConnection),
     Http(HttpConnection),
@@ -87,27 +77,6 @@ pub struct Session {
     listen: Mutex<Option<JoinHandle<()>>>,
     /// Paces reopening a listen that keeps ending.
     listen_backoff: Mutex<Backoff>,
-}
-
-/// A `server/discover` answer as the 2026-07-28 schema defines it. An answer counts only
-/// when it has `supportedVersions` and `capabilities`; the schema's other required fields
-/// (`resultType`, `ttlMs`, `cacheScope`) are not insisted on.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DiscoverResult {
-    supported_versions: Vec<String>,
-    capabilities: Map<String, Value>,
-    #[serde(default, rename = "_meta")]
-    meta: Option<Map<String, Value>>,
-    /// Not in the schema (it belongs in `_meta`), but some servers put it here.
-    #[serde(default)]
-    server_info: Option<Value>,
-}
-
-/// The `data` of an `UnsupportedProtocolVersion` (-32022) error.
-#[derive(Debug, Deserialize)]
-struct UnsupportedVersionData {
-    supported: Vec<String>,
 }
 
 /// What the `server/discover` probe showed, when it did not end the attempt.
@@ -235,7 +204,7 @@ impl Session {
         let mut proven = false;
         loop {
             self.set_era(Era::Modern, &version);
-            let error = match self.setup_request("server/discover", json!({})).await {
+            let error = match self.setup_request(DISCOVER, json!({})).await {
                 Ok(result) => return self.accept_discover(result, &version, pinned, proven),
                 Err(error) if proven => return Err(error),
                 Err(error) => error,

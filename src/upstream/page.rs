@@ -7,8 +7,17 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::client::Page;
 use super::McpError;
+
+/// One page of a paginated list: the raw items, the cursor to the next page, and the
+/// server's caching hint (stateless era). Each item is its text as the server sent it.
+#[derive(Debug)]
+pub struct Page {
+    pub items: Vec<Box<RawValue>>,
+    pub next_cursor: Option<String>,
+    pub ttl_ms: Option<u64>,
+    pub cache_scope: Option<String>,
+}
 
 /// Parses a list result (`resources/list`, `tools/list`, …) whose items are under `field`.
 /// Only the top level is read into values; the list is split into its items' texts in the

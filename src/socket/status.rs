@@ -2,11 +2,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{internal, ApiContext};
+use super::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject};
 use crate::store;
 
-pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, ErrorObject> {
+pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult, ErrorObject> {
     let servers = context.store.status().await.map_err(internal)?;
     let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())
@@ -53,11 +53,11 @@ pub(crate) async fn status(context: &ApiContext) -> Result<wire::StatusResult, E
             server_status(server, session)
         })
         .collect();
-    crate::api_kinds::add_kind_status(&context.store, &mut servers).await?;
+    crate::socket::kinds::add_kind_status(&context.store, &mut servers).await?;
     Ok(wire::StatusResult { daemon, servers })
 }
 
-fn socket_activity(context: &ApiContext) -> wire::SocketActivity {
+fn socket_activity(context: &DaemonContext) -> wire::SocketActivity {
     let searches = context.search_gate.activity();
     wire::SocketActivity {
         max_clients: context.max_clients,

@@ -5,9 +5,9 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use crate::config::WalkLimits;
-use crate::mcp::Session;
 use crate::protocol::Kind;
 use crate::store::{now_ms, EntryRow, EntrySwap, Store, WalkReport};
+use crate::upstream::Session;
 use crate::walk::{self, restarting_once, ListWalk, Listed, WalkError, WalkSummary};
 
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a

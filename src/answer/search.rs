@@ -1,0 +1,160 @@
+//! `catalog/search`: the params turned into the store's and the index's requests, with the
+//! defaults and caps every caller gets (the daemon and the CLI reading the database alike).
+
+use crate::protocol::{
+    decode_index_cursor, decode_kinds_search_cursor, decode_search_cursor, page_limit,
+    InvalidParams, Kind, SearchParams, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT, MAX_QUERY_BYTES,
+    MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET,
+};
+use crate::store::{EntrySearch, SearchRequest};
+
+impl SearchParams {
+    /// A search of several kinds: the whole request as the search index takes it (every kind
+    /// asked, the offset of an index cursor), and for SQLite the resource request (its offset
+    /// the resource part of a SQLite cursor), the entry search, and the limit of the merged
+    /// page.
+    pub fn into_kinds_request(mut self) -> Result<KindsSearch, InvalidParams> {
+        let cursor = self.cursor.take();
+        let sqlite_cursor = cursor
+            .as_deref()
+            .and_then(decode_kinds_search_cursor)
+            .map(|(resources, entries)| {
+                if resources <= MAX_SEARCH_OFFSET && entries <= MAX_SEARCH_OFFSET {
+                    Ok((resources, entries))
+                } else {
+                    Err(InvalidParams("invalid cursor".into()))
+                }
+            })
+            .transpose()?;
+        let index_offset = match (&cursor, sqlite_cursor) {
+            (Some(cursor), None) => Some(
+                decode_index_cursor(cursor)
+                    .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
+                    .ok_or_else(|| InvalidParams("invalid cursor".into()))?,
+            ),
+            _ => None,
+        };
+        let (resource_offset, entry_offset) = sqlite_cursor.unwrap_or((0, 0));
+        let kinds = self.kinds.take().unwrap_or_else(|| Kind::ALL.to_vec());
+        let searches_resources = kinds.contains(&Kind::Resource);
+        // Tools and prompts have no MIME type: a `mimeType` filter leaves only resources.
+        let entries_match = self.mime_type.is_none();
+        let mut request = self.into_request()?;
+        let mut index = request.clone();
+        index.kinds = kinds.clone();
+        index.offset = index_offset.unwrap_or(0);
+        request.offset = resource_offset;
+        let entries = EntrySearch {
+            query: request.query.clone(),
+            raw: request.raw,
+            kinds: kinds
+                .iter()
+                .copied()
+                .filter(|kind| entries_match && matches!(kind, Kind::Tool | Kind::Prompt))
+                .collect(),
+            server: request.server.clone(),
+            // One more than the page shows, to know whether more follow.
+            limit: request.limit + 1,
+            offset: entry_offset,
+            deadline: None,
+        };
+        Ok(KindsSearch {
+            limit: request.limit,
+            index,
+            sqlite_cursor: sqlite_cursor.is_some(),
+            resources: searches_resources.then_some(request),
+            entries,
+        })
+    }
+}
+
+/// A `catalog/search` of several kinds, paged as one ranking: by the search index in one
+/// query, or by SQLite's two full-text indexes (resources; tools and prompts) merged.
+#[derive(Debug, Clone)]
+pub struct KindsSearch {
+    /// The whole search as the index takes it: every kind asked, the index cursor's offset.
+    pub index: SearchRequest,
+    /// The cursor came from SQLite's merged ranking: the pages stay with SQLite.
+    pub sqlite_cursor: bool,
+    /// SQLite's resource part; `None` when resources are not searched.
+    pub resources: Option<SearchRequest>,
+    pub entries: EntrySearch,
+    pub limit: usize,
+}
+
+impl SearchParams {
+    /// The store's request, with the defaults and caps every caller gets (the daemon and the
+    /// CLI reading the database alike).
+    pub fn into_request(self) -> Result<SearchRequest, InvalidParams> {
+        let limit = page_limit(self.limit, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?;
+        let raw = self.raw.unwrap_or(false);
+        let mut query = self.query;
+        if query.len() > MAX_QUERY_BYTES {
+            // Raw syntax cut anywhere could mean something else; plain words only ever use the
+            // first few (`MAX_QUERY_WORDS` in the store), so a long paste is simply cut.
+            if raw {
+                return Err(InvalidParams(format!(
+                    "`query`: a raw query of {} bytes is longer than the limit of {MAX_QUERY_BYTES} bytes",
+                    query.len()
+                )));
+            }
+            let mut end = MAX_QUERY_BYTES;
+            while !query.is_char_boundary(end) {
+                end -= 1;
+            }
+            query.truncate(end);
+        }
+        let mut request = SearchRequest::new(query, limit);
+        request.server = self.server;
+        request.mime_type = self.mime_type;
+        request.raw = raw;
+        if let Some(cursor) = self.cursor {
+            request.offset = decode_search_cursor(&cursor)
+                .filter(|offset| *offset <= MAX_SEARCH_OFFSET)
+                .ok_or_else(|| InvalidParams("invalid cursor".into()))?;
+        }
+        request.highlight = self.highlight.unwrap_or_else(|| {
+            (
+                DEFAULT_HIGHLIGHT.0.to_string(),
+                DEFAULT_HIGHLIGHT.1.to_string(),
+            )
+        });
+        Ok(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::parse_params;
+    use serde_json::json;
+
+    #[test]
+    fn search_defaults_and_caps_are_the_same_for_everyone() {
+        let request = parse_params::<SearchParams>(json!({"query": "a", "raw": null}))
+            .expect("parse")
+            .into_request()
+            .expect("valid");
+        assert_eq!(request.limit, DEFAULT_SEARCH_LIMIT);
+        assert!(!request.raw);
+        assert_eq!(
+            request.highlight,
+            (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into())
+        );
+        let capped = SearchParams {
+            query: "a".into(),
+            limit: Some(1_000_000),
+            ..SearchParams::default()
+        };
+        assert_eq!(
+            capped.into_request().expect("valid").limit,
+            MAX_SEARCH_LIMIT
+        );
+        let deep = SearchParams {
+            query: "a".into(),
+            cursor: Some(crate::protocol::encode_search_cursor(MAX_SEARCH_OFFSET + 1)),
+            ..SearchParams::default()
+        };
+        assert!(deep.into_request().is_err());
+    }
+}
