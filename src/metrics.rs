@@ -2,7 +2,8 @@
 //! exposition of everything else read from the same `catalog/status` answer the socket gives,
 //! so the two never disagree.
 
-use std::sync::OnceLock;
+use std::collections::BTreeSet;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
@@ -27,6 +28,9 @@ type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 /// The histograms live for the whole process; everything else is read at scrape time.
 struct Histograms {
     walk_duration: HistogramFamily,
+    /// The servers `walk_duration` has series of, so a scrape can drop those of servers no
+    /// longer configured (a reload removed them).
+    walk_servers: Mutex<BTreeSet<String>>,
     swap_hold: Histogram,
     search_duration: Histogram,
 }
@@ -40,6 +44,7 @@ fn histograms() -> &'static Histograms {
     static HISTOGRAMS: OnceLock<Histograms> = OnceLock::new();
     HISTOGRAMS.get_or_init(|| Histograms {
         walk_duration: Family::new_with_constructor(duration_buckets),
+        walk_servers: Mutex::new(BTreeSet::new()),
         swap_hold: duration_buckets(),
         // 0.25 ms .. about 4 s: most searches take milliseconds, the deadline is seconds.
         search_duration: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
@@ -48,10 +53,38 @@ fn histograms() -> &'static Histograms {
 
 /// A committed walk of `server` took `duration` (connect excluded, pages to commit).
 pub fn observe_walk(server: &str, duration: Duration) {
-    histograms()
+    let histograms = histograms();
+    if let Ok(mut servers) = histograms.walk_servers.lock() {
+        if !servers.contains(server) {
+            servers.insert(server.to_string());
+        }
+    }
+    histograms
         .walk_duration
-        .get_or_create(&vec![("server".to_string(), server.to_string())])
+        .get_or_create(&server_label(server))
         .observe(duration.as_secs_f64());
+}
+
+/// Drops the walk-duration series of servers `status` no longer lists: every other per-server
+/// series is read from the status at each scrape, so a reload that removes servers leaves none
+/// of theirs behind.
+fn forget_removed_servers(status: &StatusResult) {
+    let histograms = histograms();
+    let Ok(mut servers) = histograms.walk_servers.lock() else {
+        return;
+    };
+    let listed: BTreeSet<&str> = status
+        .servers
+        .iter()
+        .map(|server| server.name.as_str())
+        .collect();
+    servers.retain(|server| {
+        let keep = listed.contains(server.as_str());
+        if !keep {
+            histograms.walk_duration.remove(&server_label(server));
+        }
+        keep
+    });
 }
 
 /// A swap held the database's write lock for `hold`.
@@ -141,6 +174,7 @@ fn register_search_index(registry: &mut Registry, index: &IndexStatus, change_se
 /// The text exposition of `status` (what `catalog/status` answers now), the HTTP face's
 /// clients, and the histograms.
 pub fn render(status: &StatusResult, http_clients: usize) -> String {
+    forget_removed_servers(status);
     let mut registry = Registry::with_prefix(PREFIX);
     let entries = gauge_family();
     let state = gauge_family();

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 use std::sync::RwLock;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// What a secret becomes when scrubbed.
@@ -27,6 +28,10 @@ pub(crate) const MAX_SERVER_TEXT_BYTES: usize = 8 << 10;
 /// message about the old token that is still in flight stays scrubbed.
 static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
+/// The secrets as they are and as a JSON string escapes them (where that differs), longest
+/// first: what a listed entry's text is searched for.
+static SECRET_FORMS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
 /// Adds secrets to scrub from now on.
 pub fn remember_secrets<'a>(secrets: impl IntoIterator<Item = &'a str>) {
     let mut known = SECRETS
@@ -39,6 +44,23 @@ pub fn remember_secrets<'a>(secrets: impl IntoIterator<Item = &'a str>) {
     }
     // Longest first, so a secret that contains another is replaced whole.
     known.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    let mut forms: Vec<String> = known
+        .iter()
+        .flat_map(|secret| {
+            let quoted = serde_json::to_string(secret).unwrap_or_default();
+            let escaped = quoted
+                .get(1..quoted.len().saturating_sub(1))
+                .unwrap_or_default()
+                .to_string();
+            [secret.clone(), escaped]
+        })
+        .filter(|form| !form.is_empty())
+        .collect();
+    forms.sort_by_key(|form| std::cmp::Reverse(form.len()));
+    forms.dedup();
+    *SECRET_FORMS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = forms;
 }
 
 /// `text` with every known secret replaced by `REDACTED`.
@@ -53,6 +75,36 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
         }
     }
     scrubbed
+}
+
+/// A listed entry (its JSON text as the server sent it) with every known secret replaced, as
+/// it enters the mirror: a server that reflects our token into a description never gets it
+/// stored or served. A secret is looked for as it is and as JSON escapes it; the common case
+/// (no secret in the text) returns the text untouched, without parsing it.
+pub(crate) fn scrub_entry(entry: Box<RawValue>) -> Box<RawValue> {
+    let forms = SECRET_FORMS
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let text = entry.get();
+    if !forms.iter().any(|form| text.contains(form.as_str())) {
+        return entry;
+    }
+    let mut scrubbed = text.to_string();
+    for form in forms.iter() {
+        if scrubbed.contains(form.as_str()) {
+            scrubbed = scrubbed.replace(form.as_str(), REDACTED);
+        }
+    }
+    drop(forms);
+    match RawValue::from_string(scrubbed) {
+        Ok(scrubbed) => scrubbed,
+        // A secret that spanned the JSON's structure: scrub its strings one by one instead.
+        Err(_) => {
+            let mut value: Value = serde_json::from_str(entry.get()).unwrap_or(Value::Null);
+            scrub_json(&mut value);
+            serde_json::value::to_raw_value(&value).unwrap_or(entry)
+        }
+    }
 }
 
 /// `text` cut to at most `MAX_SERVER_TEXT_BYTES` (at a character boundary), with
@@ -95,75 +147,142 @@ pub(crate) fn scrub_server_json(value: &mut Value) {
 
 /// Bounds every string inside a JSON value to `MAX_SERVER_TEXT_BYTES`.
 pub(crate) fn bound_json_strings(value: &mut Value) {
-    match value {
-        Value::String(text) => {
-            if let Cow::Owned(bounded) = truncate_server_text(text) {
-                *text = bounded;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(bound_json_strings),
-        Value::Object(object) => object.values_mut().for_each(bound_json_strings),
-        _ => {}
-    }
+    each_json_string(value, truncate_server_text);
 }
 
 /// Scrubs every string (keys too) inside a JSON value.
 pub(crate) fn scrub_json(value: &mut Value) {
-    match value {
-        Value::String(text) => {
-            if let Cow::Owned(scrubbed) = scrub(text) {
-                *text = scrubbed;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(scrub_json),
-        Value::Object(object) => {
-            let needs_key_scrub = object.keys().any(|key| matches!(scrub(key), Cow::Owned(_)));
-            if needs_key_scrub {
-                let entries = std::mem::take(object);
-                for (key, mut item) in entries {
-                    scrub_json(&mut item);
-                    object.insert(scrub(&key).into_owned(), item);
+    each_json_string(value, scrub);
+}
+
+/// Replaces every string inside `value` (object keys too) by what `change` makes of it. A
+/// loop with a stack of its own, not recursion: the depth is the server's to choose (the parser
+/// stops at 128 levels, but a `Value` may be built otherwise), the stack is ours.
+fn each_json_string(value: &mut Value, change: impl Fn(&str) -> Cow<'_, str>) {
+    let mut pending: Vec<&mut Value> = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::String(text) => {
+                if let Cow::Owned(changed) = change(text) {
+                    *text = changed;
                 }
-            } else {
-                object.values_mut().for_each(scrub_json);
             }
+            Value::Array(items) => pending.extend(items.iter_mut()),
+            Value::Object(object) => {
+                if object
+                    .keys()
+                    .any(|key| matches!(change(key), Cow::Owned(_)))
+                {
+                    let entries = std::mem::take(object);
+                    for (key, item) in entries {
+                        object.insert(change(&key).into_owned(), item);
+                    }
+                }
+                pending.extend(object.values_mut());
+            }
+            _ => {}
         }
-        _ => {}
     }
+}
+
+/// Whether `character` must not reach a terminal as itself: C0 and C1 controls and DEL (ESC
+/// starts cursor moves, title changes and screen clears, BEL rings) and the bidirectional
+/// formatting characters (U+202A-202E embeddings and overrides, U+2066-2069 isolates, the marks
+/// U+200E, U+200F, U+061C), which make text read in another order than it is.
+pub fn is_unprintable(character: char) -> bool {
+    character.is_control()
+        || matches!(
+            character,
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+        )
+}
+
+/// The one sanitizer of text a human reads (the CLI's output and errors, the human log): every
+/// `is_unprintable` character written as its Rust escape (`\u{1b}`, `\u{7}`, `\n`,
+/// `\u{202e}`), so a server cannot move the cursor, retitle the window, clear the screen or
+/// reorder what we show.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unprintable) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for character in text.chars() {
+        if is_unprintable(character) {
+            shown.extend(character.escape_default());
+        } else {
+            shown.push(character);
+        }
+    }
+    Cow::Owned(shown)
+}
+
+/// A JSON log line with the unprintable characters serde_json leaves raw (DEL, C1 controls,
+/// bidirectional formatting) written as JSON escapes (`\u202e`); it stays the same JSON.
+fn json_printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unprintable) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for character in text.chars() {
+        // serde_json already escaped the C0 controls inside strings; a newline ends the line.
+        if is_unprintable(character) && character != '\n' {
+            shown.push_str(&format!("\\u{:04x}", u32::from(character)));
+        } else {
+            shown.push(character);
+        }
+    }
+    Cow::Owned(shown)
 }
 
 /// The longest log line we write; server texts in it are bounded where they enter, so this
 /// only catches what slipped past (a server's cursor quoted in a walk error, say).
 pub(crate) const MAX_LOG_LINE_BYTES: usize = 64 << 10;
 
-/// Standard error with known secrets scrubbed from every write and every line bounded to
+/// Standard error with known secrets scrubbed from every write, unprintable characters
+/// escaped (`printable`; in JSON lines, as JSON escapes) and every line bounded to
 /// `MAX_LOG_LINE_BYTES`; the logger formats each event into one buffer and writes it at once,
-/// so a secret is never split across writes.
-pub struct ScrubbedStderr;
+/// so a secret is never split across writes and a server's newline cannot start a line of its
+/// own.
+#[derive(Clone, Copy, Debug)]
+pub struct ScrubbedStderr {
+    /// The lines are JSON objects (`--log-format json`), not text.
+    pub json: bool,
+}
 
-/// One formatted log event as it is written: scrubbed, then cut to `MAX_LOG_LINE_BYTES`
-/// (keeping its final newline).
-fn log_line(text: &str) -> Cow<'_, str> {
+/// One formatted log event as it is written: scrubbed, unprintable characters escaped, then
+/// cut to `MAX_LOG_LINE_BYTES` (keeping its final newline).
+fn log_line(text: &str, json: bool) -> Cow<'_, str> {
     let scrubbed = scrub(text);
-    if scrubbed.len() <= MAX_LOG_LINE_BYTES {
+    let (body, newline) = match scrubbed.strip_suffix('\n') {
+        Some(body) => (body, "\n"),
+        None => (scrubbed.as_ref(), ""),
+    };
+    let shown = if json {
+        json_printable(body)
+    } else {
+        printable(body)
+    };
+    if matches!(shown, Cow::Borrowed(_)) && body.len() <= MAX_LOG_LINE_BYTES {
         return scrubbed;
     }
+    if shown.len() <= MAX_LOG_LINE_BYTES {
+        return Cow::Owned(format!("{shown}{newline}"));
+    }
     let mut end = MAX_LOG_LINE_BYTES;
-    while !scrubbed.is_char_boundary(end) {
+    while !shown.is_char_boundary(end) {
         end -= 1;
     }
-    let newline = if scrubbed.ends_with('\n') { "\n" } else { "" };
     Cow::Owned(format!(
         "{}… ({} bytes more){newline}",
-        &scrubbed[..end],
-        scrubbed.len() - end
+        &shown[..end],
+        shown.len() - end
     ))
 }
 
 impl Write for ScrubbedStderr {
     fn write(&mut self, buffer: &[u8]) -> io::Result<usize> {
         let text = String::from_utf8_lossy(buffer);
-        io::stderr().write_all(log_line(&text).as_bytes())?;
+        io::stderr().write_all(log_line(&text, self.json).as_bytes())?;
         Ok(buffer.len())
     }
 
@@ -176,13 +295,52 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbedStderr {
     type Writer = ScrubbedStderr;
 
     fn make_writer(&'a self) -> Self::Writer {
-        ScrubbedStderr
+        *self
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_sanitizer_escapes_controls_and_bidirectional_formatting() {
+        let hostile = "a\u{1b}[2J\u{7}\u{9b}b\u{202e}c\u{2066}\u{200f}\u{61c}\u{7f}";
+        assert_eq!(
+            printable(hostile),
+            "a\\u{1b}[2J\\u{7}\\u{9b}b\\u{202e}c\\u{2066}\\u{200f}\\u{61c}\\u{7f}"
+        );
+        assert!(matches!(printable("café 中文 ✓"), Cow::Borrowed(_)));
+        assert_eq!(
+            log_line("WARN error=\"x\u{1b}]0;t\u{7}\nforged\u{202e}\"\n", false),
+            "WARN error=\"x\\u{1b}]0;t\\u{7}\\nforged\\u{202e}\"\n"
+        );
+        let json_line = "{\"error\":\"x\u{202e}\u{9b}\"}\n";
+        let written = log_line(json_line, true);
+        assert_eq!(written, "{\"error\":\"x\\u202e\\u009b\"}\n");
+        let parsed: Value = serde_json::from_str(&written).expect("still JSON");
+        assert_eq!(parsed["error"], "x\u{202e}\u{9b}");
+    }
+
+    #[test]
+    fn deep_json_is_scrubbed_and_bounded_without_recursion() {
+        remember_secrets(["tok-deep-test-5678"]);
+        let depth = 200_000;
+        let mut value = Value::String(format!("tok-deep-test-5678 {}", "x".repeat(20_000)));
+        for _ in 0..depth {
+            value = Value::Array(vec![value]);
+        }
+        scrub_json(&mut value);
+        bound_json_strings(&mut value);
+        // Taken apart in a loop too: dropping a Value this deep would recurse.
+        let mut innermost = value;
+        while let Value::Array(mut items) = innermost {
+            innermost = items.pop().expect("one item");
+        }
+        let text = innermost.as_str().expect("the string");
+        assert!(text.starts_with("<redacted> x"), "{}", &text[..40]);
+        assert!(text.len() < 9_000, "{}", text.len());
+    }
 
     #[test]
     fn scrubs_known_secrets_everywhere_in_json() {
@@ -196,6 +354,23 @@ mod tests {
             value,
             serde_json::json!({"a": ["x <redacted>"], "<redacted>": 1})
         );
+    }
+
+    #[test]
+    fn listed_entries_lose_secrets_as_they_are_and_as_json_escapes_them() {
+        remember_secrets(["tok-entry-5150abcd", "quote\"in-secret"]);
+        let entry = |text: &str| serde_json::value::RawValue::from_string(text.into()).unwrap();
+        let reflected = scrub_entry(entry(
+            r#"{"uri":"a://1","description":"Authorization: Bearer tok-entry-5150abcd"}"#,
+        ));
+        assert_eq!(
+            reflected.get(),
+            r#"{"uri":"a://1","description":"Authorization: Bearer <redacted>"}"#
+        );
+        let escaped = scrub_entry(entry(r#"{"uri":"a://2","name":"quote\"in-secret"}"#));
+        assert_eq!(escaped.get(), r#"{"uri":"a://2","name":"<redacted>"}"#);
+        let clean = r#"{"uri":"a://3","name":"nothing to see"}"#;
+        assert_eq!(scrub_entry(entry(clean)).get(), clean);
     }
 
     #[test]
@@ -222,14 +397,14 @@ mod tests {
     #[test]
     fn log_lines_are_bounded_and_keep_their_newline() {
         let line = format!("{}\n", "l".repeat(MAX_LOG_LINE_BYTES * 3));
-        let written = log_line(&line);
+        let written = log_line(&line, false);
         assert!(written.len() < MAX_LOG_LINE_BYTES + 40);
         assert!(
             written.ends_with(" bytes more)\n"),
             "{}",
             &written[written.len() - 30..]
         );
-        assert_eq!(log_line("short\n"), "short\n");
+        assert_eq!(log_line("short\n", false), "short\n");
     }
 
     #[test]

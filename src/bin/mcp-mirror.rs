@@ -1,6 +1,5 @@
 //! The `mcp-mirror` binary: parses arguments, sets up logging and signals, then calls into the library.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -192,7 +191,7 @@ fn main() -> ExitCode {
     }
     if !matches!(arguments.command, Command::Serve { .. }) {
         if let Err(error) = choose_remote(&arguments) {
-            eprintln!("mcp-mirror: {error}");
+            eprintln!("mcp-mirror: {}", redact::printable(&error.to_string()));
             return ExitCode::from(error.exit_code());
         }
     }
@@ -286,7 +285,8 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("mcp-mirror: {error}");
+            // A CLI error may quote a server's error message.
+            eprintln!("mcp-mirror: {}", redact::printable(&error.to_string()));
             ExitCode::from(error.exit_code())
         }
     }
@@ -348,10 +348,14 @@ fn init_logging(format: LogFormat, configured_level: Option<&str>) {
         .ok()
         .or_else(|| configured_level.and_then(|level| EnvFilter::try_new(level).ok()))
         .unwrap_or_else(|| EnvFilter::new("info"));
+    // No colours: every line goes through `redact::printable`, which would escape our own
+    // ANSI sequences as it escapes a server's.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(redact::ScrubbedStderr)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_writer(redact::ScrubbedStderr {
+            json: matches!(format, LogFormat::Json),
+        })
+        .with_ansi(false);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Human if systemd::stderr_is_journal() => builder
@@ -457,7 +461,7 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
         Err(error) => {
             let message = redact::scrub(&format!("{error:#}")).into_owned();
             tracing::error!("{message}");
-            eprintln!("mcp-mirror: {message}");
+            eprintln!("mcp-mirror: {}", redact::printable(&message));
             ExitCode::FAILURE
         }
     }

@@ -20,11 +20,13 @@ fn first_line(text: Option<&str>) -> String {
     escaped(&short).into_owned()
 }
 
+/// Where an entry comes from, for people: `demo`, or `demo via upstream` through a mirror.
 fn origin(entry: &Value) -> String {
-    entry["_meta"][wire::ORIGIN_META_KEY]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
+    let origin = entry["_meta"][wire::ORIGIN_META_KEY].as_str().unwrap_or("");
+    match entry["_meta"][wire::VIA_META_KEY].as_str() {
+        Some(via) => format!("{origin} via {via}"),
+        None => origin.to_string(),
+    }
 }
 
 /// Every tool or prompt (of one server or all), following cursors.
@@ -120,7 +122,7 @@ pub fn show(
                 continue;
             }
             let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
-            println!("{key}:\n{}", escaped(&pretty));
+            println!("{}:\n{}", escaped(key), escaped(&pretty));
         }
     }
     Ok(())
@@ -169,7 +171,7 @@ pub fn drift(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), C
                 None => "(absent)".to_string(),
                 Some(value) => escaped(&value.to_string()).into_owned(),
             };
-            println!("  {field}:");
+            println!("  {}:", escaped(field));
             println!("    accepted: {}", show(&change.accepted));
             println!("    current:  {}", show(&change.current));
         }

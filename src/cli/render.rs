@@ -1,8 +1,6 @@
 //! Human output: tables that cut wide cells, ages, timestamps, and server-supplied text shown
 //! with its control characters escaped (`--json` output stays exact).
 
-use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use serde::Serialize;
@@ -29,23 +27,9 @@ pub fn print_json(value: &impl Serialize) {
     );
 }
 
-/// `text` with every control character (ESC, BEL, newline, …) written as its Rust escape
-/// (`\u{1b}`, `\u{7}`, `\n`), so a server cannot move the cursor, retitle the window or
-/// clear the screen of whoever reads our output.
-pub fn escaped(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return Cow::Borrowed(text);
-    }
-    let mut shown = String::with_capacity(text.len() + 8);
-    for character in text.chars() {
-        if character.is_control() {
-            let _ = write!(shown, "{}", character.escape_default());
-        } else {
-            shown.push(character);
-        }
-    }
-    Cow::Owned(shown)
-}
+/// Server-supplied text as a human may see it: `redact::printable`, the one sanitizer of
+/// everything we show (controls and bidirectional formatting characters escaped).
+pub use crate::redact::printable as escaped;
 
 /// A snippet escaped, its match markers drawn bold on a terminal and as « » elsewhere.
 pub fn shown_snippet(snippet: &str) -> String {

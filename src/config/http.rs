@@ -1,6 +1,7 @@
 //! The `[http]` table: where the HTTP face listens, who may connect (bearer tokens from files,
 //! allowed browser origins) and its bounds, validated into one `HttpConfig`.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -12,6 +13,7 @@ use super::source::SourceFile;
 use super::transport::expand_credentials;
 use super::values::{count, optional_size};
 use super::ConfigError;
+use crate::protocol::Kind;
 
 /// `[http] max_body`: the largest request body the HTTP face reads (the socket's line cap).
 pub(crate) const DEFAULT_HTTP_MAX_BODY_BYTES: u64 = crate::protocol::MAX_LINE_BYTES as u64;
@@ -48,16 +50,25 @@ impl Default for HttpConfig {
     }
 }
 
-/// One client token: its name (what the log shows) and its value (never shown).
+/// One client token: its name (what the log shows), its value (never shown), and its view.
 #[derive(Clone)]
 pub struct HttpToken {
     pub name: String,
     pub value: SecretString,
+    /// The servers it sees; `None`: every server.
+    pub servers: Option<BTreeSet<String>>,
+    /// The kinds it sees; `None`: every kind.
+    pub kinds: Option<BTreeSet<Kind>>,
+    /// It may call the methods that change the mirror's state (`catalog/refresh`, `/accept`).
+    pub mutate: bool,
 }
 
 impl PartialEq for HttpToken {
     fn eq(&self, other: &HttpToken) -> bool {
-        self.name == other.name && self.value.expose_secret() == other.value.expose_secret()
+        self.name == other.name
+            && self.value.expose_secret() == other.value.expose_secret()
+            && (&self.servers, &self.kinds, self.mutate)
+                == (&other.servers, &other.kinds, other.mutate)
     }
 }
 
@@ -89,27 +100,47 @@ pub(super) fn http_config(
     let listen = address(source, &raw.listen, "http.listen")?;
     let metrics_listen = address(source, &raw.metrics_listen, "http.metrics_listen")?;
     let mut tokens = Vec::new();
-    for (name, file) in &raw.tokens {
+    for (name, token) in &raw.tokens {
         let key = format!("http.tokens.{name}");
-        let path = source.resolve(&expand_credentials(file.get_ref(), lookup_env));
+        let (file, span) = (token.get_ref(), token.span());
+        let kinds = match &file.kinds {
+            None => None,
+            Some(kinds) => Some(
+                kinds
+                    .iter()
+                    .map(|kind| {
+                        kind.parse::<Kind>().map_err(|_| {
+                            source.error(
+                                &span,
+                                &key,
+                                format!("unknown kind {kind:?} in `kinds` (resource, template, tool, prompt)"),
+                            )
+                        })
+                    })
+                    .collect::<Result<BTreeSet<Kind>, ConfigError>>()?,
+            ),
+        };
+        let path = source.resolve(&expand_credentials(&file.file, lookup_env));
         let text = std::fs::read_to_string(&path).map_err(|error| {
             source.error(
-                &file.span(),
+                &span,
                 &key,
                 format!("cannot read {}: {error}", path.display()),
             )
         })?;
         let value = text.trim();
         if value.is_empty() {
-            return Err(source.error(
-                &file.span(),
-                &key,
-                format!("{} holds no token", path.display()),
-            ));
+            return Err(source.error(&span, &key, format!("{} holds no token", path.display())));
         }
         tokens.push(HttpToken {
             name: name.clone(),
             value: SecretString::from(value),
+            servers: file
+                .servers
+                .as_ref()
+                .map(|servers| servers.iter().cloned().collect()),
+            kinds,
+            mutate: file.mutate,
         });
     }
     // Without tokens anyone who reaches the port reads the catalog: only loopback may do that.

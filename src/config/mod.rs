@@ -49,6 +49,17 @@ pub(crate) const DEFAULT_MAX_ITEMS: u64 = 1_000_000;
 /// `max_entry_bytes`: a listed entry larger than this (as JSON) is stored without its largest
 /// optional fields, flagged oversized and counted in status.
 pub(crate) const DEFAULT_MAX_ENTRY_BYTES: u64 = 1024 * 1024;
+/// `[daemon] max_template_bytes`: a listed URI template longer than this is not stored (the
+/// walk skips it, keeps the server's other entries and says so in the log once per walk).
+pub(crate) const DEFAULT_MAX_TEMPLATE_BYTES: u64 = 4096;
+/// `[daemon] max_template_expressions`: a listed URI template with more `{…}` expressions than
+/// this is not stored either.
+pub(crate) const DEFAULT_MAX_TEMPLATE_EXPRESSIONS: u64 = 64;
+/// The most `max_template_bytes` may be: a longer template is never parsed, even one an older
+/// version stored (it routes nothing).
+pub const MAX_TEMPLATE_BYTES_CEILING: usize = 64 * 1024;
+/// The most `max_template_expressions` may be, and the most expressions a parsed template has.
+pub const MAX_TEMPLATE_EXPRESSIONS_CEILING: usize = 1024;
 /// `[daemon] max_pages_without_new`: pages in a row without a new URI that make a cursor loop.
 pub(crate) const DEFAULT_MAX_PAGES_WITHOUT_NEW: u64 = 3;
 /// `poll_interval`: how often a server that cannot push changes is walked again.
@@ -123,6 +134,10 @@ pub struct WalkLimits {
     pub max_entry_bytes: u64,
     /// Consecutive pages without a new URI that count as a cursor loop.
     pub max_pages_without_new: u64,
+    /// The longest URI template stored; a longer one is skipped.
+    pub max_template_bytes: u64,
+    /// The most expressions of a stored URI template; one with more is skipped.
+    pub max_template_expressions: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]

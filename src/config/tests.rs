@@ -196,3 +196,27 @@ fn a_changed_token_or_env_value_is_a_changed_server() {
     };
     assert_ne!(stdio("value-one"), stdio("value-two"));
 }
+
+#[test]
+fn template_bounds_have_defaults_and_ceilings() {
+    let config = parse_text("[servers.a]\ncommand = \"x\"\n").expect("valid");
+    assert_eq!(config.servers[0].limits.max_template_bytes, 4096);
+    assert_eq!(config.servers[0].limits.max_template_expressions, 64);
+    let config = parse_text(
+        "[daemon]\nmax_template_bytes = 65536\nmax_template_expressions = 1024\n\n[servers.a]\ncommand = \"x\"\n",
+    )
+    .expect("valid");
+    assert_eq!(config.servers[0].limits.max_template_bytes, 65536);
+    assert_eq!(config.servers[0].limits.max_template_expressions, 1024);
+    for (key, value) in [
+        ("max_template_bytes", 65537),
+        ("max_template_expressions", 1025),
+    ] {
+        let error = parse_text(&format!("[daemon]\n{key} = {value}\n")).expect_err(key);
+        let rendered = error.to_string();
+        assert!(
+            rendered.contains(&format!("daemon.{key}")) && rendered.contains("must be at most"),
+            "{rendered}"
+        );
+    }
+}

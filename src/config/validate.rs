@@ -5,15 +5,15 @@ use tracing_subscriber::EnvFilter;
 
 use super::raw::{RawConfig, RawDaemon};
 use super::source::SourceFile;
-use super::values::{count, duration, optional_duration};
+use super::values::{count, count_at_most, duration, optional_duration};
 use super::SearchLimits;
 use super::{
     default_max_concurrent_searches, server, Config, ConfigError, DaemonConfig, SocketLimits,
     SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED,
     DEFAULT_MAX_CLIENTS, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES,
-    DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL,
-    DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL,
-    DEFAULT_SEARCH_TIMEOUT,
+    DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MAX_TEMPLATE_BYTES, DEFAULT_MAX_TEMPLATE_EXPRESSIONS,
+    DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL, DEFAULT_SEARCH_TIMEOUT,
 };
 use crate::paths;
 
@@ -127,6 +127,20 @@ fn walk_limits(source: &SourceFile, raw: &RawDaemon) -> Result<WalkLimits, Confi
             &raw.max_pages_without_new,
             "daemon.max_pages_without_new",
             DEFAULT_MAX_PAGES_WITHOUT_NEW,
+        )?,
+        max_template_bytes: count_at_most(
+            source,
+            &raw.max_template_bytes,
+            "daemon.max_template_bytes",
+            DEFAULT_MAX_TEMPLATE_BYTES,
+            super::MAX_TEMPLATE_BYTES_CEILING as u64,
+        )?,
+        max_template_expressions: count_at_most(
+            source,
+            &raw.max_template_expressions,
+            "daemon.max_template_expressions",
+            DEFAULT_MAX_TEMPLATE_EXPRESSIONS,
+            super::MAX_TEMPLATE_EXPRESSIONS_CEILING as u64,
         )?,
     })
 }

@@ -126,6 +126,23 @@ pub(super) fn count(
     }
 }
 
+/// A count at `key` from 1 to `ceiling`; left out means `default`.
+pub(super) fn count_at_most(
+    source: &SourceFile,
+    value: &Option<Spanned<i64>>,
+    key: &str,
+    default: u64,
+    ceiling: u64,
+) -> Result<u64, ConfigError> {
+    let count = count(source, value, key, default)?;
+    match value {
+        Some(spanned) if count > ceiling => {
+            Err(source.error(&spanned.span(), key, format!("must be at most {ceiling}")))
+        }
+        _ => Ok(count),
+    }
+}
+
 /// A size at `key`; left out means none.
 pub(super) fn optional_size(
     source: &SourceFile,

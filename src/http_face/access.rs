@@ -39,11 +39,6 @@ impl Client {
         self.token.as_deref().unwrap_or("-")
     }
 
-    /// Token clients are outside the mirror's own authorization context.
-    pub fn holds_token(&self) -> bool {
-        self.token.is_some()
-    }
-
     pub fn search_identity(&self) -> SearchIdentity {
         match &self.token {
             Some(name) => SearchIdentity::Token(name.clone()),

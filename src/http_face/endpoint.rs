@@ -3,7 +3,7 @@
 //! stream, DELETE of a session; answers shaped for the client (caching hints, withheld
 //! `private` entries) around the socket's own `socket::answer_request`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read as _;
 use std::sync::Arc;
 
@@ -16,12 +16,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::protocol::{
-    self as wire, CatalogChanges, CatalogResource, CatalogSearch, CheckedRequest, DiscoverResult,
-    ErrorObject, IncomingRequest, Initialize, ListResources, ListTemplates, Method, ReadResource,
-    UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
+    self as wire, CacheScope, CatalogList, CatalogPrompts, CatalogTools, CheckedRequest,
+    DiscoverResult, IncomingRequest, Initialize, Kind, ListResources, ListTemplates, Method,
+    ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
 };
-use crate::socket::{self, ConnectionState};
+use crate::socket::{self, ConnectionState, Restriction, View};
 use crate::store::now_ms;
 
 use super::access::{admit, Client};
@@ -65,10 +65,11 @@ struct CachingHints {
     cache_scope: Option<&'static str>,
 }
 
-/// What a request may see: the servers withheld from it, whether `private` entries are in
-/// what it sees, and how long results stay good (until the next backstop walk).
+/// What a request may see (its `View`: the one rule every answer passes in
+/// `api::answer_request`), whether `private` entries are in what it sees, and how long results
+/// stay good (until the next backstop walk).
 struct Audience {
-    hidden: BTreeSet<String>,
+    view: View,
     private_visible: bool,
     ttl_ms: u64,
 }
@@ -76,33 +77,55 @@ struct Audience {
 impl HttpFace {
     async fn audience(&self, client: &Client) -> Audience {
         let live = self.api.supervisor.live_status().await;
-        let shared = self
-            .shared
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        let now = now_ms();
-        let mut audience = Audience {
-            hidden: BTreeSet::new(),
-            private_visible: false,
-            ttl_ms: u64::MAX,
+        // The scopes stored with each snapshot; none readable means every scope is unknown,
+        // and an unknown scope is withheld from tokens.
+        let scopes: HashMap<(String, Kind), CacheScope> = match self.api.store.scopes().await {
+            Ok(scopes) => scopes
+                .into_iter()
+                .map(|(server, kind, scope)| ((server, kind), scope))
+                .collect(),
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the stored scopes: private is assumed");
+                HashMap::new()
+            }
         };
-        for (name, status) in live {
-            // Until a session has connected since start, its scope is unknown: withheld too.
-            let private = status.cache_scope.as_deref() == Some("private") || status.era.is_none();
-            if private && client.holds_token() && !shared.contains(&name) {
-                audience.hidden.insert(name);
-                continue;
+        let view = match client.token.as_deref() {
+            None => View::owner(),
+            Some(name) => {
+                let token = self.config.tokens.iter().find(|token| token.name == name);
+                View::restricted(Restriction {
+                    token: name.to_string(),
+                    servers: token.and_then(|token| token.servers.clone()),
+                    kinds: token.and_then(|token| token.kinds.clone()),
+                    shared: self
+                        .shared
+                        .read()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .clone(),
+                    scopes: scopes.clone(),
+                    may_mutate: token.is_some_and(|token| token.mutate),
+                })
             }
-            audience.private_visible |= status.cache_scope.as_deref() == Some("private");
-            if let Some(next) = status.next_walk_at_ms {
-                audience.ttl_ms = audience.ttl_ms.min(next.saturating_sub(now).max(0) as u64);
-            }
+        };
+        // The answers are `private` when the view holds any private (or unknown) snapshot.
+        let known: BTreeSet<&str> = scopes.keys().map(|(server, _)| server.as_str()).collect();
+        let private_visible = scopes.iter().any(|((server, kind), scope)| {
+            *scope == CacheScope::Private && view.sees(server, *kind)
+        }) || (view.is_owner()
+            && live.keys().any(|server| !known.contains(server.as_str())));
+        let now = now_ms();
+        let ttl_ms = live
+            .iter()
+            .filter(|(server, _)| view.sees_server(server))
+            .filter_map(|(_, status)| status.next_walk_at_ms)
+            .map(|next| next.saturating_sub(now).max(0) as u64)
+            .min()
+            .unwrap_or(0);
+        Audience {
+            view,
+            private_visible,
+            ttl_ms,
         }
-        if audience.ttl_ms == u64::MAX {
-            audience.ttl_ms = 0;
-        }
-        audience
     }
 }
 
@@ -232,10 +255,70 @@ pub(super) async fn post_message(
         Err(response) => return deliver(&headers, StatusCode::BAD_REQUEST, &*response),
     };
     tracing::info!(token = client.name(), method = %request.method, "HTTP request");
-    match modern_version(&request.params).map(str::to_string) {
+    let tag = entity_tag(&face, &client, &request);
+    if let Some(tag) = &tag {
+        if none_match_hits(&headers, tag) {
+            return (StatusCode::NOT_MODIFIED, [(header::ETAG, tag.as_str())]).into_response();
+        }
+    }
+    let mut response = match modern_version(&request.params).map(str::to_string) {
         Some(version) => modern_request(&face, &client, &headers, request, &version).await,
         None => legacy_request(&face, &client, &headers, request).await,
+    };
+    if let (Some(tag), StatusCode::OK) = (tag, response.status()) {
+        if let Ok(value) = HeaderValue::from_str(&tag) {
+            response.headers_mut().insert(header::ETAG, value);
+        }
     }
+    response
+}
+
+/// List methods whose answer follows from the catalog, the request and the client alone: it
+/// carries an ETag, and a request whose `If-None-Match` names the current one gets 304 with
+/// no body, so a client or a plain HTTP cache re-polling an unchanged catalog costs nothing.
+const CONDITIONAL: &[&str] = &[
+    ListResources::NAME,
+    ListTemplates::NAME,
+    CatalogList::NAME,
+    CatalogTools::NAME,
+    CatalogPrompts::NAME,
+];
+
+/// The validator of a conditional answer: this database, this process, the catalog's version
+/// (every committed change and every priority change moves it) and the request as sent by this
+/// client.
+fn entity_tag(face: &HttpFace, client: &Client, request: &CheckedRequest) -> Option<String> {
+    static STARTED_MS: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    if !CONDITIONAL.contains(&request.method.as_str()) {
+        return None;
+    }
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for part in [
+        request.method.as_bytes(),
+        request.params.to_string().as_bytes(),
+        client.name().as_bytes(),
+    ] {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    Some(format!(
+        "\"{}-{:x}-{}-{:016x}\"",
+        face.api.store.instance(),
+        STARTED_MS.get_or_init(now_ms),
+        face.api.store.catalog_version(),
+        hasher.digest()
+    ))
+}
+
+/// True when `If-None-Match` names `tag` (weakly or strongly) or is `*`.
+fn none_match_hits(headers: &HeaderMap, tag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|candidate| candidate.trim())
+        .any(|candidate| candidate == "*" || candidate.trim_start_matches("W/") == tag)
 }
 
 /// A 2026-07-28 request: headers checked against the body, no session.
@@ -429,8 +512,8 @@ fn known_session(face: &HttpFace, session: &str) -> bool {
         .contains(session)
 }
 
-/// Answers through the socket's dispatch, then withholds what this client may not see.
-/// `None` for a notification; `Err` is the JSON-RPC error answer.
+/// Answers through the socket's dispatch, restricted to the client's view (applied to each
+/// method's typed result there). `None` for a notification; `Err` is the JSON-RPC error answer.
 async fn answer(
     face: &HttpFace,
     client: &Client,
@@ -438,83 +521,19 @@ async fn answer(
     request: CheckedRequest,
 ) -> Option<Result<Value, wire::Response>> {
     let id = request.id.clone()?;
-    let method = request.method.clone();
-    if method == ReadResource::NAME && !audience.hidden.is_empty() {
-        if let Some(uri) = request.params.get("uri").and_then(Value::as_str) {
-            if let Ok(Some(target)) = face.api.store.read_target(uri).await {
-                if audience.hidden.contains(&target.server) {
-                    tracing::info!(
-                        token = client.name(),
-                        server = %target.server,
-                        "read withheld: the server's results are private (set share = true to serve them)"
-                    );
-                    return Some(Err(wire::Response::failure(id, socket::not_listed(uri))));
-                }
-            }
-        }
-    }
     // Each HTTP request is its own connection state: `catalog/watch` and the `initialize`
     // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
     // searches are its identity's, so the gate holds a client of many requests back as one.
-    let mut state = ConnectionState::searching_as(face.search_client(client.search_identity()));
+    let mut state = ConnectionState::searching_as(
+        face.search_client(client.search_identity()),
+        audience.view.clone(),
+    );
     let response = socket::answer_request(request, &face.api, &mut state).await?;
     let (result, error) = response.into_parts();
     match (result, error) {
-        (Some(result), _) => Some(
-            withhold(&method, result, &audience.hidden)
-                .map_err(|error| wire::Response::failure(id, error)),
-        ),
+        (Some(result), _) => Some(Ok(result)),
         (None, Some(error)) => Some(Err(wire::Response::failure(id, error))),
         (None, None) => Some(Ok(Value::Null)),
-    }
-}
-
-/// Removes the entries of withheld servers from a result, through the protocol's types.
-fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Value, ErrorObject> {
-    if hidden.is_empty() {
-        return Ok(result);
-    }
-    let visible = |server: Option<&str>| server.map_or(true, |server| !hidden.contains(server));
-    let internal =
-        |error: serde_json::Error| ErrorObject::new(wire::INTERNAL_ERROR, error.to_string());
-    match method {
-        ListResources::NAME => {
-            let mut page: <ListResources as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.resources.retain(|resource| visible(resource.origin()));
-            serde_json::to_value(page).map_err(internal)
-        }
-        ListTemplates::NAME => {
-            let mut page: <ListTemplates as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.resource_templates
-                .retain(|template| visible(template.fields.meta.origin.as_deref()));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogSearch::NAME => {
-            let mut page: <CatalogSearch as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.results.retain(|hit| visible(Some(&hit.server)));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogChanges::NAME => {
-            let mut page: <CatalogChanges as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.changes.retain(|change| visible(Some(&change.server)));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogResource::NAME => {
-            let mut details: <CatalogResource as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            if !visible(Some(&details.server)) {
-                return Err(socket::not_listed(&details.resource.uri));
-            }
-            details
-                .listed_by
-                .retain(|listing| visible(Some(&listing.server)));
-            serde_json::to_value(details).map_err(internal)
-        }
-        _ => Ok(result),
     }
 }
 
@@ -522,6 +541,7 @@ fn discover() -> Value {
     let server_info = wire::Implementation {
         name: wire::SERVER_NAME.into(),
         version: env!("CARGO_PKG_VERSION").into(),
+        instance: wire::mirror_id().map(str::to_string),
     };
     let mut meta = serde_json::Map::new();
     meta.insert(

@@ -226,6 +226,39 @@ impl ChangesParams {
     }
 }
 
+/// `catalog/entries`: the kind (`resource` or `template`) and up to `MAX_KEYS` keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysParams {
+    pub kind: Kind,
+    pub keys: Vec<String>,
+}
+
+/// The most keys one `catalog/entries` request may ask for.
+pub const MAX_KEYS: usize = 1_000;
+
+impl KeysParams {
+    /// The keys, checked: at most `MAX_KEYS`, each a URI within `MAX_URI_BYTES`, of a kind
+    /// keyed by URI.
+    pub fn checked(self) -> Result<(Kind, Vec<String>), InvalidParams> {
+        if !matches!(self.kind, Kind::Resource | Kind::Template) {
+            return Err(InvalidParams(
+                "kind: catalog/entries takes `resource` or `template`".into(),
+            ));
+        }
+        if self.keys.len() > MAX_KEYS {
+            return Err(InvalidParams(format!(
+                "keys: at most {MAX_KEYS} keys per request"
+            )));
+        }
+        if self.keys.iter().any(|key| key.len() > MAX_URI_BYTES) {
+            return Err(InvalidParams(format!(
+                "keys: a key is longer than {MAX_URI_BYTES} bytes"
+            )));
+        }
+        Ok((self.kind, self.keys))
+    }
+}
+
 /// `catalog/watch`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchParams {

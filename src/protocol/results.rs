@@ -32,6 +32,10 @@ pub struct ServerCapabilities {
     /// The mirror's own tools (`search_catalog`, `describe_entry`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<ToolsCapability>,
+    /// `{"io.mcp-mirror/feed": {"version": 1}}`: this server is an mcp-mirror whose change
+    /// feed a downstream mirror may follow (`catalog/changes` + `catalog/entries`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experimental: Option<Value>,
 }
 
 impl ServerCapabilities {
@@ -43,6 +47,9 @@ impl ServerCapabilities {
             tools: Some(ToolsCapability {
                 list_changed: false,
             }),
+            experimental: Some(serde_json::json!({
+                super::FEED_CAPABILITY: {"version": super::FEED_VERSION}
+            })),
         }
     }
 }
@@ -63,6 +70,13 @@ pub struct ResourcesCapability {
 pub struct Implementation {
     pub name: String,
     pub version: String,
+    /// A mirror's instance id (`INSTANCE_INFO_KEY`); absent elsewhere.
+    #[serde(
+        default,
+        rename = "io.mcp-mirror/instance",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub instance: Option<String>,
 }
 
 /// `resources/list`: a page of the merged catalog. The daemon writes its entries straight
@@ -168,6 +182,29 @@ pub struct ChangesResult {
     pub truncated: bool,
     /// True when more entries follow this page.
     pub more: bool,
+    /// The id of the database that answered (made once, when it was created): a follower
+    /// whose cursor came from another database lists again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+}
+
+/// `catalog/entries`: the merged entries of the given keys as `resources/list` shows them
+/// (`R` = `StoredObject` when written, `Value` when read), in one read of the catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyedEntriesResult<R = Value> {
+    /// The database that answered (as in `catalog/changes`).
+    pub instance: String,
+    /// The change feed's newest sequence number when the entries were read: they reflect
+    /// every change up to it.
+    pub seq: i64,
+    /// Keys in the merged catalog of this kind at `seq` (URIs, or URI templates); absent
+    /// when the answer was filtered for its client (then it cannot be compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    pub entries: Vec<R>,
+    /// The asked keys that no server lists.
+    pub missing: Vec<String>,
 }
 
 /// One change feed entry.
@@ -388,6 +425,9 @@ pub struct ServerStatus {
     pub last_walk: Option<LastWalk>,
     pub walks_ok: u64,
     pub walks_failed: u64,
+    /// Deltas of a followed upstream mirror's change feed applied instead of walks.
+    #[serde(default)]
+    pub deltas_applied: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
     /// Entries of the snapshot over `max_entry_bytes`, stored without their largest fields.
@@ -450,5 +490,9 @@ pub struct LiveStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_scope: Option<String>,
+    pub cache_scope: Option<super::CacheScope>,
+    /// Set when the last walk left out entries that came through this mirror already: the
+    /// server is (or reaches) a mirror that mirrors this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_loop: Option<String>,
 }

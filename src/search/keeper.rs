@@ -402,14 +402,17 @@ mod tests {
     }
 
     fn tool(name: &str, description: &str, inputs: &str) -> crate::store::EntryRow {
+        let raw = format!(
+            "{{\"name\":\"{name}\",\"description\":\"{description}\",\"inputs\":\"{inputs}\"}}"
+        );
         crate::store::EntryRow {
             name: name.into(),
             title: None,
             description: Some(description.into()),
             inputs: inputs.into(),
-            raw: format!(
-                "{{\"name\":\"{name}\",\"description\":\"{description}\",\"inputs\":\"{inputs}\"}}"
-            ),
+            hash: crate::store::entry::content_hash(raw.as_bytes()),
+            oversized: false,
+            raw,
         }
     }
 

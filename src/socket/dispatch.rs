@@ -6,14 +6,15 @@ use serde_json::Value;
 use super::reads::{read_resource, server_list};
 use super::search::{gated_search, resource_search};
 use super::shape::{
-    changes_result, resource_details, resources_page, search_result, templates_page,
+    changes_result, keyed_entries_result, resource_details, resources_page, search_result,
+    templates_page,
 };
 use super::{internal, invalid_params, not_listed, status, ConnectionState, DaemonContext};
 use crate::protocol::{
-    self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogList, CatalogRefresh,
-    CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorData,
-    ErrorObject, Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response,
-    INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
+    self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogEntries, CatalogList,
+    CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest,
+    ErrorData, ErrorObject, Initialize, Kind, ListResources, ListTemplates, Method, Ping,
+    ReadResource, Response, INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
 };
 use crate::redact;
 use crate::socket::kinds;
@@ -60,12 +61,16 @@ fn to_text(result: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject>
     serde_json::value::to_raw_value(result).map_err(internal)
 }
 
+/// Answers one method. Each arm applies the client's view (`state.view`, the one rule of
+/// `view.rs`) to its typed result before it is serialized, as the method's `ScopeRule` says.
 async fn dispatch(
     method: &str,
     raw: Value,
     context: &DaemonContext,
     state: &mut ConnectionState,
 ) -> Result<Box<RawValue>, ErrorObject> {
+    let view = state.view.clone();
+    view.admits(method)?;
     match method {
         Initialize::NAME => {
             let params = params::<Initialize>(raw)?;
@@ -85,7 +90,11 @@ async fn dispatch(
                 .list_resources(after, PAGE_SIZE)
                 .await
                 .map_err(internal)?;
-            to_text(&resources_page(&rows, more))
+            // The cursor follows the page read, whatever the view leaves of it.
+            let mut page = resources_page(&rows, more);
+            page.resources
+                .retain(|entry| seen_origin(&view, entry.origin, Kind::Resource));
+            to_text(&page)
         }
         ListTemplates::NAME => {
             let after = params::<ListTemplates>(raw)?
@@ -96,21 +105,29 @@ async fn dispatch(
                 .list_templates(after, PAGE_SIZE)
                 .await
                 .map_err(internal)?;
-            to_text(&templates_page(&rows, more))
+            let mut page = templates_page(&rows, more);
+            page.resource_templates
+                .retain(|entry| seen_origin(&view, entry.origin, Kind::Template));
+            to_text(&page)
         }
         ReadResource::NAME => {
             let uri = params::<ReadResource>(raw)?.uri;
-            answer::<ReadResource>(read_resource(&uri, context).await?)
+            answer::<ReadResource>(read_resource(&uri, context, &view).await?)
         }
         CatalogResource::NAME => {
             let uri = params::<CatalogResource>(raw)?.uri;
-            let listings = context.store.listings(&uri).await.map_err(internal)?;
+            let mut listings = context.store.listings(&uri).await.map_err(internal)?;
+            listings.retain(|listing| view.sees(&listing.server, Kind::Resource));
             let details = resource_details(listings).map_err(internal)?;
             answer::<CatalogResource>(details.ok_or_else(|| not_listed(&uri))?)
         }
         CatalogStatus::NAME => {
             params::<CatalogStatus>(raw)?;
-            let mut status = serde_json::to_value(status(context).await?).map_err(internal)?;
+            let mut status = status(context).await?;
+            status
+                .servers
+                .retain(|server| view.sees_server(&server.name));
+            let mut status = serde_json::to_value(status).map_err(internal)?;
             redact::scrub_json(&mut status);
             // Server-supplied texts are bounded where they are stored; this bounds the rest
             // (a session's live hints), so the answer stays small whatever a server sent.
@@ -125,7 +142,11 @@ async fn dispatch(
                 let search = params.into_kinds_request().map_err(invalid_params)?;
                 let outcome = kinds::search_kinds(search, context).await;
                 crate::metrics::observe_search(started.elapsed());
-                return answer::<CatalogSearch>(outcome?);
+                let mut result = outcome?;
+                result
+                    .results
+                    .retain(|hit| view.sees(&hit.server, hit.kind));
+                return answer::<CatalogSearch>(result);
             }
             let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
             let request = params.into_request().map_err(invalid_params)?;
@@ -146,6 +167,9 @@ async fn dispatch(
             crate::metrics::observe_search(started.elapsed());
             let (hits, next, origin) = outcome?;
             let mut result = search_result(hits, next);
+            result
+                .results
+                .retain(|hit| view.sees(&hit.server, hit.kind));
             if let Some(origin) = origin {
                 if origin.engine == Some(wire::SearchEngine::Index) {
                     result.next_cursor = next.map(encode_index_cursor);
@@ -164,7 +188,37 @@ async fn dispatch(
                 None => context.store.changes_since(since, limit).await,
             }
             .map_err(internal)?;
-            answer::<CatalogChanges>(changes_result(page))
+            let mut result = changes_result(page);
+            result
+                .changes
+                .retain(|change| view.sees(&change.server, change.entry_kind));
+            result.instance = Some(context.store.instance().to_string());
+            answer::<CatalogChanges>(result)
+        }
+        CatalogEntries::NAME => {
+            let (kind, keys) = params::<CatalogEntries>(raw)?
+                .checked()
+                .map_err(invalid_params)?;
+            let read = context
+                .store
+                .keyed_entries(kind, keys)
+                .await
+                .map_err(internal)?;
+            let mut result = keyed_entries_result(context.store.instance(), &read);
+            if !view.is_owner() {
+                // What the view may not see is reported as no server listing it, and a count
+                // of the whole catalog cannot be checked against a part.
+                let (shown, withheld): (Vec<_>, Vec<_>) = std::mem::take(&mut result.entries)
+                    .into_iter()
+                    .zip(&read.found)
+                    .partition(|(_, row)| view.sees(&row.server, kind));
+                result.entries = shown.into_iter().map(|(entry, _)| entry).collect();
+                result
+                    .missing
+                    .extend(withheld.into_iter().map(|(_, row)| row.key.clone()));
+                result.total = None;
+            }
+            to_text(&result)
         }
         CatalogWatch::NAME => {
             let since = params::<CatalogWatch>(raw)?
@@ -181,13 +235,13 @@ async fn dispatch(
         wire::CatalogTools::NAME => {
             let params = params::<wire::CatalogTools>(raw)?;
             let (tools, next_cursor) =
-                kinds::entries_page(&context.store, wire::Kind::Tool, params).await?;
+                kinds::entries_page(&context.store, wire::Kind::Tool, params, &view).await?;
             answer::<wire::CatalogTools>(wire::ListToolsResult { tools, next_cursor })
         }
         wire::CatalogPrompts::NAME => {
             let params = params::<wire::CatalogPrompts>(raw)?;
             let (prompts, next_cursor) =
-                kinds::entries_page(&context.store, wire::Kind::Prompt, params).await?;
+                kinds::entries_page(&context.store, wire::Kind::Prompt, params, &view).await?;
             answer::<wire::CatalogPrompts>(wire::ListPromptsResult {
                 prompts,
                 next_cursor,
@@ -196,13 +250,13 @@ async fn dispatch(
         wire::CatalogTool::NAME => {
             let params = params::<wire::CatalogTool>(raw)?;
             answer::<wire::CatalogTool>(
-                kinds::entry_details(&context.store, wire::Kind::Tool, params).await?,
+                kinds::entry_details(&context.store, wire::Kind::Tool, params, &view).await?,
             )
         }
         wire::CatalogPrompt::NAME => {
             let params = params::<wire::CatalogPrompt>(raw)?;
             answer::<wire::CatalogPrompt>(
-                kinds::entry_details(&context.store, wire::Kind::Prompt, params).await?,
+                kinds::entry_details(&context.store, wire::Kind::Prompt, params, &view).await?,
             )
         }
         wire::CatalogAccept::NAME => {
@@ -211,7 +265,11 @@ async fn dispatch(
         }
         wire::CatalogDrift::NAME => {
             let params = params::<wire::CatalogDrift>(raw)?;
-            answer::<wire::CatalogDrift>(kinds::drift(&context.store, params).await?)
+            let mut result = kinds::drift(&context.store, params).await?;
+            result
+                .drift
+                .retain(|entry| view.sees(&entry.server, entry.kind));
+            answer::<wire::CatalogDrift>(result)
         }
         wire::ListTools::NAME => {
             params::<wire::ListTools>(raw)?;
@@ -221,16 +279,25 @@ async fn dispatch(
         }
         wire::CallTool::NAME => {
             let params = params::<wire::CallTool>(raw)?;
-            answer::<wire::CallTool>(kinds::call_tool(context, params).await?)
+            answer::<wire::CallTool>(kinds::call_tool(context, params, &view).await?)
         }
         CatalogList::NAME => {
             let params = params::<CatalogList>(raw)?;
-            answer::<CatalogList>(server_list(params, context).await?)
+            answer::<CatalogList>(server_list(params, context, &view).await?)
         }
         _ => Err(ErrorObject::new(
             METHOD_NOT_FOUND,
             format!("method not found: {method}"),
         )),
+    }
+}
+
+/// A listed entry passes the view by its origin server; one without an origin (none is
+/// stored so) passes only the owner's.
+fn seen_origin(view: &super::View, origin: Option<&str>, kind: Kind) -> bool {
+    match origin {
+        Some(server) => view.sees(server, kind),
+        None => view.is_owner(),
     }
 }
 
@@ -245,6 +312,7 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
         server_info: wire::Implementation {
             name: wire::SERVER_NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
+            instance: wire::mirror_id().map(str::to_string),
         },
         instructions: wire::INSTRUCTIONS.into(),
     }

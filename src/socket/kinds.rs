@@ -6,9 +6,9 @@ use serde_json::Value;
 
 use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, parse_params, ErrorObject, Kind, INVALID_PARAMS,
-    ORIGIN_META_KEY, PAGE_SIZE,
+    ORIGIN_META_KEY, PAGE_SIZE, VIA_META_KEY,
 };
-use crate::socket::DaemonContext;
+use crate::socket::{DaemonContext, View};
 use crate::store::{EntryHit, EntryListing, FullTextPage, Store, StoreError};
 
 /// JSON-RPC's "resource not found" for a tool or prompt no server lists.
@@ -27,18 +27,26 @@ fn invalid(message: impl Into<String>) -> ErrorObject {
 /// A stored definition with its origin server in `_meta`.
 fn with_origin(listing: &EntryListing) -> Value {
     let mut value: Value = serde_json::from_str(&listing.raw).unwrap_or(Value::Null);
-    if let Value::Object(object) = &mut value {
-        let meta = object
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Value::Object(meta) = meta {
-            meta.insert(
-                ORIGIN_META_KEY.into(),
-                Value::String(listing.server.clone()),
-            );
-        }
-    }
+    attribute(&mut value, &listing.server);
     value
+}
+
+/// Names `server` in an entry's `_meta`: as its origin, or, when it already names one (it came
+/// from another mirror), as the mirror it came via, so the origin is kept.
+fn attribute(value: &mut Value, server: &str) {
+    let Value::Object(object) = value else {
+        return;
+    };
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(meta) = meta {
+        let key = match meta.get(ORIGIN_META_KEY) {
+            Some(Value::String(_)) => VIA_META_KEY,
+            _ => ORIGIN_META_KEY,
+        };
+        meta.insert(key.into(), Value::String(server.to_string()));
+    }
 }
 
 /// Where a `catalog/tools` (or `/prompts`) page starts: after this (server, name).
@@ -67,18 +75,23 @@ pub fn entries_page_of(rows: &[EntryListing], more: bool) -> (Vec<Value>, Option
     (rows.iter().map(with_origin).collect(), next)
 }
 
-/// A page of one kind's entries and the cursor to the next page.
-pub async fn entries_page(
+/// A page of one kind's entries the view sees, and the cursor to the next page (after the
+/// last entry read, whatever the view left of the page).
+pub(crate) async fn entries_page(
     store: &Store,
     kind: Kind,
     params: wire::EntriesParams,
+    view: &View,
 ) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
     let after = entries_after(&params)?;
-    let (rows, more) = store
+    let (mut rows, more) = store
         .list_entries(kind, params.server, after, PAGE_SIZE)
         .await
         .map_err(internal)?;
-    Ok(entries_page_of(&rows, more))
+    let (_, next) = entries_page_of(&rows[rows.len().saturating_sub(1)..], more);
+    rows.retain(|row| view.sees(&row.server, kind));
+    let (entries, _) = entries_page_of(&rows, false);
+    Ok((entries, next))
 }
 
 /// One stored tool or prompt as `catalog/tool` answers; `NOT_FOUND` when there is none.
@@ -106,23 +119,49 @@ pub fn entry_details_of(
     })
 }
 
-/// One tool or prompt, whole; `NOT_FOUND` when the server does not list it.
-pub async fn entry_details(
+/// One tool or prompt, whole; `NOT_FOUND` when the server does not list it, or the view does
+/// not see it.
+pub(crate) async fn entry_details(
     store: &Store,
     kind: Kind,
     params: wire::EntryParams,
+    view: &View,
 ) -> Result<wire::EntryDetails, ErrorObject> {
-    let listing = store
-        .entry(kind, &params.server, &params.name)
-        .await
-        .map_err(internal)?;
+    let listing = match view.sees(&params.server, kind) {
+        true => store
+            .entry(kind, &params.server, &params.name)
+            .await
+            .map_err(internal)?,
+        false => None,
+    };
     entry_details_of(kind, &params, listing)
+}
+
+/// `server`, when named, must be configured: the same "no server named" error (`notFound:
+/// server`, exit 4 in the CLI) as `catalog/list` and `catalog/refresh` answer.
+async fn known_server(store: &Store, server: Option<&str>) -> Result<(), ErrorObject> {
+    let Some(server) = server else {
+        return Ok(());
+    };
+    if store.server_exists(server).await.map_err(internal)? {
+        return Ok(());
+    }
+    Err(
+        ErrorObject::new(INVALID_PARAMS, format!("no server named {server}")).with_data(
+            wire::ErrorData {
+                not_found: Some("server".into()),
+                server: Some(server.into()),
+                ..wire::ErrorData::default()
+            },
+        ),
+    )
 }
 
 pub async fn accept(
     store: &Store,
     params: wire::ServerParams,
 ) -> Result<wire::AcceptResult, ErrorObject> {
+    known_server(store, params.server.as_deref()).await?;
     let accepted = store
         .accept(params.server)
         .await
@@ -137,6 +176,7 @@ pub async fn drift(
     store: &Store,
     params: wire::ServerParams,
 ) -> Result<wire::DriftResult, ErrorObject> {
+    known_server(store, params.server.as_deref()).await?;
     let rows = store.drift(params.server).await.map_err(internal)?;
     let drift = rows
         .into_iter()
@@ -213,9 +253,10 @@ fn one_line(description: Option<String>) -> Option<String> {
 
 /// `search_catalog`, the MCP face's search: the same path as `catalog/search` with `kinds`
 /// (every kind when absent), best first.
-pub async fn search_catalog(
+pub(crate) async fn search_catalog(
     context: &DaemonContext,
     arguments: wire::SearchCatalogArguments,
+    view: &View,
 ) -> Result<Vec<wire::CatalogHit>, ErrorObject> {
     let limit = arguments
         .limit
@@ -235,6 +276,7 @@ pub async fn search_catalog(
     Ok(result
         .results
         .into_iter()
+        .filter(|hit| view.sees(&hit.server, hit.kind))
         .map(|hit| wire::CatalogHit {
             kind: hit.kind,
             server: hit.server,
@@ -408,9 +450,10 @@ pub fn merge_search_pages(
 }
 
 /// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.
-pub async fn call_tool(
+pub(crate) async fn call_tool(
     context: &DaemonContext,
     params: wire::CallToolParams,
+    view: &View,
 ) -> Result<wire::CallToolResult, ErrorObject> {
     let arguments = match params.arguments {
         Value::Null => Value::Object(Default::default()),
@@ -420,7 +463,7 @@ pub async fn call_tool(
         wire::SEARCH_CATALOG_TOOL => {
             let arguments: wire::SearchCatalogArguments =
                 parse_params(arguments).map_err(|error| invalid(error.0))?;
-            let hits = match search_catalog(context, arguments).await {
+            let hits = match search_catalog(context, arguments, view).await {
                 Ok(hits) => hits,
                 Err(error) if error.code == INVALID_PARAMS => {
                     return Ok(wire::CallToolResult::error(format!(
@@ -449,7 +492,11 @@ pub async fn call_tool(
         wire::DESCRIBE_ENTRY_TOOL => {
             let arguments: wire::DescribeEntryArguments =
                 parse_params(arguments).map_err(|error| invalid(error.0))?;
-            let definition = describe(&context.store, arguments).await?;
+            // An entry outside the view is as absent as one no server lists.
+            let definition = match view.sees(&arguments.server, arguments.kind) {
+                true => describe(&context.store, arguments).await?,
+                false => None,
+            };
             let Some(definition) = definition else {
                 return Ok(wire::CallToolResult::error("no such entry".into()));
             };
@@ -490,14 +537,7 @@ async fn describe(
                 .find(|listing| listing.server == arguments.server);
             Ok(listing.map(|listing| {
                 let mut value: Value = serde_json::from_str(&listing.raw).unwrap_or(Value::Null);
-                if let Value::Object(object) = &mut value {
-                    let meta = object
-                        .entry("_meta")
-                        .or_insert_with(|| Value::Object(Default::default()));
-                    if let Value::Object(meta) = meta {
-                        meta.insert(ORIGIN_META_KEY.into(), Value::String(listing.server));
-                    }
-                }
+                attribute(&mut value, &listing.server);
                 value
             }))
         }

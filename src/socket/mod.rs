@@ -7,6 +7,7 @@ mod reads;
 mod search;
 mod shape;
 mod status;
+mod view;
 
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -36,6 +37,7 @@ pub use shape::{
     resource_details, resources_page, search_result, server_list_result, templates_page,
 };
 pub(crate) use status::status;
+pub(crate) use view::{Restriction, View};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {

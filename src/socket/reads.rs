@@ -1,14 +1,13 @@
 //! Reads routed to a server: `resources/read` (the winning server, else the first matching template's; the cache fallback) and `catalog/list`.
 
 use super::shape::server_list_result;
-use super::{internal, invalid_params, DaemonContext};
+use super::{internal, invalid_params, DaemonContext, View};
 use crate::protocol::{
-    self as wire, CacheNote, ErrorData, ErrorObject, ReadResourceResult, INTERNAL_ERROR,
-    INVALID_PARAMS, RESOURCE_NOT_FOUND,
+    self as wire, CacheNote, CacheScope, ErrorData, ErrorObject, Kind, ReadResourceResult,
+    INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND,
 };
 use crate::redact;
 use crate::session::ReadError;
-use crate::store;
 
 pub(crate) fn not_listed(uri: &str) -> ErrorObject {
     ErrorObject::new(
@@ -26,11 +25,29 @@ pub(crate) fn not_listed(uri: &str) -> ErrorObject {
 pub(super) async fn read_resource(
     uri: &str,
     context: &DaemonContext,
+    view: &View,
 ) -> Result<ReadResourceResult, ErrorObject> {
     let target = read_target_or_template(uri, context).await?;
     let server = target.server.as_str();
+    // The view is checked before the server is asked: a read it may not see goes nowhere.
+    if !target.kinds.iter().all(|kind| view.sees(server, *kind)) {
+        return Err(not_listed(uri));
+    }
     match context.supervisor.read(server, uri).await {
-        Ok(answer) => {
+        Ok(mut answer) => {
+            // As listed entries: a server's contents never carry our secrets onward.
+            redact::scrub_json(&mut answer);
+            // A read result has its own `cacheScope` (2026-07-28): a private one is the
+            // server's answer to us alone.
+            let declared = answer
+                .get("cacheScope")
+                .map(|scope| scope.as_str().unwrap_or(""));
+            if declared.is_some()
+                && CacheScope::of_page(declared) == CacheScope::Private
+                && !view.sees_private_reads_of(server)
+            {
+                return Err(not_listed(uri));
+            }
             let mut result: ReadResourceResult =
                 serde_json::from_value(answer).map_err(|error| {
                     internal(format!(
@@ -46,7 +63,12 @@ pub(super) async fn read_resource(
         }
         Err(error) => {
             let unreachable = matches!(error, ReadError::Offline { .. } | ReadError::Failed { .. });
-            if unreachable && target.read_cache_bytes.is_some() {
+            // The cache does not record each result's own scope: a token client gets cached
+            // contents only of a server whose private results it may see (`share = true`).
+            if unreachable
+                && target.read_cache_bytes.is_some()
+                && view.sees_private_reads_of(server)
+            {
                 let cached = context
                     .store
                     .cached_contents(server, uri)
@@ -90,9 +112,13 @@ pub(super) async fn read_resource(
 async fn read_target_or_template(
     uri: &str,
     context: &DaemonContext,
-) -> Result<store::ReadTarget, ErrorObject> {
+) -> Result<Target, ErrorObject> {
     if let Some(target) = context.store.read_target(uri).await.map_err(internal)? {
-        return Ok(target);
+        return Ok(Target {
+            server: target.server,
+            read_cache_bytes: target.read_cache_bytes,
+            kinds: &[Kind::Resource],
+        });
     }
     let template = context
         .store
@@ -100,10 +126,19 @@ async fn read_target_or_template(
         .await
         .map_err(internal)?
         .ok_or_else(|| not_listed(uri))?;
-    Ok(store::ReadTarget {
+    Ok(Target {
         server: template.server,
         read_cache_bytes: template.read_cache_bytes,
+        // Reached through a template, the read is of a resource too.
+        kinds: &[Kind::Template, Kind::Resource],
     })
+}
+
+/// Where a read goes, and the kinds of entry that lead there (all of which the view must see).
+struct Target {
+    server: String,
+    read_cache_bytes: Option<u64>,
+    kinds: &'static [Kind],
 }
 
 /// The "no server named" error, as `catalog/refresh` and `catalog/list` answer it.
@@ -118,13 +153,16 @@ fn no_such_server(name: &str) -> ErrorObject {
 pub(super) async fn server_list(
     params: wire::ServerListParams,
     context: &DaemonContext,
+    view: &View,
 ) -> Result<wire::ServerListResult, ErrorObject> {
     let (after, limit) = params.checked().map_err(invalid_params)?;
-    if !context
-        .store
-        .server_exists(&params.server)
-        .await
-        .map_err(internal)?
+    // A server outside the view is as unknown as one never configured.
+    if !view.sees(&params.server, Kind::Resource)
+        || !context
+            .store
+            .server_exists(&params.server)
+            .await
+            .map_err(internal)?
     {
         return Err(no_such_server(&params.server));
     }
@@ -133,5 +171,16 @@ pub(super) async fn server_list(
         .server_snapshot(&params.server, after, limit)
         .await
         .map_err(internal)?;
-    server_list_result(params.server, rows, more).map_err(internal)
+    let mut result = server_list_result(params.server, rows, more).map_err(internal)?;
+    for entry in &mut result.resources {
+        // The winner's name is another server's: only when the view sees it.
+        if entry
+            .won_by
+            .as_deref()
+            .is_some_and(|winner| !view.sees(winner, Kind::Resource))
+        {
+            entry.won_by = None;
+        }
+    }
+    Ok(result)
 }

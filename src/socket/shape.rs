@@ -25,6 +25,20 @@ pub fn templates_page(
     }
 }
 
+/// `catalog/entries`: each found entry written as `resources/list` writes it.
+pub fn keyed_entries_result<'a>(
+    instance: &str,
+    read: &'a store::KeyedEntries,
+) -> wire::KeyedEntriesResult<StoredObject<'a>> {
+    wire::KeyedEntriesResult {
+        instance: instance.to_string(),
+        seq: read.seq,
+        total: Some(read.total),
+        entries: stored_objects(&read.found),
+        missing: read.missing.clone(),
+    }
+}
+
 fn stored_objects(rows: &[CatalogRow]) -> Vec<StoredObject<'_>> {
     rows.iter()
         .map(|row| StoredObject {
@@ -116,6 +130,7 @@ pub(super) fn changes_result(page: store::ChangePage) -> wire::ChangesResult {
         latest_seq: page.latest_seq,
         truncated: page.truncated,
         more: page.more,
+        instance: None,
     }
 }
 

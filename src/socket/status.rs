@@ -101,6 +101,7 @@ fn server_status(
         }),
         walks_ok: server.walks_ok,
         walks_failed: server.walks_failed,
+        deltas_applied: server.deltas_applied,
         last_error: server.last_error,
         last_error_at_ms: server.last_error_at_ms,
         oversized_entries: server.oversized_entries,

@@ -1,12 +1,14 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
 pub(crate) mod entry;
+mod follow;
 mod index_source;
 mod kinds;
 mod queries;
 mod schema;
+mod scopes;
 mod sql_text;
-mod uri_template;
+pub(crate) mod uri_template;
 mod views;
 mod writer;
 
@@ -19,9 +21,11 @@ use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
+pub use follow::{FollowCursor, KeyedEntries};
 pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
 pub use kinds::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use scopes::ScopeUpdate;
 pub use views::SnapshotRow;
 
 use crate::protocol::{Kind, ServerState, TransportKind};
@@ -261,6 +265,8 @@ pub struct ServerStatus {
     pub last_walk: Option<LastWalk>,
     pub walks_ok: u64,
     pub walks_failed: u64,
+    /// Deltas of a followed upstream's change feed applied instead of walks.
+    pub deltas_applied: u64,
     pub last_error: Option<String>,
     pub last_error_at_ms: Option<i64>,
     /// Entries of the snapshot stored trimmed because they were over `max_entry_bytes`.
@@ -364,6 +370,9 @@ pub struct Store {
     catalog_version: Arc<AtomicU64>,
     /// Ids the full-text backlog lists (the writer keeps it; `full_text_note` reads it).
     full_text_behind: Arc<AtomicU64>,
+    /// This database's id (`mirror_identity`), named in answers to followers.
+    instance: String,
+    merged_count_memo: Arc<follow::CountMemo>,
 }
 
 /// What an answer from SQLite's full-text search says while the index lacks rows of a large
@@ -393,6 +402,8 @@ impl Store {
             source,
         })?;
         let connection = schema::open_writer(path)?;
+        let instance = follow::instance_id(&connection)?;
+        crate::protocol::set_mirror_id(&instance);
         // A backlog left by the last run shows in answers from the start; the writer resumes it.
         let full_text_behind = Arc::new(AtomicU64::new(writer::full_text_backlog(&connection)?));
         let writer_behind = full_text_behind.clone();
@@ -427,6 +438,8 @@ impl Store {
             changes,
             catalog_version,
             full_text_behind,
+            instance,
+            merged_count_memo: Arc::default(),
         })
     }
 
@@ -557,6 +570,33 @@ impl Store {
             reply,
         })
         .await
+    }
+
+    /// Records the `cacheScope` of kinds of `server`'s snapshot (`ScopeUpdate` says how).
+    pub async fn record_scopes(
+        &self,
+        server: &str,
+        scopes: Vec<(Kind, crate::protocol::CacheScope)>,
+        update: ScopeUpdate,
+    ) -> Result<(), StoreError> {
+        if scopes.is_empty() {
+            return Ok(());
+        }
+        let server = server.to_string();
+        self.call(|reply| WriteOp::RecordScopes {
+            server,
+            scopes,
+            update,
+            reply,
+        })
+        .await
+    }
+
+    /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
+    pub async fn scopes(
+        &self,
+    ) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
+        self.read(scopes::scopes).await
     }
 
     /// Starts staging a new walk of `server`; nothing is visible until `commit`.
@@ -707,21 +747,17 @@ impl Store {
     }
 
     /// Replaces the server's snapshot of one kind of entries (tools or prompts) with `rows`,
-    /// atomically; the previous snapshot stays if this fails.
+    /// atomically, as one walk of one page (a walk stages its pages through `begin_walk`);
+    /// the previous snapshot stays if this fails.
     pub async fn swap_entries(
         &self,
         server: &str,
         kind: Kind,
         rows: Vec<EntryRow>,
     ) -> Result<EntrySwap, StoreError> {
-        let server = server.to_string();
-        self.call(|reply| WriteOp::SwapEntries {
-            server,
-            kind,
-            rows,
-            reply,
-        })
-        .await
+        let staged = self.begin_walk(server);
+        staged.add_entries(kind, rows).await?;
+        staged.commit_entries(kind).await
     }
 
     /// Records the current tools and prompts of `server` (or every server) as accepted.
@@ -883,6 +919,11 @@ impl StagedWalk {
         self.stage(Batch::Templates(rows)).await
     }
 
+    /// Queues a page of tools or prompts (`kind`) for staging.
+    pub async fn add_entries(&self, kind: Kind, rows: Vec<EntryRow>) -> Result<(), StoreError> {
+        self.stage(Batch::Entries(kind, rows)).await
+    }
+
     async fn stage(&self, batch: Batch) -> Result<(), StoreError> {
         let permit = self
             .in_flight
@@ -910,6 +951,64 @@ impl StagedWalk {
                 walk_id: self.id,
                 server: self.server.clone(),
                 report,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Swaps the staged walk of tools or prompts in as the server's snapshot of `kind`, in
+    /// one transaction.
+    pub async fn commit_entries(mut self, kind: Kind) -> Result<EntrySwap, StoreError> {
+        self.finished = true;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::CommitEntries {
+                walk_id: self.id,
+                server: self.server.clone(),
+                kind,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+impl StagedWalk {
+    /// Applies the staged rows as a delta of a followed upstream: they are added or changed,
+    /// `removed` go, the rest of the snapshot stays; the cursor moves in the same transaction.
+    pub async fn commit_delta(
+        mut self,
+        removed: Vec<String>,
+        cursor: FollowCursor,
+    ) -> Result<SwapOutcome, StoreError> {
+        self.finished = true;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::CommitDelta {
+                walk_id: self.id,
+                server: self.server.clone(),
+                removed,
+                cursor,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+impl Store {
+    /// Moves (or forgets) a followed server's cursor, after a full walk of it committed.
+    pub async fn set_follow_cursor(
+        &self,
+        server: &str,
+        cursor: Option<FollowCursor>,
+    ) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::SetFollowCursor {
+                server: server.to_string(),
+                cursor,
                 reply,
             })
             .map_err(|_| StoreError::WriterGone)?;

@@ -18,7 +18,7 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
                 template_count, stale, snapshot_at, connected_at, retry_at, last_walk_at, last_walk_ms,
                 last_walk_pages, last_walk_added, last_walk_removed, last_walk_changed,
                 last_walk_duplicates, last_walk_skipped, walks_ok, walks_failed, last_error, last_error_at,
-                oversized_entries
+                oversized_entries, deltas_applied
          FROM servers ORDER BY name",
     )?;
     let rows = statement.query_map([], |row| {
@@ -55,6 +55,7 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
             last_error: row.get(22)?,
             last_error_at_ms: row.get(23)?,
             oversized_entries: row.get::<_, i64>(24)? as u64,
+            deltas_applied: row.get::<_, i64>(25)? as u64,
         })
     })?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -111,8 +112,8 @@ pub(crate) struct MergedPage {
     pub sorts: i32,
 }
 
-/// Reads listings in key order after `after` until `limit` keys are complete and the next
-/// key shows that more follow; each key's listings are adjacent, and the one of the lowest
+/// Reads listings in key order after `after` until `limit` keys (or `MAX_LIST_PAGE_BYTES` of
+/// them) are complete and the next key shows that more follow; each key's listings are adjacent, and the one of the lowest
 /// (priority, server name) wins, compared as SQLite compares them (bytes).
 pub(crate) fn merged_page(
     connection: &Connection,
@@ -126,6 +127,7 @@ pub(crate) fn merged_page(
     }
     let mut page: Vec<CatalogRow> = Vec::with_capacity(limit.min(crate::protocol::PAGE_SIZE));
     let mut more = false;
+    let mut page_bytes = 0;
     {
         let mut rows = statement.query([after.unwrap_or("")])?;
         // The key being read, its winner so far and the winner's priority.
@@ -148,9 +150,10 @@ pub(crate) fn merged_page(
             }
             // A new key: the one before is complete.
             if let Some((_, winner)) = current.take() {
+                page_bytes += winner.raw.len();
                 page.push(winner);
             }
-            if page.len() >= limit {
+            if page.len() >= limit || page_bytes >= MAX_LIST_PAGE_BYTES {
                 more = true;
                 break;
             }
@@ -265,6 +268,10 @@ pub const MAX_HIT_TEXT_BYTES: usize = 1 << 10;
 /// A search page stops growing past this many bytes of hits; the cursor continues after the
 /// last hit it carries.
 pub const MAX_SEARCH_PAGE_BYTES: usize = 4 << 20;
+/// A page of a list of any kind (`resources/list`, `catalog/tools`, ...) stops growing once
+/// its entries hold this many bytes; the cursor continues after its last entry. Each entry is
+/// within `max_entry_bytes`, so a page holds at most this plus one entry.
+pub const MAX_LIST_PAGE_BYTES: usize = 4 << 20;
 
 /// One page of ranked hits and the offset of the next page, if there is one; cancelled with
 /// `StoreError::SearchTimedOut` when the request's deadline passes.
@@ -697,7 +704,8 @@ pub fn changes_since(
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     let after = since.unwrap_or(0);
-    let truncated = since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since + 1));
+    let truncated =
+        since.is_some_and(|since| oldest.is_some_and(|oldest| oldest > since.saturating_add(1)));
     let mut statement = connection.prepare_cached(
         "SELECT seq, at, server, kind, uri, count, entry_kind, name, fields FROM changes
          WHERE seq > ?1 ORDER BY seq LIMIT ?2",

@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{CatalogRow, ReadOnlyCatalog, Store, StoreError};
-use crate::store::uri_template::UriTemplate;
+use crate::store::uri_template::{MatchBudget, UriTemplate, MAX_TEMPLATE_BYTES_CEILING};
 
 /// The server a read of a templated URI goes to: the first of the templates it matches,
 /// by server priority (lowest first), then server name.
@@ -25,6 +25,10 @@ pub struct SnapshotRow {
     pub won_by: Option<String>,
 }
 
+/// The first template matching `uri`, by server priority then name. Only templates whose
+/// literal prefix `uri` starts with are read (SQLite checks that), none longer than
+/// `MAX_TEMPLATE_BYTES_CEILING`; each server's templates share one `MatchBudget`, so a server
+/// listing costly templates spends only its own budget and the next server's are still tried.
 pub fn template_target(
     connection: &Connection,
     uri: &str,
@@ -32,16 +36,32 @@ pub fn template_target(
     let mut statement = connection.prepare_cached(
         "SELECT s.name, t.uri_template, s.read_cache_bytes
          FROM resource_templates t JOIN servers s ON s.id = t.server_id
+         WHERE length(CAST(t.uri_template AS BLOB)) <= ?2
+           AND substr(?1, 1, instr(t.uri_template || '{', '{') - 1)
+               = substr(t.uri_template, 1, instr(t.uri_template || '{', '{') - 1)
          ORDER BY s.priority, s.name, t.uri_template",
     )?;
-    let mut rows = statement.query([])?;
+    let mut rows = statement.query(params![uri, MAX_TEMPLATE_BYTES_CEILING as i64])?;
+    let mut budget_of: Option<(String, MatchBudget)> = None;
     while let Some(row) = rows.next()? {
+        let server: String = row.get(0)?;
+        let budget = match &mut budget_of {
+            Some((owner, budget)) if *owner == server => budget,
+            _ => &mut budget_of.insert((server, MatchBudget::default())).1,
+        };
+        if budget.is_spent() {
+            continue;
+        }
         let uri_template: String = row.get(1)?;
-        // A template that does not parse is the server's mistake; it routes nothing.
+        // Parsing is paid for too. A template that does not parse is the server's mistake; it
+        // routes nothing.
+        if !budget.pay(uri_template.len()) {
+            continue;
+        }
         let Ok(template) = UriTemplate::parse(&uri_template) else {
             continue;
         };
-        if template.matches(uri) {
+        if template.matches_within(uri, budget) {
             return Ok(Some(TemplateTarget {
                 server: row.get(0)?,
                 uri_template,

@@ -230,3 +230,111 @@ fn long_uris_are_cut_and_server_text_is_escaped_in_human_output_online_and_offli
         );
     }
 }
+
+/// A right-to-left override: what follows reads backwards.
+const BIDI: &str = "\u{202e}";
+
+/// Whether `text` holds a character no human output may carry raw.
+fn has_unprintable(text: &str) -> bool {
+    text.chars().any(|character| {
+        character.is_control() && character != '\n'
+            || matches!(character, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+    })
+}
+
+/// Issue 21 item 13: ESC, BEL and U+202E in a tool's name, a field name, an input property
+/// and a description, and in an error text, are escaped in `tools`, `show tool`, `drift`,
+/// `status` and the daemon's log; `--json` stays exact.
+#[test]
+fn hostile_names_field_names_descriptions_and_errors_are_escaped_for_humans() {
+    let scratch = Scratch::new();
+    let name = format!("evil{BIDI}{HOSTILE}");
+    let key = format!("x{HOSTILE}{BIDI}");
+    let tool = |version: u64| {
+        let mut tool = json!({
+            "name": name,
+            "description": format!("desc {BIDI}{HOSTILE} end"),
+            "inputSchema": {"type": "object", "properties": {format!("p{HOSTILE}{BIDI}"): {"type": "string"}}},
+        });
+        tool[key.as_str()] = json!(version);
+        json!({ "tools": [tool] })
+    };
+    let scenario = scratch.write_scenario("fx.json", &tool(1));
+    // TOML's escapes: the path does not exist, so starting it fails and the error quotes it.
+    let broken = "[servers.broken]\ncommand = \"/nonexistent/\\u001b]0;x\\u0007\\u202e\"\n\n";
+    let servers = format!(
+        "{}{broken}",
+        stdio_server(
+            "fx",
+            &[
+                "--name",
+                "fx",
+                "--scenario",
+                &scenario.display().to_string()
+            ]
+        )
+    );
+    let daemon = Daemon::start(&scratch, &scratch.config(&servers));
+    daemon.wait_for_walks("fx", 1);
+    wait_for(
+        "broken to report its error",
+        Duration::from_secs(30),
+        || {
+            daemon.server_status("broken")["lastError"]
+                .as_str()
+                .map(str::to_string)
+        },
+    );
+    let run = |args: &[&str]| run_with_database(&daemon.socket, &daemon.database, args);
+    let accepted = run(&["accept", "--server", "fx"]);
+    assert!(accepted.status.success(), "{accepted:?}");
+    scratch.write_scenario("fx.json", &tool(2));
+    wait_for("the drift", Duration::from_secs(30), || {
+        let drift = daemon.call("catalog/drift", json!({"server": "fx"}));
+        (!drift["drift"].as_array()?.is_empty()).then_some(())
+    });
+
+    let humane = |args: &[&str]| {
+        let output = run(args);
+        let text = stdout(&output) + &String::from_utf8_lossy(&output.stderr);
+        assert!(!has_unprintable(&text), "{args:?}: {text:?}");
+        text
+    };
+    let tools = humane(&["tools"]);
+    assert!(tools.contains("evil\\u{202e}\\u{1b}]0;x"), "{tools}");
+    let shown = humane(&["show", "tool", &format!("fx/{name}")]);
+    assert!(shown.contains("desc \\u{202e}\\u{1b}]0;x\\u{7}"), "{shown}");
+    assert!(
+        shown.contains(&format!("x{HOSTILE_SHOWN}\\u{{202e}}:")),
+        "{shown}"
+    );
+    let drift = humane(&["drift"]);
+    assert!(
+        drift.contains(&format!("x{HOSTILE_SHOWN}\\u{{202e}}:")),
+        "{drift}"
+    );
+    let status = humane(&["status"]);
+    assert!(status.contains("\\u{7}\\u{202e}"), "{status}");
+    // An unknown tool's error quotes the name the user typed, escaped too.
+    let missing = run(&["show", "tool", &format!("fx/missing{BIDI}")]);
+    let error = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        error.contains("missing\\u{202e}") && !has_unprintable(&error),
+        "{error:?}"
+    );
+    let json: Value = serde_json::from_str(&stdout(&run(&[
+        "show",
+        "tool",
+        &format!("fx/{name}"),
+        "--json",
+    ])))
+    .expect("json");
+    assert_eq!(json["definition"][key.as_str()], 2, "--json stays exact");
+
+    let log = daemon.log_text();
+    assert!(!has_unprintable(&log), "raw characters in the log");
+    assert!(
+        log.contains("\\u{7}\\u{202e}"),
+        "the error is logged escaped"
+    );
+}

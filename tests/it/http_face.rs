@@ -15,10 +15,10 @@ use crate::support::{
     run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch, SocketClient, FIXTURE, MIRROR,
 };
 
-const TOKEN: &str = "tok-fleet-7f3a9c";
+pub(crate) const TOKEN: &str = "tok-fleet-7f3a9c";
 
 /// A loopback port nobody listens on now, for a daemon's `[http] listen`.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
@@ -26,14 +26,14 @@ fn free_port() -> u16 {
 }
 
 /// An upstream daemon: the given servers, and the HTTP face with one token named `fleet`.
-struct Upstream {
-    daemon: Daemon,
-    address: String,
-    _scratch: Scratch,
+pub(crate) struct Upstream {
+    pub(crate) daemon: Daemon,
+    pub(crate) address: String,
+    pub(crate) scratch: Scratch,
 }
 
 impl Upstream {
-    fn start(servers: &str, http_extra: &str) -> Upstream {
+    pub(crate) fn start(servers: &str, http_extra: &str) -> Upstream {
         let scratch = Scratch::new();
         let token = scratch.write("fleet.token", &format!("{TOKEN}\n"));
         let address = format!("127.0.0.1:{}", free_port());
@@ -46,7 +46,7 @@ impl Upstream {
         let upstream = Upstream {
             daemon,
             address,
-            _scratch: scratch,
+            scratch,
         };
         wait_for("the HTTP face", Duration::from_secs(20), || {
             TcpStream::connect(&upstream.address).ok().map(|_| ())
@@ -58,13 +58,13 @@ impl Upstream {
         format!("http://{}/mcp", self.address)
     }
 
-    fn post(&self, headers: &[(&str, &str)], body: &Value) -> Answer {
+    pub(crate) fn post(&self, headers: &[(&str, &str)], body: &Value) -> Answer {
         http_exchange(&self.address, "POST", headers, &body.to_string())
     }
 }
 
 /// Short debounce and poll floor, so pushes travel fast.
-fn fast_daemon_settings(config: &Path) {
+pub(crate) fn fast_daemon_settings(config: &Path) {
     let text = std::fs::read_to_string(config).expect("config");
     let text = text.replacen(
         "[daemon]\n",
@@ -75,7 +75,7 @@ fn fast_daemon_settings(config: &Path) {
 }
 
 /// A downstream daemon mirroring `upstream` (named `upstream` in its config) in `era`.
-fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
+pub(crate) fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
     let token = scratch.write("upstream.token", TOKEN);
     let config = scratch.config(&format!(
         "[servers.upstream]\nurl = \"{}\"\nbearer_token_file = {:?}\nera = \"{era}\"\n",
@@ -87,19 +87,19 @@ fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
 }
 
 /// One HTTP answer, read to the end (the request says `Connection: close`).
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) head: String,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body)
             .unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.body))
     }
 
-    fn header(&self, name: &str) -> Option<String> {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
         self.head.lines().find_map(|line| {
             let (key, value) = line.split_once(':')?;
             key.eq_ignore_ascii_case(name)
@@ -108,7 +108,12 @@ impl Answer {
     }
 }
 
-fn http_exchange(address: &str, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+pub(crate) fn http_exchange(
+    address: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
     http_exchange_at(address, method, "/mcp", headers, body)
 }
 
@@ -157,24 +162,26 @@ fn modern_meta() -> Value {
     })
 }
 
-fn modern_request(method: &str, mut params: Value) -> Value {
+pub(crate) fn modern_request(method: &str, mut params: Value) -> Value {
     params["_meta"] = modern_meta();
     json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 }
 
-/// Every resource of a daemon's merged catalog, without the `via` note, sorted by URI.
-fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
+/// Every resource of a daemon's merged catalog, without the `via` note and the chain of
+/// mirrors (what a downstream adds), sorted by URI.
+pub(crate) fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
     let mut all = daemon.list_all();
     for resource in &mut all {
         if let Some(meta) = resource["_meta"].as_object_mut() {
             meta.remove("io.mcp-mirror/via");
+            meta.remove("io.mcp-mirror/mirrors");
         }
     }
     all.sort_by(|a, b| a["uri"].as_str().cmp(&b["uri"].as_str()));
     all
 }
 
-fn count_from(daemon: &Daemon, origin: &str) -> usize {
+pub(crate) fn count_from(daemon: &Daemon, origin: &str) -> usize {
     daemon
         .list_all()
         .iter()
@@ -927,12 +934,11 @@ fn the_cli_speaks_to_a_remote_mirror_with_a_token() {
     let missing = remote_cli(&url, Some(&token), &["show", "fixture://nobody/lists/this"]);
     assert_eq!(missing.status.code(), Some(4));
 
-    let refreshed = stdout_of(&remote_cli(
-        &url,
-        Some(&token),
-        &["refresh", "docs", "--wait"],
-    ));
-    assert!(refreshed.starts_with("docs: 30 resources"), "{refreshed}");
+    // A token changes nothing of the owner's unless it may (`mutate = true`), and says so.
+    let refused = remote_cli(&url, Some(&token), &["refresh", "docs", "--wait"]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("mutate = true"), "{said}");
 
     // `watch` over HTTP follows the change feed from where it is told to start.
     let since = upstream.daemon.call("catalog/status", json!({}))["daemon"]["changeSeq"]
@@ -1168,4 +1174,63 @@ impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
     }
+}
+
+/// Issue 21 item 14: after reloads that remove servers, `/metrics` has series of the
+/// configured servers only (the walk-duration histogram kept every removed server's).
+#[test]
+fn metrics_forget_the_servers_a_reload_removed() {
+    let server = |name: &str| stdio_server(name, &["--name", name, "--generate", "2"]);
+    let upstream = Upstream::start(&format!("{}{}", server("keep"), server("gone0")), "");
+    upstream.daemon.wait_for_walks("keep", 1);
+    upstream.daemon.wait_for_walks("gone0", 1);
+    let config = upstream.scratch.path("daemon.toml");
+    let first = std::fs::read_to_string(&config).expect("config");
+    let rounds = 5;
+    for round in 1..=rounds {
+        let text = first.replace(&server("gone0"), &server(&format!("gone{round}")));
+        std::fs::write(&config, text).expect("write config");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(upstream.daemon.child.id() as libc::pid_t, libc::SIGHUP);
+        }
+        let name = format!("gone{round}");
+        wait_for(
+            &format!("the reload to {name}"),
+            Duration::from_secs(30),
+            || {
+                let status = upstream.daemon.call("catalog/status", json!({}));
+                let servers = status["servers"].as_array().cloned().unwrap_or_default();
+                let walked = servers.iter().any(|entry| {
+                    entry["name"] == name.as_str() && entry["walksOk"].as_u64() >= Some(1)
+                });
+                (walked && servers.len() == 2).then_some(())
+            },
+        );
+    }
+    let bearer = format!("Bearer {TOKEN}");
+    let answer = http_exchange_at(
+        &upstream.address,
+        "GET",
+        "/metrics",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let mut named: Vec<&str> = answer
+        .body
+        .lines()
+        .filter_map(|line| line.split("server=\"").nth(1))
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    assert_eq!(named, ["gone5", "keep"], "{}", answer.body);
+    assert!(
+        answer
+            .body
+            .contains("mcp_mirror_walk_duration_seconds_count{server=\"gone5\"}"),
+        "{}",
+        answer.body
+    );
 }

@@ -263,3 +263,162 @@ fn templates_lists_the_merged_templates_and_show_shows_one_online_and_offline() 
     daemon.stop();
     check(&daemon);
 }
+
+/// The peak resident set (`VmHWM`) of a process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kilobytes: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kilobytes * 1024
+}
+
+/// The start of a long text, for assertion messages.
+fn short(text: &str) -> &str {
+    &text[..text.len().min(300)]
+}
+
+/// Reads of unlisted URIs (the ones every stored template is tried on) leave the daemon up,
+/// and good servers' templates still route.
+fn read_unlisted_uris(daemon: &mut Daemon) {
+    let long = "a".repeat(4000);
+    let slashes = "a/".repeat(2000);
+    for round in 0..3 {
+        for uri in [long.as_str(), slashes.as_str(), "x://unlisted", "aaaa?"] {
+            let answer = read(daemon, uri);
+            assert_eq!(
+                answer["error"]["code"],
+                -32002,
+                "round {round}, {}: {}",
+                short(uri),
+                short(&answer.to_string())
+            );
+        }
+        let answer = read(daemon, "fixture://docs/docs/999999.md");
+        assert_eq!(
+            answer["result"]["_meta"]["io.mcp-mirror/server"],
+            "docs",
+            "{}",
+            short(&answer.to_string())
+        );
+        assert!(
+            daemon.child.try_wait().expect("wait").is_none(),
+            "the daemon died: {}",
+            daemon.log_text()
+        );
+    }
+}
+
+/// Issue 21 items 1 and 2: a server listing 15,000 adjacent `{a}` (45 KB) and `{a}/` x
+/// 200,000 (781 KB). Both are over the bounds and skipped at the walk, the server's other
+/// templates kept; templates a database already holds (an older version stored them) cost a
+/// bounded match on every read of an unlisted URI, after a restart too, and RSS stays small.
+#[test]
+fn hostile_templates_are_bounded_and_never_crash_the_daemon() {
+    let scratch = Scratch::new();
+    let adjacent = "{a}".repeat(15_000);
+    let slashes = "{a}/".repeat(200_000);
+    let costly = format!("{}!", "{a}".repeat(64));
+    let hostile = scratch.write_scenario(
+        "hostile.json",
+        &json!({"templates": [
+            {"uriTemplate": adjacent, "name": "adjacent"},
+            {"uriTemplate": slashes, "name": "slashes"},
+            {"uriTemplate": costly, "name": "costly"},
+            {"uriTemplate": "hostile://ok/{id}", "name": "ok"},
+        ]}),
+    );
+    let docs = stdio_server("docs", &["--name", "docs", "--generate", "3"]);
+    let servers = format!(
+        "{}{}priority = 10\n\n",
+        docs,
+        stdio_server(
+            "hostile",
+            &[
+                "--name",
+                "hostile",
+                "--scenario",
+                &hostile.display().to_string()
+            ]
+        ),
+    );
+    let mut daemon = Daemon::start(&scratch, &scratch.config(&servers));
+    daemon.wait_for_walks("docs", 1);
+    let status = daemon.wait_for_walks("hostile", 1);
+    assert_eq!(status["lastWalk"]["skipped"], 2, "{status}");
+    let log = daemon.log_text();
+    assert!(
+        log.contains("skipped 2 URI template(s) over the bounds")
+            && log.contains("(max_template_bytes)"),
+        "{log}"
+    );
+    let templates = daemon.call("resources/templates/list", json!({}));
+    let listed: Vec<&str> = templates["resourceTemplates"]
+        .as_array()
+        .expect("templates")
+        .iter()
+        .filter_map(|template| template["uriTemplate"].as_str())
+        .collect();
+    assert!(listed.contains(&"hostile://ok/{id}") && listed.contains(&costly.as_str()));
+    assert!(!listed.iter().any(|template| template.len() > 4096));
+    read_unlisted_uris(&mut daemon);
+    let answer = read(&daemon, "hostile://ok/7");
+    assert_eq!(
+        answer["result"]["_meta"]["io.mcp-mirror/server"],
+        "hostile",
+        "{}",
+        short(&answer.to_string())
+    );
+    let peak = peak_rss(daemon.child.id());
+    eprintln!("peak RSS of the daemon: {} MiB", peak >> 20);
+    assert!(peak < 400 << 20, "peak RSS {peak} bytes");
+    daemon.stop();
+
+    // A database an older version wrote holds them; the server cannot be reached now, so its
+    // snapshot (with them) is what reads see after the restart.
+    let database = rusqlite::Connection::open(&daemon.database).expect("open the database");
+    let hostile_id: i64 = database
+        .query_row("SELECT id FROM servers WHERE name = 'hostile'", [], |row| {
+            row.get(0)
+        })
+        .expect("hostile's row");
+    let many = format!("{}!", "{a}".repeat(1000));
+    for (index, template) in [adjacent.as_str(), slashes.as_str(), many.as_str()]
+        .iter()
+        .enumerate()
+    {
+        database
+            .execute(
+                "INSERT INTO resource_templates (server_id, uri_template, name, raw)
+                 VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![
+                    hostile_id,
+                    template,
+                    format!("stored-{index}"),
+                    json!({"uriTemplate": template, "name": format!("stored-{index}")}).to_string()
+                ],
+            )
+            .expect("store a hostile template");
+    }
+    drop(database);
+    let servers = format!("{docs}[servers.hostile]\ncommand = \"/bin/false\"\npriority = 10\n\n");
+    let mut daemon = Daemon::start(&scratch, &scratch.config(&servers));
+    daemon.wait_for_walks("docs", 1);
+    read_unlisted_uris(&mut daemon);
+    // Its own template still routes to it (offline now).
+    let answer = read(&daemon, "hostile://ok/7");
+    assert_eq!(
+        answer["error"]["data"]["server"],
+        "hostile",
+        "{}",
+        short(&answer.to_string())
+    );
+    let peak = peak_rss(daemon.child.id());
+    eprintln!(
+        "peak RSS of the daemon after the restart: {} MiB",
+        peak >> 20
+    );
+    assert!(peak < 400 << 20, "peak RSS after the restart {peak} bytes");
+}

@@ -244,6 +244,16 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
     assert!(cli(&["drift"]).contains("no drift"));
     let drift_json: Value = serde_json::from_str(&cli(&["drift", "--json"])).expect("json");
     assert_eq!(drift_json["drift"], json!([]));
+    // An unknown server is "not found" (exit 4), as for every other command, not "no drift".
+    for command in ["drift", "accept"] {
+        let output = run_cli(&daemon.socket, &[command, "--server", "nosuch"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(4), "{command}: {output:?}");
+        assert!(
+            stderr.contains("no server named nosuch"),
+            "{command}: {stderr}"
+        );
+    }
 }
 
 /// Runs server-everything over stdio and returns what its own `tools/list` and `prompts/list`

@@ -10,8 +10,8 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
 
 use super::{
-    now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
-    SwapOutcome, TemplateRow, WalkReport,
+    now_ms, CatalogChanged, EntryRow, RemovedServers, ResourceRow, ServerSync, ServerUpdate,
+    StoreError, SwapOutcome, TemplateRow, WalkReport,
 };
 use crate::protocol::{ChangeKind, Kind, ServerState};
 
@@ -45,14 +45,36 @@ pub enum WriteOp {
     Abort {
         walk_id: u64,
     },
-    /// Replaces one (server, kind) snapshot of tools or prompts (`entries.rs`).
-    SwapEntries {
+    /// Applies a staged delta of a followed upstream and moves its cursor (`delta.rs`).
+    CommitDelta {
+        walk_id: u64,
+        server: String,
+        removed: Vec<String>,
+        cursor: super::FollowCursor,
+        reply: Reply<SwapOutcome>,
+    },
+    /// Moves or forgets a followed server's cursor after a full walk (`delta.rs`).
+    SetFollowCursor {
+        server: String,
+        cursor: Option<super::FollowCursor>,
+        reply: Reply<()>,
+    },
+    /// Swaps a staged walk of tools or prompts in as the server's snapshot of `kind`
+    /// (`entry_swap.rs`).
+    CommitEntries {
+        walk_id: u64,
         server: String,
         kind: Kind,
-        rows: Vec<super::EntryRow>,
         reply: Reply<super::EntrySwap>,
     },
-    /// Records the current tools and prompts as accepted (`entries.rs`).
+    /// Records the scopes of a server's kinds (`scopes.rs`).
+    RecordScopes {
+        server: String,
+        scopes: Vec<(Kind, crate::protocol::CacheScope)>,
+        update: super::ScopeUpdate,
+        reply: Reply<()>,
+    },
+    /// Records the current tools and prompts as accepted (`kinds.rs`).
     Accept {
         server: Option<String>,
         reply: Reply<u64>,
@@ -72,6 +94,8 @@ pub enum WriteOp {
 pub enum Batch {
     Resources(Vec<ResourceRow>),
     Templates(Vec<TemplateRow>),
+    /// Tools or prompts, compared with the snapshot of their kind as they are staged.
+    Entries(Kind, Vec<EntryRow>),
 }
 
 impl Batch {
@@ -80,29 +104,41 @@ impl Batch {
         match self {
             Batch::Resources(rows) => rows.iter().map(|row| row.raw.len()).sum(),
             Batch::Templates(rows) => rows.iter().map(|row| row.raw.len()).sum(),
+            Batch::Entries(_, rows) => rows.iter().map(|row| row.raw.len()).sum(),
         }
     }
 }
 
+mod delta;
+mod entry_swap;
 mod full_text;
 mod pending;
 mod staging;
 mod swap;
 mod wal;
 
+use entry_swap::swap_entries;
 pub(super) use full_text::full_text_backlog;
 use full_text::{index_full_text_batch, INDEXED};
 use pending::{discard_pending_batch, pending_loads};
-use staging::{discard_staging, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA};
+use staging::{
+    discard_staging, stage_entries, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA,
+};
 use swap::swap;
 
 use wal::{WriteAheadLog, WAL_LIMIT_BYTES};
 
-/// The most per-URI rows one swap adds to the change feed; the rest become one
-/// 'truncated' row with a count, so a first load of a million resources costs little.
-pub const CHANGES_PER_SWAP: u64 = 1_000;
-/// The change feed keeps this many newest entries and forgets older ones.
-pub const CHANGES_KEPT: i64 = 100_000;
+/// The most per-key rows one swap adds to the change feed (every key of any real swap, so a
+/// follower fetches only what changed); past it, one 'truncated' row with a count, and a
+/// follower lists again, which is then the cheaper way anyway.
+pub const CHANGES_PER_SWAP: u64 = 1_000_000;
+/// A first load (a server with no entries yet) records its first keys and one 'truncated'
+/// row for the rest: a follower lists a new server whole, and a million rows stay cheap.
+pub const CHANGES_PER_FIRST_LOAD: u64 = 1_000;
+/// The change feed keeps this many newest entries, none older than `CHANGES_MAX_AGE_MS`;
+/// a follower whose cursor is older lists again.
+pub const CHANGES_KEPT: i64 = 1_000_000;
+pub const CHANGES_MAX_AGE_MS: i64 = 7 * 24 * 3600 * 1000;
 
 /// Runs the writer until `Close`. Between operations, when none is waiting, it indexes the
 /// full-text backlog a batch at a time (`index_full_text_batch`), so a large swap's indexing
@@ -226,7 +262,7 @@ pub fn run(
                                 .and_then(|()| StagedCounts::against(&connection, &server))
                                 .map(|counts| Some(fresh.insert(counts))),
                         },
-                        Batch::Templates(_) => Ok(None),
+                        Batch::Templates(_) | Batch::Entries(..) => Ok(None),
                     };
                     let staged = counts.and_then(|counts| {
                         wal.stage_page(&connection, walk_id, batch.bytes())?;
@@ -236,6 +272,9 @@ pub fn run(
                             }
                             (Batch::Templates(rows), _) => {
                                 stage_templates(&mut connection, walk_id, rows)
+                            }
+                            (Batch::Entries(kind, rows), _) => {
+                                stage_entries(&mut connection, walk_id, &server, *kind, rows)
                             }
                             (Batch::Resources(_), None) => Ok(()),
                         }
@@ -273,22 +312,53 @@ pub fn run(
                 // Subscribers and the caller hear first: dropping a million staged rows takes
                 // a while, and the snapshot is already committed (or the walk already failed).
                 let outcome = outcome.map(|(swap, latest_seq)| {
-                    if swap.added + swap.removed + swap.changed + swap.templates_touched > 0 {
-                        catalog_version.fetch_add(1, Ordering::Release);
-                        // A broadcast never blocks: a slow subscriber lags, the writer goes on.
-                        let _ = changes.send(CatalogChanged {
-                            server: server.clone(),
-                            kind: Kind::Resource,
-                            added: swap.added,
-                            removed: swap.removed,
-                            changed: swap.changed,
-                            latest_seq,
-                        });
-                    }
+                    announce(&changes, &catalog_version, &server, &swap, latest_seq);
                     swap
                 });
                 let _ = reply.send(outcome);
                 discard_staging(&connection, walk_id);
+            }
+            WriteOp::CommitDelta {
+                walk_id,
+                server,
+                removed,
+                cursor,
+                reply,
+            } => {
+                let counts = staged_walks.remove(&walk_id).unwrap_or_default();
+                let outcome = match failed_walks.remove(&walk_id) {
+                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    None => delta::apply_delta(
+                        &mut connection,
+                        walk_id,
+                        &counts,
+                        &server,
+                        &removed,
+                        &cursor,
+                        &full_text_behind,
+                    ),
+                };
+                if let Some(pending) = &counts.pending {
+                    discarding.push_back(pending.id);
+                }
+                indexing |= full_text_behind.load(Ordering::Acquire) > 0;
+                let outcome = outcome.map(|(swap, latest_seq)| {
+                    announce(&changes, &catalog_version, &server, &swap, latest_seq);
+                    swap
+                });
+                let _ = reply.send(outcome);
+                discard_staging(&connection, walk_id);
+            }
+            WriteOp::SetFollowCursor {
+                server,
+                cursor,
+                reply,
+            } => {
+                let _ = reply.send(delta::set_follow_cursor(
+                    &connection,
+                    &server,
+                    cursor.as_ref(),
+                ));
             }
             WriteOp::Abort { walk_id } => {
                 failed_walks.remove(&walk_id);
@@ -297,13 +367,16 @@ pub fn run(
                 }
                 discard_staging(&connection, walk_id);
             }
-            WriteOp::SwapEntries {
+            WriteOp::CommitEntries {
+                walk_id,
                 server,
                 kind,
-                rows,
                 reply,
             } => {
-                let outcome = super::kinds::swap_entries(&mut connection, &server, kind, rows);
+                let outcome = match failed_walks.remove(&walk_id) {
+                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    None => swap_entries(&mut connection, walk_id, &server, kind),
+                };
                 let outcome = outcome.map(|(swap, latest_seq)| {
                     if swap.touched() > 0 {
                         let _ = changes.send(CatalogChanged {
@@ -318,6 +391,20 @@ pub fn run(
                     swap
                 });
                 let _ = reply.send(outcome);
+                discard_staging(&connection, walk_id);
+            }
+            WriteOp::RecordScopes {
+                server,
+                scopes,
+                update,
+                reply,
+            } => {
+                let _ = reply.send(super::scopes::record_scopes(
+                    &mut connection,
+                    &server,
+                    &scopes,
+                    update,
+                ));
             }
             WriteOp::Accept { server, reply } => {
                 let _ = reply.send(super::kinds::accept(&mut connection, server.as_deref()));
@@ -464,6 +551,7 @@ fn sync_servers(
                 [id],
             )?;
             transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
+            super::scopes::forget_scopes(&transaction, &name)?;
             tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
             if removed > 0 {
                 dropped.push(CatalogChanged {
@@ -538,6 +626,28 @@ mod full_scans {
     pub(super) fn note(_statement: &rusqlite::Statement<'_>) {}
 }
 
+/// Tells subscribers of a committed swap that changed something (a broadcast never blocks: a
+/// slow subscriber lags, the writer goes on).
+fn announce(
+    changes: &broadcast::Sender<CatalogChanged>,
+    catalog_version: &AtomicU64,
+    server: &str,
+    swap: &SwapOutcome,
+    latest_seq: i64,
+) {
+    if swap.added + swap.removed + swap.changed + swap.templates_touched > 0 {
+        catalog_version.fetch_add(1, Ordering::Release);
+        let _ = changes.send(CatalogChanged {
+            server: server.to_string(),
+            kind: Kind::Resource,
+            added: swap.added,
+            removed: swap.removed,
+            changed: swap.changed,
+            latest_seq,
+        });
+    }
+}
+
 /// Adds the 'truncated' row for the changes of one swap that were not recorded one by one.
 fn record_truncated(
     transaction: &rusqlite::Transaction<'_>,
@@ -561,13 +671,21 @@ fn record_truncated(
     Ok(())
 }
 
-/// Forgets the oldest change feed entries past `CHANGES_KEPT`; returns the newest seq.
+/// Forgets the oldest change feed entries past `CHANGES_KEPT` and those older than
+/// `CHANGES_MAX_AGE_MS` (seq and time grow together, so the expired rows are the oldest
+/// seqs: the look stops at the first row young enough); returns the newest seq.
 pub(super) fn prune_changes(transaction: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
     let latest: i64 = query_one(transaction, "SELECT coalesce(max(seq), 0) FROM changes", [])?;
+    let young: Option<i64> = query_one(
+        transaction,
+        "SELECT seq FROM changes WHERE at >= ?1 ORDER BY seq LIMIT 1",
+        [now_ms() - CHANGES_MAX_AGE_MS],
+    )?;
+    let keep_from = young.unwrap_or(latest + 1).max(latest - CHANGES_KEPT + 1);
     execute(
         transaction,
-        "DELETE FROM changes WHERE seq <= ?1",
-        [latest - CHANGES_KEPT],
+        "DELETE FROM changes WHERE seq < ?1",
+        [keep_from],
     )?;
     Ok(latest)
 }

@@ -9,7 +9,9 @@ use super::full_text::{
 };
 use super::staging::StagedCounts;
 use super::swap::{log_swap, record_walk, replace_templates, SnapshotDiff};
-use super::{execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_SWAP};
+use super::{
+    execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_FIRST_LOAD,
+};
 use crate::protocol::ChangeKind;
 use crate::store::{now_ms, ResourceRow, StoreError, SwapOutcome, WalkReport};
 
@@ -241,7 +243,7 @@ pub(super) fn promote(
             }
             let mut recorded = 0;
             for &(first, last) in &pending.ranges {
-                if recorded >= CHANGES_PER_SWAP {
+                if recorded >= CHANGES_PER_FIRST_LOAD {
                     break;
                 }
                 recorded += execute(
@@ -256,7 +258,7 @@ pub(super) fn promote(
                         last,
                         pending.id,
                         ChangeKind::Added,
-                        (CHANGES_PER_SWAP - recorded) as i64
+                        (CHANGES_PER_FIRST_LOAD - recorded) as i64
                     ],
                 )? as u64;
             }

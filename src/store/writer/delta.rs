@@ -1,0 +1,140 @@
+//! A delta from a followed upstream: the changed entries staged like a walk's pages, the
+//! removed keys named, applied through the swap's own `apply_diff` with the cursor moved in
+//! the same transaction, so a reader sees the old snapshot or the new one and a crash leaves
+//! the old one with its old cursor.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::{params, Connection};
+
+use super::full_text::{full_text_backlog, FullText, BULK_INDEX_MIN_ROWS};
+use super::staging::StagedCounts;
+use super::swap::{apply_diff, log_swap, SnapshotDiff, CHANGED, REMOVED};
+use super::{execute, query_one, server_id};
+use crate::protocol::ServerState;
+use crate::store::{now_ms, FollowCursor, StoreError, SwapOutcome};
+
+/// Applies the staged rows of `walk_id` (added or changed entries) and removes `removed`
+/// from `server`'s snapshot; moves its cursor to `cursor`. Returns what changed and the
+/// change feed's newest seq.
+pub(super) fn apply_delta(
+    connection: &mut Connection,
+    walk_id: u64,
+    counts: &StagedCounts,
+    server: &str,
+    removed: &[String],
+    cursor: &FollowCursor,
+    full_text_behind: &AtomicU64,
+) -> Result<(SwapOutcome, i64), StoreError> {
+    let started = std::time::Instant::now();
+    let walk = walk_id as i64;
+    let transaction = connection.transaction()?;
+    let server_id = server_id(&transaction, server)?
+        .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
+    if counts.pending.is_some() || counts.snapshot.is_some_and(|staged| staged != server_id) {
+        return Err(StoreError::Walk(format!(
+            "server {server} has no snapshot to apply a delta to; it is walked instead"
+        )));
+    }
+    execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
+    execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+    let before: i64 = query_one(
+        &transaction,
+        "SELECT count(*) FROM resources WHERE server_id = ?1",
+        [server_id],
+    )?;
+    let changed = execute(
+        &transaction,
+        "INSERT INTO temp.swap_ids (id, kind)
+         SELECT id, ?2 FROM temp.staging_changed WHERE walk_id = ?1",
+        params![walk, CHANGED],
+    )? as u64;
+    let mut gone = 0u64;
+    {
+        let mut remove = transaction.prepare_cached(
+            "INSERT OR IGNORE INTO temp.swap_ids (id, kind)
+             SELECT id, ?3 FROM resources WHERE server_id = ?1 AND uri = ?2",
+        )?;
+        for uri in removed {
+            gone += remove.execute(params![server_id, uri, REMOVED])? as u64;
+        }
+    }
+    let added = execute(
+        &transaction,
+        "INSERT INTO temp.swap_added (uri) SELECT uri FROM temp.staging_added WHERE walk_id = ?1",
+        [walk],
+    )? as u64;
+    let diff = SnapshotDiff {
+        server_id,
+        walk,
+        before,
+        added,
+        removed: gone,
+        changed,
+        first_load: false,
+        full_text: match added >= BULK_INDEX_MIN_ROWS {
+            true => FullText::DeferAdded,
+            false => FullText::Inline,
+        },
+    };
+    let hold_started = std::time::Instant::now();
+    let now = now_ms();
+    let applied = apply_diff(&transaction, &diff, server, now)?;
+    execute(
+        &transaction,
+        "UPDATE servers SET state = ?2, stale = 0, last_error = NULL, last_error_at = NULL,
+             snapshot_at = ?3, resource_count = ?4, follow_instance = ?5, follow_seq = ?6,
+             deltas_applied = deltas_applied + 1
+         WHERE id = ?1",
+        params![
+            server_id,
+            ServerState::Synced,
+            now,
+            diff.resources(),
+            cursor.instance,
+            cursor.seq
+        ],
+    )?;
+    execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
+    execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+    if diff.full_text != FullText::Inline {
+        full_text_behind.store(full_text_backlog(&transaction)?, Ordering::Release);
+    }
+    let templates: i64 = query_one(
+        &transaction,
+        "SELECT template_count FROM servers WHERE id = ?1",
+        [server_id],
+    )?;
+    transaction.commit()?;
+    crate::metrics::observe_swap_hold(hold_started.elapsed());
+    log_swap(server, &diff, hold_started, started);
+    Ok((
+        SwapOutcome {
+            added: diff.added,
+            removed: diff.removed,
+            changed: diff.changed,
+            resources: diff.resources() as u64,
+            templates: templates.max(0) as u64,
+            templates_touched: 0,
+        },
+        applied.latest_seq,
+    ))
+}
+
+/// Moves (or forgets) a followed server's cursor, after a full walk committed.
+pub(super) fn set_follow_cursor(
+    connection: &Connection,
+    server: &str,
+    cursor: Option<&FollowCursor>,
+) -> Result<(), StoreError> {
+    execute(
+        connection,
+        "UPDATE servers SET follow_instance = ?2, follow_seq = ?3 WHERE name = ?1",
+        params![
+            server,
+            cursor.map(|cursor| cursor.instance.as_str()),
+            cursor.map(|cursor| cursor.seq)
+        ],
+    )?;
+    Ok(())
+}
