@@ -144,15 +144,19 @@ pub async fn run_with(
         refused_clients: AtomicU64::new(0),
         refusal_log: std::sync::Mutex::new(IntervalLog::default()),
     });
-    let api_task = tokio::spawn(socket::serve(listener, context.clone(), stopping.clone()));
+    let (probes, probe_connections) = mpsc::channel(4);
+    let api_task = tokio::spawn(socket::serve(
+        listener,
+        context.clone(),
+        probe_connections,
+        stopping.clone(),
+    ));
     let http = start_http_face(&config, &context, &stopping, service.http_listener).await?;
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
-    if let Some(path) = &socket.path {
-        probe_socket(path)
-            .await
-            .context("while checking that the socket answers")?;
-    }
+    probe_socket(&probes)
+        .await
+        .context("while checking that the socket answers")?;
     tracing::info!(
         socket = %context.socket_path.display(),
         socket_from_systemd = socket.passed,
@@ -167,7 +171,7 @@ pub async fn run_with(
             notifier.clone(),
             service.watchdog_interval,
             store.clone(),
-            socket.path.clone(),
+            probes.clone(),
             stopping.clone(),
         )));
     }
@@ -568,12 +572,19 @@ impl SocketFile {
     }
 }
 
-/// One JSON-RPC `ping` through the socket: proves the accept loop and dispatch are alive.
-async fn probe_socket(path: &Path) -> anyhow::Result<()> {
+/// One JSON-RPC `ping` through the socket's accept loop on a connection the daemon makes to
+/// itself (one end of a socket pair handed to the loop): proves the loop and dispatch are
+/// alive. It never opens the socket's file: a socket unit's file belongs to root with mode
+/// 0600, which a `DynamicUser` daemon may not connect to (a readiness check through the path
+/// failed there with EACCES and the service restarted in a loop).
+async fn probe_socket(probes: &mpsc::Sender<UnixStream>) -> anyhow::Result<()> {
     let exchange = async {
-        let mut stream = UnixStream::connect(path)
+        let (mut stream, served) =
+            UnixStream::pair().context("cannot create a socket pair to probe the socket")?;
+        probes
+            .send(served)
             .await
-            .with_context(|| format!("cannot connect to {}", path.display()))?;
+            .map_err(|_| anyhow::anyhow!("the socket's accept loop has stopped"))?;
         stream
             .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}\n")
             .await?;
@@ -597,7 +608,7 @@ async fn health_loop(
     notifier: Arc<Notifier>,
     watchdog: Option<Duration>,
     store: Store,
-    socket: Option<PathBuf>,
+    probes: mpsc::Sender<UnixStream>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let period = watchdog
@@ -616,9 +627,7 @@ async fn health_loop(
                 anyhow::bail!(problem);
             }
             store.ping_writer().await?;
-            if let Some(path) = &socket {
-                probe_socket(path).await?;
-            }
+            probe_socket(&probes).await?;
             Ok::<_, anyhow::Error>(summarize(&store.status().await?))
         };
         match tokio::time::timeout(period, check).await {

@@ -22,6 +22,7 @@ mod interop;
 mod kinds_notify;
 mod live;
 mod liveness;
+mod pid1;
 mod scope;
 mod search;
 mod search_index;
