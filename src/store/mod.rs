@@ -943,7 +943,15 @@ impl StagedWalk {
     }
 
     /// Swaps the staged walk in as the server's snapshot, in one transaction.
-    pub async fn commit(mut self, report: WalkReport) -> Result<SwapOutcome, StoreError> {
+    pub async fn commit(self, report: WalkReport) -> Result<SwapOutcome, StoreError> {
+        self.finish(report, None).await
+    }
+
+    async fn finish(
+        mut self,
+        report: WalkReport,
+        delta: Option<writer::Delta>,
+    ) -> Result<SwapOutcome, StoreError> {
         self.finished = true;
         let (reply, answer) = oneshot::channel();
         self.writer
@@ -951,6 +959,7 @@ impl StagedWalk {
                 walk_id: self.id,
                 server: self.server.clone(),
                 report,
+                delta,
                 reply,
             })
             .map_err(|_| StoreError::WriterGone)?;
@@ -978,22 +987,12 @@ impl StagedWalk {
     /// Applies the staged rows as a delta of a followed upstream: they are added or changed,
     /// `removed` go, the rest of the snapshot stays; the cursor moves in the same transaction.
     pub async fn commit_delta(
-        mut self,
+        self,
         removed: Vec<String>,
         cursor: FollowCursor,
     ) -> Result<SwapOutcome, StoreError> {
-        self.finished = true;
-        let (reply, answer) = oneshot::channel();
-        self.writer
-            .send(WriteOp::CommitDelta {
-                walk_id: self.id,
-                server: self.server.clone(),
-                removed,
-                cursor,
-                reply,
-            })
-            .map_err(|_| StoreError::WriterGone)?;
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        let delta = writer::Delta { removed, cursor };
+        self.finish(WalkReport::default(), Some(delta)).await
     }
 }
 

@@ -36,22 +36,17 @@ pub enum WriteOp {
         batch: Batch,
         permit: OwnedSemaphorePermit,
     },
+    /// Swaps a staged walk in; with a `delta`, applies the staged rows as a followed
+    /// upstream's delta instead (`delta.rs`): the rest of the snapshot stays.
     Commit {
         walk_id: u64,
         server: String,
         report: WalkReport,
+        delta: Option<Delta>,
         reply: Reply<SwapOutcome>,
     },
     Abort {
         walk_id: u64,
-    },
-    /// Applies a staged delta of a followed upstream and moves its cursor (`delta.rs`).
-    CommitDelta {
-        walk_id: u64,
-        server: String,
-        removed: Vec<String>,
-        cursor: super::FollowCursor,
-        reply: Reply<SwapOutcome>,
     },
     /// Moves or forgets a followed server's cursor after a full walk (`delta.rs`).
     SetFollowCursor {
@@ -88,6 +83,12 @@ pub enum WriteOp {
     Close {
         reply: oneshot::Sender<()>,
     },
+}
+
+/// What a followed upstream's delta removes, and the cursor it moves to.
+pub struct Delta {
+    pub removed: Vec<String>,
+    pub cursor: super::FollowCursor,
 }
 
 /// One page of a walk on its way to staging.
@@ -290,17 +291,26 @@ pub fn run(
                 walk_id,
                 server,
                 report,
+                delta,
                 reply,
             } => {
                 let counts = staged_walks.remove(&walk_id).unwrap_or_default();
-                let outcome = match failed_walks.remove(&walk_id) {
-                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
-                    None => swap(
+                let outcome = match (failed_walks.remove(&walk_id), delta) {
+                    (Some(error), _) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    (None, None) => swap(
                         &mut connection,
                         walk_id,
                         &counts,
                         &server,
                         &report,
+                        &full_text_behind,
+                    ),
+                    (None, Some(delta)) => delta::apply_delta(
+                        &mut connection,
+                        walk_id,
+                        &counts,
+                        &server,
+                        &delta,
                         &full_text_behind,
                     ),
                 };
@@ -311,37 +321,6 @@ pub fn run(
                 indexing |= full_text_behind.load(Ordering::Acquire) > 0;
                 // Subscribers and the caller hear first: dropping a million staged rows takes
                 // a while, and the snapshot is already committed (or the walk already failed).
-                let outcome = outcome.map(|(swap, latest_seq)| {
-                    announce(&changes, &catalog_version, &server, &swap, latest_seq);
-                    swap
-                });
-                let _ = reply.send(outcome);
-                discard_staging(&connection, walk_id);
-            }
-            WriteOp::CommitDelta {
-                walk_id,
-                server,
-                removed,
-                cursor,
-                reply,
-            } => {
-                let counts = staged_walks.remove(&walk_id).unwrap_or_default();
-                let outcome = match failed_walks.remove(&walk_id) {
-                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
-                    None => delta::apply_delta(
-                        &mut connection,
-                        walk_id,
-                        &counts,
-                        &server,
-                        &removed,
-                        &cursor,
-                        &full_text_behind,
-                    ),
-                };
-                if let Some(pending) = &counts.pending {
-                    discarding.push_back(pending.id);
-                }
-                indexing |= full_text_behind.load(Ordering::Acquire) > 0;
                 let outcome = outcome.map(|(swap, latest_seq)| {
                     announce(&changes, &catalog_version, &server, &swap, latest_seq);
                     swap
