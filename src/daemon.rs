@@ -119,6 +119,8 @@ pub async fn run_with(
     let keeper = search_index
         .as_ref()
         .map(|index| search::keeper::spawn(index.clone(), store.clone(), stopping.clone()));
+    #[cfg(feature = "semantic")]
+    let semantic = start_semantic_index(&config.search, &store, &stopping);
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
     let max_clients = client_budget(config.daemon.socket_limits.max_clients);
     let context = Arc::new(DaemonContext {
@@ -132,6 +134,8 @@ pub async fn run_with(
         started: Instant::now(),
         clients: AtomicUsize::new(0),
         search_index: search_index.clone(),
+        #[cfg(feature = "semantic")]
+        semantic,
         config_load: std::sync::Mutex::new(ConfigLoad {
             loaded_at_ms: now_ms(),
             ..ConfigLoad::default()
@@ -141,15 +145,19 @@ pub async fn run_with(
         refused_clients: AtomicU64::new(0),
         refusal_log: std::sync::Mutex::new(IntervalLog::default()),
     });
-    let api_task = tokio::spawn(socket::serve(listener, context.clone(), stopping.clone()));
+    let (probes, probe_connections) = mpsc::channel(4);
+    let api_task = tokio::spawn(socket::serve(
+        listener,
+        context.clone(),
+        probe_connections,
+        stopping.clone(),
+    ));
     let http = start_http_face(&config, &context, &stopping, service.http_listener).await?;
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
-    if let Some(path) = &socket.path {
-        probe_socket(path)
-            .await
-            .context("while checking that the socket answers")?;
-    }
+    probe_socket(&probes)
+        .await
+        .context("while checking that the socket answers")?;
     tracing::info!(
         socket = %context.socket_path.display(),
         socket_from_systemd = socket.passed,
@@ -164,7 +172,7 @@ pub async fn run_with(
             notifier.clone(),
             service.watchdog_interval,
             store.clone(),
-            socket.path.clone(),
+            probes.clone(),
             stopping.clone(),
         )));
     }
@@ -286,6 +294,29 @@ async fn watch_database_file(
             }
             let _ = lost.send(problem).await;
             return;
+        }
+    }
+}
+
+/// Starts the semantic index of `[search] semantic_model`, when one is set: its thread loads
+/// the model and embeds the catalog in the background, and searches stay lexical until then.
+#[cfg(feature = "semantic")]
+fn start_semantic_index(
+    search: &crate::config::SearchConfig,
+    store: &Store,
+    stopping: &watch::Receiver<bool>,
+) -> Option<Arc<crate::semantic::SemanticIndex>> {
+    let model = search.semantic_model.as_ref()?;
+    match crate::semantic::SemanticIndex::start(
+        model,
+        search.semantic_kinds.clone(),
+        store.clone(),
+        stopping.clone(),
+    ) {
+        Ok(index) => Some(index),
+        Err(error) => {
+            tracing::warn!(%error, "semantic search is off; searches stay lexical");
+            None
         }
     }
 }
@@ -542,12 +573,19 @@ impl SocketFile {
     }
 }
 
-/// One JSON-RPC `ping` through the socket: proves the accept loop and dispatch are alive.
-async fn probe_socket(path: &Path) -> anyhow::Result<()> {
+/// One JSON-RPC `ping` through the socket's accept loop on a connection the daemon makes to
+/// itself (one end of a socket pair handed to the loop): proves the loop and dispatch are
+/// alive. It never opens the socket's file: a socket unit's file belongs to root with mode
+/// 0600, which a `DynamicUser` daemon may not connect to (a readiness check through the path
+/// failed there with EACCES and the service restarted in a loop).
+async fn probe_socket(probes: &mpsc::Sender<UnixStream>) -> anyhow::Result<()> {
     let exchange = async {
-        let mut stream = UnixStream::connect(path)
+        let (mut stream, served) =
+            UnixStream::pair().context("cannot create a socket pair to probe the socket")?;
+        probes
+            .send(served)
             .await
-            .with_context(|| format!("cannot connect to {}", path.display()))?;
+            .map_err(|_| anyhow::anyhow!("the socket's accept loop has stopped"))?;
         stream
             .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}\n")
             .await?;
@@ -571,7 +609,7 @@ async fn health_loop(
     notifier: Arc<Notifier>,
     watchdog: Option<Duration>,
     store: Store,
-    socket: Option<PathBuf>,
+    probes: mpsc::Sender<UnixStream>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let period = watchdog
@@ -590,9 +628,7 @@ async fn health_loop(
                 anyhow::bail!(problem);
             }
             store.ping_writer().await?;
-            if let Some(path) = &socket {
-                probe_socket(path).await?;
-            }
+            probe_socket(&probes).await?;
             Ok::<_, anyhow::Error>(summarize(&store.read(|reader| reader.status()).await?))
         };
         match tokio::time::timeout(period, check).await {

@@ -13,6 +13,8 @@ pub mod paths;
 pub mod protocol;
 pub mod redact;
 pub mod search;
+#[cfg(feature = "semantic")]
+pub mod semantic;
 pub mod session;
 pub(crate) mod socket;
 pub(crate) mod store;

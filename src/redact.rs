@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 use std::sync::RwLock;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// What a secret becomes when scrubbed.
@@ -27,6 +28,10 @@ pub(crate) const MAX_SERVER_TEXT_BYTES: usize = 8 << 10;
 /// message about the old token that is still in flight stays scrubbed.
 static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
+/// The secrets as they are and as a JSON string escapes them (where that differs), longest
+/// first: what a listed entry's text is searched for.
+static SECRET_FORMS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
 /// Adds secrets to scrub from now on.
 pub fn remember_secrets<'a>(secrets: impl IntoIterator<Item = &'a str>) {
     let mut known = SECRETS
@@ -39,6 +44,23 @@ pub fn remember_secrets<'a>(secrets: impl IntoIterator<Item = &'a str>) {
     }
     // Longest first, so a secret that contains another is replaced whole.
     known.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    let mut forms: Vec<String> = known
+        .iter()
+        .flat_map(|secret| {
+            let quoted = serde_json::to_string(secret).unwrap_or_default();
+            let escaped = quoted
+                .get(1..quoted.len().saturating_sub(1))
+                .unwrap_or_default()
+                .to_string();
+            [secret.clone(), escaped]
+        })
+        .filter(|form| !form.is_empty())
+        .collect();
+    forms.sort_by_key(|form| std::cmp::Reverse(form.len()));
+    forms.dedup();
+    *SECRET_FORMS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = forms;
 }
 
 /// `text` with every known secret replaced by `REDACTED`.
@@ -53,6 +75,36 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
         }
     }
     scrubbed
+}
+
+/// A listed entry (its JSON text as the server sent it) with every known secret replaced, as
+/// it enters the mirror: a server that reflects our token into a description never gets it
+/// stored or served. A secret is looked for as it is and as JSON escapes it; the common case
+/// (no secret in the text) returns the text untouched, without parsing it.
+pub(crate) fn scrub_entry(entry: Box<RawValue>) -> Box<RawValue> {
+    let forms = SECRET_FORMS
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let text = entry.get();
+    if !forms.iter().any(|form| text.contains(form.as_str())) {
+        return entry;
+    }
+    let mut scrubbed = text.to_string();
+    for form in forms.iter() {
+        if scrubbed.contains(form.as_str()) {
+            scrubbed = scrubbed.replace(form.as_str(), REDACTED);
+        }
+    }
+    drop(forms);
+    match RawValue::from_string(scrubbed) {
+        Ok(scrubbed) => scrubbed,
+        // A secret that spanned the JSON's structure: scrub its strings one by one instead.
+        Err(_) => {
+            let mut value: Value = serde_json::from_str(entry.get()).unwrap_or(Value::Null);
+            scrub_json(&mut value);
+            serde_json::value::to_raw_value(&value).unwrap_or(entry)
+        }
+    }
 }
 
 /// `text` cut to at most `MAX_SERVER_TEXT_BYTES` (at a character boundary), with
@@ -302,6 +354,23 @@ mod tests {
             value,
             serde_json::json!({"a": ["x <redacted>"], "<redacted>": 1})
         );
+    }
+
+    #[test]
+    fn listed_entries_lose_secrets_as_they_are_and_as_json_escapes_them() {
+        remember_secrets(["tok-entry-5150abcd", "quote\"in-secret"]);
+        let entry = |text: &str| serde_json::value::RawValue::from_string(text.into()).unwrap();
+        let reflected = scrub_entry(entry(
+            r#"{"uri":"a://1","description":"Authorization: Bearer tok-entry-5150abcd"}"#,
+        ));
+        assert_eq!(
+            reflected.get(),
+            r#"{"uri":"a://1","description":"Authorization: Bearer <redacted>"}"#
+        );
+        let escaped = scrub_entry(entry(r#"{"uri":"a://2","name":"quote\"in-secret"}"#));
+        assert_eq!(escaped.get(), r#"{"uri":"a://2","name":"<redacted>"}"#);
+        let clean = r#"{"uri":"a://3","name":"nothing to see"}"#;
+        assert_eq!(scrub_entry(entry(clean)).get(), clean);
     }
 
     #[test]

@@ -174,6 +174,11 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
     let upstream_files = DaemonFiles::fresh("fleet/upstream")?;
     let token_file = upstream_files.path("fleet.token");
     std::fs::write(&token_file, format!("{TOKEN}\n"))?;
+    // A token file others may read is refused, as ssh refuses such a key.
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )?;
     let scenario_path = upstream_files.path("origin-scenario.json");
     // The origin lists its generated share less one, plus the marker: `total` in all.
     write_json_atomically(&scenario_path, &origin_scenario(per_server - 1, 0))?;
@@ -195,9 +200,12 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
     }
     let address = format!("127.0.0.1:{}", free_port()?);
     // The HTTP face's defaults (256 open streams, 1,024 sessions, 1,024 connections) hold 50
-    // downstreams, each with one listen stream and one connection for its POSTs.
+    // downstreams, each with one listen stream and one connection for its POSTs. Here they all
+    // come from 127.0.0.1 with one token, so they are one peer and one client: their shares
+    // are raised to the whole face (on a real fleet each host has its own).
     servers.push_str(&format!(
-        "[http]\nlisten = \"{address}\"\ntokens = {{ fleet = {:?} }}\n",
+        "[http]\nlisten = \"{address}\"\ntokens = {{ fleet = {:?} }}\n\
+         max_connections_per_peer = 1024\nmax_streams_per_client = 256\nmax_sessions_per_client = 1024\n",
         token_file.display().to_string()
     ));
     let upstream_config = upstream_files.config("", &servers)?;

@@ -24,6 +24,7 @@ mod paths;
 mod process;
 mod query;
 mod report;
+mod semantic;
 mod start;
 mod swap;
 mod walk;
@@ -114,8 +115,8 @@ fn main() -> anyhow::Result<()> {
         .map(String::as_str)
         .filter(|argument| !argument.starts_with("--"))
         .collect();
-    const ALL: [&str; 8] = [
-        "walk", "swap", "change", "query", "start", "idle", "fleet", "kinds",
+    const ALL: [&str; 9] = [
+        "walk", "swap", "change", "query", "start", "idle", "fleet", "kinds", "semantic",
     ];
     if scenarios.is_empty() || scenarios.contains(&"all") {
         scenarios = ALL.to_vec();
@@ -189,6 +190,7 @@ fn main() -> anyhow::Result<()> {
             "fleet" => fleet::FleetOptions::from_arguments(&arguments)
                 .and_then(|options| fleet::run(&mut report, &options)),
             "kinds" => kinds::run(&mut report, quick),
+            "semantic" => semantic::run(&mut report, quick),
             _ => unreachable!(),
         };
         if let Err(error) = &outcome {

@@ -3,18 +3,24 @@
 use crate::protocol::{self as wire, ChangesParams, ErrorObject};
 use crate::store::{ChangePage, Reader};
 
-use super::{internal, invalid_params};
+use super::{internal, invalid_params, View};
 
-/// The feed after `since` (only the entries of `kinds` when given), oldest first.
+/// The feed after `since` (only the entries of `kinds` when given, and those the view sees),
+/// oldest first.
 pub fn changes(
     reader: &Reader,
     params: &ChangesParams,
+    view: &View,
 ) -> Result<wire::ChangesResult, ErrorObject> {
     let (since, limit) = params.checked().map_err(invalid_params)?;
     let page = reader
         .changes(since, limit, params.kinds.as_deref())
         .map_err(internal)?;
-    Ok(changes_result(page))
+    let mut result = changes_result(page);
+    result
+        .changes
+        .retain(|change| view.sees(&change.server, change.entry_kind));
+    Ok(result)
 }
 
 /// A page of the feed as the socket answers it (and as `catalog/watch` notifies it).

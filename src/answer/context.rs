@@ -24,6 +24,9 @@ pub struct DaemonContext {
     pub config_load: std::sync::Mutex<ConfigLoad>,
     /// The derived search index; `None` when it could not be opened (SQLite answers).
     pub search_index: Option<Arc<SearchIndex>>,
+    /// The vectors of hybrid search; `None` without `[search] semantic_model`.
+    #[cfg(feature = "semantic")]
+    pub semantic: Option<Arc<crate::semantic::SemanticIndex>>,
     /// Admits `catalog/search` calls: a bounded number at once, a bounded queue, a deadline.
     pub search_gate: SearchGate,
     /// The most connections served at once; more are refused at accept.

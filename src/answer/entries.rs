@@ -7,11 +7,11 @@ use serde_json::Value;
 
 use crate::protocol::{
     self as wire, decode_cursor, encode_cursor, ErrorObject, Kind, ORIGIN_META_KEY,
-    RESOURCE_NOT_FOUND,
+    RESOURCE_NOT_FOUND, VIA_META_KEY,
 };
 use crate::store::{EntryListing, KindCounts, Reader};
 
-use super::{internal, invalid};
+use super::{internal, invalid, View};
 
 /// The separator between server and name inside a `catalog/tools` cursor.
 const CURSOR_SEPARATOR: char = '\u{1f}';
@@ -19,15 +19,26 @@ const CURSOR_SEPARATOR: char = '\u{1f}';
 /// A stored definition with its origin server in `_meta`.
 pub fn with_origin(raw: &str, server: &str) -> Value {
     let mut value: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
-    if let Value::Object(object) = &mut value {
-        let meta = object
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Value::Object(meta) = meta {
-            meta.insert(ORIGIN_META_KEY.into(), Value::String(server.to_string()));
-        }
-    }
+    attribute(&mut value, server);
     value
+}
+
+/// Names `server` in an entry's `_meta`: as its origin, or, when it already names one (it came
+/// from another mirror), as the mirror it came via, so the origin is kept.
+fn attribute(value: &mut Value, server: &str) {
+    let Value::Object(object) = value else {
+        return;
+    };
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(meta) = meta {
+        let key = match meta.get(ORIGIN_META_KEY) {
+            Some(Value::String(_)) => VIA_META_KEY,
+            _ => ORIGIN_META_KEY,
+        };
+        meta.insert(key.into(), Value::String(server.to_string()));
+    }
 }
 
 /// Where a `catalog/tools` (or `/prompts`) page starts: after this (server, name).
@@ -42,13 +53,15 @@ fn entries_after(params: &wire::EntriesParams) -> Result<Option<(String, String)
     Ok(Some((server.to_string(), name.to_string())))
 }
 
-/// A page of one kind's entries (`page_size` at most), each with its origin, and the cursor
-/// to the next page.
+/// A page of one kind's entries the view sees (`page_size` read at most), each with its
+/// origin, and the cursor to the next page (after the last entry read, whatever the view left
+/// of the page).
 pub fn page(
     reader: &Reader,
     kind: Kind,
     params: &wire::EntriesParams,
     page_size: usize,
+    view: &View,
 ) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
     let after = entries_after(params)?;
     let after = after
@@ -66,6 +79,7 @@ pub fn page(
     };
     let entries = rows
         .iter()
+        .filter(|row| view.sees(&row.server, kind))
         .map(|row| with_origin(&row.raw, &row.server))
         .collect();
     Ok((entries, next))
@@ -76,8 +90,9 @@ pub fn tools(
     reader: &Reader,
     params: &wire::EntriesParams,
     page_size: usize,
+    view: &View,
 ) -> Result<wire::ListToolsResult, ErrorObject> {
-    let (tools, next_cursor) = page(reader, Kind::Tool, params, page_size)?;
+    let (tools, next_cursor) = page(reader, Kind::Tool, params, page_size, view)?;
     Ok(wire::ListToolsResult { tools, next_cursor })
 }
 
@@ -86,8 +101,9 @@ pub fn prompts(
     reader: &Reader,
     params: &wire::EntriesParams,
     page_size: usize,
+    view: &View,
 ) -> Result<wire::ListPromptsResult, ErrorObject> {
-    let (prompts, next_cursor) = page(reader, Kind::Prompt, params, page_size)?;
+    let (prompts, next_cursor) = page(reader, Kind::Prompt, params, page_size, view)?;
     Ok(wire::ListPromptsResult {
         prompts,
         next_cursor,
@@ -95,15 +111,19 @@ pub fn prompts(
 }
 
 /// One tool or prompt, whole (`catalog/tool`, `catalog/prompt`); "not found" when the server
-/// lists none of that name.
+/// lists none of that name, or the view does not see it.
 pub fn details(
     reader: &Reader,
     kind: Kind,
     params: &wire::EntryParams,
+    view: &View,
 ) -> Result<wire::EntryDetails, ErrorObject> {
-    let listing: Option<EntryListing> = reader
-        .entry(kind, &params.server, &params.name)
-        .map_err(internal)?;
+    let listing: Option<EntryListing> = match view.sees(&params.server, kind) {
+        true => reader
+            .entry(kind, &params.server, &params.name)
+            .map_err(internal)?,
+        false => None,
+    };
     let listing = listing.ok_or_else(|| {
         ErrorObject::new(
             RESOURCE_NOT_FOUND,
@@ -138,11 +158,13 @@ pub fn known_server(reader: &Reader, server: Option<&str>) -> Result<(), ErrorOb
 pub fn drift(
     reader: &Reader,
     params: &wire::ServerParams,
+    view: &View,
 ) -> Result<wire::DriftResult, ErrorObject> {
     known_server(reader, params.server.as_deref())?;
     let rows = reader.drift(params.server.as_deref()).map_err(internal)?;
     let drift = rows
         .into_iter()
+        .filter(|row| view.sees(&row.server, row.kind))
         .map(|row| {
             let field = |definition: &Option<Value>, name: &str| {
                 definition

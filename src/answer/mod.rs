@@ -13,9 +13,11 @@ pub(crate) mod resource;
 pub(crate) mod search;
 pub(crate) mod status;
 pub(crate) mod tools;
+pub(crate) mod view;
 
 pub(crate) use context::on_reader;
 pub use context::{ConfigLoad, DaemonContext, IntervalLog};
+pub(crate) use view::{Restriction, View};
 
 use crate::protocol::{ErrorObject, InvalidParams, INTERNAL_ERROR, INVALID_PARAMS};
 

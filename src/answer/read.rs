@@ -1,22 +1,41 @@
 //! Reads routed to a server: `resources/read` (the winning server, else the first matching template's; the cache fallback).
 
-use super::{internal, DaemonContext};
+use super::{internal, DaemonContext, View};
 use crate::answer::resource::not_listed;
-use crate::protocol::{CacheNote, ErrorData, ErrorObject, ReadResourceResult, INTERNAL_ERROR};
+use crate::protocol::{
+    CacheNote, CacheScope, ErrorData, ErrorObject, Kind, ReadResourceResult, INTERNAL_ERROR,
+};
 use crate::redact;
 use crate::session::ReadError;
-use crate::store;
 
 /// Reads through the server that wins `uri` in the merged catalog; when that server cannot
 /// be reached and its content cache has the URI, serves the cached contents instead.
 pub async fn read_resource(
     uri: &str,
     context: &DaemonContext,
+    view: &View,
 ) -> Result<ReadResourceResult, ErrorObject> {
     let target = read_target_or_template(uri, context).await?;
     let server = target.server.as_str();
+    // The view is checked before the server is asked: a read it may not see goes nowhere.
+    if !target.kinds.iter().all(|kind| view.sees(server, *kind)) {
+        return Err(not_listed(uri));
+    }
     match context.supervisor.read(server, uri).await {
-        Ok(answer) => {
+        Ok(mut answer) => {
+            // As listed entries: a server's contents never carry our secrets onward.
+            redact::scrub_json(&mut answer);
+            // A read result has its own `cacheScope` (2026-07-28): a private one is the
+            // server's answer to us alone.
+            let declared = answer
+                .get("cacheScope")
+                .map(|scope| scope.as_str().unwrap_or(""));
+            if declared.is_some()
+                && CacheScope::of_page(declared) == CacheScope::Private
+                && !view.sees_private_reads_of(server)
+            {
+                return Err(not_listed(uri));
+            }
             let mut result: ReadResourceResult =
                 serde_json::from_value(answer).map_err(|error| {
                     internal(format!(
@@ -32,7 +51,12 @@ pub async fn read_resource(
         }
         Err(error) => {
             let unreachable = matches!(error, ReadError::Offline { .. } | ReadError::Failed { .. });
-            if unreachable && target.read_cache_bytes.is_some() {
+            // The cache does not record each result's own scope: a token client gets cached
+            // contents only of a server whose private results it may see (`share = true`).
+            if unreachable
+                && target.read_cache_bytes.is_some()
+                && view.sees_private_reads_of(server)
+            {
                 let (server_name, uri_text) = (server.to_string(), uri.to_string());
                 let cached = context
                     .store
@@ -77,24 +101,35 @@ pub async fn read_resource(
 async fn read_target_or_template(
     uri: &str,
     context: &DaemonContext,
-) -> Result<store::ReadTarget, ErrorObject> {
+) -> Result<Target, ErrorObject> {
     let target = {
         let uri = uri.to_string();
         context
             .store
             .read(move |reader| {
                 if let Some(target) = reader.read_target(&uri)? {
-                    return Ok(Some(target));
+                    return Ok(Some(Target {
+                        server: target.server,
+                        read_cache_bytes: target.read_cache_bytes,
+                        kinds: &[Kind::Resource],
+                    }));
                 }
-                Ok(reader
-                    .template_target(&uri)?
-                    .map(|template| store::ReadTarget {
-                        server: template.server,
-                        read_cache_bytes: template.read_cache_bytes,
-                    }))
+                Ok(reader.template_target(&uri)?.map(|template| Target {
+                    server: template.server,
+                    read_cache_bytes: template.read_cache_bytes,
+                    // Reached through a template, the read is of a resource too.
+                    kinds: &[Kind::Template, Kind::Resource],
+                }))
             })
             .await
             .map_err(internal)?
     };
     target.ok_or_else(|| not_listed(uri))
+}
+
+/// Where a read goes, and the kinds of entry that lead there (all of which the view must see).
+struct Target {
+    server: String,
+    read_cache_bytes: Option<u64>,
+    kinds: &'static [Kind],
 }

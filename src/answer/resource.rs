@@ -1,10 +1,10 @@
 //! `catalog/resource`: everything known about one URI, and the "not listed" error of a URI no
 //! server lists.
 
-use crate::protocol::{self as wire, ErrorData, ErrorObject, RESOURCE_NOT_FOUND};
+use crate::protocol::{self as wire, ErrorData, ErrorObject, Kind, RESOURCE_NOT_FOUND};
 use crate::store::Reader;
 
-use super::internal;
+use super::{internal, View};
 
 /// MCP's "resource not found" for a URI no mirrored server lists.
 pub fn not_listed(uri: &str) -> ErrorObject {
@@ -18,9 +18,15 @@ pub fn not_listed(uri: &str) -> ErrorObject {
     })
 }
 
-/// The winner (first listing) with its origin, and every listing; `not_listed` when none.
-pub fn details(reader: &Reader, uri: &str) -> Result<wire::ResourceDetails, ErrorObject> {
-    let listings = reader.listings(uri).map_err(internal)?;
+/// The winner (first listing the view sees) with its origin, and every listing the view sees;
+/// `not_listed` when none.
+pub fn details(
+    reader: &Reader,
+    uri: &str,
+    view: &View,
+) -> Result<wire::ResourceDetails, ErrorObject> {
+    let mut listings = reader.listings(uri).map_err(internal)?;
+    listings.retain(|listing| view.sees(&listing.server, Kind::Resource));
     let Some(winner) = listings.first() else {
         return Err(not_listed(uri));
     };

@@ -49,6 +49,10 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
         database_error: context.store.database_error(),
         socket_limits: socket_activity(context),
         search_index: context.search_index.as_ref().map(|index| index.status()),
+        #[cfg(feature = "semantic")]
+        vectors: context.semantic.as_ref().map(|semantic| semantic.status()),
+        #[cfg(not(feature = "semantic"))]
+        vectors: None,
     };
     let mut servers: Vec<wire::ServerStatus> = servers
         .into_iter()

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use crate::answer::entries::with_origin;
-use crate::answer::{internal, invalid, DaemonContext};
+use crate::answer::{internal, invalid, DaemonContext, View};
 use crate::protocol::{self as wire, parse_params, ErrorObject, Kind, INVALID_PARAMS};
 use crate::store::{Store, StoreError};
 
@@ -42,10 +42,11 @@ fn one_line(description: Option<String>) -> Option<String> {
 }
 
 /// `search_catalog`, the MCP face's search: the same path as `catalog/search` with `kinds`
-/// (every kind when absent), best first.
-pub async fn search_catalog(
+/// (every kind when absent), best first; what the view sees only.
+pub(crate) async fn search_catalog(
     context: &DaemonContext,
     arguments: wire::SearchCatalogArguments,
+    view: &View,
 ) -> Result<Vec<wire::CatalogHit>, ErrorObject> {
     let limit = arguments
         .limit
@@ -56,16 +57,33 @@ pub async fn search_catalog(
         limit: Some(limit),
         server: arguments.server,
         kinds: Some(arguments.kinds.unwrap_or_else(|| Kind::ALL.to_vec())),
+        mode: arguments.mode,
         ..wire::SearchParams::default()
     };
     let search = params
         .into_kinds_request()
         .map_err(|error| invalid(error.0))?;
     let result = crate::answer::search::search_kinds(search, context).await?;
-    Ok(result
-        .results
-        .into_iter()
-        .map(|hit| wire::CatalogHit {
+    let mut hits = Vec::with_capacity(result.results.len());
+    for hit in result.results {
+        // A scoped client sees only what its view allows.
+        if !view.sees(&hit.server, hit.kind) {
+            continue;
+        }
+        // A tool's definition as its server listed it: what a host registers natively.
+        let definition = match (arguments.definitions, hit.kind) {
+            (Some(true), Kind::Tool | Kind::Prompt) => {
+                let (kind, server, name) = (hit.kind, hit.server.clone(), hit.name.clone());
+                context
+                    .store
+                    .read(move |reader| reader.entry(kind, &server, &name))
+                    .await
+                    .map_err(internal)?
+                    .map(|listing| with_origin(&listing.raw, &listing.server))
+            }
+            _ => None,
+        };
+        hits.push(wire::CatalogHit {
             kind: hit.kind,
             server: hit.server,
             name: hit.name,
@@ -73,14 +91,17 @@ pub async fn search_catalog(
             title: hit.title,
             description: one_line(hit.description),
             score: hit.score,
-        })
-        .collect())
+            definition,
+        });
+    }
+    Ok(hits)
 }
 
 /// `tools/call` of the MCP face: the mirror's own two tools; any other name is an error.
-pub async fn call_tool(
+pub(crate) async fn call_tool(
     context: &DaemonContext,
     params: wire::CallToolParams,
+    view: &View,
 ) -> Result<wire::CallToolResult, ErrorObject> {
     let arguments = match params.arguments {
         Value::Null => Value::Object(Default::default()),
@@ -90,7 +111,7 @@ pub async fn call_tool(
         wire::SEARCH_CATALOG_TOOL => {
             let arguments: wire::SearchCatalogArguments =
                 parse_params(arguments).map_err(|error| invalid(error.0))?;
-            let hits = match search_catalog(context, arguments).await {
+            let hits = match search_catalog(context, arguments, view).await {
                 Ok(hits) => hits,
                 Err(error) if error.code == INVALID_PARAMS => {
                     return Ok(wire::CallToolResult::error(format!(
@@ -119,7 +140,11 @@ pub async fn call_tool(
         wire::DESCRIBE_ENTRY_TOOL => {
             let arguments: wire::DescribeEntryArguments =
                 parse_params(arguments).map_err(|error| invalid(error.0))?;
-            let definition = describe(&context.store, arguments).await?;
+            // An entry outside the view is as absent as one no server lists.
+            let definition = match view.sees(&arguments.server, arguments.kind) {
+                true => describe(&context.store, arguments).await?,
+                false => None,
+            };
             let Some(definition) = definition else {
                 return Ok(wire::CallToolResult::error("no such entry".into()));
             };

@@ -87,6 +87,10 @@ enum Command {
         /// kind by default).
         #[arg(long = "kind", value_name = "KIND")]
         kinds: Vec<mcp_mirror::protocol::Kind>,
+        /// Rank by words (lexical), by meaning (semantic) or both (hybrid, the default when
+        /// the daemon has a `[search] semantic_model`).
+        #[arg(long)]
+        mode: Option<mcp_mirror::protocol::SearchMode>,
     },
     /// Show every field of one resource and which servers list it (or of one URI template);
     /// `show tool SERVER/NAME` (or `prompt`) shows a whole tool or prompt definition.
@@ -144,6 +148,18 @@ enum Command {
         #[arg(long)]
         wait: bool,
     },
+    /// Make the daemon re-read its configuration (SIGHUP), then wait until it applied or
+    /// refused it (what `systemctl reload` runs; a refused file exits 1).
+    Reload {
+        /// The daemon's process id (default: the pid the socket's daemon reports). Without
+        /// access to the socket, the signal is sent and not waited on.
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff) to standard output.
+    Man,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -207,9 +223,11 @@ fn main() -> ExitCode {
             raw,
             cursor,
             kinds,
+            mode,
         } => {
             let search = cli::SearchArgs {
                 kinds,
+                mode: *mode,
                 query,
                 limit: *limit,
                 server: server.as_deref(),
@@ -253,6 +271,22 @@ fn main() -> ExitCode {
         Command::Refresh { server, wait } => {
             cli::refresh(&socket, server.as_deref(), *wait, arguments.json)
         }
+        Command::Reload { pid } => cli::reload(&socket, *pid, arguments.json),
+        Command::Completions { shell } => {
+            let mut command = <Arguments as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "mcp-mirror", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let command = <Arguments as clap::CommandFactory>::command();
+            return match clap_mangen::Man::new(command).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("mcp-mirror: cannot write the man page: {error}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -275,6 +309,11 @@ fn choose_remote(arguments: &Arguments) -> Result<(), cli::ClientError> {
     if matches!(arguments.command, Command::Mcp) {
         return Err(cli::ClientError::Usage(format!(
             "`mcp` bridges to a local socket; point the MCP client at {url} itself"
+        )));
+    }
+    if matches!(arguments.command, Command::Reload { .. }) {
+        return Err(cli::ClientError::Usage(format!(
+            "`reload` signals a local daemon; reload the mirror at {url} on its own host"
         )));
     }
     let url = reqwest::Url::parse(url)

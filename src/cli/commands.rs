@@ -377,6 +377,7 @@ pub struct SearchArgs<'a> {
     pub cursor: Option<&'a str>,
     /// The kinds searched; every kind when empty.
     pub kinds: &'a [Kind],
+    pub mode: Option<crate::protocol::SearchMode>,
 }
 
 pub fn search(
@@ -395,6 +396,7 @@ pub fn search(
         cursor: args.cursor.map(str::to_string),
         highlight: (!as_json).then(|| (open.to_string(), close.to_string())),
         kinds: (!args.kinds.is_empty()).then(|| args.kinds.to_vec()),
+        mode: args.mode,
     };
     let mut catalog = Catalog::open(socket, database)?;
     if let Some(server) = args.server {

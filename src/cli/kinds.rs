@@ -20,11 +20,13 @@ fn first_line(text: Option<&str>) -> String {
     escaped(&short).into_owned()
 }
 
+/// Where an entry comes from, for people: `demo`, or `demo via upstream` through a mirror.
 fn origin(entry: &Value) -> String {
-    entry["_meta"][wire::ORIGIN_META_KEY]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
+    let origin = entry["_meta"][wire::ORIGIN_META_KEY].as_str().unwrap_or("");
+    match entry["_meta"][wire::VIA_META_KEY].as_str() {
+        Some(via) => format!("{origin} via {via}"),
+        None => origin.to_string(),
+    }
 }
 
 /// Every tool or prompt (of one server or all), following cursors.

@@ -7,6 +7,7 @@ mod commands;
 mod kinds;
 mod offline;
 mod progress;
+mod reload;
 mod render;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ pub use client::{use_remote, Client, Remote};
 pub use commands::{ls, read, refresh, search, show, status, templates, watch, SearchArgs};
 pub use kinds::{accept, drift, list as list_kind, show as show_entry};
 pub use offline::DatabaseChoice;
+pub use reload::reload;
 
 /// Exit codes that tell outcomes apart for scripts.
 pub const EXIT_FAILURE: u8 = 1;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::client::Client;
 use super::ClientError;
-use crate::answer;
+use crate::answer::{self, View};
 use crate::protocol::{
     socket_record_path, CatalogList, CatalogPrompt, CatalogPrompts, CatalogResource, CatalogSearch,
     CatalogTool, CatalogTools, EntriesParams, EntryDetails, EntryParams, ErrorObject, Kind,
@@ -71,9 +71,11 @@ impl Catalog {
     pub fn list_page(&mut self, params: &ListParams) -> Result<ListResourcesResult, ClientError> {
         match self {
             Catalog::Daemon(client) => client.call::<ListResources>(params, Some(LIST_TIMEOUT)),
-            Catalog::Database(reader) => answer::list::resources(reader, params, OFFLINE_PAGE_SIZE)
-                .and_then(|page| page.typed_resources())
-                .map_err(offline),
+            Catalog::Database(reader) => {
+                answer::list::resources(reader, params, OFFLINE_PAGE_SIZE, &View::owner())
+                    .and_then(|page| page.typed_resources())
+                    .map_err(offline)
+            }
         }
     }
 
@@ -94,9 +96,11 @@ impl Catalog {
     ) -> Result<ListTemplatesResult, ClientError> {
         match self {
             Catalog::Daemon(client) => client.call::<ListTemplates>(params, Some(LIST_TIMEOUT)),
-            Catalog::Database(reader) => answer::list::templates(reader, params, OFFLINE_PAGE_SIZE)
-                .and_then(|page| page.typed_templates())
-                .map_err(offline),
+            Catalog::Database(reader) => {
+                answer::list::templates(reader, params, OFFLINE_PAGE_SIZE, &View::owner())
+                    .and_then(|page| page.typed_templates())
+                    .map_err(offline)
+            }
         }
     }
 
@@ -108,8 +112,8 @@ impl Catalog {
     ) -> Result<ServerListResult, ClientError> {
         match self {
             Catalog::Daemon(client) => client.call::<CatalogList>(params, Some(LIST_TIMEOUT)),
-            Catalog::Database(reader) => {
-                answer::list::server_list(reader, params).map_err(|error| {
+            Catalog::Database(reader) => answer::list::server_list(reader, params, &View::owner())
+                .map_err(|error| {
                     let unknown = error
                         .data
                         .as_ref()
@@ -118,8 +122,7 @@ impl Catalog {
                         true => no_such_server(&params.server),
                         false => offline(error),
                     }
-                })
-            }
+                }),
         }
     }
 
@@ -139,14 +142,13 @@ impl Catalog {
             Catalog::Daemon(client) => {
                 client.call::<CatalogResource>(&UriParams { uri: uri.into() }, Some(QUERY_TIMEOUT))
             }
-            Catalog::Database(reader) => {
-                answer::resource::details(reader, uri).map_err(|error| match error.code {
+            Catalog::Database(reader) => answer::resource::details(reader, uri, &View::owner())
+                .map_err(|error| match error.code {
                     RESOURCE_NOT_FOUND => {
                         ClientError::NotFound(format!("no mirrored server lists {uri}"))
                     }
                     _ => offline(error),
-                })
-            }
+                }),
         }
     }
 
@@ -168,7 +170,8 @@ impl Catalog {
                 }
             },
             Catalog::Database(reader) => {
-                answer::entries::page(reader, kind, params, OFFLINE_PAGE_SIZE).map_err(offline)
+                answer::entries::page(reader, kind, params, OFFLINE_PAGE_SIZE, &View::owner())
+                    .map_err(offline)
             }
         }
     }
@@ -181,7 +184,7 @@ impl Catalog {
                 _ => client.call::<CatalogTool>(params, Some(QUERY_TIMEOUT)),
             },
             Catalog::Database(reader) => {
-                answer::entries::details(reader, kind, params).map_err(offline)
+                answer::entries::details(reader, kind, params, &View::owner()).map_err(offline)
             }
         }
     }

@@ -7,6 +7,7 @@
 
 mod http;
 mod raw;
+mod search;
 mod server;
 mod source;
 mod transport;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 
 pub use http::{HttpConfig, HttpToken};
+pub use search::SearchConfig;
 use source::SourceFile;
 
 /// The search gate's bounds, from `[daemon] search_timeout` and `max_concurrent_searches`.
@@ -148,6 +150,8 @@ pub struct Config {
     pub servers: Vec<ServerConfig>,
     /// The HTTP face (`[http]`); off unless `listen` is set.
     pub http: HttpConfig,
+    /// `[search]`: the local model of hybrid search, off unless `semantic_model` is set.
+    pub search: SearchConfig,
 }
 
 #[derive(Clone, Debug, PartialEq)]

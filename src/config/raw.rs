@@ -2,6 +2,7 @@
 //! file, and TOML errors turned into `ConfigError`s that never quote a value.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -18,6 +19,8 @@ pub(super) struct RawConfig {
     pub servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
     #[serde(default)]
     pub http: RawHttp,
+    #[serde(default)]
+    pub search: super::search::RawSearch,
 }
 
 /// The `[http]` table as written.
@@ -27,12 +30,79 @@ pub(super) struct RawHttp {
     pub listen: Option<Spanned<String>>,
     pub metrics_listen: Option<Spanned<String>>,
     #[serde(default)]
-    pub tokens: BTreeMap<String, Spanned<String>>,
+    pub tokens: BTreeMap<String, Spanned<RawToken>>,
     #[serde(default)]
     pub allowed_origins: Vec<String>,
     pub max_body: Option<Spanned<String>>,
     pub max_streams: Option<Spanned<i64>>,
     pub max_sessions: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub allowed_hosts: Vec<Spanned<String>>,
+    pub max_connections: Option<Spanned<i64>>,
+    pub max_connections_per_peer: Option<Spanned<i64>>,
+    pub body_timeout: Option<Spanned<String>>,
+    pub write_stall_timeout: Option<Spanned<String>>,
+    pub session_idle_timeout: Option<Spanned<String>>,
+    pub max_sessions_per_client: Option<Spanned<i64>>,
+    pub max_streams_per_client: Option<Spanned<i64>>,
+}
+
+/// One `[http] tokens` value: the token file's path, or a table with the path and the view
+/// (`{ file = "...", servers = [...], kinds = [...], mutate = true }`).
+#[derive(Default)]
+pub(super) struct RawToken {
+    pub file: String,
+    pub servers: Option<Vec<String>>,
+    pub kinds: Option<Vec<String>>,
+    pub mutate: bool,
+}
+
+impl<'de> Deserialize<'de> for RawToken {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TokenVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for TokenVisitor {
+            type Value = RawToken;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter
+                    .write_str("a token file's path, or a table { file, servers, kinds, mutate }")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, file: &str) -> Result<RawToken, E> {
+                Ok(RawToken {
+                    file: file.to_string(),
+                    ..RawToken::default()
+                })
+            }
+
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<RawToken, M::Error> {
+                let mut token = RawToken::default();
+                let mut file = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "file" => file = Some(map.next_value::<String>()?),
+                        "servers" => token.servers = Some(map.next_value()?),
+                        "kinds" => token.kinds = Some(map.next_value()?),
+                        "mutate" => token.mutate = map.next_value()?,
+                        other => {
+                            return Err(serde::de::Error::unknown_field(
+                                other,
+                                &["file", "servers", "kinds", "mutate"],
+                            ))
+                        }
+                    }
+                }
+                token.file = file.ok_or_else(|| serde::de::Error::missing_field("file"))?;
+                Ok(token)
+            }
+        }
+
+        deserializer.deserialize_any(TokenVisitor)
+    }
 }
 
 #[derive(Deserialize, Default)]

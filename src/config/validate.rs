@@ -30,11 +30,13 @@ pub(super) fn validate(
         .map(|(name, table)| server::server_config(source, name, table, &daemon, lookup_env))
         .collect::<Result<Vec<_>, _>>()?;
     let http = super::http::http_config(source, &raw.http, lookup_env)?;
+    let search = super::search::search_config(source, &raw.search)?;
     Ok(Config {
         source: source.path.to_path_buf(),
         daemon,
         servers,
         http,
+        search,
     })
 }
 

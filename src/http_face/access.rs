@@ -1,5 +1,6 @@
-//! Who may use the HTTP face: browser `Origin`s (DNS rebinding) and bearer tokens compared in
-//! constant time; a refusal is a 403 or a 401 with `WWW-Authenticate`.
+//! Who may use the HTTP face: the `Host` a request names and browser `Origin`s (DNS
+//! rebinding), and bearer tokens compared in constant time; a refusal is a 421, a 403 or a 401
+//! with `WWW-Authenticate`, said in the log once per interval with a count.
 
 use std::net::IpAddr;
 
@@ -8,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use secrecy::ExposeSecret;
 use subtle::ConstantTimeEq;
 
+use super::limits::{peer_key, ClientKey, Refusal};
 use super::HttpFace;
 
 /// The client a request comes from, as far as the log, the sharing rules and the search gate
@@ -39,9 +41,12 @@ impl Client {
         self.token.as_deref().unwrap_or("-")
     }
 
-    /// Token clients are outside the mirror's own authorization context.
-    pub fn holds_token(&self) -> bool {
-        self.token.is_some()
+    /// Whose share of sessions and streams this request uses.
+    pub fn key(&self) -> ClientKey {
+        ClientKey {
+            token: self.token.clone(),
+            peer: peer_key(self.address),
+        }
     }
 
     pub fn search_identity(&self) -> SearchIdentity {
@@ -53,12 +58,52 @@ impl Client {
     }
 }
 
-/// Checks the `Origin` and the bearer token; the answer to send when the request is refused.
+/// Whether a request's `Host` may reach the face. A page of a name that DNS rebinding pointed
+/// at us sends that name: only IP addresses (a page there is of our own origin), `localhost`
+/// (browsers resolve it themselves) and the names in `[http] allowed_hosts` pass. A face with
+/// tokens and no `allowed_hosts` takes any name: such a page cannot present a token it does
+/// not know. The port is not compared; a request without `Host` (HTTP/1.0) is no browser's.
+fn host_allowed(face: &HttpFace, headers: &HeaderMap) -> bool {
+    let config = &face.config;
+    if !config.tokens.is_empty() && config.allowed_hosts.is_empty() {
+        return true;
+    }
+    let Some(host) = headers.get(header::HOST) else {
+        return true;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let host = host.trim();
+    // `[v6]:port`, `[v6]`, `name:port`, `v4:port`, `name`.
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((inside, _)) => return inside.parse::<std::net::Ipv6Addr>().is_ok(),
+            None => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<IpAddr>().is_ok() || name == "localhost" || config.allowed_hosts.contains(&name)
+}
+
+/// Checks the `Host`, the `Origin` and the bearer token; the answer to send when the request
+/// is refused.
 pub(super) fn admit(
     face: &HttpFace,
     address: IpAddr,
     headers: &HeaderMap,
 ) -> Result<Client, Box<Response>> {
+    if !host_allowed(face, headers) {
+        face.refusals.refused(Refusal::Host);
+        return Err(Box::new(
+            (
+                StatusCode::MISDIRECTED_REQUEST,
+                "this Host is not served here: use an IP address, localhost or a name in [http] allowed_hosts\n",
+            )
+                .into_response(),
+        ));
+    }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("").trim_end_matches('/');
         let allowed = face
@@ -67,10 +112,7 @@ pub(super) fn admit(
             .iter()
             .any(|allowed| allowed.eq_ignore_ascii_case(origin));
         if !allowed {
-            tracing::info!(
-                origin,
-                "HTTP request refused: origin not in [http] allowed_origins"
-            );
+            face.refusals.refused(Refusal::Origin);
             return Err(Box::new(
                 (StatusCode::FORBIDDEN, "origin not allowed\n").into_response(),
             ));
@@ -90,7 +132,7 @@ pub(super) fn admit(
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
         });
     let Some(presented) = presented else {
-        tracing::info!("HTTP request refused: no bearer token");
+        face.refusals.refused(Refusal::NoToken);
         return Err(Box::new(unauthorized(None)));
     };
     // Every token is compared, so the time taken does not say which one nearly matched.
@@ -111,7 +153,7 @@ pub(super) fn admit(
             address,
         }),
         None => {
-            tracing::info!("HTTP request refused: unknown bearer token");
+            face.refusals.refused(Refusal::UnknownToken);
             Err(Box::new(unauthorized(Some("invalid_token"))))
         }
     }

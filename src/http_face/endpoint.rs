@@ -3,9 +3,12 @@
 //! stream, DELETE of a session; answers shaped for the client (caching hints, withheld
 //! `private` entries) around the socket's own `socket::answer_request`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read as _;
 use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -15,16 +18,19 @@ use axum::Extension;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::answer::{Restriction, View};
 use crate::protocol::{
-    self as wire, CatalogChanges, CatalogEntries, CatalogList, CatalogPrompts, CatalogResource,
-    CatalogSearch, CatalogTools, CheckedRequest, DiscoverResult, ErrorObject, IncomingRequest,
-    Initialize, ListResources, ListTemplates, Method, ReadResource, UnsupportedVersionData,
-    DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+    self as wire, CacheScope, CatalogList, CatalogPrompts, CatalogTools, CheckedRequest,
+    DiscoverResult, IncomingRequest, Initialize, Kind, ListResources, ListTemplates, Method,
+    ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
 
 use super::access::{admit, Client};
+use super::limits::{ClientKey, Refusal, ShareGuard};
+use super::sessions::{Opened, SessionBounds};
 use super::stream::{self, message_event, sse_response, StreamPlan};
 use super::{HttpFace, PeerAddress};
 
@@ -65,10 +71,11 @@ struct CachingHints {
     cache_scope: Option<&'static str>,
 }
 
-/// What a request may see: the servers withheld from it, whether `private` entries are in
-/// what it sees, and how long results stay good (until the next backstop walk).
+/// What a request may see (its `View`: the one rule every answer passes in
+/// `api::answer_request`), whether `private` entries are in what it sees, and how long results
+/// stay good (until the next backstop walk).
 struct Audience {
-    hidden: BTreeSet<String>,
+    view: View,
     private_visible: bool,
     ttl_ms: u64,
 }
@@ -76,33 +83,56 @@ struct Audience {
 impl HttpFace {
     async fn audience(&self, client: &Client) -> Audience {
         let live = self.api.supervisor.live_status().await;
-        let shared = self
-            .shared
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        let now = now_ms();
-        let mut audience = Audience {
-            hidden: BTreeSet::new(),
-            private_visible: false,
-            ttl_ms: u64::MAX,
+        // The scopes stored with each snapshot; none readable means every scope is unknown,
+        // and an unknown scope is withheld from tokens.
+        let scopes: HashMap<(String, Kind), CacheScope> =
+            match self.api.store.read(|reader| reader.scopes()).await {
+                Ok(scopes) => scopes
+                    .into_iter()
+                    .map(|(server, kind, scope)| ((server, kind), scope))
+                    .collect(),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the stored scopes: private is assumed");
+                    HashMap::new()
+                }
+            };
+        let view = match client.token.as_deref() {
+            None => View::owner(),
+            Some(name) => {
+                let token = self.config.tokens.iter().find(|token| token.name == name);
+                View::restricted(Restriction {
+                    token: name.to_string(),
+                    servers: token.and_then(|token| token.servers.clone()),
+                    kinds: token.and_then(|token| token.kinds.clone()),
+                    shared: self
+                        .shared
+                        .read()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .clone(),
+                    scopes: scopes.clone(),
+                    may_mutate: token.is_some_and(|token| token.mutate),
+                })
+            }
         };
-        for (name, status) in live {
-            // Until a session has connected since start, its scope is unknown: withheld too.
-            let private = status.cache_scope.as_deref() == Some("private") || status.era.is_none();
-            if private && client.holds_token() && !shared.contains(&name) {
-                audience.hidden.insert(name);
-                continue;
-            }
-            audience.private_visible |= status.cache_scope.as_deref() == Some("private");
-            if let Some(next) = status.next_walk_at_ms {
-                audience.ttl_ms = audience.ttl_ms.min(next.saturating_sub(now).max(0) as u64);
-            }
+        // The answers are `private` when the view holds any private (or unknown) snapshot.
+        let known: BTreeSet<&str> = scopes.keys().map(|(server, _)| server.as_str()).collect();
+        let private_visible = scopes.iter().any(|((server, kind), scope)| {
+            *scope == CacheScope::Private && view.sees(server, *kind)
+        }) || (view.is_owner()
+            && live.keys().any(|server| !known.contains(server.as_str())));
+        let now = now_ms();
+        let ttl_ms = live
+            .iter()
+            .filter(|(server, _)| view.sees_server(server))
+            .filter_map(|(_, status)| status.next_walk_at_ms)
+            .map(|next| next.saturating_sub(now).max(0) as u64)
+            .min()
+            .unwrap_or(0);
+        Audience {
+            view,
+            private_visible,
+            ttl_ms,
         }
-        if audience.ttl_ms == u64::MAX {
-            audience.ttl_ms = 0;
-        }
-        audience
     }
 }
 
@@ -187,13 +217,36 @@ pub(super) async fn post_message(
         Ok(client) => client,
         Err(refusal) => return *refusal,
     };
-    let bytes = match axum::body::to_bytes(body, face.config.max_body_bytes).await {
-        Ok(bytes) => bytes,
+    // The whole body within `body_timeout` of the head: a client that sends a head and then
+    // nothing, or a byte now and then, holds its connection that long and no longer.
+    let read = tokio::time::timeout(
+        face.config.body_timeout,
+        axum::body::to_bytes(body, face.config.max_body_bytes),
+    )
+    .await;
+    let bytes = match read {
+        Ok(Ok(bytes)) => bytes,
         Err(_) => {
-            tracing::info!(
-                token = client.name(),
-                "HTTP request refused: body too large"
+            face.refusals.refused(Refusal::BodyTimeout);
+            let message = format!(
+                "request body not sent within {:?} ([http] body_timeout)",
+                face.config.body_timeout
             );
+            let mut response = error_answer(
+                &headers,
+                StatusCode::REQUEST_TIMEOUT,
+                &Value::Null,
+                INVALID_REQUEST,
+                &message,
+                None,
+            );
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+        Ok(Err(_)) => {
+            face.refusals.refused(Refusal::BodyTooLarge);
             let message = format!(
                 "request body larger than {} bytes ([http] max_body)",
                 face.config.max_body_bytes
@@ -360,7 +413,7 @@ async fn modern_request(
             StatusCode::OK,
             &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
         ),
-        LISTEN => listen(face, headers, request_id, &request.params),
+        LISTEN => listen(face, client, headers, request_id, &request.params),
         _ => {
             let caching = matches!(
                 request.method.as_str(),
@@ -403,36 +456,9 @@ async fn legacy_request(
     }
     let mut new_session = None;
     if request.method == Initialize::NAME {
-        let mut sessions = face
-            .sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if sessions.len() >= face.config.max_sessions {
-            drop(sessions);
-            tracing::warn!(
-                max_sessions = face.config.max_sessions,
-                "HTTP session refused: [http] max_sessions reached"
-            );
-            let message = format!(
-                "too many sessions ([http] max_sessions = {})",
-                face.config.max_sessions
-            );
-            return error_answer(
-                headers,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &id,
-                INVALID_REQUEST,
-                &message,
-                None,
-            );
-        }
-        match new_session_id() {
-            Ok(session) => {
-                sessions.insert(session.clone());
-                new_session = Some(session);
-            }
+        let session = match new_session_id() {
+            Ok(session) => session,
             Err(error) => {
-                drop(sessions);
                 let message = format!("cannot make a session id: {error}");
                 return error_answer(
                     headers,
@@ -443,9 +469,42 @@ async fn legacy_request(
                     None,
                 );
             }
+        };
+        let opened = face
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .open(
+                session.clone(),
+                &client.key(),
+                Instant::now(),
+                face.session_bounds(),
+            );
+        match opened {
+            Opened::Yes { evicted } => {
+                for _ in 0..evicted {
+                    face.refusals.refused(Refusal::SessionEvicted);
+                }
+                new_session = Some(session);
+            }
+            Opened::Full => {
+                face.refusals.refused(Refusal::Sessions);
+                let message = format!(
+                    "too many sessions, each with an open GET stream ([http] max_sessions = {}, max_sessions_per_client = {})",
+                    face.config.max_sessions, face.config.max_sessions_per_client
+                );
+                return error_answer(
+                    headers,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &id,
+                    INVALID_REQUEST,
+                    &message,
+                    None,
+                );
+            }
         }
     } else if let Some(session) = header_text(headers, SESSION_HEADER) {
-        if !known_session(face, session) {
+        if !known_session(face, client, session) {
             return error_answer(
                 headers,
                 StatusCode::NOT_FOUND,
@@ -482,15 +541,115 @@ async fn legacy_request(
     response
 }
 
-fn known_session(face: &HttpFace, session: &str) -> bool {
+/// Whether `session` is one of `client`'s, marking it used.
+fn known_session(face: &HttpFace, client: &Client, session: &str) -> bool {
     face.sessions
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .contains(session)
+        .touch(
+            session,
+            &client.key(),
+            Instant::now(),
+            face.config.session_idle_timeout,
+        )
 }
 
-/// Answers through the socket's dispatch, then withholds what this client may not see.
-/// `None` for a notification; `Err` is the JSON-RPC error answer.
+impl HttpFace {
+    fn session_bounds(&self) -> SessionBounds {
+        SessionBounds {
+            max: self.config.max_sessions,
+            per_client: self.config.max_sessions_per_client,
+            idle: self.config.session_idle_timeout,
+        }
+    }
+
+    /// A stream's place: a permit of `max_streams` and one of its client's
+    /// `max_streams_per_client`; the refusal to send when either is used up.
+    fn stream_place(
+        &self,
+        client: &Client,
+        headers: &HeaderMap,
+        id: &Value,
+    ) -> Result<StreamPlace, Box<Response>> {
+        let Some(share) = self
+            .client_streams
+            .try_take(&client.key(), self.config.max_streams_per_client)
+        else {
+            self.refusals.refused(Refusal::ClientStreams);
+            let message = format!(
+                "too many open streams of this client ([http] max_streams_per_client = {})",
+                self.config.max_streams_per_client
+            );
+            return Err(Box::new(error_answer(
+                headers,
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                INVALID_REQUEST,
+                &message,
+                None,
+            )));
+        };
+        let Ok(permit) = self.streams.clone().try_acquire_owned() else {
+            return Err(Box::new(too_many_streams(self, headers, id)));
+        };
+        Ok(StreamPlace {
+            _permit: permit,
+            _share: share,
+            _session: None,
+        })
+    }
+}
+
+/// What an open stream holds until it ends.
+struct StreamPlace {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _share: ShareGuard<ClientKey>,
+    _session: Option<SessionStream>,
+}
+
+impl StreamPlace {
+    fn of_session(self, session: SessionStream) -> StreamPlace {
+        StreamPlace {
+            _session: Some(session),
+            ..self
+        }
+    }
+}
+
+/// A GET stream's mark on its session: while it is open the session does not expire.
+struct SessionStream {
+    face: Arc<HttpFace>,
+    id: String,
+}
+
+impl SessionStream {
+    /// The mark, and what closes when the session ends.
+    fn open(face: &Arc<HttpFace>, id: &str) -> (SessionStream, Option<watch::Receiver<()>>) {
+        let ended = face
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .stream(id, true, Instant::now());
+        let mark = SessionStream {
+            face: face.clone(),
+            id: id.to_string(),
+        };
+        (mark, ended)
+    }
+}
+
+impl Drop for SessionStream {
+    fn drop(&mut self) {
+        self.face
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .stream(&self.id, false, Instant::now());
+    }
+}
+
+/// Answers through the socket's dispatch, restricted to the client's view (applied to each
+/// method's typed result there). `None` for a notification; `Err` is the JSON-RPC error answer.
 async fn answer(
     face: &HttpFace,
     client: &Client,
@@ -498,111 +657,19 @@ async fn answer(
     request: CheckedRequest,
 ) -> Option<Result<Value, wire::Response>> {
     let id = request.id.clone()?;
-    let method = request.method.clone();
-    if method == ReadResource::NAME && !audience.hidden.is_empty() {
-        if let Some(uri) = request.params.get("uri").and_then(Value::as_str) {
-            let wanted = uri.to_string();
-            let target = face
-                .api
-                .store
-                .read(move |reader| reader.read_target(&wanted))
-                .await;
-            if let Ok(Some(target)) = target {
-                if audience.hidden.contains(&target.server) {
-                    tracing::info!(
-                        token = client.name(),
-                        server = %target.server,
-                        "read withheld: the server's results are private (set share = true to serve them)"
-                    );
-                    return Some(Err(wire::Response::failure(
-                        id,
-                        crate::answer::resource::not_listed(uri),
-                    )));
-                }
-            }
-        }
-    }
     // Each HTTP request is its own connection state: `catalog/watch` and the `initialize`
     // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
     // searches are its identity's, so the gate holds a client of many requests back as one.
-    let mut state = ConnectionState::searching_as(face.search_client(client.search_identity()));
+    let mut state = ConnectionState::searching_as(
+        face.search_client(client.search_identity()),
+        audience.view.clone(),
+    );
     let response = socket::answer_request(request, &face.api, &mut state).await?;
     let (result, error) = response.into_parts();
     match (result, error) {
-        (Some(result), _) => Some(
-            withhold(&method, result, &audience.hidden)
-                .map_err(|error| wire::Response::failure(id, error)),
-        ),
+        (Some(result), _) => Some(Ok(result)),
         (None, Some(error)) => Some(Err(wire::Response::failure(id, error))),
         (None, None) => Some(Ok(Value::Null)),
-    }
-}
-
-/// Removes the entries of withheld servers from a result, through the protocol's types.
-fn withhold(method: &str, result: Value, hidden: &BTreeSet<String>) -> Result<Value, ErrorObject> {
-    if hidden.is_empty() {
-        return Ok(result);
-    }
-    let visible = |server: Option<&str>| server.map_or(true, |server| !hidden.contains(server));
-    let internal =
-        |error: serde_json::Error| ErrorObject::new(wire::INTERNAL_ERROR, error.to_string());
-    match method {
-        ListResources::NAME => {
-            let mut page: <ListResources as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.resources.retain(|resource| visible(resource.origin()));
-            serde_json::to_value(page).map_err(internal)
-        }
-        ListTemplates::NAME => {
-            let mut page: <ListTemplates as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.resource_templates
-                .retain(|template| visible(template.fields.meta.origin.as_deref()));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogSearch::NAME => {
-            let mut page: <CatalogSearch as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.results.retain(|hit| visible(Some(&hit.server)));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogChanges::NAME => {
-            let mut page: <CatalogChanges as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            page.changes.retain(|change| visible(Some(&change.server)));
-            serde_json::to_value(page).map_err(internal)
-        }
-        CatalogEntries::NAME => {
-            let mut read: <CatalogEntries as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            let (shown, withheld): (Vec<Value>, Vec<Value>) = read
-                .entries
-                .into_iter()
-                .partition(|entry| visible(entry["_meta"][wire::ORIGIN_META_KEY].as_str()));
-            let key = |entry: &Value| {
-                entry["uri"]
-                    .as_str()
-                    .or(entry["uriTemplate"].as_str())
-                    .map(str::to_string)
-            };
-            read.missing.extend(withheld.iter().filter_map(key));
-            read.entries = shown;
-            // A count of what this client may not see cannot be checked against.
-            read.total = None;
-            serde_json::to_value(read).map_err(internal)
-        }
-        CatalogResource::NAME => {
-            let mut details: <CatalogResource as Method>::Result =
-                serde_json::from_value(result).map_err(internal)?;
-            if !visible(Some(&details.server)) {
-                return Err(crate::answer::resource::not_listed(&details.resource.uri));
-            }
-            details
-                .listed_by
-                .retain(|listing| visible(Some(&listing.server)));
-            serde_json::to_value(details).map_err(internal)
-        }
-        _ => Ok(result),
     }
 }
 
@@ -610,6 +677,7 @@ fn discover() -> Value {
     let server_info = wire::Implementation {
         name: wire::SERVER_NAME.into(),
         version: env!("CARGO_PKG_VERSION").into(),
+        instance: wire::mirror_id().map(str::to_string),
     };
     let mut meta = serde_json::Map::new();
     meta.insert(
@@ -651,12 +719,19 @@ fn modern_result(result: Value, audience: &Audience, caching: bool) -> Value {
 
 /// `subscriptions/listen`: an SSE answer that acknowledges, then carries `list_changed`
 /// until the daemon stops (then the request's result).
-fn listen(face: &Arc<HttpFace>, headers: &HeaderMap, id: Value, params: &Value) -> Response {
+fn listen(
+    face: &Arc<HttpFace>,
+    client: &Client,
+    headers: &HeaderMap,
+    id: Value,
+    params: &Value,
+) -> Response {
     // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
     let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
     let asked_resources = asked.notifications.resources_list_changed == Some(true);
-    let Ok(permit) = face.streams.clone().try_acquire_owned() else {
-        return too_many_streams(face, headers, &id);
+    let place = match face.stream_place(client, headers, &id) {
+        Ok(place) => place,
+        Err(refusal) => return *refusal,
     };
     let subscription = wire::SubscriptionMeta {
         subscription_id: match &id {
@@ -686,12 +761,13 @@ fn listen(face: &Arc<HttpFace>, headers: &HeaderMap, id: Value, params: &Value) 
             >(Some(&changed)))
         }),
         at_end: closed.ok().map(|closed| message_text(&closed)),
+        session_ended: None,
     };
     stream::open(
         plan,
         face.api.store.subscribe(),
         face.shutdown.clone(),
-        permit,
+        Box::new(place),
     )
 }
 
@@ -701,10 +777,7 @@ fn message_text(message: &impl Serialize) -> String {
 }
 
 fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value) -> Response {
-    tracing::warn!(
-        max_streams = face.config.max_streams,
-        "HTTP stream refused: [http] max_streams reached"
-    );
+    face.refusals.refused(Refusal::Streams);
     let message = format!(
         "too many open streams ([http] max_streams = {})",
         face.config.max_streams
@@ -749,7 +822,7 @@ pub(super) async fn get_stream(
         )
             .into_response();
     }
-    match header_text(&headers, SESSION_HEADER) {
+    let session = match header_text(&headers, SESSION_HEADER) {
         None => {
             return (
                 StatusCode::BAD_REQUEST,
@@ -757,26 +830,29 @@ pub(super) async fn get_stream(
             )
                 .into_response()
         }
-        Some(session) if !known_session(&face, session) => {
+        Some(session) if !known_session(&face, &client, session) => {
             return (StatusCode::NOT_FOUND, "session not found\n").into_response()
         }
-        Some(_) => {}
-    }
-    tracing::info!(token = client.name(), "HTTP GET stream opened");
-    let Ok(permit) = face.streams.clone().try_acquire_owned() else {
-        return too_many_streams(&face, &headers, &Value::Null);
+        Some(session) => session,
     };
+    let (session_stream, session_ended) = SessionStream::open(&face, session);
+    let place = match face.stream_place(&client, &headers, &Value::Null) {
+        Ok(place) => place.of_session(session_stream),
+        Err(refusal) => return *refusal,
+    };
+    tracing::info!(token = client.name(), "HTTP GET stream opened");
     let changed = wire::NotificationMessage::new::<wire::ResourcesListChanged>(None);
     let plan = StreamPlan {
         first: Vec::new(),
         on_change: Some(message_text(&changed)),
         at_end: None,
+        session_ended,
     };
     stream::open(
         plan,
         face.api.store.subscribe(),
         face.shutdown.clone(),
-        permit,
+        Box::new(place),
     )
 }
 
@@ -801,7 +877,7 @@ pub(super) async fn delete_session(
         .sessions
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .remove(session);
+        .remove(session, &client.key());
     tracing::info!(token = client.name(), removed, "HTTP session deleted");
     match removed {
         true => StatusCode::NO_CONTENT.into_response(),

@@ -9,9 +9,12 @@
 
 mod access;
 mod endpoint;
+mod limits;
+mod sessions;
+mod stall;
 mod stream;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,13 +35,15 @@ use crate::config::{Config, HttpConfig};
 use crate::search::gate::SearchClient;
 
 use access::SearchIdentity;
+use limits::{ClientKey, Refusal, RefusalLog, Shares};
+use sessions::Sessions;
+
+pub use limits::REFUSAL_LOG_INTERVAL;
 
 /// The largest request head (request line and headers) a client may send.
 pub const MAX_HEADER_BYTES: usize = 64 << 10;
 /// How long a client may take to send a request head (a slow client holds one task only).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Open HTTP connections at once; past it new connections wait in the kernel's backlog.
-pub const MAX_HTTP_CONNECTIONS: usize = 1024;
 /// Keep-alive comments on open streams, so a vanished client is noticed.
 pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long open connections get to finish at shutdown.
@@ -66,10 +71,17 @@ pub struct HttpFace {
     config: HttpConfig,
     /// Servers whose config says `share = true`; replaced on reload.
     shared: std::sync::RwLock<BTreeSet<String>>,
-    /// Handshake-era sessions (`Mcp-Session-Id`), bounded by `max_sessions`.
-    sessions: std::sync::Mutex<HashSet<String>>,
+    /// Handshake-era sessions (`Mcp-Session-Id`), bounded by `max_sessions`,
+    /// `max_sessions_per_client` and `session_idle_timeout`.
+    sessions: std::sync::Mutex<Sessions>,
     streams: Arc<Semaphore>,
+    /// Each client's open streams, bounded by `max_streams_per_client`.
+    client_streams: Shares<ClientKey>,
     connections: Arc<Semaphore>,
+    /// Each peer's open connections, bounded by `max_connections_per_peer`.
+    peer_connections: Shares<IpAddr>,
+    /// Refusals, said once per interval with their count.
+    refusals: RefusalLog,
     /// HTTP connections open now.
     clients: AtomicUsize,
     /// Each identity's share of the search gate, and when it last asked.
@@ -86,10 +98,13 @@ impl HttpFace {
         let face = HttpFace {
             api,
             streams: Arc::new(Semaphore::new(config.http.max_streams)),
-            connections: Arc::new(Semaphore::new(MAX_HTTP_CONNECTIONS)),
+            client_streams: Shares::default(),
+            connections: Arc::new(Semaphore::new(config.http.max_connections)),
+            peer_connections: Shares::default(),
+            refusals: RefusalLog::default(),
             config: config.http.clone(),
             shared: std::sync::RwLock::new(BTreeSet::new()),
-            sessions: std::sync::Mutex::new(HashSet::new()),
+            sessions: std::sync::Mutex::new(Sessions::default()),
             clients: AtomicUsize::new(0),
             search_clients: std::sync::Mutex::new(HashMap::new()),
             shutdown,
@@ -209,24 +224,43 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, HttpBindError> {
 pub async fn serve(face: Arc<HttpFace>, listener: TcpListener, serving: Face) {
     let router = face.router(serving);
     let mut shutdown = face.shutdown.clone();
+    // The last refusals of a flood are said once their interval has passed, flood or not.
+    let mut say_refusals = tokio::time::interval(REFUSAL_LOG_INTERVAL);
+    say_refusals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let permit = tokio::select! {
-            permit = face.connections.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => return,
-            },
-            _ = shutdown.changed() => return,
+        let permit = loop {
+            tokio::select! {
+                permit = face.connections.clone().acquire_owned() => match permit {
+                    Ok(permit) => break permit,
+                    Err(_) => return,
+                },
+                _ = say_refusals.tick() => face.refusals.flush(),
+                _ = shutdown.changed() => return,
+            }
         };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed on the HTTP face");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.changed() => return,
+        let (mut stream, peer) = loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => break accepted,
+                    Err(error) => {
+                        tracing::warn!(%error, "accept failed on the HTTP face");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                _ = say_refusals.tick() => face.refusals.flush(),
+                _ = shutdown.changed() => return,
+            }
+        };
+        // One peer holds at most its share of the connections, so it cannot hold them all;
+        // past it the connection is told so and closed at once (its permit goes back).
+        let peer_key = limits::peer_key(peer.ip());
+        let Some(peer_share) = face
+            .peer_connections
+            .try_take(&peer_key, face.config.max_connections_per_peer)
+        else {
+            face.refusals.refused(Refusal::PeerConnections);
+            refuse_connection(&mut stream, face.config.max_connections_per_peer);
+            continue;
         };
         // An answer goes out as it is written: without TCP_NODELAY, a body written after its
         // head waits for the client's (delayed, up to 40 ms) ACK of the head.
@@ -244,6 +278,7 @@ pub async fn serve(face: Arc<HttpFace>, listener: TcpListener, serving: Face) {
                 .max_buf_size(MAX_HEADER_BYTES)
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT);
+            let stream = stall::StallGuarded::new(stream, face.config.write_stall_timeout);
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             let outcome = tokio::select! {
@@ -259,7 +294,21 @@ pub async fn serve(face: Arc<HttpFace>, listener: TcpListener, serving: Face) {
                 tracing::debug!(%error, %peer, "HTTP connection ended with an error");
             }
             face.clients.fetch_sub(1, Ordering::Relaxed);
+            drop(peer_share);
             drop(permit);
         });
     }
+}
+
+/// Tells a connection past its peer's share why it is closed, without waiting for it: the
+/// answer goes into the socket's send buffer or nowhere.
+fn refuse_connection(stream: &mut tokio::net::TcpStream, per_peer: usize) {
+    let body = format!(
+        "too many connections from your address ([http] max_connections_per_peer = {per_peer})\n"
+    );
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(answer.as_bytes());
 }

@@ -1,7 +1,8 @@
 //! The HTTP face's long-lived SSE streams (the handshake era's GET stream, the 2026-07-28
 //! `subscriptions/listen` answer): one `resources/list_changed` per burst of committed swaps
-//! that touched resources, keep-alive comments, and an end at shutdown. Each holds a permit
-//! of the bounded stream count.
+//! that touched resources, keep-alive comments, and an end at shutdown. Each holds what it
+//! counts against (a permit of the bounded stream count, its client's share, its session)
+//! until it ends.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -9,7 +10,7 @@ use std::convert::Infallible;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
+use tokio::sync::{broadcast, watch};
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
 use crate::store::CatalogChanged;
@@ -39,6 +40,8 @@ pub(super) struct StreamPlan {
     pub on_change: Option<String>,
     /// The message sent when the daemon stops (the listen request's final result).
     pub at_end: Option<String>,
+    /// Closed when the stream's session ends (a GET stream's); the stream ends with it.
+    pub session_ended: Option<watch::Receiver<()>>,
 }
 
 struct Driver {
@@ -47,9 +50,11 @@ struct Driver {
     at_end: Option<String>,
     changes: broadcast::Receiver<CatalogChanged>,
     shutdown: watch::Receiver<bool>,
+    session_ended: Option<watch::Receiver<()>>,
     keep_alive: Interval,
     done: bool,
-    _permit: OwnedSemaphorePermit,
+    /// Given back when the stream ends.
+    _holds: Box<dyn Send>,
 }
 
 impl Driver {
@@ -82,6 +87,7 @@ impl Driver {
                         return Some(message_event(message));
                     }
                 }
+                _ = session_ended(&mut self.session_ended) => return self.finish(),
                 _ = self.keep_alive.tick() => return Some(": keep-alive\n\n".to_string()),
             }
         }
@@ -93,12 +99,20 @@ impl Driver {
     }
 }
 
+/// Resolves when the session is gone; never for a stream without one.
+async fn session_ended(ended: &mut Option<watch::Receiver<()>>) {
+    match ended {
+        Some(ended) => while ended.changed().await.is_ok() {},
+        None => std::future::pending().await,
+    }
+}
+
 /// An open stream answering with `plan`, until the client goes away or the daemon stops.
 pub(super) fn open(
     plan: StreamPlan,
     changes: broadcast::Receiver<CatalogChanged>,
     shutdown: watch::Receiver<bool>,
-    permit: OwnedSemaphorePermit,
+    holds: Box<dyn Send>,
 ) -> Response {
     let mut keep_alive = interval_at(Instant::now() + STREAM_KEEP_ALIVE, STREAM_KEEP_ALIVE);
     keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -108,9 +122,10 @@ pub(super) fn open(
         at_end: plan.at_end,
         changes,
         shutdown,
+        session_ended: plan.session_ended,
         keep_alive,
         done: false,
-        _permit: permit,
+        _holds: holds,
     };
     let chunks = futures_util::stream::unfold(driver, |mut driver| async move {
         let chunk = driver.next_chunk().await?;

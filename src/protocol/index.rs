@@ -45,6 +45,11 @@ pub struct IndexStatus {
     /// up with at its last pass; a search wanting a newer one waits for the next pass.
     #[serde(skip)]
     pub caught_up: u64,
+    /// The keeper is writing a diff that replaces all of one server's entries of a kind (a
+    /// first load, a re-walk that changed much): the index's last commit is a consistent
+    /// earlier catalog, which searches may answer from, saying so, until that diff commits.
+    #[serde(skip)]
+    pub replacing: bool,
 }
 
 impl IndexStatus {

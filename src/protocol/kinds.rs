@@ -179,6 +179,14 @@ pub struct SearchCatalogArguments {
     pub server: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// Put each tool or prompt hit's whole definition (a tool's `inputSchema`,
+    /// `outputSchema`, `annotations`; a prompt's `arguments`) in its `definition`, so a host
+    /// can register the found tools as its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definitions: Option<bool>,
+    /// `lexical`, `semantic` or `hybrid`, as `catalog/search` takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<super::SearchMode>,
 }
 
 /// `search_catalog`'s structured result.
@@ -203,6 +211,10 @@ pub struct CatalogHit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub score: f64,
+    /// The whole definition of a tool or prompt hit, as its server listed it (with its server
+    /// in `_meta`), when the search asked for `definitions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<Value>,
 }
 
 /// `describe_entry`'s arguments: a tool or prompt by name, a resource by URI.
@@ -236,14 +248,25 @@ pub fn mirror_tools() -> Vec<Value> {
         serde_json::json!({
             "name": SEARCH_CATALOG_TOOL,
             "title": "Search the catalog",
-            "description": "Search the tools, prompts and resources of every mirrored MCP server by words. Returns hits with kind, server, name (or URI), title, a one-line description and a score. Call the tool on its own server; this mirror only tells you what exists.",
+            "description": "Search the tools, prompts and resources of every mirrored MCP server by words (and by meaning when the mirror has a local model). Returns hits with kind, server, name (or URI), title, a one-line description and a score; with definitions: true, each tool's whole definition (inputSchema, annotations) to register it. Call the tool on its own server; this mirror only tells you what exists.",
             "inputSchema": {
                 "type": "object",
                 "properties": {
                     "query": {"type": "string", "description": "Words to search for"},
                     "kinds": kinds,
                     "server": {"type": "string", "description": "Only this server"},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_CATALOG_HITS}
+                    "limit": {
+                        "type": "integer", "minimum": 1, "maximum": MAX_CATALOG_HITS,
+                        "description": "At most this many hits (default 10). A host registering the found tools keeps its total under its client's tool cap (Copilot 128, Cursor 40 to 80, Windsurf 50)"
+                    },
+                    "definitions": {
+                        "type": "boolean",
+                        "description": "Include each tool or prompt hit's whole definition (inputSchema, outputSchema, annotations; a prompt's arguments)"
+                    },
+                    "mode": {
+                        "type": "string", "enum": ["lexical", "semantic", "hybrid"],
+                        "description": "Rank by words, by meaning, or both (the default when the mirror has a model)"
+                    }
                 },
                 "required": ["query"]
             },
@@ -261,7 +284,8 @@ pub fn mirror_tools() -> Vec<Value> {
                                 "uri": {"type": "string"},
                                 "title": {"type": "string"},
                                 "description": {"type": "string"},
-                                "score": {"type": "number"}
+                                "score": {"type": "number"},
+                                "definition": {"type": "object"}
                             },
                             "required": ["kind", "server", "name", "score"]
                         }

@@ -53,11 +53,13 @@ pub use results::{
     Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult,
     KeyedEntriesResult, LastWalk, ListResourcesResult, ListTemplatesResult, Listing, LiveStatus,
     RefreshOutcome, RefreshResult, RefreshState, ResourceDetails, ResourcesCapability,
-    SearchEngine, SearchHit, SearchResult, ServerCapabilities, ServerListEntry, ServerListResult,
-    ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability, WatchResult,
+    SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities, ServerListEntry,
+    ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability,
+    VectorsState, VectorsStatus, WatchResult,
 };
 pub use state::{
-    ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind, UnknownName,
+    CacheScope, ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,
+    UnknownName,
 };
 pub use wire::{
     supported_versions, DiscoverResult, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH,
@@ -104,6 +106,8 @@ pub const RESOURCE_NOT_FOUND: i64 = -32002;
 pub const BUSY: i64 = -32003;
 /// A search ran past `search_timeout` and was cancelled.
 pub const SEARCH_TIMED_OUT: i64 = -32004;
+/// The client may not call this method (it changes the mirror's state; HTTP token clients).
+pub const NOT_PERMITTED: i64 = -32005;
 
 /// The `_meta` key that names a resource's origin server.
 pub const ORIGIN_META_KEY: &str = "io.mcp-mirror/server";
@@ -118,8 +122,96 @@ pub fn origin_meta(server: &str) -> serde_json::Value {
 /// The `_meta` key naming the mirror an entry came through, when its origin is another
 /// mirror's server ("demo via upstream").
 pub const VIA_META_KEY: &str = "io.mcp-mirror/via";
+/// The `_meta` key listing the instance ids of the mirrors an entry passed through, the
+/// nearest to its origin first; a mirror appends its upstream's id as it takes the entry.
+pub const MIRRORS_META_KEY: &str = "io.mcp-mirror/mirrors";
+/// The longest `io.mcp-mirror/mirrors` chain a mirror takes from an upstream; a longer one is
+/// left out like a loop (a tree of mirrors deeper than this is a mistake or an attack).
+pub const MAX_MIRROR_HOPS: usize = 16;
+
+static MIRROR_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets this process's mirror instance id (from its database); the first one set stays.
+pub fn set_mirror_id(id: &str) {
+    let _ = MIRROR_ID.set(id.to_string());
+}
+
+/// This mirror's instance id, once its database is open.
+pub fn mirror_id() -> Option<&'static str> {
+    MIRROR_ID.get().map(String::as_str)
+}
+
+/// Whether a listed entry (its JSON text) came through this mirror already, or through more
+/// mirrors than `MAX_MIRROR_HOPS`: a mirror never takes back its own entries from an upstream.
+pub fn came_through_us(entry: &str) -> bool {
+    if !entry.contains(MIRRORS_META_KEY) {
+        return false;
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[serde(rename = "_meta")]
+        meta: Option<Meta>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "io.mcp-mirror/mirrors")]
+        mirrors: Option<Vec<serde_json::Value>>,
+    }
+    let Ok(Entry {
+        meta: Some(Meta {
+            mirrors: Some(mirrors),
+        }),
+    }) = serde_json::from_str::<Entry>(entry)
+    else {
+        return false;
+    };
+    mirrors.len() >= MAX_MIRROR_HOPS
+        || mirror_id().is_some_and(|us| mirrors.iter().any(|mirror| mirror.as_str() == Some(us)))
+}
+
+/// The `serverInfo` key where a mirror names its instance id, so that a downstream can
+/// record it in the chain of each entry it takes (`MIRRORS_META_KEY`).
+pub const INSTANCE_INFO_KEY: &str = "io.mcp-mirror/instance";
+
+/// An entry taken from the upstream mirror `upstream` (its instance id), with `upstream`
+/// appended to its chain of mirrors; `None` when it does not parse as an object.
+pub fn through_mirror(entry: &str, upstream: &str) -> Option<Box<serde_json::value::RawValue>> {
+    let mut value: serde_json::Value = serde_json::from_str(entry).ok()?;
+    let object = value.as_object_mut()?;
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    if !meta.is_object() {
+        *meta = serde_json::Value::Object(Default::default());
+    }
+    let chain = meta
+        .as_object_mut()?
+        .entry(MIRRORS_META_KEY)
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    if !chain.is_array() {
+        *chain = serde_json::Value::Array(Vec::new());
+    }
+    chain.as_array_mut()?.push(upstream.into());
+    serde_json::value::to_raw_value(&value).ok()
+}
+
 /// The `_meta` key on a `resources/read` result served from the content cache.
 pub const CACHE_META_KEY: &str = "io.mcp-mirror/cache";
+/// The `_meta` key (`true`) on an entry stored trimmed because it was over `max_entry_bytes`.
+pub const OVERSIZED_META_KEY: &str = "io.mcp-mirror/oversized";
+
+/// What a method's answer may carry, and so what a client's view does to it. Every method
+/// declares one (`methods!`), so a new method cannot forget it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeRule {
+    /// The answer carries no server's entries (the handshake, ping, the mirror's own tools).
+    NoEntries,
+    /// The answer carries entries or servers: each passes the view's rule before the answer
+    /// is serialized.
+    Filtered,
+    /// The method changes the owner's state: refused to a view that may not mutate.
+    Mutating,
+}
 
 /// The capability (under `experimental`) by which an mcp-mirror says a downstream mirror may
 /// follow its change feed, and the version of that contract.
@@ -129,6 +221,7 @@ pub const FEED_VERSION: u64 = 1;
 /// A socket method: its name, params and result.
 pub trait Method {
     const NAME: &'static str;
+    const SCOPE: ScopeRule;
     type Params: Serialize + DeserializeOwned;
     type Result: Serialize + DeserializeOwned;
 }
@@ -140,51 +233,63 @@ pub trait Notification {
 }
 
 macro_rules! methods {
-    ($( $(#[$meta:meta])* $name:ident = $text:literal, $params:ty => $result:ty; )+) => {
+    ($( $(#[$meta:meta])* $name:ident = $text:literal, $params:ty => $result:ty, $rule:ident; )+) => {
         $(
             $(#[$meta])*
             pub enum $name {}
 
             impl Method for $name {
                 const NAME: &'static str = $text;
+                const SCOPE: ScopeRule = ScopeRule::$rule;
                 type Params = $params;
                 type Result = $result;
             }
         )+
+
+        /// The method table: every socket method's name and scope rule.
+        pub const METHODS: &[(&str, ScopeRule)] = &[$(($text, ScopeRule::$rule)),+];
     };
+}
+
+/// A method's scope rule; `None` for a name that is no method.
+pub fn scope_rule(method: &str) -> Option<ScopeRule> {
+    METHODS
+        .iter()
+        .find(|(name, _)| *name == method)
+        .map(|(_, rule)| *rule)
 }
 
 methods! {
     /// The MCP handshake; marks the connection as an MCP client that gets `list_changed`.
-    Initialize = "initialize", InitializeParams => InitializeResult;
-    Ping = "ping", NoParams => Empty;
+    Initialize = "initialize", InitializeParams => InitializeResult, NoEntries;
+    Ping = "ping", NoParams => Empty, NoEntries;
     /// The merged catalog, `PAGE_SIZE` per page, keyed by URI.
-    ListResources = "resources/list", ListParams => ListResourcesResult;
-    ListTemplates = "resources/templates/list", ListParams => ListTemplatesResult;
+    ListResources = "resources/list", ListParams => ListResourcesResult, Filtered;
+    ListTemplates = "resources/templates/list", ListParams => ListTemplatesResult, Filtered;
     /// Read through the server that wins the URI (or from its content cache).
-    ReadResource = "resources/read", UriParams => ReadResourceResult;
-    CatalogStatus = "catalog/status", NoParams => StatusResult;
-    CatalogSearch = "catalog/search", SearchParams => SearchResult;
-    CatalogResource = "catalog/resource", UriParams => ResourceDetails;
-    CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult;
+    ReadResource = "resources/read", UriParams => ReadResourceResult, Filtered;
+    CatalogStatus = "catalog/status", NoParams => StatusResult, Filtered;
+    CatalogSearch = "catalog/search", SearchParams => SearchResult, Filtered;
+    CatalogResource = "catalog/resource", UriParams => ResourceDetails, Filtered;
+    CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult, Mutating;
     /// One server's own snapshot, each entry marked with the server that wins it if another.
-    CatalogList = "catalog/list", ServerListParams => ServerListResult;
-    CatalogChanges = "catalog/changes", ChangesParams => ChangesResult;
+    CatalogList = "catalog/list", ServerListParams => ServerListResult, Filtered;
+    CatalogChanges = "catalog/changes", ChangesParams => ChangesResult, Filtered;
     /// The merged entries of up to `MAX_KEYS` keys of one kind, for a follower of the feed.
-    CatalogEntries = "catalog/entries", KeysParams => KeyedEntriesResult;
+    CatalogEntries = "catalog/entries", KeysParams => KeyedEntriesResult, Filtered;
     /// Answers where the feed stands, then sends `notifications/catalog/changed`.
-    CatalogWatch = "catalog/watch", WatchParams => WatchResult;
+    CatalogWatch = "catalog/watch", WatchParams => WatchResult, NoEntries;
     /// Tools of every server (or one), `PAGE_SIZE` per page, ordered by server and name.
-    CatalogTools = "catalog/tools", EntriesParams => ListToolsResult;
-    CatalogPrompts = "catalog/prompts", EntriesParams => ListPromptsResult;
-    CatalogTool = "catalog/tool", EntryParams => EntryDetails;
-    CatalogPrompt = "catalog/prompt", EntryParams => EntryDetails;
+    CatalogTools = "catalog/tools", EntriesParams => ListToolsResult, Filtered;
+    CatalogPrompts = "catalog/prompts", EntriesParams => ListPromptsResult, Filtered;
+    CatalogTool = "catalog/tool", EntryParams => EntryDetails, Filtered;
+    CatalogPrompt = "catalog/prompt", EntryParams => EntryDetails, Filtered;
     /// Records the current tools and prompts as accepted; drift is measured from them.
-    CatalogAccept = "catalog/accept", ServerParams => AcceptResult;
-    CatalogDrift = "catalog/drift", ServerParams => DriftResult;
+    CatalogAccept = "catalog/accept", ServerParams => AcceptResult, Mutating;
+    CatalogDrift = "catalog/drift", ServerParams => DriftResult, Filtered;
     /// The mirror's own tools (`search_catalog`, `describe_entry`); it never proxies others'.
-    ListTools = "tools/list", ListParams => ListMirrorToolsResult;
-    CallTool = "tools/call", CallToolParams => CallToolResult;
+    ListTools = "tools/list", ListParams => ListMirrorToolsResult, NoEntries;
+    CallTool = "tools/call", CallToolParams => CallToolResult, Filtered;
 }
 
 /// Sent to MCP clients (those that sent `initialize`) once per committed change.

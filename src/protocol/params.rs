@@ -164,6 +164,10 @@ pub struct SearchParams {
     /// `resource`, `template`, `tool`, `prompt`: the kinds searched; every kind when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<Kind>>,
+    /// `lexical`, `semantic` or `hybrid`; `hybrid` when absent and a model is configured,
+    /// else `lexical`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<super::SearchMode>,
 }
 
 impl SearchParams {
@@ -368,10 +372,15 @@ mod tests {
             .into_request()
             .expect_err("a long raw query");
         assert!(raw.0.starts_with("`query`"), "{raw}");
-        let plain = parse_params::<SearchParams>(json!({"query": long}))
-            .expect("parses")
-            .into_request()
-            .expect("a long plain query is cut");
+        let plain = parse_params::<SearchParams>(json!({"query": long})).expect("parses");
+        let note = plain
+            .cut_words_note()
+            .expect("a note of the words left out");
+        assert!(note.contains("its last 2048 words"), "{note}");
+        assert!(note.contains("from \"q q q q q\" …"), "{note}");
+        let short = parse_params::<SearchParams>(json!({"query": "q q"})).expect("parses");
+        assert_eq!(short.cut_words_note(), None);
+        let plain = plain.into_request().expect("a long plain query is cut");
         assert_eq!(plain.query.len(), MAX_QUERY_BYTES);
         let uri = parse_params::<UriParams>(json!({"uri": "u".repeat(MAX_URI_BYTES + 1)}))
             .expect_err("uri");

@@ -70,6 +70,13 @@ pub struct ResourcesCapability {
 pub struct Implementation {
     pub name: String,
     pub version: String,
+    /// A mirror's instance id (`INSTANCE_INFO_KEY`); absent elsewhere.
+    #[serde(
+        default,
+        rename = "io.mcp-mirror/instance",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub instance: Option<String>,
 }
 
 /// `resources/list`: a page of the merged catalog. The daemon writes its entries straight
@@ -131,6 +138,10 @@ pub struct SearchResult {
     /// Why SQLite answered although the search index exists (it is rebuilding, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Which ranking answered: `lexical`, `semantic` or `hybrid` (a search that asked for
+    /// vectors while they are not ready is answered `lexical`, and `note` says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<SearchMode>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -376,6 +387,63 @@ pub struct DaemonStatus {
     /// with `percent` | `failed`), the store `generation` it reflects, `documents`, `bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search_index: Option<super::IndexStatus>,
+    /// The vectors of hybrid search (`[search] semantic_model`): the model, its dimensions,
+    /// the kinds embedded, how many entries have a vector and how many wait for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<VectorsStatus>,
+}
+
+/// The semantic side of search, as `catalog/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VectorsStatus {
+    /// `loading` (the model), `embedding` (entries wait for vectors: searches stay lexical),
+    /// `ready`, or `failed` (see `error`; searches stay lexical).
+    pub state: VectorsState,
+    /// The model directory's name.
+    pub model: String,
+    pub dimensions: usize,
+    pub kinds: Vec<Kind>,
+    /// Entries of those kinds that have their vector.
+    pub count: u64,
+    /// Entries of those kinds still waiting for theirs.
+    pub pending: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VectorsState {
+    Loading,
+    Embedding,
+    Ready,
+    Failed,
+}
+
+/// How `catalog/search` ranked: by words (`lexical`), by meaning (`semantic`, the local
+/// model's vectors), or both fused (`hybrid`, the default when a model is configured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMode {
+    Lexical,
+    Semantic,
+    Hybrid,
+}
+
+impl std::str::FromStr for SearchMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<SearchMode, String> {
+        match text {
+            "lexical" => Ok(SearchMode::Lexical),
+            "semantic" => Ok(SearchMode::Semantic),
+            "hybrid" => Ok(SearchMode::Hybrid),
+            other => Err(format!(
+                "`{other}` is not a search mode (lexical, semantic, hybrid)"
+            )),
+        }
+    }
 }
 
 /// The socket's client and search bounds, with counts of what they refused since start.
@@ -483,5 +551,9 @@ pub struct LiveStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_scope: Option<String>,
+    pub cache_scope: Option<super::CacheScope>,
+    /// Set when the last walk left out entries that came through this mirror already: the
+    /// server is (or reaches) a mirror that mirrors this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_loop: Option<String>,
 }

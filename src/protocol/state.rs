@@ -199,6 +199,27 @@ impl Kind {
 }
 
 text_enum! {
+    /// Who may be served a server's results (2026-07-28 `cacheScope`): `private` results never
+    /// cross an authorization context, so a token client of the HTTP face never gets them unless
+    /// the server says `share = true`. Ordered: `Private` is the greater (the more private).
+    CacheScope ("cache scope") {
+        Public => "public",
+        Private => "private",
+    }
+}
+
+impl CacheScope {
+    /// The scope a server's page declares: absent (every handshake-era server) is `public`;
+    /// anything but `public` is taken as `private`, the side that leaks nothing.
+    pub fn of_page(declared: Option<&str>) -> CacheScope {
+        match declared {
+            None | Some("public") => CacheScope::Public,
+            Some(_) => CacheScope::Private,
+        }
+    }
+}
+
+text_enum! {
     /// The transport a server is configured with.
     TransportKind ("transport") {
         Stdio => "stdio",
@@ -328,6 +349,7 @@ mod tests {
         round_trips(TransportKind::ALL);
         round_trips(ConnectedTransport::ALL);
         round_trips(Era::ALL);
+        round_trips(CacheScope::ALL);
         for channel in [
             PushChannel::Stdio,
             PushChannel::GetStream,

@@ -201,7 +201,10 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                 let generation = if position + 1 == count { target } else { from };
                 match everything {
                     Some(kind) => {
-                        snapshot.with_entries(Some((&server, kind)), |entries| {
+                        // Searches may answer from the last commit meanwhile (saying so):
+                        // at a million entries this diff takes seconds.
+                        index.set_replacing(serving);
+                        let applied = snapshot.with_entries(Some((&server, kind)), |entries| {
                             index.apply(ServerDiff {
                                 generation,
                                 server: server.clone(),
@@ -210,7 +213,9 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                                 removed: Vec::new(),
                                 upserted: entries,
                             })
-                        })??;
+                        });
+                        index.set_replacing(false);
+                        applied??;
                     }
                     None => {
                         for diff in &mut diffs {
@@ -410,14 +415,17 @@ mod tests {
     }
 
     fn tool(name: &str, description: &str, inputs: &str) -> crate::store::EntryRow {
+        let raw = format!(
+            "{{\"name\":\"{name}\",\"description\":\"{description}\",\"inputs\":\"{inputs}\"}}"
+        );
         crate::store::EntryRow {
             name: name.into(),
             title: None,
             description: Some(description.into()),
             inputs: inputs.into(),
-            raw: format!(
-                "{{\"name\":\"{name}\",\"description\":\"{description}\",\"inputs\":\"{inputs}\"}}"
-            ),
+            hash: crate::store::entry::content_hash(raw.as_bytes()),
+            oversized: false,
+            raw,
         }
     }
 

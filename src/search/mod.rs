@@ -205,6 +205,7 @@ impl SearchIndex {
             documents: 0,
             bytes: 0,
             caught_up: 0,
+            replacing: false,
         });
         let search_index = SearchIndex {
             directory: directory.to_path_buf(),
@@ -304,6 +305,12 @@ impl SearchIndex {
             status.phase = Phase::Ready;
             status.caught_up = status.caught_up.max(version);
         });
+    }
+
+    /// Says whether the keeper is writing a diff that replaces a whole kind of one server.
+    pub fn set_replacing(&self, replacing: bool) {
+        self.status
+            .send_modify(|status| status.replacing = replacing);
     }
 
     /// True when queries should go to the index.

@@ -15,14 +15,15 @@ use tantivy::query::{
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, TantivyDocument, Term};
 
-use super::schema::{analyzer, words_with_spans, Fields};
+use super::schema::{analyzer, snippet_analyzer, words_with_spans, Fields};
 use super::SearchError;
 use crate::protocol::MatchMode;
 
 /// The longest highlight marker a caller may choose.
 pub const MAX_MARKER_BYTES: usize = 32;
-/// The most words of a typed query that take part in a search.
-const MAX_QUERY_WORDS: usize = 32;
+/// Queries of at most this many words also try one typo per long word when the exact words
+/// find nothing.
+const MAX_TYPO_QUERY_WORDS: usize = 8;
 /// The most words a prefix or a typo expands to, each scored as a term of its own; a prefix
 /// with more becomes one match-only clause.
 const MAX_EXPANSIONS: usize = 64;
@@ -35,6 +36,8 @@ const FEW_CANDIDATES: u64 = 20_000;
 const MAX_EXACT: usize = 100;
 /// Words this long or longer tolerate one typo when the exact words find nothing.
 const TYPO_MIN_CHARS: usize = 5;
+/// Words longer than this tolerate no typo (nobody types them; their automata cost most).
+const TYPO_MAX_CHARS: usize = 24;
 /// Words in a snippet.
 const SNIPPET_WORDS: usize = 12;
 /// How many documents pass between two looks at the clock.
@@ -163,7 +166,6 @@ pub fn run(
     let mut words: Vec<String> = words_with_spans(&mut analyzer(), &query.text)
         .into_iter()
         .map(|(word, _, _)| word)
-        .take(MAX_QUERY_WORDS)
         .collect();
     let empty = Page {
         hits: Vec::new(),
@@ -176,6 +178,11 @@ pub fn run(
     };
     let mut seen = HashSet::new();
     words.retain(|word| seen.insert(word.clone()));
+    // Every distinct word once, in the order typed (the last one too).
+    let mut typed: Vec<String> = words.clone();
+    if !seen.contains(&last) {
+        typed.push(last.clone());
+    }
 
     let mut filters = Vec::new();
     // Some kinds: one term for the kinds with the server or the merged view.
@@ -204,19 +211,31 @@ pub fn run(
     let wanted = query.offset + query.limit + 1 + exact.len();
 
     // 1. Every word; the last one as a prefix.
-    let mut clauses: Vec<Clause> = words
-        .iter()
-        .map(|word| search.word(word))
-        .collect::<Result<_, _>>()?;
-    clauses.push(search.prefix(&last)?);
+    // A question, not a search box's few words: no typo stage, and its words are looked up
+    // only until one is in no entry (a pasted blob is hundreds of words).
+    let question = words.len() + 1 > MAX_TYPO_QUERY_WORDS;
+    let mut clauses: Vec<Clause> = Vec::with_capacity(words.len() + 1);
+    let mut missing = false;
+    for word in &words {
+        let clause = search.word(word)?;
+        missing |= clause.is_empty();
+        clauses.push(clause);
+        if missing && question {
+            break;
+        }
+    }
+    if !(missing && question) {
+        clauses.push(search.prefix(&last)?);
+    }
     let mut mode = MatchMode::All;
-    let mut ranked = if clauses.iter().any(Clause::is_empty) {
+    let mut ranked = if missing || clauses.iter().any(Clause::is_empty) {
         Vec::new()
     } else {
         search.conjunction(&clauses, wanted)?
     };
-    // 2. Every word, long words with one typo.
-    if ranked.is_empty() && exact.is_empty() {
+    // 2. Every word, long words with one typo: for what a person types in a search box, not
+    // for a question, whose every word would open up a typo automaton.
+    if ranked.is_empty() && exact.is_empty() && !question {
         let mut tolerant: Vec<Clause> = words
             .iter()
             .zip(&clauses)
@@ -236,20 +255,31 @@ pub fn run(
             }
         }
     }
-    // 3. Any word.
-    if ranked.is_empty() && exact.is_empty() && clauses.len() > 1 {
-        let mut scores: HashMap<DocAddress, Score> = HashMap::new();
-        for clause in clauses.iter().filter(|clause| !clause.is_empty()) {
-            for (score, address) in search.conjunction(std::slice::from_ref(clause), wanted)? {
-                *scores.entry(address).or_default() += score;
+    // 3. Any word: one ranked disjunction of the exact words typed (no typos, no prefix),
+    // stopwords and one-character words left out unless every word is one, so the order of
+    // the hits is one order whatever page is asked for.
+    if ranked.is_empty() && exact.is_empty() && typed.len() > 1 {
+        // One letter or digit says as little as a stopword ("a", "b", the parts of `x2Y`).
+        let content: Vec<&String> = typed
+            .iter()
+            .filter(|word| !is_stopword(word) && word.chars().count() > 1)
+            .collect();
+        let chosen: Vec<&String> = if content.is_empty() {
+            typed.iter().collect()
+        } else {
+            content
+        };
+        let mut terms = Vec::new();
+        for word in chosen {
+            if let Clause::Terms(found) = search.word(word)? {
+                terms.extend(found);
             }
         }
-        ranked = sorted(
-            scores
-                .into_iter()
-                .map(|(address, score)| (score, address))
-                .collect(),
-        );
+        ranked = search.disjunction(&terms, wanted)?;
+        clauses = terms
+            .into_iter()
+            .map(|term| Clause::Terms(vec![term]))
+            .collect();
         // "Any word" only says something when it found something.
         if !ranked.is_empty() {
             mode = MatchMode::Any;
@@ -302,6 +332,25 @@ pub fn run(
         mode,
         generation,
     })
+}
+
+/// Words too common in English questions to say what is wanted ("how do I get the price of
+/// a stock"), left out of the any-word stage: a shortened form of the usual English lists.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "above", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as",
+    "at", "be", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could",
+    "did", "do", "does", "doing", "during", "each", "few", "for", "from", "further", "had", "has",
+    "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i", "if", "in", "into",
+    "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not",
+    "of", "off", "on", "once", "only", "or", "other", "our", "ours", "out", "over", "own",
+    "please", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their",
+    "theirs", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too",
+    "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while",
+    "who", "whom", "why", "will", "with", "would", "you", "your", "yours",
+];
+
+fn is_stopword(word: &str) -> bool {
+    STOPWORDS.binary_search(&word).is_ok()
 }
 
 /// The first byte string after every one that starts with `prefix` (its last byte below 0xFF
@@ -384,7 +433,7 @@ impl Search<'_> {
         let Clause::Terms(exact) = clause else {
             return Ok(clause.clone());
         };
-        if word.chars().count() < TYPO_MIN_CHARS {
+        if !(TYPO_MIN_CHARS..=TYPO_MAX_CHARS).contains(&word.chars().count()) {
             return Ok(clause.clone());
         }
         let mut terms: BTreeMap<String, u64> = exact.iter().cloned().collect();
@@ -530,6 +579,27 @@ impl Search<'_> {
                 }
                 combination[position] = 0;
                 position += 1;
+            }
+        }
+    }
+
+    /// The top `wanted` documents matching any of `terms` and every filter, by the sum of
+    /// their words' scores, best first: one query, so a page is a slice of one order.
+    fn disjunction(
+        &self,
+        terms: &[(String, u64)],
+        wanted: usize,
+    ) -> Result<Vec<(Score, DocAddress)>, SearchError> {
+        match terms {
+            [] => Ok(Vec::new()),
+            [_] => self.conjunction(&[Clause::Terms(terms.to_vec())], wanted),
+            _ => {
+                let mut parts = self.filter_queries();
+                parts.push((
+                    Occur::Must,
+                    self.clause_query(&Clause::Terms(terms.to_vec()))?,
+                ));
+                self.top(Box::new(BooleanQuery::new(parts)), false, wanted)
             }
         }
     }
@@ -695,7 +765,7 @@ impl Weight for DeadlineWeight {
 /// The first of title, description, name and URI that holds a matched word, cut to a window
 /// of `SNIPPET_WORDS` words from just before the first match, matches between the markers.
 fn snippet(hit: &Hit, matcher: &Matcher, highlight: &(String, String)) -> Option<String> {
-    let mut analyzer = analyzer();
+    let mut analyzer = snippet_analyzer();
     let fields = [
         hit.title.as_deref(),
         hit.description.as_deref(),
@@ -745,7 +815,12 @@ fn snippet(hit: &Hit, matcher: &Matcher, highlight: &(String, String)) -> Option
 
 #[cfg(test)]
 mod prefix_tests {
-    use super::prefix_end;
+    use super::{prefix_end, STOPWORDS};
+
+    #[test]
+    fn stopwords_are_sorted_for_binary_search() {
+        assert!(STOPWORDS.windows(2).all(|pair| pair[0] < pair[1]));
+    }
 
     /// The range `[prefix, prefix_end)` holds exactly the byte strings starting with `prefix`.
     #[test]

@@ -4,7 +4,8 @@ use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED,
 };
 use tantivy::tokenizer::{
-    AsciiFoldingFilter, LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, TokenStream,
+    AsciiFoldingFilter, LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token,
+    TokenFilter, TokenStream, Tokenizer,
 };
 use tantivy::{TantivyDocument, Term};
 
@@ -12,8 +13,9 @@ use super::Entry;
 use crate::protocol::Kind;
 
 /// Bumped whenever the fields, the analyzer or what goes into them change: an index with
-/// another version is rebuilt from the store. 2: every kind (templates, tools, prompts).
-pub const SCHEMA_VERSION: u32 = 2;
+/// another version is rebuilt from the store. 2: every kind (templates, tools, prompts). 3: the
+/// parts of camelCase words, and the server's name among the words.
+pub const SCHEMA_VERSION: u32 = 3;
 /// The analyzer's name in tantivy's tokenizer registry.
 const WORDS: &str = "mcp_words";
 /// Words longer than this many bytes are not indexed (nobody types them).
@@ -25,13 +27,126 @@ pub const MAX_INDEXED_BYTES: usize = 1 << 20;
 const MAX_KEY_BYTES: usize = 512;
 
 /// Letters and digits, lowercased, diacritics removed: the same words SQLite's
-/// `unicode61 remove_diacritics 2` finds, so the two searches agree on what a word is.
+/// `unicode61 remove_diacritics 2` finds, so the two searches agree on what a word is; a
+/// camelCase word also yields its parts (`getStockPrice`: `get`, `stock`, `price`, then
+/// `getstockprice`), which SQLite's index does not.
 pub fn analyzer() -> TextAnalyzer {
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(MAX_WORD_BYTES))
+        .filter(CamelCaseParts)
+        .filter(LowerCaser)
+        .filter(AsciiFoldingFilter)
+        .build()
+}
+
+/// The words as they stand in the text, one per run of letters and digits, without the parts
+/// of camelCase words: the spans a snippet marks never overlap.
+pub fn snippet_analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(SimpleTokenizer::default())
         .filter(RemoveLongFilter::limit(MAX_WORD_BYTES))
         .filter(LowerCaser)
         .filter(AsciiFoldingFilter)
         .build()
+}
+
+/// The byte offsets where a camelCase word's parts start after the first: before an upper-case
+/// letter that follows a lower-case letter or a digit (`getStock`), and before the last of a
+/// run of upper-case letters followed by a lower-case one (`HTMLParser`: `HTML`, `Parser`).
+fn camel_case_cuts(word: &str) -> Vec<usize> {
+    let letters: Vec<(usize, char)> = word.char_indices().collect();
+    let mut cuts = Vec::new();
+    for position in 1..letters.len() {
+        let (offset, letter) = letters[position];
+        let before = letters[position - 1].1;
+        let after = letters.get(position + 1).map(|(_, letter)| *letter);
+        let starts_word = letter.is_uppercase()
+            && (before.is_lowercase()
+                || before.is_ascii_digit()
+                || (before.is_uppercase() && after.is_some_and(char::is_lowercase)));
+        if starts_word {
+            cuts.push(offset);
+        }
+    }
+    cuts
+}
+
+/// A filter adding the parts of a camelCase word before the word itself (so a query's last
+/// word, the one matched as a prefix, stays the whole word).
+#[derive(Clone, Copy)]
+struct CamelCaseParts;
+
+impl TokenFilter for CamelCaseParts {
+    type Tokenizer<T: Tokenizer> = CamelCasePartsFilter<T>;
+
+    fn transform<T: Tokenizer>(self, tokenizer: T) -> CamelCasePartsFilter<T> {
+        CamelCasePartsFilter {
+            inner: tokenizer,
+            pending: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct CamelCasePartsFilter<T> {
+    inner: T,
+    /// The tokens still to give out, in reverse order.
+    pending: Vec<Token>,
+}
+
+impl<T: Tokenizer> Tokenizer for CamelCasePartsFilter<T> {
+    type TokenStream<'a> = CamelCasePartsStream<'a, T::TokenStream<'a>>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> Self::TokenStream<'a> {
+        self.pending.clear();
+        CamelCasePartsStream {
+            tail: self.inner.token_stream(text),
+            pending: &mut self.pending,
+            current: Token::default(),
+        }
+    }
+}
+
+struct CamelCasePartsStream<'a, T> {
+    tail: T,
+    pending: &'a mut Vec<Token>,
+    current: Token,
+}
+
+impl<T: TokenStream> TokenStream for CamelCasePartsStream<'_, T> {
+    fn advance(&mut self) -> bool {
+        if let Some(next) = self.pending.pop() {
+            self.current = next;
+            return true;
+        }
+        if !self.tail.advance() {
+            return false;
+        }
+        let token = self.tail.token();
+        let cuts = camel_case_cuts(&token.text);
+        if cuts.is_empty() {
+            self.current = token.clone();
+            return true;
+        }
+        // The whole word last; the parts (each spanning the whole word) before it.
+        self.pending.push(token.clone());
+        let mut end = token.text.len();
+        for start in cuts.iter().rev().copied().chain([0]) {
+            let mut part = token.clone();
+            part.text = token.text[start..end].to_string();
+            self.pending.push(part);
+            end = start;
+        }
+        self.current = self.pending.pop().unwrap_or_default();
+        true
+    }
+
+    fn token(&self) -> &Token {
+        &self.current
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        &mut self.current
+    }
 }
 
 /// The normalized words of `text` with their byte spans in it.
@@ -73,11 +188,15 @@ pub struct Fields {
     pub kinds: Field,
     /// "1" when this listing is the one the merged catalog shows for its URI.
     pub wins: Field,
+    /// Per kind, the sets of kinds holding it and each set's merged-view term, computed once
+    /// (a first load of a million entries writes them a million times).
+    kind_sets: Vec<(Kind, Vec<(String, String)>)>,
     /// "1" when more than one server lists this URI.
     pub shared: Field,
     /// Every searchable word: name and title twice (they outrank URI and description), then
     /// URI (or URI template), description, and a tool's input properties or a prompt's
     /// arguments (names and descriptions).
+    /// And the server's name, once.
     pub all: Field,
 }
 
@@ -133,6 +252,19 @@ impl Fields {
             kind,
             kinds,
             wins,
+            kind_sets: Kind::ALL
+                .iter()
+                .map(|kind| {
+                    let sets = kind_sets_holding(*kind)
+                        .into_iter()
+                        .map(|set| {
+                            let merged = scope(&set, None);
+                            (set, merged)
+                        })
+                        .collect();
+                    (*kind, sets)
+                })
+                .collect(),
             shared,
             all,
         }
@@ -212,10 +344,12 @@ impl Fields {
             document.add_text(self.mime_type, mime_type);
         }
         document.add_text(self.kind, entry.kind.as_str());
-        for set in kind_sets_holding(entry.kind) {
-            document.add_text(self.kinds, scope(&set, Some(&entry.server)));
-            if flags.wins {
-                document.add_text(self.kinds, scope(&set, None));
+        if let Some((_, sets)) = self.kind_sets.iter().find(|(kind, _)| *kind == entry.kind) {
+            for (set, merged) in sets {
+                document.add_text(self.kinds, scope(set, Some(&entry.server)));
+                if flags.wins {
+                    document.add_text(self.kinds, merged);
+                }
             }
         }
         document.add_text(self.wins, if flags.wins { "1" } else { "0" });
@@ -230,6 +364,7 @@ impl Fields {
             entry.uri.as_str(),
             entry.description.as_deref().unwrap_or(""),
             entry.inputs.as_deref().unwrap_or(""),
+            entry.server.as_str(),
         ];
         for text in texts {
             if text.is_empty() || budget == 0 {
@@ -369,6 +504,25 @@ mod tests {
         assert_eq!(words, ["cafe", "koln", "32602", "topic", "7", "doc", "1"]);
         let long = "x".repeat(300);
         assert!(words_with_spans(&mut analyzer, &long).is_empty());
+    }
+
+    #[test]
+    fn camel_case_words_yield_their_parts_then_the_whole_word() {
+        let words = |text: &str| -> Vec<String> {
+            words_with_spans(&mut analyzer(), text)
+                .into_iter()
+                .map(|(word, _, _)| word)
+                .collect()
+        };
+        assert_eq!(
+            words("getStockPrice now"),
+            ["get", "stock", "price", "getstockprice", "now"]
+        );
+        assert_eq!(words("HTMLParser"), ["html", "parser", "htmlparser"]);
+        assert_eq!(words("mp3Player"), ["mp3", "player", "mp3player"]);
+        assert_eq!(words("NASA nasa Nasa"), ["nasa", "nasa", "nasa"]);
+        let spans = words_with_spans(&mut snippet_analyzer(), "getStockPrice now");
+        assert_eq!(spans.len(), 2);
     }
 
     #[test]

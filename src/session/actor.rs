@@ -172,9 +172,11 @@ impl Actor {
                 }
                 self.waiting.extend(waiter);
                 match &mut link.phase {
-                    // A refresh is a person or a tool asking: the walk pace holds back only
-                    // the walks that notifications ask for.
-                    Phase::Idle { .. } | Phase::Throttled { .. } => self.start_walk(link).await,
+                    // Whoever asks (a person, a tool, an HTTP client), walks keep the walk
+                    // pace: a flood of refreshes costs at most one walk per spacing.
+                    Phase::Idle { .. } => self.paced_walk(link, AskedBy::Refresh).await,
+                    // The walk held back takes the caller along.
+                    Phase::Throttled { .. } => State::Connected(link),
                     // The walk after the pause takes the caller along.
                     Phase::Debouncing { .. } => State::Connected(link),
                     // The walk under way may have read its pages already: one more after it.
@@ -505,16 +507,27 @@ impl Actor {
     /// server that says its list changed with every answer is walked no more often than
     /// `min_walk_interval` (or its own walk time, when longer) allows, and the change that
     /// waits is never lost: it gets the walk held back.
-    async fn walk_after_change(&mut self, mut link: Box<Link>) -> State {
+    async fn walk_after_change(&mut self, link: Box<Link>) -> State {
+        self.paced_walk(link, AskedBy::Change).await
+    }
+
+    /// A walk now, or held back until the walk pace allows it (see `walk_after_change`).
+    async fn paced_walk(&mut self, mut link: Box<Link>, asked_by: AskedBy) -> State {
         let min_walk_interval = self.config.timings.min_walk_interval;
         let Some(until) = self.walk_pace.held_until(min_walk_interval, Instant::now()) else {
             self.throttle_announced = false;
-            self.counters.notification_walks += 1;
+            if asked_by == AskedBy::Change {
+                self.counters.notification_walks += 1;
+            }
             return self.start_walk(link).await;
         };
         let spacing = self.walk_pace.spacing(min_walk_interval);
+        let asked = match asked_by {
+            AskedBy::Change => "list_changed arrives",
+            AskedBy::Refresh => "refreshes arrive",
+        };
         let reason = format!(
-            "list_changed arrives faster than this server may be walked: at most one walk per \
+            "{asked} faster than this server may be walked: at most one walk per \
              {} ms (min_walk_interval, or the last walk's duration when longer)",
             spacing.as_millis()
         );
@@ -610,10 +623,22 @@ impl Actor {
             );
         }
         link.poll.record(changed, summary.ttl_ms);
-        let (ttl_ms, cache_scope) = (summary.ttl_ms, summary.cache_scope.clone());
+        let (ttl_ms, cache_scope) = (summary.ttl_ms, summary.most_private_scope());
+        let mirror_loop = (summary.looped > 0).then(|| {
+            format!(
+                "a mirror loop: {} entries came through this mirror already and were left out",
+                summary.looped
+            )
+        });
+        if let Some(note) = &mirror_loop {
+            if self.live.borrow().mirror_loop.is_none() {
+                tracing::warn!("{note}");
+            }
+        }
         self.publish(|live| {
             live.ttl_ms = ttl_ms;
             live.cache_scope = cache_scope;
+            live.mirror_loop = mirror_loop;
         });
         answer(waiters, Ok(Refreshed::walked(&summary)));
         if let Some(error) = &link.push.broken {
@@ -827,6 +852,15 @@ fn start_read(server: &str, session: &Arc<Session>, uri: String, reply: ReadRepl
             });
         let _ = reply.send(outcome);
     });
+}
+
+/// Who asked for a paced walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AskedBy {
+    /// The server said its list changed.
+    Change,
+    /// A client asked (`catalog/refresh`).
+    Refresh,
 }
 
 fn answer(waiters: Vec<Waiter>, outcome: Result<Refreshed, String>) {

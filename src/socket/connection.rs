@@ -29,14 +29,21 @@ pub(crate) struct ConnectionState {
     pub(super) watching: Option<i64>,
     /// This client's share of the search gate (its recent search time).
     pub(super) search_client: crate::search::gate::SearchClient,
+    /// What this client may see and do; socket clients are the owner.
+    pub(super) view: crate::answer::View,
 }
 
 impl ConnectionState {
     /// A fresh state whose searches use `search_client`'s share of the gate (the HTTP face
     /// gives every request of one client identity the same one).
-    pub(crate) fn searching_as(search_client: crate::search::gate::SearchClient) -> Self {
+    /// Its answers are restricted to `view` (the HTTP face's token clients).
+    pub(crate) fn searching_as(
+        search_client: crate::search::gate::SearchClient,
+        view: crate::answer::View,
+    ) -> Self {
         ConnectionState {
             search_client,
+            view,
             ..ConnectionState::default()
         }
     }

@@ -55,12 +55,17 @@ fn to_text(result: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject>
     serde_json::value::to_raw_value(result).map_err(internal)
 }
 
+/// Answers one method. The client's view (`state.view`, the one rule of `answer::view`) goes
+/// to each answer function, which applies it to its typed result before it is serialized, as
+/// the method's `ScopeRule` says.
 async fn dispatch(
     method: &str,
     raw: Value,
     context: &DaemonContext,
     state: &mut ConnectionState,
 ) -> Result<Box<RawValue>, ErrorObject> {
+    let view = state.view.clone();
+    view.admits(method)?;
     match method {
         Initialize::NAME => {
             let params = params::<Initialize>(raw)?;
@@ -74,7 +79,7 @@ async fn dispatch(
         ListResources::NAME => {
             let params = params::<ListResources>(raw)?;
             let page = on_reader(context, move |reader| {
-                crate::answer::list::resources(reader, &params, PAGE_SIZE)
+                crate::answer::list::resources(reader, &params, PAGE_SIZE, &view)
             })
             .await?;
             to_text(&page.resources())
@@ -82,26 +87,30 @@ async fn dispatch(
         ListTemplates::NAME => {
             let params = params::<ListTemplates>(raw)?;
             let page = on_reader(context, move |reader| {
-                crate::answer::list::templates(reader, &params, PAGE_SIZE)
+                crate::answer::list::templates(reader, &params, PAGE_SIZE, &view)
             })
             .await?;
             to_text(&page.templates())
         }
         ReadResource::NAME => {
             let uri = params::<ReadResource>(raw)?.uri;
-            answer::<ReadResource>(read_resource(&uri, context).await?)
+            answer::<ReadResource>(read_resource(&uri, context, &view).await?)
         }
         CatalogResource::NAME => {
             let uri = params::<CatalogResource>(raw)?.uri;
             let details = on_reader(context, move |reader| {
-                crate::answer::resource::details(reader, &uri)
+                crate::answer::resource::details(reader, &uri, &view)
             })
             .await?;
             answer::<CatalogResource>(details)
         }
         CatalogStatus::NAME => {
             params::<CatalogStatus>(raw)?;
-            let mut status = serde_json::to_value(status(context).await?).map_err(internal)?;
+            let mut status = status(context).await?;
+            status
+                .servers
+                .retain(|server| view.sees_server(&server.name));
+            let mut status = serde_json::to_value(status).map_err(internal)?;
             redact::scrub_json(&mut status);
             // Server-supplied texts are bounded where they are stored; this bounds the rest
             // (a session's live hints), so the answer stays small whatever a server sent.
@@ -110,12 +119,14 @@ async fn dispatch(
         }
         CatalogSearch::NAME => {
             let params = params::<CatalogSearch>(raw)?;
-            answer::<CatalogSearch>(crate::answer::search::catalog_search(context, params).await?)
+            answer::<CatalogSearch>(
+                crate::answer::search::catalog_search(context, params, &view).await?,
+            )
         }
         CatalogChanges::NAME => {
             let params = params::<CatalogChanges>(raw)?;
             let mut changes = on_reader(context, move |reader| {
-                crate::answer::changes::changes(reader, &params)
+                crate::answer::changes::changes(reader, &params, &view)
             })
             .await?;
             changes.instance = Some(context.store.instance().to_string());
@@ -132,7 +143,9 @@ async fn dispatch(
                 .map_err(internal)?;
             to_text(&crate::answer::list::keyed_entries_result(
                 context.store.instance(),
+                kind,
                 &read,
+                &view,
             ))
         }
         CatalogWatch::NAME => {
@@ -154,7 +167,7 @@ async fn dispatch(
         wire::CatalogTools::NAME => {
             let params = params::<wire::CatalogTools>(raw)?;
             let tools = on_reader(context, move |reader| {
-                crate::answer::entries::tools(reader, &params, PAGE_SIZE)
+                crate::answer::entries::tools(reader, &params, PAGE_SIZE, &view)
             })
             .await?;
             answer::<wire::CatalogTools>(tools)
@@ -162,7 +175,7 @@ async fn dispatch(
         wire::CatalogPrompts::NAME => {
             let params = params::<wire::CatalogPrompts>(raw)?;
             let prompts = on_reader(context, move |reader| {
-                crate::answer::entries::prompts(reader, &params, PAGE_SIZE)
+                crate::answer::entries::prompts(reader, &params, PAGE_SIZE, &view)
             })
             .await?;
             answer::<wire::CatalogPrompts>(prompts)
@@ -170,7 +183,7 @@ async fn dispatch(
         wire::CatalogTool::NAME => {
             let params = params::<wire::CatalogTool>(raw)?;
             let details = on_reader(context, move |reader| {
-                crate::answer::entries::details(reader, wire::Kind::Tool, &params)
+                crate::answer::entries::details(reader, wire::Kind::Tool, &params, &view)
             })
             .await?;
             answer::<wire::CatalogTool>(details)
@@ -178,7 +191,7 @@ async fn dispatch(
         wire::CatalogPrompt::NAME => {
             let params = params::<wire::CatalogPrompt>(raw)?;
             let details = on_reader(context, move |reader| {
-                crate::answer::entries::details(reader, wire::Kind::Prompt, &params)
+                crate::answer::entries::details(reader, wire::Kind::Prompt, &params, &view)
             })
             .await?;
             answer::<wire::CatalogPrompt>(details)
@@ -190,7 +203,7 @@ async fn dispatch(
         wire::CatalogDrift::NAME => {
             let params = params::<wire::CatalogDrift>(raw)?;
             let drift = on_reader(context, move |reader| {
-                crate::answer::entries::drift(reader, &params)
+                crate::answer::entries::drift(reader, &params, &view)
             })
             .await?;
             answer::<wire::CatalogDrift>(drift)
@@ -203,12 +216,12 @@ async fn dispatch(
         }
         wire::CallTool::NAME => {
             let params = params::<wire::CallTool>(raw)?;
-            answer::<wire::CallTool>(tools::call_tool(context, params).await?)
+            answer::<wire::CallTool>(tools::call_tool(context, params, &view).await?)
         }
         CatalogList::NAME => {
             let params = params::<CatalogList>(raw)?;
             let list = on_reader(context, move |reader| {
-                crate::answer::list::server_list(reader, &params)
+                crate::answer::list::server_list(reader, &params, &view)
             })
             .await?;
             answer::<CatalogList>(list)
@@ -231,6 +244,7 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
         server_info: wire::Implementation {
             name: wire::SERVER_NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
+            instance: wire::mirror_id().map(str::to_string),
         },
         instructions: wire::INSTRUCTIONS.into(),
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::protocol::{self as wire, ErrorObject, Response, BUSY};
 
@@ -103,15 +103,29 @@ const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Accepts connections until shutdown; each connection is served by its own task, so a slow
 /// or stuck client holds up nobody but itself.
+///
+/// `probes` are connections the daemon makes to itself (its readiness and watchdog checks):
+/// this loop serves them like accepted ones, so an answer proves the loop and dispatch are
+/// alive, but they do not come through the socket's file, whose owner and mode may keep the
+/// daemon out (systemd creates a socket unit's file as root, `SocketMode=0600`, for a
+/// `DynamicUser` service). They are not clients: never counted, never refused.
 pub async fn serve(
     listener: UnixListener,
     context: Arc<DaemonContext>,
+    mut probes: mpsc::Receiver<UnixStream>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut accept_retry = ACCEPT_RETRY_FIRST;
     let mut accept_failures = IntervalLog::default();
     loop {
         tokio::select! {
+            Some(stream) = probes.recv() => {
+                let context = context.clone();
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    let _ = serve_connection(stream, &context, shutdown).await;
+                });
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     accept_retry = ACCEPT_RETRY_FIRST;

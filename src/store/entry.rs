@@ -1,27 +1,45 @@
 //! One listed catalog entry made storable: its content hash, and the size bound that trims an oversized one.
 //!
-//! Every kind of entry (resources, templates, and later tools and prompts) goes through
-//! `fit_entry`: the store compares entries by the hash it returns, never by their text, and
-//! never stores an entry larger than `max_entry_bytes`. A listed resource whose text fits the
-//! bound takes the short way, `whole_entry_hash`: it is stored as the server sent it and
-//! hashed over those bytes, with no `Value` built (`walk::resource_row`). Two texts of one
-//! entry (another key order, the hash of an older version) are told apart from a real change
-//! by `same_entry`, which the store asks only when the hashes differ.
+//! Every kind of entry (resources, templates, tools and prompts) goes through `fit_entry`: the
+//! store compares entries by the hash it returns, never by their text, and never stores an
+//! entry larger than `max_entry_bytes`. An entry within the bound is stored as the server sent
+//! it and hashed over those bytes; a listed resource takes a shorter way still,
+//! `whole_entry_hash`, with no `Value` built (`walk::resource_row`). An entry over the bound is
+//! trimmed from its top-level fields as the server's text, never built into a tree: a 50 MB
+//! input schema would cost several times its size as a `Value`. Two texts of one entry
+//! (another key order, the hash of an older version) are told apart from a real change by
+//! `same_entry`, which the store asks only when the hashes differ.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
+use crate::protocol::{Kind, OVERSIZED_META_KEY};
+
 /// Optional fields an oversized entry loses first, in this order; any other field the server
 /// added goes next, largest first. The entry's key and `name` are kept (the name cut short if
-/// it alone is too large).
+/// it alone is too large, unless it is the key).
 const DROPPED_FIRST: &[&str] = &["description", "_meta", "annotations", "icons", "title"];
+
+/// Fields MCP's schema requires of a kind besides its key and `name`, with the smallest valid
+/// value that stands in for one trimmed away, so a trimmed entry still parses as its kind: a
+/// tool whose `inputSchema` was dropped is listed with `{"type":"object"}`.
+fn stand_ins(kind: Kind) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        Kind::Tool => &[("inputSchema", r#"{"type":"object"}"#)],
+        Kind::Resource | Kind::Template | Kind::Prompt => &[],
+    }
+}
 
 /// A listed entry ready for the store.
 #[derive(Debug)]
 pub struct FittedEntry {
     /// The object as stored: the server's whole object, or what is left of it when oversized.
     pub object: Map<String, Value>,
-    /// `object` as JSON text.
+    /// The entry as stored: the server's text, or the trimmed object's JSON text.
     pub raw: String,
     /// The hash of the entry as the server sent it (and of the bound, when it was trimmed):
     /// equal hashes mean an unchanged entry, whatever was trimmed.
@@ -65,76 +83,142 @@ pub fn same_entry(stored: &str, listed: &str) -> bool {
     }
 }
 
-/// Hashes a listed object and, when its JSON text is over `max_bytes`, drops its optional
-/// fields until it fits. `key` names the field that identifies the entry (`uri`,
-/// `uriTemplate`, ...). `None` when the item is not an object with a non-empty string key, or
-/// when the key alone is over the bound: such an entry can be neither stored whole nor cut.
-pub fn fit_entry(item: Value, key: &str, max_bytes: u64) -> Option<FittedEntry> {
-    let Value::Object(mut object) = item else {
-        return None;
-    };
-    match object.get(key) {
-        Some(Value::String(text)) if !text.is_empty() => {}
-        _ => return None,
-    }
+/// Makes a listed entry of `kind` (its JSON text) storable. Within `max_bytes` it is kept as
+/// sent. Over the bound it loses optional fields (`DROPPED_FIRST`, then the largest) until it
+/// fits; a required field it lost gets its stand-in (`stand_ins`), and its `_meta` says
+/// `"io.mcp-mirror/oversized": true`, so what clients get is still valid JSON of its kind,
+/// and says it is not whole. `None` when the item is not an object with a non-empty string key
+/// (`Kind::identity_field`), or when the key alone is over the bound: such an entry can be
+/// neither stored whole nor cut.
+pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> {
+    let key = kind.identity_field();
     let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-    let raw = json_text(&object);
-    if raw.len() <= max_bytes {
-        let hash = content_hash(raw.as_bytes());
+    if text.len() <= max_bytes {
+        let Ok(Value::Object(object)) = serde_json::from_str::<Value>(text) else {
+            return None;
+        };
+        match object.get(key) {
+            Some(Value::String(identity)) if !identity.is_empty() => {}
+            _ => return None,
+        }
         return Some(FittedEntry {
             object,
-            raw,
-            hash,
+            raw: text.to_string(),
+            hash: content_hash(text.as_bytes()),
             oversized: false,
         });
     }
+    // Borrowed from `text`: the fields cost no copy of the entry.
+    let borrowed: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
+    let mut fields: BTreeMap<String, Cow<'_, RawValue>> = borrowed
+        .into_iter()
+        .map(|(field, value)| (field, Cow::Borrowed(value)))
+        .collect();
+    match fields
+        .get(key)
+        .map(|value| serde_json::from_str::<String>(value.get()))
+    {
+        Some(Ok(identity)) if !identity.is_empty() => {}
+        _ => return None,
+    }
     // The bound is part of what was stored: a new bound must store the entry again.
-    let hash = nonzero(xxh3_64_with_seed(raw.as_bytes(), max_bytes as u64));
-    let mut size = raw.len();
-    drop(raw);
+    let hash = nonzero(xxh3_64_with_seed(text.as_bytes(), max_bytes as u64));
+    // What the stand-ins and the marker may add, kept free while trimming (an upper bound).
+    let marker = format!(r#","_meta":{{{}:true}}"#, json_string(OVERSIZED_META_KEY));
+    let reserved = marker.len()
+        + stand_ins(kind)
+            .iter()
+            .map(|(field, value)| 1 + json_string(field).len() + 1 + value.len())
+            .sum::<usize>();
+    let target = max_bytes.saturating_sub(reserved);
+    let field_len =
+        |field: &str, value: &RawValue| json_string(field).len() + 1 + value.get().len();
+    // `{}` and the commas between fields, and each field.
+    let mut size = 2
+        + fields.len().saturating_sub(1)
+        + fields
+            .iter()
+            .map(|(field, value)| field_len(field, value))
+            .sum::<usize>();
     let mut droppable: Vec<String> = DROPPED_FIRST
         .iter()
-        .filter(|field| object.contains_key(**field))
+        .filter(|field| fields.contains_key(**field))
         .map(|field| field.to_string())
         .collect();
-    let mut others: Vec<(usize, String)> = object
+    let mut others: Vec<(usize, String)> = fields
         .iter()
         .filter(|(field, _)| {
             field.as_str() != key
                 && field.as_str() != "name"
                 && !DROPPED_FIRST.contains(&field.as_str())
         })
-        .map(|(field, value)| (json_text_len(value), field.clone()))
+        .map(|(field, value)| (value.get().len(), field.clone()))
         .collect();
     others.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
     droppable.extend(others.into_iter().map(|(_, field)| field));
     for field in droppable {
-        if size <= max_bytes {
+        if size <= target {
             break;
         }
-        object.remove(&field);
-        size = json_text(&object).len();
+        if let Some(value) = fields.remove(&field) {
+            size -= field_len(&field, &value) + usize::from(!fields.is_empty());
+        }
     }
     // JSON escapes make the text longer than the string; each round cuts at least the excess,
-    // so a few rounds always converge.
-    while size > max_bytes {
-        let Some(Value::String(name)) = object.get_mut("name") else {
+    // so a few rounds always converge. The name is cut only when it is not the key.
+    while size > target && key != "name" {
+        let Some(value) = fields.get("name") else {
+            break;
+        };
+        let Ok(mut name) = serde_json::from_str::<String>(value.get()) else {
             break;
         };
         if name.is_empty() {
             break;
         }
-        let mut cut = name.len().saturating_sub(size - max_bytes);
+        let before = field_len("name", value);
+        let mut cut = name.len().saturating_sub(size - target);
         while !name.is_char_boundary(cut) {
             cut -= 1;
         }
         name.truncate(cut);
-        size = json_text(&object).len();
+        let value = RawValue::from_string(serde_json::to_string(&name).ok()?).ok()?;
+        size = size - before + field_len("name", &value);
+        fields.insert("name".into(), Cow::Owned(value));
     }
-    if size > max_bytes {
+    if size > target {
         return None;
     }
-    let raw = json_text(&object);
+    for (field, value) in stand_ins(kind) {
+        if !fields.contains_key(*field) {
+            fields.insert(
+                field.to_string(),
+                Cow::Owned(RawValue::from_string(value.to_string()).ok()?),
+            );
+        }
+    }
+    let meta = match fields.remove("_meta") {
+        Some(meta) => match serde_json::from_str::<Map<String, Value>>(meta.get()) {
+            Ok(mut meta) => {
+                meta.insert(OVERSIZED_META_KEY.into(), Value::Bool(true));
+                meta
+            }
+            Err(_) => oversized_meta(),
+        },
+        None => oversized_meta(),
+    };
+    fields.insert(
+        "_meta".into(),
+        Cow::Owned(RawValue::from_string(serde_json::to_string(&meta).ok()?).ok()?),
+    );
+    let raw = serde_json::to_string(&fields).ok()?;
+    if raw.len() > max_bytes {
+        return None;
+    }
+    drop(fields);
+    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(&raw) else {
+        return None;
+    };
     Some(FittedEntry {
         object,
         raw,
@@ -143,13 +227,15 @@ pub fn fit_entry(item: Value, key: &str, max_bytes: u64) -> Option<FittedEntry> 
     })
 }
 
-fn json_text(object: &Map<String, Value>) -> String {
-    // Serializing a map of JSON values cannot fail (every key is a string).
-    serde_json::to_string(object).unwrap_or_default()
+fn oversized_meta() -> Map<String, Value> {
+    let mut meta = Map::new();
+    meta.insert(OVERSIZED_META_KEY.into(), Value::Bool(true));
+    meta
 }
 
-fn json_text_len(value: &Value) -> usize {
-    serde_json::to_string(value).map_or(0, |text| text.len())
+/// A string as JSON text (quoted and escaped).
+fn json_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -157,13 +243,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn fit(item: &Value, kind: Kind, max_bytes: u64) -> Option<FittedEntry> {
+        fit_entry(&item.to_string(), kind, max_bytes)
+    }
+
     #[test]
-    fn a_small_entry_is_kept_whole_with_the_hash_of_its_text() {
-        let item = json!({"uri": "a://1", "name": "one", "description": "short"});
-        let fitted = fit_entry(item.clone(), "uri", 1024).expect("fits");
+    fn a_small_entry_is_kept_as_sent_with_the_hash_of_its_text() {
+        let sent = r#"{"uri": "a://1", "name": "one", "description": "short"}"#;
+        let fitted = fit_entry(sent, Kind::Resource, 1024).expect("fits");
         assert!(!fitted.oversized);
-        assert_eq!(fitted.raw, item.to_string());
-        assert_eq!(fitted.hash, content_hash(item.to_string().as_bytes()));
+        assert_eq!(fitted.raw, sent);
+        assert_eq!(fitted.hash, content_hash(sent.as_bytes()));
     }
 
     #[test]
@@ -172,34 +262,67 @@ mod tests {
             "uri": "a://1", "name": "one", "mimeType": "text/plain",
             "description": "x".repeat(5000), "_meta": {"k": "v"}
         });
-        let fitted = fit_entry(item, "uri", 200).expect("fits after trimming");
+        let fitted = fit(&item, Kind::Resource, 200).expect("fits after trimming");
         assert!(fitted.oversized);
         assert!(fitted.raw.len() <= 200);
         assert_eq!(fitted.object["uri"], "a://1");
         assert_eq!(fitted.object["name"], "one");
         assert_eq!(fitted.object["mimeType"], "text/plain");
-        assert_eq!(fitted.object["_meta"], json!({"k": "v"}));
+        assert_eq!(
+            fitted.object["_meta"],
+            json!({"k": "v", OVERSIZED_META_KEY: true})
+        );
         assert!(fitted.object.get("description").is_none());
+        assert_eq!(
+            serde_json::from_str::<Value>(&fitted.raw).expect("json"),
+            Value::Object(fitted.object)
+        );
+    }
+
+    #[test]
+    fn an_oversized_tool_keeps_a_valid_input_schema_and_says_it_was_trimmed() {
+        let properties: Map<String, Value> = (0..2_000)
+            .map(|index| (format!("p{index}"), json!({"type": "string"})))
+            .collect();
+        let tool = json!({
+            "name": "big", "title": "Big", "description": "d".repeat(100),
+            "inputSchema": {"type": "object", "properties": properties},
+            "annotations": {"readOnlyHint": true}
+        });
+        let fitted = fit(&tool, Kind::Tool, 1024).expect("fits after trimming");
+        assert!(
+            fitted.oversized && fitted.raw.len() <= 1024,
+            "{}",
+            fitted.raw
+        );
+        assert_eq!(fitted.object["name"], "big");
+        assert_eq!(fitted.object["inputSchema"], json!({"type": "object"}));
+        // The same order as every kind: description, `_meta`, annotations, icons and title
+        // go before the largest other field.
+        assert!(fitted.object.get("title").is_none());
+        assert_eq!(fitted.object["_meta"], json!({OVERSIZED_META_KEY: true}));
+        // A tool whose name alone is over the bound cannot be cut: its name is its key.
+        assert!(fit(
+            &json!({"name": "n".repeat(4000), "inputSchema": {}}),
+            Kind::Tool,
+            300
+        )
+        .is_none());
     }
 
     #[test]
     fn the_same_entry_hashes_the_same_and_a_changed_one_differently() {
         let item = json!({"uri": "a://1", "name": "one", "description": "y".repeat(5000)});
-        let first = fit_entry(item.clone(), "uri", 200).expect("fits");
-        let again = fit_entry(item, "uri", 200).expect("fits");
+        let first = fit(&item, Kind::Resource, 200).expect("fits");
+        let again = fit(&item, Kind::Resource, 200).expect("fits");
         assert_eq!(first.hash, again.hash);
         let changed = json!({"uri": "a://1", "name": "one", "description": "z".repeat(5000)});
-        let changed = fit_entry(changed, "uri", 200).expect("fits");
+        let changed = fit(&changed, Kind::Resource, 200).expect("fits");
         assert_ne!(
             first.hash, changed.hash,
             "trimmed fields still count in the hash"
         );
-        let other_bound = fit_entry(
-            json!({"uri": "a://1", "name": "one", "description": "y".repeat(5000)}),
-            "uri",
-            300,
-        )
-        .expect("fits");
+        let other_bound = fit(&item, Kind::Resource, 300).expect("fits");
         assert_ne!(first.hash, other_bound.hash);
     }
 
@@ -218,15 +341,20 @@ mod tests {
 
     #[test]
     fn a_huge_name_is_cut_and_a_huge_key_refused() {
-        let fitted = fit_entry(
-            json!({"uri": "a://1", "name": "é".repeat(4000)}),
-            "uri",
+        let fitted = fit(
+            &json!({"uri": "a://1", "name": "é".repeat(4000)}),
+            Kind::Resource,
             300,
         )
         .expect("fits with a shorter name");
         assert!(fitted.oversized && fitted.raw.len() <= 300);
-        assert!(fit_entry(json!({"uri": "u".repeat(4000), "name": "n"}), "uri", 300).is_none());
-        assert!(fit_entry(json!({"name": "no uri"}), "uri", 300).is_none());
-        assert!(fit_entry(json!("not an object"), "uri", 300).is_none());
+        assert!(fit(
+            &json!({"uri": "u".repeat(4000), "name": "n"}),
+            Kind::Resource,
+            300
+        )
+        .is_none());
+        assert!(fit(&json!({"name": "no uri"}), Kind::Resource, 300).is_none());
+        assert!(fit(&json!("not an object"), Kind::Resource, 300).is_none());
     }
 }

@@ -169,8 +169,29 @@ impl SourceSnapshot<'_> {
             None => Kind::ALL.to_vec(),
             Some((_, kind)) => vec![kind],
         };
+        self.with_entries_of(&kinds, scope.map(|(server, _)| server), use_them)
+    }
+
+    /// Like `with_entries` for every server, but of `kinds` only (the semantic index reads
+    /// the kinds it embeds without streaming every resource).
+    #[cfg(feature = "semantic")]
+    pub fn with_kinds<R>(
+        &self,
+        kinds: &[Kind],
+        use_them: impl FnOnce(&mut dyn Iterator<Item = Entry>) -> R,
+    ) -> Result<R, StoreError> {
+        self.with_entries_of(kinds, None, use_them)
+    }
+
+    fn with_entries_of<R>(
+        &self,
+        kinds: &[Kind],
+        server: Option<&str>,
+        use_them: impl FnOnce(&mut dyn Iterator<Item = Entry>) -> R,
+    ) -> Result<R, StoreError> {
+        let scope = server;
         let mut statements = Vec::with_capacity(kinds.len());
-        for kind in &kinds {
+        for kind in kinds {
             let sql = match scope {
                 None => format!(
                     "{} WHERE {} ORDER BY {}, s.name",
@@ -192,7 +213,7 @@ impl SourceSnapshot<'_> {
             let read = move |row: &rusqlite::Row<'_>| entry(kind, row);
             let rows = match scope {
                 None => statement.query_map([], read)?,
-                Some((server, _)) => statement.query_map([server], read)?,
+                Some(server) => statement.query_map([server], read)?,
             };
             streams.push(rows);
         }

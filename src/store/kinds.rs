@@ -1,16 +1,15 @@
-//! Tools and prompts (every kind but resources): the per-(server, kind) swap, accepted definitions and drift, and their queries.
+//! Tools and prompts (every kind but resources): accepted definitions and drift, and their queries.
 //!
-//! A tools or prompts list is small next to a resource catalog (thousands, not millions), so
-//! the walk stages it in memory, bounded by `max_items`, and the swap diffs it against the
-//! snapshot in one transaction on the writer thread.
+//! Their walk is staged and swapped by the writer like a resource walk (`writer/staging.rs`,
+//! `writer/entry_swap.rs`): a page at a time, compared by content hash.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::{now_ms, StoreError};
-use crate::protocol::{ChangeKind, Kind, ServerState};
+use crate::protocol::{ChangeKind, Kind};
 
 /// One tool or prompt as the store keeps it; built from the server's JSON by the walk.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +21,10 @@ pub struct EntryRow {
     /// a tool's input properties or a prompt's arguments.
     pub inputs: String,
     pub raw: String,
+    /// The content hash of the entry as listed (`entry::fit_entry`): the swap compares these.
+    pub hash: i64,
+    /// The entry was over `max_entry_bytes` and is stored without some of its fields.
+    pub oversized: bool,
 }
 
 /// What one (server, kind) swap changed.
@@ -91,9 +94,6 @@ pub struct EntryHit {
     pub score: f64,
 }
 
-/// The change feed rows one swap may record one by one (the same bound as resources).
-use super::writer::CHANGES_PER_SWAP;
-
 /// The top-level fields whose values differ between two stored objects, sorted.
 pub fn changed_fields(before: &str, after: &str) -> Vec<String> {
     let parse = |text: &str| match serde_json::from_str::<Value>(text) {
@@ -115,151 +115,6 @@ fn server_id(connection: &Connection, server: &str) -> Result<i64, StoreError> {
         })
         .optional()?
         .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))
-}
-
-/// Replaces the snapshot of one (server, kind) with `rows`, in one transaction: the entries,
-/// their full-text index, the change feed (with the fields that changed) and the server's row.
-/// Returns what changed and the feed's newest seq.
-pub(super) fn swap_entries(
-    connection: &mut Connection,
-    server: &str,
-    kind: Kind,
-    rows: Vec<EntryRow>,
-) -> Result<(EntrySwap, i64), StoreError> {
-    let transaction = connection.transaction()?;
-    let server_id = server_id(&transaction, server)?;
-    let mut existing: HashMap<String, (i64, String)> = {
-        let mut statement = transaction.prepare_cached(
-            "SELECT id, name, raw FROM entries WHERE server_id = ?1 AND kind = ?2",
-        )?;
-        let found = statement.query_map(params![server_id, kind], |row| {
-            Ok((row.get::<_, String>(1)?, (row.get(0)?, row.get(2)?)))
-        })?;
-        found.collect::<Result<_, _>>()?
-    };
-    let now = now_ms();
-    let mut swap = EntrySwap {
-        entries: rows.len() as u64,
-        ..EntrySwap::default()
-    };
-    let mut recorded = 0u64;
-    {
-        let mut insert = transaction.prepare_cached(
-            "INSERT INTO entries (server_id, kind, name, title, description, raw)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        let mut update = transaction.prepare_cached(
-            "UPDATE entries SET title = ?2, description = ?3, raw = ?4 WHERE id = ?1",
-        )?;
-        let mut delete = transaction.prepare_cached("DELETE FROM entries WHERE id = ?1")?;
-        let mut unindex = transaction.prepare_cached("DELETE FROM entries_fts WHERE rowid = ?1")?;
-        let mut index = transaction.prepare_cached(
-            "INSERT INTO entries_fts (rowid, name, title, description, inputs)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        let mut feed = transaction.prepare_cached(
-            "INSERT INTO changes (at, server, kind, entry_kind, name, fields)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        let mut record = |change: ChangeKind, name: &str, fields: Option<String>| {
-            if recorded >= CHANGES_PER_SWAP {
-                return Ok::<(), rusqlite::Error>(());
-            }
-            recorded += 1;
-            feed.execute(params![now, server, change, kind, name, fields])?;
-            Ok(())
-        };
-        for row in &rows {
-            match existing.remove(&row.name) {
-                None => {
-                    insert.execute(params![
-                        server_id,
-                        kind,
-                        row.name,
-                        row.title,
-                        row.description,
-                        row.raw
-                    ])?;
-                    let id = transaction.last_insert_rowid();
-                    index.execute(params![
-                        id,
-                        row.name,
-                        row.title,
-                        row.description,
-                        row.inputs
-                    ])?;
-                    swap.added += 1;
-                    record(ChangeKind::Added, &row.name, None)?;
-                }
-                Some((id, raw)) if raw != row.raw => {
-                    update.execute(params![id, row.title, row.description, row.raw])?;
-                    unindex.execute([id])?;
-                    index.execute(params![
-                        id,
-                        row.name,
-                        row.title,
-                        row.description,
-                        row.inputs
-                    ])?;
-                    swap.changed += 1;
-                    let fields = serde_json::to_string(&changed_fields(&raw, &row.raw))
-                        .unwrap_or_else(|_| "[]".into());
-                    record(ChangeKind::Changed, &row.name, Some(fields))?;
-                }
-                Some(_) => {}
-            }
-        }
-        let mut removed: Vec<(String, i64)> = existing
-            .into_iter()
-            .map(|(name, (id, _))| (name, id))
-            .collect();
-        removed.sort();
-        for (name, id) in removed {
-            delete.execute([id])?;
-            unindex.execute([id])?;
-            swap.removed += 1;
-            record(ChangeKind::Removed, &name, None)?;
-        }
-    }
-    if swap.touched() > recorded {
-        transaction.execute(
-            "INSERT INTO changes (at, server, kind, entry_kind, uri, count)
-             VALUES (?1, ?2, ?3, ?4, NULL, ?5)",
-            params![
-                now,
-                server,
-                ChangeKind::Truncated,
-                kind,
-                (swap.touched() - recorded) as i64
-            ],
-        )?;
-    }
-    transaction.execute(
-        "INSERT INTO entry_snapshots (server_id, kind, snapshot_at, count) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (server_id, kind) DO UPDATE SET snapshot_at = excluded.snapshot_at, count = excluded.count",
-        params![server_id, kind, now, swap.entries as i64],
-    )?;
-    // The walk of this kind completed: the server's snapshot is current again.
-    transaction.execute(
-        "UPDATE servers SET state = ?2, stale = 0, last_error = NULL, last_error_at = NULL,
-             snapshot_at = ?3
-         WHERE id = ?1",
-        params![server_id, ServerState::Synced, now],
-    )?;
-    let latest_seq = super::writer::prune_changes(&transaction)?;
-    transaction.commit()?;
-    if swap.touched() > 0 {
-        tracing::info!(
-            server,
-            kind = %kind,
-            added = swap.added,
-            removed = swap.removed,
-            changed = swap.changed,
-            entries = swap.entries,
-            "entries swapped"
-        );
-    }
-    Ok((swap, latest_seq))
 }
 
 /// Records the current tools and prompts of one server (or all) as accepted; returns how many.
@@ -291,7 +146,9 @@ pub(super) fn accept(connection: &mut Connection, server: Option<&str>) -> Resul
     Ok(accepted)
 }
 
-/// The tools or prompts of every server (or one) after `after` (server, name), in order.
+/// The tools or prompts of every server (or one) after `after` (server, name), in order: at
+/// most `limit`, and no more once the page holds `MAX_LIST_PAGE_BYTES` of definitions (a page
+/// always has one). The flag says whether more follow.
 pub fn list_entries(
     connection: &Connection,
     kind: Kind,
@@ -308,22 +165,30 @@ pub fn list_entries(
            AND (s.name > ?3 OR (s.name = ?3 AND e.name > ?4))
          ORDER BY s.name, e.name LIMIT ?5",
     )?;
-    let rows = statement.query_map(
-        params![kind, server, after_server, after_name, (limit + 1) as i64],
-        |row| {
-            Ok(EntryListing {
-                server: row.get(0)?,
-                kind,
-                name: row.get(1)?,
-                raw: row.get(2)?,
-                snapshot_at_ms: row.get(3)?,
-                stale: row.get::<_, i64>(4)? != 0,
-            })
-        },
-    )?;
-    let mut entries = rows.collect::<Result<Vec<_>, _>>()?;
-    let more = entries.len() > limit;
-    entries.truncate(limit);
+    let mut rows = statement.query(params![
+        kind,
+        server,
+        after_server,
+        after_name,
+        (limit + 1) as i64
+    ])?;
+    let (mut entries, mut page_bytes, mut more) = (Vec::new(), 0, false);
+    while let Some(row) = rows.next()? {
+        if entries.len() >= limit || page_bytes >= super::queries::MAX_LIST_PAGE_BYTES {
+            more = true;
+            break;
+        }
+        let listing = EntryListing {
+            server: row.get(0)?,
+            kind,
+            name: row.get(1)?,
+            raw: row.get(2)?,
+            snapshot_at_ms: row.get(3)?,
+            stale: row.get::<_, i64>(4)? != 0,
+        };
+        page_bytes += listing.raw.len();
+        entries.push(listing);
+    }
     Ok((entries, more))
 }
 
@@ -378,17 +243,43 @@ pub fn kind_counts(
         slot.entries = entries.max(0) as u64;
         slot.snapshot_at_ms = Some(snapshot_at);
     }
-    for drift in drift(connection, None)? {
-        let slot = counts
-            .entry(drift.server.clone())
-            .or_default()
-            .entry(drift.kind)
-            .or_default();
+    // Counted in SQL: status never holds the definitions it compares.
+    let mut drift = connection.prepare_cached(
+        "SELECT s.name, e.kind, 0, count(*) FROM entries e
+         JOIN accepted_servers a ON a.server_id = e.server_id JOIN servers s ON s.id = e.server_id
+         WHERE NOT EXISTS (SELECT 1 FROM accepted_entries x
+                           WHERE x.server_id = e.server_id AND x.kind = e.kind AND x.name = e.name)
+         GROUP BY s.name, e.kind
+         UNION ALL
+         SELECT s.name, x.kind, 1, count(*) FROM accepted_entries x
+         JOIN servers s ON s.id = x.server_id
+         WHERE NOT EXISTS (SELECT 1 FROM entries e
+                           WHERE e.server_id = x.server_id AND e.kind = x.kind AND e.name = x.name)
+         GROUP BY s.name, x.kind
+         UNION ALL
+         SELECT s.name, e.kind, 2, count(*) FROM entries e
+         JOIN accepted_entries x ON x.server_id = e.server_id AND x.kind = e.kind AND x.name = e.name
+         JOIN servers s ON s.id = e.server_id
+         WHERE x.raw != e.raw
+         GROUP BY s.name, e.kind",
+    )?;
+    let rows = drift.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, Kind>(1)?,
+            row.get::<_, i64>(2)?,
+            row.get::<_, i64>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (server, kind, change, count) = row?;
+        let slot = counts.entry(server).or_default().entry(kind).or_default();
         let tally = slot.drift.get_or_insert_with(DriftCounts::default);
-        match drift.change {
-            ChangeKind::Added => tally.added += 1,
-            ChangeKind::Removed => tally.removed += 1,
-            _ => tally.changed += 1,
+        let count = count.max(0) as u64;
+        match change {
+            0 => tally.added += count,
+            1 => tally.removed += count,
+            _ => tally.changed += count,
         }
     }
     // An accepted server with no drift shows zeros rather than "never accepted".
@@ -548,7 +439,7 @@ fn search_entries_unbounded(
              JOIN servers s ON s.id = e.server_id
              WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.name = ?2)
                AND ((?3 AND e.kind = 'tool') OR (?4 AND e.kind = 'prompt'))
-             ORDER BY f.rank, s.name, e.name LIMIT ?5 OFFSET ?6",
+             ORDER BY f.rank, s.name, e.name, e.kind LIMIT ?5 OFFSET ?6",
         )
         .map_err(blame)?;
     let rows = statement

@@ -7,6 +7,7 @@ mod kinds;
 mod queries;
 mod reader;
 mod schema;
+mod scopes;
 mod sql_text;
 pub(crate) mod uri_template;
 mod views;
@@ -23,8 +24,9 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 pub use follow::{FollowCursor, KeyedEntries};
 pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
 pub use kinds::{EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
-pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use queries::{ChangePage, SearchRequest};
 pub use reader::Reader;
+pub use scopes::ScopeUpdate;
 
 use crate::protocol::{Kind, ServerState, TransportKind};
 use writer::{Batch, WriteOp};
@@ -401,6 +403,7 @@ impl Store {
         })?;
         let connection = schema::open_writer(path)?;
         let instance = follow::instance_id(&connection)?;
+        crate::protocol::set_mirror_id(&instance);
         // A backlog left by the last run shows in answers from the start; the writer resumes it.
         let full_text_behind = Arc::new(AtomicU64::new(writer::full_text_backlog(&connection)?));
         let writer_behind = full_text_behind.clone();
@@ -569,6 +572,26 @@ impl Store {
         .await
     }
 
+    /// Records the `cacheScope` of kinds of `server`'s snapshot (`ScopeUpdate` says how).
+    pub async fn record_scopes(
+        &self,
+        server: &str,
+        scopes: Vec<(Kind, crate::protocol::CacheScope)>,
+        update: ScopeUpdate,
+    ) -> Result<(), StoreError> {
+        if scopes.is_empty() {
+            return Ok(());
+        }
+        let server = server.to_string();
+        self.call(|reply| WriteOp::RecordScopes {
+            server,
+            scopes,
+            update,
+            reply,
+        })
+        .await
+    }
+
     /// Starts staging a new walk of `server`; nothing is visible until `commit`.
     pub fn begin_walk(&self, server: &str) -> StagedWalk {
         StagedWalk {
@@ -628,21 +651,17 @@ impl Store {
     }
 
     /// Replaces the server's snapshot of one kind of entries (tools or prompts) with `rows`,
-    /// atomically; the previous snapshot stays if this fails.
+    /// atomically, as one walk of one page (a walk stages its pages through `begin_walk`);
+    /// the previous snapshot stays if this fails.
     pub async fn swap_entries(
         &self,
         server: &str,
         kind: Kind,
         rows: Vec<EntryRow>,
     ) -> Result<EntrySwap, StoreError> {
-        let server = server.to_string();
-        self.call(|reply| WriteOp::SwapEntries {
-            server,
-            kind,
-            rows,
-            reply,
-        })
-        .await
+        let staged = self.begin_walk(server);
+        staged.add_entries(kind, rows).await?;
+        staged.commit_entries(kind).await
     }
 
     /// Records the current tools and prompts of `server` (or every server) as accepted.
@@ -682,6 +701,11 @@ impl StagedWalk {
         self.stage(Batch::Templates(rows)).await
     }
 
+    /// Queues a page of tools or prompts (`kind`) for staging.
+    pub async fn add_entries(&self, kind: Kind, rows: Vec<EntryRow>) -> Result<(), StoreError> {
+        self.stage(Batch::Entries(kind, rows)).await
+    }
+
     async fn stage(&self, batch: Batch) -> Result<(), StoreError> {
         let permit = self
             .in_flight
@@ -701,7 +725,15 @@ impl StagedWalk {
     }
 
     /// Swaps the staged walk in as the server's snapshot, in one transaction.
-    pub async fn commit(mut self, report: WalkReport) -> Result<SwapOutcome, StoreError> {
+    pub async fn commit(self, report: WalkReport) -> Result<SwapOutcome, StoreError> {
+        self.finish(report, None).await
+    }
+
+    async fn finish(
+        mut self,
+        report: WalkReport,
+        delta: Option<writer::Delta>,
+    ) -> Result<SwapOutcome, StoreError> {
         self.finished = true;
         let (reply, answer) = oneshot::channel();
         self.writer
@@ -709,6 +741,23 @@ impl StagedWalk {
                 walk_id: self.id,
                 server: self.server.clone(),
                 report,
+                delta,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Swaps the staged walk of tools or prompts in as the server's snapshot of `kind`, in
+    /// one transaction.
+    pub async fn commit_entries(mut self, kind: Kind) -> Result<EntrySwap, StoreError> {
+        self.finished = true;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::CommitEntries {
+                walk_id: self.id,
+                server: self.server.clone(),
+                kind,
                 reply,
             })
             .map_err(|_| StoreError::WriterGone)?;
@@ -720,22 +769,12 @@ impl StagedWalk {
     /// Applies the staged rows as a delta of a followed upstream: they are added or changed,
     /// `removed` go, the rest of the snapshot stays; the cursor moves in the same transaction.
     pub async fn commit_delta(
-        mut self,
+        self,
         removed: Vec<String>,
         cursor: FollowCursor,
     ) -> Result<SwapOutcome, StoreError> {
-        self.finished = true;
-        let (reply, answer) = oneshot::channel();
-        self.writer
-            .send(WriteOp::CommitDelta {
-                walk_id: self.id,
-                server: self.server.clone(),
-                removed,
-                cursor,
-                reply,
-            })
-            .map_err(|_| StoreError::WriterGone)?;
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        let delta = writer::Delta { removed, cursor };
+        self.finish(WalkReport::default(), Some(delta)).await
     }
 }
 

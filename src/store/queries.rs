@@ -112,8 +112,8 @@ pub(crate) struct MergedPage {
     pub sorts: i32,
 }
 
-/// Reads listings in key order after `after` until `limit` keys are complete and the next
-/// key shows that more follow; each key's listings are adjacent, and the one of the lowest
+/// Reads listings in key order after `after` until `limit` keys (or `MAX_LIST_PAGE_BYTES` of
+/// them) are complete and the next key shows that more follow; each key's listings are adjacent, and the one of the lowest
 /// (priority, server name) wins, compared as SQLite compares them (bytes).
 pub(crate) fn merged_page(
     connection: &Connection,
@@ -127,6 +127,7 @@ pub(crate) fn merged_page(
     }
     let mut page: Vec<CatalogRow> = Vec::with_capacity(limit.min(crate::protocol::PAGE_SIZE));
     let mut more = false;
+    let mut page_bytes = 0;
     {
         let mut rows = statement.query([after.unwrap_or("")])?;
         // The key being read, its winner so far and the winner's priority.
@@ -149,9 +150,10 @@ pub(crate) fn merged_page(
             }
             // A new key: the one before is complete.
             if let Some((_, winner)) = current.take() {
+                page_bytes += winner.raw.len();
                 page.push(winner);
             }
-            if page.len() >= limit {
+            if page.len() >= limit || page_bytes >= MAX_LIST_PAGE_BYTES {
                 more = true;
                 break;
             }
@@ -208,6 +210,9 @@ pub struct SearchRequest {
     pub highlight: (String, String),
     /// When set, the query is cancelled (`StoreError::SearchTimedOut`) once this passes.
     pub deadline: Option<Instant>,
+    /// The ranking asked for (`catalog/search`'s `mode`); the daemon's default when `None`.
+    /// SQLite ranks by words only.
+    pub mode: Option<crate::protocol::SearchMode>,
 }
 
 impl SearchRequest {
@@ -222,6 +227,7 @@ impl SearchRequest {
             offset: 0,
             highlight: (DEFAULT_HIGHLIGHT.0.into(), DEFAULT_HIGHLIGHT.1.into()),
             deadline: None,
+            mode: None,
         }
     }
 }
@@ -266,6 +272,10 @@ pub const MAX_HIT_TEXT_BYTES: usize = 1 << 10;
 /// A search page stops growing past this many bytes of hits; the cursor continues after the
 /// last hit it carries.
 pub const MAX_SEARCH_PAGE_BYTES: usize = 4 << 20;
+/// A page of a list of any kind (`resources/list`, `catalog/tools`, ...) stops growing once
+/// its entries hold this many bytes; the cursor continues after its last entry. Each entry is
+/// within `max_entry_bytes`, so a page holds at most this plus one entry.
+pub const MAX_LIST_PAGE_BYTES: usize = 4 << 20;
 
 /// One page of ranked hits and the offset of the next page, if there is one; cancelled with
 /// `StoreError::SearchTimedOut` when the request's deadline passes.
@@ -354,9 +364,10 @@ fn search_unbounded(
                          WHERE r2.uri = fr.uri AND r2.server_id != fr.server_id
                            AND (s2.priority < fs.priority
                                 OR (s2.priority = fs.priority AND s2.name < fs.name))))
-                   ORDER BY f.rank LIMIT ?4 OFFSET ?5) hits
+                   -- Ties in rank go by row id, so pages are slices of one order.
+                   ORDER BY f.rank, f.rowid LIMIT ?4 OFFSET ?5) hits
              JOIN resources r ON r.id = hits.id JOIN servers s ON s.id = r.server_id
-             ORDER BY hits.rank",
+             ORDER BY hits.rank, hits.id",
         )
         .map_err(blame)?;
     let rows = statement

@@ -53,6 +53,11 @@ impl Reader {
         super::follow::follow_cursor(&self.connection, server)
     }
 
+    /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
+    pub fn scopes(&self) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
+        super::scopes::scopes(&self.connection)
+    }
+
     /// Every configured server's row, for `catalog/status`.
     pub fn status(&self) -> Result<Vec<ServerStatus>, StoreError> {
         queries::server_status(&self.connection)

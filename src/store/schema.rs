@@ -16,6 +16,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0005_full_text_backlog.sql"),
     include_str!("../../migrations/0006_pending_loads.sql"),
     include_str!("../../migrations/0007_follow.sql"),
+    include_str!("../../migrations/0008_scopes.sql"),
+    include_str!("../../migrations/0009_entry_hashes.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {

@@ -3,7 +3,9 @@
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 
-use crate::protocol::{ChangeKind, ConnectedTransport, Era, Kind, ServerState, TransportKind};
+use crate::protocol::{
+    CacheScope, ChangeKind, ConnectedTransport, Era, Kind, ServerState, TransportKind,
+};
 
 macro_rules! sql_text {
     ($($name:ty),+) => {
@@ -32,7 +34,8 @@ sql_text!(
     Kind,
     TransportKind,
     ConnectedTransport,
-    Era
+    Era,
+    CacheScope
 );
 
 #[cfg(test)]
@@ -65,5 +68,6 @@ mod tests {
         round_trips(TransportKind::ALL);
         round_trips(ConnectedTransport::ALL);
         round_trips(Era::ALL);
+        round_trips(CacheScope::ALL);
     }
 }

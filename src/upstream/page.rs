@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::McpError;
+use crate::protocol::CacheScope;
 
 /// One page of a paginated list: the raw items, the cursor to the next page, and the
 /// server's caching hint (stateless era). Each item is its text as the server sent it.
@@ -16,7 +17,8 @@ pub struct Page {
     pub items: Vec<Box<RawValue>>,
     pub next_cursor: Option<String>,
     pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
+    /// The page's `cacheScope`; `public` when it declares none (the handshake era).
+    pub cache_scope: crate::protocol::CacheScope,
 }
 
 /// Parses a list result (`resources/list`, `tools/list`, …) whose items are under `field`.
@@ -64,11 +66,12 @@ pub(super) fn parse_page(method: &str, field: &str, result: &str) -> Result<Page
         items,
         next_cursor,
         ttl_ms: parsed.ttl_ms.as_ref().and_then(Value::as_u64),
-        cache_scope: parsed
-            .cache_scope
-            .as_ref()
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        cache_scope: match &parsed.cache_scope {
+            None => CacheScope::Public,
+            Some(Value::String(scope)) => CacheScope::of_page(Some(scope)),
+            // Not a scope we know: taken as the side that leaks nothing.
+            Some(_) => CacheScope::Private,
+        },
     })
 }
 
@@ -198,7 +201,7 @@ mod tests {
         );
         assert_eq!(page.next_cursor.as_deref(), Some("c2"));
         assert_eq!(page.ttl_ms, Some(5000));
-        assert_eq!(page.cache_scope.as_deref(), Some("public"));
+        assert_eq!(page.cache_scope, CacheScope::Public);
     }
 
     #[test]

@@ -169,6 +169,8 @@ async fn follow(
         let rows: Vec<_> = read
             .entries
             .into_iter()
+            // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
+            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)))
             .filter_map(|entry| resource_row(entry, limits.max_entry_bytes))
             .filter(|row| found.insert(row.uri.clone()))
             .collect();
@@ -179,16 +181,17 @@ async fn follow(
         seqs.push(read.seq);
         total = read.total;
     }
-    // The entries reflect every change up to the oldest read; later ones are replayed.
-    let seq = seqs.iter().copied().min().unwrap_or(since).max(cursor.seq);
+    // The cursor moves to where the feed was listed, not to where the entries were read: a
+    // change after it to a key not fetched here must still be replayed (a key fetched here
+    // and changed again is fetched again then, which costs only its entry).
     let new_cursor = FollowCursor {
         instance: cursor.instance.clone(),
-        seq: if keys.is_empty() { since } else { seq },
+        seq: since,
     };
     let swap = staged.commit_delta(removed, new_cursor).await?;
-    // 3. The snapshot must now count what the upstream counted at that seq.
-    let comparable = seqs.windows(2).all(|pair| pair[0] == pair[1]);
-    if let (Some(total), true) = (total, comparable) {
+    // 3. The snapshot must now count what the upstream counted, when every read saw the
+    // catalog exactly as the feed was listed (else a count could differ by a later change).
+    if let (Some(total), true) = (total, seqs.iter().all(|seq| *seq == since)) {
         if swap.resources != total {
             return Err(Fallback::Walk(format!(
                 "after the delta this mirror holds {} resources and the upstream {total}",
@@ -206,7 +209,8 @@ async fn follow(
             skipped: 0,
         },
         ttl_ms: None,
-        cache_scope: None,
+        scopes: Vec::new(),
+        looped: 0,
         entries: Vec::new(),
     })
 }

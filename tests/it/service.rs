@@ -652,3 +652,38 @@ fn socket_activation_serves_the_http_face_on_the_passed_tcp_socket() {
         .log_text()
         .contains("serving HTTP on the socket systemd passed"));
 }
+
+#[test]
+fn the_reload_command_returns_after_the_file_is_applied_and_fails_on_a_refused_one() {
+    let scratch = Scratch::new();
+    let good = stdio_server("docs", &["--name", "docs", "--generate", "3"]);
+    let config = scratch.config(&good);
+    let daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("docs", 1);
+    // What the units' ExecReload= runs (there with --pid $MAINPID).
+    let reload = |pid: Option<u32>| {
+        let mut command = Command::new(MIRROR);
+        command.arg("reload").arg("--socket").arg(&daemon.socket);
+        if let Some(pid) = pid {
+            command.arg("--pid").arg(pid.to_string());
+        }
+        command.output().expect("mcp-mirror reload")
+    };
+
+    let more = stdio_server("more", &["--name", "more", "--generate", "2"]);
+    scratch.config(&format!("{good}{more}"));
+    let output = reload(None);
+    assert!(output.status.success(), "{output:?}");
+    // It returned only once the daemon had applied the file: no wait needed here.
+    assert_eq!(server_names(&daemon), ["docs", "more"]);
+
+    scratch.config(&format!("{good}[servers.broken]\nurl = \"not a url\"\n"));
+    let output = reload(Some(daemon.child.id()));
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("refused the new configuration") && said.contains("servers.broken.url"),
+        "{said}"
+    );
+    assert_eq!(server_names(&daemon), ["docs", "more"]);
+}

@@ -209,3 +209,162 @@ fn max_entry_bytes_is_a_config_key_and_bounds_every_entry() {
     assert_eq!(status["lastWalk"]["added"], 0, "{status}");
     assert_eq!(status["oversizedEntries"], 1, "{status}");
 }
+
+/// Every tool of `catalog/tools` for `server`, following cursors, and the largest page's size
+/// as JSON text.
+fn tools_of(daemon: &Daemon, server: &str) -> (Vec<Value>, usize, usize) {
+    let mut client = daemon.connect();
+    let (mut tools, mut largest_page, mut pages) = (Vec::new(), 0, 0);
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut params = json!({"server": server});
+        if let Some(cursor) = &cursor {
+            params["cursor"] = json!(cursor);
+        }
+        let answer = client.request("catalog/tools", params);
+        let page = &answer["result"];
+        largest_page = largest_page.max(page.to_string().len());
+        pages += 1;
+        tools.extend(page["tools"].as_array().expect("tools").iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return (tools, largest_page, pages),
+        }
+    }
+}
+
+fn tool_count(daemon: &Daemon, server: &str) -> u64 {
+    daemon.server_status(server)["kinds"]["tool"]["count"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_fifty_megabyte_input_schema_is_stored_trimmed_and_pages_of_tools_are_bounded_in_bytes() {
+    let scratch = Scratch::new();
+    let small_tool = |name: &str| json!({"name": name, "description": "a small tool", "inputSchema": {"type": "object"}});
+    // One tool of a 50 MB input schema among small ones, one per page.
+    let hostile = scratch.write_scenario(
+        "hostile.json",
+        &json!({
+            "tools": [small_tool("small_a"), small_tool("small_b")],
+            "huge_tools": 1, "huge_tool_schema_bytes": 50_000_000, "tools_page_size": 1
+        }),
+    );
+    // Twelve tools of 900 kB each: every one within `max_entry_bytes`, 10.8 MB in all.
+    let big = scratch.write_scenario(
+        "big.json",
+        &json!({"huge_tools": 12, "huge_tool_schema_bytes": 900_000, "tools_page_size": 4}),
+    );
+    let neighbour =
+        scratch.write_scenario("neighbour.json", &json!({"tools": [small_tool("one")]}));
+    let server = |name: &str, scenario: &std::path::Path| {
+        stdio_server(
+            name,
+            &[
+                "--name",
+                name,
+                "--scenario",
+                scenario.to_str().expect("utf-8"),
+            ],
+        )
+    };
+    let servers = format!(
+        "{}request_timeout = \"120s\"\n\n{}\n{}",
+        server("hostile", &hostile),
+        server("big", &big),
+        server("neighbour", &neighbour),
+    );
+    let daemon = Daemon::start(&scratch, &scratch.config(&servers));
+    wait_for(
+        "the tools of every server",
+        Duration::from_secs(120),
+        || {
+            (tool_count(&daemon, "hostile") == 3
+                && tool_count(&daemon, "big") == 12
+                && tool_count(&daemon, "neighbour") == 1)
+                .then_some(())
+        },
+    );
+    assert_eq!(daemon.server_status("hostile")["oversizedEntries"], 1);
+    assert_eq!(daemon.server_status("big")["oversizedEntries"], 0);
+
+    // The trimmed tool is still a valid Tool, says it was trimmed, and is small.
+    let (tools, largest_page, _) = tools_of(&daemon, "hostile");
+    let huge = tools
+        .iter()
+        .find(|tool| tool["name"] == "huge_0")
+        .expect("the huge tool is listed");
+    assert_eq!(huge["inputSchema"], json!({"type": "object"}), "{huge}");
+    assert_eq!(huge["_meta"]["io.mcp-mirror/oversized"], true, "{huge}");
+    assert_eq!(huge["_meta"]["io.mcp-mirror/server"], "hostile", "{huge}");
+    assert!(largest_page < 64 << 10, "a page of {largest_page} bytes");
+    let details = daemon.call(
+        "catalog/tool",
+        json!({"server": "hostile", "name": "huge_0"}),
+    );
+    assert_eq!(
+        details["definition"]["inputSchema"],
+        json!({"type": "object"})
+    );
+    let database = open_database(&daemon.database);
+    let (oversized, largest): (i64, i64) = database
+        .query_row(
+            "SELECT sum(oversized), max(length(raw)) FROM entries",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("entries");
+    assert_eq!(oversized, 1);
+    assert!(largest <= 1 << 20, "a tool of {largest} bytes was stored");
+
+    // Tools within the bound are kept whole, and their pages stop at the byte budget.
+    let (tools, largest_page, pages) = tools_of(&daemon, "big");
+    assert_eq!(tools.len(), 12);
+    assert!(tools.iter().all(|tool| tool
+        .get("_meta")
+        .and_then(|meta| meta.get("io.mcp-mirror/oversized"))
+        .is_none()));
+    assert!(pages >= 3, "12 tools of 900 kB in {pages} pages");
+    assert!(
+        largest_page <= (4 << 20) + (1 << 20) + (64 << 10),
+        "a page of {largest_page} bytes"
+    );
+
+    // While the hostile server is walked again, the neighbour's change commits; the re-walk
+    // finds the huge tool unchanged (compared by hash) and changes nothing.
+    let seq_before = daemon.call("catalog/changes", json!({}))["latestSeq"].clone();
+    let snapshot_before = daemon.server_status("hostile")["kinds"]["tool"]["snapshotAtMs"].as_i64();
+    daemon.call("catalog/refresh", json!({"server": "hostile"}));
+    scratch.write_scenario(
+        "neighbour.json",
+        &json!({"tools": [small_tool("one"), small_tool("two")]}),
+    );
+    wait_for("the neighbour's change", Duration::from_secs(20), || {
+        (tool_count(&daemon, "neighbour") == 2).then_some(())
+    });
+    let rewalked = wait_for(
+        "the hostile server's re-walk",
+        Duration::from_secs(120),
+        || {
+            let status = daemon.server_status("hostile");
+            let snapshot = status["kinds"]["tool"]["snapshotAtMs"].as_i64();
+            (snapshot > snapshot_before).then_some(status)
+        },
+    );
+    assert_eq!(rewalked["kinds"]["tool"]["count"], 3, "{rewalked}");
+    let changes = daemon.call("catalog/changes", json!({"since": seq_before}));
+    let hostile_changes: Vec<&Value> = changes["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter(|change| change["server"] == "hostile")
+        .collect();
+    assert!(hostile_changes.is_empty(), "{hostile_changes:?}");
+    assert_eq!(daemon.server_status("hostile")["oversizedEntries"], 1);
+
+    // Reading a 50 MB message costs memory while it is read; nothing holds it afterwards.
+    let peak = peak_rss_bytes(daemon.child.id());
+    eprintln!("50 MB input schema: peak RSS {} MB", peak >> 20);
+    assert!(peak < 400 << 20, "peak RSS {} MB", peak >> 20);
+}

@@ -64,6 +64,14 @@ impl Scratch {
         path
     }
 
+    /// Writes a file only its owner may read, as a token file must be.
+    pub fn write_private(&self, name: &str, text: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.write(name, text);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+        path
+    }
+
     /// Writes a scenario for the fixture atomically, so it never reads half a file.
     pub fn write_scenario(&self, name: &str, scenario: &Value) -> PathBuf {
         let path = self.path(name);

@@ -88,7 +88,11 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
         weather["definition"],
         tool("weather", "Forecasts the weather")
     );
-    let prompts = list_all(&daemon, "catalog/prompts", "prompts");
+    // Prompts are walked and swapped after the tools: wait for them too.
+    let prompts = wait_for("the prompts", Duration::from_secs(30), || {
+        let prompts = list_all(&daemon, "catalog/prompts", "prompts");
+        (!prompts.is_empty()).then_some(prompts)
+    });
     assert_eq!(prompts.len(), 1);
     let prompt = daemon.call(
         "catalog/prompt",

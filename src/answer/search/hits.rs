@@ -37,6 +37,7 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
         engine: Some(wire::SearchEngine::Sqlite),
         match_mode: None,
         note: None,
+        mode: Some(wire::SearchMode::Lexical),
     }
 }
 
@@ -101,6 +102,7 @@ pub fn merge_search_pages(
         engine: Some(wire::SearchEngine::Sqlite),
         match_mode: None,
         note,
+        mode: Some(wire::SearchMode::Lexical),
     }
 }
 

@@ -4,6 +4,8 @@
 //! CLI's SQLite-only answer on a `Reader` is here too.
 
 mod hits;
+#[cfg(feature = "semantic")]
+mod hybrid;
 mod request;
 
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use std::time::Instant;
 pub use hits::{merge_search_pages, search_result, searched};
 pub use request::KindsSearch;
 
-use super::{internal, invalid, invalid_params, DaemonContext};
+use super::{internal, invalid, invalid_params, DaemonContext, View};
 use crate::protocol::{
     self as wire, encode_index_cursor, ErrorObject, SearchParams, BUSY, INVALID_PARAMS,
     SEARCH_TIMED_OUT,
@@ -23,18 +25,30 @@ use crate::store::{self, EntryHit, Reader, StoreError};
 
 /// `catalog/search`: a search of several kinds (`search_kinds`), or of resources alone from the
 /// derived index when it can answer for the catalog as it stands, else from SQLite (a cursor
-/// stays with the engine that made it); every answer is counted in the search histogram.
-pub async fn catalog_search(
+/// stays with the engine that made it); every answer is counted in the search histogram. The
+/// hits are those the view sees.
+pub(crate) async fn catalog_search(
     context: &DaemonContext,
     params: SearchParams,
+    view: &View,
 ) -> Result<wire::SearchResult, ErrorObject> {
     // Every answer counts, refusals and timeouts too: they are latency a client saw.
     let started = std::time::Instant::now();
+    let cut = params.cut_words_note();
+    let with_cut = |note: Option<String>| match (note, &cut) {
+        (Some(note), Some(cut)) => Some(format!("{note}; {cut}")),
+        (note, cut) => note.or(cut.clone()),
+    };
     if params.searches_entries() {
         let search = params.into_kinds_request().map_err(invalid_params)?;
         let outcome = search_kinds(search, context).await;
         crate::metrics::observe_search(started.elapsed());
-        return outcome;
+        let mut result = outcome?;
+        result.note = with_cut(result.note.take());
+        result
+            .results
+            .retain(|hit| view.sees(&hit.server, hit.kind));
+        return Ok(result);
     }
     let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
     let request = params.into_request().map_err(invalid_params)?;
@@ -55,6 +69,9 @@ pub async fn catalog_search(
     crate::metrics::observe_search(started.elapsed());
     let (hits, next, origin) = outcome?;
     let mut result = search_result(hits, next);
+    result
+        .results
+        .retain(|hit| view.sees(&hit.server, hit.kind));
     if let Some(origin) = origin {
         if origin.engine == Some(wire::SearchEngine::Index) {
             result.next_cursor = next.map(encode_index_cursor);
@@ -62,7 +79,9 @@ pub async fn catalog_search(
         result.engine = origin.engine;
         result.match_mode = origin.match_mode;
         result.note = origin.note;
+        result.mode = origin.mode;
     }
+    result.note = with_cut(result.note.take());
     Ok(result)
 }
 
@@ -106,6 +125,7 @@ pub(crate) async fn search_index(
     context: &DaemonContext,
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    let mut note = None;
     let mut query = SearchQuery::new(request.query.clone(), request.limit);
     query.server = request.server.clone();
     query.mime_type = request.mime_type.clone();
@@ -154,7 +174,20 @@ pub(crate) async fn search_index(
             });
             let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
             let now = index.status();
-            if !now.serves(wanted, generation) {
+            // Behind a large swap that SQLite's full-text index is still behind too (a first
+            // load of a million entries takes the index seconds, and SQLite's answer would lack
+            // the same rows and be slow for common words): the index's last commit, a
+            // consistent earlier catalog, answers, and says so.
+            let stale = !now.serves(wanted, generation)
+                && now.phase == crate::search::Phase::Ready
+                && now.replacing
+                && context.store.full_text_note().is_some();
+            if stale {
+                note = Some(format!(
+                    "the search index is still indexing a large change; answered from its previous state (generation {}), without the entries that change brings",
+                    now.generation.unwrap_or(0)
+                ));
+            } else if !now.serves(wanted, generation) {
                 let state = match now.phase {
                     crate::protocol::IndexPhase::Ready => {
                         "catching up with the latest change".to_string()
@@ -221,7 +254,9 @@ pub(crate) async fn search_index(
     Ok(Ok(IndexAnswer {
         hits,
         next: page.next_offset,
-        mode: page.mode,
+        mode: Some(page.mode),
+        search_mode: wire::SearchMode::Lexical,
+        note,
     }))
 }
 
@@ -242,7 +277,43 @@ fn searched_within(
 pub struct IndexAnswer {
     pub hits: Vec<store::SearchHit>,
     pub next: Option<usize>,
-    pub mode: crate::protocol::MatchMode,
+    /// How the words matched; `None` for a semantic answer.
+    pub mode: Option<crate::protocol::MatchMode>,
+    /// Which ranking answered.
+    pub search_mode: wire::SearchMode,
+    /// Why the ranking asked for did not answer (vectors not ready, no model), and why the
+    /// index answered from an earlier state, when it did.
+    pub note: Option<String>,
+}
+
+/// The index's answer ranked as the search asks (`mode`): by words alone, or with the local
+/// model's vectors (`semantic`, `hybrid`; see `crate::semantic`) when they are ready for the
+/// catalog as it stands; else by words, with the reason in `note`.
+pub(crate) async fn ranked_search(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    #[cfg(feature = "semantic")]
+    let note = match hybrid::semantic_search(index, context, request).await? {
+        hybrid::Outcome::Answered(answer) => return Ok(answer),
+        hybrid::Outcome::Lexical(note) => note,
+    };
+    #[cfg(not(feature = "semantic"))]
+    let note = match request.mode {
+        Some(wire::SearchMode::Semantic | wire::SearchMode::Hybrid) => Some(
+            "this mcp-mirror was built without semantic search; answered lexically".to_string(),
+        ),
+        _ => None,
+    };
+    let mut answer = search_index(index, context, request).await?;
+    if let Ok(answer) = &mut answer {
+        answer.note = match (note, answer.note.take()) {
+            (Some(why), Some(behind)) => Some(format!("{why}; {behind}")),
+            (why, behind) => why.or(behind),
+        };
+    }
+    Ok(answer)
 }
 
 /// The resource part of a search: from the derived index when it can answer for the catalog
@@ -258,12 +329,15 @@ pub async fn resource_search(
         engine: Some(wire::SearchEngine::Sqlite),
         match_mode: None,
         note: None,
+        mode: Some(wire::SearchMode::Lexical),
     };
     if let (Some(index), false) = (&context.search_index, request.raw) {
-        match search_index(index, context, &request).await? {
+        match ranked_search(index, context, &request).await? {
             Ok(answer) => {
                 origin.engine = Some(wire::SearchEngine::Index);
-                origin.match_mode = Some(answer.mode);
+                origin.match_mode = answer.mode;
+                origin.mode = Some(answer.search_mode);
+                origin.note = answer.note;
                 return Ok((answer.hits, answer.next, origin));
             }
             Err(why) => origin.note = Some(why),
@@ -294,12 +368,14 @@ pub async fn search_kinds(
         search.sqlite_cursor,
         search.index.raw,
     ) {
-        match search_index(index, context, &search.index).await? {
+        match ranked_search(index, context, &search.index).await? {
             Ok(answer) => {
                 let mut result = search_result(answer.hits, None);
                 result.next_cursor = answer.next.map(wire::encode_index_cursor);
                 result.engine = Some(wire::SearchEngine::Index);
-                result.match_mode = Some(answer.mode);
+                result.match_mode = answer.mode;
+                result.mode = Some(answer.search_mode);
+                result.note = answer.note;
                 return Ok(result);
             }
             Err(why) => note = Some(why),

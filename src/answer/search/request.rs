@@ -83,6 +83,37 @@ pub struct KindsSearch {
 }
 
 impl SearchParams {
+    /// What the answer says when a plain query is longer than `MAX_QUERY_BYTES`: how many of
+    /// its words were not searched, and the first of them. `None` when every word counts.
+    pub fn cut_words_note(&self) -> Option<String> {
+        if self.raw.unwrap_or(false) || self.query.len() <= MAX_QUERY_BYTES {
+            return None;
+        }
+        let mut end = MAX_QUERY_BYTES;
+        while !self.query.is_char_boundary(end) {
+            end -= 1;
+        }
+        // A word the cut splits counts as dropped: only its start was searched.
+        let start = self.query[..end]
+            .rfind(|letter: char| !letter.is_alphanumeric())
+            .map_or(0, |position| position + 1);
+        let dropped: Vec<&str> = self.query[start..]
+            .split(|letter: char| !letter.is_alphanumeric())
+            .filter(|word| !word.is_empty())
+            .collect();
+        let shown: Vec<String> = dropped
+            .iter()
+            .take(5)
+            .map(|word| word.chars().take(32).collect())
+            .collect();
+        Some(format!(
+            "the query is longer than {MAX_QUERY_BYTES} bytes: its last {} words were not searched, from \"{}\"{}",
+            dropped.len(),
+            shown.join(" "),
+            if dropped.len() > shown.len() { " …" } else { "" }
+        ))
+    }
+
     /// The store's request, with the defaults and caps every caller gets (the daemon and the
     /// CLI reading the database alike).
     pub fn into_request(self) -> Result<SearchRequest, InvalidParams> {
@@ -90,8 +121,8 @@ impl SearchParams {
         let raw = self.raw.unwrap_or(false);
         let mut query = self.query;
         if query.len() > MAX_QUERY_BYTES {
-            // Raw syntax cut anywhere could mean something else; plain words only ever use the
-            // first few (`MAX_QUERY_WORDS` in the store), so a long paste is simply cut.
+            // Raw syntax cut anywhere could mean something else; a long paste of plain words
+            // is cut, and the answer says which words were left out (`cut_words_note`).
             if raw {
                 return Err(InvalidParams(format!(
                     "`query`: a raw query of {} bytes is longer than the limit of {MAX_QUERY_BYTES} bytes",
@@ -108,6 +139,7 @@ impl SearchParams {
         request.server = self.server;
         request.mime_type = self.mime_type;
         request.raw = raw;
+        request.mode = self.mode;
         if let Some(cursor) = self.cursor {
             request.offset = decode_search_cursor(&cursor)
                 .filter(|offset| *offset <= MAX_SEARCH_OFFSET)

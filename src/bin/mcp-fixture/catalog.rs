@@ -34,6 +34,10 @@ pub struct Scenario {
     pub generate_tools: Option<usize>,
     /// Described input properties per generated tool (8 unless set): the schema's size.
     pub generated_tool_properties: Option<usize>,
+    /// Hostile: this many tools (`huge_0`, …) after the others, each with an `inputSchema` of
+    /// about `huge_tool_schema_bytes` (described properties); serve them one per page.
+    pub huge_tools: Option<usize>,
+    pub huge_tool_schema_bytes: Option<usize>,
     /// Prompts served by `prompts/list` (declared when present).
     pub prompts: Option<Vec<Value>>,
     /// Every catalog change sends this many `list_changed` notifications back to back.
@@ -201,7 +205,9 @@ impl Catalog {
             page_size,
             resources_capability: scenario.capabilities_resources.unwrap_or(true),
             tools: crate::kinds::scenario_tools(scenario),
-            tools_declared: scenario.tools.is_some() || scenario.generate_tools.is_some(),
+            tools_declared: scenario.tools.is_some()
+                || scenario.generate_tools.is_some()
+                || scenario.huge_tools.is_some(),
             tools_page_size: scenario.tools_page_size.unwrap_or(100).max(1),
             prompts: scenario.prompts.clone().unwrap_or_default(),
             prompts_declared: scenario.prompts.is_some(),

@@ -160,6 +160,16 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
 }
 
 async fn post_message(server: &Arc<Server>, headers: &HeaderMap, body: &[u8]) -> Response {
+    if server.args.reflect_authorization {
+        let seen = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_string);
+        *server
+            .last_authorization
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = seen;
+    }
     let accept = accept_header(headers);
     if !(accept.contains("application/json") && accept.contains("text/event-stream")) {
         let message = "Accept must list both application/json and text/event-stream\n";

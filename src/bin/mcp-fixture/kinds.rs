@@ -41,7 +41,30 @@ pub fn scenario_tools(scenario: &Scenario) -> Vec<Value> {
     tools.extend(
         (0..scenario.generate_tools.unwrap_or(0)).map(|index| generated_tool(index, properties)),
     );
+    let schema_bytes = scenario.huge_tool_schema_bytes.unwrap_or(1 << 20);
+    tools.extend((0..scenario.huge_tools.unwrap_or(0)).map(|index| huge_tool(index, schema_bytes)));
     tools
+}
+
+/// Hostile tool `index`: a small description, and an input schema of about `schema_bytes` of
+/// described properties (many objects, as a real oversized schema has, each about 1 kB).
+fn huge_tool(index: usize, schema_bytes: usize) -> Value {
+    let description = "A property of a huge tool. ".repeat(38);
+    let mut properties = serde_json::Map::new();
+    let mut bytes = 0;
+    while bytes < schema_bytes {
+        let name = format!("property_{:07}", properties.len());
+        bytes += name.len() + description.len() + 40;
+        properties.insert(
+            name,
+            json!({"type": "string", "description": description.clone()}),
+        );
+    }
+    json!({
+        "name": format!("huge_{index}"),
+        "description": format!("A hostile tool with a huge input schema, number {index}."),
+        "inputSchema": {"type": "object", "properties": properties},
+    })
 }
 
 /// Generated tool `index`, with `properties` described input properties. Words for searches:

@@ -86,6 +86,17 @@ pub struct Args {
     /// `cacheScope` of stateless-era results (`public` or `private`).
     #[arg(long, default_value = "public")]
     pub cache_scope: String,
+    /// `resources/list` pages after this many say `cacheScope: private` (stateless era).
+    #[arg(long)]
+    pub private_after_page: Option<usize>,
+    /// These list methods say `cacheScope: private` (comma-separated, e.g.
+    /// `tools/list,resources/templates/list`; stateless era).
+    #[arg(long, value_delimiter = ',')]
+    pub private_lists: Vec<String>,
+    /// Hostile: put the `Authorization` header of the last POST into the description of the
+    /// first resource of every `resources/list` page (a server that reflects our token).
+    #[arg(long, requires = "http")]
+    pub reflect_authorization: bool,
     /// Answer `subscriptions/listen` with -32601, so a client must poll.
     #[arg(long)]
     pub no_listen: bool,

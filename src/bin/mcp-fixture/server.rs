@@ -240,6 +240,8 @@ pub struct Server {
     discovers_refused: AtomicU64,
     gets_refused: AtomicU64,
     posts_refused: AtomicU64,
+    /// The `Authorization` header of the last POST (`--reflect-authorization`).
+    pub last_authorization: Mutex<Option<String>>,
 }
 
 impl Server {
@@ -262,6 +264,7 @@ impl Server {
             discovers_refused: AtomicU64::new(0),
             gets_refused: AtomicU64::new(0),
             posts_refused: AtomicU64::new(0),
+            last_authorization: Mutex::new(None),
         }
     }
 
@@ -555,11 +558,22 @@ impl Server {
         result["_meta"][SERVER_INFO_KEY] = self.server_info();
         let cacheable = matches!(
             method,
-            "resources/list" | "resources/templates/list" | "resources/read"
+            "resources/list"
+                | "resources/templates/list"
+                | "resources/read"
+                | "tools/list"
+                | "prompts/list"
         );
         if cacheable {
             result["ttlMs"] = json!(self.args.ttl_ms);
-            result["cacheScope"] = json!(self.args.cache_scope);
+            // A page may have chosen its own (`--private-after-page`).
+            if result.get("cacheScope").is_none() {
+                let private = self.args.private_lists.iter().any(|list| list == method);
+                result["cacheScope"] = match private {
+                    true => json!("private"),
+                    false => json!(self.args.cache_scope),
+                };
+            }
         }
         result
     }
@@ -744,7 +758,26 @@ impl Server {
         if faults.fail_at_page == Some(page_number) {
             return Err(RpcError::new(-32603, "injected failure").into());
         }
-        Ok(Handled::Result(catalog.page(offset)))
+        let mut page = catalog.page(offset);
+        if self
+            .args
+            .private_after_page
+            .is_some_and(|public_pages| page_number > public_pages)
+        {
+            page["cacheScope"] = json!("private");
+        }
+        if self.args.reflect_authorization {
+            let seen = self
+                .last_authorization
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+                .unwrap_or_default();
+            if let Some(first) = page["resources"].get_mut(0) {
+                first["description"] = json!(format!("the client sent Authorization: {seen}"));
+            }
+        }
+        Ok(Handled::Result(page))
     }
 
     fn list_templates(&self) -> Result<Handled, Failure> {

@@ -10,22 +10,22 @@ use rusqlite::{params, Connection};
 use super::full_text::{full_text_backlog, FullText, BULK_INDEX_MIN_ROWS};
 use super::staging::StagedCounts;
 use super::swap::{apply_diff, log_swap, SnapshotDiff, CHANGED, REMOVED};
-use super::{execute, query_one, server_id};
+use super::{execute, query_one, server_id, Delta};
 use crate::protocol::ServerState;
 use crate::store::{now_ms, FollowCursor, StoreError, SwapOutcome};
 
-/// Applies the staged rows of `walk_id` (added or changed entries) and removes `removed`
-/// from `server`'s snapshot; moves its cursor to `cursor`. Returns what changed and the
+/// Applies the staged rows of `walk_id` (added or changed entries) and removes the delta's
+/// `removed` keys from `server`'s snapshot; moves its cursor to the delta's `cursor`. Returns what changed and the
 /// change feed's newest seq.
 pub(super) fn apply_delta(
     connection: &mut Connection,
     walk_id: u64,
     counts: &StagedCounts,
     server: &str,
-    removed: &[String],
-    cursor: &FollowCursor,
+    delta: &Delta,
     full_text_behind: &AtomicU64,
 ) -> Result<(SwapOutcome, i64), StoreError> {
+    let (removed, cursor) = (&delta.removed, &delta.cursor);
     let started = std::time::Instant::now();
     let walk = walk_id as i64;
     let transaction = connection.transaction()?;

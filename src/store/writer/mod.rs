@@ -10,8 +10,8 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
 
 use super::{
-    now_ms, CatalogChanged, RemovedServers, ResourceRow, ServerSync, ServerUpdate, StoreError,
-    SwapOutcome, TemplateRow, WalkReport,
+    now_ms, CatalogChanged, EntryRow, RemovedServers, ResourceRow, ServerSync, ServerUpdate,
+    StoreError, SwapOutcome, TemplateRow, WalkReport,
 };
 use crate::protocol::{ChangeKind, Kind, ServerState};
 
@@ -36,22 +36,17 @@ pub enum WriteOp {
         batch: Batch,
         permit: OwnedSemaphorePermit,
     },
+    /// Swaps a staged walk in; with a `delta`, applies the staged rows as a followed
+    /// upstream's delta instead (`delta.rs`): the rest of the snapshot stays.
     Commit {
         walk_id: u64,
         server: String,
         report: WalkReport,
+        delta: Option<Delta>,
         reply: Reply<SwapOutcome>,
     },
     Abort {
         walk_id: u64,
-    },
-    /// Applies a staged delta of a followed upstream and moves its cursor (`delta.rs`).
-    CommitDelta {
-        walk_id: u64,
-        server: String,
-        removed: Vec<String>,
-        cursor: super::FollowCursor,
-        reply: Reply<SwapOutcome>,
     },
     /// Moves or forgets a followed server's cursor after a full walk (`delta.rs`).
     SetFollowCursor {
@@ -59,14 +54,22 @@ pub enum WriteOp {
         cursor: Option<super::FollowCursor>,
         reply: Reply<()>,
     },
-    /// Replaces one (server, kind) snapshot of tools or prompts (`entries.rs`).
-    SwapEntries {
+    /// Swaps a staged walk of tools or prompts in as the server's snapshot of `kind`
+    /// (`entry_swap.rs`).
+    CommitEntries {
+        walk_id: u64,
         server: String,
         kind: Kind,
-        rows: Vec<super::EntryRow>,
         reply: Reply<super::EntrySwap>,
     },
-    /// Records the current tools and prompts as accepted (`entries.rs`).
+    /// Records the scopes of a server's kinds (`scopes.rs`).
+    RecordScopes {
+        server: String,
+        scopes: Vec<(Kind, crate::protocol::CacheScope)>,
+        update: super::ScopeUpdate,
+        reply: Reply<()>,
+    },
+    /// Records the current tools and prompts as accepted (`kinds.rs`).
     Accept {
         server: Option<String>,
         reply: Reply<u64>,
@@ -82,10 +85,18 @@ pub enum WriteOp {
     },
 }
 
+/// What a followed upstream's delta removes, and the cursor it moves to.
+pub struct Delta {
+    pub removed: Vec<String>,
+    pub cursor: super::FollowCursor,
+}
+
 /// One page of a walk on its way to staging.
 pub enum Batch {
     Resources(Vec<ResourceRow>),
     Templates(Vec<TemplateRow>),
+    /// Tools or prompts, compared with the snapshot of their kind as they are staged.
+    Entries(Kind, Vec<EntryRow>),
 }
 
 impl Batch {
@@ -94,21 +105,26 @@ impl Batch {
         match self {
             Batch::Resources(rows) => rows.iter().map(|row| row.raw.len()).sum(),
             Batch::Templates(rows) => rows.iter().map(|row| row.raw.len()).sum(),
+            Batch::Entries(_, rows) => rows.iter().map(|row| row.raw.len()).sum(),
         }
     }
 }
 
 mod delta;
+mod entry_swap;
 mod full_text;
 mod pending;
 mod staging;
 mod swap;
 mod wal;
 
+use entry_swap::swap_entries;
 pub(super) use full_text::full_text_backlog;
 use full_text::{index_full_text_batch, INDEXED};
 use pending::{discard_pending_batch, pending_loads};
-use staging::{discard_staging, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA};
+use staging::{
+    discard_staging, stage_entries, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA,
+};
 use swap::swap;
 
 use wal::{WriteAheadLog, WAL_LIMIT_BYTES};
@@ -247,7 +263,7 @@ pub fn run(
                                 .and_then(|()| StagedCounts::against(&connection, &server))
                                 .map(|counts| Some(fresh.insert(counts))),
                         },
-                        Batch::Templates(_) => Ok(None),
+                        Batch::Templates(_) | Batch::Entries(..) => Ok(None),
                     };
                     let staged = counts.and_then(|counts| {
                         wal.stage_page(&connection, walk_id, batch.bytes())?;
@@ -257,6 +273,9 @@ pub fn run(
                             }
                             (Batch::Templates(rows), _) => {
                                 stage_templates(&mut connection, walk_id, rows)
+                            }
+                            (Batch::Entries(kind, rows), _) => {
+                                stage_entries(&mut connection, walk_id, &server, *kind, rows)
                             }
                             (Batch::Resources(_), None) => Ok(()),
                         }
@@ -272,17 +291,26 @@ pub fn run(
                 walk_id,
                 server,
                 report,
+                delta,
                 reply,
             } => {
                 let counts = staged_walks.remove(&walk_id).unwrap_or_default();
-                let outcome = match failed_walks.remove(&walk_id) {
-                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
-                    None => swap(
+                let outcome = match (failed_walks.remove(&walk_id), delta) {
+                    (Some(error), _) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    (None, None) => swap(
                         &mut connection,
                         walk_id,
                         &counts,
                         &server,
                         &report,
+                        &full_text_behind,
+                    ),
+                    (None, Some(delta)) => delta::apply_delta(
+                        &mut connection,
+                        walk_id,
+                        &counts,
+                        &server,
+                        &delta,
                         &full_text_behind,
                     ),
                 };
@@ -293,37 +321,6 @@ pub fn run(
                 indexing |= full_text_behind.load(Ordering::Acquire) > 0;
                 // Subscribers and the caller hear first: dropping a million staged rows takes
                 // a while, and the snapshot is already committed (or the walk already failed).
-                let outcome = outcome.map(|(swap, latest_seq)| {
-                    announce(&changes, &catalog_version, &server, &swap, latest_seq);
-                    swap
-                });
-                let _ = reply.send(outcome);
-                discard_staging(&connection, walk_id);
-            }
-            WriteOp::CommitDelta {
-                walk_id,
-                server,
-                removed,
-                cursor,
-                reply,
-            } => {
-                let counts = staged_walks.remove(&walk_id).unwrap_or_default();
-                let outcome = match failed_walks.remove(&walk_id) {
-                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
-                    None => delta::apply_delta(
-                        &mut connection,
-                        walk_id,
-                        &counts,
-                        &server,
-                        &removed,
-                        &cursor,
-                        &full_text_behind,
-                    ),
-                };
-                if let Some(pending) = &counts.pending {
-                    discarding.push_back(pending.id);
-                }
-                indexing |= full_text_behind.load(Ordering::Acquire) > 0;
                 let outcome = outcome.map(|(swap, latest_seq)| {
                     announce(&changes, &catalog_version, &server, &swap, latest_seq);
                     swap
@@ -349,13 +346,16 @@ pub fn run(
                 }
                 discard_staging(&connection, walk_id);
             }
-            WriteOp::SwapEntries {
+            WriteOp::CommitEntries {
+                walk_id,
                 server,
                 kind,
-                rows,
                 reply,
             } => {
-                let outcome = super::kinds::swap_entries(&mut connection, &server, kind, rows);
+                let outcome = match failed_walks.remove(&walk_id) {
+                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    None => swap_entries(&mut connection, walk_id, &server, kind),
+                };
                 let outcome = outcome.map(|(swap, latest_seq)| {
                     if swap.touched() > 0 {
                         let _ = changes.send(CatalogChanged {
@@ -370,6 +370,20 @@ pub fn run(
                     swap
                 });
                 let _ = reply.send(outcome);
+                discard_staging(&connection, walk_id);
+            }
+            WriteOp::RecordScopes {
+                server,
+                scopes,
+                update,
+                reply,
+            } => {
+                let _ = reply.send(super::scopes::record_scopes(
+                    &mut connection,
+                    &server,
+                    &scopes,
+                    update,
+                ));
             }
             WriteOp::Accept { server, reply } => {
                 let _ = reply.send(super::kinds::accept(&mut connection, server.as_deref()));
@@ -516,6 +530,7 @@ fn sync_servers(
                 [id],
             )?;
             transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
+            super::scopes::forget_scopes(&transaction, &name)?;
             tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
             if removed > 0 {
                 dropped.push(CatalogChanged {

@@ -4,8 +4,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::pending::{stage_pending, PendingLoad};
 use super::server_id;
+use crate::protocol::Kind;
 use crate::store::entry::same_entry;
-use crate::store::{ResourceRow, StoreError, TemplateRow};
+use crate::store::{EntryRow, ResourceRow, StoreError, TemplateRow};
 
 /// Staged resources live in a rowid table whose index holds (walk_id, uri, hash): the diff
 /// compares hashes inside the two indexes and reads a staged row only to copy it into the
@@ -34,9 +35,91 @@ CREATE TEMP TABLE IF NOT EXISTS staging_added (walk_id INTEGER NOT NULL, uri TEX
 CREATE TEMP TABLE IF NOT EXISTS staging_rehash (
     walk_id INTEGER NOT NULL, id INTEGER NOT NULL, hash INTEGER NOT NULL
 );
+CREATE TEMP TABLE IF NOT EXISTS staging_entries (
+    walk_id INTEGER NOT NULL, name TEXT NOT NULL, hash INTEGER NOT NULL, oversized INTEGER NOT NULL,
+    rehash INTEGER NOT NULL, title TEXT, description TEXT, inputs TEXT, raw TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS temp.staging_entries_key ON staging_entries (walk_id, name);
 CREATE TEMP TABLE IF NOT EXISTS swap_ids (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL);
 CREATE TEMP TABLE IF NOT EXISTS swap_added (uri TEXT NOT NULL);
 ";
+
+/// Stages one page of tools or prompts (`kind`) as `stage_resources` stages resources: a row
+/// whose name the snapshot holds with the same hash, or with a text that holds the same JSON,
+/// is staged light (name and hash only; `rehash` when the stored hash is to become the listed
+/// one), so a re-walk that changes nothing writes almost nothing and holds no entry in memory
+/// past its page. The swap (`entry_swap.rs`) diffs the staged names against the snapshot.
+pub(super) fn stage_entries(
+    connection: &mut Connection,
+    walk_id: u64,
+    server: &str,
+    kind: Kind,
+    rows: &[EntryRow],
+) -> Result<(), StoreError> {
+    let snapshot = server_id(connection, server)?;
+    // A savepoint: the page is one step of the writer's open batch (`wal.rs`).
+    let transaction = connection.savepoint()?;
+    {
+        let mut stored_row = transaction.prepare_cached(
+            "SELECT id, hash FROM entries WHERE server_id = ?1 AND kind = ?2 AND name = ?3",
+        )?;
+        let mut stored_text =
+            transaction.prepare_cached("SELECT raw, oversized FROM entries WHERE id = ?1")?;
+        let mut insert = transaction.prepare_cached(
+            "INSERT OR IGNORE INTO temp.staging_entries
+                 (walk_id, name, hash, oversized, rehash, title, description, inputs, raw)
+             VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8)",
+        )?;
+        let mut insert_light = transaction.prepare_cached(
+            "INSERT OR IGNORE INTO temp.staging_entries (walk_id, name, hash, oversized, rehash)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for row in rows {
+            let stored = match snapshot {
+                Some(server_id) => stored_row
+                    .query_row(params![server_id, kind, row.name], |found| {
+                        Ok((found.get::<_, i64>(0)?, found.get::<_, i64>(1)?))
+                    })
+                    .optional()?,
+                None => None,
+            };
+            let unchanged = match stored {
+                Some((_, hash)) if hash == row.hash => Some(false),
+                Some((id, hash)) => {
+                    let (text, oversized) = stored_text.query_row([id], |found| {
+                        Ok((found.get::<_, String>(0)?, found.get::<_, bool>(1)?))
+                    })?;
+                    // A trimmed entry is compared by hash only: its text lacks what changed.
+                    let same = (hash == 0 && text == row.raw)
+                        || (!oversized && !row.oversized && same_entry(&text, &row.raw));
+                    same.then_some(true)
+                }
+                None => None,
+            };
+            match unchanged {
+                Some(rehash) => insert_light.execute(params![
+                    walk_id as i64,
+                    row.name,
+                    row.hash,
+                    row.oversized,
+                    rehash
+                ])?,
+                None => insert.execute(params![
+                    walk_id as i64,
+                    row.name,
+                    row.hash,
+                    row.oversized,
+                    row.title,
+                    row.description,
+                    row.inputs,
+                    row.raw
+                ])?,
+            };
+        }
+    }
+    transaction.commit()?;
+    Ok(())
+}
 
 /// What one walk has staged, and the snapshot it was compared with.
 #[derive(Debug, Default, Clone)]
@@ -241,6 +324,7 @@ pub(super) fn discard_staging(connection: &Connection, walk_id: u64) {
         "staging_changed",
         "staging_added",
         "staging_rehash",
+        "staging_entries",
     ]
     .into_iter()
     .try_for_each(|table| {

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{params, Connection};
 
+use super::entry_swap::OVERSIZED_ENTRIES;
 use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
@@ -12,6 +13,7 @@ use super::pending::promote;
 use super::staging::StagedCounts;
 use super::{execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_SWAP};
 use crate::protocol::{ChangeKind, Kind, ServerState};
+use crate::store::entry::same_entry;
 use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
 
 /// Kinds in `swap_ids` (added rows are found by id instead: they are the ids above the
@@ -519,7 +521,8 @@ pub(super) fn replace_templates(
     for (uri_template, (name, raw)) in &before {
         match after.get(uri_template) {
             None => changes.push((ChangeKind::Removed, uri_template, name)),
-            Some((_, new_raw)) if new_raw != raw => {
+            // Another key order or spacing of one template is not a change.
+            Some((_, new_raw)) if !same_entry(raw, new_raw) => {
                 changes.push((ChangeKind::Changed, uri_template, name))
             }
             Some(_) => {}
@@ -585,16 +588,15 @@ pub(super) fn record_walk(
 ) -> Result<(), StoreError> {
     execute(
         transaction,
-        "UPDATE servers SET state = ?13, stale = 0, last_error = NULL, last_error_at = NULL,
+        &format!(
+            "UPDATE servers SET state = ?13, stale = 0, last_error = NULL, last_error_at = NULL,
              snapshot_at = ?2, resource_count = ?3, template_count = ?4,
              last_walk_at = ?5, last_walk_ms = ?6, last_walk_pages = ?7, last_walk_added = ?8,
              last_walk_removed = ?9, last_walk_changed = ?10, last_walk_duplicates = ?11,
              last_walk_skipped = ?12, walks_ok = walks_ok + 1,
-             oversized_entries =
-                 (SELECT count(*) FROM resources INDEXED BY resources_oversized
-                  WHERE server_id = ?1 AND oversized != 0)
-                 + (SELECT count(*) FROM resource_templates WHERE server_id = ?1 AND oversized != 0)
-         WHERE id = ?1",
+             oversized_entries = {OVERSIZED_ENTRIES}
+         WHERE id = ?1"
+        ),
         params![
             diff.server_id,
             now,

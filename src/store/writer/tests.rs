@@ -59,7 +59,7 @@ fn writer_connection(path: &std::path::Path, servers: &[&str]) -> Connection {
 }
 
 /// A store on `path` with `servers` configured.
-async fn open_store(path: &std::path::Path, servers: &[&str]) -> Store {
+pub(super) async fn open_store(path: &std::path::Path, servers: &[&str]) -> Store {
     let store = Store::open(path).expect("open");
     store
         .apply_servers(configured(servers))
@@ -444,6 +444,8 @@ async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commi
         description: Some("finds things".to_string()),
         inputs: String::new(),
         raw: serde_json::json!({"name": "lookup", "inputSchema": {"type": "object"}}).to_string(),
+        hash: 1,
+        oversized: false,
     };
     store
         .swap_entries("large", Kind::Tool, vec![tool])

@@ -1,0 +1,174 @@
+//! What a client may see and do: the one rule every answer passes before it is serialized
+//! (servers x kinds x scope), and whether it may change the owner's state. The socket's clients
+//! are the owner and see everything; the HTTP face gives each token client a restricted view.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::protocol::{CacheScope, ErrorObject, Kind, ScopeRule, NOT_PERMITTED};
+
+/// A client's view of the catalog. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct View {
+    /// `None`: the owner (a socket client, or the HTTP face without tokens).
+    restriction: Option<Arc<Restriction>>,
+}
+
+/// What a token client is limited to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Restriction {
+    /// The token's name, for the log.
+    pub token: String,
+    /// The servers it sees; `None`: every server.
+    pub servers: Option<BTreeSet<String>>,
+    /// The kinds it sees; `None`: every kind.
+    pub kinds: Option<BTreeSet<Kind>>,
+    /// Servers whose `private` results may be served anyway (`share = true`).
+    pub shared: BTreeSet<String>,
+    /// The stored scope of each (server, kind) snapshot; one not here is unknown (withheld).
+    pub scopes: HashMap<(String, Kind), CacheScope>,
+    /// It may call the methods that change the owner's state (`mutate = true`).
+    pub may_mutate: bool,
+}
+
+impl View {
+    /// The owner's view: everything, and every method.
+    pub(crate) fn owner() -> View {
+        View { restriction: None }
+    }
+
+    pub(crate) fn restricted(restriction: Restriction) -> View {
+        View {
+            restriction: Some(Arc::new(restriction)),
+        }
+    }
+
+    pub(crate) fn is_owner(&self) -> bool {
+        self.restriction.is_none()
+    }
+
+    /// The one rule: the view names the server and the kind, and the (server, kind) snapshot
+    /// is known to be `public` or its server is shared.
+    pub(crate) fn sees(&self, server: &str, kind: Kind) -> bool {
+        let Some(restriction) = &self.restriction else {
+            return true;
+        };
+        if !restriction.sees_server(server) {
+            return false;
+        }
+        if let Some(kinds) = &restriction.kinds {
+            if !kinds.contains(&kind) {
+                return false;
+            }
+        }
+        restriction.shared.contains(server)
+            || restriction.scopes.get(&(server.to_string(), kind)) == Some(&CacheScope::Public)
+    }
+
+    /// Whether a read result the server marked `private` may be served to this view: the
+    /// owner's, or a shared server's.
+    pub(crate) fn sees_private_reads_of(&self, server: &str) -> bool {
+        self.restriction
+            .as_ref()
+            .map_or(true, |restriction| restriction.shared.contains(server))
+    }
+
+    /// Whether the view names the server at all (its status, its name in errors).
+    pub(crate) fn sees_server(&self, server: &str) -> bool {
+        self.restriction
+            .as_ref()
+            .map_or(true, |restriction| restriction.sees_server(server))
+    }
+
+    /// Refuses a method whose rule is `Mutating` to a view that may not mutate.
+    pub(crate) fn admits(&self, method: &str) -> Result<(), ErrorObject> {
+        let Some(restriction) = &self.restriction else {
+            return Ok(());
+        };
+        if crate::protocol::scope_rule(method) == Some(ScopeRule::Mutating)
+            && !restriction.may_mutate
+        {
+            tracing::info!(
+                token = %restriction.token,
+                method,
+                "HTTP request refused: the method changes the mirror's state and the token may not (mutate = true)"
+            );
+            return Err(ErrorObject::new(
+                NOT_PERMITTED,
+                format!(
+                    "{method} changes the mirror's state: only local clients may call it, or a token with `mutate = true` in [http] tokens"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Restriction {
+    fn sees_server(&self, server: &str) -> bool {
+        self.servers
+            .as_ref()
+            .map_or(true, |servers| servers.contains(server))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(scopes: &[(&str, Kind, CacheScope)]) -> Restriction {
+        Restriction {
+            token: "fleet".into(),
+            scopes: scopes
+                .iter()
+                .map(|(server, kind, scope)| ((server.to_string(), *kind), *scope))
+                .collect(),
+            ..Restriction::default()
+        }
+    }
+
+    #[test]
+    fn a_token_sees_public_snapshots_of_its_servers_and_kinds_only() {
+        let scopes = [
+            ("docs", Kind::Resource, CacheScope::Public),
+            ("docs", Kind::Tool, CacheScope::Private),
+            ("other", Kind::Resource, CacheScope::Public),
+        ];
+        let all = View::restricted(view(&scopes));
+        assert!(all.sees("docs", Kind::Resource));
+        assert!(!all.sees("docs", Kind::Tool), "private");
+        assert!(!all.sees("docs", Kind::Prompt), "unknown scope");
+        assert!(all.sees("other", Kind::Resource));
+        let narrow = View::restricted(Restriction {
+            servers: Some(["docs".to_string()].into()),
+            kinds: Some([Kind::Resource, Kind::Tool].into()),
+            shared: ["docs".to_string()].into(),
+            ..view(&scopes)
+        });
+        assert!(narrow.sees("docs", Kind::Tool), "shared");
+        assert!(!narrow.sees("docs", Kind::Prompt), "kind outside the view");
+        assert!(
+            !narrow.sees("other", Kind::Resource),
+            "server outside the view"
+        );
+        assert!(!narrow.sees_server("other"));
+        assert!(View::owner().sees("anything", Kind::Prompt));
+    }
+
+    #[test]
+    fn mutating_methods_need_the_owner_or_a_mutating_token() {
+        let token = View::restricted(view(&[]));
+        assert_eq!(
+            token.admits("catalog/accept").unwrap_err().code,
+            NOT_PERMITTED
+        );
+        assert!(token.admits("catalog/refresh").is_err());
+        assert!(token.admits("resources/list").is_ok());
+        let trusted = View::restricted(Restriction {
+            may_mutate: true,
+            ..view(&[])
+        });
+        assert!(trusted.admits("catalog/refresh").is_ok());
+        assert!(View::owner().admits("catalog/accept").is_ok());
+    }
+}

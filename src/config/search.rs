@@ -1,0 +1,75 @@
+//! The `[search]` table: the local sentence-transformers model of hybrid search and the kinds it embeds, validated into one `SearchConfig`.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::source::SourceFile;
+use super::ConfigError;
+use crate::protocol::Kind;
+
+/// `[search] semantic_kinds` when left out: what agents search for by meaning, and few enough
+/// to embed (10,000 tools take minutes of one core; a million resources would take hours).
+pub(crate) const DEFAULT_SEMANTIC_KINDS: &[Kind] = &[Kind::Template, Kind::Tool, Kind::Prompt];
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSearch {
+    pub semantic_model: Option<Spanned<String>>,
+    pub semantic_kinds: Option<Spanned<Vec<String>>>,
+}
+
+/// How `catalog/search` ranks beyond words.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SearchConfig {
+    /// A sentence-transformers directory (config.json, model.safetensors, tokenizer.json,
+    /// 1_Pooling/config.json); `None` (the default) keeps search lexical.
+    pub semantic_model: Option<PathBuf>,
+    /// The kinds whose entries are embedded (and so found by meaning).
+    pub semantic_kinds: Vec<Kind>,
+}
+
+pub(super) fn search_config(
+    source: &SourceFile,
+    raw: &RawSearch,
+) -> Result<SearchConfig, ConfigError> {
+    let semantic_model = match &raw.semantic_model {
+        None => None,
+        Some(value) => {
+            if !cfg!(feature = "semantic") {
+                return Err(source.error(
+                    &value.span(),
+                    "search.semantic_model",
+                    "this mcp-mirror was built without the `semantic` feature",
+                ));
+            }
+            Some(source.resolve(value.get_ref()))
+        }
+    };
+    let semantic_kinds = match &raw.semantic_kinds {
+        None => DEFAULT_SEMANTIC_KINDS.to_vec(),
+        Some(value) => {
+            let mut kinds = Vec::new();
+            for name in value.get_ref() {
+                let singular = name.strip_suffix('s').unwrap_or(name);
+                let kind: Kind = singular.parse().map_err(|_| {
+                    source.error(
+                        &value.span(),
+                        "search.semantic_kinds",
+                        format!("`{name}` is not a kind (resources, templates, tools, prompts)"),
+                    )
+                })?;
+                if !kinds.contains(&kind) {
+                    kinds.push(kind);
+                }
+            }
+            kinds.sort();
+            kinds
+        }
+    };
+    Ok(SearchConfig {
+        semantic_model,
+        semantic_kinds,
+    })
+}

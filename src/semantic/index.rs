@@ -1,0 +1,453 @@
+//! The semantic index: a vector per entry of the embedded kinds, made off the swap path by one background thread from what SQLite holds, and the nearest entries to a query's vector.
+//!
+//! After every burst of catalog changes the thread reads the entries of the embedded kinds
+//! from SQLite (the truth), hashes each entry's text, takes the vectors it already has from the
+//! vectors file, embeds the others, and only then publishes the whole set: searches use
+//! vectors only for a catalog where every entry has one, and stay lexical meanwhile.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use tokio::sync::{broadcast, watch};
+
+use super::vectors::VectorFile;
+use super::{Encoder, SemanticError};
+use crate::protocol::{Kind, VectorsState, VectorsStatus};
+use crate::search::Entry;
+use crate::store::{IndexSource, Store};
+
+/// How often the status's `count` moves while embedding, in entries.
+const PROGRESS_EVERY: usize = 64;
+
+/// One embedded listing, with what a hit shows.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub entry: Entry,
+    /// The entry the merged view shows for its URI template (tools and prompts always are).
+    pub wins: bool,
+}
+
+/// The vectors of one complete catalog state.
+struct Snapshot {
+    documents: Vec<Document>,
+    /// `documents.len() x dimensions`, row by row.
+    matrix: Vec<f32>,
+}
+
+/// What a semantic search is restricted to.
+pub struct Filter<'a> {
+    pub kinds: &'a [Kind],
+    pub server: Option<&'a str>,
+    pub mime_type: Option<&'a str>,
+}
+
+pub struct SemanticIndex {
+    encoder: OnceLock<Encoder>,
+    kinds: Vec<Kind>,
+    snapshot: RwLock<Arc<Snapshot>>,
+    status: watch::Sender<(VectorsStatus, u64)>,
+}
+
+/// The text embedded for an entry: its name with its words apart (`getWeather`,
+/// `get_weather` -> `get weather`), title, description and inputs.
+pub fn entry_text(entry: &Entry) -> String {
+    let mut text = split_identifier(&entry.name);
+    for part in [&entry.title, &entry.description, &entry.inputs]
+        .into_iter()
+        .flatten()
+    {
+        if !part.is_empty() {
+            text.push_str(". ");
+            text.push_str(part);
+        }
+    }
+    if matches!(entry.kind, Kind::Template | Kind::Resource) && !entry.uri.is_empty() {
+        text.push_str(". ");
+        text.push_str(&entry.uri);
+    }
+    text
+}
+
+/// `getWeatherForecast` -> `get Weather Forecast`, `list_files` -> `list files`.
+fn split_identifier(name: &str) -> String {
+    let mut words = String::with_capacity(name.len() + 8);
+    let mut previous: Option<char> = None;
+    for character in name.chars() {
+        if character == '_' || character == '-' {
+            words.push(' ');
+        } else {
+            if character.is_uppercase() && previous.is_some_and(|p| p.is_lowercase()) {
+                words.push(' ');
+            }
+            words.push(character);
+        }
+        previous = Some(character);
+    }
+    words
+}
+
+fn text_key(text: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
+
+impl SemanticIndex {
+    /// Starts the thread that loads the model (seconds) and then keeps the vectors of `kinds`
+    /// for `store`, kept in the vectors file beside the database. `stopping` ends it.
+    pub fn start(
+        model: &Path,
+        kinds: Vec<Kind>,
+        store: Store,
+        mut stopping: watch::Receiver<bool>,
+    ) -> Result<Arc<SemanticIndex>, SemanticError> {
+        let status = VectorsStatus {
+            state: VectorsState::Loading,
+            model: model
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_else(|| model.display().to_string()),
+            dimensions: 0,
+            kinds: kinds.clone(),
+            count: 0,
+            pending: 0,
+            error: None,
+        };
+        let index = Arc::new(SemanticIndex {
+            encoder: OnceLock::new(),
+            kinds,
+            snapshot: RwLock::new(Arc::new(Snapshot {
+                documents: Vec::new(),
+                matrix: Vec::new(),
+            })),
+            status: watch::channel((status, 0)).0,
+        });
+        let changes = store.subscribe();
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let _ = stopping.wait_for(|stopped| *stopped).await;
+                stop.store(true, Ordering::Release);
+            });
+        }
+        let worker = index.clone();
+        let model = model.to_path_buf();
+        std::thread::Builder::new()
+            .name("semantic-index".into())
+            .spawn(move || worker.run(&model, store, changes, stop))
+            .map_err(|source| SemanticError::Io {
+                action: "start a thread for",
+                path: PathBuf::from("the semantic index"),
+                source,
+            })?;
+        Ok(index)
+    }
+
+    /// The model, once loaded.
+    pub fn encoder(&self) -> Result<&Encoder, SemanticError> {
+        self.encoder
+            .get()
+            .ok_or_else(|| SemanticError::Model("the model is not loaded".into()))
+    }
+
+    /// The kinds whose entries have vectors.
+    pub fn kinds(&self) -> &[Kind] {
+        &self.kinds
+    }
+
+    pub fn status(&self) -> VectorsStatus {
+        self.status.borrow().0.clone()
+    }
+
+    /// The status and the catalog version the published vectors reflect, as they change.
+    pub fn watch(&self) -> watch::Receiver<(VectorsStatus, u64)> {
+        self.status.subscribe()
+    }
+
+    /// `Ok` when the vectors answer for the catalog at in-memory version `version`, else why not.
+    pub fn serves(&self, version: u64) -> Result<(), String> {
+        let (status, caught_up) = &*self.status.borrow();
+        match status.state {
+            VectorsState::Ready if *caught_up >= version => Ok(()),
+            VectorsState::Ready => Err("the vectors are catching up with the latest change".into()),
+            VectorsState::Loading => Err("the semantic model is loading".into()),
+            VectorsState::Embedding => Err(format!(
+                "the vectors are being made ({} of {} entries)",
+                status.count,
+                status.count + status.pending
+            )),
+            VectorsState::Failed => Err(format!(
+                "the vectors failed ({})",
+                status.error.as_deref().unwrap_or("see the log")
+            )),
+        }
+    }
+
+    /// The `depth` documents nearest to `query` (a vector of the model's) that pass `filter`,
+    /// best first, with their cosine similarity (the model's vectors are unit length). Ties go
+    /// to the lower (kind, server, identity), so the order is total.
+    pub fn nearest(
+        &self,
+        query: &[f32],
+        filter: &Filter<'_>,
+        depth: usize,
+    ) -> Vec<(f32, Document)> {
+        let snapshot = self
+            .snapshot
+            .read()
+            .map(|snapshot| snapshot.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
+        let Some(encoder) = self.encoder.get() else {
+            return Vec::new();
+        };
+        let dimensions = encoder.dimensions;
+        let mut scored: Vec<(f32, usize)> = Vec::new();
+        for (number, document) in snapshot.documents.iter().enumerate() {
+            let entry = &document.entry;
+            if !filter.kinds.is_empty() && !filter.kinds.contains(&entry.kind) {
+                continue;
+            }
+            match filter.server {
+                Some(server) if entry.server != server => continue,
+                None if !document.wins => continue,
+                _ => {}
+            }
+            if let Some(mime_type) = filter.mime_type {
+                if entry.mime_type.as_deref() != Some(mime_type) {
+                    continue;
+                }
+            }
+            let row = &snapshot.matrix[number * dimensions..(number + 1) * dimensions];
+            let similarity: f32 = row.iter().zip(query).map(|(a, b)| a * b).sum();
+            scored.push((similarity, number));
+        }
+        let order = |left: &(f32, usize), right: &(f32, usize)| {
+            right.0.total_cmp(&left.0).then_with(|| {
+                let (a, b) = (
+                    &snapshot.documents[left.1].entry,
+                    &snapshot.documents[right.1].entry,
+                );
+                (a.kind, &a.server, a.identity()).cmp(&(b.kind, &b.server, b.identity()))
+            })
+        };
+        if scored.len() > depth {
+            scored.select_nth_unstable_by(depth, order);
+            scored.truncate(depth);
+        }
+        scored.sort_by(order);
+        scored
+            .into_iter()
+            .map(|(similarity, number)| (similarity, snapshot.documents[number].clone()))
+            .collect()
+    }
+
+    fn publish_status(&self, change: impl FnOnce(&mut VectorsStatus, &mut u64)) {
+        self.status
+            .send_modify(|(status, version)| change(status, version));
+    }
+
+    /// The thread's loop: the model, then one pass at start and one after each burst of
+    /// changes.
+    fn run(
+        self: Arc<SemanticIndex>,
+        model: &Path,
+        store: Store,
+        mut changes: broadcast::Receiver<crate::store::CatalogChanged>,
+        stop: Arc<AtomicBool>,
+    ) {
+        let stopped = || stop.load(Ordering::Acquire);
+        let fail = |error: String| {
+            tracing::warn!(%error, "semantic search is off; searches stay lexical");
+            self.publish_status(|status, _| {
+                status.state = VectorsState::Failed;
+                status.error = Some(error);
+            });
+        };
+        let encoder = match Encoder::load(model) {
+            Ok(encoder) => encoder,
+            Err(error) => return fail(error.to_string()),
+        };
+        tracing::info!(model = %model.display(), dimensions = encoder.dimensions, "semantic model loaded");
+        let (fingerprint, dimensions, name) = (
+            encoder.fingerprint,
+            encoder.dimensions,
+            encoder.name.clone(),
+        );
+        let _ = self.encoder.set(encoder);
+        self.publish_status(|status, _| {
+            status.dimensions = dimensions;
+            status.model = name;
+        });
+        let vectors_path = super::vectors::path_for(store.path());
+        let mut file = match VectorFile::open(&vectors_path, fingerprint, dimensions) {
+            Ok(file) => file,
+            Err(error) => return fail(error.to_string()),
+        };
+        let mut source = None;
+        loop {
+            if stopped() {
+                break;
+            }
+            let version = store.catalog_version();
+            if source.is_none() {
+                source = IndexSource::open(store.path()).ok();
+            }
+            let outcome = match &mut source {
+                Some(source) => self.pass(source, &mut file, version, &stopped),
+                None => Err("cannot open the database to read entries".to_string()),
+            };
+            if let Err(error) = outcome {
+                tracing::warn!(%error, "a semantic index pass failed; it is tried again at the next change");
+                source = None;
+            }
+            // Wait for the next change, in short slices so a stop is seen.
+            loop {
+                if stopped() {
+                    break;
+                }
+                match changes.try_recv() {
+                    Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                        // Take the whole burst at once.
+                        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) =
+                            changes.try_recv()
+                        {}
+                        break;
+                    }
+                    Err(broadcast::error::TryRecvError::Closed) => return,
+                    Err(broadcast::error::TryRecvError::Empty) => {
+                        if store.catalog_version() != version {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                }
+            }
+        }
+        let _ = file.flush();
+    }
+
+    /// Reads the embedded kinds' entries, embeds those without a vector, publishes the set.
+    fn pass(
+        &self,
+        source: &mut IndexSource,
+        file: &mut VectorFile,
+        version: u64,
+        stopped: &dyn Fn() -> bool,
+    ) -> Result<(), String> {
+        let encoder = self.encoder().map_err(|error| error.to_string())?;
+        let snapshot = source.snapshot().map_err(|error| error.to_string())?;
+        let priorities = snapshot.priorities().map_err(|error| error.to_string())?;
+        let entries: Vec<Entry> = snapshot
+            .with_kinds(&self.kinds, |entries| entries.collect())
+            .map_err(|error| error.to_string())?;
+        drop(snapshot);
+        let mut documents = Vec::with_capacity(entries.len());
+        let mut keys = Vec::with_capacity(entries.len());
+        // Entries come ordered by kind, then URI (template) or name, then server: the merged
+        // view's winner of a URI template is the lowest priority, then the lowest name.
+        let mut start = 0;
+        while start < entries.len() {
+            let mut end = start + 1;
+            let grouped = matches!(entries[start].kind, Kind::Template | Kind::Resource);
+            while grouped
+                && end < entries.len()
+                && entries[end].kind == entries[start].kind
+                && entries[end].uri == entries[start].uri
+            {
+                end += 1;
+            }
+            let winner = (start..end)
+                .min_by_key(|number| {
+                    let server = &entries[*number].server;
+                    (
+                        priorities.get(server).copied().unwrap_or(i64::MAX),
+                        server.clone(),
+                    )
+                })
+                .unwrap_or(start);
+            for (number, entry) in entries[start..end].iter().enumerate() {
+                keys.push(text_key(&entry_text(entry)));
+                documents.push(Document {
+                    entry: entry.clone(),
+                    wins: start + number == winner,
+                });
+            }
+            start = end;
+        }
+        drop(entries);
+        let missing: Vec<usize> = (0..documents.len())
+            .filter(|number| file.get(keys[*number]).is_none())
+            .collect();
+        let total = documents.len() as u64;
+        self.publish_status(|status, _| {
+            status.count = total - missing.len() as u64;
+            status.pending = missing.len() as u64;
+            if !missing.is_empty() {
+                status.state = VectorsState::Embedding;
+            }
+        });
+        let mut embedded_here = HashSet::new();
+        for (done, number) in missing.iter().enumerate() {
+            if stopped() {
+                return Ok(());
+            }
+            let key = keys[*number];
+            if embedded_here.insert(key) {
+                let vector = encoder
+                    .embed(&entry_text(&documents[*number].entry))
+                    .map_err(|error| error.to_string())?;
+                file.insert(key, vector)
+                    .map_err(|error| error.to_string())?;
+            }
+            if (done + 1) % PROGRESS_EVERY == 0 {
+                let _ = file.flush();
+                self.publish_status(|status, _| {
+                    status.count += PROGRESS_EVERY as u64;
+                    status.pending -= PROGRESS_EVERY as u64;
+                });
+            }
+        }
+        file.flush().map_err(|error| error.to_string())?;
+        let live: HashSet<u64> = keys.iter().copied().collect();
+        file.retain(|key| live.contains(&key))
+            .map_err(|error| error.to_string())?;
+        let dimensions = encoder.dimensions;
+        let mut matrix = Vec::with_capacity(documents.len() * dimensions);
+        for key in &keys {
+            match file.get(*key) {
+                Some(vector) => matrix.extend_from_slice(vector),
+                None => return Err("a vector went missing".into()),
+            }
+        }
+        let published = Arc::new(Snapshot { documents, matrix });
+        match self.snapshot.write() {
+            Ok(mut slot) => *slot = published,
+            Err(poisoned) => *poisoned.into_inner() = published,
+        }
+        self.publish_status(|status, caught_up| {
+            status.state = VectorsState::Ready;
+            status.count = total;
+            status.pending = 0;
+            status.error = None;
+            *caught_up = version;
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_split_into_words() {
+        assert_eq!(
+            split_identifier("getWeatherForecast"),
+            "get Weather Forecast"
+        );
+        assert_eq!(split_identifier("list_files"), "list files");
+        assert_eq!(split_identifier("search-repos"), "search repos");
+        assert_eq!(split_identifier("HTMLParser"), "HTMLParser");
+    }
+}

@@ -1,0 +1,192 @@
+//! Reads the tensors of a `model.safetensors` file into `f32` vectors, one at a time, so loading never holds the file and its copy at once.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::SemanticError;
+
+/// The longest header a safetensors file may declare (its JSON table of tensors).
+const MAX_HEADER_BYTES: u64 = 16 * 1024 * 1024;
+
+#[derive(Deserialize)]
+struct TensorInfo {
+    dtype: String,
+    shape: Vec<usize>,
+    data_offsets: (u64, u64),
+}
+
+/// An open safetensors file: its table of tensors, and the file to read them from.
+pub struct TensorFile {
+    path: PathBuf,
+    file: File,
+    data_start: u64,
+    tensors: HashMap<String, TensorInfo>,
+    /// XXH3 of the header and the file's length: another export of the weights differs here.
+    header_digest: u64,
+}
+
+impl TensorFile {
+    pub fn open(path: &Path) -> Result<TensorFile, SemanticError> {
+        let io = |source| SemanticError::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = File::open(path).map_err(io)?;
+        let mut length = [0u8; 8];
+        file.read_exact(&mut length).map_err(io)?;
+        let header_bytes = u64::from_le_bytes(length);
+        if header_bytes > MAX_HEADER_BYTES {
+            return Err(SemanticError::Model(format!(
+                "{}: a safetensors header of {header_bytes} bytes is over the {MAX_HEADER_BYTES} this reads",
+                path.display()
+            )));
+        }
+        let mut header = vec![0u8; header_bytes as usize];
+        file.read_exact(&mut header).map_err(io)?;
+        let table: HashMap<String, serde_json::Value> =
+            serde_json::from_slice(&header).map_err(|error| {
+                SemanticError::Model(format!(
+                    "{}: not a safetensors file: {error}",
+                    path.display()
+                ))
+            })?;
+        let file_length = file.metadata().map_err(io)?.len();
+        let mut digest = xxhash_rust::xxh3::Xxh3::new();
+        digest.update(&header);
+        digest.update(&file_length.to_le_bytes());
+        let mut tensors = HashMap::new();
+        for (name, value) in table {
+            if name == "__metadata__" {
+                continue;
+            }
+            let info: TensorInfo = serde_json::from_value(value).map_err(|error| {
+                SemanticError::Model(format!("{}: tensor {name}: {error}", path.display()))
+            })?;
+            tensors.insert(name, info);
+        }
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            data_start: 8 + header_bytes,
+            tensors,
+            header_digest: digest.digest(),
+        })
+    }
+
+    pub fn header_digest(&self) -> u64 {
+        self.header_digest
+    }
+
+    /// The first of `names` the file has (models differ in a `bert.` prefix).
+    pub fn find<'a>(&self, names: &[&'a str]) -> Option<&'a str> {
+        names
+            .iter()
+            .copied()
+            .find(|name| self.tensors.contains_key(*name))
+    }
+
+    /// Reads tensor `name` as `f32`s, checking that its shape is `shape`.
+    pub fn read(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, SemanticError> {
+        let info = self.tensors.get(name).ok_or_else(|| {
+            SemanticError::Model(format!("{}: no tensor {name}", self.path.display()))
+        })?;
+        if info.shape != shape {
+            return Err(SemanticError::Model(format!(
+                "{}: tensor {name} has shape {:?}, expected {shape:?}",
+                self.path.display(),
+                info.shape
+            )));
+        }
+        let count: usize = shape.iter().product();
+        let width = match info.dtype.as_str() {
+            "F32" => 4,
+            "F16" | "BF16" => 2,
+            other => {
+                return Err(SemanticError::Model(format!(
+                    "{}: tensor {name} is {other}; F32, F16 and BF16 are read",
+                    self.path.display()
+                )))
+            }
+        };
+        let (start, end) = info.data_offsets;
+        if end.checked_sub(start) != Some((count * width) as u64) {
+            return Err(SemanticError::Model(format!(
+                "{}: tensor {name}'s offsets do not match its shape",
+                self.path.display()
+            )));
+        }
+        let dtype = info.dtype.clone();
+        let path = self.path.clone();
+        let io = |source| SemanticError::Io {
+            action: "read",
+            path: path.clone(),
+            source,
+        };
+        self.file
+            .seek(SeekFrom::Start(self.data_start + start))
+            .map_err(io)?;
+        let mut values = Vec::with_capacity(count);
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut left = count * width;
+        while left > 0 {
+            let take = left.min(chunk.len());
+            self.file.read_exact(&mut chunk[..take]).map_err(io)?;
+            match dtype.as_str() {
+                "F32" => values.extend(
+                    chunk[..take]
+                        .chunks_exact(4)
+                        .map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+                ),
+                "BF16" => values.extend(chunk[..take].chunks_exact(2).map(|bytes| {
+                    f32::from_bits(u32::from(u16::from_le_bytes([bytes[0], bytes[1]])) << 16)
+                })),
+                _ => values.extend(
+                    chunk[..take]
+                        .chunks_exact(2)
+                        .map(|bytes| half_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]))),
+                ),
+            }
+            left -= take;
+        }
+        Ok(values)
+    }
+}
+
+/// IEEE 754 half precision to single, subnormals included.
+fn half_to_f32(half: u16) -> f32 {
+    let sign = u32::from(half >> 15) << 31;
+    let exponent = u32::from((half >> 10) & 0x1f);
+    let mantissa = u32::from(half & 0x3ff);
+    let bits = match (exponent, mantissa) {
+        (0, 0) => sign,
+        (0, _) => {
+            // Subnormal: normalize the mantissa.
+            let shift = mantissa.leading_zeros() - 21;
+            let mantissa = (mantissa << shift) & 0x3ff;
+            sign | ((113 - shift) << 23) | (mantissa << 13)
+        }
+        (0x1f, _) => sign | 0x7f80_0000 | (mantissa << 13),
+        _ => sign | ((exponent + 112) << 23) | (mantissa << 13),
+    };
+    f32::from_bits(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::half_to_f32;
+
+    #[test]
+    fn half_precision_values_convert_exactly() {
+        assert_eq!(half_to_f32(0x3c00), 1.0);
+        assert_eq!(half_to_f32(0xc000), -2.0);
+        assert_eq!(half_to_f32(0x3555), 0.333_251_95);
+        assert_eq!(half_to_f32(0x0001), 5.960_464_5e-8);
+        assert_eq!(half_to_f32(0x7bff), 65504.0);
+        assert!(half_to_f32(0x7c00).is_infinite());
+    }
+}

@@ -1,0 +1,301 @@
+//! Semantic search: the encoder of `[search] semantic_model` against an independent implementation (the same token ids, the same vectors within 1e-5), and the daemon's hybrid search with the real model.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use mcp_mirror::semantic::Encoder;
+use serde_json::{json, Value};
+
+use crate::install;
+use crate::support::{stdio_server, wait_for, Daemon, Scratch};
+
+/// Texts like the ones a catalog holds (tool names and descriptions, questions as typed), and
+/// the awkward ones: accents, CJK, emoji, control characters, long words, punctuation runs,
+/// and a text longer than the model's 256 tokens.
+fn texts() -> Vec<String> {
+    let mut texts: Vec<String> = [
+        "search_repositories: Search for GitHub repositories",
+        "get_weather Get the current weather forecast for a city",
+        "What is the stock price of Apple today?",
+        "Convert 100 US dollars to euros at today's exchange rate",
+        "Draw a pie chart of my monthly expenses",
+        "How long is my commute from Berlin to Potsdam by train?",
+        "read_file: Read the complete contents of a file from the file system.",
+        "createIssue creates a new issue in a GitHub repository (owner, repo, title, body)",
+        "list_directory path: the directory to list",
+        "Café crème brûlée, naïve façade, Ångström, São Paulo",
+        "ÄÖÜ äöü ß Straße",
+        "东京的天气怎么样？",
+        "日本語のテキストと English mixed 한국어",
+        "emoji 🎉🚀 party rocket 👍",
+        "tabs\tand\nnewlines\r\nand   many    spaces",
+        "control\u{0}chars\u{7}and\u{fffd}replacement",
+        "",
+        "   ",
+        "a",
+        "Pneumonoultramicroscopicsilicovolcanoconiosis antidisestablishmentarianism",
+        "https://api.example.com/v1/users?id=42&sort=desc#section",
+        "file:///home/user/notes/2026-12-02.md",
+        "snake_case_name kebab-case-name camelCaseName PascalCaseName SCREAMING_CASE",
+        "!!!???...,,,;;;:::---___",
+        "x = (a + b) * c / d - e % f ^ g",
+        "JSON: {\"key\": [1, 2, 3], \"nested\": {\"ok\": true}}",
+        "The quick brown fox jumps over the lazy dog",
+        "Summarize the latest pull requests and post the summary to Slack #engineering",
+        "Find flights from SFO to JFK on December 24th under $300",
+        "Translate 'good morning' into French, Spanish and German",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "Ｆｕｌｌｗｉｄｔｈ ｌｅｔｔｅｒｓ and ｓｙｍｂｏｌｓ",
+        "Ελληνικά και Русский текст",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    // Past the model's 256 tokens: both sides cut at the same place.
+    texts.push(
+        "The mirror keeps a local copy of every server's catalog and answers searches. ".repeat(30),
+    );
+    texts
+}
+
+#[test]
+fn encoder_matches_an_independent_numpy_forward_pass() {
+    let model = install::minilm_model();
+    let python = install::python_numpy();
+    let encoder = Encoder::load(&model).expect("the model loads");
+    assert_eq!(encoder.dimensions, 384);
+    assert_eq!(encoder.max_tokens, 256);
+    let texts = texts();
+
+    let mut child = Command::new(&python)
+        .arg(install::repository().join("tests/semantic/reference.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python starts");
+    let request = json!({ "model": model, "texts": texts });
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(request.to_string().as_bytes())
+        .expect("the texts reach python");
+    let output = child.wait_with_output().expect("python ends");
+    assert!(output.status.success(), "the reference failed");
+    let reference: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the reference answers JSON");
+
+    let mut worst = 0f64;
+    for (number, text) in texts.iter().enumerate() {
+        let ids = encoder.token_ids(text).expect("tokenizes");
+        let expected_ids: Vec<u32> =
+            serde_json::from_value(reference["ids"][number].clone()).expect("ids");
+        assert_eq!(ids, expected_ids, "token ids of {text:?}");
+        let vector = encoder.embed(text).expect("embeds");
+        let expected: Vec<f64> =
+            serde_json::from_value(reference["vectors"][number].clone()).expect("vector");
+        assert_eq!(vector.len(), expected.len());
+        for (index, (got, want)) in vector.iter().zip(&expected).enumerate() {
+            let difference = (f64::from(*got) - want).abs();
+            worst = worst.max(difference);
+            assert!(
+                difference <= 1e-5,
+                "{text:?}: component {index} is {got}, the reference {want}"
+            );
+        }
+    }
+    println!("largest difference from the reference: {worst:e}");
+    // The long text really was cut at the model's limit.
+    let long = texts.last().expect("a long text");
+    assert_eq!(encoder.token_ids(long).expect("tokenizes").len(), 256);
+}
+
+fn tool(name: &str, description: &str) -> Value {
+    json!({
+        "name": name,
+        "description": description,
+        "inputSchema": {
+            "type": "object",
+            "properties": {"input": {"type": "string", "description": "What to work on"}},
+            "required": ["input"]
+        },
+        "annotations": {"readOnlyHint": true}
+    })
+}
+
+fn catalog() -> Value {
+    json!({
+        "tools": [
+            tool("get_forecast", "Forecasts the weather for a city: temperature, wind and precipitation"),
+            tool("stock_quote", "Current share price of a listed company"),
+            tool("send_email", "Sends an email message to a recipient"),
+            tool("convert_currency", "Converts an amount between currencies at the latest exchange rate"),
+            tool("create_issue", "Opens an issue in a GitHub repository"),
+            tool("read_file", "Reads the contents of a file from disk"),
+            tool("translate_text", "Translates text between languages"),
+            tool("plot_chart", "Draws a bar or pie chart from numbers"),
+        ],
+        "prompts": [{"name": "summarize", "description": "Summarizes a long document"}]
+    })
+}
+
+/// A daemon mirroring the catalog above, with `[search] semantic_model = model`.
+fn semantic_daemon(scratch: &Scratch, model: &Path) -> Daemon {
+    let scenario = scratch.write_scenario("scenario.json", &catalog());
+    let scenario = scenario.display().to_string();
+    let server = stdio_server("fx", &["--name", "fx", "--scenario", &scenario]);
+    let config = scratch.config(&server);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "\n[search]\nsemantic_model = {:?}\n",
+        model.display().to_string()
+    ));
+    std::fs::write(&config, text).expect("config");
+    Daemon::start(scratch, &config)
+}
+
+fn vectors(daemon: &Daemon) -> Value {
+    daemon.call("catalog/status", json!({}))["daemon"]["vectors"].clone()
+}
+
+fn wait_for_vectors(daemon: &Daemon, count: u64) -> Value {
+    let mut last = Value::Null;
+    wait_for("every entry's vector", Duration::from_secs(120), || {
+        let vectors = vectors(daemon);
+        if vectors != last {
+            println!("vectors: {vectors}");
+            last = vectors.clone();
+        }
+        let done = vectors["state"] == "ready" && vectors["count"].as_u64() >= Some(count);
+        done.then_some(vectors)
+    })
+}
+
+fn names(answer: &Value) -> Vec<String> {
+    answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|hit| hit["name"].as_str().expect("name").to_string())
+        .collect()
+}
+
+#[test]
+fn hybrid_search_finds_by_meaning_pages_in_order_and_never_embeds_an_entry_twice() {
+    let model = install::minilm_model();
+    let scratch = Scratch::new();
+    let mut daemon = semantic_daemon(&scratch, &model);
+    daemon.wait_for_walks("fx", 1);
+    // The eight tools, the prompt, and the fixture's templates.
+    let status = wait_for_vectors(&daemon, 9);
+    assert_eq!(status["model"], "all-MiniLM-L6-v2");
+    assert_eq!(status["dimensions"], 384);
+    assert_eq!(status["pending"], 0);
+    assert_eq!(status["kinds"], json!(["template", "tool", "prompt"]));
+    let embedded = status["count"].as_u64().expect("count");
+
+    // No word of the question is in the tool, but its meaning is.
+    let question = "will it rain in Paris tomorrow";
+    let lexical = daemon.call(
+        "catalog/search",
+        json!({"query": question, "kinds": ["tool"], "mode": "lexical"}),
+    );
+    assert_eq!(lexical["mode"], "lexical");
+    assert!(!names(&lexical).contains(&"get_forecast".to_string()));
+    for mode in [None, Some("hybrid"), Some("semantic")] {
+        let mut params = json!({"query": question, "kinds": ["tool"], "limit": 3});
+        if let Some(mode) = mode {
+            params["mode"] = json!(mode);
+        }
+        let answer = daemon.call("catalog/search", params);
+        assert_eq!(answer["mode"], mode.unwrap_or("hybrid"), "{answer}");
+        assert_eq!(names(&answer)[0], "get_forecast", "{mode:?}: {answer}");
+    }
+
+    // Pages of a hybrid ranking concatenate to one page, never repeating a hit.
+    let whole = names(&daemon.call(
+        "catalog/search",
+        json!({"query": "money exchange", "limit": 6, "kinds": ["tool", "prompt"]}),
+    ));
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    while paged.len() < 6 {
+        let mut params =
+            json!({"query": "money exchange", "limit": 2, "kinds": ["tool", "prompt"]});
+        if let Some(cursor) = &cursor {
+            params["cursor"] = json!(cursor);
+        }
+        let page = daemon.call("catalog/search", params);
+        paged.extend(names(&page));
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, whole);
+    assert_eq!(whole[0], "convert_currency");
+
+    // The MCP face's search gives a host the found tools' whole definitions.
+    let called = daemon.call(
+        "tools/call",
+        json!({"name": "search_catalog", "arguments": {
+            "query": "email someone", "kinds": ["tool"], "limit": 2, "definitions": true
+        }}),
+    );
+    let hits = called["structuredContent"]["hits"]
+        .as_array()
+        .expect("hits");
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0]["name"], "send_email");
+    assert_eq!(
+        hits[0]["definition"]["inputSchema"]["required"],
+        json!(["input"])
+    );
+    assert_eq!(hits[0]["definition"]["annotations"]["readOnlyHint"], true);
+
+    // A restart reads the vectors back: nothing is embedded again, so the file does not grow.
+    let file = scratch.path("catalog.vectors");
+    let size = std::fs::metadata(&file).expect("the vectors file").len();
+    daemon.stop();
+    let daemon = semantic_daemon(&scratch, &model);
+    daemon.wait_for_walks("fx", 1);
+    wait_for_vectors(&daemon, embedded);
+    assert_eq!(
+        std::fs::metadata(&file).expect("the vectors file").len(),
+        size
+    );
+    let answer = daemon.call(
+        "catalog/search",
+        json!({"query": question, "kinds": ["tool"]}),
+    );
+    assert_eq!(names(&answer)[0], "get_forecast");
+}
+
+#[test]
+fn search_stays_lexical_and_says_why_when_the_model_cannot_load() {
+    let scratch = Scratch::new();
+    let missing = scratch.path("no-such-model");
+    let daemon = semantic_daemon(&scratch, &missing);
+    daemon.wait_for_walks("fx", 1);
+    let status = wait_for("the model's failure", Duration::from_secs(30), || {
+        let vectors = vectors(&daemon);
+        (vectors["state"] == "failed").then_some(vectors)
+    });
+    assert!(status["error"]
+        .as_str()
+        .expect("error")
+        .contains("config.json"));
+    let answer = daemon.call(
+        "catalog/search",
+        json!({"query": "email", "kinds": ["tool"]}),
+    );
+    assert_eq!(answer["mode"], "lexical");
+    assert!(answer["note"]
+        .as_str()
+        .expect("note")
+        .contains("answered lexically"));
+    assert_eq!(names(&answer), ["send_email"]);
+}
