@@ -284,7 +284,7 @@ pub(super) async fn post_message(
         Ok(request) => request,
         Err(response) => return deliver(&headers, StatusCode::BAD_REQUEST, &*response),
     };
-    tracing::info!(token = client.name(), method = %request.method, "HTTP request");
+    tracing::debug!(token = client.name(), method = %request.method, "HTTP request");
     let tag = entity_tag(&face, &client, &request);
     if let Some(tag) = &tag {
         if none_match_hits(&headers, tag) {
@@ -840,7 +840,7 @@ pub(super) async fn get_stream(
         Ok(place) => place.of_session(session_stream),
         Err(refusal) => return *refusal,
     };
-    tracing::info!(token = client.name(), "HTTP GET stream opened");
+    tracing::debug!(token = client.name(), "HTTP GET stream opened");
     let changed = wire::NotificationMessage::new::<wire::ResourcesListChanged>(None);
     let plan = StreamPlan {
         first: Vec::new(),
@@ -878,7 +878,7 @@ pub(super) async fn delete_session(
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .remove(session, &client.key());
-    tracing::info!(token = client.name(), removed, "HTTP session deleted");
+    tracing::debug!(token = client.name(), removed, "HTTP session deleted");
     match removed {
         true => StatusCode::NO_CONTENT.into_response(),
         false => (StatusCode::NOT_FOUND, "session not found\n").into_response(),
