@@ -312,6 +312,36 @@ fn no_private_entry_and_nothing_outside_its_view_reaches_a_token_by_any_method()
     };
     check(&daemon, "after the first walks");
 
+    // Status tells the narrow token of its servers and kinds only, totals included.
+    let status = ask(
+        &daemon,
+        &address,
+        Some(NARROW_TOKEN),
+        "catalog/status",
+        &json!({}),
+    );
+    let status = &status[0]["result"];
+    let servers = status["servers"].as_array().expect("servers");
+    let names: Vec<&str> = servers
+        .iter()
+        .filter_map(|server| server["name"].as_str())
+        .collect();
+    assert_eq!(names, ["kinds", "open"], "{status}");
+    let kinds_server = &servers[0];
+    assert!(
+        kinds_server["kinds"].get("tool").is_none(),
+        "{kinds_server}"
+    );
+    let visible_total: u64 = servers
+        .iter()
+        .map(|server| server["resources"].as_u64().expect("resources"))
+        .sum();
+    assert_eq!(status["daemon"]["resources"], visible_total, "{status}");
+    assert!(
+        status["daemon"].get("mergedResources").is_none(),
+        "{status}"
+    );
+
     // A token allowed to mutate may refresh; the others were refused above.
     let bearer = format!("Bearer {OPS_TOKEN}");
     let refreshed = http_exchange(
