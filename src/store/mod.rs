@@ -375,6 +375,8 @@ pub struct Store {
     /// This database's id (`mirror_identity`), named in answers to followers.
     instance: String,
     merged_count_memo: Arc<follow::CountMemo>,
+    /// The write-ahead log's checkpoints (the writer's and its checkpointer's).
+    wal: Arc<writer::WalWatch>,
 }
 
 /// What an answer from SQLite's full-text search says while the index lacks rows of a large
@@ -415,6 +417,8 @@ impl Store {
         let writer_changes = changes.clone();
         let catalog_version = Arc::new(AtomicU64::new(0));
         let writer_version = catalog_version.clone();
+        let wal = Arc::new(writer::WalWatch::default());
+        let writer_wal = wal.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
@@ -424,6 +428,7 @@ impl Store {
                     writer_changes,
                     writer_version,
                     writer_behind,
+                    writer_wal,
                 )
             })
             .map_err(|error| {
@@ -442,7 +447,15 @@ impl Store {
             full_text_behind,
             instance,
             merged_count_memo: Arc::default(),
+            wal,
         })
+    }
+
+    /// The write-ahead log's size and last checkpoint (`catalog/status`).
+    pub fn wal_status(&self) -> crate::protocol::WalStatus {
+        let mut log = self.path.clone().into_os_string();
+        log.push("-wal");
+        self.wal.status(std::path::Path::new(&log))
     }
 
     /// The full-text note as of now (the writer indexes a large swap's rows between other

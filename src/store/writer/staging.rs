@@ -1,9 +1,12 @@
 //! Staging a walk's pages: the temp tables, what a walk staged, and discarding them.
 
+use std::time::Instant;
+
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::pending::{stage_pending, PendingLoad};
 use super::server_id;
+use super::wal::{FIRST_LOAD_DEFER_MAX, FIRST_LOAD_IDLE};
 use crate::protocol::Kind;
 use crate::store::entry::same_entry;
 use crate::store::{EntryRow, ResourceRow, StoreError, TemplateRow};
@@ -134,6 +137,38 @@ pub(super) struct StagedCounts {
     pub(super) matched: u64,
     /// A first load of a recorded server stages straight into `resources`, as a pending load.
     pub(super) pending: Option<PendingLoad>,
+    /// When pages of rows came: a first load defers checkpoints only while it makes progress.
+    pub(super) progress: Progress,
+}
+
+/// When a walk staged its first and its last page of rows (`loading` in the writer).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Progress {
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Progress {
+    /// A page of `rows` rows staged now (an empty page is no progress).
+    pub(super) fn note(&mut self, rows: usize) {
+        if rows == 0 {
+            return;
+        }
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+    }
+
+    /// A page of rows came within `FIRST_LOAD_IDLE`, and the first within `FIRST_LOAD_DEFER_MAX`.
+    pub(super) fn recent(&self, now: Instant) -> bool {
+        match (self.first, self.last) {
+            (Some(first), Some(last)) => {
+                now.saturating_duration_since(last) < FIRST_LOAD_IDLE
+                    && now.saturating_duration_since(first) < FIRST_LOAD_DEFER_MAX
+            }
+            _ => false,
+        }
+    }
 }
 
 impl StagedCounts {
