@@ -53,7 +53,8 @@ pub const WAL_RESTART_BYTES: i64 = 16 << 20;
 
 /// How long a `RESTART` checkpoint waits for readers of older snapshots (and for the writer's
 /// open transaction); commits wait meanwhile. When they still hold the log, the next try is
-/// `RESTART_RETRY` later (passive checkpoints go on meanwhile).
+/// `RESTART_RETRY` later, or once the log grew by another `WAL_RESTART_BYTES` (passive
+/// checkpoints go on meanwhile): at most one wait per that much written.
 const RESTART_BUSY: Duration = Duration::from_millis(250);
 const RESTART_RETRY: Duration = Duration::from_secs(5);
 
@@ -415,8 +416,8 @@ const RETRY_HELD_BACK: Duration = Duration::from_secs(1);
 /// Checkpoints when asked; a checkpoint that readers held back (they still read older
 /// frames), or that a first load's deferral put off (`WalWatch::defer`), is tried again a
 /// second later, so an idle daemon's log is copied back all the same. Past `restart_pages`
-/// outside a first load, a `RESTART` follows the passive checkpoint, at most every
-/// `RESTART_RETRY` while readers keep it busy.
+/// outside a first load, a `RESTART` follows the passive checkpoint; while readers keep it
+/// busy, again `RESTART_RETRY` later or `restart_pages` further.
 fn run_checkpointer(
     connection: Connection,
     asked: Receiver<()>,
@@ -424,7 +425,8 @@ fn run_checkpointer(
     restart_pages: i64,
 ) {
     let mut held_back = false;
-    let mut next_restart = Instant::now();
+    // While readers hold a restart off: when, or at what size of the log, to try again.
+    let mut next_restart = (Instant::now(), 0);
     loop {
         let wake = if held_back {
             asked.recv_timeout(RETRY_HELD_BACK)
@@ -441,13 +443,18 @@ fn run_checkpointer(
         let started = Instant::now();
         let passive = checkpoint(&connection, "PASSIVE");
         let done = match passive {
-            Ok(done) if done.log >= restart_pages && Instant::now() >= next_restart => {
+            Ok(done)
+                if done.log >= restart_pages
+                    && (Instant::now() >= next_restart.0 || done.log >= next_restart.1) =>
+            {
                 watch.note("PASSIVE", &done);
                 let restarted = checkpoint(&connection, "RESTART");
-                match &restarted {
-                    Ok(done) if done.busy => next_restart = Instant::now() + RESTART_RETRY,
-                    _ => {}
-                }
+                next_restart = match &restarted {
+                    Ok(busy) if busy.busy => {
+                        (Instant::now() + RESTART_RETRY, busy.log + restart_pages)
+                    }
+                    _ => (Instant::now(), 0),
+                };
                 restarted.map(|done| ("RESTART", done))
             }
             other => other.map(|done| ("PASSIVE", done)),
