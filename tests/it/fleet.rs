@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 use crate::http_face::{
     catalog_without_via, count_from, downstream, downstream_tuned, Upstream, TOKEN,
 };
-use crate::support::{open_database, stdio_server, wait_for, wait_for_every, Daemon, Scratch};
+use crate::support::{
+    open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
+};
 
 /// The origin's scenario in round `round`: 300 generated resources and `round % 5` extras,
 /// each described by the round, so a round adds, removes or changes a few entries.
@@ -523,4 +525,150 @@ fn a_downstream_killed_mid_delta_resumes_from_its_cursor() {
 #[test]
 fn an_upstream_killed_mid_delta_costs_the_downstream_no_walk() {
     killed_mid_delta(true);
+}
+
+/// Entries as their upstream lists them: without the path a downstream adds.
+fn without_via(mut entries: Value) -> Value {
+    for entry in entries.as_array_mut().into_iter().flatten() {
+        if let Some(meta) = entry["_meta"].as_object_mut() {
+            meta.remove("io.mcp-mirror/via");
+            meta.remove("io.mcp-mirror/mirrors");
+        }
+    }
+    entries
+}
+
+/// The merged URI templates a daemon lists.
+fn templates(daemon: &Daemon) -> Value {
+    daemon.call("resources/templates/list", json!({}))["resourceTemplates"].clone()
+}
+
+fn template(index: usize, description: &str) -> Value {
+    json!({
+        "uriTemplate": format!("fixture://demo/t{index}/{{id}}"),
+        "name": format!("template-{index}"),
+        "description": description,
+    })
+}
+
+#[test]
+fn templates_are_followed_through_the_feed_like_resources() {
+    let origin = Scratch::new();
+    let with_templates =
+        |templates: Vec<Value>| json!({"generate": 10, "page_size": 100, "templates": templates});
+    let scenario_path = origin.write_scenario(
+        "demo.json",
+        &with_templates(vec![
+            template(0, "zero"),
+            template(1, "one"),
+            template(2, "two"),
+        ]),
+    );
+    let scenario_text = scenario_path.display().to_string();
+    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    assert_eq!(templates(&mirror).as_array().map(Vec::len), Some(3));
+    let deltas = status_number(&mirror, "deltasApplied");
+
+    // One template changed, one removed, one added, and no resource.
+    origin.write_scenario(
+        "demo.json",
+        &with_templates(vec![
+            template(0, "zero"),
+            template(1, "one, again"),
+            template(3, "three"),
+        ]),
+    );
+    wait_for(
+        "the templates at the upstream",
+        Duration::from_secs(30),
+        || {
+            templates(&upstream.daemon)
+                .to_string()
+                .contains("three")
+                .then_some(())
+        },
+    );
+    wait_for(
+        "the templates at the downstream",
+        Duration::from_secs(30),
+        || (without_via(templates(&mirror)) == templates(&upstream.daemon)).then_some(()),
+    );
+    let status = mirror.server_status("upstream");
+    assert_eq!(status["walksOk"], 1, "templates came as a delta: {status}");
+    assert!(status_number(&mirror, "deltasApplied") > deltas, "{status}");
+    assert_eq!(status["templates"], 3, "{status}");
+    let fresh_scratch = Scratch::new();
+    let fresh = downstream(&fresh_scratch, &upstream, "modern");
+    fresh.wait_for_walks("upstream", 1);
+    assert_eq!(templates(&fresh), templates(&mirror));
+    assert_eq!(fresh.list_all(), mirror.list_all());
+}
+
+/// The `cacheScope` a downstream stores with its snapshot of the upstream.
+fn stored_scope(mirror: &Daemon) -> Option<String> {
+    open_database(&mirror.database)
+        .query_row(
+            "SELECT scope FROM scopes WHERE server = 'upstream' AND kind = 'resource'",
+            [],
+            |row| row.get(0),
+        )
+        .ok()
+}
+
+#[test]
+fn a_followed_delta_takes_its_cache_scope_as_a_walk_does() {
+    let origin = Scratch::new();
+    let scenario_path = origin.write_scenario("demo.json", &scenario(1));
+    let scenario_text = scenario_path.display().to_string();
+    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    wait_for("the walk's scope", Duration::from_secs(20), || {
+        (stored_scope(&mirror).as_deref() == Some("public")).then_some(())
+    });
+
+    // The upstream takes on a private server it shares with tokens: what the downstream's
+    // token sees is private from then on, and the delta that brings it says so.
+    let private = HttpFixture::start(&[
+        "--era",
+        "modern",
+        "--cache-scope",
+        "private",
+        "--name",
+        "shared",
+        "--generate",
+        "5",
+    ]);
+    let config = upstream.scratch.path("daemon.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = text.replacen(
+        "[http]",
+        &format!(
+            "[servers.shared]\nurl = \"{}\"\nshare = true\n\n[http]",
+            private.url
+        ),
+        1,
+    );
+    std::fs::write(&config, text).expect("write config");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(upstream.daemon.child.id() as libc::pid_t, libc::SIGHUP);
+    }
+    wait_for(
+        "the shared server at the downstream",
+        Duration::from_secs(30),
+        || (count_from(&mirror, "shared") == 5).then_some(()),
+    );
+    let status = mirror.server_status("upstream");
+    assert_eq!(status["walksOk"], 1, "the change came as a delta: {status}");
+    assert_eq!(status["live"]["cacheScope"], "private", "{status}");
+    assert_eq!(stored_scope(&mirror).as_deref(), Some("private"));
 }
