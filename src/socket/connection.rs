@@ -9,8 +9,8 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use super::shape::changes_result;
 use super::{answer_request, DaemonContext};
+use crate::answer::changes::changes_result;
 use crate::protocol::lines::{self, Line};
 use crate::protocol::{
     CatalogChanged, ErrorObject, IncomingRequest, NotificationMessage, ResourcesListChanged,
@@ -30,7 +30,7 @@ pub(crate) struct ConnectionState {
     /// This client's share of the search gate (its recent search time).
     pub(super) search_client: crate::search::gate::SearchClient,
     /// What this client may see and do; socket clients are the owner.
-    pub(super) view: super::View,
+    pub(super) view: crate::answer::View,
 }
 
 impl ConnectionState {
@@ -39,7 +39,7 @@ impl ConnectionState {
     /// Its answers are restricted to `view` (the HTTP face's token clients).
     pub(crate) fn searching_as(
         search_client: crate::search::gate::SearchClient,
-        view: super::View,
+        view: crate::answer::View,
     ) -> Self {
         ConnectionState {
             search_client,
@@ -141,7 +141,7 @@ async fn send_watched_changes(
     while let Some(since) = state.watching {
         let page = match context
             .store
-            .changes_since(Some(since), DEFAULT_CHANGES_LIMIT)
+            .read(move |reader| reader.changes(Some(since), DEFAULT_CHANGES_LIMIT, None))
             .await
         {
             Ok(page) => page,

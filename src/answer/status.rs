@@ -7,14 +7,24 @@ use crate::protocol::{self as wire, ErrorObject};
 use crate::store;
 
 pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult, ErrorObject> {
-    let servers = context.store.status().await.map_err(internal)?;
+    let (servers, change_seq, read_cache_bytes, merged_resources, kind_counts) = context
+        .store
+        .read(|reader| {
+            Ok((
+                reader.status()?,
+                reader.latest_change_seq()?,
+                reader.read_cache_bytes()?,
+                reader.merged_resource_count()?,
+                reader.kind_counts()?,
+            ))
+        })
+        .await
+        .map_err(internal)?;
     let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())
         .map(|metadata| metadata.len())
         .ok();
     let resources: u64 = servers.iter().map(|server| server.resources).sum();
-    let change_seq = context.store.latest_change_seq().await.map_err(internal)?;
-    let read_cache_bytes = context.store.read_cache_bytes().await.map_err(internal)?;
     let config_load = context
         .config_load
         .lock()
@@ -30,13 +40,7 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
         config: context.config_path.clone(),
         clients: context.clients.load(Ordering::Relaxed),
         resources,
-        merged_resources: Some(
-            context
-                .store
-                .merged_resource_count()
-                .await
-                .map_err(internal)?,
-        ),
+        merged_resources: Some(merged_resources),
         change_seq,
         read_cache_bytes,
         config_loaded_at: config_load.loaded_at_ms,
@@ -57,7 +61,7 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
             server_status(server, session)
         })
         .collect();
-    crate::socket::kinds::add_kind_status(&context.store, &mut servers).await?;
+    crate::answer::entries::add_kind_status(kind_counts, &mut servers);
     Ok(wire::StatusResult { daemon, servers })
 }
 
