@@ -30,7 +30,7 @@ const ORIGIN_PAGE: usize = 1000;
 /// The upstream's first sync of every server.
 const UPSTREAM_SYNC_LIMIT: Duration = Duration::from_secs(120);
 /// Every downstream's first sync, all at once.
-const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(360);
+const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(540);
 /// One change reaching every downstream.
 const ROUND_LIMIT: Duration = Duration::from_secs(180);
 /// No round starts that the previous round's duration and gap say would end past this much of
