@@ -413,7 +413,14 @@ async fn modern_request(
             StatusCode::OK,
             &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
         ),
-        LISTEN => listen(face, client, headers, request_id, &request.params),
+        LISTEN => listen(
+            face,
+            client,
+            headers,
+            request_id,
+            &request.params,
+            audience.view,
+        ),
         _ => {
             // The feed and the keyed read carry the hints too: a follower derives its
             // snapshot's scope from them as a walk does from the list pages.
@@ -731,6 +738,7 @@ fn listen(
     headers: &HeaderMap,
     id: Value,
     params: &Value,
+    view: View,
 ) -> Response {
     // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
     let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
@@ -768,6 +776,7 @@ fn listen(
         }),
         at_end: closed.ok().map(|closed| message_text(&closed)),
         session_ended: None,
+        view,
     };
     stream::open(
         plan,
@@ -853,6 +862,7 @@ pub(super) async fn get_stream(
         on_change: Some(message_text(&changed)),
         at_end: None,
         session_ended,
+        view: face.audience(&client).await.view,
     };
     stream::open(
         plan,

@@ -147,7 +147,7 @@ async fn fetch_keys(
         let entries = read
             .entries
             .into_iter()
-            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)));
+            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)).ok());
         let asked: BTreeSet<&str> = chunk.iter().map(String::as_str).collect();
         let mut found = BTreeSet::new();
         match kind {
