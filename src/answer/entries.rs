@@ -154,14 +154,45 @@ pub fn known_server(reader: &Reader, server: Option<&str>) -> Result<(), ErrorOb
     }
 }
 
-/// `catalog/drift`: each entry changed since the accepted definitions, field by field.
+/// Where a `catalog/drift` page starts: after this (server, kind, name).
+fn drift_after(cursor: Option<&str>) -> Result<Option<(String, Kind, String)>, ErrorObject> {
+    let Some(cursor) = cursor else {
+        return Ok(None);
+    };
+    let bad = || invalid("invalid cursor");
+    let key = decode_cursor(cursor).ok_or_else(bad)?;
+    let mut parts = key.splitn(3, CURSOR_SEPARATOR);
+    let (Some(server), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let kind = kind.parse::<Kind>().map_err(|_| bad())?;
+    Ok(Some((server.to_string(), kind, name.to_string())))
+}
+
+/// `catalog/drift`: a page of the entries changed since the accepted definitions, field by
+/// field; the cursor continues after the last entry read, whatever the view left of the page.
 pub fn drift(
     reader: &Reader,
-    params: &wire::ServerParams,
+    params: &wire::DriftParams,
     view: &View,
 ) -> Result<wire::DriftResult, ErrorObject> {
     known_server(reader, params.server.as_deref())?;
-    let rows = reader.drift(params.server.as_deref()).map_err(internal)?;
+    let limit = wire::page_limit(params.limit, wire::PAGE_SIZE, wire::PAGE_SIZE)
+        .map_err(super::invalid_params)?;
+    let after = drift_after(params.cursor.as_deref())?;
+    let after = after
+        .as_ref()
+        .map(|(server, kind, name)| (server.as_str(), *kind, name.as_str()));
+    let (rows, more) = reader
+        .drift(params.server.as_deref(), after, limit)
+        .map_err(internal)?;
+    let next_cursor = match (more, rows.last()) {
+        (true, Some(last)) => Some(encode_cursor(&format!(
+            "{}{CURSOR_SEPARATOR}{}{CURSOR_SEPARATOR}{}",
+            last.server, last.kind, last.name
+        ))),
+        _ => None,
+    };
     let drift = rows
         .into_iter()
         .filter(|row| view.sees(&row.server, row.kind))
@@ -194,7 +225,7 @@ pub fn drift(
             }
         })
         .collect();
-    Ok(wire::DriftResult { drift })
+    Ok(wire::DriftResult { drift, next_cursor })
 }
 
 /// Fills each server's per-kind counts and drift into a status answer.

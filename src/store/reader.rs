@@ -170,8 +170,14 @@ impl Reader {
         kinds::kind_counts(&self.connection)
     }
 
-    pub fn drift(&self, server: Option<&str>) -> Result<Vec<DriftRow>, StoreError> {
-        kinds::drift(&self.connection, server)
+    /// A page of the drift from the accepted definitions, after `after`; `true` when more follow.
+    pub fn drift(
+        &self,
+        server: Option<&str>,
+        after: Option<(&str, Kind, &str)>,
+        limit: usize,
+    ) -> Result<(Vec<DriftRow>, bool), StoreError> {
+        kinds::drift(&self.connection, server, after, limit)
     }
 
     /// Whether a server of that name is configured (recorded in the database).
