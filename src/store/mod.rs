@@ -157,7 +157,9 @@ impl Store {
         let instance = follow::instance_id(&connection)?;
         crate::protocol::set_mirror_id(&instance);
         // A backlog left by the last run shows in answers from the start; the writer resumes it.
-        let full_text_behind = Arc::new(AtomicU64::new(writer::full_text_backlog(&connection)?));
+        let full_text_behind = Arc::new(AtomicU64::new(writer::full_text::full_text_backlog(
+            &connection,
+        )?));
         let writer_behind = full_text_behind.clone();
         let opened_file = file_identity(path).ok();
         let (sender, receiver) = mpsc::unbounded_channel();

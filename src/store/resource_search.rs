@@ -123,7 +123,7 @@ pub fn search_noting_backlog(
 ) -> Result<super::FullTextPage, StoreError> {
     let snapshot = connection.unchecked_transaction()?;
     let (hits, next) = search(&snapshot, request)?;
-    let behind = super::writer::full_text_backlog(&snapshot).unwrap_or(0);
+    let behind = super::writer::full_text::full_text_backlog(&snapshot).unwrap_or(0);
     snapshot.commit()?;
     Ok(super::FullTextPage {
         hits,

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
 
@@ -113,9 +113,11 @@ impl Batch {
 mod delta;
 mod entry_swap;
 mod feed;
-mod full_text;
+pub(super) mod full_text;
 mod pending;
 mod servers;
+mod sql;
+mod staged;
 mod staging;
 mod swap;
 mod wal;
@@ -123,13 +125,16 @@ mod wal;
 use entry_swap::swap_entries;
 use feed::prune_changes;
 use feed::{announce, record_truncated};
-pub(super) use full_text::full_text_backlog;
+#[cfg(test)]
+use full_text::full_text_backlog;
 use full_text::{index_full_text_batch, INDEXED};
-use pending::{discard_pending_batch, pending_loads};
+use pending::{discard_pending_batch, pending_loads, promote};
 use servers::{sync_servers, update_server};
-use staging::{
-    discard_staging, stage_entries, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA,
-};
+#[cfg(test)]
+use sql::full_scans;
+use sql::{execute, query_one, server_id};
+use staged::StagedCounts;
+use staging::{discard_staging, stage_entries, stage_resources, stage_templates, STAGING_SCHEMA};
 use swap::swap;
 
 use wal::{WriteAheadLog, WAL_LIMIT_BYTES};
@@ -302,7 +307,7 @@ pub fn run(
                 let counts = staged_walks.remove(&walk_id).unwrap_or_default();
                 let outcome = match (failed_walks.remove(&walk_id), delta) {
                     (Some(error), _) => Err(StoreError::Walk(format!("staging failed: {error}"))),
-                    (None, None) => swap(
+                    (None, None) => commit_walk(
                         &mut connection,
                         walk_id,
                         &counts,
@@ -420,6 +425,37 @@ pub fn run(
 }
 
 /// Whether a first load is in flight: the log is not checkpointed meanwhile (`wal.rs`).
+/// Commits a staged walk: a first load, staged straight into `resources`, is promoted; any
+/// other walk is swapped in by its diff.
+fn commit_walk(
+    connection: &mut Connection,
+    walk_id: u64,
+    counts: &StagedCounts,
+    server: &str,
+    report: &WalkReport,
+    full_text_behind: &AtomicU64,
+) -> Result<(SwapOutcome, i64), StoreError> {
+    match &counts.pending {
+        Some(pending) => promote(
+            connection,
+            walk_id,
+            counts,
+            pending,
+            server,
+            report,
+            full_text_behind,
+        ),
+        None => swap(
+            connection,
+            walk_id,
+            counts,
+            server,
+            report,
+            full_text_behind,
+        ),
+    }
+}
+
 fn loading(staged_walks: &HashMap<u64, StagedCounts>) -> bool {
     staged_walks.values().any(|counts| counts.pending.is_some())
 }
@@ -437,57 +473,6 @@ fn commit_batch(
             .entry(walk_id)
             .or_insert_with(|| error.to_string());
     }
-}
-
-/// Runs one statement of a swap or of a server record. In the crate's tests it also counts
-/// the statement's full-scan steps (`full_scans`), so a test can show that a small swap beside
-/// a large snapshot never walks a whole table.
-fn execute<P: rusqlite::Params>(
-    connection: &Connection,
-    sql: &str,
-    params: P,
-) -> Result<usize, StoreError> {
-    let mut statement = connection.prepare(sql)?;
-    let changed = statement.execute(params)?;
-    full_scans::note(&statement);
-    Ok(changed)
-}
-
-/// The one value a one-row query returns, counted like `execute`.
-fn query_one<T: rusqlite::types::FromSql, P: rusqlite::Params>(
-    connection: &Connection,
-    sql: &str,
-    params: P,
-) -> Result<T, StoreError> {
-    let mut statement = connection.prepare(sql)?;
-    let value = statement.query_row(params, |row| row.get(0))?;
-    full_scans::note(&statement);
-    Ok(value)
-}
-
-/// Full-scan steps of the writer's statements on this thread, for the tests' guard.
-#[cfg(test)]
-mod full_scans {
-    use std::cell::Cell;
-
-    thread_local! {
-        static STEPS: Cell<u64> = const { Cell::new(0) };
-    }
-
-    pub(super) fn note(statement: &rusqlite::Statement<'_>) {
-        let steps = statement.reset_status(rusqlite::StatementStatus::FullscanStep);
-        STEPS.with(|counted| counted.set(counted.get() + steps.max(0) as u64));
-    }
-
-    /// The steps counted since the last call.
-    pub(super) fn take() -> u64 {
-        STEPS.with(|counted| counted.replace(0))
-    }
-}
-
-#[cfg(not(test))]
-mod full_scans {
-    pub(super) fn note(_statement: &rusqlite::Statement<'_>) {}
 }
 
 /// Stores one read result and evicts the server's oldest entries beyond `limit_bytes`.
@@ -526,15 +511,6 @@ fn cache_contents(
     }
     transaction.commit()?;
     Ok(())
-}
-
-/// The id of `server`'s row; `None` when it has none (yet).
-fn server_id(connection: &Connection, server: &str) -> Result<Option<i64>, StoreError> {
-    Ok(connection
-        .query_row("SELECT id FROM servers WHERE name = ?1", [server], |row| {
-            row.get(0)
-        })
-        .optional()?)
 }
 
 #[cfg(test)]
