@@ -2,8 +2,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{internal, DaemonContext};
-use crate::protocol::{self as wire, ErrorObject};
+use super::{internal, DaemonContext, View};
+use crate::protocol::{self as wire, ErrorObject, Kind};
 use crate::store;
 
 pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult, ErrorObject> {
@@ -116,4 +116,28 @@ fn server_status(
         live,
         kinds: Default::default(),
     }
+}
+
+/// What a restricted view may know of the status: the servers it names, of each only the
+/// kinds it sees (a kind it does not see counts nothing), and totals over those alone.
+pub(crate) fn restrict(status: &mut wire::StatusResult, view: &View) {
+    if view.is_owner() {
+        return;
+    }
+    status
+        .servers
+        .retain(|server| view.sees_server(&server.name));
+    for server in &mut status.servers {
+        let name = server.name.clone();
+        if !view.sees(&name, Kind::Resource) {
+            server.resources = 0;
+        }
+        if !view.sees(&name, Kind::Template) {
+            server.templates = 0;
+        }
+        server.kinds.retain(|kind, _| view.sees(&name, *kind));
+    }
+    status.daemon.resources = status.servers.iter().map(|server| server.resources).sum();
+    // The merged count spans every server; it is not derivable from the visible ones.
+    status.daemon.merged_resources = None;
 }

@@ -67,7 +67,7 @@ pub(super) async fn serve_connection(
                 // A burst of swaps is one notification; a client that lagged behind gets one
                 // too, like everyone else: list_changed carries nothing, and the feed itself
                 // lives in the database.
-                let burst = store::drain_changes(event, &mut catalog_changes);
+                let burst = store::drain_changes(event, &mut catalog_changes, |_| true);
                 changes_open = !burst.closed;
                 if burst.changed {
                     notify_catalog_changed(&mut state, burst.resources, &mut write_half, context)

@@ -107,9 +107,7 @@ async fn dispatch(
         CatalogStatus::NAME => {
             params::<CatalogStatus>(raw)?;
             let mut status = status(context).await?;
-            status
-                .servers
-                .retain(|server| view.sees_server(&server.name));
+            crate::answer::status::restrict(&mut status, &view);
             let mut status = serde_json::to_value(status).map_err(internal)?;
             redact::scrub_json(&mut status);
             // Server-supplied texts are bounded where they are stored; this bounds the rest

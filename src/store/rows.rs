@@ -70,7 +70,8 @@ impl CatalogChanged {
 }
 
 /// What a subscriber's burst of queued catalog changes comes to, drained at once so a burst
-/// of swaps is one notification.
+/// of swaps is one notification. Only changes `relevant` to the subscriber count as resource
+/// changes (a lag counts: what was missed is unknown).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChangeBurst {
     /// Anything changed (or changes were missed while the subscriber lagged).
@@ -85,11 +86,12 @@ pub struct ChangeBurst {
 pub fn drain_changes(
     first: Result<CatalogChanged, broadcast::error::RecvError>,
     receiver: &mut broadcast::Receiver<CatalogChanged>,
+    relevant: impl Fn(&CatalogChanged) -> bool,
 ) -> ChangeBurst {
     use broadcast::error::{RecvError, TryRecvError};
     let mut burst = ChangeBurst::default();
     match first {
-        Ok(change) => burst.resources = change.changes_resources(),
+        Ok(change) => burst.resources = change.changes_resources() && relevant(&change),
         Err(RecvError::Lagged(_)) => burst.resources = true,
         Err(RecvError::Closed) => {
             burst.closed = true;
@@ -99,7 +101,7 @@ pub fn drain_changes(
     burst.changed = true;
     loop {
         match receiver.try_recv() {
-            Ok(change) => burst.resources |= change.changes_resources(),
+            Ok(change) => burst.resources |= change.changes_resources() && relevant(&change),
             Err(TryRecvError::Lagged(_)) => burst.resources = true,
             Err(TryRecvError::Empty) => return burst,
             Err(TryRecvError::Closed) => {

@@ -180,6 +180,7 @@ pub(in crate::http_face) async fn get_stream(
         on_change: Some(message_text(&changed)),
         at_end: None,
         session_ended,
+        view: face.audience(&client).await.view,
     };
     stream::open(
         plan,

@@ -28,10 +28,10 @@ use serde_json::Value;
 
 use crate::answer::{Restriction, View};
 use crate::protocol::{
-    self as wire, CacheScope, CatalogList, CatalogPrompts, CatalogTools, CheckedRequest,
-    DiscoverResult, IncomingRequest, Initialize, Kind, ListResources, ListTemplates, Method,
-    ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
-    UNSUPPORTED_PROTOCOL_VERSION,
+    self as wire, CacheScope, CatalogChanges, CatalogEntries, CatalogList, CatalogPrompts,
+    CatalogTools, CheckedRequest, DiscoverResult, IncomingRequest, Initialize, Kind, ListResources,
+    ListTemplates, Method, ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH,
+    INVALID_REQUEST, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;

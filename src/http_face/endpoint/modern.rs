@@ -65,11 +65,24 @@ pub(super) async fn modern_request(
             StatusCode::OK,
             &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
         ),
-        LISTEN => listen(face, client, headers, request_id, &request.params),
+        LISTEN => listen(
+            face,
+            client,
+            headers,
+            request_id,
+            &request.params,
+            audience.view,
+        ),
         _ => {
+            // The feed and the keyed read carry the hints too: a follower derives its
+            // snapshot's scope from them as a walk does from the list pages.
             let caching = matches!(
                 request.method.as_str(),
-                ListResources::NAME | ListTemplates::NAME | ReadResource::NAME
+                ListResources::NAME
+                    | ListTemplates::NAME
+                    | ReadResource::NAME
+                    | CatalogChanges::NAME
+                    | CatalogEntries::NAME
             );
             match answer(face, client, &audience, request).await {
                 Some(Ok(result)) => deliver(
@@ -136,6 +149,7 @@ fn listen(
     headers: &HeaderMap,
     id: Value,
     params: &Value,
+    view: View,
 ) -> Response {
     // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
     let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
@@ -173,6 +187,7 @@ fn listen(
         }),
         at_end: closed.ok().map(|closed| message_text(&closed)),
         session_ended: None,
+        view,
     };
     stream::open(
         plan,
