@@ -1,7 +1,15 @@
 //! `/mcp` over Streamable HTTP: POSTed JSON-RPC in both eras (the 2026-07-28 headers checked,
 //! `server/discover`, `subscriptions/listen`; `initialize` with `Mcp-Session-Id`), the GET
 //! stream, DELETE of a session; answers shaped for the client (caching hints, withheld
-//! `private` entries) around the socket's own `socket::answer_request`.
+//! `private` entries) around the socket's own `socket::answer_request`. `modern`: the
+//! 2026-07-28 era; `legacy`: the handshake era and its sessions.
+
+mod legacy;
+mod modern;
+
+use legacy::legacy_request;
+pub(super) use legacy::{delete_session, get_stream};
+use modern::{discover, modern_request, modern_result};
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read as _;
@@ -20,10 +28,10 @@ use serde_json::Value;
 
 use crate::answer::{Restriction, View};
 use crate::protocol::{
-    self as wire, CacheScope, CatalogList, CatalogPrompts, CatalogTools, CheckedRequest,
-    DiscoverResult, IncomingRequest, Initialize, Kind, ListResources, ListTemplates, Method,
-    ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
-    UNSUPPORTED_PROTOCOL_VERSION,
+    self as wire, CacheScope, CatalogChanges, CatalogEntries, CatalogList, CatalogPrompts,
+    CatalogTools, CheckedRequest, DiscoverResult, IncomingRequest, Initialize, Kind, ListResources,
+    ListTemplates, Method, ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH,
+    INVALID_REQUEST, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
@@ -351,216 +359,6 @@ fn none_match_hits(headers: &HeaderMap, tag: &str) -> bool {
         .any(|candidate| candidate == "*" || candidate.trim_start_matches("W/") == tag)
 }
 
-/// A 2026-07-28 request: headers checked against the body, no session.
-async fn modern_request(
-    face: &Arc<HttpFace>,
-    client: &Client,
-    headers: &HeaderMap,
-    request: CheckedRequest,
-    version: &str,
-) -> Response {
-    let id = request.id.clone().unwrap_or(Value::Null);
-    if !wire::MODERN_VERSIONS.contains(&version) {
-        return error_answer(
-            headers,
-            StatusCode::BAD_REQUEST,
-            &id,
-            UNSUPPORTED_PROTOCOL_VERSION,
-            "Unsupported protocol version",
-            serde_json::to_value(UnsupportedVersionData {
-                supported: wire::supported_versions(),
-                requested: Some(version.to_string()),
-            })
-            .ok(),
-        );
-    }
-    let expected_name = match request.method.as_str() {
-        "resources/read" => request.params.get("uri"),
-        "tools/call" | "prompts/get" => request.params.get("name"),
-        _ => None,
-    }
-    .and_then(Value::as_str);
-    let checks = [
-        (VERSION_HEADER, "MCP-Protocol-Version", Some(version)),
-        (METHOD_HEADER, "Mcp-Method", Some(request.method.as_str())),
-        (NAME_HEADER, "Mcp-Name", expected_name),
-    ];
-    for (name, shown, expected) in checks {
-        let (Some(sent), Some(expected)) = (header_text(headers, name), expected) else {
-            continue;
-        };
-        if sent != expected {
-            let message = format!(
-                "Header mismatch: {shown} header value '{sent}' does not match body value '{expected}'"
-            );
-            return error_answer(
-                headers,
-                StatusCode::BAD_REQUEST,
-                &id,
-                HEADER_MISMATCH,
-                &message,
-                None,
-            );
-        }
-    }
-    let Some(request_id) = request.id.clone() else {
-        return StatusCode::ACCEPTED.into_response();
-    };
-    let audience = face.audience(client).await;
-    match request.method.as_str() {
-        DISCOVER => deliver(
-            headers,
-            StatusCode::OK,
-            &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
-        ),
-        LISTEN => listen(
-            face,
-            client,
-            headers,
-            request_id,
-            &request.params,
-            audience.view,
-        ),
-        _ => {
-            let caching = matches!(
-                request.method.as_str(),
-                ListResources::NAME | ListTemplates::NAME | ReadResource::NAME
-            );
-            match answer(face, client, &audience, request).await {
-                Some(Ok(result)) => deliver(
-                    headers,
-                    StatusCode::OK,
-                    &wire::Response::success(request_id, modern_result(result, &audience, caching)),
-                ),
-                Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
-                None => StatusCode::ACCEPTED.into_response(),
-            }
-        }
-    }
-}
-
-/// A handshake-era request: `initialize` opens a session; a request naming an unknown
-/// session is answered 404 so the client starts a new one.
-async fn legacy_request(
-    face: &Arc<HttpFace>,
-    client: &Client,
-    headers: &HeaderMap,
-    request: CheckedRequest,
-) -> Response {
-    let id = request.id.clone().unwrap_or(Value::Null);
-    if let Some(version) = header_text(headers, VERSION_HEADER) {
-        if !wire::LEGACY_VERSIONS.contains(&version) && request.method != Initialize::NAME {
-            let message = format!("unsupported MCP-Protocol-Version header: {version}");
-            return error_answer(
-                headers,
-                StatusCode::BAD_REQUEST,
-                &id,
-                INVALID_REQUEST,
-                &message,
-                None,
-            );
-        }
-    }
-    let mut new_session = None;
-    if request.method == Initialize::NAME {
-        let session = match new_session_id() {
-            Ok(session) => session,
-            Err(error) => {
-                let message = format!("cannot make a session id: {error}");
-                return error_answer(
-                    headers,
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &id,
-                    wire::INTERNAL_ERROR,
-                    &message,
-                    None,
-                );
-            }
-        };
-        let opened = face
-            .sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .open(
-                session.clone(),
-                &client.key(),
-                Instant::now(),
-                face.session_bounds(),
-            );
-        match opened {
-            Opened::Yes { evicted } => {
-                for _ in 0..evicted {
-                    face.refusals.refused(Refusal::SessionEvicted);
-                }
-                new_session = Some(session);
-            }
-            Opened::Full => {
-                face.refusals.refused(Refusal::Sessions);
-                let message = format!(
-                    "too many sessions, each with an open GET stream ([http] max_sessions = {}, max_sessions_per_client = {})",
-                    face.config.max_sessions, face.config.max_sessions_per_client
-                );
-                return error_answer(
-                    headers,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &id,
-                    INVALID_REQUEST,
-                    &message,
-                    None,
-                );
-            }
-        }
-    } else if let Some(session) = header_text(headers, SESSION_HEADER) {
-        if !known_session(face, client, session) {
-            return error_answer(
-                headers,
-                StatusCode::NOT_FOUND,
-                &id,
-                INVALID_REQUEST,
-                "session not found: send initialize without Mcp-Session-Id",
-                None,
-            );
-        }
-    }
-    let Some(request_id) = request.id.clone() else {
-        return StatusCode::ACCEPTED.into_response();
-    };
-    let audience = face.audience(client).await;
-    let mut response = match request.method.as_str() {
-        DISCOVER => deliver(
-            headers,
-            StatusCode::OK,
-            &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
-        ),
-        _ => match answer(face, client, &audience, request).await {
-            Some(Ok(result)) => deliver(
-                headers,
-                StatusCode::OK,
-                &wire::Response::success(request_id, result),
-            ),
-            Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
-            None => StatusCode::ACCEPTED.into_response(),
-        },
-    };
-    if let Some(session) = new_session.and_then(|session| HeaderValue::from_str(&session).ok()) {
-        response.headers_mut().insert(SESSION_HEADER, session);
-    }
-    response
-}
-
-/// Whether `session` is one of `client`'s, marking it used.
-fn known_session(face: &HttpFace, client: &Client, session: &str) -> bool {
-    face.sessions
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .touch(
-            session,
-            &client.key(),
-            Instant::now(),
-            face.config.session_idle_timeout,
-        )
-}
-
 impl HttpFace {
     fn session_bounds(&self) -> SessionBounds {
         SessionBounds {
@@ -680,106 +478,6 @@ async fn answer(
     }
 }
 
-fn discover() -> Value {
-    let server_info = wire::Implementation {
-        name: wire::SERVER_NAME.into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        instance: wire::mirror_id().map(str::to_string),
-    };
-    let mut meta = serde_json::Map::new();
-    meta.insert(
-        wire::SERVER_INFO_META_KEY.into(),
-        serde_json::to_value(server_info).unwrap_or(Value::Null),
-    );
-    let capabilities = match serde_json::to_value(wire::ServerCapabilities::of_the_mirror()) {
-        Ok(Value::Object(capabilities)) => capabilities,
-        _ => serde_json::Map::new(),
-    };
-    let result = DiscoverResult {
-        supported_versions: wire::supported_versions(),
-        capabilities,
-        instructions: Some(wire::INSTRUCTIONS.into()),
-        meta: Some(meta),
-        server_info: None,
-    };
-    serde_json::to_value(result).unwrap_or(Value::Null)
-}
-
-/// A 2026-07-28 result: `resultType`, and for discover, lists and reads the caching hints.
-fn modern_result(result: Value, audience: &Audience, caching: bool) -> Value {
-    let Value::Object(mut object) = result else {
-        return result;
-    };
-    let hints = CachingHints {
-        result_type: "complete",
-        ttl_ms: caching.then_some(audience.ttl_ms),
-        cache_scope: caching.then_some(match audience.private_visible {
-            true => "private",
-            false => "public",
-        }),
-    };
-    if let Ok(Value::Object(hints)) = serde_json::to_value(hints) {
-        object.extend(hints);
-    }
-    Value::Object(object)
-}
-
-/// `subscriptions/listen`: an SSE answer that acknowledges, then carries `list_changed`
-/// until the daemon stops (then the request's result).
-fn listen(
-    face: &Arc<HttpFace>,
-    client: &Client,
-    headers: &HeaderMap,
-    id: Value,
-    params: &Value,
-    view: View,
-) -> Response {
-    // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
-    let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
-    let asked_resources = asked.notifications.resources_list_changed == Some(true);
-    let place = match face.stream_place(client, headers, &id) {
-        Ok(place) => place,
-        Err(refusal) => return *refusal,
-    };
-    let subscription = wire::SubscriptionMeta {
-        subscription_id: match &id {
-            Value::String(text) => text.clone(),
-            other => other.to_string(),
-        },
-    };
-    let acknowledged = wire::AcknowledgedParams {
-        meta: subscription.clone(),
-        notifications: wire::ListenNotifications {
-            resources_list_changed: asked_resources.then_some(true),
-        },
-    };
-    let changed = wire::SubscriptionParams {
-        meta: subscription.clone(),
-    };
-    let closed = serde_json::to_value(wire::ListenResult::complete(subscription))
-        .map(|result| wire::Response::success(id, result));
-    let plan = StreamPlan {
-        first: vec![message_text(&wire::NotificationMessage::new::<
-            wire::SubscriptionsAcknowledged,
-        >(Some(&acknowledged)))],
-        // A client that did not ask for resource list changes gets only keep-alives.
-        on_change: asked_resources.then(|| {
-            message_text(&wire::NotificationMessage::new::<
-                wire::ListenResourcesListChanged,
-            >(Some(&changed)))
-        }),
-        at_end: closed.ok().map(|closed| message_text(&closed)),
-        session_ended: None,
-        view,
-    };
-    stream::open(
-        plan,
-        face.api.store.subscribe(),
-        face.shutdown.clone(),
-        Box::new(place),
-    )
-}
-
 /// One message of a stream as its JSON text.
 fn message_text(message: &impl Serialize) -> String {
     serde_json::to_string(message).unwrap_or_default()
@@ -799,98 +497,4 @@ fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value) -> Respons
         &message,
         None,
     )
-}
-
-/// The handshake era's GET stream of a session: `list_changed` after each committed change.
-pub(super) async fn get_stream(
-    State(face): State<Arc<HttpFace>>,
-    Extension(PeerAddress(peer)): Extension<PeerAddress>,
-    headers: HeaderMap,
-) -> Response {
-    let client = match admit(&face, peer, &headers) {
-        Ok(client) => client,
-        Err(refusal) => return *refusal,
-    };
-    let accepts_sse = headers
-        .get(header::ACCEPT)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|accept| accept.contains("text/event-stream"));
-    if !accepts_sse {
-        return (
-            StatusCode::NOT_ACCEPTABLE,
-            "GET /mcp is an event stream: send Accept: text/event-stream\n",
-        )
-            .into_response();
-    }
-    if header_text(&headers, VERSION_HEADER)
-        .is_some_and(|version| wire::MODERN_VERSIONS.contains(&version))
-    {
-        return (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "the 2026-07-28 era has no GET stream: use subscriptions/listen\n",
-        )
-            .into_response();
-    }
-    let session = match header_text(&headers, SESSION_HEADER) {
-        None => {
-            return (
-                StatusCode::BAD_REQUEST,
-                "GET /mcp needs the Mcp-Session-Id from initialize\n",
-            )
-                .into_response()
-        }
-        Some(session) if !known_session(&face, &client, session) => {
-            return (StatusCode::NOT_FOUND, "session not found\n").into_response()
-        }
-        Some(session) => session,
-    };
-    let (session_stream, session_ended) = SessionStream::open(&face, session);
-    let place = match face.stream_place(&client, &headers, &Value::Null) {
-        Ok(place) => place.of_session(session_stream),
-        Err(refusal) => return *refusal,
-    };
-    tracing::debug!(token = client.name(), "HTTP GET stream opened");
-    let changed = wire::NotificationMessage::new::<wire::ResourcesListChanged>(None);
-    let plan = StreamPlan {
-        first: Vec::new(),
-        on_change: Some(message_text(&changed)),
-        at_end: None,
-        session_ended,
-        view: face.audience(&client).await.view,
-    };
-    stream::open(
-        plan,
-        face.api.store.subscribe(),
-        face.shutdown.clone(),
-        Box::new(place),
-    )
-}
-
-/// Ends a handshake-era session.
-pub(super) async fn delete_session(
-    State(face): State<Arc<HttpFace>>,
-    Extension(PeerAddress(peer)): Extension<PeerAddress>,
-    headers: HeaderMap,
-) -> Response {
-    let client = match admit(&face, peer, &headers) {
-        Ok(client) => client,
-        Err(refusal) => return *refusal,
-    };
-    let Some(session) = header_text(&headers, SESSION_HEADER) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            "DELETE /mcp needs an Mcp-Session-Id\n",
-        )
-            .into_response();
-    };
-    let removed = face
-        .sessions
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .remove(session, &client.key());
-    tracing::debug!(token = client.name(), removed, "HTTP session deleted");
-    match removed {
-        true => StatusCode::NO_CONTENT.into_response(),
-        false => (StatusCode::NOT_FOUND, "session not found\n").into_response(),
-    }
 }
