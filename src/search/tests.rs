@@ -1,5 +1,6 @@
 //! Unit tests of the search index: query semantics, the merged view, and repair after faults.
 
+use super::slots::SearcherSlot;
 use super::*;
 
 fn entry(server: &str, uri: &str, name: &str, title: &str, description: &str) -> Entry {
