@@ -10,6 +10,7 @@ mod resource_search;
 mod rows;
 mod schema;
 mod scopes;
+pub(crate) mod snippet;
 mod sql_text;
 pub(crate) mod uri_template;
 mod views;

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::snippet::{snippet, SNIPPET_WORDS};
 use super::{SearchHit, StoreError};
 use crate::protocol::DEFAULT_HIGHLIGHT;
 
@@ -52,7 +53,8 @@ impl SearchRequest {
 const MAX_QUERY_WORDS: usize = 32;
 /// The longest word that takes part in a search.
 const MAX_WORD_CHARS: usize = 256;
-const SNIPPET_TOKENS: i64 = 12;
+/// FTS5's own snippets (of raw queries) keep as many words as ours.
+const SNIPPET_TOKENS: i64 = SNIPPET_WORDS as i64;
 /// Turns what a person typed into a safe FTS5 query: every word is a quoted phrase and
 /// the last one also matches as a prefix. `None` when nothing searchable is left.
 pub fn fts_query(text: &str) -> Option<String> {
@@ -342,8 +344,8 @@ fn word_spans(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
     })
 }
 
-/// The first of title, description, name and URI that holds a query word, cut to a window
-/// of `SNIPPET_TOKENS` words from just before the first match, with matches highlighted.
+/// The first of title, description, name and URI that holds a query word, through the one
+/// snippet builder (`store::snippet`), the words split as FTS5's tokenizer splits them.
 fn snippet_from_fields(
     hit: &SearchHit,
     terms: &SnippetTerms,
@@ -363,48 +365,11 @@ fn snippet_from_fields(
         Some(hit.name.as_str()),
         Some(hit.uri.as_str()),
     ];
-    for text in fields.into_iter().flatten() {
-        let words: Vec<(usize, usize)> = word_spans(text).collect();
-        let Some(first) = words
-            .iter()
-            .position(|&(start, end)| matches(&text[start..end]))
-        else {
-            continue;
-        };
-        let from = first.saturating_sub(2);
-        let to = (from + SNIPPET_TOKENS as usize).min(words.len());
-        let mut snippet = String::new();
-        if from > 0 {
-            snippet.push('\u{2026}');
-        }
-        // Neighbouring matches share one pair of markers, as a matched phrase does in FTS5.
-        let mut cursor = words[from].0;
-        let mut open = false;
-        for &(start, end) in &words[from..to] {
-            let matched = matches(&text[start..end]);
-            if open && !matched {
-                snippet.push_str(&highlight.1);
-                open = false;
-            }
-            snippet.push_str(&text[cursor..start]);
-            if matched && !open {
-                snippet.push_str(&highlight.0);
-                open = true;
-            }
-            snippet.push_str(&text[start..end]);
-            cursor = end;
-        }
-        if open {
-            snippet.push_str(&highlight.1);
-        }
-        if to < words.len() {
-            snippet.push('\u{2026}');
-        } else {
-            snippet.push_str(&text[cursor..]);
-        }
-        return Some(snippet);
-    }
-    None
+    snippet(fields.into_iter().flatten(), highlight, |text| {
+        word_spans(text)
+            .map(|(start, end)| (start, end, matches(&text[start..end])))
+            .collect()
+    })
 }
 
 #[cfg(test)]
