@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::resource::{Prompt, Tool};
 use super::state::{ChangeKind, Kind};
 
 /// `catalog/tools`, `catalog/prompts`: one server or all, a page after `cursor`.
@@ -35,7 +36,7 @@ pub struct ServerParams {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListToolsResult {
-    pub tools: Vec<Value>,
+    pub tools: Vec<Tool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -44,7 +45,7 @@ pub struct ListToolsResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListPromptsResult {
-    pub prompts: Vec<Value>,
+    pub prompts: Vec<Prompt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }

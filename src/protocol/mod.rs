@@ -46,8 +46,8 @@ pub use params::{
 };
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
-    CacheNote, ListedFields, MirrorMeta, ReadResourceResult, Resource, ResourceContents,
-    ResourceTemplate, StoredObject,
+    CacheNote, Definition, ListedFields, MirrorMeta, Prompt, ReadResourceResult, Resource,
+    ResourceContents, ResourceTemplate, StoredObject, Tool,
 };
 pub use results::{
     Change, ChangesResult, CheckpointStatus, DaemonStatus, Empty, Implementation, InitializeResult,

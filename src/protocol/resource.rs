@@ -33,6 +33,16 @@ pub struct MirrorMeta {
 }
 
 impl MirrorMeta {
+    /// Where an object comes from, for people: `demo`, or `demo via upstream` for an entry of
+    /// a mirror of mirrors.
+    pub fn attribution(&self) -> Option<String> {
+        let origin = self.origin.as_deref()?;
+        Some(match &self.via {
+            Some(via) => format!("{origin} via {via}"),
+            None => origin.to_string(),
+        })
+    }
+
     fn is_empty(&self) -> bool {
         self.origin.is_none() && self.cache.is_none() && self.via.is_none()
     }
@@ -377,11 +387,7 @@ impl Resource {
     /// Where it comes from, for people: `demo`, or `demo via upstream` for an entry of a
     /// mirror of mirrors.
     pub fn attribution(&self) -> Option<String> {
-        let origin = self.origin()?;
-        Some(match &self.fields.meta.via {
-            Some(via) => format!("{origin} via {via}"),
-            None => origin.to_string(),
-        })
+        self.fields.meta.attribution()
     }
 
     /// Whether `server` is its origin or the mirror it came through.
@@ -438,6 +444,45 @@ impl<'de> Deserialize<'de> for ResourceTemplate {
             uri_template,
             fields,
         })
+    }
+}
+
+/// A tool (`tools/list`) or a prompt (`prompts/list`) as the mirror serves it, like
+/// `Resource`: its `name` and the fields both kinds share typed, every other field (a tool's
+/// `inputSchema` and `annotations`, a prompt's `arguments`) kept as the server sent it, our
+/// notes in `_meta`. One type for both: the fields we read are the ones MCP's `Tool` and
+/// `Prompt` share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Definition {
+    pub name: String,
+    pub fields: ListedFields,
+}
+
+/// A tool as the mirror serves it (`Definition`).
+pub type Tool = Definition;
+/// A prompt as the mirror serves it (`Definition`).
+pub type Prompt = Definition;
+
+impl Definition {
+    /// A stored definition: the server's object as stored, from `origin`.
+    pub fn from_stored(raw: &str, origin: Option<&str>) -> Result<Definition, serde_json::Error> {
+        let mut definition: Definition = serde_json::from_str(raw)?;
+        definition.fields.meta.attribute(origin);
+        Ok(definition)
+    }
+}
+
+impl Serialize for Definition {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.fields.write(serializer, ("name", &self.name))
+    }
+}
+
+impl<'de> Deserialize<'de> for Definition {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (name, fields) = listed_object(Value::deserialize(deserializer)?, "name")
+            .map_err(|error| D::Error::custom(format!("tool or prompt: {error}")))?;
+        Ok(Definition { name, fields })
     }
 }
 
