@@ -136,7 +136,7 @@ async fn dispatch(
                 .map_err(invalid_params)?;
             let read = context
                 .store
-                .keyed_entries(kind, keys)
+                .read(move |reader| reader.keyed_entries(kind, &keys))
                 .await
                 .map_err(internal)?;
             to_text(&crate::answer::list::keyed_entries_result(

@@ -379,6 +379,7 @@ impl Store {
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        let merged_count = self.merged_count_memo.clone();
         // Never closed; held until the blocking query is done with its connection.
         let slot = self
             .reader_slots
@@ -394,7 +395,7 @@ impl Store {
                 .pop();
             let reader = match pooled {
                 Some(reader) => reader,
-                None => Reader::open(&path)?,
+                None => Reader::open(&path, merged_count)?,
             };
             let outcome = query(&reader);
             readers
