@@ -30,9 +30,9 @@ pub use queries::ChangePage;
 pub use reader::Reader;
 pub use resource_search::SearchRequest;
 pub use rows::{
-    drain_changes, CatalogChanged, CatalogRow, FullTextPage, LastWalk, ListingRow, RemovedServers,
-    ResourceRow, SearchHit, ServerEntry, ServerStatus, ServerSync, ServerUpdate, SwapOutcome,
-    TemplateRow, WalkReport,
+    drain_changes, CatalogChanged, CatalogRow, FullTextPage, ListingRow, RemovedServers,
+    ResourceRow, SearchHit, ServerEntry, ServerSync, ServerUpdate, SwapOutcome, TemplateRow,
+    WalkReport,
 };
 pub use scopes::ScopeUpdate;
 

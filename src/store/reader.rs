@@ -13,8 +13,8 @@ use super::kinds::{self, DriftRow, EntryHit, EntryListing, EntrySearch, KindCoun
 use super::queries::{self, ChangePage, ReadTarget};
 use super::resource_search::{self, SearchRequest};
 use super::views::{self, SnapshotRow, TemplateTarget};
-use super::{index_source, schema, CatalogRow, FullTextPage, ListingRow, ServerStatus, StoreError};
-use crate::protocol::Kind;
+use super::{index_source, schema, CatalogRow, FullTextPage, ListingRow, StoreError};
+use crate::protocol::{Kind, ServerStatus};
 
 pub struct Reader {
     connection: Connection,
