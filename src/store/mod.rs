@@ -2,6 +2,7 @@
 
 pub(crate) mod entry;
 mod follow;
+mod full_text_search;
 mod index_source;
 mod kinds;
 mod queries;
