@@ -9,7 +9,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::full_text_search::{self, FullTextQuery};
-use super::{now_ms, StoreError};
+use super::{now_ms, SearchHit, StoreError};
 use crate::protocol::{ChangeKind, Kind};
 
 /// One tool or prompt as the store keeps it; built from the server's JSON by the walk.
@@ -82,17 +82,6 @@ pub struct DriftRow {
     pub current: Option<Value>,
     /// The top-level fields that differ (for `changed`).
     pub fields: Vec<String>,
-}
-
-/// A search hit among tools and prompts.
-#[derive(Debug, Clone)]
-pub struct EntryHit {
-    pub server: String,
-    pub kind: Kind,
-    pub name: String,
-    pub title: Option<String>,
-    pub description: Option<String>,
-    pub score: f64,
 }
 
 /// The top-level fields whose values differ between two stored objects, sorted.
@@ -394,7 +383,7 @@ pub struct EntrySearch {
 pub fn search_entries(
     connection: &Connection,
     search: &EntrySearch,
-) -> Result<Vec<EntryHit>, StoreError> {
+) -> Result<Vec<SearchHit>, StoreError> {
     let wants = |kind: Kind| search.kinds.is_empty() || search.kinds.contains(&kind);
     let (tools, prompts) = (wants(Kind::Tool), wants(Kind::Prompt));
     if !tools && !prompts {
@@ -432,13 +421,17 @@ pub fn search_entries(
                     super::resource_search::MAX_HIT_TEXT_BYTES as i64
                 ],
                 |row| {
-                    Ok(EntryHit {
+                    // One hit type for every kind: a tool or prompt has no URI or MIME type.
+                    Ok(SearchHit {
                         server: row.get(0)?,
                         kind: row.get(1)?,
+                        uri: String::new(),
                         name: row.get(2)?,
                         title: row.get(3)?,
+                        mime_type: None,
                         description: row.get(4)?,
                         score: full_text_search::score(row.get(5)?),
+                        snippet: None,
                     })
                 },
             )

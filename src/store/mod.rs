@@ -26,7 +26,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
 pub use follow::{FollowCursor, KeyedEntries};
 pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
-pub use kinds::{EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
+pub use kinds::{EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::ChangePage;
 pub use reader::Reader;
 pub use resource_search::SearchRequest;
