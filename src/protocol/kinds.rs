@@ -136,13 +136,6 @@ pub struct DriftCount {
     pub changed: u64,
 }
 
-/// `tools/list` of the socket's MCP face: the mirror's own tools.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ListMirrorToolsResult {
-    pub tools: Vec<Value>,
-}
-
 /// `tools/call` of the socket's MCP face.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallToolParams {
@@ -256,7 +249,7 @@ pub const DEFAULT_CATALOG_HITS: usize = 10;
 pub const HIT_DESCRIPTION_CHARS: usize = 200;
 
 /// The mirror's own tools, as `tools/list` lists them.
-pub fn mirror_tools() -> Vec<Value> {
+pub fn mirror_tools() -> Vec<Tool> {
     let kinds = serde_json::json!({
         "type": "array",
         "items": {"type": "string", "enum": ["resource", "template", "tool", "prompt"]}
@@ -329,4 +322,7 @@ pub fn mirror_tools() -> Vec<Value> {
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         }),
     ]
+    .into_iter()
+    .map(|tool| Tool::deserialize(tool).expect("the mirror's own tools are objects with a name"))
+    .collect()
 }

@@ -208,8 +208,9 @@ async fn dispatch(
         }
         wire::ListTools::NAME => {
             params::<wire::ListTools>(raw)?;
-            answer::<wire::ListTools>(wire::ListMirrorToolsResult {
+            answer::<wire::ListTools>(wire::ListToolsResult {
                 tools: wire::mirror_tools(),
+                next_cursor: None,
             })
         }
         wire::CallTool::NAME => {
