@@ -607,6 +607,42 @@ mod tests {
         assert!(serde_json::to_string(&not_an_object).is_err());
     }
 
+    /// A tool or prompt keeps every field it was listed with (schemas, arguments, its own
+    /// `_meta`), gains its origin (or, from another mirror, the mirror it came via), and reads
+    /// back to the same value: the daemon serializes it, the CLI deserializes it.
+    #[test]
+    fn tools_and_prompts_keep_every_field_with_their_origin() {
+        let tool = json!({
+            "name": "add", "title": "Add", "description": "Adds", "inputSchema": {"type": "object"},
+            "annotations": {"readOnlyHint": true}, "_meta": {"theirs": 1}, "extra": null
+        });
+        let served = Definition::from_stored(&tool.to_string(), Some("calc")).expect("parse");
+        assert_eq!(served.name, "add");
+        assert_eq!(served.fields.description.as_deref(), Some("Adds"));
+        assert_eq!(served.fields.meta.attribution().as_deref(), Some("calc"));
+        let mut expected = tool.clone();
+        expected["_meta"]["io.mcp-mirror/server"] = json!("calc");
+        let value = serde_json::to_value(&served).expect("serialize");
+        assert_eq!(value, expected);
+        let again: Tool = serde_json::from_value(value.clone()).expect("parse again");
+        assert_eq!(again, served);
+
+        let prompt = json!({"name": "greet", "arguments": [{"name": "who"}],
+            "_meta": {"io.mcp-mirror/server": "demo"}});
+        let served: Prompt =
+            Definition::from_stored(&prompt.to_string(), Some("upstream")).expect("parse");
+        assert_eq!(
+            served.fields.meta.attribution().as_deref(),
+            Some("demo via upstream")
+        );
+        assert_eq!(
+            serde_json::to_value(&served).expect("serialize"),
+            json!({"name": "greet", "arguments": [{"name": "who"}],
+                "_meta": {"io.mcp-mirror/server": "demo", "io.mcp-mirror/via": "upstream"}})
+        );
+        assert!(Definition::from_stored(r#"{"title": "no name"}"#, None).is_err());
+    }
+
     #[test]
     fn objects_pass_through_exactly_with_our_meta_added() {
         let sent = json!({
