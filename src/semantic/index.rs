@@ -282,9 +282,14 @@ impl SemanticIndex {
                 status.error = Some(error);
             });
         };
-        let encoder = match Encoder::load(model) {
-            Ok(encoder) => encoder,
-            Err(error) => return fail(error.to_string()),
+        // A panic in a dependency while it reads the model's files (the tokenizer's JSON is
+        // the model's to choose) is a model that cannot be used, not a stuck "loading".
+        let loaded =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Encoder::load(model)));
+        let encoder = match loaded {
+            Ok(Ok(encoder)) => encoder,
+            Ok(Err(error)) => return fail(error.to_string()),
+            Err(_) => return fail(format!("{}: loading the model panicked", model.display())),
         };
         tracing::info!(model = %model.display(), dimensions = encoder.dimensions, "semantic model loaded");
         let (fingerprint, dimensions, name) = (

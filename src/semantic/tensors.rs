@@ -24,6 +24,7 @@ pub struct TensorFile {
     path: PathBuf,
     file: File,
     data_start: u64,
+    file_length: u64,
     tensors: HashMap<String, TensorInfo>,
     /// XXH3 of the header and the file's length: another export of the weights differs here.
     header_digest: u64,
@@ -46,6 +47,13 @@ impl TensorFile {
                 path.display()
             )));
         }
+        let file_length = file.metadata().map_err(io)?.len();
+        if 8 + header_bytes > file_length {
+            return Err(SemanticError::Model(format!(
+                "{}: a safetensors header of {header_bytes} bytes is past the end of the file ({file_length} bytes)",
+                path.display()
+            )));
+        }
         let mut header = vec![0u8; header_bytes as usize];
         file.read_exact(&mut header).map_err(io)?;
         let table: HashMap<String, serde_json::Value> =
@@ -55,7 +63,6 @@ impl TensorFile {
                     path.display()
                 ))
             })?;
-        let file_length = file.metadata().map_err(io)?.len();
         let mut digest = xxhash_rust::xxh3::Xxh3::new();
         digest.update(&header);
         digest.update(&file_length.to_le_bytes());
@@ -73,6 +80,7 @@ impl TensorFile {
             path: path.to_path_buf(),
             file,
             data_start: 8 + header_bytes,
+            file_length,
             tensors,
             header_digest: digest.digest(),
         })
@@ -102,7 +110,15 @@ impl TensorFile {
                 info.shape
             )));
         }
-        let count: usize = shape.iter().product();
+        let count = shape
+            .iter()
+            .try_fold(1usize, |count, side| count.checked_mul(*side))
+            .ok_or_else(|| {
+                SemanticError::Model(format!(
+                    "{}: tensor {name}'s shape {shape:?} is too large",
+                    self.path.display()
+                ))
+            })?;
         let width = match info.dtype.as_str() {
             "F32" => 4,
             "F16" | "BF16" => 2,
@@ -114,10 +130,23 @@ impl TensorFile {
             }
         };
         let (start, end) = info.data_offsets;
-        if end.checked_sub(start) != Some((count * width) as u64) {
+        let bytes = count.checked_mul(width).map(|bytes| bytes as u64);
+        if bytes.is_none() || end.checked_sub(start) != bytes {
             return Err(SemanticError::Model(format!(
                 "{}: tensor {name}'s offsets do not match its shape",
                 self.path.display()
+            )));
+        }
+        // Nothing is allocated for a tensor the file does not hold: a header may claim any size.
+        if self
+            .data_start
+            .checked_add(end)
+            .map_or(true, |end| end > self.file_length)
+        {
+            return Err(SemanticError::Model(format!(
+                "{}: tensor {name} ends past the end of the file ({} bytes)",
+                self.path.display(),
+                self.file_length
             )));
         }
         let dtype = info.dtype.clone();
@@ -178,7 +207,58 @@ fn half_to_f32(half: u16) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::half_to_f32;
+    use super::{half_to_f32, TensorFile};
+
+    /// A safetensors file of `header` (the tensor table) and `data` bytes after it.
+    fn file(
+        dir: &tempfile::TempDir,
+        header: &str,
+        declared: Option<u64>,
+        data: usize,
+    ) -> std::path::PathBuf {
+        let path = dir.path().join("model.safetensors");
+        let mut bytes = declared
+            .unwrap_or(header.len() as u64)
+            .to_le_bytes()
+            .to_vec();
+        bytes.extend(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(0u8, data));
+        std::fs::write(&path, bytes).expect("write");
+        path
+    }
+
+    fn error(result: Result<Vec<f32>, super::SemanticError>) -> String {
+        result.expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn a_header_past_the_end_of_the_file_is_refused_unread() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = file(&dir, "{}", Some(8 << 20), 0);
+        let message = TensorFile::open(&path).err().expect("refused").to_string();
+        assert!(message.contains("past the end of the file"), "{message}");
+    }
+
+    #[test]
+    fn a_tensor_the_file_does_not_hold_is_refused_before_any_allocation() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // 4 TB claimed by the header, 16 bytes in the file: reading it must not reserve 4 TB.
+        let header =
+            r#"{"w":{"dtype":"F32","shape":[1000000000,1000],"data_offsets":[0,4000000000000]},"#
+                .to_string()
+                + r#""x":{"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,16]},"#
+                + r#""ok":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
+        let path = file(&dir, &header, None, 16);
+        let mut tensors = TensorFile::open(&path).expect("open");
+        let message = error(tensors.read("w", &[1_000_000_000, 1000]));
+        assert!(
+            message.contains("ends past the end of the file"),
+            "{message}"
+        );
+        let message = error(tensors.read("x", &[1 << 62, 8]));
+        assert!(message.contains("too large"), "{message}");
+        assert_eq!(tensors.read("ok", &[4]).expect("read"), [0.0; 4]);
+    }
 
     #[test]
     fn half_precision_values_convert_exactly() {

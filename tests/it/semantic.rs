@@ -299,3 +299,125 @@ fn search_stays_lexical_and_says_why_when_the_model_cannot_load() {
         .contains("answered lexically"));
     assert_eq!(names(&answer), ["send_email"]);
 }
+
+/// A model directory that claims what it does not hold: config.json's sizes (`hidden_size`
+/// 10^12, 10,000 layers), a safetensors header naming a 4 TB tensor in a file of 256 data bytes,
+/// the real tokenizer.json beside them. `safetensors` is the header (the tensor table).
+fn hostile_model(
+    scratch: &Scratch,
+    name: &str,
+    config: Value,
+    safetensors: &str,
+) -> std::path::PathBuf {
+    let directory = scratch.path(name);
+    std::fs::create_dir_all(&directory).expect("model dir");
+    std::fs::copy(
+        install::minilm_model().join("tokenizer.json"),
+        directory.join("tokenizer.json"),
+    )
+    .expect("tokenizer");
+    std::fs::write(directory.join("config.json"), config.to_string()).expect("config");
+    let mut bytes = (safetensors.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(safetensors.as_bytes());
+    bytes.extend([0u8; 256]);
+    std::fs::write(directory.join("model.safetensors"), bytes).expect("weights");
+    directory
+}
+
+fn absurd_config() -> Value {
+    json!({
+        "model_type": "bert", "hidden_size": 1_000_000_000_000u64, "num_attention_heads": 1,
+        "num_hidden_layers": 10_000, "intermediate_size": 1_000_000_000_000u64,
+        "vocab_size": 1, "max_position_embeddings": 512, "type_vocab_size": 1,
+        "hidden_act": "gelu", "layer_norm_eps": 1e-12
+    })
+}
+
+fn load_error(directory: &Path) -> String {
+    Encoder::load(directory)
+        .err()
+        .expect("the hostile model is refused")
+        .to_string()
+}
+
+#[test]
+fn a_hostile_model_directory_is_refused_before_anything_is_sized_by_it() {
+    let scratch = Scratch::new();
+    // A 4 TB tensor claimed by a header in a file of 256 data bytes: refused, nothing reserved.
+    let huge = r#"{"embeddings.word_embeddings.weight":{"dtype":"F32","shape":[1,1000000000000],"data_offsets":[0,4000000000000]}}"#;
+    let directory = hostile_model(&scratch, "huge", absurd_config(), huge);
+    assert!(load_error(&directory).contains("past the end of the file"));
+    // A header whose length runs past the file.
+    let truncated = hostile_model(&scratch, "truncated", absurd_config(), "{}");
+    let weights = truncated.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).expect("weights");
+    bytes[..8].copy_from_slice(&(4u64 << 20).to_le_bytes());
+    std::fs::write(&weights, bytes).expect("weights");
+    assert!(load_error(&truncated).contains("past the end of the file"));
+    // Shapes that do not match config.json.
+    let config = json!({
+        "model_type": "bert", "hidden_size": 4, "num_attention_heads": 1,
+        "num_hidden_layers": 10_000, "intermediate_size": 4, "vocab_size": 1,
+        "max_position_embeddings": 8, "type_vocab_size": 1, "hidden_act": "gelu",
+        "layer_norm_eps": 1e-12
+    });
+    let mismatch = r#"{"embeddings.word_embeddings.weight":{"dtype":"F32","shape":[2,4],"data_offsets":[0,32]}}"#;
+    let directory = hostile_model(&scratch, "mismatch", config.clone(), mismatch);
+    assert!(load_error(&directory).contains("expected [1, 4]"));
+    // 10,000 layers the file does not hold.
+    let embeddings = [
+        ("embeddings.word_embeddings.weight", "[1,4]", 0, 16),
+        ("embeddings.position_embeddings.weight", "[8,4]", 16, 144),
+        ("embeddings.token_type_embeddings.weight", "[1,4]", 144, 160),
+        ("embeddings.LayerNorm.weight", "[4]", 160, 176),
+        ("embeddings.LayerNorm.bias", "[4]", 160, 176),
+    ];
+    let table: Vec<String> = embeddings
+        .iter()
+        .map(|(name, shape, start, end)| {
+            format!(r#""{name}":{{"dtype":"F32","shape":{shape},"data_offsets":[{start},{end}]}}"#)
+        })
+        .collect();
+    let directory = hostile_model(
+        &scratch,
+        "layers",
+        config.clone(),
+        &format!("{{{}}}", table.join(",")),
+    );
+    assert!(load_error(&directory).contains("no tensor encoder.layer.0."));
+    // A model reading fewer tokens than its special ones (the tokenizer would underflow).
+    let mut one_token = config;
+    one_token["max_position_embeddings"] = json!(1);
+    let directory = hostile_model(&scratch, "one-token", one_token, "{}");
+    assert!(load_error(&directory).contains("reads at most 1 tokens"));
+    // A 500 MB tokenizer.json (sparse), and one nested 100,000 deep.
+    let directory = hostile_model(&scratch, "big-tokenizer", absurd_config(), huge);
+    let tokenizer = std::fs::File::create(directory.join("tokenizer.json")).expect("tokenizer");
+    tokenizer.set_len(500 << 20).expect("sparse tokenizer");
+    assert!(load_error(&directory).contains("over the"));
+    let directory = hostile_model(&scratch, "deep-tokenizer", absurd_config(), huge);
+    let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+    std::fs::write(directory.join("tokenizer.json"), deep).expect("tokenizer");
+    assert!(load_error(&directory).contains("tokenizer.json"));
+}
+
+#[test]
+fn a_model_claiming_terabytes_leaves_the_daemon_up_and_search_lexical() {
+    let scratch = Scratch::new();
+    let huge = r#"{"embeddings.word_embeddings.weight":{"dtype":"F32","shape":[1,1000000000000],"data_offsets":[0,4000000000000]}}"#;
+    let model = hostile_model(&scratch, "huge", absurd_config(), huge);
+    let daemon = semantic_daemon(&scratch, &model);
+    daemon.wait_for_walks("fx", 1);
+    let status = wait_for("the model's failure", Duration::from_secs(30), || {
+        let vectors = vectors(&daemon);
+        (vectors["state"] == "failed").then_some(vectors)
+    });
+    let error = status["error"].as_str().expect("error");
+    assert!(error.contains("past the end of the file"), "{error}");
+    let answer = daemon.call(
+        "catalog/search",
+        json!({"query": "email", "kinds": ["tool"]}),
+    );
+    assert_eq!(answer["mode"], "lexical");
+    assert_eq!(names(&answer), ["send_email"]);
+}

@@ -89,11 +89,12 @@ impl Bert {
         )?;
         token_type.truncate(hidden);
         let embedding_norm = norm(tensors, format!("{prefix}embeddings.LayerNorm"))?;
-        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        // No capacity from config.json's numbers: each layer's tensors are read (and checked
+        // against the file) before its memory is taken.
+        let mut layers = Vec::new();
         for number in 0..config.num_hidden_layers {
             let layer = format!("{prefix}encoder.layer.{number}");
-            let mut weight = Vec::with_capacity(3 * hidden * hidden);
-            let mut bias = Vec::with_capacity(3 * hidden);
+            let (mut weight, mut bias) = (Vec::new(), Vec::new());
             for part in ["query", "key", "value"] {
                 let name = format!("{layer}.attention.self.{part}");
                 weight.extend(tensors.read(&format!("{name}.weight"), &[hidden, hidden])?);

@@ -6,6 +6,7 @@
 
 mod bert;
 
+use std::io::Read;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -105,12 +106,37 @@ struct ModuleEntry {
     module_type: String,
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<(T, Vec<u8>), SemanticError> {
-    let bytes = std::fs::read(path).map_err(|source| SemanticError::Io {
+/// The fewest tokens a model must read: its special tokens ([CLS], [SEP]) and some text (the
+/// tokenizer's truncation underflows below its special tokens).
+const MIN_TOKENS: usize = 8;
+
+/// The largest JSON file of a model directory this reads (tokenizer.json is the large one:
+/// 0.7 MB for all-MiniLM-L6-v2, 17 MB for a multilingual vocabulary).
+const MAX_MODEL_JSON_BYTES: u64 = 64 << 20;
+
+/// A model directory's JSON file, refused unread when over `MAX_MODEL_JSON_BYTES`.
+fn read_bounded(path: &Path) -> Result<Vec<u8>, SemanticError> {
+    let io = |source| SemanticError::Io {
         action: "read",
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_MODEL_JSON_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_MODEL_JSON_BYTES {
+        return Err(SemanticError::Model(format!(
+            "{}: over the {MAX_MODEL_JSON_BYTES} bytes a model's JSON file may take",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<(T, Vec<u8>), SemanticError> {
+    let bytes = read_bounded(path)?;
     let value = serde_json::from_slice(&bytes)
         .map_err(|error| SemanticError::Model(format!("{}: {error}", path.display())))?;
     Ok((value, bytes))
@@ -210,14 +236,15 @@ impl Encoder {
         let max_tokens = max_seq_length
             .unwrap_or(config.max_position_embeddings)
             .min(config.max_position_embeddings);
+        if max_tokens < MIN_TOKENS {
+            return Err(SemanticError::Model(format!(
+                "{}: reads at most {max_tokens} tokens (max_position_embeddings, max_seq_length); a sentence encoder reads {MIN_TOKENS} at least",
+                directory.display()
+            )));
+        }
 
         let tokenizer_path = directory.join("tokenizer.json");
-        let tokenizer_bytes =
-            std::fs::read(&tokenizer_path).map_err(|source| SemanticError::Io {
-                action: "read",
-                path: tokenizer_path.clone(),
-                source,
-            })?;
+        let tokenizer_bytes = read_bounded(&tokenizer_path)?;
         fingerprint.update(&tokenizer_bytes);
         let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes).map_err(|error| {
             SemanticError::Model(format!("{}: {error}", tokenizer_path.display()))
