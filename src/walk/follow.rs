@@ -27,6 +27,9 @@ const KEYS_PER_REQUEST: usize = 500;
 /// A delta naming more keys than this is walked instead: fetching that many by key costs more
 /// than listing them in pages.
 const MAX_DELTA_KEYS: usize = 50_000;
+/// A delta whose changed keys take more bytes than this (all together) is walked instead, so
+/// an upstream naming huge keys cannot grow the follower's memory past it.
+const MAX_DELTA_KEY_BYTES: usize = 16 << 20;
 
 /// True when the server is an mcp-mirror whose feed this version can follow.
 pub fn follows(hello: &ServerHello) -> bool {
@@ -201,6 +204,7 @@ async fn follow(
     };
     // 1. The keys changed since the cursor, page by page.
     let (mut keys, mut since, mut pages) = (BTreeSet::new(), cursor.seq, 0u64);
+    let mut key_bytes = 0usize;
     let mut template_keys = BTreeSet::new();
     let mut scope = None;
     loop {
@@ -220,19 +224,33 @@ async fn follow(
         if page.truncated {
             return Err(Fallback::Walk("the feed was pruned past the cursor".into()));
         }
+        // A feed page that moves the cursor back, or names more changes than asked, is not
+        // the feed this follows; a feed that never ends is cut at the walk's page bound.
+        let before = since;
+        if page.changes.len() > MAX_CHANGES_LIMIT {
+            return Err(Fallback::Walk(format!(
+                "a feed page of {} changes, over the {MAX_CHANGES_LIMIT} asked",
+                page.changes.len()
+            )));
+        }
         for change in &page.changes {
-            since = since.max(change.seq);
-            match (change.kind, change.entry_kind, &change.uri) {
+            if change.seq <= since {
+                return Err(Fallback::Walk(format!(
+                    "the feed went back from seq {since} to {}",
+                    change.seq
+                )));
+            }
+            since = change.seq;
+            let (set, key) = match (change.kind, change.entry_kind, &change.uri) {
                 (ChangeKind::Truncated, Kind::Resource | Kind::Template, _) => {
                     return Err(Fallback::Walk("a swap too large to list key by key".into()))
                 }
-                (_, Kind::Resource, Some(uri)) => {
-                    keys.insert(uri.clone());
-                }
-                (_, Kind::Template, Some(uri_template)) => {
-                    template_keys.insert(uri_template.clone());
-                }
-                _ => {}
+                (_, Kind::Resource, Some(uri)) => (&mut keys, uri),
+                (_, Kind::Template, Some(uri_template)) => (&mut template_keys, uri_template),
+                _ => continue,
+            };
+            if set.insert(key.clone()) {
+                key_bytes += key.len();
             }
         }
         if keys.len() + template_keys.len() > MAX_DELTA_KEYS {
@@ -240,9 +258,25 @@ async fn follow(
                 "more than {MAX_DELTA_KEYS} keys changed"
             )));
         }
+        if key_bytes > MAX_DELTA_KEY_BYTES {
+            return Err(Fallback::Walk(format!(
+                "the changed keys take more than {MAX_DELTA_KEY_BYTES} bytes"
+            )));
+        }
         if !page.more {
             since = since.max(page.latest_seq);
             break;
+        }
+        if since == before {
+            return Err(Fallback::Walk(format!(
+                "the feed says more after seq {since} and lists nothing"
+            )));
+        }
+        if pages >= limits.max_pages {
+            return Err(Fallback::Walk(format!(
+                "the feed did not end within {} pages",
+                limits.max_pages
+            )));
         }
     }
     // 2. Their entries, as the upstream's merged catalog shows them now.

@@ -1,0 +1,102 @@
+//! A hostile upstream that claims to be an mcp-mirror (the feed capability) and lies in its
+//! change feed (`tests/hostile/mirror_feed.py`): a feed that says `more` and lists nothing, seqs
+//! that go back, a feed that never ends, a database id that flips, and `catalog/entries`
+//! answers with keys not asked, duplicates and a count that never matches. Each ends a follow
+//! in exactly one full walk, says why in the log, keeps the snapshot, and leaves a good
+//! server beside it alone.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{stdio_server, wait_for, Daemon, Scratch};
+
+/// The requests the hostile server received, by method.
+fn counts(path: &Path) -> Value {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn count(path: &Path, method: &str) -> u64 {
+    counts(path)[method].as_u64().unwrap_or(0)
+}
+
+/// Follows the hostile upstream in `mode` once (after its first walk) and checks the follow
+/// fell back to one walk for `reason`, with the snapshot and the good server intact.
+fn one_walk_instead(mode: &str, reason: &str) {
+    let scratch = Scratch::new();
+    let counts_path = scratch.path("counts.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/mirror_feed.py");
+    let hostile = format!(
+        "[servers.up]\ncommand = \"python3\"\nargs = [{:?}, {mode:?}, {:?}]\n",
+        script.display().to_string(),
+        counts_path.display().to_string()
+    );
+    let good = stdio_server("good", &["--name", "good", "--generate", "5"]);
+    let config = scratch.config(&format!("{hostile}max_pages = 20\n\n{good}"));
+    let daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("up", 1);
+    daemon.wait_for_walks("good", 1);
+    assert_eq!(count(&counts_path, "resources/list"), 1);
+
+    daemon.call("catalog/refresh", json!({"server": "up"}));
+    let status = daemon.wait_for_walks("up", 2);
+    assert_eq!(status["state"], "synced", "{status}");
+    let log = wait_for("the fallback's log line", Duration::from_secs(30), || {
+        let log = daemon.log_text();
+        log.contains("walking the upstream mirror instead of following its feed")
+            .then_some(log)
+    });
+    assert!(log.contains(reason), "no {reason:?} in the log:\n{log}");
+    // Exactly one walk instead: the first one and this one listed resources, no more.
+    assert_eq!(
+        count(&counts_path, "resources/list"),
+        2,
+        "{}",
+        counts(&counts_path)
+    );
+    // The feed was read a bounded number of pages (max_pages = 20 here).
+    assert!(
+        count(&counts_path, "catalog/changes") <= 20,
+        "{}",
+        counts(&counts_path)
+    );
+    // The snapshot is the upstream's one resource; nothing it was not asked for.
+    let uris: Vec<String> = daemon
+        .list_all()
+        .iter()
+        .filter_map(|resource| resource["uri"].as_str().map(String::from))
+        .filter(|uri| uri.starts_with("hostile://"))
+        .collect();
+    assert_eq!(uris, ["hostile://a"]);
+    assert_eq!(daemon.server_status("good")["state"], "synced");
+    assert_eq!(daemon.server_status("good")["walksOk"], 1);
+}
+
+#[test]
+fn a_feed_that_says_more_and_lists_nothing_ends_in_one_walk() {
+    one_walk_instead("stuck", "says more after seq");
+}
+
+#[test]
+fn a_feed_whose_seqs_go_back_ends_in_one_walk() {
+    one_walk_instead("backwards", "the feed went back");
+}
+
+#[test]
+fn a_feed_that_never_ends_is_cut_at_max_pages_and_walked() {
+    one_walk_instead("endless", "did not end within 20 pages");
+}
+
+#[test]
+fn a_database_id_that_flips_ends_in_one_walk() {
+    one_walk_instead("flip", "another one");
+}
+
+#[test]
+fn entries_not_asked_and_a_count_that_never_matches_end_in_one_walk() {
+    one_walk_instead("count", "and the upstream 99");
+}
