@@ -90,9 +90,11 @@ impl Actor {
         let span = tracing::info_span!("walk", generation);
         let (session, store) = (link.session.clone(), self.store.clone());
         let (server, limits) = (self.config.name.clone(), self.config.limits);
-        // The kinds whose lists changed, or every kind for a scheduled walk or a refresh.
+        // The kinds whose lists changed, or every kind for a scheduled walk or a refresh. A
+        // followed mirror's feed says itself which kinds changed: the follow reads it for all.
         let pending = std::mem::take(&mut link.pending);
-        let kinds: Vec<Kind> = match pending.is_empty() {
+        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let kinds: Vec<Kind> = match pending.is_empty() || followed {
             true => link.kinds.clone(),
             false => pending,
         };
