@@ -1,7 +1,7 @@
 //! Tools and prompts travel through a fleet: a downstream of an mcp-mirror holds the origin
 //! servers' tools and prompts (each under its origin-qualified key, so one name on two origin
 //! servers stays two entries), follows their changes as deltas of the feed, sees only its
-//! token's view, and ends as a fresh walk would.
+//! token's view, ends as a fresh walk would, and keeps the path of keys through two levels.
 
 use std::time::Duration;
 
@@ -322,4 +322,68 @@ fn a_token_without_tools_or_a_server_gets_none_of_them_through_a_downstream() {
         "{}",
         mirror.server_status("upstream")
     );
+}
+
+#[test]
+fn a_tool_keeps_its_path_through_two_levels_of_mirrors() {
+    let origin = Scratch::new();
+    let upstream = upstream_of_two(&origin);
+    // The middle mirror follows the upstream and serves its own face to the last one.
+    let middle_scratch = Scratch::new();
+    let token = middle_scratch.write("upstream.token", crate::http_face::TOKEN);
+    let face_token =
+        middle_scratch.write_private("fleet.token", &format!("{}\n", crate::http_face::TOKEN));
+    let address = format!("127.0.0.1:{}", free_port());
+    let config = middle_scratch.config(&format!(
+        "[servers.upstream]\nurl = \"http://{}/mcp\"\nbearer_token_file = {:?}\nera = \"modern\"\n\
+         [http]\nlisten = \"{address}\"\ntokens = {{ fleet = {:?} }}\n",
+        upstream.address,
+        token.display().to_string(),
+        face_token.display().to_string()
+    ));
+    fast_daemon_settings(&config);
+    let middle = Upstream {
+        daemon: Daemon::start(&middle_scratch, &config),
+        address,
+        scratch: middle_scratch,
+    };
+    wait_for_kinds(&middle.daemon, 3, 2);
+    let last_scratch = Scratch::new();
+    let last = downstream(&last_scratch, &middle, "modern");
+    wait_for_kinds(&last, 3, 2);
+    wait_for_listen(&last);
+
+    let keys: Vec<String> = summary(&tools(&last))
+        .into_iter()
+        .map(|(key, name, origin, _)| format!("{key} {name} {origin}"))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "upstream/upstream/alpha/echo echo alpha",
+            "upstream/upstream/alpha/only_alpha only_alpha alpha",
+            "upstream/upstream/beta/echo echo beta",
+        ]
+    );
+    let chain = &tools(&last)[0]["_meta"]["io.mcp-mirror/mirrors"];
+    assert_eq!(chain.as_array().map(Vec::len), Some(2), "{chain}");
+
+    // A change at the origin crosses both levels as deltas.
+    let walks = status_number(&last, "walksOk");
+    origin.write_scenario(
+        "alpha.json",
+        &origin_scenario("alpha", "v3", &["echo", "only_alpha"], &["greet"]),
+    );
+    wait_for(
+        "the changed tool two levels down",
+        Duration::from_secs(30),
+        || {
+            tools(&last)
+                .iter()
+                .any(|tool| tool["description"] == "echo of alpha, v3")
+                .then_some(())
+        },
+    );
+    assert_eq!(status_number(&last, "walksOk"), walks);
+    assert_eq!(status_number(&middle.daemon, "walksOk"), 1);
 }
