@@ -27,8 +27,9 @@ pub struct KeyedEntries {
     pub missing: Vec<String>,
 }
 
-/// The merged resource count at a feed seq: counting 100,000 distinct URIs costs about as
-/// much as answering a follower, and every follower of one change asks at the same seq.
+/// The merged resource count at a feed seq: counting 100,000 distinct URIs costs more than the
+/// rest of answering a follower, and every follower of one change asks at the same seq (at
+/// about the same time: the lock is held while one of them counts).
 #[derive(Debug, Default)]
 pub(super) struct CountMemo(Mutex<Option<(i64, u64)>>);
 
@@ -118,18 +119,17 @@ fn keyed_entries(
                 &mut found,
                 &mut missing,
             )?;
-            let known = *memo
+            // Held while counting: the followers of one change ask at once, and all but the
+            // first wait for its count instead of each counting the catalog again.
+            let mut known = memo
                 .0
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            match known {
+            match *known {
                 Some((at, count)) if at == seq => count,
                 _ => {
                     let count = super::views::merged_resource_count(&transaction)?;
-                    *memo
-                        .0
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((seq, count));
+                    *known = Some((seq, count));
                     count
                 }
             }
