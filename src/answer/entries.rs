@@ -76,7 +76,7 @@ pub fn page(
     params: &wire::EntriesParams,
     page_size: usize,
     view: &View,
-) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
+) -> Result<(Vec<wire::Definition>, Option<String>), ErrorObject> {
     let after = entries_after(params)?;
     let after = after
         .as_ref()
@@ -94,8 +94,9 @@ pub fn page(
     let entries = rows
         .iter()
         .filter(|row| view.sees(&row.server, kind))
-        .map(|row| served_entry(&row.raw, &row.server, &row.name))
-        .collect();
+        .map(|row| wire::Definition::served(&row.raw, &row.server, &row.name))
+        .collect::<Result<_, _>>()
+        .map_err(internal)?;
     Ok((entries, next))
 }
 

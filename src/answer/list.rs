@@ -125,26 +125,28 @@ pub fn keyed_definitions_result(
     kind: Kind,
     read: &KeyedEntries,
     view: &View,
-) -> wire::KeyedEntriesResult<serde_json::Value> {
+) -> Result<wire::KeyedEntriesResult<wire::Definition>, ErrorObject> {
     let (shown, withheld): (Vec<_>, Vec<_>) = read
         .found
         .iter()
         .partition(|row| view.sees(&row.server, kind));
     let mut missing = read.missing.clone();
     missing.extend(withheld.into_iter().map(|row| row.key.clone()));
-    wire::KeyedEntriesResult {
+    let entries = shown
+        .into_iter()
+        .map(|row| {
+            let name = row.key.get(row.server.len() + 1..).unwrap_or_default();
+            wire::Definition::served(&row.raw, &row.server, name)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(internal)?;
+    Ok(wire::KeyedEntriesResult {
         instance: instance.to_string(),
         seq: read.seq,
         total: view.is_owner().then_some(read.total),
-        entries: shown
-            .into_iter()
-            .map(|row| {
-                let name = row.key.get(row.server.len() + 1..).unwrap_or_default();
-                super::entries::served_entry(&row.raw, &row.server, name)
-            })
-            .collect(),
+        entries,
         missing,
-    }
+    })
 }
 
 /// A page of the merged catalog, `page_size` entries read at most.

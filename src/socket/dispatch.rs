@@ -136,13 +136,13 @@ async fn dispatch(
                 .map_err(invalid_params)?;
             let read = context
                 .store
-                .keyed_entries(kind, keys)
+                .read(move |reader| reader.keyed_entries(kind, &keys))
                 .await
                 .map_err(internal)?;
             let instance = context.store.instance();
             match kind {
                 wire::Kind::Tool | wire::Kind::Prompt => to_text(
-                    &crate::answer::list::keyed_definitions_result(instance, kind, &read, &view),
+                    &crate::answer::list::keyed_definitions_result(instance, kind, &read, &view)?,
                 ),
                 wire::Kind::Resource | wire::Kind::Template => to_text(
                     &crate::answer::list::keyed_entries_result(instance, kind, &read, &view),
@@ -211,8 +211,9 @@ async fn dispatch(
         }
         wire::ListTools::NAME => {
             params::<wire::ListTools>(raw)?;
-            answer::<wire::ListTools>(wire::ListMirrorToolsResult {
+            answer::<wire::ListTools>(wire::ListToolsResult {
                 tools: wire::mirror_tools(),
+                next_cursor: None,
             })
         }
         wire::CallTool::NAME => {
