@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A hostile MCP server over stdio that claims to be an mcp-mirror (the feed capability) and
-lies in its change feed. Usage: mirror_feed.py MODE COUNTS_FILE
+lies in its change feed. Usage: mirror_feed.py MODE COUNTS_FILE FEED_VERSION
 
 MODE: stuck (catalog/changes says `more` and lists nothing, forever), backwards (the feed's
 seqs go back), endless (a new seq for the same key on every page, `more` forever), flip (a
@@ -9,7 +9,7 @@ and a total that never matches). Every request's method is counted in COUNTS_FIL
 import json
 import sys
 
-mode, counts_path = sys.argv[1], sys.argv[2]
+mode, counts_path, feed_version = sys.argv[1], sys.argv[2], int(sys.argv[3])
 counts = {}
 answers = 0
 RESOURCE = {"uri": "hostile://a", "name": "a", "mimeType": "text/plain"}
@@ -55,12 +55,16 @@ def result(method, params):
     if method == "initialize":
         return {"protocolVersion": params.get("protocolVersion", "2025-06-18"),
                 "capabilities": {"resources": {},
-                                 "experimental": {"io.mcp-mirror/feed": {"version": 1}}},
+                                 "experimental": {"io.mcp-mirror/feed": {"version": feed_version}}},
                 "serverInfo": {"name": "hostile-mirror", "version": "1"}}
     if method == "resources/list":
         return {"resources": [RESOURCE]}
     if method == "resources/templates/list":
         return {"resourceTemplates": []}
+    if method == "catalog/tools":
+        return {"tools": []}
+    if method == "catalog/prompts":
+        return {"prompts": []}
     if method == "catalog/changes":
         return changes(params)
     if method == "catalog/entries":

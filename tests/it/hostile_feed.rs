@@ -31,9 +31,10 @@ fn one_walk_instead(mode: &str, reason: &str) {
     let counts_path = scratch.path("counts.json");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/mirror_feed.py");
     let hostile = format!(
-        "[servers.up]\ncommand = \"python3\"\nargs = [{:?}, {mode:?}, {:?}]\n",
+        "[servers.up]\ncommand = \"python3\"\nargs = [{:?}, {mode:?}, {:?}, \"{}\"]\n",
         script.display().to_string(),
-        counts_path.display().to_string()
+        counts_path.display().to_string(),
+        mcp_mirror::protocol::FEED_VERSION
     );
     let good = stdio_server("good", &["--name", "good", "--generate", "5"]);
     let config = scratch.config(&format!("{hostile}max_pages = 20\n\n{good}"));

@@ -16,6 +16,7 @@ mod endpoint;
 mod era;
 mod faults;
 mod fleet;
+mod fleet_kinds;
 mod hostile_feed;
 mod http_bounds;
 mod http_face;
