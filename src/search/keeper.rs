@@ -24,6 +24,9 @@ use crate::store::{CatalogChanged, FeedDiff, IndexSource, Store, StoreError};
 
 /// How often the keeper looks for priority changes when no swap happens.
 const QUIET_CHECK: Duration = Duration::from_secs(2);
+/// How long the keeper waits for the segments of a first load built during its walk to be
+/// finished (the builder is at most a channel's pages behind the writer).
+const BUILT_LOAD_WAIT: Duration = Duration::from_secs(10);
 /// How long the keeper waits before trying again after a failed pass.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
@@ -42,6 +45,18 @@ pub fn spawn(
     mut stopping: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let mut changes: broadcast::Receiver<CatalogChanged> = store.subscribe();
+    // The pages of large first loads, to build their index during the walk.
+    let (feed, pages) = std::sync::mpsc::sync_channel(super::prebuild::FEED_PAGES);
+    store.feed_first_loads(feed);
+    let builder = {
+        let index = index.clone();
+        std::thread::Builder::new()
+            .name("search-prebuild".into())
+            .spawn(move || index.prebuilder.clone().run(index, pages))
+    };
+    if let Err(error) = builder {
+        tracing::warn!(%error, "cannot start the thread that indexes first loads during their walk");
+    }
     let database: PathBuf = store.path().to_path_buf();
     tokio::spawn(async move {
         let mut first = true;
@@ -204,6 +219,39 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                         // Searches may answer from the last commit meanwhile (saying so):
                         // at a million entries this diff takes seconds.
                         index.set_replacing(serving);
+                        // A first load built during its walk: its segments, in one commit.
+                        let built =
+                            match kind {
+                                Kind::Resource => snapshot.server_resources(&server)?.and_then(
+                                    |(id, resources)| {
+                                        index.prebuilder.take(
+                                            &server,
+                                            id,
+                                            resources,
+                                            BUILT_LOAD_WAIT,
+                                        )
+                                    },
+                                ),
+                                _ => None,
+                            };
+                        if let Some(load) = built {
+                            let documents = load.documents;
+                            let adopted = index.adopt_load(load, generation);
+                            if matches!(adopted, Ok(true)) {
+                                index.set_replacing(false);
+                                tracing::info!(
+                                    server,
+                                    documents,
+                                    "the first load's index, built during its walk, is in"
+                                );
+                                continue;
+                            }
+                            if let Err(error) = adopted {
+                                index.set_replacing(false);
+                                return Err(error.into());
+                            }
+                            tracing::info!(server, "the first load's index built during its walk cannot be taken as it is (another server lists its URIs); indexing it again");
+                        }
                         let applied = snapshot.with_entries(Some((&server, kind)), |entries| {
                             index.apply(ServerDiff {
                                 generation,
@@ -231,6 +279,7 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
         }
         _ => {}
     }
+    index.prebuilder.forget_unclaimed();
     index.set_phase(Phase::Ready);
     Ok(())
 }

@@ -419,6 +419,17 @@ fn key(kind: Kind, server: &str, identity: &str) -> String {
     format!("{kind}\0{server}\0{identity}")
 }
 
+/// The bytes every group term of a resource or template of `kind` starts with, and the first
+/// bytes after all of them.
+pub fn group_prefix_range(kind: Kind) -> (Vec<u8>, Vec<u8>) {
+    let first = format!("{kind}\0").into_bytes();
+    let mut after = first.clone();
+    if let Some(last) = after.last_mut() {
+        *last += 1;
+    }
+    (first, after)
+}
+
 fn group(kind: Kind, server: &str, identity: &str) -> String {
     match kind {
         Kind::Resource | Kind::Template => format!("{kind}\0{identity}"),

@@ -333,9 +333,36 @@ pub async fn search_kinds(
             Err(why) => note = Some(why),
         }
     }
-    let mut result = sqlite_kinds_search(search, context).await?;
-    result.note = note;
-    Ok(result)
+    // SQLite with a share of the budget when the index's last commit can answer instead.
+    let index = context
+        .search_index
+        .as_ref()
+        .filter(|_| !search.sqlite_cursor && !search.index.raw);
+    let request = search.index.clone();
+    let sqlite = crate::socket::sqlite_within_share(index, context, |share| {
+        let mut search = search;
+        if let Some(resources) = &mut search.resources {
+            resources.deadline = share;
+        }
+        sqlite_kinds_search(search, context)
+    });
+    match (sqlite.await?, index) {
+        (Some(mut result), _) => {
+            result.note = note;
+            Ok(result)
+        }
+        (None, Some(index)) => {
+            let answer = crate::socket::stale_search(index, context, &request).await?;
+            let mut result = crate::socket::search_result(answer.hits, None);
+            result.next_cursor = answer.next.map(wire::encode_index_cursor);
+            result.engine = Some(wire::SearchEngine::Index);
+            result.match_mode = answer.mode;
+            result.mode = Some(answer.search_mode);
+            result.note = answer.note;
+            Ok(result)
+        }
+        (None, None) => Err(crate::socket::internal("no search engine answered")),
+    }
 }
 
 /// The SQLite side of a search of several kinds: the resource page and the tool and prompt

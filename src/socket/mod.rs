@@ -34,7 +34,7 @@ use connection::serve_connection;
 pub(crate) use connection::ConnectionState;
 pub(crate) use dispatch::answer_request;
 pub(crate) use reads::not_listed;
-pub(crate) use search::{gated_search, ranked_search};
+pub(crate) use search::{gated_search, ranked_search, sqlite_within_share, stale_search};
 pub use shape::{
     resource_details, resources_page, search_result, server_list_result, templates_page,
 };
@@ -289,6 +289,6 @@ pub(super) fn invalid_params(error: InvalidParams) -> ErrorObject {
     ErrorObject::new(INVALID_PARAMS, error.0)
 }
 
-pub(super) fn internal(error: impl std::fmt::Display) -> ErrorObject {
+pub(crate) fn internal(error: impl std::fmt::Display) -> ErrorObject {
     ErrorObject::new(INTERNAL_ERROR, error.to_string())
 }

@@ -46,6 +46,43 @@ impl Entry {
     }
 }
 
+/// What the writer tells the search index of a large first load while it is staged, so the
+/// index can be built during the walk (`crate::search::prebuild`). Sent without waiting on
+/// the index: a page that finds the channel full is not sent, and the index, counting fewer
+/// entries than the load committed, reads the load from the database as before.
+#[derive(Debug)]
+pub enum LoadEvent {
+    /// One staged page of the first load of `server`, pending under `id`.
+    Page {
+        id: i64,
+        server: String,
+        entries: Vec<Entry>,
+    },
+    /// The load committed: its server has the id `id` now, and `resources` resources.
+    Promoted { id: i64, resources: u64 },
+    /// The load failed or was discarded: its pages are to be forgotten.
+    Dropped { id: i64 },
+}
+
+impl Entry {
+    /// A resource row as the index keeps it.
+    pub(crate) fn of_resource(server: &str, row: &super::ResourceRow) -> Entry {
+        Entry {
+            kind: Kind::Resource,
+            server: server.to_string(),
+            uri: row.uri.clone(),
+            name: row.name.clone(),
+            title: row.title.clone(),
+            description: row.description.clone(),
+            mime_type: row.mime_type.clone(),
+            inputs: None,
+        }
+    }
+}
+
+/// Where the writer sends `LoadEvent`s (`Store::feed_first_loads`).
+pub type LoadFeed = std::sync::mpsc::SyncSender<LoadEvent>;
+
 /// A read-only connection of the search index's own, so a rebuild that streams every entry
 /// never holds one of the query connections.
 pub struct IndexSource {
@@ -143,6 +180,19 @@ impl SourceSnapshot<'_> {
             .prepare_cached("SELECT name, priority FROM servers")?;
         let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The id of `server` and how many resources it has, when it is recorded.
+    pub fn server_resources(&self, server: &str) -> Result<Option<(i64, u64)>, StoreError> {
+        Ok(self
+            .transaction
+            .query_row(
+                "SELECT s.id, (SELECT count(*) FROM resources r WHERE r.server_id = s.id)
+                 FROM servers s WHERE s.name = ?1",
+                [server],
+                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?.max(0) as u64)),
+            )
+            .optional()?)
     }
 
     /// Stored entries of every kind (a first load's pending rows belong to no server yet).

@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
 pub use follow::{FollowCursor, KeyedEntries};
-pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
+pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource, LoadEvent, LoadFeed};
 pub use kinds::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::{ChangePage, ReadTarget, SearchRequest};
 pub use scopes::ScopeUpdate;
@@ -370,6 +370,8 @@ pub struct Store {
     catalog_version: Arc<AtomicU64>,
     /// Ids the full-text backlog lists (the writer keeps it; `full_text_note` reads it).
     full_text_behind: Arc<AtomicU64>,
+    /// Where the writer sends the pages of large first loads (`feed_first_loads`).
+    load_feed: Arc<std::sync::OnceLock<LoadFeed>>,
     /// This database's id (`mirror_identity`), named in answers to followers.
     instance: String,
     merged_count_memo: Arc<follow::CountMemo>,
@@ -413,6 +415,8 @@ impl Store {
         let writer_changes = changes.clone();
         let catalog_version = Arc::new(AtomicU64::new(0));
         let writer_version = catalog_version.clone();
+        let load_feed: Arc<std::sync::OnceLock<LoadFeed>> = Arc::default();
+        let writer_load_feed = load_feed.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
@@ -422,6 +426,7 @@ impl Store {
                     writer_changes,
                     writer_version,
                     writer_behind,
+                    writer_load_feed,
                 )
             })
             .map_err(|error| {
@@ -438,9 +443,16 @@ impl Store {
             changes,
             catalog_version,
             full_text_behind,
+            load_feed,
             instance,
             merged_count_memo: Arc::default(),
         })
+    }
+
+    /// Sends the staged pages of first loads, and their ends, to `feed` from now on (the
+    /// search index builds a large one during its walk); the first feed set stays.
+    pub fn feed_first_loads(&self, feed: LoadFeed) {
+        let _ = self.load_feed.set(feed);
     }
 
     /// The full-text note as of now (the writer indexes a large swap's rows between other

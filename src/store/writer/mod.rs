@@ -151,6 +151,7 @@ pub fn run(
     changes: broadcast::Sender<CatalogChanged>,
     catalog_version: Arc<AtomicU64>,
     full_text_behind: Arc<AtomicU64>,
+    load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
 ) {
     if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
         tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
@@ -265,10 +266,13 @@ pub fn run(
                         },
                         Batch::Templates(_) | Batch::Entries(..) => Ok(None),
                     };
+                    // A first load's page goes to the search index too, once staged.
+                    let mut pending_page = None;
                     let staged = counts.and_then(|counts| {
                         wal.stage_page(&connection, walk_id, batch.bytes())?;
                         match (&batch, counts) {
                             (Batch::Resources(rows), Some(counts)) => {
+                                pending_page = counts.pending.as_ref().map(|pending| pending.id);
                                 stage_resources(&mut connection, walk_id, counts, rows)
                             }
                             (Batch::Templates(rows), _) => {
@@ -280,9 +284,25 @@ pub fn run(
                             (Batch::Resources(_), None) => Ok(()),
                         }
                     });
-                    if let Err(error) = staged {
-                        tracing::warn!(server, walk_id, %error, "staging a page failed");
-                        slot.insert(error.to_string());
+                    match (staged, pending_page, &batch, load_feed.get()) {
+                        (Err(error), ..) => {
+                            tracing::warn!(server, walk_id, %error, "staging a page failed");
+                            slot.insert(error.to_string());
+                        }
+                        (Ok(()), Some(id), Batch::Resources(rows), Some(feed)) => {
+                            let entries = rows
+                                .iter()
+                                .map(|row| crate::store::IndexEntry::of_resource(&server, row))
+                                .collect();
+                            // Never waits: a page the index has no room for costs it the
+                            // early build, not the walk its time.
+                            let _ = feed.try_send(crate::store::LoadEvent::Page {
+                                id,
+                                server: server.clone(),
+                                entries,
+                            });
+                        }
+                        (Ok(()), ..) => {}
                     }
                 }
                 drop(permit);
@@ -316,6 +336,17 @@ pub fn run(
                 };
                 if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
                     discarding.push_back(pending.id);
+                }
+                if let (Some(pending), Some(feed)) = (&counts.pending, load_feed.get()) {
+                    // Before the announcement, so the index's next pass finds the load's
+                    // end. Waits at most for the index to take one page.
+                    let _ = feed.send(match &outcome {
+                        Ok(_) => crate::store::LoadEvent::Promoted {
+                            id: pending.id,
+                            resources: counts.staged,
+                        },
+                        Err(_) => crate::store::LoadEvent::Dropped { id: pending.id },
+                    });
                 }
                 // A swap that left rows to the backlog starts (or extends) the indexing.
                 indexing |= full_text_behind.load(Ordering::Acquire) > 0;
