@@ -13,13 +13,14 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
+use crate::answer::{ConfigLoad, DaemonContext, IntervalLog};
 use crate::config::{self, Config};
 use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
 use crate::redact;
 use crate::search::gate::SearchGate;
 use crate::search::{self, SearchIndex};
-use crate::socket::{self, ConfigLoad, DaemonContext, IntervalLog};
+use crate::socket;
 use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};
@@ -172,6 +173,7 @@ pub async fn run_with(
             service.watchdog_interval,
             store.clone(),
             probes.clone(),
+            socket.clone(),
             stopping.clone(),
         )));
     }
@@ -506,6 +508,7 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Where the listening socket came from, and whether its file is ours to remove.
+#[derive(Clone)]
 struct SocketFile {
     /// The socket's path, when it has one (a passed socket may be abstract).
     path: Option<PathBuf>,
@@ -555,16 +558,33 @@ impl SocketFile {
         Ok((listener, file))
     }
 
+    /// Why clients can no longer reach us through the file we bound, if they cannot: it was
+    /// deleted (a tmp cleaner, an operator's `rm`) or another process bound the path. A passed
+    /// socket's file is systemd's, and is not checked.
+    fn lost(&self) -> Option<String> {
+        let (Some(path), Some(identity)) = (&self.path, self.bound_file) else {
+            return None;
+        };
+        match std::fs::metadata(path) {
+            Ok(metadata) if (metadata.dev(), metadata.ino()) == identity => None,
+            Ok(_) => Some(format!(
+                "the socket file {} was replaced by another; clients no longer reach this daemon",
+                path.display()
+            )),
+            Err(error) => Some(format!(
+                "the socket file {} is gone ({error}); clients can no longer connect",
+                path.display()
+            )),
+        }
+    }
+
     /// Removes the socket file only if it is still the one we created: never one systemd made,
     /// nor one a newer daemon bound after ours went stale.
     fn remove_file_if_ours(&self) {
-        let (Some(path), Some(identity)) = (&self.path, self.bound_file) else {
+        let (Some(path), Some(_)) = (&self.path, self.bound_file) else {
             return;
         };
-        let still_ours = std::fs::metadata(path)
-            .map(|metadata| (metadata.dev(), metadata.ino()) == identity)
-            .unwrap_or(false);
-        if still_ours {
+        if self.lost().is_none() {
             if let Err(error) = std::fs::remove_file(path) {
                 tracing::warn!(%error, path = %path.display(), "cannot remove the socket file");
             }
@@ -602,13 +622,15 @@ async fn probe_socket(probes: &mpsc::Sender<UnixStream>) -> anyhow::Result<()> {
 }
 
 /// Keeps `STATUS=` current and pets the watchdog at half its interval, but only after a round
-/// trip through the store's writer thread and the socket's accept loop: a daemon stuck in
-/// either stops petting, and systemd restarts it.
+/// trip through the store's writer thread and the socket's accept loop, and while the socket
+/// file we bound is still there: a daemon stuck in either, or unreachable by its clients, stops
+/// petting, and systemd restarts it (which binds the file again).
 async fn health_loop(
     notifier: Arc<Notifier>,
     watchdog: Option<Duration>,
     store: Store,
     probes: mpsc::Sender<UnixStream>,
+    socket_file: SocketFile,
     mut stopping: watch::Receiver<bool>,
 ) {
     let period = watchdog
@@ -628,7 +650,10 @@ async fn health_loop(
             }
             store.ping_writer().await?;
             probe_socket(&probes).await?;
-            Ok::<_, anyhow::Error>(summarize(&store.status().await?))
+            if let Some(problem) = socket_file.lost() {
+                anyhow::bail!(problem);
+            }
+            Ok::<_, anyhow::Error>(summarize(&store.read(|reader| reader.status()).await?))
         };
         match tokio::time::timeout(period, check).await {
             Ok(Ok(summary)) => {
@@ -652,7 +677,7 @@ async fn health_loop(
 
 /// The summary sent with `READY=1`.
 async fn current_summary(store: &Store) -> String {
-    match store.status().await {
+    match store.read(|reader| reader.status()).await {
         Ok(servers) => summarize(&servers),
         Err(error) => format!("serving; cannot read the server states: {error}"),
     }

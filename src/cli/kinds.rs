@@ -143,13 +143,25 @@ pub fn accept(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), 
     Ok(())
 }
 
-/// `mcp-mirror drift`: what differs from the accepted definitions, field by field.
+/// `mcp-mirror drift`: what differs from the accepted definitions, field by field, every page.
 pub fn drift(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), ClientError> {
     let mut client = Client::connect(socket)?;
-    let params = wire::ServerParams {
+    let mut params = wire::DriftParams {
         server: server.map(str::to_string),
+        ..wire::DriftParams::default()
     };
-    let result = client.call::<wire::CatalogDrift>(&params, None)?;
+    let mut result = wire::DriftResult {
+        drift: Vec::new(),
+        next_cursor: None,
+    };
+    loop {
+        let page = client.call::<wire::CatalogDrift>(&params, None)?;
+        result.drift.extend(page.drift);
+        match page.next_cursor {
+            Some(next) => params.cursor = Some(next),
+            None => break,
+        }
+    }
     if as_json {
         print_json(&result);
         return Ok(());

@@ -1,19 +1,21 @@
 //! Where catalog reads come from: the daemon, or the database file read-only when no daemon
-//! runs. Both answer with the socket's types, shaped by the same code.
+//! runs. Offline, each read calls the same answer function (`crate::answer`) the daemon calls,
+//! on a `Reader` of the file.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::client::Client;
 use super::ClientError;
+use crate::answer::{self, View};
 use crate::protocol::{
     socket_record_path, CatalogList, CatalogPrompt, CatalogPrompts, CatalogResource, CatalogSearch,
-    CatalogTool, CatalogTools, EntriesParams, EntryDetails, EntryParams, InvalidParams, Kind,
+    CatalogTool, CatalogTools, EntriesParams, EntryDetails, EntryParams, ErrorObject, Kind,
     ListParams, ListResources, ListResourcesResult, ListTemplates, ListTemplatesResult,
     ResourceDetails, SearchParams, SearchResult, ServerListParams, ServerListResult, SocketRecord,
-    UriParams,
+    UriParams, INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND,
 };
-use crate::store::{ReadOnlyCatalog, StoreError};
+use crate::store::Reader;
 
 /// Rows per page when listing straight from the database.
 const OFFLINE_PAGE_SIZE: usize = 1000;
@@ -22,11 +24,7 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub enum Catalog {
     Daemon(Client),
-    Database(ReadOnlyCatalog),
-}
-
-fn database_error(error: impl std::fmt::Display) -> ClientError {
-    ClientError::Protocol(error.to_string())
+    Database(Reader),
 }
 
 impl Catalog {
@@ -50,7 +48,7 @@ impl Catalog {
         database: &Path,
         unreachable: ClientError,
     ) -> Result<Catalog, ClientError> {
-        match ReadOnlyCatalog::open(database) {
+        match Reader::open_file(database) {
             Ok(catalog) => {
                 eprintln!(
                     "mcp-mirror: the daemon is not running (no answer at {}); reading the database {} directly, read-only",
@@ -73,14 +71,10 @@ impl Catalog {
     pub fn list_page(&mut self, params: &ListParams) -> Result<ListResourcesResult, ClientError> {
         match self {
             Catalog::Daemon(client) => client.call::<ListResources>(params, Some(LIST_TIMEOUT)),
-            Catalog::Database(catalog) => {
-                let after = params
-                    .after()
-                    .map_err(|error| ClientError::Usage(error.to_string()))?;
-                let (rows, more) = catalog
-                    .list_resources(after.as_deref(), OFFLINE_PAGE_SIZE)
-                    .map_err(database_error)?;
-                typed(&crate::socket::resources_page(&rows, more)).map_err(database_error)
+            Catalog::Database(reader) => {
+                answer::list::resources(reader, params, OFFLINE_PAGE_SIZE, &View::owner())
+                    .and_then(|page| page.typed_resources())
+                    .map_err(offline)
             }
         }
     }
@@ -89,41 +83,8 @@ impl Catalog {
     pub fn search(&mut self, params: SearchParams) -> Result<SearchResult, ClientError> {
         match self {
             Catalog::Daemon(client) => client.call::<CatalogSearch>(&params, Some(QUERY_TIMEOUT)),
-            Catalog::Database(catalog) => {
-                let usage = |error: InvalidParams| ClientError::Usage(error.to_string());
-                let searched = |error: StoreError| match error {
-                    StoreError::InvalidQuery(_) => ClientError::Usage(error.to_string()),
-                    other => database_error(other),
-                };
-                if params.searches_entries() {
-                    let search = params.into_kinds_request().map_err(usage)?;
-                    let offsets = (
-                        search
-                            .resources
-                            .as_ref()
-                            .map_or(0, |request| request.offset),
-                        search.entries.offset,
-                    );
-                    let resources = match &search.resources {
-                        Some(request) => Some(catalog.search(request).map_err(searched)?),
-                        None => None,
-                    };
-                    let entries = match search.entries.kinds.is_empty() {
-                        true => Vec::new(),
-                        false => catalog.search_entries(&search.entries).map_err(searched)?,
-                    };
-                    return Ok(crate::socket::kinds::merge_search_pages(
-                        resources,
-                        entries,
-                        offsets,
-                        search.limit,
-                    ));
-                }
-                let request = params.into_request().map_err(usage)?;
-                let page = catalog.search(&request).map_err(searched)?;
-                let mut result = crate::socket::search_result(page.hits, page.next);
-                result.note = page.note;
-                Ok(result)
+            Catalog::Database(reader) => {
+                answer::search::sqlite_search(reader, params).map_err(offline)
             }
         }
     }
@@ -135,14 +96,10 @@ impl Catalog {
     ) -> Result<ListTemplatesResult, ClientError> {
         match self {
             Catalog::Daemon(client) => client.call::<ListTemplates>(params, Some(LIST_TIMEOUT)),
-            Catalog::Database(catalog) => {
-                let after = params
-                    .after()
-                    .map_err(|error| ClientError::Usage(error.to_string()))?;
-                let (rows, more) = catalog
-                    .list_templates(after.as_deref(), OFFLINE_PAGE_SIZE)
-                    .map_err(database_error)?;
-                typed(&crate::socket::templates_page(&rows, more)).map_err(database_error)
+            Catalog::Database(reader) => {
+                answer::list::templates(reader, params, OFFLINE_PAGE_SIZE, &View::owner())
+                    .and_then(|page| page.typed_templates())
+                    .map_err(offline)
             }
         }
     }
@@ -155,22 +112,17 @@ impl Catalog {
     ) -> Result<ServerListResult, ClientError> {
         match self {
             Catalog::Daemon(client) => client.call::<CatalogList>(params, Some(LIST_TIMEOUT)),
-            Catalog::Database(catalog) => {
-                let (after, limit) = params
-                    .checked()
-                    .map_err(|error| ClientError::Usage(error.to_string()))?;
-                if !catalog
-                    .server_exists(&params.server)
-                    .map_err(database_error)?
-                {
-                    return Err(no_such_server(&params.server));
-                }
-                let (rows, more) = catalog
-                    .server_snapshot(&params.server, after.as_deref(), limit)
-                    .map_err(database_error)?;
-                crate::socket::server_list_result(params.server.clone(), rows, more)
-                    .map_err(database_error)
-            }
+            Catalog::Database(reader) => answer::list::server_list(reader, params, &View::owner())
+                .map_err(|error| {
+                    let unknown = error
+                        .data
+                        .as_ref()
+                        .is_some_and(|data| data.not_found.as_deref() == Some("server"));
+                    match unknown {
+                        true => no_such_server(&params.server),
+                        false => offline(error),
+                    }
+                }),
         }
     }
 
@@ -190,17 +142,16 @@ impl Catalog {
             Catalog::Daemon(client) => {
                 client.call::<CatalogResource>(&UriParams { uri: uri.into() }, Some(QUERY_TIMEOUT))
             }
-            Catalog::Database(catalog) => {
-                let listings = catalog.listings(uri).map_err(database_error)?;
-                crate::socket::resource_details(listings)
-                    .map_err(database_error)?
-                    .ok_or_else(|| ClientError::NotFound(format!("no mirrored server lists {uri}")))
-            }
+            Catalog::Database(reader) => answer::resource::details(reader, uri, &View::owner())
+                .map_err(|error| match error.code {
+                    RESOURCE_NOT_FOUND => {
+                        ClientError::NotFound(format!("no mirrored server lists {uri}"))
+                    }
+                    _ => offline(error),
+                }),
         }
     }
-}
 
-impl Catalog {
     /// One page of tools or prompts (`catalog/tools`, `catalog/prompts`) and the next cursor.
     pub fn entries_page(
         &mut self,
@@ -218,15 +169,9 @@ impl Catalog {
                     Ok((page.tools, page.next_cursor))
                 }
             },
-            Catalog::Database(catalog) => {
-                let after = crate::socket::kinds::entries_after(params).map_err(answered)?;
-                let after = after
-                    .as_ref()
-                    .map(|(server, name)| (server.as_str(), name.as_str()));
-                let (rows, more) = catalog
-                    .list_entries(kind, params.server.as_deref(), after, OFFLINE_PAGE_SIZE)
-                    .map_err(database_error)?;
-                Ok(crate::socket::kinds::entries_page_of(&rows, more))
+            Catalog::Database(reader) => {
+                answer::entries::page(reader, kind, params, OFFLINE_PAGE_SIZE, &View::owner())
+                    .map_err(offline)
             }
         }
     }
@@ -238,22 +183,25 @@ impl Catalog {
                 Kind::Prompt => client.call::<CatalogPrompt>(params, Some(QUERY_TIMEOUT)),
                 _ => client.call::<CatalogTool>(params, Some(QUERY_TIMEOUT)),
             },
-            Catalog::Database(catalog) => {
-                let listing = catalog
-                    .entry(kind, &params.server, &params.name)
-                    .map_err(database_error)?;
-                crate::socket::kinds::entry_details_of(kind, params, listing).map_err(answered)
+            Catalog::Database(reader) => {
+                answer::entries::details(reader, kind, params, &View::owner()).map_err(offline)
             }
         }
     }
 }
 
-/// The error the daemon would have answered, as the CLI reports it.
-fn answered(error: crate::protocol::ErrorObject) -> ClientError {
-    ClientError::Remote {
-        code: error.code,
-        message: error.message,
-        data: error.data,
+/// An answer's error as the CLI reports it when it read the database itself: params that do
+/// not fit are a usage error, our own failure a protocol error, anything else (a tool or
+/// prompt no server lists) as the daemon would have answered it.
+fn offline(error: ErrorObject) -> ClientError {
+    match error.code {
+        INVALID_PARAMS => ClientError::Usage(error.message),
+        INTERNAL_ERROR => ClientError::Protocol(error.message),
+        _ => ClientError::Remote {
+            code: error.code,
+            message: error.message,
+            data: error.data,
+        },
     }
 }
 
@@ -292,12 +240,4 @@ impl DatabaseChoice {
             }),
         }
     }
-}
-
-/// A page the daemon would write, read back as the client's typed result: offline answers
-/// go through the same shaping as the daemon's.
-fn typed<T: serde::de::DeserializeOwned>(
-    served: &impl serde::Serialize,
-) -> Result<T, serde_json::Error> {
-    serde_json::from_value(serde_json::to_value(served)?)
 }

@@ -18,13 +18,14 @@ use axum::Extension;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::answer::{Restriction, View};
 use crate::protocol::{
     self as wire, CacheScope, CatalogList, CatalogPrompts, CatalogTools, CheckedRequest,
     DiscoverResult, IncomingRequest, Initialize, Kind, ListResources, ListTemplates, Method,
     ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
 };
-use crate::socket::{self, ConnectionState, Restriction, View};
+use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
 
 use super::access::{admit, Client};
@@ -84,16 +85,17 @@ impl HttpFace {
         let live = self.api.supervisor.live_status().await;
         // The scopes stored with each snapshot; none readable means every scope is unknown,
         // and an unknown scope is withheld from tokens.
-        let scopes: HashMap<(String, Kind), CacheScope> = match self.api.store.scopes().await {
-            Ok(scopes) => scopes
-                .into_iter()
-                .map(|(server, kind, scope)| ((server, kind), scope))
-                .collect(),
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the stored scopes: private is assumed");
-                HashMap::new()
-            }
-        };
+        let scopes: HashMap<(String, Kind), CacheScope> =
+            match self.api.store.read(|reader| reader.scopes()).await {
+                Ok(scopes) => scopes
+                    .into_iter()
+                    .map(|(server, kind, scope)| ((server, kind), scope))
+                    .collect(),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the stored scopes: private is assumed");
+                    HashMap::new()
+                }
+            };
         let view = match client.token.as_deref() {
             None => View::owner(),
             Some(name) => {
@@ -282,7 +284,7 @@ pub(super) async fn post_message(
         Ok(request) => request,
         Err(response) => return deliver(&headers, StatusCode::BAD_REQUEST, &*response),
     };
-    tracing::info!(token = client.name(), method = %request.method, "HTTP request");
+    tracing::debug!(token = client.name(), method = %request.method, "HTTP request");
     let tag = entity_tag(&face, &client, &request);
     if let Some(tag) = &tag {
         if none_match_hits(&headers, tag) {
@@ -411,7 +413,14 @@ async fn modern_request(
             StatusCode::OK,
             &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
         ),
-        LISTEN => listen(face, client, headers, request_id, &request.params),
+        LISTEN => listen(
+            face,
+            client,
+            headers,
+            request_id,
+            &request.params,
+            audience.view,
+        ),
         _ => {
             let caching = matches!(
                 request.method.as_str(),
@@ -723,6 +732,7 @@ fn listen(
     headers: &HeaderMap,
     id: Value,
     params: &Value,
+    view: View,
 ) -> Response {
     // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
     let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
@@ -760,6 +770,7 @@ fn listen(
         }),
         at_end: closed.ok().map(|closed| message_text(&closed)),
         session_ended: None,
+        view,
     };
     stream::open(
         plan,
@@ -838,13 +849,14 @@ pub(super) async fn get_stream(
         Ok(place) => place.of_session(session_stream),
         Err(refusal) => return *refusal,
     };
-    tracing::info!(token = client.name(), "HTTP GET stream opened");
+    tracing::debug!(token = client.name(), "HTTP GET stream opened");
     let changed = wire::NotificationMessage::new::<wire::ResourcesListChanged>(None);
     let plan = StreamPlan {
         first: Vec::new(),
         on_change: Some(message_text(&changed)),
         at_end: None,
         session_ended,
+        view: face.audience(&client).await.view,
     };
     stream::open(
         plan,
@@ -876,7 +888,7 @@ pub(super) async fn delete_session(
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .remove(session, &client.key());
-    tracing::info!(token = client.name(), removed, "HTTP session deleted");
+    tracing::debug!(token = client.name(), removed, "HTTP session deleted");
     match removed {
         true => StatusCode::NO_CONTENT.into_response(),
         false => (StatusCode::NOT_FOUND, "session not found\n").into_response(),

@@ -30,9 +30,9 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use crate::answer::DaemonContext;
 use crate::config::{Config, HttpConfig};
 use crate::search::gate::SearchClient;
-use crate::socket::DaemonContext;
 
 use access::SearchIdentity;
 use limits::{ClientKey, Refusal, RefusalLog, Shares};
@@ -194,7 +194,7 @@ async fn metrics(
         Err(refusal) => return *refusal,
     };
     tracing::debug!(token = client.name(), "metrics scraped");
-    match crate::socket::status(&face.api).await {
+    match crate::answer::status::status(&face.api).await {
         Ok(status) => {
             let text = crate::metrics::render(&status, face.clients());
             let mut response = (StatusCode::OK, text).into_response();

@@ -13,6 +13,8 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{broadcast, watch};
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
+use crate::answer::View;
+use crate::protocol::Kind;
 use crate::store::CatalogChanged;
 
 use super::STREAM_KEEP_ALIVE;
@@ -42,6 +44,8 @@ pub(super) struct StreamPlan {
     pub at_end: Option<String>,
     /// Closed when the stream's session ends (a GET stream's); the stream ends with it.
     pub session_ended: Option<watch::Receiver<()>>,
+    /// Whose stream it is: only changes of servers and kinds it names wake it.
+    pub view: View,
 }
 
 struct Driver {
@@ -51,6 +55,7 @@ struct Driver {
     changes: broadcast::Receiver<CatalogChanged>,
     shutdown: watch::Receiver<bool>,
     session_ended: Option<watch::Receiver<()>>,
+    view: View,
     keep_alive: Interval,
     done: bool,
     /// Given back when the stream ends.
@@ -78,8 +83,12 @@ impl Driver {
                 }
                 event = self.changes.recv() => {
                     // A burst of swaps is one notification: list_changed carries nothing. The
-                    // face's own tools never change, so only a resource change is announced.
-                    let burst = crate::store::drain_changes(event, &mut self.changes);
+                    // face's own tools never change, so only a resource change the view names
+                    // is announced (templates swap with resources, as kind `Resource`).
+                    let view = &self.view;
+                    let burst = crate::store::drain_changes(event, &mut self.changes, |change| {
+                        view.names(&change.server, Kind::Resource)
+                    });
                     if burst.closed && !burst.changed {
                         return self.finish();
                     }
@@ -123,6 +132,7 @@ pub(super) fn open(
         changes,
         shutdown,
         session_ended: plan.session_ended,
+        view: plan.view,
         keep_alive,
         done: false,
         _holds: holds,

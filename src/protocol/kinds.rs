@@ -69,10 +69,26 @@ pub struct AcceptResult {
     pub accepted: u64,
 }
 
-/// `catalog/drift`: every tool and prompt that differs from what was accepted.
+/// `catalog/drift`: one server or all, a page at a time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriftParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Entries per page, at most `PAGE_SIZE` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+/// `catalog/drift`: the tools and prompts that differ from what was accepted, ordered by
+/// server, kind and name; `nextCursor` continues after the last one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DriftResult {
     pub drift: Vec<DriftEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -30,10 +30,10 @@ pub use envelope::{
 pub use index::{IndexPhase, IndexStatus, MatchMode};
 pub use kinds::{
     mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
-    DriftCount, DriftEntry, DriftResult, EntriesParams, EntryDetails, EntryParams, FieldChange,
-    KindStatus, ListMirrorToolsResult, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
-    SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL,
-    HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
+    DriftCount, DriftEntry, DriftParams, DriftResult, EntriesParams, EntryDetails, EntryParams,
+    FieldChange, KindStatus, ListMirrorToolsResult, ListPromptsResult, ListToolsResult,
+    SearchCatalogArguments, SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS,
+    DESCRIBE_ENTRY_TOOL, HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
 };
 pub use listen::{
     AcknowledgedParams, ListenNotifications, ListenParams, ListenResourcesListChanged,
@@ -286,7 +286,7 @@ methods! {
     CatalogPrompt = "catalog/prompt", EntryParams => EntryDetails, Filtered;
     /// Records the current tools and prompts as accepted; drift is measured from them.
     CatalogAccept = "catalog/accept", ServerParams => AcceptResult, Mutating;
-    CatalogDrift = "catalog/drift", ServerParams => DriftResult, Filtered;
+    CatalogDrift = "catalog/drift", DriftParams => DriftResult, Filtered;
     /// The mirror's own tools (`search_catalog`, `describe_entry`); it never proxies others'.
     ListTools = "tools/list", ListParams => ListMirrorToolsResult, NoEntries;
     CallTool = "tools/call", CallToolParams => CallToolResult, Filtered;

@@ -383,7 +383,10 @@ mod tests {
             SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
         keep_up(&index, &database, true).expect("rebuild");
         assert!(index.is_ready());
-        let generation = store.latest_change_seq().await.expect("seq") as u64;
+        let generation = store
+            .read(|reader| reader.latest_change_seq())
+            .await
+            .expect("seq") as u64;
         assert_eq!(index.generation(), Some(generation));
         assert_eq!(found(&index, "alpha").len(), 60);
         assert_eq!(
@@ -436,7 +439,12 @@ mod tests {
         assert_eq!(found(&index, "alpha").len(), 44, "x://0 says beta");
         assert_eq!(
             index.generation(),
-            Some(store.latest_change_seq().await.expect("seq") as u64)
+            Some(
+                store
+                    .read(|reader| reader.latest_change_seq())
+                    .await
+                    .expect("seq") as u64
+            )
         );
         store.close().await;
     }
@@ -576,7 +584,7 @@ mod tests {
         )])
         .await;
         let changes = store
-            .changes_of_kinds(None, 100, vec![Kind::Template])
+            .read(|reader| reader.changes(None, 100, Some(&[Kind::Template])))
             .await
             .expect("feed");
         let feed: Vec<(String, Option<String>)> = changes
@@ -593,7 +601,12 @@ mod tests {
             ]
         );
         assert!(matches!(
-            index.repair_needed(store.latest_change_seq().await.expect("seq") as u64),
+            index.repair_needed(
+                store
+                    .read(|reader| reader.latest_change_seq())
+                    .await
+                    .expect("seq") as u64
+            ),
             crate::search::Repair::CatchUp { .. }
         ));
         keep_up(&index, &database, false).expect("catch up");
@@ -610,7 +623,12 @@ mod tests {
         assert_eq!(index.status().documents, 4);
         assert_eq!(
             index.generation(),
-            Some(store.latest_change_seq().await.expect("seq") as u64)
+            Some(
+                store
+                    .read(|reader| reader.latest_change_seq())
+                    .await
+                    .expect("seq") as u64
+            )
         );
         store.close().await;
     }

@@ -147,7 +147,7 @@ pub struct SearchIndex {
     writer: Mutex<IndexWriter>,
     committed: Mutex<Payload>,
     status: watch::Sender<IndexStatus>,
-    gate: SearchGate,
+    slots: SearcherSlots,
     /// Set at shutdown: a long rebuild or diff stops and leaves the last commit in place.
     cancelled: AtomicBool,
     /// First loads indexed during their walk, for the keeper to adopt.
@@ -215,7 +215,7 @@ impl SearchIndex {
             writer: Mutex::new(writer),
             committed: Mutex::new(payload),
             status,
-            gate: SearchGate::new(max_searches),
+            slots: SearcherSlots::new(max_searches),
             cancelled: AtomicBool::new(false),
             prebuilder: std::sync::Arc::default(),
         };
@@ -835,7 +835,7 @@ impl SearchIndex {
     /// One page of hits for `query`; waits for a free search slot until its time limit.
     pub fn search(&self, query: &SearchQuery) -> Result<Page, SearchError> {
         let deadline = Instant::now() + query.time_limit;
-        let _permit = self.gate.enter(deadline)?;
+        let _slot = self.slots.enter(deadline)?;
         let searcher = self.reader.searcher();
         let generation = lock(&self.committed).generation.unwrap_or(0);
         query::run(&searcher, &self.fields, query, deadline, generation)
@@ -950,25 +950,26 @@ fn directory_bytes(directory: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// At most a fixed number of searches at once; the others wait until their deadline.
-struct SearchGate {
+/// At most a fixed number of searches of the index at once, the others waiting until their
+/// deadline: a bound of the index itself, below the daemon's search gate (`search::gate`).
+struct SearcherSlots {
     running: Mutex<usize>,
     freed: Condvar,
     limit: usize,
 }
 
-struct Permit<'a>(&'a SearchGate);
+struct SearcherSlot<'a>(&'a SearcherSlots);
 
-impl SearchGate {
-    fn new(limit: usize) -> SearchGate {
-        SearchGate {
+impl SearcherSlots {
+    fn new(limit: usize) -> SearcherSlots {
+        SearcherSlots {
             running: Mutex::new(0),
             freed: Condvar::new(),
             limit: limit.max(1),
         }
     }
 
-    fn enter(&self, deadline: Instant) -> Result<Permit<'_>, SearchError> {
+    fn enter(&self, deadline: Instant) -> Result<SearcherSlot<'_>, SearchError> {
         let mut running = lock(&self.running);
         while *running >= self.limit {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -982,11 +983,11 @@ impl SearchGate {
                 .0;
         }
         *running += 1;
-        Ok(Permit(self))
+        Ok(SearcherSlot(self))
     }
 }
 
-impl Drop for Permit<'_> {
+impl Drop for SearcherSlot<'_> {
     fn drop(&mut self) {
         *lock(&self.0.running) -= 1;
         self.0.freed.notify_one();

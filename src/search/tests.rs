@@ -533,9 +533,9 @@ fn generations_persist_and_faults_are_detected() {
 fn searches_beyond_the_limit_wait_and_time_out() {
     let directory = tempfile::tempdir().expect("tempdir");
     let index = catalog(&directory.path().join("catalog.search"));
-    let gate = &index.gate;
-    let held: Vec<Permit<'_>> = (0..4)
-        .map(|_| gate.enter(Instant::now()).expect("a free slot"))
+    let slots = &index.slots;
+    let held: Vec<SearcherSlot<'_>> = (0..4)
+        .map(|_| slots.enter(Instant::now()).expect("a free slot"))
         .collect();
     let mut query = SearchQuery::new("readme", 10);
     query.time_limit = Duration::from_millis(50);

@@ -9,8 +9,8 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use super::shape::changes_result;
 use super::{answer_request, DaemonContext};
+use crate::answer::changes::changes_result;
 use crate::protocol::lines::{self, Line};
 use crate::protocol::{
     CatalogChanged, ErrorObject, IncomingRequest, NotificationMessage, ResourcesListChanged,
@@ -30,7 +30,7 @@ pub(crate) struct ConnectionState {
     /// This client's share of the search gate (its recent search time).
     pub(super) search_client: crate::search::gate::SearchClient,
     /// What this client may see and do; socket clients are the owner.
-    pub(super) view: super::View,
+    pub(super) view: crate::answer::View,
 }
 
 impl ConnectionState {
@@ -39,7 +39,7 @@ impl ConnectionState {
     /// Its answers are restricted to `view` (the HTTP face's token clients).
     pub(crate) fn searching_as(
         search_client: crate::search::gate::SearchClient,
-        view: super::View,
+        view: crate::answer::View,
     ) -> Self {
         ConnectionState {
             search_client,
@@ -67,7 +67,7 @@ pub(super) async fn serve_connection(
                 // A burst of swaps is one notification; a client that lagged behind gets one
                 // too, like everyone else: list_changed carries nothing, and the feed itself
                 // lives in the database.
-                let burst = store::drain_changes(event, &mut catalog_changes);
+                let burst = store::drain_changes(event, &mut catalog_changes, |_| true);
                 changes_open = !burst.closed;
                 if burst.changed {
                     notify_catalog_changed(&mut state, burst.resources, &mut write_half, context)
@@ -141,7 +141,7 @@ async fn send_watched_changes(
     while let Some(since) = state.watching {
         let page = match context
             .store
-            .changes_since(Some(since), DEFAULT_CHANGES_LIMIT)
+            .read(move |reader| reader.changes(Some(since), DEFAULT_CHANGES_LIMIT, None))
             .await
         {
             Ok(page) => page,

@@ -3,23 +3,17 @@
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::reads::{read_resource, server_list};
-use super::search::{gated_search, resource_search};
-use super::shape::{
-    changes_result, keyed_entries_result, resource_details, resources_page, search_result,
-    templates_page,
-};
-use super::{internal, invalid_params, not_listed, status, ConnectionState, DaemonContext};
+use super::ConnectionState;
+use crate::answer::read::read_resource;
+use crate::answer::status::status;
+use crate::answer::{internal, invalid_params, on_reader, tools, DaemonContext};
 use crate::protocol::{
-    self as wire, encode_index_cursor, parse_params, CatalogChanges, CatalogEntries, CatalogList,
-    CatalogRefresh, CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest,
-    ErrorData, ErrorObject, Initialize, Kind, ListResources, ListTemplates, Method, Ping,
-    ReadResource, Response, INVALID_PARAMS, METHOD_NOT_FOUND, PAGE_SIZE,
+    self as wire, parse_params, CatalogChanges, CatalogEntries, CatalogList, CatalogRefresh,
+    CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorObject,
+    Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response, INVALID_PARAMS,
+    METHOD_NOT_FOUND, PAGE_SIZE,
 };
 use crate::redact;
-use crate::socket::kinds;
-use crate::store;
-use crate::supervisor::RefreshOutcome;
 
 /// Answers one checked request through `dispatch`: the socket and the HTTP face both come
 /// here. `None` for notifications, which get no answer.
@@ -61,8 +55,9 @@ fn to_text(result: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject>
     serde_json::value::to_raw_value(result).map_err(internal)
 }
 
-/// Answers one method. Each arm applies the client's view (`state.view`, the one rule of
-/// `view.rs`) to its typed result before it is serialized, as the method's `ScopeRule` says.
+/// Answers one method. The client's view (`state.view`, the one rule of `answer::view`) goes
+/// to each answer function, which applies it to its typed result before it is serialized, as
+/// the method's `ScopeRule` says.
 async fn dispatch(
     method: &str,
     raw: Value,
@@ -82,33 +77,20 @@ async fn dispatch(
             answer::<Ping>(wire::Empty {})
         }
         ListResources::NAME => {
-            let after = params::<ListResources>(raw)?
-                .after()
-                .map_err(invalid_params)?;
-            let (rows, more) = context
-                .store
-                .list_resources(after, PAGE_SIZE)
-                .await
-                .map_err(internal)?;
-            // The cursor follows the page read, whatever the view leaves of it.
-            let mut page = resources_page(&rows, more);
-            page.resources
-                .retain(|entry| seen_origin(&view, entry.origin, Kind::Resource));
-            to_text(&page)
+            let params = params::<ListResources>(raw)?;
+            let page = on_reader(context, move |reader| {
+                crate::answer::list::resources(reader, &params, PAGE_SIZE, &view)
+            })
+            .await?;
+            to_text(&page.resources())
         }
         ListTemplates::NAME => {
-            let after = params::<ListTemplates>(raw)?
-                .after()
-                .map_err(invalid_params)?;
-            let (rows, more) = context
-                .store
-                .list_templates(after, PAGE_SIZE)
-                .await
-                .map_err(internal)?;
-            let mut page = templates_page(&rows, more);
-            page.resource_templates
-                .retain(|entry| seen_origin(&view, entry.origin, Kind::Template));
-            to_text(&page)
+            let params = params::<ListTemplates>(raw)?;
+            let page = on_reader(context, move |reader| {
+                crate::answer::list::templates(reader, &params, PAGE_SIZE, &view)
+            })
+            .await?;
+            to_text(&page.templates())
         }
         ReadResource::NAME => {
             let uri = params::<ReadResource>(raw)?.uri;
@@ -116,17 +98,16 @@ async fn dispatch(
         }
         CatalogResource::NAME => {
             let uri = params::<CatalogResource>(raw)?.uri;
-            let mut listings = context.store.listings(&uri).await.map_err(internal)?;
-            listings.retain(|listing| view.sees(&listing.server, Kind::Resource));
-            let details = resource_details(listings).map_err(internal)?;
-            answer::<CatalogResource>(details.ok_or_else(|| not_listed(&uri))?)
+            let details = on_reader(context, move |reader| {
+                crate::answer::resource::details(reader, &uri, &view)
+            })
+            .await?;
+            answer::<CatalogResource>(details)
         }
         CatalogStatus::NAME => {
             params::<CatalogStatus>(raw)?;
             let mut status = status(context).await?;
-            status
-                .servers
-                .retain(|server| view.sees_server(&server.name));
+            crate::answer::status::restrict(&mut status, &view);
             let mut status = serde_json::to_value(status).map_err(internal)?;
             redact::scrub_json(&mut status);
             // Server-supplied texts are bounded where they are stored; this bounds the rest
@@ -136,72 +117,18 @@ async fn dispatch(
         }
         CatalogSearch::NAME => {
             let params = params::<CatalogSearch>(raw)?;
-            // Every answer counts, refusals and timeouts too: they are latency a client saw.
-            let started = std::time::Instant::now();
-            let cut = params.cut_words_note();
-            let with_cut = |note: Option<String>| match (note, &cut) {
-                (Some(note), Some(cut)) => Some(format!("{note}; {cut}")),
-                (note, cut) => note.or(cut.clone()),
-            };
-            if params.searches_entries() {
-                let search = params.into_kinds_request().map_err(invalid_params)?;
-                let outcome = kinds::search_kinds(search, context).await;
-                crate::metrics::observe_search(started.elapsed());
-                let mut result = outcome?;
-                result.note = with_cut(result.note.take());
-                result
-                    .results
-                    .retain(|hit| view.sees(&hit.server, hit.kind));
-                return answer::<CatalogSearch>(result);
-            }
-            let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
-            let request = params.into_request().map_err(invalid_params)?;
-            // A cursor stays with the engine that made it: the two rank differently.
-            let outcome = if index_cursor == Some(false) {
-                gated_search(request, context).await.map(|page| {
-                    let origin = wire::SearchResult {
-                        note: page.note,
-                        ..search_result(Vec::new(), None)
-                    };
-                    (page.hits, page.next, Some(origin))
-                })
-            } else {
-                resource_search(request, context)
-                    .await
-                    .map(|(hits, next, origin)| (hits, next, Some(origin)))
-            };
-            crate::metrics::observe_search(started.elapsed());
-            let (hits, next, origin) = outcome?;
-            let mut result = search_result(hits, next);
-            result
-                .results
-                .retain(|hit| view.sees(&hit.server, hit.kind));
-            if let Some(origin) = origin {
-                if origin.engine == Some(wire::SearchEngine::Index) {
-                    result.next_cursor = next.map(encode_index_cursor);
-                }
-                result.engine = origin.engine;
-                result.match_mode = origin.match_mode;
-                result.note = origin.note;
-                result.mode = origin.mode;
-            }
-            result.note = with_cut(result.note.take());
-            answer::<CatalogSearch>(result)
+            answer::<CatalogSearch>(
+                crate::answer::search::catalog_search(context, params, &view).await?,
+            )
         }
         CatalogChanges::NAME => {
             let params = params::<CatalogChanges>(raw)?;
-            let (since, limit) = params.checked().map_err(invalid_params)?;
-            let page = match params.kinds {
-                Some(kinds) => context.store.changes_of_kinds(since, limit, kinds).await,
-                None => context.store.changes_since(since, limit).await,
-            }
-            .map_err(internal)?;
-            let mut result = changes_result(page);
-            result
-                .changes
-                .retain(|change| view.sees(&change.server, change.entry_kind));
-            result.instance = Some(context.store.instance().to_string());
-            answer::<CatalogChanges>(result)
+            let mut changes = on_reader(context, move |reader| {
+                crate::answer::changes::changes(reader, &params, &view)
+            })
+            .await?;
+            changes.instance = Some(context.store.instance().to_string());
+            answer::<CatalogChanges>(changes)
         }
         CatalogEntries::NAME => {
             let (kind, keys) = params::<CatalogEntries>(raw)?
@@ -212,72 +139,72 @@ async fn dispatch(
                 .keyed_entries(kind, keys)
                 .await
                 .map_err(internal)?;
-            let mut result = keyed_entries_result(context.store.instance(), &read);
-            if !view.is_owner() {
-                // What the view may not see is reported as no server listing it, and a count
-                // of the whole catalog cannot be checked against a part.
-                let (shown, withheld): (Vec<_>, Vec<_>) = std::mem::take(&mut result.entries)
-                    .into_iter()
-                    .zip(&read.found)
-                    .partition(|(_, row)| view.sees(&row.server, kind));
-                result.entries = shown.into_iter().map(|(entry, _)| entry).collect();
-                result
-                    .missing
-                    .extend(withheld.into_iter().map(|(_, row)| row.key.clone()));
-                result.total = None;
-            }
-            to_text(&result)
+            to_text(&crate::answer::list::keyed_entries_result(
+                context.store.instance(),
+                kind,
+                &read,
+                &view,
+            ))
         }
         CatalogWatch::NAME => {
             let since = params::<CatalogWatch>(raw)?
                 .checked_since()
                 .map_err(invalid_params)?;
-            let latest_seq = context.store.latest_change_seq().await.map_err(internal)?;
+            let latest_seq = context
+                .store
+                .read(|reader| reader.latest_change_seq())
+                .await
+                .map_err(internal)?;
             state.watching = Some(since.unwrap_or(latest_seq));
             answer::<CatalogWatch>(wire::WatchResult { latest_seq })
         }
         CatalogRefresh::NAME => {
             let params = params::<CatalogRefresh>(raw)?;
-            answer::<CatalogRefresh>(refresh(params, context).await?)
+            answer::<CatalogRefresh>(crate::answer::refresh::refresh(params, context).await?)
         }
         wire::CatalogTools::NAME => {
             let params = params::<wire::CatalogTools>(raw)?;
-            let (tools, next_cursor) =
-                kinds::entries_page(&context.store, wire::Kind::Tool, params, &view).await?;
-            answer::<wire::CatalogTools>(wire::ListToolsResult { tools, next_cursor })
+            let tools = on_reader(context, move |reader| {
+                crate::answer::entries::tools(reader, &params, PAGE_SIZE, &view)
+            })
+            .await?;
+            answer::<wire::CatalogTools>(tools)
         }
         wire::CatalogPrompts::NAME => {
             let params = params::<wire::CatalogPrompts>(raw)?;
-            let (prompts, next_cursor) =
-                kinds::entries_page(&context.store, wire::Kind::Prompt, params, &view).await?;
-            answer::<wire::CatalogPrompts>(wire::ListPromptsResult {
-                prompts,
-                next_cursor,
+            let prompts = on_reader(context, move |reader| {
+                crate::answer::entries::prompts(reader, &params, PAGE_SIZE, &view)
             })
+            .await?;
+            answer::<wire::CatalogPrompts>(prompts)
         }
         wire::CatalogTool::NAME => {
             let params = params::<wire::CatalogTool>(raw)?;
-            answer::<wire::CatalogTool>(
-                kinds::entry_details(&context.store, wire::Kind::Tool, params, &view).await?,
-            )
+            let details = on_reader(context, move |reader| {
+                crate::answer::entries::details(reader, wire::Kind::Tool, &params, &view)
+            })
+            .await?;
+            answer::<wire::CatalogTool>(details)
         }
         wire::CatalogPrompt::NAME => {
             let params = params::<wire::CatalogPrompt>(raw)?;
-            answer::<wire::CatalogPrompt>(
-                kinds::entry_details(&context.store, wire::Kind::Prompt, params, &view).await?,
-            )
+            let details = on_reader(context, move |reader| {
+                crate::answer::entries::details(reader, wire::Kind::Prompt, &params, &view)
+            })
+            .await?;
+            answer::<wire::CatalogPrompt>(details)
         }
         wire::CatalogAccept::NAME => {
             let params = params::<wire::CatalogAccept>(raw)?;
-            answer::<wire::CatalogAccept>(kinds::accept(&context.store, params).await?)
+            answer::<wire::CatalogAccept>(tools::accept(&context.store, params).await?)
         }
         wire::CatalogDrift::NAME => {
             let params = params::<wire::CatalogDrift>(raw)?;
-            let mut result = kinds::drift(&context.store, params).await?;
-            result
-                .drift
-                .retain(|entry| view.sees(&entry.server, entry.kind));
-            answer::<wire::CatalogDrift>(result)
+            let drift = on_reader(context, move |reader| {
+                crate::answer::entries::drift(reader, &params, &view)
+            })
+            .await?;
+            answer::<wire::CatalogDrift>(drift)
         }
         wire::ListTools::NAME => {
             params::<wire::ListTools>(raw)?;
@@ -287,25 +214,20 @@ async fn dispatch(
         }
         wire::CallTool::NAME => {
             let params = params::<wire::CallTool>(raw)?;
-            answer::<wire::CallTool>(kinds::call_tool(context, params, &view).await?)
+            answer::<wire::CallTool>(tools::call_tool(context, params, &view).await?)
         }
         CatalogList::NAME => {
             let params = params::<CatalogList>(raw)?;
-            answer::<CatalogList>(server_list(params, context, &view).await?)
+            let list = on_reader(context, move |reader| {
+                crate::answer::list::server_list(reader, &params, &view)
+            })
+            .await?;
+            answer::<CatalogList>(list)
         }
         _ => Err(ErrorObject::new(
             METHOD_NOT_FOUND,
             format!("method not found: {method}"),
         )),
-    }
-}
-
-/// A listed entry passes the view by its origin server; one without an origin (none is
-/// stored so) passes only the owner's.
-fn seen_origin(view: &super::View, origin: Option<&str>, kind: Kind) -> bool {
-    match origin {
-        Some(server) => view.sees(server, kind),
-        None => view.is_owner(),
     }
 }
 
@@ -323,63 +245,5 @@ fn initialize(params: wire::InitializeParams) -> wire::InitializeResult {
             instance: wire::mirror_id().map(str::to_string),
         },
         instructions: wire::INSTRUCTIONS.into(),
-    }
-}
-
-async fn refresh(
-    params: wire::RefreshParams,
-    context: &DaemonContext,
-) -> Result<wire::RefreshResult, ErrorObject> {
-    let server = params.server.as_deref();
-    let outcomes = context
-        .supervisor
-        .refresh(server, params.wait.unwrap_or(false))
-        .await
-        .ok_or_else(|| {
-            let name = server.unwrap_or("");
-            ErrorObject::new(INVALID_PARAMS, format!("no server named {name}")).with_data(
-                ErrorData {
-                    not_found: Some("server".into()),
-                    server: Some(name.into()),
-                    ..ErrorData::default()
-                },
-            )
-        })?;
-    let servers = outcomes
-        .into_iter()
-        .map(|(name, outcome)| {
-            let outcome = match outcome {
-                RefreshOutcome::Queued => wire::RefreshOutcome::queued(),
-                RefreshOutcome::Walked(Ok(summary)) => wire::RefreshOutcome::settled(
-                    refresh_state(summary.state),
-                    swap_summary(summary.swap),
-                    summary.report.pages,
-                    summary.report.duration_ms,
-                ),
-                // A server's words, bounded (secrets go at the answer's choke point).
-                RefreshOutcome::Walked(Err(error)) => {
-                    wire::RefreshOutcome::failed(redact::truncate_server_text(&error).into_owned())
-                }
-            };
-            (name, outcome)
-        })
-        .collect();
-    Ok(wire::RefreshResult { servers })
-}
-
-fn refresh_state(state: crate::session::SettledState) -> wire::RefreshState {
-    match state {
-        crate::session::SettledState::Synced => wire::RefreshState::Synced,
-        crate::session::SettledState::NoResources => wire::RefreshState::NoResources,
-    }
-}
-
-fn swap_summary(swap: store::SwapOutcome) -> wire::SwapSummary {
-    wire::SwapSummary {
-        added: swap.added,
-        removed: swap.removed,
-        changed: swap.changed,
-        resources: swap.resources,
-        templates: swap.templates,
     }
 }

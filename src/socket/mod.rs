@@ -2,44 +2,24 @@
 
 mod connection;
 mod dispatch;
-#[cfg(feature = "semantic")]
-mod hybrid;
-pub(crate) mod kinds;
-mod reads;
-mod search;
-mod shape;
-mod status;
-mod view;
 
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::protocol::{
-    self as wire, ErrorObject, InvalidParams, Response, BUSY, INTERNAL_ERROR, INVALID_PARAMS,
-};
-use crate::search::gate::SearchGate;
-use crate::search::SearchIndex;
-use crate::store::Store;
-use crate::supervisor::Supervisor;
+use crate::protocol::{self as wire, ErrorObject, Response, BUSY};
 
+use crate::answer::{DaemonContext, IntervalLog};
 use connection::serve_connection;
 pub(crate) use connection::ConnectionState;
 pub(crate) use dispatch::answer_request;
-pub(crate) use reads::not_listed;
-pub(crate) use search::{gated_search, ranked_search, sqlite_within_share, stale_search};
-pub use shape::{
-    resource_details, resources_page, search_result, server_list_result, templates_page,
-};
-pub(crate) use status::status;
-pub(crate) use view::{Restriction, View};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
@@ -117,81 +97,9 @@ pub fn record_socket_database(socket: &Path, database: &Path) -> io::Result<()> 
     std::fs::rename(&temporary, &path)
 }
 
-/// What request handlers need.
-pub struct DaemonContext {
-    pub store: Store,
-    pub supervisor: Arc<Supervisor>,
-    pub socket_path: PathBuf,
-    pub config_path: PathBuf,
-    pub started: Instant,
-    pub clients: AtomicUsize,
-    /// When the configuration in force was loaded, and why the last reload was refused.
-    pub config_load: std::sync::Mutex<ConfigLoad>,
-    /// The derived search index; `None` when it could not be opened (SQLite answers).
-    pub search_index: Option<Arc<SearchIndex>>,
-    /// The vectors of hybrid search; `None` without `[search] semantic_model`.
-    #[cfg(feature = "semantic")]
-    pub semantic: Option<Arc<crate::semantic::SemanticIndex>>,
-    /// Admits `catalog/search` calls: a bounded number at once, a bounded queue, a deadline.
-    pub search_gate: SearchGate,
-    /// The most connections served at once; more are refused at accept.
-    pub max_clients: usize,
-    /// Connections refused at accept, and the log of refusals (once per interval).
-    pub refused_clients: AtomicU64,
-    pub refusal_log: Mutex<IntervalLog>,
-}
-
-/// How often a repeated condition (refused clients, failing accepts) is logged at most.
-const REPEATED_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// The first and the longest pause after a failed accept (such as EMFILE, out of descriptors).
 const ACCEPT_RETRY_FIRST: Duration = Duration::from_millis(50);
 const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(2);
-
-/// Logs a repeated event at most once per interval, with how many happened since the last line.
-#[derive(Debug)]
-pub struct IntervalLog {
-    interval: Duration,
-    last_logged: Option<Instant>,
-    unlogged: u64,
-}
-
-impl IntervalLog {
-    pub fn new(interval: Duration) -> IntervalLog {
-        IntervalLog {
-            interval,
-            last_logged: None,
-            unlogged: 0,
-        }
-    }
-
-    /// Counts one event; `Some(count)` when it is time to log, with the events since the last line.
-    pub fn record(&mut self) -> Option<u64> {
-        self.unlogged += 1;
-        let due = self
-            .last_logged
-            .map_or(true, |last| last.elapsed() >= self.interval);
-        if !due {
-            return None;
-        }
-        self.last_logged = Some(Instant::now());
-        Some(std::mem::take(&mut self.unlogged))
-    }
-}
-
-impl Default for IntervalLog {
-    fn default() -> Self {
-        IntervalLog::new(REPEATED_LOG_INTERVAL)
-    }
-}
-
-/// The daemon's record of its configuration file, shown by `catalog/status`.
-#[derive(Debug, Clone, Default)]
-pub struct ConfigLoad {
-    pub loaded_at_ms: i64,
-    /// Set when the last reload was rejected (the previous configuration stays in force).
-    pub error: Option<String>,
-    pub error_at_ms: Option<i64>,
-}
 
 /// Accepts connections until shutdown; each connection is served by its own task, so a slow
 /// or stuck client holds up nobody but itself.
@@ -283,12 +191,4 @@ fn refuse_client(stream: &UnixStream, context: &DaemonContext) {
             "refusing socket clients: max_clients connections are open"
         );
     }
-}
-
-pub(super) fn invalid_params(error: InvalidParams) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, error.0)
-}
-
-pub(crate) fn internal(error: impl std::fmt::Display) -> ErrorObject {
-    ErrorObject::new(INTERNAL_ERROR, error.to_string())
 }

@@ -116,7 +116,7 @@ fn keyed_entries(
     })
 }
 
-fn follow_cursor(
+pub(super) fn follow_cursor(
     connection: &Connection,
     server: &str,
 ) -> Result<Option<FollowCursor>, StoreError> {
@@ -148,7 +148,7 @@ impl Store {
         keys: Vec<String>,
     ) -> Result<KeyedEntries, StoreError> {
         let memo = self.merged_count_memo.clone();
-        self.read(move |connection| keyed_entries(connection, kind, &keys, &memo))
+        self.read(move |reader| keyed_entries(reader.connection(), kind, &keys, &memo))
             .await
     }
 
@@ -156,7 +156,6 @@ impl Store {
     /// while its snapshot is empty (a delta needs one to apply to).
     pub async fn follow_cursor(&self, server: &str) -> Result<Option<FollowCursor>, StoreError> {
         let server = server.to_string();
-        self.read(move |connection| follow_cursor(connection, &server))
-            .await
+        self.read(move |reader| reader.follow_cursor(&server)).await
     }
 }

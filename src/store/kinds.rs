@@ -300,68 +300,77 @@ pub fn kind_counts(
     Ok(counts)
 }
 
-/// Every tool and prompt that differs from what was accepted, of accepted servers only.
-pub fn drift(connection: &Connection, server: Option<&str>) -> Result<Vec<DriftRow>, StoreError> {
-    type Key = (String, Kind, String);
-    let load = |sql: &str| -> Result<BTreeMap<Key, String>, StoreError> {
-        let mut statement = connection.prepare_cached(sql)?;
-        let rows = statement.query_map(params![server], |row| {
-            Ok((
-                (row.get(0)?, row.get(1)?, row.get(2)?),
-                row.get::<_, String>(3)?,
-            ))
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+/// The tools and prompts that differ from what was accepted, of accepted servers only, in
+/// (server, kind, name) order after `after`: at most `limit` rows, and no more once the page
+/// holds `MAX_LIST_PAGE_BYTES` of definitions. Read row by row, so memory is one page whatever
+/// the servers list; `true` when more follow.
+pub fn drift(
+    connection: &Connection,
+    server: Option<&str>,
+    after: Option<(&str, Kind, &str)>,
+    limit: usize,
+) -> Result<(Vec<DriftRow>, bool), StoreError> {
+    let (after_server, after_kind, after_name) = match after {
+        Some((server, kind, name)) => (server, Some(kind), name),
+        None => ("", None, ""),
     };
-    let current = load(
-        "SELECT s.name, e.kind, e.name, e.raw FROM entries e
-         JOIN servers s ON s.id = e.server_id
-         JOIN accepted_servers a ON a.server_id = e.server_id
-         WHERE ?1 IS NULL OR s.name = ?1",
+    let mut statement = connection.prepare_cached(
+        "SELECT server, kind, name, current, accepted FROM (
+             SELECT s.name AS server, e.kind AS kind, e.name AS name, e.raw AS current,
+                    x.raw AS accepted
+             FROM entries e
+             JOIN servers s ON s.id = e.server_id
+             JOIN accepted_servers a ON a.server_id = e.server_id
+             LEFT JOIN accepted_entries x
+               ON x.server_id = e.server_id AND x.kind = e.kind AND x.name = e.name
+             WHERE x.raw IS NULL OR x.raw != e.raw
+             UNION ALL
+             SELECT s.name, x.kind, x.name, NULL, x.raw FROM accepted_entries x
+             JOIN servers s ON s.id = x.server_id
+             WHERE NOT EXISTS (SELECT 1 FROM entries e
+                               WHERE e.server_id = x.server_id AND e.kind = x.kind
+                                 AND e.name = x.name))
+         WHERE (?1 IS NULL OR server = ?1)
+           AND (?3 IS NULL OR (server, kind, name) > (?2, ?3, ?4))
+         ORDER BY server, kind, name LIMIT ?5",
     )?;
-    let mut accepted = load(
-        "SELECT s.name, x.kind, x.name, x.raw FROM accepted_entries x
-         JOIN servers s ON s.id = x.server_id
-         WHERE ?1 IS NULL OR s.name = ?1",
-    )?;
-    let parse = |text: &str| serde_json::from_str::<Value>(text).ok();
-    let mut rows = Vec::new();
-    for ((server, kind, name), raw) in current {
-        match accepted.remove(&(server.clone(), kind, name.clone())) {
-            None => rows.push(DriftRow {
-                server,
-                kind,
-                name,
-                change: ChangeKind::Added,
-                accepted: None,
-                current: parse(&raw),
-                fields: Vec::new(),
-            }),
-            Some(before) if before != raw => rows.push(DriftRow {
-                fields: changed_fields(&before, &raw),
-                server,
-                kind,
-                name,
-                change: ChangeKind::Changed,
-                accepted: parse(&before),
-                current: parse(&raw),
-            }),
-            Some(_) => {}
+    let mut found = statement.query(params![
+        server,
+        after_server,
+        after_kind,
+        after_name,
+        (limit + 1) as i64
+    ])?;
+    let parse = |text: &Option<String>| {
+        text.as_deref()
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
+    };
+    let (mut rows, mut page_bytes, mut more) = (Vec::new(), 0, false);
+    while let Some(row) = found.next()? {
+        if rows.len() >= limit || page_bytes >= super::queries::MAX_LIST_PAGE_BYTES {
+            more = true;
+            break;
         }
-    }
-    for ((server, kind, name), raw) in accepted {
+        let current: Option<String> = row.get(3)?;
+        let accepted: Option<String> = row.get(4)?;
+        page_bytes +=
+            current.as_ref().map_or(0, String::len) + accepted.as_ref().map_or(0, String::len);
+        let (change, fields) = match (&accepted, &current) {
+            (None, _) => (ChangeKind::Added, Vec::new()),
+            (Some(_), None) => (ChangeKind::Removed, Vec::new()),
+            (Some(before), Some(after)) => (ChangeKind::Changed, changed_fields(before, after)),
+        };
         rows.push(DriftRow {
-            server,
-            kind,
-            name,
-            change: ChangeKind::Removed,
-            accepted: parse(&raw),
-            current: None,
-            fields: Vec::new(),
+            server: row.get(0)?,
+            kind: row.get(1)?,
+            name: row.get(2)?,
+            change,
+            accepted: parse(&accepted),
+            current: parse(&current),
+            fields,
         });
     }
-    rows.sort_by(|a, b| (&a.server, a.kind, &a.name).cmp(&(&b.server, b.kind, &b.name)));
-    Ok(rows)
+    Ok((rows, more))
 }
 
 /// A search of tools and prompts: the kinds among `Tool` and `Prompt` that take part, the

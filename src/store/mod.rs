@@ -5,6 +5,7 @@ mod follow;
 mod index_source;
 mod kinds;
 mod queries;
+mod reader;
 mod schema;
 mod scopes;
 mod sql_text;
@@ -17,16 +18,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
 pub use follow::{FollowCursor, KeyedEntries};
 pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource, LoadEvent, LoadFeed};
-pub use kinds::{DriftRow, EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
-pub use queries::{ChangePage, ReadTarget, SearchRequest};
+pub use kinds::{EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
+pub use queries::{ChangePage, SearchRequest};
+pub use reader::Reader;
 pub use scopes::ScopeUpdate;
-pub use views::SnapshotRow;
 
 use crate::protocol::{Kind, ServerState, TransportKind};
 use writer::{Batch, WriteOp};
@@ -139,7 +139,8 @@ impl CatalogChanged {
 }
 
 /// What a subscriber's burst of queued catalog changes comes to, drained at once so a burst
-/// of swaps is one notification.
+/// of swaps is one notification. Only changes `relevant` to the subscriber count as resource
+/// changes (a lag counts: what was missed is unknown).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChangeBurst {
     /// Anything changed (or changes were missed while the subscriber lagged).
@@ -154,11 +155,12 @@ pub struct ChangeBurst {
 pub fn drain_changes(
     first: Result<CatalogChanged, broadcast::error::RecvError>,
     receiver: &mut broadcast::Receiver<CatalogChanged>,
+    relevant: impl Fn(&CatalogChanged) -> bool,
 ) -> ChangeBurst {
     use broadcast::error::{RecvError, TryRecvError};
     let mut burst = ChangeBurst::default();
     match first {
-        Ok(change) => burst.resources = change.changes_resources(),
+        Ok(change) => burst.resources = change.changes_resources() && relevant(&change),
         Err(RecvError::Lagged(_)) => burst.resources = true,
         Err(RecvError::Closed) => {
             burst.closed = true;
@@ -168,7 +170,7 @@ pub fn drain_changes(
     burst.changed = true;
     loop {
         match receiver.try_recv() {
-            Ok(change) => burst.resources |= change.changes_resources(),
+            Ok(change) => burst.resources |= change.changes_resources() && relevant(&change),
             Err(TryRecvError::Lagged(_)) => burst.resources = true,
             Err(TryRecvError::Empty) => return burst,
             Err(TryRecvError::Closed) => {
@@ -363,7 +365,7 @@ pub struct Store {
     /// Set once the path no longer names the file we opened; shown in status.
     database_error: Arc<Mutex<Option<String>>>,
     writer: mpsc::UnboundedSender<WriteOp>,
-    readers: Arc<Mutex<Vec<Connection>>>,
+    readers: Arc<Mutex<Vec<Reader>>>,
     reader_slots: Arc<Semaphore>,
     next_walk_id: Arc<AtomicU64>,
     changes: broadcast::Sender<CatalogChanged>,
@@ -604,13 +606,6 @@ impl Store {
         .await
     }
 
-    /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
-    pub async fn scopes(
-        &self,
-    ) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
-        self.read(scopes::scopes).await
-    }
-
     /// Starts staging a new walk of `server`; nothing is visible until `commit`.
     pub fn begin_walk(&self, server: &str) -> StagedWalk {
         StagedWalk {
@@ -622,10 +617,11 @@ impl Store {
         }
     }
 
-    /// Runs `query` on a read-only connection off the async threads.
-    async fn read<T: Send + 'static>(
+    /// Runs `query` with a `Reader` from the pool (a read-only connection), off the async
+    /// threads: every read of the daemon goes through here.
+    pub async fn read<T: Send + 'static>(
         &self,
-        query: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        query: impl FnOnce(&Reader) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
@@ -642,75 +638,19 @@ impl Store {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .pop();
-            let connection = match pooled {
-                Some(connection) => connection,
-                None => schema::open_reader(&path)?,
+            let reader = match pooled {
+                Some(reader) => reader,
+                None => Reader::open(&path)?,
             };
-            let outcome = query(&connection);
+            let outcome = query(&reader);
             readers
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .push(connection);
+                .push(reader);
             outcome
         })
         .await
         .map_err(|error| StoreError::Walk(format!("query task failed: {error}")))?
-    }
-
-    pub async fn status(&self) -> Result<Vec<ServerStatus>, StoreError> {
-        self.read(queries::server_status).await
-    }
-
-    /// A page of the merged catalog after `after_uri`; the flag says whether more follow.
-    pub async fn list_resources(
-        &self,
-        after_uri: Option<String>,
-        limit: usize,
-    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
-        self.read(move |connection| {
-            queries::merged_resources(connection, after_uri.as_deref(), limit)
-        })
-        .await
-    }
-
-    pub async fn list_templates(
-        &self,
-        after: Option<String>,
-        limit: usize,
-    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
-        self.read(move |connection| queries::merged_templates(connection, after.as_deref(), limit))
-            .await
-    }
-
-    /// One page of ranked hits, and the offset of the next page when there is one.
-    pub async fn search(&self, request: SearchRequest) -> Result<FullTextPage, StoreError> {
-        self.read(move |connection| queries::search_noting_backlog(connection, &request))
-            .await
-    }
-
-    /// The server a read of `uri` goes to; `None` when no server lists it.
-    pub async fn read_target(&self, uri: &str) -> Result<Option<ReadTarget>, StoreError> {
-        let uri = uri.to_string();
-        self.read(move |connection| queries::read_target(connection, &uri))
-            .await
-    }
-
-    /// Every server that lists `uri`, the winner first.
-    pub async fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
-        let uri = uri.to_string();
-        self.read(move |connection| queries::listings(connection, &uri))
-            .await
-    }
-
-    /// A cached `resources/read` result (its JSON text) and when it was stored (ms since the epoch).
-    pub async fn cached_contents(
-        &self,
-        server: &str,
-        uri: &str,
-    ) -> Result<Option<(String, i64)>, StoreError> {
-        let (server, uri) = (server.to_string(), uri.to_string());
-        self.read(move |connection| queries::cached_contents(connection, &server, &uri))
-            .await
     }
 
     /// Keeps a `resources/read` result for offline reads, evicting the oldest entries of the
@@ -722,40 +662,6 @@ impl Store {
             contents,
             limit_bytes,
         });
-    }
-
-    /// Change feed entries after `since`, oldest first.
-    pub async fn changes_since(
-        &self,
-        since: Option<i64>,
-        limit: usize,
-    ) -> Result<ChangePage, StoreError> {
-        self.read(move |connection| queries::changes_since(connection, since, limit))
-            .await
-    }
-
-    /// The change feed position of the newest committed change (of any kind) a reader can see
-    /// now: the search index answers only once it reflects at least this.
-    pub async fn index_generation(&self) -> Result<u64, StoreError> {
-        self.read(index_source::index_generation).await
-    }
-
-    /// Reads the index generation (as `index_generation`) and runs `then` with it on the
-    /// same blocking thread, so a search of the index costs one hop off the async threads.
-    pub async fn with_index_generation<T: Send + 'static>(
-        &self,
-        then: impl FnOnce(u64) -> T + Send + 'static,
-    ) -> Result<T, StoreError> {
-        self.read(move |connection| Ok(then(index_source::index_generation(connection)?)))
-            .await
-    }
-
-    pub async fn latest_change_seq(&self) -> Result<i64, StoreError> {
-        self.read(queries::latest_change_seq).await
-    }
-
-    pub async fn read_cache_bytes(&self) -> Result<u64, StoreError> {
-        self.read(queries::read_cache_bytes).await
     }
 
     /// Replaces the server's snapshot of one kind of entries (tools or prompts) with `rows`,
@@ -777,64 +683,6 @@ impl Store {
         self.call(|reply| WriteOp::Accept { server, reply }).await
     }
 
-    /// A page of one kind of entries, after (server, name), and whether more follow.
-    pub async fn list_entries(
-        &self,
-        kind: Kind,
-        server: Option<String>,
-        after: Option<(String, String)>,
-        limit: usize,
-    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
-        self.read(move |connection| {
-            let after = after
-                .as_ref()
-                .map(|(server, name)| (server.as_str(), name.as_str()));
-            kinds::list_entries(connection, kind, server.as_deref(), after, limit)
-        })
-        .await
-    }
-
-    pub async fn entry(
-        &self,
-        kind: Kind,
-        server: &str,
-        name: &str,
-    ) -> Result<Option<EntryListing>, StoreError> {
-        let (server, name) = (server.to_string(), name.to_string());
-        self.read(move |connection| kinds::entry(connection, kind, &server, &name))
-            .await
-    }
-
-    pub async fn kind_counts(
-        &self,
-    ) -> Result<
-        std::collections::BTreeMap<String, std::collections::BTreeMap<Kind, KindCounts>>,
-        StoreError,
-    > {
-        self.read(kinds::kind_counts).await
-    }
-
-    pub async fn drift(&self, server: Option<String>) -> Result<Vec<DriftRow>, StoreError> {
-        self.read(move |connection| kinds::drift(connection, server.as_deref()))
-            .await
-    }
-
-    /// Change feed entries after `since` of the given entry kinds only, oldest first.
-    pub async fn changes_of_kinds(
-        &self,
-        since: Option<i64>,
-        limit: usize,
-        kinds: Vec<Kind>,
-    ) -> Result<ChangePage, StoreError> {
-        self.read(move |connection| kinds::changes_of_kinds(connection, since, limit, &kinds))
-            .await
-    }
-
-    pub async fn search_entries(&self, search: EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
-        self.read(move |connection| kinds::search_entries(connection, &search))
-            .await
-    }
-
     /// Stops the writer after the operations already queued; returns when it has closed the database.
     pub async fn close(&self) {
         let (reply, done) = oneshot::channel();
@@ -845,70 +693,6 @@ impl Store {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clear();
-    }
-}
-
-/// The catalog read straight from the database file, read-only, for the CLI when no daemon
-/// runs. It never writes, so it cannot disturb a daemon that starts meanwhile.
-pub struct ReadOnlyCatalog {
-    connection: Connection,
-}
-
-impl ReadOnlyCatalog {
-    /// Opens an existing database; a missing file is an error rather than a new database.
-    pub fn open(path: &Path) -> Result<ReadOnlyCatalog, StoreError> {
-        if !path.exists() {
-            return Err(StoreError::Open {
-                path: path.to_path_buf(),
-                source: rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
-                    Some("no such file".into()),
-                ),
-            });
-        }
-        Ok(ReadOnlyCatalog {
-            connection: schema::open_reader(path)?,
-        })
-    }
-
-    pub fn list_resources(
-        &self,
-        after_uri: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
-        queries::merged_resources(&self.connection, after_uri, limit)
-    }
-
-    pub fn search(&self, request: &SearchRequest) -> Result<FullTextPage, StoreError> {
-        queries::search_noting_backlog(&self.connection, request)
-    }
-
-    pub fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
-        queries::listings(&self.connection, uri)
-    }
-
-    pub fn search_entries(&self, search: &EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
-        kinds::search_entries(&self.connection, search)
-    }
-
-    /// A page of one kind's tools or prompts, after (server, name), ordered by server and name.
-    pub fn list_entries(
-        &self,
-        kind: Kind,
-        server: Option<&str>,
-        after: Option<(&str, &str)>,
-        limit: usize,
-    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
-        kinds::list_entries(&self.connection, kind, server, after, limit)
-    }
-
-    pub fn entry(
-        &self,
-        kind: Kind,
-        server: &str,
-        name: &str,
-    ) -> Result<Option<EntryListing>, StoreError> {
-        kinds::entry(&self.connection, kind, server, name)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{CatalogRow, ReadOnlyCatalog, Store, StoreError};
+use super::StoreError;
 use crate::store::uri_template::{MatchBudget, UriTemplate, MAX_TEMPLATE_BYTES_CEILING};
 
 /// The server a read of a templated URI goes to: the first of the templates it matches,
@@ -129,59 +129,4 @@ pub fn merged_resource_count(connection: &Connection) -> Result<u64, StoreError>
         |row| row.get(0),
     )?;
     Ok(count.max(0) as u64)
-}
-
-impl Store {
-    /// The server whose template matches `uri`; `None` when no mirrored template does.
-    pub async fn template_target(&self, uri: &str) -> Result<Option<TemplateTarget>, StoreError> {
-        let uri = uri.to_string();
-        self.read(move |connection| template_target(connection, &uri))
-            .await
-    }
-
-    pub async fn server_exists(&self, server: &str) -> Result<bool, StoreError> {
-        let server = server.to_string();
-        self.read(move |connection| server_exists(connection, &server))
-            .await
-    }
-
-    pub async fn server_snapshot(
-        &self,
-        server: &str,
-        after_uri: Option<String>,
-        limit: usize,
-    ) -> Result<(Vec<SnapshotRow>, bool), StoreError> {
-        let server = server.to_string();
-        self.read(move |connection| {
-            server_snapshot(connection, &server, after_uri.as_deref(), limit)
-        })
-        .await
-    }
-
-    pub async fn merged_resource_count(&self) -> Result<u64, StoreError> {
-        self.read(merged_resource_count).await
-    }
-}
-
-impl ReadOnlyCatalog {
-    pub fn list_templates(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
-        super::queries::merged_templates(&self.connection, after, limit)
-    }
-
-    pub fn server_exists(&self, server: &str) -> Result<bool, StoreError> {
-        server_exists(&self.connection, server)
-    }
-
-    pub fn server_snapshot(
-        &self,
-        server: &str,
-        after_uri: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<SnapshotRow>, bool), StoreError> {
-        server_snapshot(&self.connection, server, after_uri, limit)
-    }
 }

@@ -170,7 +170,7 @@ async fn follow(
             .entries
             .into_iter()
             // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
-            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)))
+            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)).ok())
             .filter_map(|entry| resource_row(entry, limits.max_entry_bytes))
             .filter(|row| found.insert(row.uri.clone()))
             .collect();

@@ -214,21 +214,21 @@ impl Listed for TemplateRow {
 }
 
 /// A listed entry as it enters the mirror, whichever way it comes (a walk, a followed feed):
-/// `None` when it came through this mirror already (a mirror never takes back its own entries
-/// through a loop of mirrors); else with its upstream mirror, if any, recorded in its chain, and
-/// scrubbed of configured secrets, whatever a server reflects.
+/// `Err` with the item untouched when it came through this mirror already (a mirror never takes
+/// back its own entries through a loop of mirrors); else with its upstream mirror, if any,
+/// recorded in its chain, and scrubbed of configured secrets, whatever a server reflects.
 pub(crate) fn take_entry(
     item: Box<RawValue>,
     upstream_mirror: Option<&str>,
-) -> Option<Box<RawValue>> {
+) -> Result<Box<RawValue>, Box<RawValue>> {
     if crate::protocol::came_through_us(item.get()) {
-        return None;
+        return Err(item);
     }
     let item = match upstream_mirror {
         Some(upstream) => crate::protocol::through_mirror(item.get(), upstream).unwrap_or(item),
         None => item,
     };
-    Some(crate::redact::scrub_entry(item))
+    Ok(crate::redact::scrub_entry(item))
 }
 
 /// What one pass over a list saw.
@@ -285,6 +285,9 @@ impl<'a> ListWalk<'a> {
         // the catalog.
         let hasher = BuildHasherDefault::<DefaultHasher>::default();
         let mut seen: HashSet<u64> = HashSet::new();
+        // Hashes of the entries left out as our own come back: a page of them new is progress
+        // (a peer in a loop lists our entries before its own), the same ones again are not.
+        let mut looped_seen: HashSet<u64> = HashSet::new();
         let mut outcome = ListOutcome::default();
         let upstream_mirror = self
             .session
@@ -330,15 +333,25 @@ impl<'a> ListWalk<'a> {
             let next_cursor = page.next_cursor;
             let page_cap_reached = outcome.pages >= limits.max_pages;
             let items = page.items;
-            let (seen, hasher, counts) = (&mut seen, &hasher, &mut outcome);
+            let (seen, looped_seen, hasher, counts) =
+                (&mut seen, &mut looped_seen, &hasher, &mut outcome);
             let (to_row, keep) = (&mut to_row, &mut keep);
             // This page becomes rows and is kept while the server prepares the next one.
             let this_page = async move {
                 let mut rows = Vec::with_capacity(items.len());
+                let mut new_looped = 0;
                 for item in items {
-                    let Some(item) = take_entry(item, *upstream_mirror) else {
-                        counts.looped += 1;
-                        continue;
+                    let item = match take_entry(item, *upstream_mirror) {
+                        Ok(item) => item,
+                        Err(looped) => {
+                            counts.looped += 1;
+                            if looped_seen.len() as u64 <= limits.max_items
+                                && looped_seen.insert(hasher.hash_one(looped.get()))
+                            {
+                                new_looped += 1;
+                            }
+                            continue;
+                        }
                     };
                     let Some(row) = to_row(item) else {
                         counts.skipped += 1;
@@ -357,7 +370,7 @@ impl<'a> ListWalk<'a> {
                     }
                     rows.push(row);
                 }
-                let new_in_page = rows.len();
+                let new_in_page = rows.len() + new_looped;
                 keep(rows).await?;
                 Ok::<usize, Attempt>(new_in_page)
             };

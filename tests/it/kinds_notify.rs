@@ -39,8 +39,15 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `Authorization: Bearer TOKEN` and its line end, or nothing.
+fn bearer(token: Option<&str>) -> String {
+    token.map_or(String::new(), |token| {
+        format!("Authorization: Bearer {token}\r\n")
+    })
+}
+
 /// A handshake-era session on the HTTP face: `initialize`, answered with its session id.
-fn http_session(address: &str) -> String {
+fn http_session(address: &str, token: Option<&str>) -> String {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                    "clientInfo": {"name": "it", "version": "1"}}})
@@ -50,7 +57,8 @@ fn http_session(address: &str) -> String {
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
     let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        bearer(token),
         body.len()
     );
     stream
@@ -75,10 +83,11 @@ struct EventStream {
 }
 
 impl EventStream {
-    fn open(address: &str, session: &str) -> EventStream {
+    fn open(address: &str, session: &str, token: Option<&str>) -> EventStream {
         let mut stream = TcpStream::connect(address).expect("connect to the HTTP face");
         let request = format!(
-            "GET /mcp HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n"
+            "GET /mcp HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\n{}Mcp-Session-Id: {session}\r\n\r\n",
+            bearer(token)
         );
         stream
             .write_all(request.as_bytes())
@@ -154,8 +163,8 @@ fn a_tool_change_sends_no_resources_list_changed_but_a_resource_change_does() {
     assert!(initialize.get("result").is_some(), "{initialize}");
     let watch = client.request("catalog/watch", json!({}));
     assert!(watch["result"]["latestSeq"].is_i64(), "{watch}");
-    let session = http_session(&address);
-    let mut events = EventStream::open(&address, &session);
+    let session = http_session(&address, None);
+    let mut events = EventStream::open(&address, &session, None);
 
     // Only the tool changes: the fixture sends tools/list_changed, the mirror swaps tools.
     scratch.write_scenario("scenario.json", &scenario("Predicts the rain", 3));
@@ -241,4 +250,61 @@ fn a_tool_change_at_an_http_2026_07_28_fixture_reaches_the_mirror_by_push() {
         "the change came by push: {status}"
     );
     assert_eq!(status["live"]["push"], "subscriptions/listen", "{status}");
+}
+
+#[test]
+fn a_tokens_stream_wakes_only_for_the_servers_its_view_names() {
+    let scratch = Scratch::new();
+    let seen = scratch.write_scenario("seen.json", &scenario("Forecasts the weather", 3));
+    let unseen = scratch.write_scenario("unseen.json", &scenario("Forecasts the weather", 3));
+    let token_file = scratch.write_private("narrow.token", "narrow-token-value\n");
+    let address = format!("127.0.0.1:{}", free_port());
+    let servers: String = [("seen", &seen), ("unseen", &unseen)]
+        .iter()
+        .map(|(name, path)| {
+            crate::support::stdio_server(
+                name,
+                &["--name", name, "--scenario", &path.display().to_string()],
+            )
+        })
+        .collect();
+    let config = scratch.config(&format!(
+        "{servers}[http]\nlisten = \"{address}\"\ntokens = {{ narrow = {{ file = {:?}, servers = [\"seen\"] }} }}\n",
+        token_file.display().to_string()
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("seen", 1);
+    daemon.wait_for_walks("unseen", 1);
+    wait_for("the HTTP face", Duration::from_secs(20), || {
+        TcpStream::connect(&address).ok()
+    });
+    let token = Some("narrow-token-value");
+    let session = http_session(&address, token);
+    let mut events = EventStream::open(&address, &session, token);
+
+    // A resource change of a server outside the view: committed (the walk count says so),
+    // and the token's stream stays quiet.
+    scratch.write_scenario("unseen.json", &scenario("Forecasts the weather", 4));
+    wait_for(
+        "the change outside the view",
+        Duration::from_secs(30),
+        || (daemon.server_status("unseen")["resources"] == 4).then_some(()),
+    );
+    events.read_until(Duration::from_secs(1), |text| {
+        text.contains(RESOURCES_LIST_CHANGED)
+    });
+    assert!(
+        !events.received.contains(RESOURCES_LIST_CHANGED),
+        "a change outside the view reached the token's stream: {}",
+        events.received
+    );
+
+    // One of its own server reaches it.
+    scratch.write_scenario("seen.json", &scenario("Forecasts the weather", 4));
+    assert!(
+        events.read_until(Duration::from_secs(30), |text| text
+            .contains(RESOURCES_LIST_CHANGED)),
+        "no resources/list_changed on the token's stream: {}",
+        events.received
+    );
 }

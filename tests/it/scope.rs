@@ -312,6 +312,36 @@ fn no_private_entry_and_nothing_outside_its_view_reaches_a_token_by_any_method()
     };
     check(&daemon, "after the first walks");
 
+    // Status tells the narrow token of its servers and kinds only, totals included.
+    let status = ask(
+        &daemon,
+        &address,
+        Some(NARROW_TOKEN),
+        "catalog/status",
+        &json!({}),
+    );
+    let status = &status[0]["result"];
+    let servers = status["servers"].as_array().expect("servers");
+    let names: Vec<&str> = servers
+        .iter()
+        .filter_map(|server| server["name"].as_str())
+        .collect();
+    assert_eq!(names, ["kinds", "open"], "{status}");
+    let kinds_server = &servers[0];
+    assert!(
+        kinds_server["kinds"].get("tool").is_none(),
+        "{kinds_server}"
+    );
+    let visible_total: u64 = servers
+        .iter()
+        .map(|server| server["resources"].as_u64().expect("resources"))
+        .sum();
+    assert_eq!(status["daemon"]["resources"], visible_total, "{status}");
+    assert!(
+        status["daemon"].get("mergedResources").is_none(),
+        "{status}"
+    );
+
     // A token allowed to mutate may refresh; the others were refused above.
     let bearer = format!("Bearer {OPS_TOKEN}");
     let refreshed = http_exchange(
@@ -443,6 +473,41 @@ fn loop_member(
     ));
     fast_daemon_settings(&config);
     (Daemon::start(scratch, &config), scenario)
+}
+
+/// Pages of our own entries coming back through the loop are left out, but they are not a
+/// cursor loop: a peer listing more than `max_pages_without_new` pages of them before its own
+/// (here 2,000 of A's, four pages of 500, before B's three) is walked to its end, so B's own
+/// entries and their removals still reach A (the soak found A's walk of B failing forever).
+#[test]
+fn pages_of_our_own_entries_back_through_a_loop_are_not_a_cursor_loop() {
+    let (scratch_a, scratch_b) = (Scratch::new(), Scratch::new());
+    let (address_a, address_b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let (a, _) = loop_member(&scratch_a, "alpha", &address_a, "b", &address_b, 2000);
+    let (b, beta_scenario) = loop_member(&scratch_b, "beta", &address_b, "a", &address_a, 3);
+    wait_for("B to hold A's 2,000", Duration::from_secs(60), || {
+        (b.server_status("a")["resources"] == 2000).then_some(())
+    });
+    // A walks B after B took A's entries: B's three, and a walk that succeeds.
+    let walks_before = a.server_status("b")["walksOk"].as_u64().unwrap_or(0);
+    scratch_b.write_scenario("own.json", &json!({"generate": 2}));
+    assert!(beta_scenario.exists());
+    wait_for(
+        "a removal at B's source to leave A",
+        Duration::from_secs(60),
+        || {
+            let status = a.server_status("b");
+            (own_snapshot(&a, "b").len() == 2
+                && status["walksOk"].as_u64().unwrap_or(0) > walks_before)
+                .then_some(())
+        },
+    );
+    let status = a.server_status("b");
+    assert_ne!(status["state"], "failed", "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
 }
 
 fn own_snapshot(daemon: &Daemon, server: &str) -> Vec<Value> {

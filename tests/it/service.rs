@@ -687,3 +687,47 @@ fn the_reload_command_returns_after_the_file_is_applied_and_fails_on_a_refused_o
     );
     assert_eq!(server_names(&daemon), ["docs", "more"]);
 }
+
+#[test]
+fn a_deleted_socket_file_stops_the_watchdog_so_systemd_restarts_the_daemon() {
+    let scratch = Scratch::new();
+    let config = scratch.config(&stdio_server(
+        "docs",
+        &["--name", "docs", "--generate", "3"],
+    ));
+    let notify_path = scratch.path("notify.sock");
+    let receiver = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let mut command = serve_command(&config);
+    command
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("WATCHDOG_USEC", "1000000");
+    let daemon = spawn(&scratch, command);
+    receive_until(&receiver, Duration::from_secs(20), |message| {
+        message == "WATCHDOG=1"
+    });
+
+    std::fs::remove_file(&daemon.socket).expect("remove the socket file");
+    wait_for(
+        "the health check to notice",
+        Duration::from_secs(20),
+        || daemon.log_text().contains("is gone").then_some(()),
+    );
+    // Pets sent before the failing check may still be queued; after them, none may come.
+    receiver.set_nonblocking(true).expect("nonblocking");
+    let mut buffer = vec![0u8; 4096];
+    while receiver.recv(&mut buffer).is_ok() {}
+    receiver.set_nonblocking(false).expect("blocking");
+    receiver
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let quiet_until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < quiet_until {
+        if let Ok(length) = receiver.recv(&mut buffer) {
+            let message = String::from_utf8_lossy(&buffer[..length]).to_string();
+            assert_ne!(
+                message, "WATCHDOG=1",
+                "petted the watchdog without a socket file"
+            );
+        }
+    }
+}

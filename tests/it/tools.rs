@@ -702,3 +702,84 @@ fn search_changes_and_status_by_kind_online_and_offline() {
         );
     }
 }
+
+/// Every page of `catalog/drift` at `limit`, following cursors.
+fn drift_pages(daemon: &Daemon, limit: u64) -> Vec<Vec<Value>> {
+    let mut pages = Vec::new();
+    let mut params = json!({"server": "fx", "limit": limit});
+    loop {
+        let page = daemon.call("catalog/drift", params.clone());
+        pages.push(page["drift"].as_array().expect("drift").clone());
+        match page["nextCursor"].as_str() {
+            Some(next) => params["cursor"] = json!(next),
+            None => return pages,
+        }
+    }
+}
+
+#[test]
+fn drift_is_paged_in_server_kind_name_order_and_pages_never_repeat() {
+    let scratch = Scratch::new();
+    let path = scratch.write_scenario("scenario.json", &scenario("Forecasts the weather"));
+    let daemon = Daemon::with_scenario(&scratch, "fx", &path);
+    wait_for("the tools and prompts", Duration::from_secs(30), || {
+        let counts = (
+            list_all(&daemon, "catalog/tools", "tools").len(),
+            list_all(&daemon, "catalog/prompts", "prompts").len(),
+        );
+        (counts == (5, 1)).then_some(())
+    });
+    daemon.call("catalog/accept", json!({"server": "fx"}));
+
+    // Two tools changed, one removed, one added, the prompt changed: five entries of drift.
+    let mut changed = scenario("Predicts the zephyr");
+    let tools = changed["tools"].as_array_mut().expect("tools");
+    tools[0]["description"] = json!("The first, changed");
+    tools.remove(2);
+    tools.push(tool("epsilon", "A new tool"));
+    changed["prompts"][0]["description"] = json!("Summarizes a text, changed");
+    scratch.write_scenario("scenario.json", &changed);
+    let whole = wait_for("the drift", Duration::from_secs(30), || {
+        let pages = drift_pages(&daemon, 500);
+        (pages.len() == 1 && pages[0].len() == 5).then(|| pages[0].clone())
+    });
+    let keys: Vec<(String, String, String)> = whole
+        .iter()
+        .map(|entry| {
+            let text = |field: &str| entry[field].as_str().expect(field).to_string();
+            (text("kind"), text("name"), text("change"))
+        })
+        .collect();
+    let expected = [
+        ("prompt", "summarize", "changed"),
+        ("tool", "alpha", "changed"),
+        ("tool", "epsilon", "added"),
+        ("tool", "gamma", "removed"),
+        ("tool", "weather", "changed"),
+    ]
+    .map(|(kind, name, change)| (kind.into(), name.into(), change.into()));
+    assert_eq!(keys, expected);
+
+    for limit in [1, 2, 3] {
+        let pages = drift_pages(&daemon, limit);
+        assert!(
+            pages.iter().all(|page| page.len() as u64 <= limit),
+            "limit {limit}: {pages:?}"
+        );
+        let joined: Vec<Value> = pages.into_iter().flatten().collect();
+        assert_eq!(joined, whole, "pages of {limit} differ from one page");
+    }
+    let zero = daemon
+        .connect()
+        .request("catalog/drift", json!({"limit": 0}));
+    assert_eq!(zero["error"]["code"], -32602, "{zero}");
+    let bad = daemon
+        .connect()
+        .request("catalog/drift", json!({"cursor": "nonsense"}));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+
+    // The CLI follows every page.
+    let printed = run_cli(&daemon.socket, &["drift", "--json"]);
+    let printed: Value = serde_json::from_slice(&printed.stdout).expect("json");
+    assert_eq!(printed["drift"].as_array().expect("drift"), &whole);
+}

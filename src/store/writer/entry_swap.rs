@@ -260,7 +260,7 @@ mod tests {
             assert_eq!(again.touched(), 0);
         }
         let (listed, _) = store
-            .list_entries(Kind::Tool, None, None, 10)
+            .read(|reader| reader.list_entries(Kind::Tool, None, None, 10))
             .await
             .expect("list");
         assert_eq!(listed[0].raw, a, "the stored text is kept");

@@ -203,7 +203,7 @@ fn a_large_swap_leaves_its_full_text_to_the_backlog_and_rows_changed_meanwhile_s
     assert_eq!(full_text_backlog(&connection).expect("backlog"), 20_000);
     // Committed and visible, but not in the full-text index yet; the note says so.
     assert_eq!(full_text_matches(&connection, "alpha"), 50);
-    let reader = crate::store::ReadOnlyCatalog::open(&path).expect("reader");
+    let reader = crate::store::Reader::open_file(&path).expect("reader");
     let alpha = SearchRequest {
         raw: true,
         server: Some("large".into()),
@@ -277,7 +277,11 @@ async fn a_backlog_left_by_a_crash_is_resumed_at_start() {
         "the backlog to be indexed",
         Duration::from_secs(120),
         async || {
-            let found = store.search(raw.clone()).await.expect("search");
+            let found = {
+                let raw = raw.clone();
+                store.read(move |reader| reader.search(&raw)).await
+            }
+            .expect("search");
             if found.hits.is_empty() {
                 // Not found yet: only while the note says the index is behind.
                 assert!(found.note.is_some(), "a silent miss");
@@ -326,7 +330,11 @@ async fn another_servers_swap_commits_while_a_large_first_load_is_indexed() {
         raw: true,
         ..SearchRequest::new("beta", 20)
     };
-    let hits = store.search(small).await.expect("search").hits;
+    let hits = store
+        .read(move |reader| reader.search(&small))
+        .await
+        .expect("search")
+        .hits;
     assert_eq!(hits.len(), 10, "a small swap is indexed in its own commit");
 
     wait_until(
@@ -361,7 +369,7 @@ fn foreign_key_violations(path: &std::path::Path) -> i64 {
 }
 
 async fn resources_of(store: &Store, server: &str) -> u64 {
-    let status = store.status().await.expect("status");
+    let status = store.read(|reader| reader.status()).await.expect("status");
     status
         .iter()
         .find(|row| row.name == server)
@@ -397,19 +405,34 @@ async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commi
     // No reader sees any of them.
     assert_eq!(resources_of(&store, "large").await, 0);
     assert_eq!(resources_of(&store, "small").await, 10);
-    let (listed, more) = store.list_resources(None, 1_000).await.expect("list");
+    let (listed, more) = store
+        .read(|reader| reader.list_resources(None, 1_000))
+        .await
+        .expect("list");
     assert!(!more);
     assert_eq!(listed.len(), 10);
     assert!(listed.iter().all(|row| row.server == "small"));
-    assert_eq!(store.merged_resource_count().await.expect("count"), 10);
+    assert_eq!(
+        store
+            .read(|reader| reader.merged_resource_count())
+            .await
+            .expect("count"),
+        10
+    );
     let alpha = SearchRequest {
         raw: true,
         ..SearchRequest::new("alpha", 20)
     };
-    let hits = store.search(alpha.clone()).await.expect("search").hits;
+    let hits = {
+        let alpha = alpha.clone();
+        store.read(move |reader| reader.search(&alpha)).await
+    }
+    .expect("search")
+    .hits;
     assert!(hits.is_empty(), "a search found a pending row");
+    let uri = large[0].uri.clone();
     assert!(store
-        .read_target(&large[0].uri)
+        .read(move |reader| reader.read_target(&uri))
         .await
         .expect("read target")
         .is_none());
@@ -439,11 +462,20 @@ async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commi
     assert_eq!(pending_rows(&path), 0);
     assert_eq!(foreign_key_violations(&path), 0);
     assert_eq!(resources_of(&store, "large").await, 100_000);
-    assert_eq!(store.merged_resource_count().await.expect("count"), 100_010);
-    let (listed, _) = store.list_resources(None, 20).await.expect("list");
+    assert_eq!(
+        store
+            .read(|reader| reader.merged_resource_count())
+            .await
+            .expect("count"),
+        100_010
+    );
+    let (listed, _) = store
+        .read(|reader| reader.list_resources(None, 20))
+        .await
+        .expect("list");
     assert!(listed.iter().all(|row| row.server == "large"));
     let (tools, _) = store
-        .list_entries(Kind::Tool, Some("large".to_string()), None, 10)
+        .read(|reader| reader.list_entries(Kind::Tool, Some("large"), None, 10))
         .await
         .expect("tools");
     assert_eq!(tools.len(), 1, "the server's tools were lost at the swap");
@@ -454,7 +486,11 @@ async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commi
         async || store.full_text_note().is_none(),
     )
     .await;
-    let hits = store.search(alpha).await.expect("search").hits;
+    let hits = store
+        .read(move |reader| reader.search(&alpha))
+        .await
+        .expect("search")
+        .hits;
     assert_eq!(hits.len(), 20);
     store.close().await;
     let connection = schema::open_writer(&path).expect("writer");
@@ -497,7 +533,13 @@ async fn a_first_load_that_fails_or_is_dropped_leaves_no_rows() {
     )
     .await;
     assert_eq!(resources_of(&store, "large").await, 0);
-    assert_eq!(store.merged_resource_count().await.expect("count"), 0);
+    assert_eq!(
+        store
+            .read(|reader| reader.merged_resource_count())
+            .await
+            .expect("count"),
+        0
+    );
 
     // The next walk loads everything, exactly.
     let walk = store.begin_walk("large");
@@ -534,7 +576,13 @@ async fn pending_rows_left_by_a_crash_are_discarded_at_start_and_the_walk_repeat
     assert_eq!(pending_rows(&path), 12_001);
     let store = Store::open(&path).expect("open");
     assert_eq!(resources_of(&store, "large").await, 0);
-    assert_eq!(store.merged_resource_count().await.expect("count"), 10);
+    assert_eq!(
+        store
+            .read(|reader| reader.merged_resource_count())
+            .await
+            .expect("count"),
+        10
+    );
     wait_until(
         "the pending rows to be discarded",
         Duration::from_secs(120),
@@ -548,7 +596,13 @@ async fn pending_rows_left_by_a_crash_are_discarded_at_start_and_the_walk_repeat
     let outcome = walk.commit(WalkReport::default()).await.expect("commit");
     assert_eq!(outcome.added, 12_000);
     assert_eq!(resources_of(&store, "large").await, 12_000);
-    assert_eq!(store.merged_resource_count().await.expect("count"), 12_010);
+    assert_eq!(
+        store
+            .read(|reader| reader.merged_resource_count())
+            .await
+            .expect("count"),
+        12_010
+    );
     assert_eq!(foreign_key_violations(&path), 0);
     wait_until(
         "the backlog to be indexed",

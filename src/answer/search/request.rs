@@ -1,4 +1,4 @@
-//! `catalog/search`: the params turned into the store's and the index's requests, with the
+//! `catalog/search`'s params turned into the store's and the index's requests, with the
 //! defaults and caps every caller gets (the daemon and the CLI reading the database alike).
 
 use crate::protocol::{

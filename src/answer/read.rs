@@ -1,28 +1,16 @@
-//! Reads routed to a server: `resources/read` (the winning server, else the first matching template's; the cache fallback) and `catalog/list`.
+//! Reads routed to a server: `resources/read` (the winning server, else the first matching template's; the cache fallback).
 
-use super::shape::server_list_result;
-use super::{internal, invalid_params, DaemonContext, View};
+use super::{internal, DaemonContext, View};
+use crate::answer::resource::not_listed;
 use crate::protocol::{
-    self as wire, CacheNote, CacheScope, ErrorData, ErrorObject, Kind, ReadResourceResult,
-    INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND,
+    CacheNote, CacheScope, ErrorData, ErrorObject, Kind, ReadResourceResult, INTERNAL_ERROR,
 };
 use crate::redact;
 use crate::session::ReadError;
 
-pub(crate) fn not_listed(uri: &str) -> ErrorObject {
-    ErrorObject::new(
-        RESOURCE_NOT_FOUND,
-        format!("resource not found: no mirrored server lists {uri}"),
-    )
-    .with_data(ErrorData {
-        uri: Some(uri.into()),
-        ..ErrorData::default()
-    })
-}
-
 /// Reads through the server that wins `uri` in the merged catalog; when that server cannot
 /// be reached and its content cache has the URI, serves the cached contents instead.
-pub(super) async fn read_resource(
+pub async fn read_resource(
     uri: &str,
     context: &DaemonContext,
     view: &View,
@@ -69,9 +57,10 @@ pub(super) async fn read_resource(
                 && target.read_cache_bytes.is_some()
                 && view.sees_private_reads_of(server)
             {
+                let (server_name, uri_text) = (server.to_string(), uri.to_string());
                 let cached = context
                     .store
-                    .cached_contents(server, uri)
+                    .read(move |reader| reader.cached_contents(&server_name, &uri_text))
                     .await
                     .map_err(internal)?;
                 // An entry that no longer parses is as good as none.
@@ -113,25 +102,29 @@ async fn read_target_or_template(
     uri: &str,
     context: &DaemonContext,
 ) -> Result<Target, ErrorObject> {
-    if let Some(target) = context.store.read_target(uri).await.map_err(internal)? {
-        return Ok(Target {
-            server: target.server,
-            read_cache_bytes: target.read_cache_bytes,
-            kinds: &[Kind::Resource],
-        });
-    }
-    let template = context
-        .store
-        .template_target(uri)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| not_listed(uri))?;
-    Ok(Target {
-        server: template.server,
-        read_cache_bytes: template.read_cache_bytes,
-        // Reached through a template, the read is of a resource too.
-        kinds: &[Kind::Template, Kind::Resource],
-    })
+    let target = {
+        let uri = uri.to_string();
+        context
+            .store
+            .read(move |reader| {
+                if let Some(target) = reader.read_target(&uri)? {
+                    return Ok(Some(Target {
+                        server: target.server,
+                        read_cache_bytes: target.read_cache_bytes,
+                        kinds: &[Kind::Resource],
+                    }));
+                }
+                Ok(reader.template_target(&uri)?.map(|template| Target {
+                    server: template.server,
+                    read_cache_bytes: template.read_cache_bytes,
+                    // Reached through a template, the read is of a resource too.
+                    kinds: &[Kind::Template, Kind::Resource],
+                }))
+            })
+            .await
+            .map_err(internal)?
+    };
+    target.ok_or_else(|| not_listed(uri))
 }
 
 /// Where a read goes, and the kinds of entry that lead there (all of which the view must see).
@@ -139,48 +132,4 @@ struct Target {
     server: String,
     read_cache_bytes: Option<u64>,
     kinds: &'static [Kind],
-}
-
-/// The "no server named" error, as `catalog/refresh` and `catalog/list` answer it.
-fn no_such_server(name: &str) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, format!("no server named {name}")).with_data(ErrorData {
-        not_found: Some("server".into()),
-        server: Some(name.into()),
-        ..ErrorData::default()
-    })
-}
-
-pub(super) async fn server_list(
-    params: wire::ServerListParams,
-    context: &DaemonContext,
-    view: &View,
-) -> Result<wire::ServerListResult, ErrorObject> {
-    let (after, limit) = params.checked().map_err(invalid_params)?;
-    // A server outside the view is as unknown as one never configured.
-    if !view.sees(&params.server, Kind::Resource)
-        || !context
-            .store
-            .server_exists(&params.server)
-            .await
-            .map_err(internal)?
-    {
-        return Err(no_such_server(&params.server));
-    }
-    let (rows, more) = context
-        .store
-        .server_snapshot(&params.server, after, limit)
-        .await
-        .map_err(internal)?;
-    let mut result = server_list_result(params.server, rows, more).map_err(internal)?;
-    for entry in &mut result.resources {
-        // The winner's name is another server's: only when the view sees it.
-        if entry
-            .won_by
-            .as_deref()
-            .is_some_and(|winner| !view.sees(winner, Kind::Resource))
-        {
-            entry.won_by = None;
-        }
-    }
-    Ok(result)
 }

@@ -65,6 +65,19 @@ impl View {
             || restriction.scopes.get(&(server.to_string(), kind)) == Some(&CacheScope::Public)
     }
 
+    /// Whether the view names the server and the kind, whatever their scope: what may wake a
+    /// client's change notifications, which carry no entry (a stream outlives the scopes read
+    /// when it opened, so it does not judge by them).
+    pub(crate) fn names(&self, server: &str, kind: Kind) -> bool {
+        self.restriction.as_ref().map_or(true, |restriction| {
+            restriction.sees_server(server)
+                && restriction
+                    .kinds
+                    .as_ref()
+                    .map_or(true, |kinds| kinds.contains(&kind))
+        })
+    }
+
     /// Whether a read result the server marked `private` may be served to this view: the
     /// owner's, or a shared server's.
     pub(crate) fn sees_private_reads_of(&self, server: &str) -> bool {

@@ -2,19 +2,29 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{internal, DaemonContext};
-use crate::protocol::{self as wire, ErrorObject};
+use super::{internal, DaemonContext, View};
+use crate::protocol::{self as wire, ErrorObject, Kind};
 use crate::store;
 
 pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult, ErrorObject> {
-    let servers = context.store.status().await.map_err(internal)?;
+    let (servers, change_seq, read_cache_bytes, merged_resources, kind_counts) = context
+        .store
+        .read(|reader| {
+            Ok((
+                reader.status()?,
+                reader.latest_change_seq()?,
+                reader.read_cache_bytes()?,
+                reader.merged_resource_count()?,
+                reader.kind_counts()?,
+            ))
+        })
+        .await
+        .map_err(internal)?;
     let mut live = context.supervisor.live_status().await;
     let database_bytes = std::fs::metadata(context.store.path())
         .map(|metadata| metadata.len())
         .ok();
     let resources: u64 = servers.iter().map(|server| server.resources).sum();
-    let change_seq = context.store.latest_change_seq().await.map_err(internal)?;
-    let read_cache_bytes = context.store.read_cache_bytes().await.map_err(internal)?;
     let config_load = context
         .config_load
         .lock()
@@ -30,13 +40,7 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
         config: context.config_path.clone(),
         clients: context.clients.load(Ordering::Relaxed),
         resources,
-        merged_resources: Some(
-            context
-                .store
-                .merged_resource_count()
-                .await
-                .map_err(internal)?,
-        ),
+        merged_resources: Some(merged_resources),
         change_seq,
         read_cache_bytes,
         config_loaded_at: config_load.loaded_at_ms,
@@ -57,7 +61,7 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
             server_status(server, session)
         })
         .collect();
-    crate::socket::kinds::add_kind_status(&context.store, &mut servers).await?;
+    crate::answer::entries::add_kind_status(kind_counts, &mut servers);
     Ok(wire::StatusResult { daemon, servers })
 }
 
@@ -112,4 +116,28 @@ fn server_status(
         live,
         kinds: Default::default(),
     }
+}
+
+/// What a restricted view may know of the status: the servers it names, of each only the
+/// kinds it sees (a kind it does not see counts nothing), and totals over those alone.
+pub(crate) fn restrict(status: &mut wire::StatusResult, view: &View) {
+    if view.is_owner() {
+        return;
+    }
+    status
+        .servers
+        .retain(|server| view.sees_server(&server.name));
+    for server in &mut status.servers {
+        let name = server.name.clone();
+        if !view.sees(&name, Kind::Resource) {
+            server.resources = 0;
+        }
+        if !view.sees(&name, Kind::Template) {
+            server.templates = 0;
+        }
+        server.kinds.retain(|kind, _| view.sees(&name, *kind));
+    }
+    status.daemon.resources = status.servers.iter().map(|server| server.resources).sum();
+    // The merged count spans every server; it is not derivable from the visible ones.
+    status.daemon.merged_resources = None;
 }

@@ -1,13 +1,89 @@
-//! Searches of resources through the search gate: the derived index when it can answer for the catalog as it stands, else SQLite's FTS5.
+//! `catalog/search` in one place: the request (`request`), the engine chosen for it (the
+//! derived index when it can answer for the catalog as it stands, else SQLite's FTS5, both
+//! through the one search gate), the kinds merged, and the hits shaped (`hits`). The offline
+//! CLI's SQLite-only answer on a `Reader` is here too.
+
+mod hits;
+#[cfg(feature = "semantic")]
+mod hybrid;
+mod request;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{internal, DaemonContext};
-use crate::protocol::{self as wire, ErrorObject, BUSY, INVALID_PARAMS, SEARCH_TIMED_OUT};
+pub use hits::{merge_search_pages, search_result, searched};
+pub use request::KindsSearch;
+
+use super::{internal, invalid, invalid_params, DaemonContext, View};
+use crate::protocol::{
+    self as wire, encode_index_cursor, ErrorObject, SearchParams, BUSY, INVALID_PARAMS,
+    SEARCH_TIMED_OUT,
+};
 use crate::search::gate::SearchPermit;
 use crate::search::{SearchError, SearchIndex, SearchQuery};
-use crate::store::{self, StoreError};
+use crate::store::{self, EntryHit, Reader, StoreError};
+
+/// `catalog/search`: a search of several kinds (`search_kinds`), or of resources alone from the
+/// derived index when it can answer for the catalog as it stands, else from SQLite (a cursor
+/// stays with the engine that made it); every answer is counted in the search histogram. The
+/// hits are those the view sees.
+pub(crate) async fn catalog_search(
+    context: &DaemonContext,
+    params: SearchParams,
+    view: &View,
+) -> Result<wire::SearchResult, ErrorObject> {
+    // Every answer counts, refusals and timeouts too: they are latency a client saw.
+    let started = std::time::Instant::now();
+    let cut = params.cut_words_note();
+    let with_cut = |note: Option<String>| match (note, &cut) {
+        (Some(note), Some(cut)) => Some(format!("{note}; {cut}")),
+        (note, cut) => note.or(cut.clone()),
+    };
+    if params.searches_entries() {
+        let search = params.into_kinds_request().map_err(invalid_params)?;
+        let outcome = search_kinds(search, context).await;
+        crate::metrics::observe_search(started.elapsed());
+        let mut result = outcome?;
+        result.note = with_cut(result.note.take());
+        result
+            .results
+            .retain(|hit| view.sees(&hit.server, hit.kind));
+        return Ok(result);
+    }
+    let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
+    let request = params.into_request().map_err(invalid_params)?;
+    // A cursor stays with the engine that made it: the two rank differently.
+    let outcome = if index_cursor == Some(false) {
+        gated_search(request, context).await.map(|page| {
+            let origin = wire::SearchResult {
+                note: page.note,
+                ..search_result(Vec::new(), None)
+            };
+            (page.hits, page.next, Some(origin))
+        })
+    } else {
+        resource_search(request, context)
+            .await
+            .map(|(hits, next, origin)| (hits, next, Some(origin)))
+    };
+    crate::metrics::observe_search(started.elapsed());
+    let (hits, next, origin) = outcome?;
+    let mut result = search_result(hits, next);
+    result
+        .results
+        .retain(|hit| view.sees(&hit.server, hit.kind));
+    if let Some(origin) = origin {
+        if origin.engine == Some(wire::SearchEngine::Index) {
+            result.next_cursor = next.map(encode_index_cursor);
+        }
+        result.engine = origin.engine;
+        result.match_mode = origin.match_mode;
+        result.note = origin.note;
+        result.mode = origin.mode;
+    }
+    result.note = with_cut(result.note.take());
+    Ok(result)
+}
 
 /// Runs a search once the gate admits it, cancelled at the permit's deadline.
 pub(crate) async fn gated_search(
@@ -27,7 +103,7 @@ pub(crate) async fn gated_search(
     );
     context
         .store
-        .search(request)
+        .read(move |reader| reader.search(&request))
         .await
         .map_err(|error| match error {
             StoreError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
@@ -137,12 +213,13 @@ async fn search_index_as(
         let (index, query) = (index.clone(), query.clone());
         context
             .store
-            .with_index_generation(move |generation| {
-                if stale || index.status().serves(wanted, generation) {
+            .read(move |reader| {
+                let generation = reader.index_generation()?;
+                Ok(if stale || index.status().serves(wanted, generation) {
                     Ok(searched_within(&index, &query, permit))
                 } else {
                     Err(generation)
-                }
+                })
             })
             .await
             .map_err(internal)?
@@ -285,9 +362,9 @@ pub(crate) async fn ranked_search(
     request: &store::SearchRequest,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     #[cfg(feature = "semantic")]
-    let note = match super::hybrid::semantic_search(index, context, request).await? {
-        super::hybrid::Outcome::Answered(answer) => return Ok(answer),
-        super::hybrid::Outcome::Lexical(note) => note,
+    let note = match hybrid::semantic_search(index, context, request).await? {
+        hybrid::Outcome::Answered(answer) => return Ok(answer),
+        hybrid::Outcome::Lexical(note) => note,
     };
     #[cfg(not(feature = "semantic"))]
     let note = match request.mode {
@@ -358,4 +435,166 @@ pub async fn resource_search(
         });
     }
     Ok((page.hits, page.next, origin))
+}
+
+/// `catalog/search` of several kinds: one ranked query of the derived search index, every
+/// kind in it and the kinds an index filter, when the index can answer for the catalog as it
+/// stands; else SQLite, whose resource and entry full-text indexes are merged by score (both
+/// negated BM25), with the reason in `note`. A cursor stays with the engine that made it,
+/// except that an index cursor is continued by SQLite when the index cannot answer.
+pub async fn search_kinds(
+    search: KindsSearch,
+    context: &DaemonContext,
+) -> Result<wire::SearchResult, ErrorObject> {
+    let mut note = None;
+    if let (Some(index), false, false) = (
+        &context.search_index,
+        search.sqlite_cursor,
+        search.index.raw,
+    ) {
+        match ranked_search(index, context, &search.index).await? {
+            Ok(answer) => {
+                let mut result = search_result(answer.hits, None);
+                result.next_cursor = answer.next.map(wire::encode_index_cursor);
+                result.engine = Some(wire::SearchEngine::Index);
+                result.match_mode = answer.mode;
+                result.mode = Some(answer.search_mode);
+                result.note = answer.note;
+                return Ok(result);
+            }
+            Err(why) => note = Some(why),
+        }
+    }
+    // SQLite with a share of the budget when the index's last commit can answer instead.
+    let index = context
+        .search_index
+        .as_ref()
+        .filter(|_| !search.sqlite_cursor && !search.index.raw);
+    let request = search.index.clone();
+    let sqlite = sqlite_within_share(index, context, |share| {
+        let mut search = search;
+        if let Some(resources) = &mut search.resources {
+            resources.deadline = share;
+        }
+        sqlite_kinds_search(search, context)
+    });
+    match (sqlite.await?, index) {
+        (Some(mut result), _) => {
+            result.note = note;
+            Ok(result)
+        }
+        (None, Some(index)) => {
+            let answer = stale_search(index, context, &request).await?;
+            let mut result = search_result(answer.hits, None);
+            result.next_cursor = answer.next.map(wire::encode_index_cursor);
+            result.engine = Some(wire::SearchEngine::Index);
+            result.match_mode = answer.mode;
+            result.mode = Some(answer.search_mode);
+            result.note = answer.note;
+            Ok(result)
+        }
+        (None, None) => Err(internal("no search engine answered")),
+    }
+}
+
+/// The SQLite side of a search of several kinds: the resource page and the tool and prompt
+/// hits merged into one page. An index cursor's position (the index was there for the page
+/// before) is reached by merging from the start and leaving out what it had shown.
+async fn sqlite_kinds_search(
+    mut search: KindsSearch,
+    context: &DaemonContext,
+) -> Result<wire::SearchResult, ErrorObject> {
+    let skip = if search.sqlite_cursor {
+        0
+    } else {
+        search.index.offset
+    };
+    let limit = search.limit + skip;
+    if let Some(request) = &mut search.resources {
+        request.limit = limit;
+    }
+    search.entries.limit = limit + 1;
+    let offsets = (
+        search
+            .resources
+            .as_ref()
+            .map_or(0, |request| request.offset),
+        search.entries.offset,
+    );
+    let resources = match search.resources {
+        Some(request) => Some(gated_search(request, context).await?),
+        None => None,
+    };
+    let entries = gated_entry_search(search.entries, context).await?;
+    let mut result = merge_search_pages(resources, entries, offsets, limit);
+    result.results.drain(..skip.min(result.results.len()));
+    Ok(result)
+}
+
+async fn gated_entry_search(
+    mut search: crate::store::EntrySearch,
+    context: &DaemonContext,
+) -> Result<Vec<EntryHit>, ErrorObject> {
+    if search.kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let permit = context
+        .search_gate
+        .acquire()
+        .await
+        .map_err(|error| ErrorObject::new(wire::BUSY, error.to_string()))?;
+    search.deadline = Some(permit.deadline);
+    context
+        .store
+        .read(move |reader| reader.search_entries(&search))
+        .await
+        .map_err(|error| match error {
+            StoreError::InvalidQuery(_) => invalid(error.to_string()),
+            StoreError::SearchTimedOut => {
+                permit.timed_out();
+                let limit = context.search_gate.limits().timeout;
+                ErrorObject::new(
+                    wire::SEARCH_TIMED_OUT,
+                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+                )
+            }
+            other => internal(other),
+        })
+}
+
+/// `catalog/search` answered by SQLite's full-text indexes alone, on one reader, without a
+/// deadline: what the CLI answers from the database file when no daemon runs.
+pub fn sqlite_search(
+    reader: &Reader,
+    params: SearchParams,
+) -> Result<wire::SearchResult, ErrorObject> {
+    if params.searches_entries() {
+        let search = params.into_kinds_request().map_err(invalid_params)?;
+        let offsets = (
+            search
+                .resources
+                .as_ref()
+                .map_or(0, |request| request.offset),
+            search.entries.offset,
+        );
+        let resources = match &search.resources {
+            Some(request) => Some(reader.search(request).map_err(searched)?),
+            None => None,
+        };
+        let entries = match search.entries.kinds.is_empty() {
+            true => Vec::new(),
+            false => reader.search_entries(&search.entries).map_err(searched)?,
+        };
+        return Ok(merge_search_pages(
+            resources,
+            entries,
+            offsets,
+            search.limit,
+        ));
+    }
+    let request = params.into_request().map_err(invalid_params)?;
+    let page = reader.search(&request).map_err(searched)?;
+    let mut result = search_result(page.hits, page.next);
+    result.note = page.note;
+    Ok(result)
 }

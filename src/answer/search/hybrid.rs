@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::search::{search_index, IndexAnswer};
-use super::{internal, DaemonContext};
+use super::{search_index, IndexAnswer};
+use crate::answer::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, VectorsState, BUSY};
 use crate::search::SearchIndex;
 use crate::semantic::fusion::{fuse, HitKey, Ranked, DEFAULT_FUSION, FUSION_DEPTH};

@@ -1,0 +1,201 @@
+//! `Reader`: a read-only connection whose methods are every read query of the store. The
+//! daemon borrows one from the store's pool (`Store::read`), off the async threads; the CLI
+//! opens one on the database file when no daemon runs. Both ask the same questions the same way.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::kinds::{self, DriftRow, EntryHit, EntryListing, EntrySearch, KindCounts};
+use super::queries::{self, ChangePage, ReadTarget, SearchRequest};
+use super::views::{self, SnapshotRow, TemplateTarget};
+use super::{index_source, schema, CatalogRow, FullTextPage, ListingRow, ServerStatus, StoreError};
+use crate::protocol::Kind;
+
+pub struct Reader {
+    connection: Connection,
+}
+
+impl Reader {
+    /// A reader for the store's pool.
+    pub(super) fn open(path: &Path) -> Result<Reader, StoreError> {
+        Ok(Reader {
+            connection: schema::open_reader(path)?,
+        })
+    }
+
+    /// Opens an existing database read-only, for the CLI when no daemon runs; a missing file
+    /// is an error rather than a new database. It never writes, so it cannot disturb a daemon
+    /// that starts meanwhile.
+    pub fn open_file(path: &Path) -> Result<Reader, StoreError> {
+        if !path.exists() {
+            return Err(StoreError::Open {
+                path: path.to_path_buf(),
+                source: rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                    Some("no such file".into()),
+                ),
+            });
+        }
+        Reader::open(path)
+    }
+
+    /// The connection, for the store's own queries that need more than one call (a read
+    /// transaction spanning several statements).
+    pub(super) fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// The cursor a followed server's snapshot was last moved to; `None` before its first, and
+    /// while its snapshot is empty.
+    pub fn follow_cursor(&self, server: &str) -> Result<Option<super::FollowCursor>, StoreError> {
+        super::follow::follow_cursor(&self.connection, server)
+    }
+
+    /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
+    pub fn scopes(&self) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
+        super::scopes::scopes(&self.connection)
+    }
+
+    /// Every configured server's row, for `catalog/status`.
+    pub fn status(&self) -> Result<Vec<ServerStatus>, StoreError> {
+        queries::server_status(&self.connection)
+    }
+
+    /// A page of the merged catalog after `after_uri`; the flag says whether more follow.
+    pub fn list_resources(
+        &self,
+        after_uri: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
+        queries::merged_resources(&self.connection, after_uri, limit)
+    }
+
+    /// A page of the merged templates after `after`; the flag says whether more follow.
+    pub fn list_templates(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
+        queries::merged_templates(&self.connection, after, limit)
+    }
+
+    /// One page of ranked resources from FTS5, and the offset of the next page when there is
+    /// one, noting a full-text backlog read in the same snapshot.
+    pub fn search(&self, request: &SearchRequest) -> Result<FullTextPage, StoreError> {
+        queries::search_noting_backlog(&self.connection, request)
+    }
+
+    /// Ranked tools and prompts from their FTS5 table.
+    pub fn search_entries(&self, search: &EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
+        kinds::search_entries(&self.connection, search)
+    }
+
+    /// The server a read of `uri` goes to; `None` when no server lists it.
+    pub fn read_target(&self, uri: &str) -> Result<Option<ReadTarget>, StoreError> {
+        queries::read_target(&self.connection, uri)
+    }
+
+    /// The server whose template matches `uri`; `None` when no mirrored template does.
+    pub fn template_target(&self, uri: &str) -> Result<Option<TemplateTarget>, StoreError> {
+        views::template_target(&self.connection, uri)
+    }
+
+    /// Every server that lists `uri`, the winner first.
+    pub fn listings(&self, uri: &str) -> Result<Vec<ListingRow>, StoreError> {
+        queries::listings(&self.connection, uri)
+    }
+
+    /// A cached `resources/read` result (its JSON text) and when it was stored (ms since the epoch).
+    pub fn cached_contents(
+        &self,
+        server: &str,
+        uri: &str,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        queries::cached_contents(&self.connection, server, uri)
+    }
+
+    pub fn read_cache_bytes(&self) -> Result<u64, StoreError> {
+        queries::read_cache_bytes(&self.connection)
+    }
+
+    /// Change feed entries after `since`, oldest first; only those of `kinds` when given.
+    pub fn changes(
+        &self,
+        since: Option<i64>,
+        limit: usize,
+        kinds: Option<&[Kind]>,
+    ) -> Result<ChangePage, StoreError> {
+        match kinds {
+            Some(kinds) => kinds::changes_of_kinds(&self.connection, since, limit, kinds),
+            None => queries::changes_since(&self.connection, since, limit),
+        }
+    }
+
+    pub fn latest_change_seq(&self) -> Result<i64, StoreError> {
+        queries::latest_change_seq(&self.connection)
+    }
+
+    /// The change feed position of the newest committed change (of any kind) a reader can see
+    /// now: the search index answers only once it reflects at least this.
+    pub fn index_generation(&self) -> Result<u64, StoreError> {
+        index_source::index_generation(&self.connection)
+    }
+
+    /// A page of one kind's tools or prompts after (server, name), ordered by server and
+    /// name, and whether more follow.
+    pub fn list_entries(
+        &self,
+        kind: Kind,
+        server: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<(Vec<EntryListing>, bool), StoreError> {
+        kinds::list_entries(&self.connection, kind, server, after, limit)
+    }
+
+    pub fn entry(
+        &self,
+        kind: Kind,
+        server: &str,
+        name: &str,
+    ) -> Result<Option<EntryListing>, StoreError> {
+        kinds::entry(&self.connection, kind, server, name)
+    }
+
+    /// Per server, per kind: the entry count and the drift from the accepted definitions.
+    pub fn kind_counts(&self) -> Result<BTreeMap<String, BTreeMap<Kind, KindCounts>>, StoreError> {
+        kinds::kind_counts(&self.connection)
+    }
+
+    /// A page of the drift from the accepted definitions, after `after`; `true` when more follow.
+    pub fn drift(
+        &self,
+        server: Option<&str>,
+        after: Option<(&str, Kind, &str)>,
+        limit: usize,
+    ) -> Result<(Vec<DriftRow>, bool), StoreError> {
+        kinds::drift(&self.connection, server, after, limit)
+    }
+
+    /// Whether a server of that name is configured (recorded in the database).
+    pub fn server_exists(&self, server: &str) -> Result<bool, StoreError> {
+        views::server_exists(&self.connection, server)
+    }
+
+    /// A page of `server`'s own snapshot after `after_uri`, keyed by URI.
+    pub fn server_snapshot(
+        &self,
+        server: &str,
+        after_uri: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<SnapshotRow>, bool), StoreError> {
+        views::server_snapshot(&self.connection, server, after_uri, limit)
+    }
+
+    /// The URIs of the merged catalog, each counted once.
+    pub fn merged_resource_count(&self) -> Result<u64, StoreError> {
+        views::merged_resource_count(&self.connection)
+    }
+}
