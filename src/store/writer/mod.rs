@@ -141,6 +141,27 @@ pub const CHANGES_PER_FIRST_LOAD: u64 = 1_000;
 pub const CHANGES_KEPT: i64 = 1_000_000;
 pub const CHANGES_MAX_AGE_MS: i64 = 7 * 24 * 3600 * 1000;
 
+/// The longest the writer waits for the search index to take one page of a first load.
+const PAGE_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Hands a first load's page to the search index, waiting at most `PAGE_WAIT` for room: a
+/// page it has no room for by then costs the index its early build (it indexes the load after
+/// the commit), not the walk more of its time. (Measured at 1,000,000 on 2 busy cores without
+/// any wait: the index took 893 of 1,000 pages.)
+fn send_page(feed: &crate::store::LoadFeed, page: crate::store::LoadEvent) {
+    let started = std::time::Instant::now();
+    let mut page = page;
+    loop {
+        match feed.try_send(page) {
+            Err(std::sync::mpsc::TrySendError::Full(back)) if started.elapsed() < PAGE_WAIT => {
+                page = back;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            _ => return,
+        }
+    }
+}
+
 /// Runs the writer until `Close`. Between operations, when none is waiting, it indexes the
 /// full-text backlog a batch at a time (`index_full_text_batch`), so a large swap's indexing
 /// never holds up another operation for more than one batch; `full_text_behind` is how many
@@ -294,13 +315,14 @@ pub fn run(
                                 .iter()
                                 .map(|row| crate::store::IndexEntry::of_resource(&server, row))
                                 .collect();
-                            // Never waits: a page the index has no room for costs it the
-                            // early build, not the walk its time.
-                            let _ = feed.try_send(crate::store::LoadEvent::Page {
-                                id,
-                                server: server.clone(),
-                                entries,
-                            });
+                            send_page(
+                                feed,
+                                crate::store::LoadEvent::Page {
+                                    id,
+                                    server: server.clone(),
+                                    entries,
+                                },
+                            );
                         }
                         (Ok(()), ..) => {}
                     }
