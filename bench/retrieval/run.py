@@ -16,7 +16,9 @@ name found twice counts once.
 
 Options: --binary=PATH (default target/release/mcp-mirror), --semantic-model=DIR (adds
 `[search] semantic_model` to the daemon's config and measures the semantic and hybrid modes
-too), --show=N (print the N worst questions of the first mode).
+too, and fuses the lexical and semantic lists here both ways, min-max blend and RRF, as
+src/semantic/fusion.rs does, to compare them on the same lists), --show=N (print the N worst
+questions of the first mode).
 """
 import glob
 import json
@@ -222,6 +224,30 @@ def scores(rankings, tasks):
     return {key: value / len(tasks) for key, value in totals.items()}
 
 
+FUSION_DEPTH = 100  # src/semantic/fusion.rs: each list is read this deep before fusing
+RRF_K = 60.0
+
+
+def fuse(lexical, semantic, fusion):
+    """src/semantic/fusion.rs's fusions of two hit lists (best first), for comparing them on
+    the same lists in one run: ("minmax", lexical weight) or ("rrf", None)."""
+    kind, weight = fusion
+    fused = {}
+    for hits, share in ((lexical, weight), (semantic, None if weight is None else 1 - weight)):
+        if kind == "rrf":
+            scaled = [1 / (RRF_K + rank + 1) for rank in range(len(hits))]
+            share = 1.0
+        else:
+            values = [hit["score"] for hit in hits]
+            low, high = (min(values), max(values)) if values else (0, 0)
+            scaled = [(v - low) / (high - low) if high > low else 1.0 for v in values]
+        for hit, score in zip(hits, scaled):
+            key = (hit["server"], hit["name"])
+            fused[key] = fused.get(key, 0.0) + share * score
+    ordered = sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+    return [name for (_, name), _ in ordered]
+
+
 def main():
     data = install()
     catalog, tasks = load(data)
@@ -246,9 +272,16 @@ def main():
             directory = tempfile.mkdtemp(prefix="retrieval-", dir=os.path.dirname(directory))
     try:
         modes = ["lexical", "semantic", "hybrid"] if model else ["lexical"]
+        deep = {}
         for mode in modes:
             rankings, times, matches = [], [], {}
             for question, _ in tasks:
+                if model and mode in ("lexical", "semantic"):
+                    # Untimed: the whole list the daemon's hybrid fuses, to fuse it here both
+                    # ways.
+                    page = client.call("catalog/search", {"query": question, "kinds": ["tool"],
+                                                          "limit": FUSION_DEPTH, "mode": mode})
+                    deep.setdefault(mode, []).append(page["results"])
                 params = {"query": question, "kinds": ["tool"], "limit": 10}
                 if model:
                     params["mode"] = mode
@@ -261,6 +294,12 @@ def main():
             rows.append((f"mcp-mirror {mode}", rankings,
                          f"p50 {times[len(times) // 2]:.1f} ms, max {times[-1]:.1f} ms; "
                          f"match {matches}"))
+        if model:
+            for label, fusion in (("min-max blend 0.5", ("minmax", 0.5)),
+                                  (f"RRF k={RRF_K:.0f}", ("rrf", None))):
+                rows.append((f"  fused by the script: {label}",
+                             [fuse(lexical, semantic, fusion)[:10] for lexical, semantic
+                              in zip(deep["lexical"], deep["semantic"])], None))
         # A question carrying an 18 KB base64 blob (a pasted attachment): cut at 4 KiB, every
         # word of that searched; timed client-side through the socket.
         import base64

@@ -1,4 +1,4 @@
-//! Fleet: one upstream mirror of 10 fixture servers and 50 downstream mirrors of its HTTP face; first sync, a change's fan-out, and what each downstream costs the upstream.
+//! Fleet: one upstream mirror of 10 fixture servers and 50 downstream mirrors of its HTTP face; first sync, a change's fan-out through the change feed, and what each downstream costs the upstream.
 //!
 //! The upstream runs 10 stdio fixtures (100,000 resources in all, one of them driven by a
 //! scenario file) and serves `/mcp` on a loopback port with a bearer token. Each downstream is
@@ -30,7 +30,7 @@ const ORIGIN_PAGE: usize = 1000;
 /// The upstream's first sync of every server.
 const UPSTREAM_SYNC_LIMIT: Duration = Duration::from_secs(120);
 /// Every downstream's first sync, all at once.
-const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(360);
+const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(540);
 /// One change reaching every downstream.
 const ROUND_LIMIT: Duration = Duration::from_secs(180);
 /// No round starts that the previous round's duration and gap say would end past this much of
@@ -38,6 +38,9 @@ const ROUND_LIMIT: Duration = Duration::from_secs(180);
 const RUN_BUDGET: Duration = Duration::from_secs(600);
 /// The longest pause between rounds (see `gap`).
 const MAX_GAP: Duration = Duration::from_secs(60);
+/// The shortest pause between rounds: longer than the daemons' `min_walk_interval` (1 s by
+/// default), so no walk or follow a round asks for is held back by the one before.
+const MIN_GAP: Duration = Duration::from_millis(1500);
 /// How often the harness looks at every pending downstream.
 const POLL_PAUSE: Duration = Duration::from_millis(50);
 
@@ -148,7 +151,7 @@ impl Downstream {
 }
 
 /// One round: the change written at `written_us`, the origin's reload, when the upstream and
-/// each downstream showed it, and the upstream's cost while the downstreams re-walked.
+/// each downstream showed it, and the upstream's cost while the downstreams followed it.
 struct Round {
     written_us: i64,
     sent_us: Option<i64>,
@@ -342,6 +345,17 @@ fn measure(
             bail!("downstream {index} holds {resources} resources, not {total}");
         }
     }
+    let walks_and_deltas = |downstreams: &mut [Downstream]| -> anyhow::Result<(u64, u64)> {
+        let mut sums = (0, 0);
+        for downstream in downstreams.iter_mut() {
+            let status = downstream.client()?.call("catalog/status", json!({}))?;
+            let server = &status["servers"][0];
+            sums.0 += server["walksOk"].as_u64().unwrap_or(0);
+            sums.1 += server["deltasApplied"].as_u64().unwrap_or(0);
+        }
+        Ok(sums)
+    };
+    let (walks_before, deltas_before) = walks_and_deltas(downstreams)?;
     let downstream_status = downstreams[0].client()?.call("catalog/status", json!({}))?;
     let live = &downstream_status["servers"][0];
     let channel = format!(
@@ -411,7 +425,7 @@ fn measure(
                 }
             }
             peak_rss_kb = peak_rss_kb.max(proc_status_kb(upstream_pid, "VmRSS").unwrap_or(0));
-            // Once the re-walks are under way: the upstream's HTTP clients and index lag.
+            // Once the fan-out is under way: the upstream's HTTP clients and index lag.
             if !scraped && seen.iter().any(Option::is_some) {
                 scraped = true;
                 for (series, value) in scrape(
@@ -446,7 +460,7 @@ fn measure(
         let fanout = Duration::from_micros(
             (downstream_us.iter().max().copied().unwrap_or(0) - upstream_us).max(0) as u64,
         );
-        let gap = fanout.min(MAX_GAP);
+        let gap = fanout.clamp(MIN_GAP, MAX_GAP);
         eprintln!(
             "fleet: round {round}: upstream {:.0} ms, all downstreams {:.0} ms after the write",
             (upstream_us - written_us) as f64 / 1000.0,
@@ -472,6 +486,7 @@ fn measure(
     if rounds.is_empty() {
         bail!("no round ran within the time budget");
     }
+    let (walks_after, deltas_after) = walks_and_deltas(downstreams)?;
 
     // What the run says.
     let count = downstreams.len() as f64;
@@ -584,19 +599,33 @@ fn measure(
             quantiles(&to_all, 0),
         ],
         vec![
-            format!("upstream CPU per downstream re-walk of {total} (CPU-s), p50 / max"),
             format!(
-                "{:.3} / {:.3}",
-                cpu_per_downstream.median(),
-                cpu_per_downstream.max()
+                "downstream walks / deltas applied during the rounds (all {n}; 0 walks = every change followed)"
+            ),
+            format!(
+                "{} / {}",
+                walks_after - walks_before,
+                deltas_after - deltas_before
             ),
         ],
         vec![
-            "upstream bytes written per downstream re-walk (MB, `wchar`)".into(),
-            format!("{:.1}", bytes_per_downstream.median() / 1e6),
+            "upstream CPU per change per downstream (ms), p50 / max".into(),
+            format!(
+                "{:.2} / {:.2}",
+                cpu_per_downstream.median() * 1e3,
+                cpu_per_downstream.max() * 1e3
+            ),
         ],
         vec![
-            "upstream CPU while all re-walk: CPU-s / wall s of the fan-out (p50)".into(),
+            "upstream bytes written per change per downstream (KB, `wchar`), p50 / max".into(),
+            format!(
+                "{:.1} / {:.1}",
+                bytes_per_downstream.median() / 1e3,
+                bytes_per_downstream.max() / 1e3
+            ),
+        ],
+        vec![
+            "upstream CPU during the fan-out: CPU-s / wall s of the fan-out (p50)".into(),
             format!(
                 "{:.1} / {:.1}",
                 cpu_per_downstream.median() * count,
@@ -620,8 +649,8 @@ fn measure(
             index_lag.summary(0),
         ],
         vec![
-            format!("downstream CPU per re-walk of {total} (CPU-s), p50"),
-            format!("{:.3}", downstream_cpu.median()),
+            "downstream CPU per change (ms), p50".into(),
+            format!("{:.1}", downstream_cpu.median() * 1e3),
         ],
         vec![
             "downstream RSS at the end / VmHWM (MB), median".into(),
@@ -638,15 +667,19 @@ fn measure(
          asks for waits at least its last walk's duration, and the first syncs, all at once, \
          were long). Each round waits as long as the previous fan-out took before it changes \
          anything (at most {} s), so that no downstream's walk pace holds a walk back: a \
-         round times one change, not a stream of them. A round rewrites the origin fixture's scenario file (one URI added, the previous \
+         round times one change, not a stream of them (and at least {} ms, beyond the \
+         daemons' `min_walk_interval`). A round rewrites the origin fixture's scenario file (one URI added, the previous \
          marker removed); the fixture polls the file every 100 ms and sends \
          `list_changed` to the upstream, which walks the origin, swaps, and notifies its HTTP \
-         listeners; each downstream then re-walks the upstream's whole catalog. *Shows it* = \
+         listeners; each downstream then follows the upstream's change feed (`catalog/changes` \
+         from its cursor, `catalog/entries` of the two changed URIs, one delta), as it does \
+         after its first walk. *Shows it* = \
          `catalog/resource` for the new URI answers on that daemon's socket (every pending \
          downstream polled every {} ms). CPU and bytes are the upstream process's own \
          (/proc/PID/stat, /proc/PID/io `wchar`: sockets, SQLite and the log together) from \
          the upstream showing the change to the last downstream showing it, divided by {n}.",
         MAX_GAP.as_secs(),
+        MIN_GAP.as_millis(),
         POLL_PAUSE.as_millis()
     ));
     report.line("");

@@ -20,10 +20,10 @@ use serde_json::Value;
 
 use crate::answer::{Restriction, View};
 use crate::protocol::{
-    self as wire, CacheScope, CatalogList, CatalogPrompts, CatalogTools, CheckedRequest,
-    DiscoverResult, IncomingRequest, Initialize, Kind, ListResources, ListTemplates, Method,
-    ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR,
-    UNSUPPORTED_PROTOCOL_VERSION,
+    self as wire, CacheScope, CatalogChanges, CatalogEntries, CatalogList, CatalogPrompts,
+    CatalogTools, CheckedRequest, DiscoverResult, IncomingRequest, Initialize, Kind, ListResources,
+    ListTemplates, Method, ReadResource, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH,
+    INVALID_REQUEST, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
@@ -422,9 +422,15 @@ async fn modern_request(
             audience.view,
         ),
         _ => {
+            // The feed and the keyed read carry the hints too: a follower derives its
+            // snapshot's scope from them as a walk does from the list pages.
             let caching = matches!(
                 request.method.as_str(),
-                ListResources::NAME | ListTemplates::NAME | ReadResource::NAME
+                ListResources::NAME
+                    | ListTemplates::NAME
+                    | ReadResource::NAME
+                    | CatalogChanges::NAME
+                    | CatalogEntries::NAME
             );
             match answer(face, client, &audience, request).await {
                 Some(Ok(result)) => deliver(

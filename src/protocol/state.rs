@@ -217,6 +217,16 @@ impl CacheScope {
             Some(_) => CacheScope::Private,
         }
     }
+
+    /// The scope a result's `cacheScope` value declares (`of_page`); a value that is not a
+    /// string is taken as `private`, the side that leaks nothing.
+    pub fn of_hint(hint: Option<&serde_json::Value>) -> CacheScope {
+        match hint {
+            None => CacheScope::Public,
+            Some(serde_json::Value::String(scope)) => CacheScope::of_page(Some(scope)),
+            Some(_) => CacheScope::Private,
+        }
+    }
 }
 
 text_enum! {

@@ -3,6 +3,7 @@
 pub mod encoder;
 pub mod fusion;
 mod index;
+mod kernel;
 mod tensors;
 mod vectors;
 

@@ -781,13 +781,20 @@ impl StagedWalk {
 
 impl StagedWalk {
     /// Applies the staged rows as a delta of a followed upstream: they are added or changed,
-    /// `removed` go, the rest of the snapshot stays; the cursor moves in the same transaction.
+    /// `removed` go, the rest of the snapshot stays; of the URI templates in `templates` (when
+    /// any changed), the staged ones are their new text and the others go. The cursor moves in
+    /// the same transaction.
     pub async fn commit_delta(
         self,
         removed: Vec<String>,
+        templates: Option<Vec<String>>,
         cursor: FollowCursor,
     ) -> Result<SwapOutcome, StoreError> {
-        let delta = writer::Delta { removed, cursor };
+        let delta = writer::Delta {
+            removed,
+            templates,
+            cursor,
+        };
         self.finish(WalkReport::default(), Some(delta)).await
     }
 }

@@ -66,12 +66,7 @@ pub(super) fn parse_page(method: &str, field: &str, result: &str) -> Result<Page
         items,
         next_cursor,
         ttl_ms: parsed.ttl_ms.as_ref().and_then(Value::as_u64),
-        cache_scope: match &parsed.cache_scope {
-            None => CacheScope::Public,
-            Some(Value::String(scope)) => CacheScope::of_page(Some(scope)),
-            // Not a scope we know: taken as the side that leaks nothing.
-            Some(_) => CacheScope::Private,
-        },
+        cache_scope: CacheScope::of_hint(parsed.cache_scope.as_ref()),
     })
 }
 

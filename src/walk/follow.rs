@@ -1,9 +1,10 @@
 //! Following an upstream mcp-mirror through its change feed instead of walking it again: after
 //! one full walk, each change costs a page of the feed and the entries of the keys it names
 //! (`catalog/changes`, `catalog/entries`), applied as one delta with the cursor, as a
-//! Kubernetes reflector lists once and then watches. Anything it cannot account for (a pruned
-//! feed, another upstream database, a first load's `truncated` row, templates changed, counts
-//! that disagree afterwards) falls back to one full walk, which moves the cursor too.
+//! Kubernetes reflector lists once and then watches. Resources and URI templates are followed
+//! alike; an answer's entries count only for the keys asked. Anything it cannot account for (a
+//! pruned feed, another upstream database, a first load's `truncated` row, counts that
+//! disagree afterwards) falls back to one full walk, which moves the cursor too.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -13,12 +14,12 @@ use serde_json::{json, Value};
 
 use crate::config::WalkLimits;
 use crate::protocol::{
-    self as wire, CatalogChanges, CatalogEntries, ChangeKind, Kind, Method, FEED_CAPABILITY,
-    FEED_VERSION, MAX_CHANGES_LIMIT,
+    self as wire, CacheScope, CatalogChanges, CatalogEntries, ChangeKind, Kind, Method,
+    FEED_CAPABILITY, FEED_VERSION, MAX_CHANGES_LIMIT,
 };
-use crate::store::{now_ms, FollowCursor, Store, WalkReport};
+use crate::store::{now_ms, FollowCursor, ScopeUpdate, StagedWalk, Store, WalkReport};
 use crate::upstream::{ServerHello, Session};
-use crate::walk::{self, resource_row, WalkError, WalkSummary};
+use crate::walk::{self, resource_row, template_row, WalkError, WalkSummary};
 
 /// Keys asked of the upstream per `catalog/entries` request (the method takes up to
 /// `MAX_KEYS`; half keeps an answer of large entries within a few megabytes).
@@ -72,6 +73,7 @@ pub async fn walk_or_follow(
         session,
         CatalogEntries::NAME,
         json!({"kind": "resource", "keys": []}),
+        &mut None,
     )
     .await?;
     let summary = walk::walk(session, store, server, limits).await?;
@@ -85,15 +87,101 @@ pub async fn walk_or_follow(
 
 type KeyedPage = wire::KeyedEntriesResult<Box<serde_json::value::RawValue>>;
 
+/// One request to the upstream and its answer as `T`; the answer's `cacheScope`, when it
+/// declares one, goes into `scope` (the most private so far), read as a walk reads a page's.
 async fn request<T: DeserializeOwned>(
     session: &Session,
     method: &str,
     params: Value,
+    scope: &mut Option<CacheScope>,
 ) -> Result<T, WalkError> {
     let answer = session.request(method, params).await?;
+    if let Some(hint) = answer.get("cacheScope") {
+        *scope = (*scope).max(Some(CacheScope::of_hint(Some(hint))));
+    }
     serde_json::from_value(answer).map_err(|error| {
         WalkError::Failed(format!("{method}: an answer of another shape: {error}"))
     })
+}
+
+/// What the `catalog/entries` reads of one delta saw.
+#[derive(Default)]
+struct Reads {
+    /// The feed seq each read reflects.
+    seqs: Vec<i64>,
+    /// The upstream's count of each kind read (the last read's), when it gave one.
+    totals: Vec<(Kind, u64)>,
+    requests: u64,
+}
+
+/// Asks the upstream for the merged entries of `keys` (resources or URI templates), stages
+/// those it lists, and returns the keys it no longer lists. Only the keys asked count: an
+/// entry of another key in the answer is left out, as a walk leaves out a duplicate.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_keys(
+    session: &Session,
+    staged: &StagedWalk,
+    cursor: &FollowCursor,
+    kind: Kind,
+    keys: &[String],
+    limits: WalkLimits,
+    reads: &mut Reads,
+    scope: &mut Option<CacheScope>,
+) -> Result<Vec<String>, Fallback> {
+    let mut gone = Vec::new();
+    for chunk in keys.chunks(KEYS_PER_REQUEST) {
+        let read: KeyedPage = request(
+            session,
+            CatalogEntries::NAME,
+            json!({"kind": kind, "keys": chunk}),
+            scope,
+        )
+        .await?;
+        reads.requests += 1;
+        if read.instance != cursor.instance {
+            return Err(Fallback::Walk(
+                "the upstream's database is another one".into(),
+            ));
+        }
+        // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
+        let entries = read
+            .entries
+            .into_iter()
+            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)).ok());
+        let asked: BTreeSet<&str> = chunk.iter().map(String::as_str).collect();
+        let mut found = BTreeSet::new();
+        match kind {
+            Kind::Template => {
+                let rows: Vec<_> = entries
+                    .filter_map(|entry| template_row(&entry, &limits).ok().flatten())
+                    .filter(|row| asked_once(&asked, &mut found, &row.uri_template))
+                    .collect();
+                if !rows.is_empty() {
+                    staged.add_templates(rows).await?;
+                }
+            }
+            _ => {
+                let rows: Vec<_> = entries
+                    .filter_map(|entry| resource_row(entry, limits.max_entry_bytes))
+                    .filter(|row| asked_once(&asked, &mut found, &row.uri))
+                    .collect();
+                if !rows.is_empty() {
+                    staged.add_resources(rows).await?;
+                }
+            }
+        }
+        gone.extend(chunk.iter().filter(|key| !found.contains(*key)).cloned());
+        reads.seqs.push(read.seq);
+        reads.totals.retain(|(read_kind, _)| *read_kind != kind);
+        reads.totals.extend(read.total.map(|total| (kind, total)));
+    }
+    Ok(gone)
+}
+
+/// True the first time an answer holds an entry of `key` when `key` was asked for; an entry
+/// of a key not asked for, or of one already taken, is left out.
+fn asked_once(asked: &BTreeSet<&str>, found: &mut BTreeSet<String>, key: &str) -> bool {
+    asked.contains(key) && found.insert(key.to_string())
 }
 
 async fn follow(
@@ -109,11 +197,14 @@ async fn follow(
     };
     // 1. The keys changed since the cursor, page by page.
     let (mut keys, mut since, mut pages) = (BTreeSet::new(), cursor.seq, 0u64);
+    let mut template_keys = BTreeSet::new();
+    let mut scope = None;
     loop {
         let page: <CatalogChanges as Method>::Result = request(
             session,
             CatalogChanges::NAME,
             json!({"since": since, "limit": MAX_CHANGES_LIMIT}),
+            &mut scope,
         )
         .await?;
         pages += 1;
@@ -131,14 +222,16 @@ async fn follow(
                 (ChangeKind::Truncated, Kind::Resource | Kind::Template, _) => {
                     return Err(Fallback::Walk("a swap too large to list key by key".into()))
                 }
-                (_, Kind::Template, _) => return Err(Fallback::Walk("templates changed".into())),
                 (_, Kind::Resource, Some(uri)) => {
                     keys.insert(uri.clone());
+                }
+                (_, Kind::Template, Some(uri_template)) => {
+                    template_keys.insert(uri_template.clone());
                 }
                 _ => {}
             }
         }
-        if keys.len() > MAX_DELTA_KEYS {
+        if keys.len() + template_keys.len() > MAX_DELTA_KEYS {
             return Err(Fallback::Walk(format!(
                 "more than {MAX_DELTA_KEYS} keys changed"
             )));
@@ -150,37 +243,43 @@ async fn follow(
     }
     // 2. Their entries, as the upstream's merged catalog shows them now.
     let keys: Vec<String> = keys.into_iter().collect();
+    let template_keys: Vec<String> = template_keys.into_iter().collect();
     let staged = store.begin_walk(server);
-    let (mut removed, mut seqs, mut total) = (Vec::new(), Vec::new(), None);
-    for chunk in keys.chunks(KEYS_PER_REQUEST) {
-        let read: KeyedPage = request(
+    let mut reads = Reads::default();
+    let removed = fetch_keys(
+        session,
+        &staged,
+        &cursor,
+        Kind::Resource,
+        &keys,
+        limits,
+        &mut reads,
+        &mut scope,
+    )
+    .await?;
+    if !template_keys.is_empty() {
+        fetch_keys(
             session,
-            CatalogEntries::NAME,
-            json!({"kind": "resource", "keys": chunk}),
+            &staged,
+            &cursor,
+            Kind::Template,
+            &template_keys,
+            limits,
+            &mut reads,
+            &mut scope,
         )
         .await?;
-        pages += 1;
-        if read.instance != cursor.instance {
-            return Err(Fallback::Walk(
-                "the upstream's database is another one".into(),
-            ));
-        }
-        let mut found = BTreeSet::new();
-        let rows: Vec<_> = read
-            .entries
-            .into_iter()
-            // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
-            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)).ok())
-            .filter_map(|entry| resource_row(entry, limits.max_entry_bytes))
-            .filter(|row| found.insert(row.uri.clone()))
-            .collect();
-        removed.extend(chunk.iter().filter(|key| !found.contains(*key)).cloned());
-        if !rows.is_empty() {
-            staged.add_resources(rows).await?;
-        }
-        seqs.push(read.seq);
-        total = read.total;
     }
+    pages += reads.requests;
+    // The scope goes with the snapshot as a walk's does: the more private of the old and the
+    // new one while the delta is applied, then the new. An upstream whose answers declare no
+    // scope leaves the stored one (its last walk's).
+    let scopes: Vec<(Kind, CacheScope)> = scope
+        .map(|scope| vec![(Kind::Resource, scope), (Kind::Template, scope)])
+        .unwrap_or_default();
+    store
+        .record_scopes(server, scopes.clone(), ScopeUpdate::Tighten)
+        .await?;
     // The cursor moves to where the feed was listed, not to where the entries were read: a
     // change after it to a key not fetched here must still be replayed (a key fetched here
     // and changed again is fetched again then, which costs only its entry).
@@ -188,15 +287,26 @@ async fn follow(
         instance: cursor.instance.clone(),
         seq: since,
     };
-    let swap = staged.commit_delta(removed, new_cursor).await?;
+    let touched_templates = (!template_keys.is_empty()).then_some(template_keys);
+    let swap = staged
+        .commit_delta(removed, touched_templates, new_cursor)
+        .await?;
+    store
+        .record_scopes(server, scopes.clone(), ScopeUpdate::Set)
+        .await?;
     // 3. The snapshot must now count what the upstream counted, when every read saw the
     // catalog exactly as the feed was listed (else a count could differ by a later change).
-    if let (Some(total), true) = (total, seqs.iter().all(|seq| *seq == since)) {
-        if swap.resources != total {
-            return Err(Fallback::Walk(format!(
-                "after the delta this mirror holds {} resources and the upstream {total}",
-                swap.resources
-            )));
+    if reads.seqs.iter().all(|seq| *seq == since) {
+        for (kind, total) in &reads.totals {
+            let held = match kind {
+                Kind::Template => swap.templates,
+                _ => swap.resources,
+            };
+            if held != *total {
+                return Err(Fallback::Walk(format!(
+                    "after the delta this mirror holds {held} {kind}s and the upstream {total}"
+                )));
+            }
         }
     }
     Ok(WalkSummary {
@@ -209,8 +319,25 @@ async fn follow(
             skipped: 0,
         },
         ttl_ms: None,
-        scopes: Vec::new(),
+        scopes,
         looped: 0,
         entries: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_keys_asked_are_taken_each_once() {
+        let asked: BTreeSet<&str> = ["a", "b"].into_iter().collect();
+        let mut found = BTreeSet::new();
+        let answered = ["a", "x", "b", "a", "y"];
+        let taken: Vec<&str> = answered
+            .into_iter()
+            .filter(|key| asked_once(&asked, &mut found, key))
+            .collect();
+        assert_eq!(taken, ["a", "b"]);
+    }
 }

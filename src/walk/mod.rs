@@ -493,7 +493,7 @@ pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<Resourc
 /// Builds a store row from a listed ResourceTemplate: `Ok(None)` when it has no usable
 /// `uriTemplate`, an error when the template is over `max_template_bytes` or
 /// `max_template_expressions` (it would cost every read of an unlisted URI).
-fn template_row(
+pub(crate) fn template_row(
     item: &RawValue,
     limits: &WalkLimits,
 ) -> Result<Option<TemplateRow>, TemplateError> {

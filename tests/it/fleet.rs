@@ -1,13 +1,19 @@
 //! A downstream mirror of an mcp-mirror follows the upstream's change feed: after one full
 //! walk, changes arrive as deltas (no walk), the result equals a fresh full walk, and anything
-//! the feed cannot account for (a new upstream database) costs exactly one walk.
+//! the feed cannot account for (a new upstream database, a pruned feed) costs exactly one
+//! walk. A kill -9 of either side in the middle of a delta costs none: the delta and the
+//! cursor commit together, so the follower resumes from its old cursor.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::http_face::{catalog_without_via, count_from, downstream, Upstream, TOKEN};
-use crate::support::{stdio_server, wait_for, Daemon, Scratch};
+use crate::http_face::{
+    catalog_without_via, count_from, downstream, downstream_tuned, Upstream, TOKEN,
+};
+use crate::support::{
+    open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
+};
 
 /// The origin's scenario in round `round`: 300 generated resources and `round % 5` extras,
 /// each described by the round, so a round adds, removes or changes a few entries.
@@ -201,4 +207,468 @@ fn list_answers_carry_an_etag_and_an_unchanged_catalog_answers_304() {
             .map(Vec::len),
         Some(302)
     );
+}
+
+/// An origin of 40 generated resources and 20 named ones: each step changes exactly one
+/// entry (a named resource's description, or every tenth step one more resource in or out).
+struct Churn {
+    descriptions: Vec<String>,
+    toggled: bool,
+}
+
+impl Churn {
+    fn new() -> Churn {
+        Churn {
+            descriptions: (0..20).map(|index| format!("named {index}")).collect(),
+            toggled: false,
+        }
+    }
+
+    fn step(&mut self, step: usize) {
+        match step % 10 {
+            0 => self.toggled = !self.toggled,
+            _ => self.descriptions[step % 20] = format!("changed in step {step}"),
+        }
+    }
+
+    fn scenario(&self) -> Value {
+        let mut resources: Vec<Value> = self
+            .descriptions
+            .iter()
+            .enumerate()
+            .map(|(index, description)| {
+                json!({
+                    "uri": format!("fixture://demo/named/{index}"),
+                    "name": format!("named-{index}"),
+                    "description": description,
+                })
+            })
+            .collect();
+        if self.toggled {
+            resources.push(json!({"uri": "fixture://demo/toggled", "name": "toggled"}));
+        }
+        json!({"generate": 40, "page_size": 100, "resources": resources})
+    }
+}
+
+/// The upstream's change feed position (`catalog/changes`' `latestSeq`).
+fn latest_seq(client: &mut crate::support::SocketClient) -> i64 {
+    let answer = client.request("catalog/changes", json!({"since": 0, "limit": 1}));
+    answer["result"]["latestSeq"].as_i64().expect("latestSeq")
+}
+
+#[test]
+fn a_downstream_follows_a_thousand_single_changes_without_a_walk() {
+    let origin = Scratch::new();
+    let mut churn = Churn::new();
+    let scenario_path = origin.write_scenario("demo.json", &churn.scenario());
+    let scenario_text = scenario_path.display().to_string();
+    // The fixture looks at its scenario every 2 ms, and the upstream walks it as soon as it
+    // says its list changed: each step is one swap of one entry at the upstream.
+    let servers = stdio_server(
+        "demo",
+        &[
+            "--name",
+            "demo",
+            "--scenario",
+            &scenario_text,
+            "--scenario-poll-ms",
+            "2",
+        ],
+    );
+    let quick = "debounce = \"1ms\"\nmin_walk_interval = \"1ms\"\n";
+    let upstream = Upstream::start_tuned(&servers, "", quick);
+    upstream.daemon.wait_for_walks("demo", 1);
+
+    let scratch = Scratch::new();
+    // The downstream follows at most every 100 ms: deltas of one change and of several.
+    let mirror = downstream_tuned(
+        &scratch,
+        &upstream,
+        "modern",
+        "debounce = \"1ms\"\nmin_walk_interval = \"100ms\"\n",
+    );
+    mirror.wait_for_walks("upstream", 1);
+    wait_for("the listen stream", Duration::from_secs(20), || {
+        (mirror.server_status("upstream")["live"]["push"] == "subscriptions/listen").then_some(())
+    });
+    let walks = status_number(&mirror, "walksOk");
+    let deltas = status_number(&mirror, "deltasApplied");
+
+    const STEPS: usize = 1_000;
+    let mut feed = upstream.daemon.connect();
+    let first_seq = latest_seq(&mut feed);
+    let mut seq = first_seq;
+    let started = Instant::now();
+    for step in 1..=STEPS {
+        churn.step(step);
+        origin.write_scenario("demo.json", &churn.scenario());
+        seq = wait_for_every(
+            &format!("step {step} at the upstream"),
+            Duration::from_secs(20),
+            Duration::from_millis(2),
+            || Some(latest_seq(&mut feed)).filter(|latest| *latest > seq),
+        );
+    }
+    // One feed row per step: every step was a swap of its own, of one entry.
+    assert_eq!(seq - first_seq, STEPS as i64, "one change per step");
+    wait_for(
+        "the downstream to hold the upstream's catalog",
+        Duration::from_secs(60),
+        || same_catalog(&mirror, &upstream.daemon).then_some(()),
+    );
+    let status = mirror.server_status("upstream");
+    assert_eq!(
+        status["walksOk"].as_u64(),
+        Some(walks),
+        "a thousand changes arrived as deltas, not walks: {status}"
+    );
+    let followed = status["deltasApplied"].as_u64().unwrap_or(0) - deltas;
+    assert!(followed >= 1, "{status}");
+    eprintln!(
+        "{STEPS} changes in {:.1} s, followed in {followed} deltas",
+        started.elapsed().as_secs_f64()
+    );
+
+    // A fresh mirror's full walk holds exactly what the follower holds, byte for byte.
+    let fresh_scratch = Scratch::new();
+    let fresh = downstream(&fresh_scratch, &upstream, "modern");
+    fresh.wait_for_walks("upstream", 1);
+    assert_eq!(fresh.list_all(), mirror.list_all());
+}
+
+#[test]
+fn a_pruned_feed_costs_exactly_one_walk_then_following_resumes() {
+    let origin = Scratch::new();
+    let scenario_path = origin.write_scenario("demo.json", &scenario(1));
+    let scenario_text = scenario_path.display().to_string();
+    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
+    let mut upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+
+    let scratch = Scratch::new();
+    let mut mirror = downstream(&scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    origin.write_scenario("demo.json", &scenario(2));
+    wait_for("a followed change", Duration::from_secs(30), || {
+        (count_from(&mirror, "demo") == 302).then_some(())
+    });
+    assert_eq!(status_number(&mirror, "walksOk"), 1);
+
+    // While the downstream is away, two changes at the upstream; then the upstream's feed
+    // loses every row but its newest, as pruning by age or size does.
+    mirror.stop();
+    for (round, expected) in [(3, 303), (4, 304)] {
+        origin.write_scenario("demo.json", &scenario(round));
+        wait_for(
+            "the change at the upstream",
+            Duration::from_secs(30),
+            || (count_from(&upstream.daemon, "demo") == expected).then_some(()),
+        );
+    }
+    upstream.daemon.stop();
+    let pruned = rusqlite::Connection::open(&upstream.daemon.database)
+        .expect("open the upstream's database")
+        .execute(
+            "DELETE FROM changes WHERE seq < (SELECT max(seq) FROM changes)",
+            [],
+        )
+        .expect("prune the feed");
+    assert!(pruned > 0);
+    upstream.daemon = Daemon::start(&upstream.scratch, &upstream.scratch.path("daemon.toml"));
+    upstream.daemon.wait_for_walks("demo", 1);
+
+    let mirror = Daemon::start(&scratch, &scratch.path("daemon.toml"));
+    wait_for(
+        "the downstream to hold the upstream's catalog",
+        Duration::from_secs(60),
+        || same_catalog(&mirror, &upstream.daemon).then_some(()),
+    );
+    assert_eq!(
+        status_number(&mirror, "walksOk"),
+        2,
+        "exactly one walk for the gap: {}",
+        mirror.server_status("upstream")
+    );
+    assert!(mirror
+        .log_text()
+        .contains("the feed was pruned past the cursor"));
+
+    // From then on it follows again.
+    let deltas = status_number(&mirror, "deltasApplied");
+    origin.write_scenario("demo.json", &scenario(5));
+    wait_for(
+        "the next change at the downstream",
+        Duration::from_secs(30),
+        || (count_from(&mirror, "demo") == 300).then_some(()),
+    );
+    assert_eq!(status_number(&mirror, "walksOk"), 2);
+    assert!(status_number(&mirror, "deltasApplied") > deltas);
+    let fresh_scratch = Scratch::new();
+    let fresh = downstream(&fresh_scratch, &upstream, "modern");
+    fresh.wait_for_walks("upstream", 1);
+    assert_eq!(fresh.list_all(), mirror.list_all());
+}
+
+/// How many `catalog/entries` requests the upstream's face has taken (one log line each).
+fn entries_requests(upstream: &Upstream) -> usize {
+    upstream
+        .daemon
+        .log_text()
+        .matches("method=catalog/entries")
+        .count()
+}
+
+/// The downstream's own record of its follow, read from its database file: deltas applied
+/// and the cursor's seq.
+fn follow_record(mirror: &Daemon) -> (i64, Option<i64>) {
+    open_database(&mirror.database)
+        .query_row(
+            "SELECT deltas_applied, follow_seq FROM servers WHERE name = 'upstream'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("the downstream's follow record")
+}
+
+/// One change of 10,000 entries at the origin, a delta of 20 `catalog/entries` requests at
+/// the downstream, and a kill -9 of the downstream (or the upstream) once the upstream has
+/// taken the second of them: the downstream keeps its last snapshot and cursor, then
+/// resumes following from that cursor (no walk) and ends as a fresh full walk.
+fn killed_mid_delta(kill_the_upstream: bool) {
+    let origin = Scratch::new();
+    let big = |prefix: &str| json!({"generate": 10_000, "page_size": 1000, "prefix": prefix});
+    let scenario_path = origin.write_scenario("demo.json", &big("first"));
+    let scenario_text = scenario_path.display().to_string();
+    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
+    let mut upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    let scratch = Scratch::new();
+    let mut mirror = downstream(&scratch, &upstream, "modern");
+    let status = wait_for(
+        "the downstream's first walk",
+        Duration::from_secs(120),
+        || {
+            let status = mirror.server_status("upstream");
+            (status["walksOk"].as_u64() >= Some(1)).then_some(status)
+        },
+    );
+    assert_eq!(status["resources"], 10_000, "{status}");
+    // The walk records its cursor just after its swap.
+    let before = wait_for("the first cursor", Duration::from_secs(20), || {
+        Some(follow_record(&mirror)).filter(|(_, seq)| seq.is_some())
+    });
+    let requests = entries_requests(&upstream);
+
+    // Every generated resource is described anew: 10,000 changed keys, 500 per request.
+    origin.write_scenario("demo.json", &big("second"));
+    wait_for_every(
+        "the downstream's second catalog/entries request",
+        Duration::from_secs(120),
+        Duration::from_millis(1),
+        || (entries_requests(&upstream) >= requests + 2).then_some(()),
+    );
+    let killed = match kill_the_upstream {
+        true => &mut upstream.daemon,
+        false => &mut mirror,
+    };
+    killed.child.kill().expect("SIGKILL");
+    killed.child.wait().expect("reap");
+
+    // Mid-delta: nothing of it is in the downstream's database, whose cursor has not moved.
+    assert_eq!(
+        follow_record(&mirror),
+        before,
+        "the kill came before the commit"
+    );
+    let described_anew: i64 = open_database(&mirror.database)
+        .query_row(
+            "SELECT count(*) FROM resources WHERE description LIKE '%second'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("count");
+    assert_eq!(described_anew, 0);
+
+    match kill_the_upstream {
+        true => {
+            upstream.daemon =
+                Daemon::start(&upstream.scratch, &upstream.scratch.path("daemon.toml"));
+        }
+        false => mirror = Daemon::start(&scratch, &scratch.path("daemon.toml")),
+    }
+    wait_for(
+        "the downstream to hold the upstream's catalog",
+        Duration::from_secs(120),
+        || same_catalog(&mirror, &upstream.daemon).then_some(()),
+    );
+    let status = mirror.server_status("upstream");
+    assert_eq!(
+        status["walksOk"].as_u64(),
+        Some(1),
+        "the follow resumed from its cursor, no walk: {status}"
+    );
+    assert!(follow_record(&mirror).0 > before.0, "{status}");
+    let fresh_scratch = Scratch::new();
+    let fresh = downstream(&fresh_scratch, &upstream, "modern");
+    wait_for("a fresh walk", Duration::from_secs(120), || {
+        (fresh.server_status("upstream")["walksOk"].as_u64() >= Some(1)).then_some(())
+    });
+    assert_eq!(fresh.list_all(), mirror.list_all());
+}
+
+#[test]
+fn a_downstream_killed_mid_delta_resumes_from_its_cursor() {
+    killed_mid_delta(false);
+}
+
+#[test]
+fn an_upstream_killed_mid_delta_costs_the_downstream_no_walk() {
+    killed_mid_delta(true);
+}
+
+/// Entries as their upstream lists them: without the path a downstream adds.
+fn without_via(mut entries: Value) -> Value {
+    for entry in entries.as_array_mut().into_iter().flatten() {
+        if let Some(meta) = entry["_meta"].as_object_mut() {
+            meta.remove("io.mcp-mirror/via");
+            meta.remove("io.mcp-mirror/mirrors");
+        }
+    }
+    entries
+}
+
+/// The merged URI templates a daemon lists.
+fn templates(daemon: &Daemon) -> Value {
+    daemon.call("resources/templates/list", json!({}))["resourceTemplates"].clone()
+}
+
+fn template(index: usize, description: &str) -> Value {
+    json!({
+        "uriTemplate": format!("fixture://demo/t{index}/{{id}}"),
+        "name": format!("template-{index}"),
+        "description": description,
+    })
+}
+
+#[test]
+fn templates_are_followed_through_the_feed_like_resources() {
+    let origin = Scratch::new();
+    let with_templates =
+        |templates: Vec<Value>| json!({"generate": 10, "page_size": 100, "templates": templates});
+    let scenario_path = origin.write_scenario(
+        "demo.json",
+        &with_templates(vec![
+            template(0, "zero"),
+            template(1, "one"),
+            template(2, "two"),
+        ]),
+    );
+    let scenario_text = scenario_path.display().to_string();
+    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    assert_eq!(templates(&mirror).as_array().map(Vec::len), Some(3));
+    let deltas = status_number(&mirror, "deltasApplied");
+
+    // One template changed, one removed, one added, and no resource.
+    origin.write_scenario(
+        "demo.json",
+        &with_templates(vec![
+            template(0, "zero"),
+            template(1, "one, again"),
+            template(3, "three"),
+        ]),
+    );
+    wait_for(
+        "the templates at the upstream",
+        Duration::from_secs(30),
+        || {
+            templates(&upstream.daemon)
+                .to_string()
+                .contains("three")
+                .then_some(())
+        },
+    );
+    wait_for(
+        "the templates at the downstream",
+        Duration::from_secs(30),
+        || (without_via(templates(&mirror)) == templates(&upstream.daemon)).then_some(()),
+    );
+    let status = mirror.server_status("upstream");
+    assert_eq!(status["walksOk"], 1, "templates came as a delta: {status}");
+    assert!(status_number(&mirror, "deltasApplied") > deltas, "{status}");
+    assert_eq!(status["templates"], 3, "{status}");
+    let fresh_scratch = Scratch::new();
+    let fresh = downstream(&fresh_scratch, &upstream, "modern");
+    fresh.wait_for_walks("upstream", 1);
+    assert_eq!(templates(&fresh), templates(&mirror));
+    assert_eq!(fresh.list_all(), mirror.list_all());
+}
+
+/// The `cacheScope` a downstream stores with its snapshot of the upstream.
+fn stored_scope(mirror: &Daemon) -> Option<String> {
+    open_database(&mirror.database)
+        .query_row(
+            "SELECT scope FROM scopes WHERE server = 'upstream' AND kind = 'resource'",
+            [],
+            |row| row.get(0),
+        )
+        .ok()
+}
+
+#[test]
+fn a_followed_delta_takes_its_cache_scope_as_a_walk_does() {
+    let origin = Scratch::new();
+    let scenario_path = origin.write_scenario("demo.json", &scenario(1));
+    let scenario_text = scenario_path.display().to_string();
+    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
+    let upstream = Upstream::start(&servers, "");
+    upstream.daemon.wait_for_walks("demo", 1);
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    wait_for("the walk's scope", Duration::from_secs(20), || {
+        (stored_scope(&mirror).as_deref() == Some("public")).then_some(())
+    });
+
+    // The upstream takes on a private server it shares with tokens: what the downstream's
+    // token sees is private from then on, and the delta that brings it says so.
+    let private = HttpFixture::start(&[
+        "--era",
+        "modern",
+        "--cache-scope",
+        "private",
+        "--name",
+        "shared",
+        "--generate",
+        "5",
+    ]);
+    let config = upstream.scratch.path("daemon.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = text.replacen(
+        "[http]",
+        &format!(
+            "[servers.shared]\nurl = \"{}\"\nshare = true\n\n[http]",
+            private.url
+        ),
+        1,
+    );
+    std::fs::write(&config, text).expect("write config");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(upstream.daemon.child.id() as libc::pid_t, libc::SIGHUP);
+    }
+    wait_for(
+        "the shared server at the downstream",
+        Duration::from_secs(30),
+        || (count_from(&mirror, "shared") == 5).then_some(()),
+    );
+    let status = mirror.server_status("upstream");
+    assert_eq!(status["walksOk"], 1, "the change came as a delta: {status}");
+    assert_eq!(status["live"]["cacheScope"], "private", "{status}");
+    assert_eq!(stored_scope(&mirror).as_deref(), Some("private"));
 }

@@ -34,6 +34,11 @@ pub(crate) struct Upstream {
 
 impl Upstream {
     pub(crate) fn start(servers: &str, http_extra: &str) -> Upstream {
+        Upstream::start_tuned(servers, http_extra, "")
+    }
+
+    /// `start`, with more `[daemon]` settings (`daemon_extra`: lines of TOML).
+    pub(crate) fn start_tuned(servers: &str, http_extra: &str, daemon_extra: &str) -> Upstream {
         let scratch = Scratch::new();
         let token = scratch.write_private("fleet.token", &format!("{TOKEN}\n"));
         let address = format!("127.0.0.1:{}", free_port());
@@ -42,6 +47,7 @@ impl Upstream {
             token.display().to_string()
         ));
         fast_daemon_settings(&config);
+        more_daemon_settings(&config, daemon_extra);
         let daemon = Daemon::start(&scratch, &config);
         let upstream = Upstream {
             daemon,
@@ -74,8 +80,35 @@ pub(crate) fn fast_daemon_settings(config: &Path) {
     std::fs::write(config, text).expect("write config");
 }
 
+/// More `[daemon]` settings (lines of TOML) at the top of that table, each in place of the
+/// setting of that key the config had.
+pub(crate) fn more_daemon_settings(config: &Path, lines: &str) {
+    let text = std::fs::read_to_string(config).expect("config");
+    let keys: Vec<String> = lines
+        .lines()
+        .filter_map(|line| Some(format!("{} =", line.split_once('=')?.0.trim())))
+        .collect();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|line| !keys.iter().any(|key| line.starts_with(key.as_str())))
+        .collect();
+    let text = format!("{}\n", kept.join("\n"));
+    let text = text.replacen("[daemon]\n", &format!("[daemon]\n{lines}"), 1);
+    std::fs::write(config, text).expect("write config");
+}
+
 /// A downstream daemon mirroring `upstream` (named `upstream` in its config) in `era`.
 pub(crate) fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> Daemon {
+    downstream_tuned(scratch, upstream, era, "")
+}
+
+/// `downstream`, with more `[daemon]` settings (`daemon_extra`: lines of TOML).
+pub(crate) fn downstream_tuned(
+    scratch: &Scratch,
+    upstream: &Upstream,
+    era: &str,
+    daemon_extra: &str,
+) -> Daemon {
     let token = scratch.write("upstream.token", TOKEN);
     let config = scratch.config(&format!(
         "[servers.upstream]\nurl = \"{}\"\nbearer_token_file = {:?}\nera = \"{era}\"\n",
@@ -83,6 +116,7 @@ pub(crate) fn downstream(scratch: &Scratch, upstream: &Upstream, era: &str) -> D
         token.display().to_string()
     ));
     fast_daemon_settings(&config);
+    more_daemon_settings(&config, daemon_extra);
     Daemon::start(scratch, &config)
 }
 

@@ -140,21 +140,26 @@ fn receive_until(
     }
 }
 
-#[test]
-fn ready_after_the_socket_answers_then_status_and_watchdog_rhythm() {
-    let scratch = Scratch::new();
+/// The daemon serving `generate` fixture resources under a service manager's eye: its
+/// notifications go to the returned socket, and it should pet a 1 s watchdog about every 500 ms.
+fn watched_daemon(scratch: &Scratch, generate: &str) -> (Daemon, UnixDatagram) {
     let config = scratch.config(&stdio_server(
         "docs",
-        &["--name", "docs", "--generate", "1234"],
+        &["--name", "docs", "--generate", generate],
     ));
     let notify_path = scratch.path("notify.sock");
     let receiver = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
     let mut command = serve_command(&config);
-    // Half of one second: the daemon should pet the watchdog about every 500 ms.
     command
         .env("NOTIFY_SOCKET", &notify_path)
         .env("WATCHDOG_USEC", "1000000");
-    let mut daemon = spawn(&scratch, command);
+    (spawn(scratch, command), receiver)
+}
+
+#[test]
+fn ready_after_the_socket_answers_then_status_and_watchdog_rhythm() {
+    let scratch = Scratch::new();
+    let (mut daemon, receiver) = watched_daemon(&scratch, "1234");
 
     let before_ready = receive_until(&receiver, Duration::from_secs(20), |message| {
         message.lines().any(|line| line == "READY=1")
@@ -691,17 +696,7 @@ fn the_reload_command_returns_after_the_file_is_applied_and_fails_on_a_refused_o
 #[test]
 fn a_deleted_socket_file_stops_the_watchdog_so_systemd_restarts_the_daemon() {
     let scratch = Scratch::new();
-    let config = scratch.config(&stdio_server(
-        "docs",
-        &["--name", "docs", "--generate", "3"],
-    ));
-    let notify_path = scratch.path("notify.sock");
-    let receiver = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
-    let mut command = serve_command(&config);
-    command
-        .env("NOTIFY_SOCKET", &notify_path)
-        .env("WATCHDOG_USEC", "1000000");
-    let daemon = spawn(&scratch, command);
+    let (daemon, receiver) = watched_daemon(&scratch, "3");
     receive_until(&receiver, Duration::from_secs(20), |message| {
         message == "WATCHDOG=1"
     });

@@ -22,6 +22,17 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Optio
         .unwrap_or_else(|error| panic!("{error:#}"))
 }
 
+/// `wait_for` looking every `interval`: for a loop of many short waits.
+pub fn wait_for_every<T>(
+    what: &str,
+    limit: Duration,
+    interval: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    process::poll_until(what, limit, interval, || Ok(check()))
+        .unwrap_or_else(|error| panic!("{error:#}"))
+}
+
 /// What a search answered by SQLite's full-text index says while that index is still
 /// indexing a large swap's rows (the writer indexes them after the swap's commit).
 pub const FULL_TEXT_BEHIND: &str = "full-text index is still indexing";

@@ -56,9 +56,13 @@ pub struct Args {
     /// Number of resources to synthesize (a scenario's `generate` overrides it).
     #[arg(long, default_value_t = 0)]
     pub generate: usize,
-    /// JSON scenario file, polled every 100 ms and reloaded when it changes.
+    /// JSON scenario file, polled every `--scenario-poll-ms` and reloaded when it changes.
     #[arg(long)]
     pub scenario: Option<PathBuf>,
+    /// How often the scenario file is looked at, in milliseconds (tests that drive many
+    /// changes in a row poll faster).
+    #[arg(long, default_value_t = 100, requires = "scenario")]
+    pub scenario_poll_ms: u64,
     /// Resources per `resources/list` page (a scenario's `page_size` overrides it).
     #[arg(long, default_value_t = 50)]
     pub page_size: usize,
@@ -176,7 +180,8 @@ async fn main() -> anyhow::Result<()> {
     stats.update(|_| {});
     if let Some(path) = args.scenario.clone() {
         let watched = Arc::clone(&servers);
-        tokio::spawn(watch_scenario(watched, path, fingerprint, scenario));
+        let every = Duration::from_millis(args.scenario_poll_ms.max(1));
+        tokio::spawn(watch_scenario(watched, path, every, fingerprint, scenario));
     }
     match args.http {
         Some(address) => serve_http(servers, &args, address).await,
@@ -241,17 +246,18 @@ async fn fingerprint_of(path: &Path) -> Fingerprint {
     Some((metadata.modified().ok(), metadata.len()))
 }
 
-/// Polls the scenario file every 100 ms and applies it whenever its mtime or size changes.
+/// Polls the scenario file every `every` and applies it whenever its mtime or size changes.
 ///
 /// A changed catalog (anything but the control counters) bumps the catalog
 /// version and notifies; a changed control counter performs its action once.
 async fn watch_scenario(
     servers: http::Servers,
     path: PathBuf,
+    every: Duration,
     mut last_seen: Fingerprint,
     mut applied: Scenario,
 ) {
-    let mut ticker = tokio::time::interval(Duration::from_millis(100));
+    let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;

@@ -1,7 +1,8 @@
 //! A delta from a followed upstream: the changed entries staged like a walk's pages, the
 //! removed keys named, applied through the swap's own `apply_diff` with the cursor moved in
 //! the same transaction, so a reader sees the old snapshot or the new one and a crash leaves
-//! the old one with its old cursor.
+//! the old one with its old cursor. Templates the delta touched go through the swap's own
+//! `replace_templates`, with the untouched ones carried over.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,7 +10,7 @@ use rusqlite::{params, Connection};
 
 use super::full_text::{full_text_backlog, FullText, BULK_INDEX_MIN_ROWS};
 use super::staging::StagedCounts;
-use super::swap::{apply_diff, log_swap, SnapshotDiff, CHANGED, REMOVED};
+use super::swap::{apply_diff, log_swap, replace_templates, SnapshotDiff, CHANGED, REMOVED};
 use super::{execute, query_one, server_id, Delta};
 use crate::protocol::ServerState;
 use crate::store::{now_ms, FollowCursor, StoreError, SwapOutcome};
@@ -80,11 +81,28 @@ pub(super) fn apply_delta(
     let hold_started = std::time::Instant::now();
     let now = now_ms();
     let applied = apply_diff(&transaction, &diff, server, now)?;
+    let mut templates = None;
+    if let Some(touched) = &delta.templates {
+        // The staged templates are the touched ones still listed; the untouched ones are
+        // carried over, so the swap's own comparison sees the whole new set.
+        let touched = serde_json::to_string(touched)
+            .map_err(|error| StoreError::Walk(format!("the delta's templates: {error}")))?;
+        execute(
+            &transaction,
+            "INSERT OR IGNORE INTO temp.staging_templates
+                 (walk_id, uri_template, name, title, description, mime_type, raw, oversized)
+             SELECT ?2, uri_template, name, title, description, mime_type, raw, oversized
+             FROM resource_templates
+             WHERE server_id = ?1 AND uri_template NOT IN (SELECT value FROM json_each(?3))",
+            params![server_id, walk, touched],
+        )?;
+        templates = Some(replace_templates(&transaction, &diff, server, now)?);
+    }
     execute(
         &transaction,
         "UPDATE servers SET state = ?2, stale = 0, last_error = NULL, last_error_at = NULL,
              snapshot_at = ?3, resource_count = ?4, follow_instance = ?5, follow_seq = ?6,
-             deltas_applied = deltas_applied + 1
+             deltas_applied = deltas_applied + 1, template_count = coalesce(?7, template_count)
          WHERE id = ?1",
         params![
             server_id,
@@ -92,7 +110,8 @@ pub(super) fn apply_delta(
             now,
             diff.resources(),
             cursor.instance,
-            cursor.seq
+            cursor.seq,
+            templates.map(|(count, _)| count as i64)
         ],
     )?;
     execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
@@ -100,7 +119,7 @@ pub(super) fn apply_delta(
     if diff.full_text != FullText::Inline {
         full_text_behind.store(full_text_backlog(&transaction)?, Ordering::Release);
     }
-    let templates: i64 = query_one(
+    let template_count: i64 = query_one(
         &transaction,
         "SELECT template_count FROM servers WHERE id = ?1",
         [server_id],
@@ -114,8 +133,8 @@ pub(super) fn apply_delta(
             removed: diff.removed,
             changed: diff.changed,
             resources: diff.resources() as u64,
-            templates: templates.max(0) as u64,
-            templates_touched: 0,
+            templates: template_count.max(0) as u64,
+            templates_touched: templates.map_or(0, |(_, touched)| touched),
         },
         applied.latest_seq,
     ))

@@ -88,6 +88,9 @@ pub enum WriteOp {
 /// What a followed upstream's delta removes, and the cursor it moves to.
 pub struct Delta {
     pub removed: Vec<String>,
+    /// The URI templates the delta touched, when it touched any: the staged ones are their
+    /// new text, the rest of them are gone; every other template stays.
+    pub templates: Option<Vec<String>>,
     pub cursor: super::FollowCursor,
 }
 
