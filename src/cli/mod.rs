@@ -9,6 +9,7 @@ mod offline;
 mod progress;
 mod reload;
 mod render;
+mod status;
 
 use std::path::PathBuf;
 
@@ -17,10 +18,11 @@ use crate::store::StoreError;
 
 pub use bridge::bridge;
 pub use client::{use_remote, Client, Remote};
-pub use commands::{ls, read, refresh, search, show, status, templates, watch, SearchArgs};
+pub use commands::{ls, read, refresh, search, show, templates, watch, SearchArgs};
 pub use kinds::{accept, drift, list as list_kind, show as show_entry};
 pub use offline::DatabaseChoice;
 pub use reload::reload;
+pub use status::status;
 
 /// Exit codes that tell outcomes apart for scripts.
 pub const EXIT_FAILURE: u8 = 1;

@@ -1,4 +1,5 @@
-//! The JSON-RPC 2.0 envelope as the socket uses it: requests, answers, errors, notifications.
+//! The JSON-RPC 2.0 envelope, for our socket and for the mirrored servers alike: requests,
+//! answers, errors, notifications.
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
@@ -8,21 +9,26 @@ use super::{Method, Notification};
 
 pub const JSONRPC_VERSION: &str = "2.0";
 
-/// A request as the CLI sends it.
+/// A request as the CLI sends it (`new`, one of our methods), or as the daemon sends a
+/// mirrored server one of MCP's (`named`).
 #[derive(Debug, Serialize)]
 pub struct Request<'a, P> {
     jsonrpc: &'static str,
     id: u64,
-    method: &'static str,
+    method: &'a str,
     params: &'a P,
 }
 
 impl<'a, P: Serialize> Request<'a, P> {
     pub fn new<M: Method<Params = P>>(id: u64, params: &'a P) -> Request<'a, P> {
+        Request::named(id, M::NAME, params)
+    }
+
+    pub fn named(id: u64, method: &'a str, params: &'a P) -> Request<'a, P> {
         Request {
             jsonrpc: JSONRPC_VERSION,
             id,
-            method: M::NAME,
+            method,
             params,
         }
     }
@@ -174,20 +180,25 @@ pub struct ErrorData {
     pub offline: Option<bool>,
 }
 
-/// A notification as the daemon sends it.
+/// A notification as the daemon sends it: to its clients (`new`, one of ours), or to a
+/// mirrored server (`named`, one of MCP's).
 #[derive(Debug, Serialize)]
 pub struct NotificationMessage<'a, P> {
     jsonrpc: &'static str,
-    method: &'static str,
+    method: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     params: Option<&'a P>,
 }
 
 impl<'a, P: Serialize> NotificationMessage<'a, P> {
     pub fn new<N: Notification<Params = P>>(params: Option<&'a P>) -> NotificationMessage<'a, P> {
+        NotificationMessage::named(N::NAME, params)
+    }
+
+    pub fn named(method: &'a str, params: Option<&'a P>) -> NotificationMessage<'a, P> {
         NotificationMessage {
             jsonrpc: JSONRPC_VERSION,
-            method: N::NAME,
+            method,
             params,
         }
     }

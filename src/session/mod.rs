@@ -1,6 +1,6 @@
 //! One actor per server, reached only through its handle: the handle, its commands and the live status it publishes.
 //!
-//! `actor.rs` is the state machine (connect, walk, listen for changes, pace walks, back off),
+//! `actor/` is the state machine (connect, walk, listen for changes, pace walks, back off),
 //! `state.rs` its states and events, `pacing.rs` its waits (walk pace, poll pace, listen retry,
 //! poll jitter); the reconnect backoff is the crate's one `upstream::Backoff`.
 

@@ -420,7 +420,7 @@ fn search_entries_unbounded(
 ) -> Result<Vec<EntryHit>, StoreError> {
     let query = match search.raw {
         true => Some(search.query.clone()),
-        false => super::queries::fts_query(&search.query),
+        false => super::resource_search::fts_query(&search.query),
     };
     let Some(query) = query else {
         return Ok(Vec::new());
@@ -460,7 +460,7 @@ fn search_entries_unbounded(
                 prompts,
                 search.limit as i64,
                 search.offset as i64,
-                super::queries::MAX_HIT_TEXT_BYTES as i64
+                super::resource_search::MAX_HIT_TEXT_BYTES as i64
             ],
             |row| {
                 Ok(EntryHit {

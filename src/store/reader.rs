@@ -8,7 +8,8 @@ use std::path::Path;
 use rusqlite::Connection;
 
 use super::kinds::{self, DriftRow, EntryHit, EntryListing, EntrySearch, KindCounts};
-use super::queries::{self, ChangePage, ReadTarget, SearchRequest};
+use super::queries::{self, ChangePage, ReadTarget};
+use super::resource_search::{self, SearchRequest};
 use super::views::{self, SnapshotRow, TemplateTarget};
 use super::{index_source, schema, CatalogRow, FullTextPage, ListingRow, ServerStatus, StoreError};
 use crate::protocol::Kind;
@@ -84,7 +85,7 @@ impl Reader {
     /// One page of ranked resources from FTS5, and the offset of the next page when there is
     /// one, noting a full-text backlog read in the same snapshot.
     pub fn search(&self, request: &SearchRequest) -> Result<FullTextPage, StoreError> {
-        queries::search_noting_backlog(&self.connection, request)
+        resource_search::search_noting_backlog(&self.connection, request)
     }
 
     /// Ranked tools and prompts from their FTS5 table.

@@ -9,10 +9,11 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{EventSink, McpError, RpcError, ServerEvent};
+use crate::protocol as wire;
 
 /// One message from the server, classified.
 pub enum Incoming {
@@ -156,21 +157,34 @@ fn parse_error_object(error: Value) -> RpcError {
     }
 }
 
+/// A message of ours as a `Value` (each envelope always serializes; `null` only stands in for
+/// an impossible failure).
+fn to_message(envelope: &impl serde::Serialize) -> Value {
+    serde_json::to_value(envelope).unwrap_or(Value::Null)
+}
+
 pub fn request_message(id: u64, method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    to_message(&wire::Request::named(id, method, &params))
 }
 
 pub fn notification_message(method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "method": method, "params": params})
+    to_message(&wire::NotificationMessage::named(method, Some(&params)))
 }
 
 /// The answer we give to a request from the server: `ping` gets `{}`, others are not supported.
 pub fn answer_server_request(id: Value, method: &str) -> Value {
-    if method == "ping" {
-        json!({"jsonrpc": "2.0", "id": id, "result": {}})
+    let answer = if method == "ping" {
+        wire::Response::success(id, Value::Object(serde_json::Map::new()))
     } else {
-        json!({"jsonrpc": "2.0", "id": id, "error": {"code": crate::protocol::METHOD_NOT_FOUND, "message": format!("client does not handle {method}")}})
-    }
+        wire::Response::failure(
+            id,
+            wire::ErrorObject::new(
+                wire::METHOD_NOT_FOUND,
+                format!("client does not handle {method}"),
+            ),
+        )
+    };
+    to_message(&answer)
 }
 
 /// Forwards server notifications we act on; everything else is logged and ignored.
@@ -318,5 +332,35 @@ impl PendingRequests {
         self.waiting
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn our_messages_to_a_server_are_the_protocol_envelopes() {
+        let params = json!({"cursor": "c"});
+        assert_eq!(
+            request_message(7, "resources/list", params.clone()),
+            json!({"jsonrpc": "2.0", "id": 7, "method": "resources/list", "params": params})
+        );
+        assert_eq!(
+            notification_message("notifications/initialized", Value::Null),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized", "params": null})
+        );
+        assert_eq!(
+            answer_server_request(json!("p1"), "ping"),
+            json!({"jsonrpc": "2.0", "id": "p1", "result": {}})
+        );
+        assert_eq!(
+            answer_server_request(json!(3), "sampling/createMessage"),
+            json!({"jsonrpc": "2.0", "id": 3, "error": {
+                "code": crate::protocol::METHOD_NOT_FOUND,
+                "message": "client does not handle sampling/createMessage"
+            }})
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{params, Connection};
 
 use super::full_text::{full_text_backlog, FullText, BULK_INDEX_MIN_ROWS};
-use super::staging::StagedCounts;
+use super::staged::StagedCounts;
 use super::swap::{apply_diff, log_swap, replace_templates, SnapshotDiff, CHANGED, REMOVED};
 use super::{execute, query_one, server_id, Delta};
 use crate::protocol::ServerState;

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::execute;
+use super::sql::execute;
 use crate::store::StoreError;
 
 /// A swap that adds at least this many rows leaves their full-text indexing to the backlog

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
 
@@ -115,19 +115,29 @@ impl Batch {
 
 mod delta;
 mod entry_swap;
-mod full_text;
+mod feed;
+pub(super) mod full_text;
 mod pending;
+mod servers;
+mod sql;
+mod staged;
 mod staging;
 mod swap;
 mod wal;
 
 use entry_swap::swap_entries;
-pub(super) use full_text::full_text_backlog;
+use feed::prune_changes;
+use feed::{announce, record_truncated};
+#[cfg(test)]
+use full_text::full_text_backlog;
 use full_text::{index_full_text_batch, INDEXED};
-use pending::{discard_pending_batch, pending_loads};
-use staging::{
-    discard_staging, stage_entries, stage_resources, stage_templates, StagedCounts, STAGING_SCHEMA,
-};
+use pending::{discard_pending_batch, pending_loads, promote};
+use servers::{sync_servers, update_server};
+#[cfg(test)]
+use sql::full_scans;
+use sql::{execute, query_one, server_id};
+use staged::StagedCounts;
+use staging::{discard_staging, stage_entries, stage_resources, stage_templates, STAGING_SCHEMA};
 use swap::swap;
 
 use wal::{WriteAheadLog, WAL_LIMIT_BYTES};
@@ -342,7 +352,7 @@ pub fn run(
                 let counts = staged_walks.remove(&walk_id).unwrap_or_default();
                 let outcome = match (failed_walks.remove(&walk_id), delta) {
                     (Some(error), _) => Err(StoreError::Walk(format!("staging failed: {error}"))),
-                    (None, None) => swap(
+                    (None, None) => commit_walk(
                         &mut connection,
                         walk_id,
                         &counts,
@@ -471,6 +481,37 @@ pub fn run(
 }
 
 /// Whether a first load is in flight: the log is not checkpointed meanwhile (`wal.rs`).
+/// Commits a staged walk: a first load, staged straight into `resources`, is promoted; any
+/// other walk is swapped in by its diff.
+fn commit_walk(
+    connection: &mut Connection,
+    walk_id: u64,
+    counts: &StagedCounts,
+    server: &str,
+    report: &WalkReport,
+    full_text_behind: &AtomicU64,
+) -> Result<(SwapOutcome, i64), StoreError> {
+    match &counts.pending {
+        Some(pending) => promote(
+            connection,
+            walk_id,
+            counts,
+            pending,
+            server,
+            report,
+            full_text_behind,
+        ),
+        None => swap(
+            connection,
+            walk_id,
+            counts,
+            server,
+            report,
+            full_text_behind,
+        ),
+    }
+}
+
 fn loading(staged_walks: &HashMap<u64, StagedCounts>) -> bool {
     staged_walks.values().any(|counts| counts.pending.is_some())
 }
@@ -488,241 +529,6 @@ fn commit_batch(
             .entry(walk_id)
             .or_insert_with(|| error.to_string());
     }
-}
-
-/// Records the configured servers; returns one event per dropped server that had resources.
-fn sync_servers(
-    connection: &mut Connection,
-    sync: &ServerSync,
-) -> Result<Vec<CatalogChanged>, StoreError> {
-    let servers = &sync.configured;
-    let mut dropped = Vec::new();
-    let transaction = connection.transaction()?;
-    {
-        let mut upsert = transaction.prepare_cached(
-            "INSERT INTO servers (name, priority, transport, state, read_cache_bytes)
-             VALUES (?1, ?2, ?3, ?5, ?4)
-             ON CONFLICT (name) DO UPDATE SET priority = excluded.priority, transport = excluded.transport,
-                 state = excluded.state, retry_at = NULL, read_cache_bytes = excluded.read_cache_bytes",
-        )?;
-        // An untouched server's session carries on, so its row keeps the state it reported.
-        let mut touch_up = transaction.prepare_cached(
-            "UPDATE servers SET priority = ?2, transport = ?3, read_cache_bytes = ?4 WHERE name = ?1",
-        )?;
-        for server in servers {
-            let read_cache_bytes = server
-                .read_cache_bytes
-                .map(|bytes| bytes.min(i64::MAX as u64) as i64);
-            let arguments = params![
-                server.name,
-                server.priority,
-                server.transport,
-                read_cache_bytes
-            ];
-            if sync.untouched.contains(&server.name) {
-                touch_up.execute(arguments)?;
-            } else {
-                let starting = params![
-                    server.name,
-                    server.priority,
-                    server.transport,
-                    read_cache_bytes,
-                    ServerState::Starting
-                ];
-                upsert.execute(starting)?;
-            }
-        }
-        // A cache turned off in the configuration frees its space.
-        transaction.execute(
-            "DELETE FROM read_cache WHERE server_id IN
-                 (SELECT id FROM servers WHERE read_cache_bytes IS NULL)",
-            [],
-        )?;
-        let configured: Vec<&str> = servers.iter().map(|server| server.name.as_str()).collect();
-        let mut known = transaction.prepare("SELECT id, name FROM servers")?;
-        let stale: Vec<(i64, String)> = known
-            .query_map([], |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-            })?
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .filter(|(_, name)| !configured.contains(&name.as_str()))
-            .collect();
-        for (id, name) in stale {
-            if sync.removed == RemovedServers::KeepOffline {
-                let updated = transaction.execute(
-                    "UPDATE servers SET state = ?2, stale = 1, retry_at = NULL
-                     WHERE id = ?1 AND state != ?2",
-                    params![id, ServerState::Offline],
-                )?;
-                if updated > 0 {
-                    tracing::info!(server = %name, "kept the snapshot of a server no longer configured, marked offline");
-                }
-                continue;
-            }
-            let now = now_ms();
-            let removed: i64 = transaction.query_row(
-                "SELECT count(*) FROM resources WHERE server_id = ?1",
-                [id],
-                |row| row.get(0),
-            )?;
-            let recorded = transaction.execute(
-                "INSERT INTO changes (at, server, kind, uri)
-                 SELECT ?1, ?2, ?5, uri FROM resources WHERE server_id = ?3 LIMIT ?4",
-                params![now, name, id, CHANGES_PER_SWAP as i64, ChangeKind::Removed],
-            )? as u64;
-            record_truncated(&transaction, now, &name, removed as u64, recorded)?;
-            transaction.execute(
-                &format!(
-                    "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
-                     SELECT 'delete', r.id, r.uri, r.name, r.title, r.description FROM resources r
-                     WHERE r.server_id = ?1 AND {INDEXED}"
-                ),
-                [id],
-            )?;
-            // Tools and prompts go with the server (a cascade); their index rows must too.
-            transaction.execute(
-                "DELETE FROM entries_fts WHERE rowid IN (SELECT id FROM entries WHERE server_id = ?1)",
-                [id],
-            )?;
-            transaction.execute("DELETE FROM servers WHERE id = ?1", [id])?;
-            super::scopes::forget_scopes(&transaction, &name)?;
-            tracing::info!(server = %name, "dropped the snapshot of a server no longer configured");
-            if removed > 0 {
-                dropped.push(CatalogChanged {
-                    server: name,
-                    kind: Kind::Resource,
-                    added: 0,
-                    removed: removed as u64,
-                    changed: 0,
-                    latest_seq: 0,
-                });
-            }
-        }
-        if !dropped.is_empty() {
-            let latest_seq = prune_changes(&transaction)?;
-            for event in &mut dropped {
-                event.latest_seq = latest_seq;
-            }
-        }
-    }
-    transaction.commit()?;
-    Ok(dropped)
-}
-
-/// Runs one statement of a swap or of a server record. In the crate's tests it also counts
-/// the statement's full-scan steps (`full_scans`), so a test can show that a small swap beside
-/// a large snapshot never walks a whole table.
-fn execute<P: rusqlite::Params>(
-    connection: &Connection,
-    sql: &str,
-    params: P,
-) -> Result<usize, StoreError> {
-    let mut statement = connection.prepare(sql)?;
-    let changed = statement.execute(params)?;
-    full_scans::note(&statement);
-    Ok(changed)
-}
-
-/// The one value a one-row query returns, counted like `execute`.
-fn query_one<T: rusqlite::types::FromSql, P: rusqlite::Params>(
-    connection: &Connection,
-    sql: &str,
-    params: P,
-) -> Result<T, StoreError> {
-    let mut statement = connection.prepare(sql)?;
-    let value = statement.query_row(params, |row| row.get(0))?;
-    full_scans::note(&statement);
-    Ok(value)
-}
-
-/// Full-scan steps of the writer's statements on this thread, for the tests' guard.
-#[cfg(test)]
-mod full_scans {
-    use std::cell::Cell;
-
-    thread_local! {
-        static STEPS: Cell<u64> = const { Cell::new(0) };
-    }
-
-    pub(super) fn note(statement: &rusqlite::Statement<'_>) {
-        let steps = statement.reset_status(rusqlite::StatementStatus::FullscanStep);
-        STEPS.with(|counted| counted.set(counted.get() + steps.max(0) as u64));
-    }
-
-    /// The steps counted since the last call.
-    pub(super) fn take() -> u64 {
-        STEPS.with(|counted| counted.replace(0))
-    }
-}
-
-#[cfg(not(test))]
-mod full_scans {
-    pub(super) fn note(_statement: &rusqlite::Statement<'_>) {}
-}
-
-/// Tells subscribers of a committed swap that changed something (a broadcast never blocks: a
-/// slow subscriber lags, the writer goes on).
-fn announce(
-    changes: &broadcast::Sender<CatalogChanged>,
-    catalog_version: &AtomicU64,
-    server: &str,
-    swap: &SwapOutcome,
-    latest_seq: i64,
-) {
-    if swap.added + swap.removed + swap.changed + swap.templates_touched > 0 {
-        catalog_version.fetch_add(1, Ordering::Release);
-        let _ = changes.send(CatalogChanged {
-            server: server.to_string(),
-            kind: Kind::Resource,
-            added: swap.added,
-            removed: swap.removed,
-            changed: swap.changed,
-            latest_seq,
-        });
-    }
-}
-
-/// Adds the 'truncated' row for the changes of one swap that were not recorded one by one.
-fn record_truncated(
-    transaction: &rusqlite::Transaction<'_>,
-    now: i64,
-    server: &str,
-    total: u64,
-    recorded: u64,
-) -> Result<(), StoreError> {
-    if total > recorded {
-        execute(
-            transaction,
-            "INSERT INTO changes (at, server, kind, uri, count) VALUES (?1, ?2, ?4, NULL, ?3)",
-            params![
-                now,
-                server,
-                (total - recorded) as i64,
-                ChangeKind::Truncated
-            ],
-        )?;
-    }
-    Ok(())
-}
-
-/// Forgets the oldest change feed entries past `CHANGES_KEPT` and those older than
-/// `CHANGES_MAX_AGE_MS` (seq and time grow together, so the expired rows are the oldest
-/// seqs: the look stops at the first row young enough); returns the newest seq.
-pub(super) fn prune_changes(transaction: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
-    let latest: i64 = query_one(transaction, "SELECT coalesce(max(seq), 0) FROM changes", [])?;
-    let young: Option<i64> = query_one(
-        transaction,
-        "SELECT seq FROM changes WHERE at >= ?1 ORDER BY seq LIMIT 1",
-        [now_ms() - CHANGES_MAX_AGE_MS],
-    )?;
-    let keep_from = young.unwrap_or(latest + 1).max(latest - CHANGES_KEPT + 1);
-    execute(
-        transaction,
-        "DELETE FROM changes WHERE seq < ?1",
-        [keep_from],
-    )?;
-    Ok(latest)
 }
 
 /// Stores one read result and evicts the server's oldest entries beyond `limit_bytes`.
@@ -761,73 +567,6 @@ fn cache_contents(
     }
     transaction.commit()?;
     Ok(())
-}
-
-fn update_server(
-    connection: &Connection,
-    server: &str,
-    update: &ServerUpdate,
-) -> Result<(), StoreError> {
-    let now = now_ms();
-    match update {
-        ServerUpdate::Connecting => connection.execute(
-            "UPDATE servers SET state = ?2, retry_at = NULL WHERE name = ?1",
-            params![server, ServerState::Connecting],
-        )?,
-        ServerUpdate::Connected {
-            protocol_version,
-            capabilities,
-            server_info,
-        } => connection.execute(
-            "UPDATE servers SET state = ?6, protocol_version = ?2, capabilities = ?3,
-                 server_info = ?4, connected_at = ?5, retry_at = NULL WHERE name = ?1",
-            params![
-                server,
-                protocol_version,
-                capabilities.to_string(),
-                server_info.to_string(),
-                now,
-                ServerState::Connected
-            ],
-        )?,
-        ServerUpdate::NoResources => connection.execute(
-            "UPDATE servers SET state = ?2, stale = 0, last_error = NULL WHERE name = ?1",
-            params![server, ServerState::NoResources],
-        )?,
-        ServerUpdate::Walking => connection.execute(
-            "UPDATE servers SET state = ?2 WHERE name = ?1",
-            params![server, ServerState::Walking],
-        )?,
-        ServerUpdate::WalkFailed { error } => connection.execute(
-            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3,
-                 walks_failed = walks_failed + 1 WHERE name = ?1",
-            params![server, error, now, ServerState::Failed],
-        )?,
-        ServerUpdate::Reconnecting { error } => connection.execute(
-            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3
-                 WHERE name = ?1",
-            params![server, error, now, ServerState::Reconnecting],
-        )?,
-        ServerUpdate::BackingOff { error, retry_at_ms } => connection.execute(
-            "UPDATE servers SET state = ?5, stale = 1, last_error = ?2, last_error_at = ?3,
-                 retry_at = ?4 WHERE name = ?1",
-            params![server, error, now, retry_at_ms, ServerState::BackingOff],
-        )?,
-        ServerUpdate::Stopped => connection.execute(
-            "UPDATE servers SET state = ?2, retry_at = NULL WHERE name = ?1",
-            params![server, ServerState::Stopped],
-        )?,
-    };
-    Ok(())
-}
-
-/// The id of `server`'s row; `None` when it has none (yet).
-fn server_id(connection: &Connection, server: &str) -> Result<Option<i64>, StoreError> {
-    Ok(connection
-        .query_row("SELECT id FROM servers WHERE name = ?1", [server], |row| {
-            row.get(0)
-        })
-        .optional()?)
 }
 
 #[cfg(test)]

@@ -7,24 +7,13 @@ use rusqlite::{params, Connection};
 use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
-use super::staging::StagedCounts;
+use super::staged::{PendingLoad, StagedCounts};
 use super::swap::{log_swap, record_walk, replace_templates, SnapshotDiff};
 use super::{
     execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_FIRST_LOAD,
 };
 use crate::protocol::ChangeKind;
 use crate::store::{now_ms, ResourceRow, StoreError, SwapOutcome, WalkReport};
-
-/// A first load in flight: its rows are in `resources` under `id`, a negative id no `servers`
-/// row has (`pending_loads`), so no reader sees them until `promote` gives the server that id.
-#[derive(Debug, Default, Clone)]
-pub(super) struct PendingLoad {
-    pub(super) id: i64,
-    /// The ids its rows took, in order, as ranges (both ends included): each page's rows take
-    /// consecutive ids, and pages that follow each other without another swap between them
-    /// make one range.
-    pub(super) ranges: Vec<(i64, i64)>,
-}
 
 /// Runs `write` with foreign keys off: pending rows name a server id no `servers` row has
 /// until `promote` gives it to the server. (The pragma is a no-op inside a transaction, so

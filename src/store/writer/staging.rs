@@ -2,8 +2,9 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::pending::{stage_pending, PendingLoad};
+use super::pending::stage_pending;
 use super::server_id;
+use super::staged::StagedCounts;
 use crate::protocol::Kind;
 use crate::store::entry::same_entry;
 use crate::store::{EntryRow, ResourceRow, StoreError, TemplateRow};
@@ -119,51 +120,6 @@ pub(super) fn stage_entries(
     }
     transaction.commit()?;
     Ok(())
-}
-
-/// What one walk has staged, and the snapshot it was compared with.
-#[derive(Debug, Default, Clone)]
-pub(super) struct StagedCounts {
-    /// The server's id when staging began: light rows stand for "as in this snapshot".
-    pub(super) snapshot: Option<i64>,
-    /// The snapshot had no resources then (a first load): nothing to look up.
-    snapshot_empty: bool,
-    /// Distinct resources staged.
-    pub(super) staged: u64,
-    /// Staged resources the snapshot holds (unchanged or changed).
-    pub(super) matched: u64,
-    /// A first load of a recorded server stages straight into `resources`, as a pending load.
-    pub(super) pending: Option<PendingLoad>,
-}
-
-impl StagedCounts {
-    pub(super) fn against(connection: &Connection, server: &str) -> Result<Self, StoreError> {
-        let snapshot = server_id(connection, server)?;
-        let snapshot_empty = match snapshot {
-            Some(server_id) => !connection.query_row(
-                "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
-                [server_id],
-                |row| row.get::<_, bool>(0),
-            )?,
-            None => true,
-        };
-        let pending = match snapshot {
-            Some(_) if snapshot_empty => {
-                connection.execute("INSERT INTO pending_loads (server) VALUES (?1)", [server])?;
-                Some(PendingLoad {
-                    id: -connection.last_insert_rowid(),
-                    ranges: Vec::new(),
-                })
-            }
-            _ => None,
-        };
-        Ok(StagedCounts {
-            snapshot,
-            snapshot_empty,
-            pending,
-            ..StagedCounts::default()
-        })
-    }
 }
 
 /// Stages one page. A row whose URI the snapshot already holds with the same hash, or with a

@@ -9,8 +9,7 @@ use super::entry_swap::OVERSIZED_ENTRIES;
 use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
-use super::pending::promote;
-use super::staging::StagedCounts;
+use super::staged::StagedCounts;
 use super::{execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_SWAP};
 use crate::protocol::{ChangeKind, Kind, ServerState};
 use crate::store::entry::same_entry;
@@ -21,7 +20,8 @@ use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
 pub(super) const REMOVED: i64 = 0;
 pub(super) const CHANGED: i64 = 1;
 
-/// Applies the staged walk as a diff against the server's snapshot, all in one transaction.
+/// Applies the staged walk as a diff against the server's snapshot, all in one transaction (a
+/// first load, staged straight into `resources`, is promoted instead: `pending::promote`).
 /// Returns what changed and the change feed's newest sequence number. `counts` says what the
 /// walk staged.
 ///
@@ -38,17 +38,6 @@ pub(super) fn swap(
     report: &WalkReport,
     full_text_behind: &AtomicU64,
 ) -> Result<(SwapOutcome, i64), StoreError> {
-    if let Some(pending) = &counts.pending {
-        return promote(
-            connection,
-            walk_id,
-            counts,
-            pending,
-            server,
-            report,
-            full_text_behind,
-        );
-    }
     let swap_started = std::time::Instant::now();
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)?;

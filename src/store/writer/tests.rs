@@ -106,7 +106,8 @@ fn walk(
     let mut counts = StagedCounts::against(connection, server).expect("counts");
     stage_pages(connection, walk_id, &mut counts, rows);
     let report = WalkReport::default();
-    let (outcome, _) = swap(connection, walk_id, &counts, server, &report, behind).expect("swap");
+    let (outcome, _) =
+        commit_walk(connection, walk_id, &counts, server, &report, behind).expect("swap");
     discard_staging(connection, walk_id);
     outcome
 }

@@ -1,0 +1,220 @@
+//! The handshake era of `/mcp`: `initialize` opens a session (`Mcp-Session-Id`), the GET
+//! stream of a session, and DELETE of a session.
+
+use super::*;
+
+/// A handshake-era request: `initialize` opens a session; a request naming an unknown
+/// session is answered 404 so the client starts a new one.
+pub(super) async fn legacy_request(
+    face: &Arc<HttpFace>,
+    client: &Client,
+    headers: &HeaderMap,
+    request: CheckedRequest,
+) -> Response {
+    let id = request.id.clone().unwrap_or(Value::Null);
+    if let Some(version) = header_text(headers, VERSION_HEADER) {
+        if !wire::LEGACY_VERSIONS.contains(&version) && request.method != Initialize::NAME {
+            let message = format!("unsupported MCP-Protocol-Version header: {version}");
+            return error_answer(
+                headers,
+                StatusCode::BAD_REQUEST,
+                &id,
+                INVALID_REQUEST,
+                &message,
+                None,
+            );
+        }
+    }
+    let mut new_session = None;
+    if request.method == Initialize::NAME {
+        let session = match new_session_id() {
+            Ok(session) => session,
+            Err(error) => {
+                let message = format!("cannot make a session id: {error}");
+                return error_answer(
+                    headers,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &id,
+                    wire::INTERNAL_ERROR,
+                    &message,
+                    None,
+                );
+            }
+        };
+        let opened = face
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .open(
+                session.clone(),
+                &client.key(),
+                Instant::now(),
+                face.session_bounds(),
+            );
+        match opened {
+            Opened::Yes { evicted } => {
+                for _ in 0..evicted {
+                    face.refusals.refused(Refusal::SessionEvicted);
+                }
+                new_session = Some(session);
+            }
+            Opened::Full => {
+                face.refusals.refused(Refusal::Sessions);
+                let message = format!(
+                    "too many sessions, each with an open GET stream ([http] max_sessions = {}, max_sessions_per_client = {})",
+                    face.config.max_sessions, face.config.max_sessions_per_client
+                );
+                return error_answer(
+                    headers,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &id,
+                    INVALID_REQUEST,
+                    &message,
+                    None,
+                );
+            }
+        }
+    } else if let Some(session) = header_text(headers, SESSION_HEADER) {
+        if !known_session(face, client, session) {
+            return error_answer(
+                headers,
+                StatusCode::NOT_FOUND,
+                &id,
+                INVALID_REQUEST,
+                "session not found: send initialize without Mcp-Session-Id",
+                None,
+            );
+        }
+    }
+    let Some(request_id) = request.id.clone() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let audience = face.audience(client).await;
+    let mut response = match request.method.as_str() {
+        DISCOVER => deliver(
+            headers,
+            StatusCode::OK,
+            &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
+        ),
+        _ => match answer(face, client, &audience, request).await {
+            Some(Ok(result)) => deliver(
+                headers,
+                StatusCode::OK,
+                &wire::Response::success(request_id, result),
+            ),
+            Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
+            None => StatusCode::ACCEPTED.into_response(),
+        },
+    };
+    if let Some(session) = new_session.and_then(|session| HeaderValue::from_str(&session).ok()) {
+        response.headers_mut().insert(SESSION_HEADER, session);
+    }
+    response
+}
+
+/// Whether `session` is one of `client`'s, marking it used.
+fn known_session(face: &HttpFace, client: &Client, session: &str) -> bool {
+    face.sessions
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .touch(
+            session,
+            &client.key(),
+            Instant::now(),
+            face.config.session_idle_timeout,
+        )
+}
+
+/// The handshake era's GET stream of a session: `list_changed` after each committed change.
+pub(in crate::http_face) async fn get_stream(
+    State(face): State<Arc<HttpFace>>,
+    Extension(PeerAddress(peer)): Extension<PeerAddress>,
+    headers: HeaderMap,
+) -> Response {
+    let client = match admit(&face, peer, &headers) {
+        Ok(client) => client,
+        Err(refusal) => return *refusal,
+    };
+    let accepts_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"));
+    if !accepts_sse {
+        return (
+            StatusCode::NOT_ACCEPTABLE,
+            "GET /mcp is an event stream: send Accept: text/event-stream\n",
+        )
+            .into_response();
+    }
+    if header_text(&headers, VERSION_HEADER)
+        .is_some_and(|version| wire::MODERN_VERSIONS.contains(&version))
+    {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the 2026-07-28 era has no GET stream: use subscriptions/listen\n",
+        )
+            .into_response();
+    }
+    let session = match header_text(&headers, SESSION_HEADER) {
+        None => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "GET /mcp needs the Mcp-Session-Id from initialize\n",
+            )
+                .into_response()
+        }
+        Some(session) if !known_session(&face, &client, session) => {
+            return (StatusCode::NOT_FOUND, "session not found\n").into_response()
+        }
+        Some(session) => session,
+    };
+    let (session_stream, session_ended) = SessionStream::open(&face, session);
+    let place = match face.stream_place(&client, &headers, &Value::Null) {
+        Ok(place) => place.of_session(session_stream),
+        Err(refusal) => return *refusal,
+    };
+    tracing::debug!(token = client.name(), "HTTP GET stream opened");
+    let changed = wire::NotificationMessage::new::<wire::ResourcesListChanged>(None);
+    let plan = StreamPlan {
+        first: Vec::new(),
+        on_change: Some(message_text(&changed)),
+        at_end: None,
+        session_ended,
+        view: face.audience(&client).await.view,
+    };
+    stream::open(
+        plan,
+        face.api.store.subscribe(),
+        face.shutdown.clone(),
+        Box::new(place),
+    )
+}
+
+/// Ends a handshake-era session.
+pub(in crate::http_face) async fn delete_session(
+    State(face): State<Arc<HttpFace>>,
+    Extension(PeerAddress(peer)): Extension<PeerAddress>,
+    headers: HeaderMap,
+) -> Response {
+    let client = match admit(&face, peer, &headers) {
+        Ok(client) => client,
+        Err(refusal) => return *refusal,
+    };
+    let Some(session) = header_text(&headers, SESSION_HEADER) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "DELETE /mcp needs an Mcp-Session-Id\n",
+        )
+            .into_response();
+    };
+    let removed = face
+        .sessions
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .remove(session, &client.key());
+    tracing::debug!(token = client.name(), removed, "HTTP session deleted");
+    match removed {
+        true => StatusCode::NO_CONTENT.into_response(),
+        false => (StatusCode::NOT_FOUND, "session not found\n").into_response(),
+    }
+}

@@ -1,0 +1,198 @@
+//! The 2026-07-28 era of `/mcp`: a request's headers checked against its body, no session;
+//! `server/discover`, `subscriptions/listen`, and results with their caching hints.
+
+use super::*;
+
+/// A 2026-07-28 request: headers checked against the body, no session.
+pub(super) async fn modern_request(
+    face: &Arc<HttpFace>,
+    client: &Client,
+    headers: &HeaderMap,
+    request: CheckedRequest,
+    version: &str,
+) -> Response {
+    let id = request.id.clone().unwrap_or(Value::Null);
+    if !wire::MODERN_VERSIONS.contains(&version) {
+        return error_answer(
+            headers,
+            StatusCode::BAD_REQUEST,
+            &id,
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            serde_json::to_value(UnsupportedVersionData {
+                supported: wire::supported_versions(),
+                requested: Some(version.to_string()),
+            })
+            .ok(),
+        );
+    }
+    let expected_name = match request.method.as_str() {
+        "resources/read" => request.params.get("uri"),
+        "tools/call" | "prompts/get" => request.params.get("name"),
+        _ => None,
+    }
+    .and_then(Value::as_str);
+    let checks = [
+        (VERSION_HEADER, "MCP-Protocol-Version", Some(version)),
+        (METHOD_HEADER, "Mcp-Method", Some(request.method.as_str())),
+        (NAME_HEADER, "Mcp-Name", expected_name),
+    ];
+    for (name, shown, expected) in checks {
+        let (Some(sent), Some(expected)) = (header_text(headers, name), expected) else {
+            continue;
+        };
+        if sent != expected {
+            let message = format!(
+                "Header mismatch: {shown} header value '{sent}' does not match body value '{expected}'"
+            );
+            return error_answer(
+                headers,
+                StatusCode::BAD_REQUEST,
+                &id,
+                HEADER_MISMATCH,
+                &message,
+                None,
+            );
+        }
+    }
+    let Some(request_id) = request.id.clone() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let audience = face.audience(client).await;
+    match request.method.as_str() {
+        DISCOVER => deliver(
+            headers,
+            StatusCode::OK,
+            &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
+        ),
+        LISTEN => listen(
+            face,
+            client,
+            headers,
+            request_id,
+            &request.params,
+            audience.view,
+        ),
+        _ => {
+            // The feed and the keyed read carry the hints too: a follower derives its
+            // snapshot's scope from them as a walk does from the list pages.
+            let caching = matches!(
+                request.method.as_str(),
+                ListResources::NAME
+                    | ListTemplates::NAME
+                    | ReadResource::NAME
+                    | CatalogChanges::NAME
+                    | CatalogEntries::NAME
+            );
+            match answer(face, client, &audience, request).await {
+                Some(Ok(result)) => deliver(
+                    headers,
+                    StatusCode::OK,
+                    &wire::Response::success(request_id, modern_result(result, &audience, caching)),
+                ),
+                Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
+                None => StatusCode::ACCEPTED.into_response(),
+            }
+        }
+    }
+}
+
+pub(super) fn discover() -> Value {
+    let server_info = wire::Implementation {
+        name: wire::SERVER_NAME.into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        instance: wire::mirror_id().map(str::to_string),
+    };
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        wire::SERVER_INFO_META_KEY.into(),
+        serde_json::to_value(server_info).unwrap_or(Value::Null),
+    );
+    let capabilities = match serde_json::to_value(wire::ServerCapabilities::of_the_mirror()) {
+        Ok(Value::Object(capabilities)) => capabilities,
+        _ => serde_json::Map::new(),
+    };
+    let result = DiscoverResult {
+        supported_versions: wire::supported_versions(),
+        capabilities,
+        instructions: Some(wire::INSTRUCTIONS.into()),
+        meta: Some(meta),
+        server_info: None,
+    };
+    serde_json::to_value(result).unwrap_or(Value::Null)
+}
+
+/// A 2026-07-28 result: `resultType`, and for discover, lists and reads the caching hints.
+pub(super) fn modern_result(result: Value, audience: &Audience, caching: bool) -> Value {
+    let Value::Object(mut object) = result else {
+        return result;
+    };
+    let hints = CachingHints {
+        result_type: "complete",
+        ttl_ms: caching.then_some(audience.ttl_ms),
+        cache_scope: caching.then_some(match audience.private_visible {
+            true => "private",
+            false => "public",
+        }),
+    };
+    if let Ok(Value::Object(hints)) = serde_json::to_value(hints) {
+        object.extend(hints);
+    }
+    Value::Object(object)
+}
+
+/// `subscriptions/listen`: an SSE answer that acknowledges, then carries `list_changed`
+/// until the daemon stops (then the request's result).
+fn listen(
+    face: &Arc<HttpFace>,
+    client: &Client,
+    headers: &HeaderMap,
+    id: Value,
+    params: &Value,
+    view: View,
+) -> Response {
+    // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
+    let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
+    let asked_resources = asked.notifications.resources_list_changed == Some(true);
+    let place = match face.stream_place(client, headers, &id) {
+        Ok(place) => place,
+        Err(refusal) => return *refusal,
+    };
+    let subscription = wire::SubscriptionMeta {
+        subscription_id: match &id {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        },
+    };
+    let acknowledged = wire::AcknowledgedParams {
+        meta: subscription.clone(),
+        notifications: wire::ListenNotifications {
+            resources_list_changed: asked_resources.then_some(true),
+        },
+    };
+    let changed = wire::SubscriptionParams {
+        meta: subscription.clone(),
+    };
+    let closed = serde_json::to_value(wire::ListenResult::complete(subscription))
+        .map(|result| wire::Response::success(id, result));
+    let plan = StreamPlan {
+        first: vec![message_text(&wire::NotificationMessage::new::<
+            wire::SubscriptionsAcknowledged,
+        >(Some(&acknowledged)))],
+        // A client that did not ask for resource list changes gets only keep-alives.
+        on_change: asked_resources.then(|| {
+            message_text(&wire::NotificationMessage::new::<
+                wire::ListenResourcesListChanged,
+            >(Some(&changed)))
+        }),
+        at_end: closed.ok().map(|closed| message_text(&closed)),
+        session_ended: None,
+        view,
+    };
+    stream::open(
+        plan,
+        face.api.store.subscribe(),
+        face.shutdown.clone(),
+        Box::new(place),
+    )
+}

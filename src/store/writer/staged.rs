@@ -1,0 +1,63 @@
+//! What a walk has staged so far (`StagedCounts`): the snapshot it is compared with, its
+//! counts, and, for a first load, the pending load its rows went to (`PendingLoad`).
+
+use rusqlite::Connection;
+
+use super::sql::server_id;
+use crate::store::StoreError;
+
+/// A first load in flight: its rows are in `resources` under `id`, a negative id no `servers`
+/// row has (`pending_loads`), so no reader sees them until `promote` gives the server that id.
+#[derive(Debug, Default, Clone)]
+pub(super) struct PendingLoad {
+    pub(super) id: i64,
+    /// The ids its rows took, in order, as ranges (both ends included): each page's rows take
+    /// consecutive ids, and pages that follow each other without another swap between them
+    /// make one range.
+    pub(super) ranges: Vec<(i64, i64)>,
+}
+
+/// What one walk has staged, and the snapshot it was compared with.
+#[derive(Debug, Default, Clone)]
+pub(super) struct StagedCounts {
+    /// The server's id when staging began: light rows stand for "as in this snapshot".
+    pub(super) snapshot: Option<i64>,
+    /// The snapshot had no resources then (a first load): nothing to look up.
+    pub(super) snapshot_empty: bool,
+    /// Distinct resources staged.
+    pub(super) staged: u64,
+    /// Staged resources the snapshot holds (unchanged or changed).
+    pub(super) matched: u64,
+    /// A first load of a recorded server stages straight into `resources`, as a pending load.
+    pub(super) pending: Option<PendingLoad>,
+}
+
+impl StagedCounts {
+    pub(super) fn against(connection: &Connection, server: &str) -> Result<Self, StoreError> {
+        let snapshot = server_id(connection, server)?;
+        let snapshot_empty = match snapshot {
+            Some(server_id) => !connection.query_row(
+                "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
+                [server_id],
+                |row| row.get::<_, bool>(0),
+            )?,
+            None => true,
+        };
+        let pending = match snapshot {
+            Some(_) if snapshot_empty => {
+                connection.execute("INSERT INTO pending_loads (server) VALUES (?1)", [server])?;
+                Some(PendingLoad {
+                    id: -connection.last_insert_rowid(),
+                    ranges: Vec::new(),
+                })
+            }
+            _ => None,
+        };
+        Ok(StagedCounts {
+            snapshot,
+            snapshot_empty,
+            pending,
+            ..StagedCounts::default()
+        })
+    }
+}
