@@ -53,6 +53,7 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
         vectors: context.semantic.as_ref().map(|semantic| semantic.status()),
         #[cfg(not(feature = "semantic"))]
         vectors: None,
+        wal: Some(context.store.wal_status()),
     };
     let mut servers: Vec<wire::ServerStatus> = servers
         .into_iter()

@@ -56,6 +56,9 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         "{}",
         search_index_text(daemon.search_index.as_ref(), daemon.change_seq)
     );
+    if let Some(line) = daemon.wal.as_ref().and_then(wal_text) {
+        println!("{line}");
+    }
     let rows: Vec<Vec<String>> = status
         .servers
         .iter()
@@ -118,6 +121,39 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         rows,
     );
     Ok(())
+}
+
+/// A line on the write-ahead log, only when it is off: past four times the size it restarts
+/// at (a large first load's log is truncated back once it restarts).
+fn wal_text(wal: &crate::protocol::WalStatus) -> Option<String> {
+    let bytes = wal.bytes?;
+    if bytes <= 4 * wal.restart_bytes {
+        return None;
+    }
+    let last = match &wal.last_checkpoint {
+        Some(last) => format!(
+            "last checkpoint ({}) {} ago: {} of {} log pages copied{}",
+            last.mode,
+            age(Some(last.at_ms)),
+            last.copied_pages,
+            last.log_pages,
+            if last.busy { ", busy" } else { "" }
+        ),
+        None => "no checkpoint yet".into(),
+    };
+    Some(format!(
+        "write-ahead log {} MiB (restarts past {} MiB){} · {} · {} of {} restarts held off by readers",
+        bytes >> 20,
+        wal.restart_bytes >> 20,
+        if wal.deferred_for_first_load {
+            " · checkpoints wait for a first load"
+        } else {
+            ""
+        },
+        last,
+        wal.restarts_busy,
+        wal.restarts,
+    ))
 }
 
 /// The search index's line of `status`: its state, the generation it reflects beside the

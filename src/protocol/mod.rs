@@ -50,12 +50,12 @@ pub use resource::{
     ResourceTemplate, StoredObject,
 };
 pub use results::{
-    Change, ChangesResult, DaemonStatus, Empty, Implementation, InitializeResult,
+    Change, ChangesResult, CheckpointStatus, DaemonStatus, Empty, Implementation, InitializeResult,
     KeyedEntriesResult, LastWalk, ListResourcesResult, ListTemplatesResult, Listing, LiveStatus,
     RefreshOutcome, RefreshResult, RefreshState, ResourceDetails, ResourcesCapability,
     SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities, ServerListEntry,
     ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability,
-    VectorsState, VectorsStatus, WatchResult,
+    VectorsState, VectorsStatus, WalStatus, WatchResult,
 };
 pub use state::{
     CacheScope, ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,

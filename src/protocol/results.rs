@@ -391,6 +391,41 @@ pub struct DaemonStatus {
     /// the kinds embedded, how many entries have a vector and how many wait for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vectors: Option<VectorsStatus>,
+    /// The database's write-ahead log: its size and the last checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal: Option<WalStatus>,
+}
+
+/// The write-ahead log (`catalog.db-wal`), as `catalog/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WalStatus {
+    /// The log file's size now.
+    pub bytes: Option<u64>,
+    /// Outside a first load the log restarts once past this size (`WAL_RESTART_BYTES`).
+    pub restart_bytes: u64,
+    /// Checkpoints wait for a first load that is making progress.
+    pub deferred_for_first_load: bool,
+    /// Checkpoints since the daemon started, of them `restart`s, and `restart`s that readers
+    /// held off (tried again later).
+    pub checkpoints: u64,
+    pub restarts: u64,
+    pub restarts_busy: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint: Option<CheckpointStatus>,
+}
+
+/// One checkpoint: when (ms since the epoch), its mode (`passive | restart`), the log's pages
+/// and how many of them are in the database now, and `busy` when readers or another
+/// checkpoint kept it from finishing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointStatus {
+    pub at_ms: i64,
+    pub mode: String,
+    pub log_pages: i64,
+    pub copied_pages: i64,
+    pub busy: bool,
 }
 
 /// The semantic side of search, as `catalog/status` shows it.

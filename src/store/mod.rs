@@ -127,6 +127,8 @@ pub struct Store {
     /// This database's id (`mirror_identity`), named in answers to followers.
     instance: String,
     merged_count_memo: Arc<follow::CountMemo>,
+    /// The write-ahead log's checkpoints (the writer's and its checkpointer's).
+    wal: Arc<writer::WalWatch>,
 }
 
 /// What an answer from SQLite's full-text search says while the index lacks rows of a large
@@ -171,6 +173,8 @@ impl Store {
         let writer_version = catalog_version.clone();
         let load_feed: Arc<std::sync::OnceLock<LoadFeed>> = Arc::default();
         let writer_load_feed = load_feed.clone();
+        let wal = Arc::new(writer::WalWatch::default());
+        let writer_wal = wal.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
@@ -181,6 +185,7 @@ impl Store {
                     writer_version,
                     writer_behind,
                     writer_load_feed,
+                    writer_wal,
                 )
             })
             .map_err(|error| {
@@ -200,6 +205,7 @@ impl Store {
             load_feed,
             instance,
             merged_count_memo: Arc::default(),
+            wal,
         })
     }
 
@@ -207,6 +213,13 @@ impl Store {
     /// search index builds a large one during its walk); the first feed set stays.
     pub fn feed_first_loads(&self, feed: LoadFeed) {
         let _ = self.load_feed.set(feed);
+    }
+
+    /// The write-ahead log's size and last checkpoint (`catalog/status`).
+    pub fn wal_status(&self) -> crate::protocol::WalStatus {
+        let mut log = self.path.clone().into_os_string();
+        log.push("-wal");
+        self.wal.status(std::path::Path::new(&log))
     }
 
     /// The full-text note as of now (the writer indexes a large swap's rows between other

@@ -30,6 +30,29 @@ fn scenario(round: usize) -> Value {
     json!({"generate": 300, "page_size": 100, "resources": extras})
 }
 
+/// An upstream mirror of one stdio server `demo` serving `scenario` (rewritten in `origin` as
+/// demo.json to change it), once it has walked it.
+fn upstream_of(origin: &Scratch, scenario: &Value) -> Upstream {
+    let path = origin.write_scenario("demo.json", scenario);
+    let path = path.display().to_string();
+    let upstream = Upstream::start(
+        &stdio_server("demo", &["--name", "demo", "--scenario", &path]),
+        "",
+    );
+    upstream.daemon.wait_for_walks("demo", 1);
+    upstream
+}
+
+/// A fresh mirror's full walk of `upstream` holds exactly what `mirror` holds, byte for byte.
+fn assert_same_as_a_fresh_walk(upstream: &Upstream, mirror: &Daemon) {
+    let fresh_scratch = Scratch::new();
+    let fresh = downstream(&fresh_scratch, upstream, "modern");
+    wait_for("a fresh walk", Duration::from_secs(120), || {
+        (fresh.server_status("upstream")["walksOk"].as_u64() >= Some(1)).then_some(())
+    });
+    assert_eq!(fresh.list_all(), mirror.list_all());
+}
+
 fn status_number(daemon: &Daemon, field: &str) -> u64 {
     daemon.server_status("upstream")[field]
         .as_u64()
@@ -43,11 +66,7 @@ fn same_catalog(left: &Daemon, right: &Daemon) -> bool {
 #[test]
 fn a_downstream_follows_the_feed_without_walking_and_ends_as_a_fresh_walk() {
     let origin = Scratch::new();
-    let scenario_path = origin.write_scenario("demo.json", &scenario(0));
-    let scenario_text = scenario_path.display().to_string();
-    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
-    let upstream = Upstream::start(&servers, "");
-    upstream.daemon.wait_for_walks("demo", 1);
+    let upstream = upstream_of(&origin, &scenario(0));
 
     let scratch = Scratch::new();
     let mirror = downstream(&scratch, &upstream, "modern");
@@ -85,21 +104,13 @@ fn a_downstream_follows_the_feed_without_walking_and_ends_as_a_fresh_walk() {
     );
     assert_eq!(status["resources"], 300 + ROUNDS % 5, "{status}");
 
-    // A fresh mirror's full walk holds exactly what the follower holds, byte for byte.
-    let fresh_scratch = Scratch::new();
-    let fresh = downstream(&fresh_scratch, &upstream, "modern");
-    fresh.wait_for_walks("upstream", 1);
-    assert_eq!(fresh.list_all(), mirror.list_all());
+    assert_same_as_a_fresh_walk(&upstream, &mirror);
 }
 
 #[test]
 fn a_new_upstream_database_costs_exactly_one_walk() {
     let origin = Scratch::new();
-    let scenario_path = origin.write_scenario("demo.json", &scenario(1));
-    let scenario_text = scenario_path.display().to_string();
-    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
-    let mut upstream = Upstream::start(&servers, "");
-    upstream.daemon.wait_for_walks("demo", 1);
+    let mut upstream = upstream_of(&origin, &scenario(1));
 
     let scratch = Scratch::new();
     let mirror = downstream(&scratch, &upstream, "modern");
@@ -145,11 +156,7 @@ fn a_new_upstream_database_costs_exactly_one_walk() {
 #[test]
 fn list_answers_carry_an_etag_and_an_unchanged_catalog_answers_304() {
     let origin = Scratch::new();
-    let scenario_path = origin.write_scenario("demo.json", &scenario(1));
-    let scenario_text = scenario_path.display().to_string();
-    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
-    let upstream = Upstream::start(&servers, "");
-    upstream.daemon.wait_for_walks("demo", 1);
+    let upstream = upstream_of(&origin, &scenario(1));
     let bearer = format!("Bearer {TOKEN}");
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {}});
 
@@ -330,21 +337,13 @@ fn a_downstream_follows_a_thousand_single_changes_without_a_walk() {
         started.elapsed().as_secs_f64()
     );
 
-    // A fresh mirror's full walk holds exactly what the follower holds, byte for byte.
-    let fresh_scratch = Scratch::new();
-    let fresh = downstream(&fresh_scratch, &upstream, "modern");
-    fresh.wait_for_walks("upstream", 1);
-    assert_eq!(fresh.list_all(), mirror.list_all());
+    assert_same_as_a_fresh_walk(&upstream, &mirror);
 }
 
 #[test]
 fn a_pruned_feed_costs_exactly_one_walk_then_following_resumes() {
     let origin = Scratch::new();
-    let scenario_path = origin.write_scenario("demo.json", &scenario(1));
-    let scenario_text = scenario_path.display().to_string();
-    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
-    let mut upstream = Upstream::start(&servers, "");
-    upstream.daemon.wait_for_walks("demo", 1);
+    let mut upstream = upstream_of(&origin, &scenario(1));
 
     let scratch = Scratch::new();
     let mut mirror = downstream(&scratch, &upstream, "modern");
@@ -404,10 +403,7 @@ fn a_pruned_feed_costs_exactly_one_walk_then_following_resumes() {
     );
     assert_eq!(status_number(&mirror, "walksOk"), 2);
     assert!(status_number(&mirror, "deltasApplied") > deltas);
-    let fresh_scratch = Scratch::new();
-    let fresh = downstream(&fresh_scratch, &upstream, "modern");
-    fresh.wait_for_walks("upstream", 1);
-    assert_eq!(fresh.list_all(), mirror.list_all());
+    assert_same_as_a_fresh_walk(&upstream, &mirror);
 }
 
 /// How many `catalog/entries` requests the upstream's face has taken (one log line each).
@@ -438,11 +434,7 @@ fn follow_record(mirror: &Daemon) -> (i64, Option<i64>) {
 fn killed_mid_delta(kill_the_upstream: bool) {
     let origin = Scratch::new();
     let big = |prefix: &str| json!({"generate": 10_000, "page_size": 1000, "prefix": prefix});
-    let scenario_path = origin.write_scenario("demo.json", &big("first"));
-    let scenario_text = scenario_path.display().to_string();
-    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
-    let mut upstream = Upstream::start(&servers, "");
-    upstream.daemon.wait_for_walks("demo", 1);
+    let mut upstream = upstream_of(&origin, &big("first"));
     let scratch = Scratch::new();
     let mut mirror = downstream(&scratch, &upstream, "modern");
     let status = wait_for(
@@ -509,12 +501,7 @@ fn killed_mid_delta(kill_the_upstream: bool) {
         "the follow resumed from its cursor, no walk: {status}"
     );
     assert!(follow_record(&mirror).0 > before.0, "{status}");
-    let fresh_scratch = Scratch::new();
-    let fresh = downstream(&fresh_scratch, &upstream, "modern");
-    wait_for("a fresh walk", Duration::from_secs(120), || {
-        (fresh.server_status("upstream")["walksOk"].as_u64() >= Some(1)).then_some(())
-    });
-    assert_eq!(fresh.list_all(), mirror.list_all());
+    assert_same_as_a_fresh_walk(&upstream, &mirror);
 }
 
 #[test]
@@ -556,18 +543,14 @@ fn templates_are_followed_through_the_feed_like_resources() {
     let origin = Scratch::new();
     let with_templates =
         |templates: Vec<Value>| json!({"generate": 10, "page_size": 100, "templates": templates});
-    let scenario_path = origin.write_scenario(
-        "demo.json",
+    let upstream = upstream_of(
+        &origin,
         &with_templates(vec![
             template(0, "zero"),
             template(1, "one"),
             template(2, "two"),
         ]),
     );
-    let scenario_text = scenario_path.display().to_string();
-    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
-    let upstream = Upstream::start(&servers, "");
-    upstream.daemon.wait_for_walks("demo", 1);
     let scratch = Scratch::new();
     let mirror = downstream(&scratch, &upstream, "modern");
     mirror.wait_for_walks("upstream", 1);
@@ -623,11 +606,7 @@ fn stored_scope(mirror: &Daemon) -> Option<String> {
 #[test]
 fn a_followed_delta_takes_its_cache_scope_as_a_walk_does() {
     let origin = Scratch::new();
-    let scenario_path = origin.write_scenario("demo.json", &scenario(1));
-    let scenario_text = scenario_path.display().to_string();
-    let servers = stdio_server("demo", &["--name", "demo", "--scenario", &scenario_text]);
-    let upstream = Upstream::start(&servers, "");
-    upstream.daemon.wait_for_walks("demo", 1);
+    let upstream = upstream_of(&origin, &scenario(1));
     let scratch = Scratch::new();
     let mirror = downstream(&scratch, &upstream, "modern");
     mirror.wait_for_walks("upstream", 1);

@@ -35,4 +35,5 @@ mod socket;
 mod templates;
 mod throttle;
 mod tools;
+mod wal;
 mod walk;

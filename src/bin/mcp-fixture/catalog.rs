@@ -96,6 +96,8 @@ impl Scenario {
 #[serde(default, deny_unknown_fields)]
 pub struct Faults {
     pub fail_at_page: Option<usize>,
+    /// The request for this page is never answered (the server sleeps on it for an hour).
+    pub stall_at_page: Option<usize>,
     pub loop_cursor: bool,
     pub stale_cursor_once: bool,
     pub duplicate_every: Option<usize>,

@@ -755,6 +755,13 @@ impl Server {
             warn!(page_number, ?fault, "injecting a page fault");
             return Err(Failure::Fault(fault));
         }
+        if faults.stall_at_page == Some(page_number) {
+            warn!(
+                page_number,
+                "stalling on request of the stall_at_page fault"
+            );
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
         if faults.fail_at_page == Some(page_number) {
             return Err(RpcError::new(-32603, "injected failure").into());
         }

@@ -140,6 +140,7 @@ use staged::StagedCounts;
 use staging::{discard_staging, stage_entries, stage_resources, stage_templates, STAGING_SCHEMA};
 use swap::swap;
 
+pub use wal::WalWatch;
 use wal::{WriteAheadLog, WAL_LIMIT_BYTES};
 
 /// The most per-key rows one swap adds to the change feed (every key of any real swap, so a
@@ -186,6 +187,7 @@ pub fn run(
     catalog_version: Arc<AtomicU64>,
     full_text_behind: Arc<AtomicU64>,
     load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
+    wal_watch: Arc<WalWatch>,
 ) {
     if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
         tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
@@ -216,7 +218,7 @@ pub fn run(
             "discarding the rows of first loads the last run left unfinished"
         );
     }
-    let mut wal = WriteAheadLog::take_over(&connection, WAL_LIMIT_BYTES);
+    let mut wal = WriteAheadLog::watched(&connection, WAL_LIMIT_BYTES, wal_watch);
     loop {
         let operation = if indexing || !discarding.is_empty() {
             match operations.try_recv() {
@@ -307,6 +309,7 @@ pub fn run(
                         match (&batch, counts) {
                             (Batch::Resources(rows), Some(counts)) => {
                                 pending_page = counts.pending.as_ref().map(|pending| pending.id);
+                                counts.progress.note(rows.len());
                                 stage_resources(&mut connection, walk_id, counts, rows)
                             }
                             (Batch::Templates(rows), _) => {
@@ -480,7 +483,6 @@ pub fn run(
     }
 }
 
-/// Whether a first load is in flight: the log is not checkpointed meanwhile (`wal.rs`).
 /// Commits a staged walk: a first load, staged straight into `resources`, is promoted; any
 /// other walk is swapped in by its diff.
 fn commit_walk(
@@ -512,8 +514,14 @@ fn commit_walk(
     }
 }
 
+/// Whether a first load is in flight and making progress: the log is not checkpointed
+/// meanwhile (`wal.rs`). One that stalls, or runs past `FIRST_LOAD_DEFER_MAX`, does not count:
+/// whatever a server does, the log is checkpointed within `FIRST_LOAD_IDLE` of a stall.
 fn loading(staged_walks: &HashMap<u64, StagedCounts>) -> bool {
-    staged_walks.values().any(|counts| counts.pending.is_some())
+    let now = std::time::Instant::now();
+    staged_walks
+        .values()
+        .any(|counts| counts.pending.is_some() && counts.progress.recent(now))
 }
 
 /// Commits the writer's open batch of pages; when that fails, their walk fails with it.

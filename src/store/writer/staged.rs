@@ -1,9 +1,12 @@
 //! What a walk has staged so far (`StagedCounts`): the snapshot it is compared with, its
 //! counts, and, for a first load, the pending load its rows went to (`PendingLoad`).
 
+use std::time::Instant;
+
 use rusqlite::Connection;
 
 use super::sql::server_id;
+use super::wal::{FIRST_LOAD_DEFER_MAX, FIRST_LOAD_IDLE};
 use crate::store::StoreError;
 
 /// A first load in flight: its rows are in `resources` under `id`, a negative id no `servers`
@@ -30,6 +33,38 @@ pub(super) struct StagedCounts {
     pub(super) matched: u64,
     /// A first load of a recorded server stages straight into `resources`, as a pending load.
     pub(super) pending: Option<PendingLoad>,
+    /// When pages of rows came: a first load defers checkpoints only while it makes progress.
+    pub(super) progress: Progress,
+}
+
+/// When a walk staged its first and its last page of rows (`loading` in the writer).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Progress {
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Progress {
+    /// A page of `rows` rows staged now (an empty page is no progress).
+    pub(super) fn note(&mut self, rows: usize) {
+        if rows == 0 {
+            return;
+        }
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+    }
+
+    /// A page of rows came within `FIRST_LOAD_IDLE`, and the first within `FIRST_LOAD_DEFER_MAX`.
+    pub(super) fn recent(&self, now: Instant) -> bool {
+        match (self.first, self.last) {
+            (Some(first), Some(last)) => {
+                now.saturating_duration_since(last) < FIRST_LOAD_IDLE
+                    && now.saturating_duration_since(first) < FIRST_LOAD_DEFER_MAX
+            }
+            _ => false,
+        }
+    }
 }
 
 impl StagedCounts {

@@ -719,3 +719,74 @@ async fn a_first_loads_pending_id_is_committed_before_its_pages_batch() {
     store.ping_writer().await.expect("ping");
     assert_eq!(pending_rows(&path), 101, "a ping commits the batch");
 }
+
+/// Readers whose read transactions overlap without a gap (each holds its snapshot a moment,
+/// the next begins before it ends) never leave a passive checkpoint a moment to restart the
+/// log; past `WAL_RESTART_BYTES` a `RESTART` does, so the log stays near that size.
+#[test]
+fn readers_that_overlap_without_a_gap_do_not_keep_the_log_from_restarting() {
+    let largest_log = log_under_overlapping_readers(Duration::from_millis(20));
+    assert!(
+        largest_log < 64 << 20,
+        "the log grew to {largest_log} bytes while readers overlapped"
+    );
+}
+
+/// Reads that last longer than a `RESTART`'s first wait (600 ms, as a loaded daemon's large
+/// pages do): the waits grow until one outlasts them.
+#[test]
+fn long_reads_that_overlap_do_not_keep_the_log_from_restarting() {
+    let largest_log = log_under_overlapping_readers(Duration::from_millis(600));
+    assert!(
+        largest_log < 80 << 20,
+        "the log grew to {largest_log} bytes while long readers overlapped"
+    );
+}
+
+/// The largest the log grows while the writer commits 96 MiB, 64 KiB at a time with gaps
+/// between, and two readers hold snapshots for `hold` each, one begun halfway through the
+/// other's.
+fn log_under_overlapping_readers(hold: Duration) -> u64 {
+    use std::sync::atomic::AtomicBool;
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("catalog.db");
+    let connection = writer_connection(&path, &[]);
+    connection
+        .execute_batch("CREATE TABLE blobs (b BLOB)")
+        .expect("a table");
+    let mut wal = WriteAheadLog::take_over(&connection, WAL_LIMIT_BYTES);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u32)
+        .map(|offset| {
+            let stop = stop.clone();
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let reader = schema::open_reader(&path).expect("reader");
+                std::thread::sleep(hold / 2 * offset);
+                while !stop.load(Ordering::Acquire) {
+                    reader.execute_batch("BEGIN").expect("begin");
+                    let _: i64 = reader
+                        .query_row("SELECT count(*) FROM blobs", [], |row| row.get(0))
+                        .expect("read");
+                    std::thread::sleep(hold);
+                    reader.execute_batch("COMMIT").expect("end");
+                }
+            })
+        })
+        .collect();
+    let mut largest_log = 0;
+    for _ in 0..1_536 {
+        connection
+            .execute("INSERT INTO blobs VALUES (zeroblob(65536))", [])
+            .expect("insert");
+        wal.after_write(&connection, false);
+        largest_log = largest_log.max(file_bytes(&log_path(&path)));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::Release);
+    for reader in readers {
+        reader.join().expect("reader");
+    }
+    wal.close(&connection);
+    largest_log
+}

@@ -6,14 +6,21 @@
 //! into the database while the walk ran: a quarter of the first sync's wall time, on the
 //! walk's critical path. Now the writer's connection never checkpoints by itself. A
 //! checkpointer thread with its own connection copies the log when the writer has no first
-//! load in flight (or once the log is half its limit), and the writer waits for a checkpoint
-//! only when the log reaches `WAL_LIMIT_BYTES`.
+//! load making progress (or once the log is half its limit), and the writer waits for a
+//! checkpoint only when the log reaches `WAL_LIMIT_BYTES`.
+//!
+//! Outside a first load the log stays near `WAL_RESTART_BYTES`: SQLite reuses the log from its
+//! start only when every frame was copied back and no reader still reads an older snapshot, and
+//! readers that overlap without a gap (searches, large pages, the search index keeper) never
+//! leave such a moment to a passive checkpoint. So once the log is past `WAL_RESTART_BYTES`
+//! the checkpointer asks for a `RESTART`: it waits (at most `RESTART_BUSY`, holding commits
+//! back meanwhile) for the readers of older snapshots to finish, while new readers read the
+//! database file, and the next commit starts the log over.
 
 use std::cell::Cell;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,6 +46,29 @@ pub(super) const WAL_LIMIT_BYTES: i64 = 2 << 30;
 /// The WAL file is truncated back to this size when it restarts after a large load.
 const WAL_KEPT_BYTES: i64 = 64 << 20;
 
+/// Outside a first load, the checkpointer makes the log restart once it is past this size
+/// (a `RESTART` checkpoint), whatever the readers do; the log then stays within about this
+/// plus what is committed while the longest read transaction lasts.
+pub const WAL_RESTART_BYTES: i64 = 16 << 20;
+
+/// How long a `RESTART` checkpoint waits for readers of older snapshots (and for the writer's
+/// open transaction); commits wait meanwhile. When they still hold the log, the next try is
+/// `RESTART_RETRY` later, or once the log grew by another `WAL_RESTART_BYTES` (passive
+/// checkpoints go on meanwhile): at most one wait per that much written. Each try that readers
+/// held off waits twice as long as the last, up to `RESTART_BUSY_MAX` (a loaded daemon's
+/// reads last seconds: the soak saw one reader or another on an older snapshot 96% of the
+/// time, a slot held for up to 2.3 s); one that restarts the log starts again from the first.
+const RESTART_BUSY: Duration = Duration::from_millis(250);
+const RESTART_BUSY_MAX: Duration = Duration::from_secs(2);
+const RESTART_RETRY: Duration = Duration::from_secs(5);
+
+/// A first load defers checkpoints only while it makes progress: while it staged a page of
+/// rows within `FIRST_LOAD_IDLE`, and for at most `FIRST_LOAD_DEFER_MAX` from its first page
+/// (a load of 1,000,000 resources takes about 5 s). A load that stalls, or trickles for
+/// longer, is checkpointed alongside like any other write.
+pub(super) const FIRST_LOAD_IDLE: Duration = Duration::from_secs(10);
+pub(super) const FIRST_LOAD_DEFER_MAX: Duration = Duration::from_secs(120);
+
 /// The log's size (in pages) below which no checkpoint is asked for: SQLite's own default.
 const CHECKPOINT_PAGES: i64 = 1_000;
 
@@ -52,20 +82,111 @@ fn note_wal_pages(_wal: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqli
     Ok(())
 }
 
+/// What `catalog/status` shows of the log: the last checkpoint, and whether checkpoints wait
+/// for a first load. Shared by the writer, the checkpointer and the store.
+#[derive(Debug, Default)]
+pub struct WalWatch {
+    state: Mutex<WalState>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct WalState {
+    /// Checkpoints wait for a first load until then (`FIRST_LOAD_IDLE` after its last page).
+    defer_until: Option<Instant>,
+    last: Option<CheckpointOutcome>,
+    checkpoints: u64,
+    restarts: u64,
+    restarts_busy: u64,
+}
+
+/// One checkpoint, as `catalog/status` shows it.
+#[derive(Debug, Clone)]
+struct CheckpointOutcome {
+    at_ms: i64,
+    mode: &'static str,
+    log_pages: i64,
+    copied_pages: i64,
+    busy: bool,
+}
+
+impl WalWatch {
+    fn state(&self) -> std::sync::MutexGuard<'_, WalState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Checkpoints wait for a first load now (or no longer).
+    fn defer(&self, loading: bool) {
+        self.state().defer_until = loading.then(|| Instant::now() + FIRST_LOAD_IDLE);
+    }
+
+    fn deferred(&self) -> bool {
+        self.state()
+            .defer_until
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    fn note(&self, mode: &'static str, done: &Checkpointed) {
+        let mut state = self.state();
+        state.checkpoints += 1;
+        if mode != "PASSIVE" {
+            state.restarts += 1;
+            state.restarts_busy += u64::from(done.busy);
+        }
+        state.last = Some(CheckpointOutcome {
+            at_ms: crate::store::now_ms(),
+            mode,
+            log_pages: done.log,
+            copied_pages: done.copied,
+            busy: done.busy,
+        });
+    }
+
+    /// The log as `catalog/status` shows it; `log_path` is the database's `-wal` file.
+    pub fn status(&self, log_path: &std::path::Path) -> crate::protocol::WalStatus {
+        let state = self.state().clone();
+        crate::protocol::WalStatus {
+            bytes: std::fs::metadata(log_path).map(|found| found.len()).ok(),
+            restart_bytes: WAL_RESTART_BYTES as u64,
+            deferred_for_first_load: state
+                .defer_until
+                .is_some_and(|until| Instant::now() < until),
+            checkpoints: state.checkpoints,
+            restarts: state.restarts,
+            restarts_busy: state.restarts_busy,
+            last_checkpoint: state.last.map(|last| crate::protocol::CheckpointStatus {
+                at_ms: last.at_ms,
+                mode: last.mode.to_ascii_lowercase(),
+                log_pages: last.log_pages,
+                copied_pages: last.copied_pages,
+                busy: last.busy,
+            }),
+        }
+    }
+}
+
 /// The writer's side of the WAL: its open page batch, and the checkpoint policy.
 pub(super) struct WriteAheadLog {
     /// The walk whose pages the open transaction holds, and how much row text so far.
     batch: Option<(u64, usize)>,
     limit_pages: i64,
     checkpointer: Option<Checkpointer>,
+    watch: Arc<WalWatch>,
 }
 
 impl WriteAheadLog {
     /// Turns the connection's automatic checkpoints off and starts the checkpointer; the log
     /// grows to at most about `limit_bytes` (`WAL_LIMIT_BYTES`). Should that fail, SQLite goes
     /// on checkpointing as it commits, as it did before: slower first loads, nothing lost.
+    #[cfg(test)]
     pub(super) fn take_over(connection: &Connection, limit_bytes: i64) -> Self {
-        match Self::try_take_over(connection, limit_bytes) {
+        Self::watched(connection, limit_bytes, Arc::default())
+    }
+
+    /// `take_over`, reporting checkpoints to `watch` (`catalog/status`).
+    pub(super) fn watched(connection: &Connection, limit_bytes: i64, watch: Arc<WalWatch>) -> Self {
+        match Self::try_take_over(connection, limit_bytes, watch.clone()) {
             Ok(wal) => wal,
             Err(error) => {
                 tracing::warn!(%error, "cannot checkpoint on a thread of its own; SQLite checkpoints as the writer commits");
@@ -75,15 +196,24 @@ impl WriteAheadLog {
                     batch: None,
                     limit_pages: i64::MAX,
                     checkpointer: None,
+                    watch,
                 }
             }
         }
     }
 
-    fn try_take_over(connection: &Connection, limit_bytes: i64) -> Result<Self, StoreError> {
+    fn try_take_over(
+        connection: &Connection,
+        limit_bytes: i64,
+        watch: Arc<WalWatch>,
+    ) -> Result<Self, StoreError> {
         let page_size: i64 = connection.pragma_query_value(None, "page_size", |row| row.get(0))?;
         let checkpointer = match connection.path() {
-            Some(path) if !path.is_empty() => Some(Checkpointer::start(PathBuf::from(path))?),
+            Some(path) if !path.is_empty() => Some(Checkpointer::start(
+                PathBuf::from(path),
+                watch.clone(),
+                WAL_RESTART_BYTES / page_size.max(512),
+            )?),
             _ => None,
         };
         connection.pragma_update(None, "wal_autocheckpoint", 0)?;
@@ -94,6 +224,7 @@ impl WriteAheadLog {
             batch: None,
             limit_pages: limit_bytes / page_size.max(512),
             checkpointer,
+            watch,
         })
     }
 
@@ -144,21 +275,26 @@ impl WriteAheadLog {
         committed?;
         restored?;
         // A batch is part of a walk: only the log's limits apply (`after_write`).
-        self.after_write(connection, true);
+        self.limits(connection);
         Ok(())
     }
 
-    /// After an operation: the checkpointer copies the log back once no first load is in
-    /// flight (`loading`), or alongside one once the log is half its limit; at the limit the
-    /// writer copies it itself, so the log restarts (a log written while a checkpoint runs
-    /// cannot restart until one catches up with it).
+    /// After an operation: the checkpointer copies the log back once no first load makes
+    /// progress (`loading`: the writer's `first_load_in_flight`), or alongside one once the
+    /// log is half its limit; at the limit the writer copies it itself, so the log restarts
+    /// (a log written while a checkpoint runs cannot restart until one catches up with it).
     pub(super) fn after_write(&mut self, connection: &Connection, loading: bool) {
         let pages = WAL_PAGES.with(Cell::get);
-        if let Some(checkpointer) = &self.checkpointer {
-            // The checkpointer's own retries wait too while a first load is in flight.
-            let defer = loading && pages < self.limit_pages / 2;
-            checkpointer.deferring.store(defer, Ordering::Release);
-        }
+        // The checkpointer waits while a first load makes progress, and `FIRST_LOAD_IDLE`
+        // after its last page at most (an idle writer does not come back to say it ended).
+        self.watch.defer(loading && pages < self.limit_pages / 2);
+        self.limits(connection);
+    }
+
+    /// The log's limits: a checkpoint asked for past `CHECKPOINT_PAGES` (the checkpointer
+    /// waits out a first load's deferral itself), the writer's own at `limit_pages`.
+    fn limits(&mut self, connection: &Connection) {
+        let pages = WAL_PAGES.with(Cell::get);
         if self.batch.is_some() {
             return;
         }
@@ -166,7 +302,11 @@ impl WriteAheadLog {
             // Waits (up to the busy timeout) for the checkpointer and for readers of the log;
             // while they still hold it, the writer tries again after each commit.
             let started = Instant::now();
-            match checkpoint(connection, "RESTART") {
+            let done = checkpoint(connection, "RESTART");
+            if let Ok(done) = &done {
+                self.watch.note("RESTART", done);
+            }
+            match done {
                 Ok(done) if done.busy => tracing::warn!(
                     log = done.log,
                     copied = done.copied,
@@ -183,7 +323,7 @@ impl WriteAheadLog {
             }
             // The next commit reports the log's size again.
             WAL_PAGES.with(|noted| noted.set(0));
-        } else if pages >= self.limit_pages / 2 || (pages >= CHECKPOINT_PAGES && !loading) {
+        } else if pages >= CHECKPOINT_PAGES {
             if let Some(checkpointer) = &self.checkpointer {
                 checkpointer.ask();
             }
@@ -240,31 +380,25 @@ fn checkpoint(connection: &Connection, mode: &str) -> rusqlite::Result<Checkpoin
 /// checkpoint: the writer's `RESTART` at the limit waits for it).
 struct Checkpointer {
     asks: SyncSender<()>,
-    /// Set by the writer while checkpoints wait for a first load (`after_write`).
-    deferring: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
 
 impl Checkpointer {
-    fn start(path: PathBuf) -> Result<Self, StoreError> {
+    fn start(path: PathBuf, watch: Arc<WalWatch>, restart_pages: i64) -> Result<Self, StoreError> {
         let connection = Connection::open(&path).map_err(|source| StoreError::Open {
             path: path.clone(),
             source,
         })?;
+        // Only a `RESTART` waits (`PASSIVE` never calls the busy handler).
+        connection.busy_timeout(RESTART_BUSY)?;
         let (asks, asked) = sync_channel(1);
-        let deferring = Arc::new(AtomicBool::new(false));
-        let deferred = deferring.clone();
         let thread = std::thread::Builder::new()
             .name("store-checkpoint".into())
-            .spawn(move || run_checkpointer(connection, asked, deferred))
+            .spawn(move || run_checkpointer(connection, asked, watch, restart_pages))
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the checkpoint thread: {error}"))
             })?;
-        Ok(Checkpointer {
-            asks,
-            deferring,
-            thread,
-        })
+        Ok(Checkpointer { asks, thread })
     }
 
     /// Asks for a checkpoint; one already asked for and not yet begun covers this one too.
@@ -284,26 +418,64 @@ impl Checkpointer {
 const RETRY_HELD_BACK: Duration = Duration::from_secs(1);
 
 /// Checkpoints when asked; a checkpoint that readers held back (they still read older
-/// frames) is tried again a second later, so an idle daemon's log is copied back all the same,
-/// unless the writer is `deferring` checkpoints for a first load meanwhile.
-fn run_checkpointer(connection: Connection, asked: Receiver<()>, deferring: Arc<AtomicBool>) {
+/// frames), or that a first load's deferral put off (`WalWatch::defer`), is tried again a
+/// second later, so an idle daemon's log is copied back all the same. Past `restart_pages`
+/// outside a first load, a `RESTART` follows the passive checkpoint; while readers keep it
+/// busy, again `RESTART_RETRY` later or `restart_pages` further.
+fn run_checkpointer(
+    connection: Connection,
+    asked: Receiver<()>,
+    watch: Arc<WalWatch>,
+    restart_pages: i64,
+) {
     let mut held_back = false;
+    // While readers hold a restart off: when, or at what size of the log, to try again, and
+    // how long the next try waits for them.
+    let mut next_restart = (Instant::now(), 0);
+    let mut restart_busy = RESTART_BUSY;
     loop {
         let wake = if held_back {
             asked.recv_timeout(RETRY_HELD_BACK)
         } else {
             asked.recv().map_err(|_| RecvTimeoutError::Disconnected)
         };
-        match wake {
-            Err(RecvTimeoutError::Disconnected) => return,
-            Err(RecvTimeoutError::Timeout) if deferring.load(Ordering::Acquire) => continue,
-            _ => {}
+        if let Err(RecvTimeoutError::Disconnected) = wake {
+            return;
+        }
+        if watch.deferred() {
+            held_back = true;
+            continue;
         }
         let started = Instant::now();
-        match checkpoint(&connection, "PASSIVE") {
-            Ok(done) => {
-                held_back = done.copied < done.log;
+        let passive = checkpoint(&connection, "PASSIVE");
+        let done = match passive {
+            Ok(done)
+                if done.log >= restart_pages
+                    && (Instant::now() >= next_restart.0 || done.log >= next_restart.1) =>
+            {
+                watch.note("PASSIVE", &done);
+                let _ = connection.busy_timeout(restart_busy);
+                let restarted = checkpoint(&connection, "RESTART");
+                next_restart = match &restarted {
+                    Ok(busy) if busy.busy => {
+                        restart_busy = (restart_busy * 2).min(RESTART_BUSY_MAX);
+                        (Instant::now() + RESTART_RETRY, busy.log + restart_pages)
+                    }
+                    _ => {
+                        restart_busy = RESTART_BUSY;
+                        (Instant::now(), 0)
+                    }
+                };
+                restarted.map(|done| ("RESTART", done))
+            }
+            other => other.map(|done| ("PASSIVE", done)),
+        };
+        match done {
+            Ok((mode, done)) => {
+                watch.note(mode, &done);
+                held_back = done.busy || done.copied < done.log;
                 tracing::debug!(
+                    mode,
                     log = done.log,
                     copied = done.copied,
                     busy = done.busy,
