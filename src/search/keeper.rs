@@ -46,13 +46,14 @@ pub fn spawn(
 ) -> JoinHandle<()> {
     let mut changes: broadcast::Receiver<CatalogChanged> = store.subscribe();
     // The pages of large first loads, to build their index during the walk.
-    let (feed, pages) = std::sync::mpsc::sync_channel(super::prebuild::FEED_PAGES);
+    let (feed, pages) = std::sync::mpsc::channel();
     store.feed_first_loads(feed);
     let builder = {
         let index = index.clone();
+        let database = store.path().to_path_buf();
         std::thread::Builder::new()
             .name("search-prebuild".into())
-            .spawn(move || index.prebuilder.clone().run(index, pages))
+            .spawn(move || index.prebuilder.clone().run(index, pages, &database))
     };
     if let Err(error) = builder {
         tracing::warn!(%error, "cannot start the thread that indexes first loads during their walk");
@@ -447,6 +448,81 @@ mod tests {
             )
         );
         store.close().await;
+    }
+
+    /// A first load whose walk stops waiting for the index (its hold used up: here at once,
+    /// the builder not running yet) is still adopted whole: the builder reads the pages it had
+    /// no room for from the database after the commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let database = directory.path().join("catalog.db");
+        let store = Store::open(&database).expect("store");
+        store
+            .apply_servers(sync(vec![ServerEntry {
+                name: "big".into(),
+                priority: 10,
+                transport: crate::protocol::TransportKind::Stdio,
+                read_cache_bytes: None,
+            }]))
+            .await
+            .expect("servers");
+        let (index, _) =
+            SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+        let index = Arc::new(index);
+        keep_up(&index, &database, true).expect("empty index");
+        let (feed, events) = std::sync::mpsc::channel();
+        store.feed_first_loads(feed);
+        store.set_first_load_index_hold(Duration::ZERO);
+        // Pages of 5,000: the first four have room (enough to start the build), the rest go
+        // without while no builder runs.
+        let walk = store.begin_walk("big");
+        for page in 0..8 {
+            walk.add_resources(
+                (page * 5000..(page + 1) * 5000)
+                    .map(|i| row(&format!("b://{i:06}"), &format!("b{i}"), "gamma"))
+                    .collect(),
+            )
+            .await
+            .expect("stage");
+        }
+        walk.commit(WalkReport::default()).await.expect("commit");
+        let builder = {
+            let (index, database) = (index.clone(), database.clone());
+            std::thread::spawn(move || {
+                index
+                    .prebuilder
+                    .clone()
+                    .run(index.clone(), events, &database)
+            })
+        };
+        let kept = {
+            let (index, database) = (index.clone(), database.clone());
+            tokio::task::spawn_blocking(move || keep_up(&index, &database, false))
+        };
+        kept.await.expect("join").expect("catch up");
+        let (read_back, handed_out) = index.prebuilder.counts();
+        assert_eq!(read_back, 20_000, "the four pages without room");
+        assert_eq!(handed_out, 1, "the load's segments were adopted");
+        assert_eq!(index.status().documents, 40_000);
+        for (name, uri) in [("b0", "b://000000"), ("b39999", "b://039999")] {
+            assert_eq!(
+                found(&index, name),
+                vec![("big".to_string(), uri.to_string())]
+            );
+        }
+        assert_eq!(
+            index.generation(),
+            Some(
+                store
+                    .read(|reader| reader.latest_change_seq())
+                    .await
+                    .expect("seq") as u64
+            )
+        );
+        store.close().await;
+        drop(store);
+        builder.join().expect("builder");
     }
 
     fn template(uri_template: &str, name: &str, description: &str) -> crate::store::TemplateRow {

@@ -81,6 +81,8 @@ pub enum SearchError {
     InvalidQuery(String),
     #[error("the search index is shutting down")]
     Cancelled,
+    #[error("cannot read a first load's rows from the database: {0}")]
+    Source(String),
 }
 
 /// One swap's effect on one server's listings of one kind, as the writer committed it.

@@ -4,14 +4,23 @@
 //! of the load's generation (`SearchIndex::adopt_load`) instead of reading a million entries
 //! back from the database and indexing them then.
 //!
+//! Every page reaches the builder: a page carries its walk's room for it, given back once
+//! the page is written here, so the walk (that walk only, never the writer) waits for a slow
+//! builder, for at most `FIRST_LOAD_INDEX_HOLD` in all. Past that the walk's pages come
+//! without the builder; it reads them from the database after the commit, by the ids their
+//! rows took, and adds them to the load's segments before the keeper takes them.
+//!
 //! Bounded: one load is built at a time, and a load is built only once it has staged
 //! `BUILD_FROM` entries (smaller ones are quick to index after their commit); its segments are
 //! cut at `SEGMENT_HEAP_BYTES` of indexing memory. A load the builder could not follow whole
-//! (a page it had no room for, an error) is never adopted: the keeper then reads the load
-//! from the database as it always did. Segments not adopted are dropped; their files are no
-//! longer referenced and tantivy's garbage collection removes them, as it does after a crash.
+//! (an error, a count that differs from the database's) is never adopted: the keeper then
+//! reads the load from the database as it always did, and says so in the log. Segments not
+//! adopted are dropped; their files are no longer referenced and tantivy's garbage
+//! collection removes them, as it does after a crash.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -21,7 +30,7 @@ use tantivy::indexer::{AddOperation, SegmentWriter};
 use tantivy::Segment;
 
 use super::{lock, Entry, SearchIndex};
-use crate::store::LoadEvent;
+use crate::store::{IndexSource, LoadEvent};
 
 /// A first load is built during its walk once it has staged this many entries.
 const BUILD_FROM: usize = 10_000;
@@ -34,8 +43,11 @@ const HEAP_MARGIN_BYTES: usize = 2 * 1024 * 1024;
 const LOADS_FOLLOWED: usize = 2;
 /// A built load no pass took for this long is dropped.
 const UNCLAIMED_FOR: Duration = Duration::from_secs(60);
-/// The capacity of the writer's channel, in pages.
-pub const FEED_PAGES: usize = 64;
+/// The most a pass waits for the builder to read a committed load's missed pages from the
+/// database (bounded by the pages themselves; reading the whole load again is more work).
+const READ_BACK_WAIT: Duration = Duration::from_secs(600);
+/// Missed pages are read from the database this many row ids at a time.
+const READ_BACK_IDS: i64 = 5_000;
 
 /// The segments of one first load, built and finalized.
 pub struct BuiltLoad {
@@ -52,7 +64,9 @@ struct Load {
     segments: Vec<SegmentMeta>,
     documents: u64,
     opstamp: u64,
-    /// A page was missed or could not be written: never adopted.
+    /// The row ids of the pages taken, merged into ranges (both ends included).
+    taken: Vec<(i64, i64)>,
+    /// A page could not be written: never adopted.
     lost: bool,
     /// When the load committed and its last segment was finalized.
     finished: Option<Instant>,
@@ -63,6 +77,8 @@ struct State {
     loads: HashMap<i64, Load>,
     /// Loads whose pages are not kept (too many at once, or given up on).
     ignored: HashSet<i64>,
+    /// Committed loads whose missed pages the builder is reading from the database.
+    finishing: HashSet<i64>,
 }
 
 /// The builder's state, shared by its thread and the keeper.
@@ -70,18 +86,29 @@ struct State {
 pub struct Prebuilder {
     state: Mutex<State>,
     changed: Condvar,
+    /// Rows of committed loads read back from the database so far (pages the walk staged
+    /// without room for the index), and loads handed to the keeper whole.
+    rows_read_back: std::sync::atomic::AtomicU64,
+    loads_handed_out: std::sync::atomic::AtomicU64,
 }
 
 impl Prebuilder {
-    /// Builds from `events` until the writer goes away.
-    pub fn run(self: Arc<Self>, index: Arc<SearchIndex>, events: Receiver<LoadEvent>) {
+    /// Builds from `events` until the writer goes away; reads missed pages from `database`.
+    pub fn run(
+        self: Arc<Self>,
+        index: Arc<SearchIndex>,
+        events: Receiver<LoadEvent>,
+        database: &Path,
+    ) {
         for event in events {
             let mut state = lock(&self.state);
             match event {
                 LoadEvent::Page {
                     id,
                     server,
+                    ids,
                     entries,
+                    room,
                 } => {
                     if state.ignored.contains(&id) {
                         continue;
@@ -98,6 +125,7 @@ impl Prebuilder {
                         .iter()
                         .any(|(other, load)| *other != id && load.documents > 0);
                     if let Some(load) = state.loads.get_mut(&id) {
+                        load.note_taken(ids);
                         if let Err(error) = load.add(&index, entries, someone_building) {
                             tracing::warn!(%error, "building a first load's index during its walk failed; it is indexed after its commit");
                             load.give_up();
@@ -107,29 +135,44 @@ impl Prebuilder {
                             state.ignored.insert(id);
                         }
                     }
+                    // The walk may stage another page for the index now.
+                    drop(room);
                 }
-                LoadEvent::Promoted { id, resources } => {
+                LoadEvent::Promoted {
+                    id,
+                    resources,
+                    ranges,
+                } => {
                     state.ignored.remove(&id);
-                    let Some(load) = state.loads.get_mut(&id) else {
+                    let Some(mut load) = state.loads.remove(&id) else {
                         continue;
                     };
+                    // Read back and finished without the lock: a pass waits for it in `take`.
+                    state.finishing.insert(id);
+                    drop(state);
                     let finished = match load.documents > 0 && !load.lost {
-                        true => load.finish(),
+                        true => load
+                            .read_back(&index, database, id, &ranges)
+                            .and_then(|rows| {
+                                self.rows_read_back.fetch_add(rows, Ordering::Relaxed);
+                                load.finish()
+                            }),
                         false => Ok(false),
                     };
+                    let mut state = lock(&self.state);
+                    state.finishing.remove(&id);
                     match finished {
                         Ok(true) if load.documents == resources => {
-                            load.finished = Some(Instant::now())
+                            load.finished = Some(Instant::now());
+                            state.loads.insert(id, load);
                         }
                         Ok(built) => {
                             if built {
-                                tracing::info!(server = load.server, built = load.documents, committed = resources, "a first load's index built during its walk missed pages; it is indexed after its commit");
+                                tracing::info!(server = load.server, built = load.documents, committed = resources, "a first load's index built during its walk holds another count than the database; it is indexed after its commit");
                             }
-                            state.loads.remove(&id);
                         }
                         Err(error) => {
                             tracing::warn!(%error, "finishing a first load's index failed; it is indexed after its commit");
-                            state.loads.remove(&id);
                         }
                     }
                     self.changed.notify_all();
@@ -147,12 +190,27 @@ impl Prebuilder {
     /// resources, when one was built whole; waits up to `wait` for the builder to finish it.
     pub fn take(&self, server: &str, id: i64, resources: u64, wait: Duration) -> Option<BuiltLoad> {
         let deadline = Instant::now() + wait;
+        let read_back_deadline = Instant::now() + READ_BACK_WAIT;
         let mut state = lock(&self.state);
         loop {
+            if state.finishing.contains(&id) && Instant::now() < read_back_deadline {
+                // Reading the pages it missed: less work than reading the whole load.
+                let left = read_back_deadline.saturating_duration_since(Instant::now());
+                state = self
+                    .changed
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .0;
+                continue;
+            }
             let load = state.loads.get(&id)?;
             if load.finished.is_some() {
                 let load = state.loads.remove(&id)?;
-                return (load.server == server && load.documents == resources).then(|| BuiltLoad {
+                let whole = load.server == server && load.documents == resources;
+                if whole {
+                    self.loads_handed_out.fetch_add(1, Ordering::Relaxed);
+                }
+                return whole.then(|| BuiltLoad {
                     server: load.server,
                     documents: load.documents,
                     segments: load.segments,
@@ -174,6 +232,14 @@ impl Prebuilder {
 }
 
 impl Prebuilder {
+    /// Rows read back from the database, and loads handed out whole, so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.rows_read_back.load(Ordering::Relaxed),
+            self.loads_handed_out.load(Ordering::Relaxed),
+        )
+    }
+
     /// Drops built loads no pass took for a while (the index was rebuilt meanwhile, say):
     /// their segments' files go with the next garbage collection.
     pub fn forget_unclaimed(&self) {
@@ -192,6 +258,7 @@ impl Load {
             segments: Vec::new(),
             documents: 0,
             opstamp: 0,
+            taken: Vec::new(),
             lost: false,
             finished: None,
         }
@@ -202,6 +269,52 @@ impl Load {
         self.buffered = Vec::new();
         self.building = None;
         self.segments.clear();
+    }
+
+    /// Records that the page whose rows took `ids` was taken.
+    fn note_taken(&mut self, ids: (i64, i64)) {
+        match self.taken.last_mut() {
+            Some(last) if last.1 + 1 == ids.0 => last.1 = ids.1,
+            _ => self.taken.push(ids),
+        }
+    }
+
+    /// Reads from the database, and writes, the rows of the committed load (now of the
+    /// server whose id is `server_id`) whose ids are in `ranges` but in no page taken.
+    fn read_back(
+        &mut self,
+        index: &SearchIndex,
+        database: &Path,
+        server_id: i64,
+        ranges: &[(i64, i64)],
+    ) -> Result<u64, super::SearchError> {
+        let missed = missed_ranges(ranges, &self.taken);
+        if missed.is_empty() {
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let rows: i64 = missed.iter().map(|(first, last)| last - first + 1).sum();
+        let read = |error: crate::store::StoreError| super::SearchError::Source(error.to_string());
+        let mut source = IndexSource::open(database).map_err(read)?;
+        let snapshot = source.snapshot().map_err(read)?;
+        for (first, last) in missed {
+            let mut from = first;
+            while from <= last {
+                let to = last.min(from + READ_BACK_IDS - 1);
+                let entries = snapshot
+                    .resources_with_ids(server_id, from, to)
+                    .map_err(read)?;
+                self.write(index, entries)?;
+                from = to + 1;
+            }
+        }
+        tracing::info!(
+            server = self.server,
+            rows,
+            seconds = started.elapsed().as_secs_f64(),
+            "read the pages of a first load its index had no room for during the walk"
+        );
+        Ok(rows as u64)
     }
 
     /// Takes one page: buffers it until the load is large enough, then writes it.
@@ -285,5 +398,40 @@ impl Load {
     fn finish(&mut self) -> Result<bool, super::SearchError> {
         self.cut()?;
         Ok(!self.segments.is_empty())
+    }
+}
+
+/// The parts of `ranges` (sorted, disjoint, both ends included) that no range of `taken`
+/// (sorted, disjoint) covers.
+fn missed_ranges(ranges: &[(i64, i64)], taken: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let mut missed = Vec::new();
+    for &(first, last) in ranges {
+        let mut from = first;
+        for &(taken_first, taken_last) in taken {
+            if taken_last < from || taken_first > last {
+                continue;
+            }
+            if taken_first > from {
+                missed.push((from, taken_first - 1));
+            }
+            from = from.max(taken_last + 1);
+        }
+        if from <= last {
+            missed.push((from, last));
+        }
+    }
+    missed
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missed_ranges_are_what_no_page_taken_covers() {
+        assert_eq!(super::missed_ranges(&[(1, 100)], &[(1, 100)]), vec![]);
+        assert_eq!(
+            super::missed_ranges(&[(1, 100), (200, 300)], &[(1, 40), (61, 100), (200, 250)]),
+            vec![(41, 60), (251, 300)]
+        );
+        assert_eq!(super::missed_ranges(&[(1, 10)], &[]), vec![(1, 10)]);
     }
 }

@@ -883,22 +883,34 @@ fn a_load_built_beside_the_index_is_adopted_whole_and_changes_like_any_other() {
             .map(|i| entry("big", &format!("b://{i}"), &format!("b{i}"), "", word))
             .collect()
     };
-    let (feed, events) = std::sync::mpsc::sync_channel(prebuild::FEED_PAGES);
+    // The walk's room for pages on their way to the index; each is given back once written.
+    let room = std::sync::Arc::new(tokio::sync::Semaphore::new(12));
+    let permit = || room.clone().try_acquire_owned().expect("room");
+    let (feed, events) = std::sync::mpsc::channel();
     for page in 0..12 {
+        let first = page as i64 * 1000 + 1;
         feed.send(LoadEvent::Page {
             id: -7,
             server: "big".into(),
+            ids: (first, first + 999),
             entries: big(page * 1000..(page + 1) * 1000, "gamma"),
+            room: permit(),
         })
         .expect("page");
     }
     feed.send(LoadEvent::Promoted {
         id: -7,
         resources: 12_000,
+        ranges: vec![(1, 12_000)],
     })
     .expect("promoted");
     drop(feed);
-    index.prebuilder.clone().run(index.clone(), events);
+    let database = directory.path().join("no.db");
+    index
+        .prebuilder
+        .clone()
+        .run(index.clone(), events, &database);
+    assert_eq!(room.available_permits(), 12, "every page's room given back");
     let mut all = SearchQuery::new("gamma", 20_000);
     all.time_limit = Duration::from_secs(30);
     assert!(
@@ -927,7 +939,7 @@ fn a_load_built_beside_the_index_is_adopted_whole_and_changes_like_any_other() {
     assert_eq!(find(&index, "delta"), vec!["b://0".to_string()]);
 
     // Another load lists a URI of `docs`: refused, and nothing changes.
-    let (feed, events) = std::sync::mpsc::sync_channel(prebuild::FEED_PAGES);
+    let (feed, events) = std::sync::mpsc::channel();
     let mut entries = big(20_000..31_000, "epsilon");
     for entry in &mut entries {
         entry.server = "copy".into();
@@ -936,16 +948,22 @@ fn a_load_built_beside_the_index_is_adopted_whole_and_changes_like_any_other() {
     feed.send(LoadEvent::Page {
         id: -8,
         server: "copy".into(),
+        ids: (20_001, 31_000),
         entries,
+        room: permit(),
     })
     .expect("page");
     feed.send(LoadEvent::Promoted {
         id: -8,
         resources: 11_000,
+        ranges: vec![(20_001, 31_000)],
     })
     .expect("promoted");
     drop(feed);
-    index.prebuilder.clone().run(index.clone(), events);
+    index
+        .prebuilder
+        .clone()
+        .run(index.clone(), events, &database);
     let built = index
         .prebuilder
         .take("copy", -8, 11_000, Duration::from_secs(1))

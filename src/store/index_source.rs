@@ -46,20 +46,30 @@ impl Entry {
     }
 }
 
-/// What the writer tells the search index of a large first load while it is staged, so the
-/// index can be built during the walk (`crate::search::prebuild`). Sent without waiting on
-/// the index: a page that finds the channel full is not sent, and the index, counting fewer
-/// entries than the load committed, reads the load from the database as before.
+/// What the writer tells the search index of a first load while it is staged, so the index
+/// can build a large one during its walk (`crate::search::prebuild`). Never waits on the
+/// index: each page carries the walk's room for it (`room`), which the index gives back once
+/// the page is written, so the channel holds at most a few pages per walk and only that walk
+/// waits for a slow index (at most `FIRST_LOAD_INDEX_HOLD`; past it the pages go without,
+/// and the index reads them from the database after the commit, by the ids they took).
 #[derive(Debug)]
 pub enum LoadEvent {
-    /// One staged page of the first load of `server`, pending under `id`.
+    /// One staged page of the first load of `server`, pending under `id`; its rows took the
+    /// consecutive ids `ids` (both ends included).
     Page {
         id: i64,
         server: String,
+        ids: (i64, i64),
         entries: Vec<Entry>,
+        room: tokio::sync::OwnedSemaphorePermit,
     },
-    /// The load committed: its server has the id `id` now, and `resources` resources.
-    Promoted { id: i64, resources: u64 },
+    /// The load committed: its server has the id `id` now, and `resources` resources, whose
+    /// rows took the ids of `ranges` (both ends included).
+    Promoted {
+        id: i64,
+        resources: u64,
+        ranges: Vec<(i64, i64)>,
+    },
     /// The load failed or was discarded: its pages are to be forgotten.
     Dropped { id: i64 },
 }
@@ -80,8 +90,9 @@ impl Entry {
     }
 }
 
-/// Where the writer sends `LoadEvent`s (`Store::feed_first_loads`).
-pub type LoadFeed = std::sync::mpsc::SyncSender<LoadEvent>;
+/// Where the writer sends `LoadEvent`s (`Store::feed_first_loads`); unbounded, as the pages
+/// in it are bounded by the walks' room (`LoadEvent::Page`).
+pub type LoadFeed = std::sync::mpsc::Sender<LoadEvent>;
 
 /// A read-only connection of the search index's own, so a rebuild that streams every entry
 /// never holds one of the query connections.
@@ -193,6 +204,26 @@ impl SourceSnapshot<'_> {
                 |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?.max(0) as u64)),
             )
             .optional()?)
+    }
+
+    /// The resources of the server whose id is `server_id` whose rows took ids from `first`
+    /// to `last` (both included): the pages of a first load its search index had no room for
+    /// during the walk (`crate::search::prebuild`).
+    pub fn resources_with_ids(
+        &self,
+        server_id: i64,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let sql = format!(
+            "{} WHERE r.server_id = ?1 AND r.id BETWEEN ?2 AND ?3 ORDER BY r.id",
+            entries_sql(Kind::Resource)
+        );
+        let mut statement = self.transaction.prepare_cached(&sql)?;
+        let rows = statement.query_map(params![server_id, first, last], |row| {
+            entry(Kind::Resource, row)
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Stored entries of every kind (a first load's pending rows belong to no server yet).

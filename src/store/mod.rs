@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
+use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use follow::{FollowCursor, KeyedEntries};
 pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource, LoadEvent, LoadFeed};
@@ -99,6 +99,14 @@ pub fn now_ms() -> i64 {
 
 /// How many pages of one walk may wait for the writer before the walk waits too.
 const PAGES_IN_FLIGHT: usize = 4;
+/// How many pages of one walk's resources may wait for the writer and then for the search
+/// index (which builds a large first load from its pages during the walk) before the walk
+/// waits too: the index sees every page of a first load, and holds only that walk back.
+const INDEX_PAGES_IN_FLIGHT: usize = 4;
+/// The longest one walk waits for the search index in all (`INDEX_PAGES_IN_FLIGHT`). Past
+/// it the walk no longer waits: the index takes the pages it has room for and reads the
+/// others from the database after the commit (`crate::search::prebuild`).
+pub const FIRST_LOAD_INDEX_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 /// Read-only connections open at once (each holds descriptors for the database and its WAL);
 /// more concurrent reads wait for one, so the daemon's descriptor reserve covers them.
 pub const MAX_READERS: usize = 64;
@@ -129,6 +137,9 @@ pub struct Store {
     merged_count_memo: Arc<follow::CountMemo>,
     /// The write-ahead log's checkpoints (the writer's and its checkpointer's).
     wal: Arc<writer::WalWatch>,
+    /// How long a walk may wait for the search index in all (`FIRST_LOAD_INDEX_HOLD`), in
+    /// milliseconds; tests set less.
+    index_hold_ms: Arc<AtomicU64>,
 }
 
 /// What an answer from SQLite's full-text search says while the index lacks rows of a large
@@ -206,7 +217,16 @@ impl Store {
             instance,
             merged_count_memo: Arc::default(),
             wal,
+            index_hold_ms: Arc::new(AtomicU64::new(FIRST_LOAD_INDEX_HOLD.as_millis() as u64)),
         })
+    }
+
+    /// Walks begun from now on wait at most `hold` for the search index (instead of
+    /// `FIRST_LOAD_INDEX_HOLD`).
+    #[cfg(test)]
+    pub(crate) fn set_first_load_index_hold(&self, hold: std::time::Duration) {
+        self.index_hold_ms
+            .store(hold.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Sends the staged pages of first loads, and their ends, to `feed` from now on (the
@@ -378,6 +398,11 @@ impl Store {
             server: server.to_string(),
             writer: self.writer.clone(),
             in_flight: Arc::new(Semaphore::new(PAGES_IN_FLIGHT)),
+            index_room: Arc::new(Semaphore::new(INDEX_PAGES_IN_FLIGHT)),
+            index_held: std::sync::Mutex::new(std::time::Duration::ZERO),
+            index_hold: std::time::Duration::from_millis(
+                self.index_hold_ms.load(Ordering::Relaxed),
+            ),
             finished: false,
         }
     }
@@ -467,6 +492,12 @@ pub struct StagedWalk {
     server: String,
     writer: mpsc::UnboundedSender<WriteOp>,
     in_flight: Arc<Semaphore>,
+    /// Room for the walk's resource pages on their way to the search index.
+    index_room: Arc<Semaphore>,
+    /// How long the walk has waited for `index_room` so far (`FIRST_LOAD_INDEX_HOLD`).
+    index_held: std::sync::Mutex<std::time::Duration>,
+    /// How long it may (`FIRST_LOAD_INDEX_HOLD`).
+    index_hold: std::time::Duration,
     finished: bool,
 }
 
@@ -492,15 +523,44 @@ impl StagedWalk {
             .acquire_owned()
             .await
             .map_err(|_| StoreError::WriterGone)?;
+        let index_permit = match &batch {
+            Batch::Resources(_) => self.index_room().await,
+            Batch::Templates(_) | Batch::Entries(..) => None,
+        };
         let operation = WriteOp::Stage {
             walk_id: self.id,
             server: self.server.clone(),
             batch,
             permit,
+            index_permit,
         };
         self.writer
             .send(operation)
             .map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Room for one more page on its way to the search index: at once when there is some,
+    /// else after a wait, until the walk has waited `FIRST_LOAD_INDEX_HOLD` in all; `None`
+    /// past that (the page is staged all the same, and the index reads it after the commit).
+    async fn index_room(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(permit) = self.index_room.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        let held = *self
+            .index_held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let left = self.index_hold.saturating_sub(held);
+        if left.is_zero() {
+            return None;
+        }
+        let started = std::time::Instant::now();
+        let permit = tokio::time::timeout(left, self.index_room.clone().acquire_owned()).await;
+        *self
+            .index_held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) += started.elapsed();
+        permit.ok().and_then(Result::ok)
     }
 
     /// Swaps the staged walk in as the server's snapshot, in one transaction.

@@ -122,6 +122,10 @@ pub(crate) async fn gated_search(
 /// How long a search waits for the index to apply a swap its caller may already have seen
 /// (one committed before the search arrived) before SQLite answers instead.
 const INDEX_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// The same wait when the index's last commit can answer instead (a large swap, which SQLite's
+/// full-text index is behind too): a search during a first load's catch-up is not held a
+/// second for an answer that says "previous state" anyway.
+const INDEX_CATCH_UP_WAIT_WITH_STALE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Answers from the derived search index; `Ok(Err(why))` when it cannot answer for the
 /// catalog as it stands (repairing, or behind a swap it has not applied yet in time).
@@ -241,7 +245,11 @@ async fn search_index_as(
                 status.serves(wanted, generation)
                     || status.phase != crate::protocol::IndexPhase::Ready
             });
-            let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
+            let wait = match can_answer_stale(index) && context.store.full_text_note().is_some() {
+                true => INDEX_CATCH_UP_WAIT_WITH_STALE,
+                false => INDEX_CATCH_UP_WAIT,
+            };
+            let _ = tokio::time::timeout(wait, caught_up).await;
             let now = index.status();
             // Behind while SQLite's full-text index is behind a large swap too (SQLite's
             // answer would lack rows as well, and be slow for common words): the index's last

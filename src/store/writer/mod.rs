@@ -35,6 +35,10 @@ pub enum WriteOp {
         server: String,
         batch: Batch,
         permit: OwnedSemaphorePermit,
+        /// The walk's room for this page on its way to the search index: it goes with a first
+        /// load's page to the index (which gives it back once the page is written there);
+        /// `None` once the walk no longer waits for the index (`FIRST_LOAD_INDEX_HOLD`).
+        index_permit: Option<OwnedSemaphorePermit>,
     },
     /// Swaps a staged walk in; with a `delta`, applies the staged rows as a followed
     /// upstream's delta instead (`delta.rs`): the rest of the snapshot stays.
@@ -155,27 +159,6 @@ pub const CHANGES_PER_FIRST_LOAD: u64 = 1_000;
 pub const CHANGES_KEPT: i64 = 1_000_000;
 pub const CHANGES_MAX_AGE_MS: i64 = 7 * 24 * 3600 * 1000;
 
-/// The longest the writer waits for the search index to take one page of a first load.
-const PAGE_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Hands a first load's page to the search index, waiting at most `PAGE_WAIT` for room: a
-/// page it has no room for by then costs the index its early build (it indexes the load after
-/// the commit), not the walk more of its time. (Measured at 1,000,000 on 2 busy cores without
-/// any wait: the index took 893 of 1,000 pages.)
-fn send_page(feed: &crate::store::LoadFeed, page: crate::store::LoadEvent) {
-    let started = std::time::Instant::now();
-    let mut page = page;
-    loop {
-        match feed.try_send(page) {
-            Err(std::sync::mpsc::TrySendError::Full(back)) if started.elapsed() < PAGE_WAIT => {
-                page = back;
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            _ => return,
-        }
-    }
-}
-
 /// Runs the writer until `Close`. Between operations, when none is waiting, it indexes the
 /// full-text backlog a batch at a time (`index_full_text_batch`), so a large swap's indexing
 /// never holds up another operation for more than one batch; `full_text_behind` is how many
@@ -286,6 +269,7 @@ pub fn run(
                 server,
                 batch,
                 permit,
+                index_permit,
             } => {
                 // After one failed page the walk cannot commit, so later pages are skipped.
                 if let Entry::Vacant(slot) = failed_walks.entry(walk_id) {
@@ -302,15 +286,29 @@ pub fn run(
                         },
                         Batch::Templates(_) | Batch::Entries(..) => Ok(None),
                     };
-                    // A first load's page goes to the search index too, once staged.
+                    // A first load's page goes to the search index too, once staged: the ids
+                    // its rows took (consecutive, the last of the load's ranges).
                     let mut pending_page = None;
                     let staged = counts.and_then(|counts| {
                         wal.stage_page(&connection, walk_id, batch.bytes())?;
                         match (&batch, counts) {
                             (Batch::Resources(rows), Some(counts)) => {
-                                pending_page = counts.pending.as_ref().map(|pending| pending.id);
                                 counts.progress.note(rows.len());
-                                stage_resources(&mut connection, walk_id, counts, rows)
+                                let before = counts.staged;
+                                stage_resources(&mut connection, walk_id, counts, rows)?;
+                                let inserted = (counts.staged - before) as i64;
+                                if let Some(pending) = counts.pending.as_mut() {
+                                    let last = pending.ranges.last().map_or(0, |range| range.1);
+                                    let ids = (last - inserted + 1, last);
+                                    if index_permit.is_none() && load_feed.get().is_some() {
+                                        if pending.unsent_pages == 0 {
+                                            tracing::info!(server, held_s = crate::store::FIRST_LOAD_INDEX_HOLD.as_secs(), "the search index cannot keep up with this first load and the walk waited for it as long as it may (FIRST_LOAD_INDEX_HOLD); the index reads the pages it had no room for from the database after the commit");
+                                        }
+                                        pending.unsent_pages += 1;
+                                    }
+                                    pending_page = (inserted > 0).then_some((pending.id, ids));
+                                }
+                                Ok(())
                             }
                             (Batch::Templates(rows), _) => {
                                 stage_templates(&mut connection, walk_id, rows)
@@ -321,24 +319,30 @@ pub fn run(
                             (Batch::Resources(_), None) => Ok(()),
                         }
                     });
-                    match (staged, pending_page, &batch, load_feed.get()) {
+                    match (staged, pending_page, &batch, load_feed.get(), index_permit) {
                         (Err(error), ..) => {
                             tracing::warn!(server, walk_id, %error, "staging a page failed");
                             slot.insert(error.to_string());
                         }
-                        (Ok(()), Some(id), Batch::Resources(rows), Some(feed)) => {
+                        (
+                            Ok(()),
+                            Some((id, ids)),
+                            Batch::Resources(rows),
+                            Some(feed),
+                            Some(room),
+                        ) => {
                             let entries = rows
                                 .iter()
                                 .map(|row| crate::store::IndexEntry::of_resource(&server, row))
                                 .collect();
-                            send_page(
-                                feed,
-                                crate::store::LoadEvent::Page {
-                                    id,
-                                    server: server.clone(),
-                                    entries,
-                                },
-                            );
+                            // Never waits: the channel holds at most the walk's room.
+                            let _ = feed.send(crate::store::LoadEvent::Page {
+                                id,
+                                server: server.clone(),
+                                ids,
+                                entries,
+                                room,
+                            });
                         }
                         (Ok(()), ..) => {}
                     }
@@ -376,12 +380,12 @@ pub fn run(
                     discarding.push_back(pending.id);
                 }
                 if let (Some(pending), Some(feed)) = (&counts.pending, load_feed.get()) {
-                    // Before the announcement, so the index's next pass finds the load's
-                    // end. Waits at most for the index to take one page.
+                    // Before the announcement, so the index's next pass finds the load's end.
                     let _ = feed.send(match &outcome {
                         Ok(_) => crate::store::LoadEvent::Promoted {
                             id: pending.id,
                             resources: counts.staged,
+                            ranges: pending.ranges.clone(),
                         },
                         Err(_) => crate::store::LoadEvent::Dropped { id: pending.id },
                     });
