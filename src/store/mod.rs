@@ -137,8 +137,8 @@ pub struct Store {
     merged_count_memo: Arc<follow::CountMemo>,
     /// The write-ahead log's checkpoints (the writer's and its checkpointer's).
     wal: Arc<writer::WalWatch>,
-    /// How long a walk may wait for the search index in all (`FIRST_LOAD_INDEX_HOLD`), in
-    /// milliseconds; tests set less.
+    /// How long a walk may wait for the search index in all (`FIRST_LOAD_INDEX_HOLD`, or
+    /// `[search] first_load_index_hold`), in milliseconds.
     index_hold_ms: Arc<AtomicU64>,
 }
 
@@ -221,10 +221,9 @@ impl Store {
         })
     }
 
-    /// Walks begun from now on wait at most `hold` for the search index (instead of
-    /// `FIRST_LOAD_INDEX_HOLD`).
-    #[cfg(test)]
-    pub(crate) fn set_first_load_index_hold(&self, hold: std::time::Duration) {
+    /// Walks begun from now on wait at most `hold` in all for the search index (instead of
+    /// `FIRST_LOAD_INDEX_HOLD`; `[search] first_load_index_hold`).
+    pub fn set_first_load_index_hold(&self, hold: std::time::Duration) {
         self.index_hold_ms
             .store(hold.as_millis() as u64, Ordering::Relaxed);
     }
