@@ -1,0 +1,294 @@
+//! Turns what a person typed into index queries (AND, then typo-tolerant AND, then OR) and builds the page.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tantivy::collector::TopDocs;
+use tantivy::query::{
+    BooleanQuery, EnableScoring, Explanation, FuzzyTermQuery, InvertedIndexRangeQuery, Occur,
+    Query, Scorer, TermQuery, Weight,
+};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, TantivyDocument, Term};
+
+use super::schema::{analyzer, snippet_analyzer, words_with_spans, Fields};
+use super::SearchError;
+use crate::protocol::MatchMode;
+
+mod deadline;
+mod snippet;
+mod stages;
+
+use deadline::DeadlineQuery;
+use snippet::{snippet, Matcher};
+use stages::{is_stopword, Clause, Search};
+
+/// The longest highlight marker a caller may choose.
+pub const MAX_MARKER_BYTES: usize = 32;
+/// Queries of at most this many words also try one typo per long word when the exact words
+/// find nothing.
+const MAX_TYPO_QUERY_WORDS: usize = 8;
+/// The most words a prefix or a typo expands to, each scored as a term of its own; a prefix
+/// with more becomes one match-only clause.
+const MAX_EXPANSIONS: usize = 64;
+/// The most combinations of expanded words searched one by one as pure intersections (which
+/// rank the top k without scoring every match).
+const MAX_COMBINATIONS: usize = 16;
+/// Below this many candidate documents one plain query that scores them all is cheaper.
+const FEW_CANDIDATES: u64 = 20_000;
+/// The most exact name or URI matches put first.
+const MAX_EXACT: usize = 100;
+/// Words this long or longer tolerate one typo when the exact words find nothing.
+const TYPO_MIN_CHARS: usize = 5;
+/// Words longer than this tolerate no typo (nobody types them; their automata cost most).
+const TYPO_MAX_CHARS: usize = 24;
+/// Words in a snippet.
+const SNIPPET_WORDS: usize = 12;
+/// How many documents pass between two looks at the clock.
+const DEADLINE_CHECK_EVERY: u32 = 1024;
+
+/// A search as the caller asks it.
+#[derive(Debug, Clone)]
+pub struct SearchQuery {
+    pub text: String,
+    pub server: Option<String>,
+    pub mime_type: Option<String>,
+    /// The kinds searched; every kind when empty.
+    pub kinds: Vec<crate::protocol::Kind>,
+    pub limit: usize,
+    /// How many ranked hits to skip: the position a cursor encodes.
+    pub offset: usize,
+    /// Put around matched words in snippets; at most `MAX_MARKER_BYTES` each.
+    pub highlight: (String, String),
+    /// The search gives up after this long, waiting for a slot included.
+    pub time_limit: Duration,
+}
+
+impl SearchQuery {
+    pub fn new(text: impl Into<String>, limit: usize) -> SearchQuery {
+        SearchQuery {
+            text: text.into(),
+            server: None,
+            mime_type: None,
+            kinds: Vec::new(),
+            limit,
+            offset: 0,
+            highlight: ("\u{ab}".into(), "\u{bb}".into()),
+            time_limit: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hit {
+    pub server: String,
+    pub uri: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub kind: crate::protocol::Kind,
+    pub score: f32,
+    /// The query equals the entry's name or URI.
+    pub exact: bool,
+    pub snippet: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page {
+    pub hits: Vec<Hit>,
+    /// The offset of the next page, when there is one.
+    pub next_offset: Option<usize>,
+    pub mode: MatchMode,
+    /// The store generation the index answered from.
+    pub generation: u64,
+}
+
+pub fn run(
+    searcher: &Searcher,
+    fields: &Fields,
+    query: &SearchQuery,
+    deadline: Instant,
+    generation: u64,
+) -> Result<Page, SearchError> {
+    for marker in [&query.highlight.0, &query.highlight.1] {
+        if marker.len() > MAX_MARKER_BYTES {
+            return Err(SearchError::InvalidQuery(format!(
+                "a highlight marker is at most {MAX_MARKER_BYTES} bytes"
+            )));
+        }
+    }
+    let mut words: Vec<String> = words_with_spans(&mut analyzer(), &query.text)
+        .into_iter()
+        .map(|(word, _, _)| word)
+        .collect();
+    let empty = Page {
+        hits: Vec::new(),
+        next_offset: None,
+        mode: MatchMode::All,
+        generation,
+    };
+    let Some(last) = words.pop() else {
+        return Ok(empty);
+    };
+    let mut seen = HashSet::new();
+    words.retain(|word| seen.insert(word.clone()));
+    // Every distinct word once, in the order typed (the last one too).
+    let mut typed: Vec<String> = words.clone();
+    if !seen.contains(&last) {
+        typed.push(last.clone());
+    }
+
+    let mut filters = Vec::new();
+    // Some kinds: one term for the kinds with the server or the merged view.
+    match (
+        fields.kinds_term(&query.kinds, query.server.as_deref()),
+        &query.server,
+    ) {
+        (Some(kinds), _) => filters.push(kinds),
+        (None, Some(server)) => filters.push(Term::from_field_text(fields.server, server)),
+        // The merged catalog: one listing per URI, the winner's.
+        (None, None) => filters.push(fields.flag_term(fields.wins)),
+    }
+    if let Some(mime_type) = &query.mime_type {
+        filters.push(Term::from_field_text(fields.mime_type, mime_type));
+    }
+    let search = Search {
+        searcher,
+        fields,
+        filters,
+        deadline,
+        expired: Arc::new(AtomicBool::new(false)),
+        time_limit: query.time_limit,
+    };
+
+    let exact = search.exact(query.text.trim())?;
+    let wanted = query.offset + query.limit + 1 + exact.len();
+
+    // 1. Every word; the last one as a prefix.
+    // A question, not a search box's few words: no typo stage, and its words are looked up
+    // only until one is in no entry (a pasted blob is hundreds of words).
+    let question = words.len() + 1 > MAX_TYPO_QUERY_WORDS;
+    let mut clauses: Vec<Clause> = Vec::with_capacity(words.len() + 1);
+    let mut missing = false;
+    for word in &words {
+        let clause = search.word(word)?;
+        missing |= clause.is_empty();
+        clauses.push(clause);
+        if missing && question {
+            break;
+        }
+    }
+    if !(missing && question) {
+        clauses.push(search.prefix(&last)?);
+    }
+    let mut mode = MatchMode::All;
+    let mut ranked = if missing || clauses.iter().any(Clause::is_empty) {
+        Vec::new()
+    } else {
+        search.conjunction(&clauses, wanted)?
+    };
+    // 2. Every word, long words with one typo: for what a person types in a search box, not
+    // for a question, whose every word would open up a typo automaton.
+    if ranked.is_empty() && exact.is_empty() && !question {
+        let mut tolerant: Vec<Clause> = words
+            .iter()
+            .zip(&clauses)
+            .map(|(word, clause)| search.with_typos(word, clause, false))
+            .collect::<Result<_, _>>()?;
+        let last_clause = clauses.last().cloned().unwrap_or(Clause::Terms(Vec::new()));
+        tolerant.push(search.with_typos(&last, &last_clause, true)?);
+        let typos_found = tolerant
+            .iter()
+            .zip(&clauses)
+            .any(|(tolerant, exact)| tolerant.documents() != exact.documents());
+        if typos_found {
+            clauses = tolerant;
+            if !clauses.iter().any(Clause::is_empty) {
+                ranked = search.conjunction(&clauses, wanted)?;
+                mode = MatchMode::Typo;
+            }
+        }
+    }
+    // 3. Any word: one ranked disjunction of the exact words typed (no typos, no prefix),
+    // stopwords and one-character words left out unless every word is one, so the order of
+    // the hits is one order whatever page is asked for.
+    if ranked.is_empty() && exact.is_empty() && typed.len() > 1 {
+        // One letter or digit says as little as a stopword ("a", "b", the parts of `x2Y`).
+        let content: Vec<&String> = typed
+            .iter()
+            .filter(|word| !is_stopword(word) && word.chars().count() > 1)
+            .collect();
+        let chosen: Vec<&String> = if content.is_empty() {
+            typed.iter().collect()
+        } else {
+            content
+        };
+        let mut terms = Vec::new();
+        for word in chosen {
+            if let Clause::Terms(found) = search.word(word)? {
+                terms.extend(found);
+            }
+        }
+        ranked = search.disjunction(&terms, wanted)?;
+        clauses = terms
+            .into_iter()
+            .map(|term| Clause::Terms(vec![term]))
+            .collect();
+        // "Any word" only says something when it found something.
+        if !ranked.is_empty() {
+            mode = MatchMode::Any;
+        }
+    }
+    if search.expired.load(Ordering::Relaxed) {
+        return Err(SearchError::TimedOut(query.time_limit));
+    }
+
+    let top_score = ranked.first().map(|(score, _)| *score).unwrap_or(0.0);
+    let exact_set: HashSet<DocAddress> = exact.iter().copied().collect();
+    let ordered: Vec<(Score, DocAddress, bool)> = exact
+        .iter()
+        .map(|address| (top_score + 1.0, *address, true))
+        .chain(
+            ranked
+                .into_iter()
+                .filter(|(_, address)| !exact_set.contains(address))
+                .map(|(score, address)| (score, address, false)),
+        )
+        .collect();
+    let end = query.offset + query.limit;
+    let next_offset = (ordered.len() > end).then_some(end);
+    let mut matcher = Matcher::default();
+    for clause in &clauses {
+        matcher.add(clause);
+    }
+    let mut hits = Vec::new();
+    for (score, address, exact) in ordered.into_iter().skip(query.offset).take(query.limit) {
+        let document: TantivyDocument = searcher.doc(address)?;
+        let (entry, _) = fields.entry(&document);
+        let mut hit = Hit {
+            server: entry.server,
+            uri: entry.uri,
+            name: entry.name,
+            title: entry.title,
+            description: entry.description,
+            mime_type: entry.mime_type,
+            kind: entry.kind,
+            score,
+            exact,
+            snippet: None,
+        };
+        hit.snippet = snippet(&hit, &matcher, &query.highlight);
+        hits.push(hit);
+    }
+    Ok(Page {
+        hits,
+        next_offset,
+        mode,
+        generation,
+    })
+}

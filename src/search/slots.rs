@@ -1,0 +1,47 @@
+//! A bound on direct searches of the index.
+
+use super::*;
+
+/// At most a fixed number of searches of the index at once, the others waiting until their
+/// deadline: a bound of the index itself, below the daemon's search gate (`search::gate`).
+pub(super) struct SearcherSlots {
+    running: Mutex<usize>,
+    freed: Condvar,
+    limit: usize,
+}
+
+pub(super) struct SearcherSlot<'a>(&'a SearcherSlots);
+
+impl SearcherSlots {
+    pub(super) fn new(limit: usize) -> SearcherSlots {
+        SearcherSlots {
+            running: Mutex::new(0),
+            freed: Condvar::new(),
+            limit: limit.max(1),
+        }
+    }
+
+    pub(super) fn enter(&self, deadline: Instant) -> Result<SearcherSlot<'_>, SearchError> {
+        let mut running = lock(&self.running);
+        while *running >= self.limit {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SearchError::Busy);
+            }
+            running = self
+                .freed
+                .wait_timeout(running, left)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+        *running += 1;
+        Ok(SearcherSlot(self))
+    }
+}
+
+impl Drop for SearcherSlot<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.running) -= 1;
+        self.0.freed.notify_one();
+    }
+}
