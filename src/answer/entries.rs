@@ -62,7 +62,7 @@ pub fn page(
     params: &wire::EntriesParams,
     page_size: usize,
     view: &View,
-) -> Result<(Vec<Value>, Option<String>), ErrorObject> {
+) -> Result<(Vec<wire::Definition>, Option<String>), ErrorObject> {
     let after = entries_after(params)?;
     let after = after
         .as_ref()
@@ -80,8 +80,9 @@ pub fn page(
     let entries = rows
         .iter()
         .filter(|row| view.sees(&row.server, kind))
-        .map(|row| with_origin(&row.raw, &row.server))
-        .collect();
+        .map(|row| wire::Definition::from_stored(&row.raw, Some(&row.server)))
+        .collect::<Result<_, _>>()
+        .map_err(internal)?;
     Ok((entries, next))
 }
 

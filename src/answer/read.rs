@@ -27,11 +27,7 @@ pub async fn read_resource(
             redact::scrub_json(&mut answer);
             // A read result has its own `cacheScope` (2026-07-28): a private one is the
             // server's answer to us alone.
-            let declared = answer
-                .get("cacheScope")
-                .map(|scope| scope.as_str().unwrap_or(""));
-            if declared.is_some()
-                && CacheScope::of_page(declared) == CacheScope::Private
+            if CacheScope::of_hint(answer.get("cacheScope")) == CacheScope::Private
                 && !view.sees_private_reads_of(server)
             {
                 return Err(not_listed(uri));

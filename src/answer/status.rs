@@ -4,7 +4,6 @@ use std::sync::atomic::Ordering;
 
 use super::{internal, DaemonContext, View};
 use crate::protocol::{self as wire, ErrorObject, Kind};
-use crate::store;
 
 pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult, ErrorObject> {
     let (servers, change_seq, read_cache_bytes, merged_resources, kind_counts) = context
@@ -57,9 +56,10 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
     };
     let mut servers: Vec<wire::ServerStatus> = servers
         .into_iter()
-        .map(|server| {
-            let session = live.remove(&server.name);
-            server_status(server, session)
+        .map(|mut server| {
+            // The row as stored, with what its session knows.
+            server.live = live.remove(&server.name);
+            server
         })
         .collect();
     crate::answer::entries::add_kind_status(kind_counts, &mut servers);
@@ -78,44 +78,6 @@ fn socket_activity(context: &DaemonContext) -> wire::SocketActivity {
         searches_peak: searches.peak_running,
         searches_refused: searches.refused_busy,
         searches_timed_out: searches.timed_out,
-    }
-}
-
-fn server_status(
-    server: store::ServerStatus,
-    live: Option<wire::LiveStatus>,
-) -> wire::ServerStatus {
-    wire::ServerStatus {
-        name: server.name,
-        priority: server.priority,
-        transport: server.transport,
-        state: server.state,
-        protocol_version: server.protocol_version,
-        server_info: server.server_info,
-        resources: server.resources,
-        templates: server.templates,
-        stale: server.stale,
-        snapshot_at_ms: server.snapshot_at_ms,
-        connected_at_ms: server.connected_at_ms,
-        retry_at_ms: server.retry_at_ms,
-        last_walk: server.last_walk.map(|walk| wire::LastWalk {
-            at_ms: walk.at_ms,
-            duration_ms: walk.duration_ms,
-            pages: walk.pages,
-            added: walk.added,
-            removed: walk.removed,
-            changed: walk.changed,
-            duplicates: walk.duplicates,
-            skipped: walk.skipped,
-        }),
-        walks_ok: server.walks_ok,
-        walks_failed: server.walks_failed,
-        deltas_applied: server.deltas_applied,
-        last_error: server.last_error,
-        last_error_at_ms: server.last_error_at_ms,
-        oversized_entries: server.oversized_entries,
-        live,
-        kinds: Default::default(),
     }
 }
 

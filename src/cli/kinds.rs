@@ -20,21 +20,12 @@ fn first_line(text: Option<&str>) -> String {
     escaped(&short).into_owned()
 }
 
-/// Where an entry comes from, for people: `demo`, or `demo via upstream` through a mirror.
-fn origin(entry: &Value) -> String {
-    let origin = entry["_meta"][wire::ORIGIN_META_KEY].as_str().unwrap_or("");
-    match entry["_meta"][wire::VIA_META_KEY].as_str() {
-        Some(via) => format!("{origin} via {via}"),
-        None => origin.to_string(),
-    }
-}
-
 /// Every tool or prompt (of one server or all), following cursors.
 fn all_entries(
     catalog: &mut Catalog,
     kind: Kind,
     server: Option<&str>,
-) -> Result<Vec<Value>, ClientError> {
+) -> Result<Vec<wire::Definition>, ClientError> {
     let mut entries = Vec::new();
     let mut params = wire::EntriesParams {
         server: server.map(str::to_string),
@@ -72,9 +63,10 @@ pub fn list(
         .iter()
         .map(|entry| {
             vec![
-                origin(entry),
-                escaped(entry["name"].as_str().unwrap_or("")).into_owned(),
-                first_line(entry["description"].as_str()),
+                // Where it comes from: `demo`, or `demo via upstream` through a mirror.
+                entry.fields.meta.attribution().unwrap_or_default(),
+                escaped(&entry.name).into_owned(),
+                first_line(entry.fields.description.as_deref()),
             ]
         })
         .collect();

@@ -157,7 +157,7 @@ impl Catalog {
         &mut self,
         kind: Kind,
         params: &EntriesParams,
-    ) -> Result<(Vec<serde_json::Value>, Option<String>), ClientError> {
+    ) -> Result<(Vec<crate::protocol::Definition>, Option<String>), ClientError> {
         match self {
             Catalog::Daemon(client) => match kind {
                 Kind::Prompt => {

@@ -21,11 +21,12 @@ use crate::answer::{ConfigLoad, DaemonContext, IntervalLog};
 use crate::config::{self, Config};
 use crate::http_face::{self, Face, HttpFace};
 use crate::protocol::ServerState;
+use crate::protocol::ServerStatus;
 use crate::redact;
 use crate::search::gate::SearchGate;
 use crate::search::{self, SearchIndex};
 use crate::socket;
-use crate::store::{now_ms, RemovedServers, ServerStatus, ServerSync, Store};
+use crate::store::{now_ms, RemovedServers, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::resource::{Prompt, Tool};
 use super::state::{ChangeKind, Kind};
 
 /// `catalog/tools`, `catalog/prompts`: one server or all, a page after `cursor`.
@@ -35,7 +36,7 @@ pub struct ServerParams {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListToolsResult {
-    pub tools: Vec<Value>,
+    pub tools: Vec<Tool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -44,7 +45,7 @@ pub struct ListToolsResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListPromptsResult {
-    pub prompts: Vec<Value>,
+    pub prompts: Vec<Prompt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -133,13 +134,6 @@ pub struct DriftCount {
     pub added: u64,
     pub removed: u64,
     pub changed: u64,
-}
-
-/// `tools/list` of the socket's MCP face: the mirror's own tools.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ListMirrorToolsResult {
-    pub tools: Vec<Value>,
 }
 
 /// `tools/call` of the socket's MCP face.
@@ -255,7 +249,7 @@ pub const DEFAULT_CATALOG_HITS: usize = 10;
 pub const HIT_DESCRIPTION_CHARS: usize = 200;
 
 /// The mirror's own tools, as `tools/list` lists them.
-pub fn mirror_tools() -> Vec<Value> {
+pub fn mirror_tools() -> Vec<Tool> {
     let kinds = serde_json::json!({
         "type": "array",
         "items": {"type": "string", "enum": ["resource", "template", "tool", "prompt"]}
@@ -328,4 +322,7 @@ pub fn mirror_tools() -> Vec<Value> {
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         }),
     ]
+    .into_iter()
+    .map(|tool| Tool::deserialize(tool).expect("the mirror's own tools are objects with a name"))
+    .collect()
 }

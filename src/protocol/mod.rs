@@ -31,9 +31,9 @@ pub use index::{IndexPhase, IndexStatus, MatchMode};
 pub use kinds::{
     mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
     DriftCount, DriftEntry, DriftParams, DriftResult, EntriesParams, EntryDetails, EntryParams,
-    FieldChange, KindStatus, ListMirrorToolsResult, ListPromptsResult, ListToolsResult,
-    SearchCatalogArguments, SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS,
-    DESCRIBE_ENTRY_TOOL, HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
+    FieldChange, KindStatus, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
+    SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL,
+    HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
 };
 pub use listen::{
     AcknowledgedParams, ListenNotifications, ListenParams, ListenResourcesListChanged,
@@ -46,8 +46,8 @@ pub use params::{
 };
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
-    CacheNote, ListedFields, MirrorMeta, ReadResourceResult, Resource, ResourceContents,
-    ResourceTemplate, StoredObject,
+    CacheNote, Definition, ListedFields, MirrorMeta, Prompt, ReadResourceResult, Resource,
+    ResourceContents, ResourceTemplate, StoredObject, Tool,
 };
 pub use results::{
     Change, ChangesResult, CheckpointStatus, DaemonStatus, Empty, Implementation, InitializeResult,
@@ -288,7 +288,7 @@ methods! {
     CatalogAccept = "catalog/accept", ServerParams => AcceptResult, Mutating;
     CatalogDrift = "catalog/drift", DriftParams => DriftResult, Filtered;
     /// The mirror's own tools (`search_catalog`, `describe_entry`); it never proxies others'.
-    ListTools = "tools/list", ListParams => ListMirrorToolsResult, NoEntries;
+    ListTools = "tools/list", ListParams => ListToolsResult, NoEntries;
     CallTool = "tools/call", CallToolParams => CallToolResult, Filtered;
 }
 

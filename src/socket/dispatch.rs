@@ -136,7 +136,7 @@ async fn dispatch(
                 .map_err(invalid_params)?;
             let read = context
                 .store
-                .keyed_entries(kind, keys)
+                .read(move |reader| reader.keyed_entries(kind, &keys))
                 .await
                 .map_err(internal)?;
             to_text(&crate::answer::list::keyed_entries_result(
@@ -208,8 +208,9 @@ async fn dispatch(
         }
         wire::ListTools::NAME => {
             params::<wire::ListTools>(raw)?;
-            answer::<wire::ListTools>(wire::ListMirrorToolsResult {
+            answer::<wire::ListTools>(wire::ListToolsResult {
                 tools: wire::mirror_tools(),
+                next_cursor: None,
             })
         }
         wire::CallTool::NAME => {

@@ -43,7 +43,7 @@ pub(super) fn instance_id(connection: &Connection) -> Result<String, StoreError>
 
 /// The winner of each key in the merged catalog (lowest priority, then lowest server name),
 /// the keys nobody lists, the feed's newest seq and the merged count, in one read transaction.
-fn keyed_entries(
+pub(super) fn keyed_entries(
     connection: &Connection,
     kind: Kind,
     keys: &[String],
@@ -140,22 +140,5 @@ impl Store {
     /// This database's id, as `catalog/changes` and `catalog/entries` name it.
     pub fn instance(&self) -> &str {
         &self.instance
-    }
-
-    pub async fn keyed_entries(
-        &self,
-        kind: Kind,
-        keys: Vec<String>,
-    ) -> Result<KeyedEntries, StoreError> {
-        let memo = self.merged_count_memo.clone();
-        self.read(move |reader| keyed_entries(reader.connection(), kind, &keys, &memo))
-            .await
-    }
-
-    /// The cursor a followed server's snapshot was last moved to; `None` before its first, and
-    /// while its snapshot is empty (a delta needs one to apply to).
-    pub async fn follow_cursor(&self, server: &str) -> Result<Option<FollowCursor>, StoreError> {
-        let server = server.to_string();
-        self.read(move |reader| reader.follow_cursor(&server)).await
     }
 }

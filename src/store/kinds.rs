@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
-use super::{now_ms, StoreError};
+use super::full_text_search::{self, FullTextQuery};
+use super::{now_ms, SearchHit, StoreError};
 use crate::protocol::{ChangeKind, Kind};
 
 /// One tool or prompt as the store keeps it; built from the server's JSON by the walk.
@@ -81,17 +82,6 @@ pub struct DriftRow {
     pub current: Option<Value>,
     /// The top-level fields that differ (for `changed`).
     pub fields: Vec<String>,
-}
-
-/// A search hit among tools and prompts.
-#[derive(Debug, Clone)]
-pub struct EntryHit {
-    pub server: String,
-    pub kind: Kind,
-    pub name: String,
-    pub title: Option<String>,
-    pub description: Option<String>,
-    pub score: f64,
 }
 
 /// The top-level fields whose values differ between two stored objects, sorted.
@@ -388,94 +378,67 @@ pub struct EntrySearch {
     pub deadline: Option<std::time::Instant>,
 }
 
-/// SQLite steps between two looks at a search's deadline (as for the resource search).
-const DEADLINE_CHECK_STEPS: i32 = 1_000;
-
 /// Ranked tools and prompts matching `query` (plain words, the last one a prefix; or FTS5
-/// syntax with `raw`), cancelled at the request's deadline like the resource search.
+/// syntax with `raw`), through the one FTS5 search of every kind (`full_text_search`).
 pub fn search_entries(
     connection: &Connection,
     search: &EntrySearch,
-) -> Result<Vec<EntryHit>, StoreError> {
-    let Some(deadline) = search.deadline else {
-        return search_entries_unbounded(connection, search);
-    };
-    connection.progress_handler(
-        DEADLINE_CHECK_STEPS,
-        Some(move || std::time::Instant::now() >= deadline),
-    );
-    let outcome = search_entries_unbounded(connection, search);
-    connection.progress_handler(0, None::<fn() -> bool>);
-    match outcome {
-        Err(error) if std::time::Instant::now() >= deadline && error.is_interrupted() => {
-            Err(StoreError::SearchTimedOut)
-        }
-        other => other,
-    }
-}
-
-fn search_entries_unbounded(
-    connection: &Connection,
-    search: &EntrySearch,
-) -> Result<Vec<EntryHit>, StoreError> {
-    let query = match search.raw {
-        true => Some(search.query.clone()),
-        false => super::resource_search::fts_query(&search.query),
-    };
-    let Some(query) = query else {
-        return Ok(Vec::new());
-    };
+) -> Result<Vec<SearchHit>, StoreError> {
     let wants = |kind: Kind| search.kinds.is_empty() || search.kinds.contains(&kind);
     let (tools, prompts) = (wants(Kind::Tool), wants(Kind::Prompt));
     if !tools && !prompts {
         return Ok(Vec::new());
     }
-    // A raw query's syntax errors are the caller's; an interrupted or failing plain query is ours.
-    let blame = |error: rusqlite::Error| {
-        let interrupted =
-            error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted);
-        match search.raw && !interrupted {
-            true => StoreError::InvalidQuery(error.to_string()),
-            false => StoreError::Sql(error),
-        }
+    let query = FullTextQuery {
+        text: &search.query,
+        raw: search.raw,
+        deadline: search.deadline,
     };
-    // Texts are read cut, like resource hits: the entry itself (`catalog/tool`) is whole.
-    let mut statement = connection
-        .prepare_cached(
-            "SELECT s.name, e.kind, e.name, substr(e.title, 1, ?7), substr(e.description, 1, ?7),
-                    f.rank
-             FROM entries_fts f JOIN entries e ON e.id = f.rowid
-             JOIN servers s ON s.id = e.server_id
-             WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.name = ?2)
-               AND ((?3 AND e.kind = 'tool') OR (?4 AND e.kind = 'prompt'))
-             ORDER BY f.rank, s.name, e.name, e.kind LIMIT ?5 OFFSET ?6",
-        )
-        .map_err(blame)?;
-    let rows = statement
-        .query_map(
-            params![
-                query,
-                search.server,
-                tools,
-                prompts,
-                search.limit as i64,
-                search.offset as i64,
-                super::resource_search::MAX_HIT_TEXT_BYTES as i64
-            ],
-            |row| {
-                Ok(EntryHit {
-                    server: row.get(0)?,
-                    kind: row.get(1)?,
-                    name: row.get(2)?,
-                    title: row.get(3)?,
-                    description: row.get(4)?,
-                    // bm25 is lower for better matches; hits carry a score where higher is better.
-                    score: -row.get::<_, f64>(5)?,
-                })
-            },
-        )
-        .map_err(blame)?;
-    rows.collect::<Result<_, _>>().map_err(blame)
+    let hits = full_text_search::search(connection, query, |query, blame| {
+        // Tools' and prompts' statement: `entries_fts`, the kinds as data (the `kind` column),
+        // ties by server, name and kind. Texts are read cut, like resource hits: the entry
+        // itself (`catalog/tool`) is whole.
+        let mut statement = connection
+            .prepare_cached(
+                "SELECT s.name, e.kind, e.name, substr(e.title, 1, ?7), substr(e.description, 1, ?7),
+                        f.rank
+                 FROM entries_fts f JOIN entries e ON e.id = f.rowid
+                 JOIN servers s ON s.id = e.server_id
+                 WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.name = ?2)
+                   AND ((?3 AND e.kind = 'tool') OR (?4 AND e.kind = 'prompt'))
+                 ORDER BY f.rank, s.name, e.name, e.kind LIMIT ?5 OFFSET ?6",
+            )
+            .map_err(blame)?;
+        let rows = statement
+            .query_map(
+                params![
+                    query,
+                    search.server,
+                    tools,
+                    prompts,
+                    search.limit as i64,
+                    search.offset as i64,
+                    super::resource_search::MAX_HIT_TEXT_BYTES as i64
+                ],
+                |row| {
+                    // One hit type for every kind: a tool or prompt has no URI or MIME type.
+                    Ok(SearchHit {
+                        server: row.get(0)?,
+                        kind: row.get(1)?,
+                        uri: String::new(),
+                        name: row.get(2)?,
+                        title: row.get(3)?,
+                        mime_type: None,
+                        description: row.get(4)?,
+                        score: full_text_search::score(row.get(5)?),
+                        snippet: None,
+                    })
+                },
+            )
+            .map_err(blame)?;
+        rows.collect::<Result<_, _>>().map_err(blame)
+    })?;
+    Ok(hits.unwrap_or_default())
 }
 
 /// The change feed after `since`, only entries of `kinds` (`entry_kind`), oldest first, at most

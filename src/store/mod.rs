@@ -2,6 +2,7 @@
 
 pub(crate) mod entry;
 mod follow;
+mod full_text_search;
 mod index_source;
 mod kinds;
 mod queries;
@@ -10,6 +11,7 @@ mod resource_search;
 mod rows;
 mod schema;
 mod scopes;
+pub(crate) mod snippet;
 mod sql_text;
 pub(crate) mod uri_template;
 mod views;
@@ -24,14 +26,14 @@ use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use follow::{FollowCursor, KeyedEntries};
 pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource, LoadEvent, LoadFeed};
-pub use kinds::{EntryHit, EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
+pub use kinds::{EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::ChangePage;
 pub use reader::Reader;
 pub use resource_search::SearchRequest;
 pub use rows::{
-    drain_changes, CatalogChanged, CatalogRow, FullTextPage, LastWalk, ListingRow, RemovedServers,
-    ResourceRow, SearchHit, ServerEntry, ServerStatus, ServerSync, ServerUpdate, SwapOutcome,
-    TemplateRow, WalkReport,
+    drain_changes, CatalogChanged, CatalogRow, FullTextPage, ListingRow, RemovedServers,
+    ResourceRow, SearchHit, ServerEntry, ServerSync, ServerUpdate, SwapOutcome, TemplateRow,
+    WalkReport,
 };
 pub use scopes::ScopeUpdate;
 
@@ -414,6 +416,7 @@ impl Store {
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        let merged_count = self.merged_count_memo.clone();
         // Never closed; held until the blocking query is done with its connection.
         let slot = self
             .reader_slots
@@ -429,7 +432,7 @@ impl Store {
                 .pop();
             let reader = match pooled {
                 Some(reader) => reader,
-                None => Reader::open(&path)?,
+                None => Reader::open(&path, merged_count)?,
             };
             let outcome = query(&reader);
             readers

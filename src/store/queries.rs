@@ -4,8 +4,8 @@
 use rusqlite::{params, Connection, OptionalExtension, StatementStatus};
 use serde_json::Value;
 
-use super::{CatalogRow, LastWalk, ListingRow, ServerStatus, StoreError};
-use crate::protocol::ChangeKind;
+use super::{CatalogRow, ListingRow, StoreError};
+use crate::protocol::{ChangeKind, LastWalk, ServerStatus};
 
 /// A page of a list of any kind (`resources/list`, `catalog/tools`, ...) stops growing once
 /// its entries hold this many bytes; the cursor continues after its last entry. Each entry is
@@ -16,6 +16,8 @@ fn parse_json(text: Option<String>) -> Option<Value> {
     text.and_then(|text| serde_json::from_str(&text).ok())
 }
 
+/// Every server's row, as `catalog/status` reports it: the wire's own type, its `live` and
+/// `kinds` left for the answer to fill (what the sessions know, the tools and prompts counts).
 pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, StoreError> {
     let mut statement = connection.prepare_cached(
         "SELECT name, priority, transport, state, protocol_version, server_info, resource_count,
@@ -60,6 +62,8 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
             last_error_at_ms: row.get(23)?,
             oversized_entries: row.get::<_, i64>(24)? as u64,
             deltas_applied: row.get::<_, i64>(25)? as u64,
+            live: None,
+            kinds: Default::default(),
         })
     })?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)

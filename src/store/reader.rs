@@ -4,25 +4,30 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use super::kinds::{self, DriftRow, EntryHit, EntryListing, EntrySearch, KindCounts};
+use super::follow::{self, CountMemo, KeyedEntries};
+use super::kinds::{self, DriftRow, EntryListing, EntrySearch, KindCounts};
 use super::queries::{self, ChangePage, ReadTarget};
 use super::resource_search::{self, SearchRequest};
 use super::views::{self, SnapshotRow, TemplateTarget};
-use super::{index_source, schema, CatalogRow, FullTextPage, ListingRow, ServerStatus, StoreError};
-use crate::protocol::Kind;
+use super::{index_source, schema, CatalogRow, FullTextPage, ListingRow, StoreError};
+use crate::protocol::{Kind, ServerStatus};
 
 pub struct Reader {
     connection: Connection,
+    /// The merged resource count at a feed seq, shared by the pool's readers.
+    merged_count: Arc<CountMemo>,
 }
 
 impl Reader {
     /// A reader for the store's pool.
-    pub(super) fn open(path: &Path) -> Result<Reader, StoreError> {
+    pub(super) fn open(path: &Path, merged_count: Arc<CountMemo>) -> Result<Reader, StoreError> {
         Ok(Reader {
             connection: schema::open_reader(path)?,
+            merged_count,
         })
     }
 
@@ -39,19 +44,20 @@ impl Reader {
                 ),
             });
         }
-        Reader::open(path)
+        Reader::open(path, Arc::default())
     }
 
-    /// The connection, for the store's own queries that need more than one call (a read
-    /// transaction spanning several statements).
-    pub(super) fn connection(&self) -> &Connection {
-        &self.connection
+    /// The merged entries of `keys` of a kind (what an upstream answers a follower's
+    /// `catalog/entries`), the keys nobody lists, the feed's newest seq and the merged count, in
+    /// one read transaction.
+    pub fn keyed_entries(&self, kind: Kind, keys: &[String]) -> Result<KeyedEntries, StoreError> {
+        follow::keyed_entries(&self.connection, kind, keys, &self.merged_count)
     }
 
     /// The cursor a followed server's snapshot was last moved to; `None` before its first, and
-    /// while its snapshot is empty.
+    /// while its snapshot is empty (a delta needs one to apply to).
     pub fn follow_cursor(&self, server: &str) -> Result<Option<super::FollowCursor>, StoreError> {
-        super::follow::follow_cursor(&self.connection, server)
+        follow::follow_cursor(&self.connection, server)
     }
 
     /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
@@ -89,7 +95,10 @@ impl Reader {
     }
 
     /// Ranked tools and prompts from their FTS5 table.
-    pub fn search_entries(&self, search: &EntrySearch) -> Result<Vec<EntryHit>, StoreError> {
+    pub fn search_entries(
+        &self,
+        search: &EntrySearch,
+    ) -> Result<Vec<super::SearchHit>, StoreError> {
         kinds::search_entries(&self.connection, search)
     }
 

@@ -1,10 +1,12 @@
-//! SQLite's FTS5 search of resources: the request, the query made safe (`fts_query`), a
-//! bounded page of ranked hits under a deadline, and their snippets.
+//! SQLite's FTS5 search of resources: the request, resources' statement through the one FTS5
+//! search of every kind (`full_text_search`), a bounded page of ranked hits, and their snippets.
 
 use std::time::Instant;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::full_text_search::{self, FullTextQuery};
+use super::snippet::{snippet, SNIPPET_WORDS};
 use super::{SearchHit, StoreError};
 use crate::protocol::DEFAULT_HIGHLIGHT;
 
@@ -47,40 +49,8 @@ impl SearchRequest {
     }
 }
 
-/// The most words of a typed query that take part in a search; a query pasted from a whole
-/// document would otherwise cost a phrase per word.
-const MAX_QUERY_WORDS: usize = 32;
-/// The longest word that takes part in a search.
-const MAX_WORD_CHARS: usize = 256;
-const SNIPPET_TOKENS: i64 = 12;
-/// Turns what a person typed into a safe FTS5 query: every word is a quoted phrase and
-/// the last one also matches as a prefix. `None` when nothing searchable is left.
-pub fn fts_query(text: &str) -> Option<String> {
-    let words: Vec<String> = text
-        .split_whitespace()
-        .filter(|word| word.chars().any(char::is_alphanumeric))
-        .take(MAX_QUERY_WORDS)
-        .map(|word| word.chars().take(MAX_WORD_CHARS).collect())
-        .collect();
-    let last = words.len().checked_sub(1)?;
-    let terms: Vec<String> = words
-        .iter()
-        .enumerate()
-        .map(|(index, word)| {
-            let quoted = format!("\"{}\"", word.replace('"', "\"\""));
-            if index == last {
-                format!("{quoted}*")
-            } else {
-                quoted
-            }
-        })
-        .collect();
-    Some(terms.join(" "))
-}
-
-/// SQLite virtual machine steps between two looks at a search's deadline (a look costs one
-/// clock read; at 10,000 a 300 ms limit was overrun by 700 ms in a debug build, at 1,000 by 60).
-const DEADLINE_CHECK_STEPS: i32 = 1_000;
+/// FTS5's own snippets (of raw queries) keep as many words as ours.
+const SNIPPET_TOKENS: i64 = SNIPPET_WORDS as i64;
 /// The most of a hit's title, description or snippet a search answer carries; the entry
 /// itself (`catalog/resource`) has the whole text.
 pub const MAX_HIT_TEXT_BYTES: usize = 1 << 10;
@@ -88,28 +58,21 @@ pub const MAX_HIT_TEXT_BYTES: usize = 1 << 10;
 /// last hit it carries.
 pub const MAX_SEARCH_PAGE_BYTES: usize = 4 << 20;
 /// One page of ranked hits and the offset of the next page, if there is one; cancelled with
-/// `StoreError::SearchTimedOut` when the request's deadline passes.
+/// `StoreError::SearchTimedOut` when the request's deadline passes. Through the one FTS5
+/// search of every kind (`full_text_search`).
 pub fn search(
     connection: &Connection,
     request: &SearchRequest,
 ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
-    let Some(deadline) = request.deadline else {
-        return search_unbounded(connection, request);
+    let query = FullTextQuery {
+        text: &request.query,
+        raw: request.raw,
+        deadline: request.deadline,
     };
-    // The handler belongs to this search only: it is removed before the pooled connection
-    // serves anyone else, whatever the outcome.
-    connection.progress_handler(
-        DEADLINE_CHECK_STEPS,
-        Some(move || Instant::now() >= deadline),
-    );
-    let outcome = search_unbounded(connection, request);
-    connection.progress_handler(0, None::<fn() -> bool>);
-    match outcome {
-        Err(error) if Instant::now() >= deadline && error.is_interrupted() => {
-            Err(StoreError::SearchTimedOut)
-        }
-        other => other,
-    }
+    let page = full_text_search::search(connection, query, |query, blame| {
+        resources_page(connection, request, query, blame)
+    })?;
+    Ok(page.unwrap_or((Vec::new(), None)))
 }
 
 /// `search`, and the full-text backlog read in the same snapshot, so the answer's note says
@@ -132,27 +95,14 @@ pub fn search_noting_backlog(
     })
 }
 
-fn search_unbounded(
+/// Resources' statement: `resources_fts`, the server and MIME type filters, the merged view
+/// (a URI once, from the server that wins it), ties by row id; then the page's snippets.
+fn resources_page(
     connection: &Connection,
     request: &SearchRequest,
+    query: &str,
+    blame: &dyn Fn(rusqlite::Error) -> StoreError,
 ) -> Result<(Vec<SearchHit>, Option<usize>), StoreError> {
-    let query = if request.raw {
-        Some(request.query.clone())
-    } else {
-        fts_query(&request.query)
-    };
-    let Some(query) = query else {
-        return Ok((Vec::new(), None));
-    };
-    // A raw query is the caller's FTS5 syntax: any error it causes is theirs to fix.
-    let blame = |error: rusqlite::Error| {
-        let interrupted =
-            error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted);
-        match request.raw && !interrupted {
-            true => StoreError::InvalidQuery(error.to_string()),
-            false => StoreError::Sql(error),
-        }
-    };
     // Ranking happens in the inner query, so only the top `limit` rows pay for the joins.
     let mut statement = connection
         .prepare_cached(
@@ -199,7 +149,7 @@ fn search_unbounded(
                         title: row.get(3)?,
                         description: row.get(4)?,
                         mime_type: row.get(5)?,
-                        score: -row.get::<_, f64>(6)?,
+                        score: full_text_search::score(row.get(6)?),
                         snippet: None,
                     },
                     row.get::<_, i64>(7)?,
@@ -342,8 +292,8 @@ fn word_spans(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
     })
 }
 
-/// The first of title, description, name and URI that holds a query word, cut to a window
-/// of `SNIPPET_TOKENS` words from just before the first match, with matches highlighted.
+/// The first of title, description, name and URI that holds a query word, through the one
+/// snippet builder (`store::snippet`), the words split as FTS5's tokenizer splits them.
 fn snippet_from_fields(
     hit: &SearchHit,
     terms: &SnippetTerms,
@@ -363,52 +313,16 @@ fn snippet_from_fields(
         Some(hit.name.as_str()),
         Some(hit.uri.as_str()),
     ];
-    for text in fields.into_iter().flatten() {
-        let words: Vec<(usize, usize)> = word_spans(text).collect();
-        let Some(first) = words
-            .iter()
-            .position(|&(start, end)| matches(&text[start..end]))
-        else {
-            continue;
-        };
-        let from = first.saturating_sub(2);
-        let to = (from + SNIPPET_TOKENS as usize).min(words.len());
-        let mut snippet = String::new();
-        if from > 0 {
-            snippet.push('\u{2026}');
-        }
-        // Neighbouring matches share one pair of markers, as a matched phrase does in FTS5.
-        let mut cursor = words[from].0;
-        let mut open = false;
-        for &(start, end) in &words[from..to] {
-            let matched = matches(&text[start..end]);
-            if open && !matched {
-                snippet.push_str(&highlight.1);
-                open = false;
-            }
-            snippet.push_str(&text[cursor..start]);
-            if matched && !open {
-                snippet.push_str(&highlight.0);
-                open = true;
-            }
-            snippet.push_str(&text[start..end]);
-            cursor = end;
-        }
-        if open {
-            snippet.push_str(&highlight.1);
-        }
-        if to < words.len() {
-            snippet.push('\u{2026}');
-        } else {
-            snippet.push_str(&text[cursor..]);
-        }
-        return Some(snippet);
-    }
-    None
+    snippet(fields.into_iter().flatten(), highlight, |text| {
+        word_spans(text)
+            .map(|(start, end)| (start, end, matches(&text[start..end])))
+            .collect()
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::full_text_search::fts_query;
     use super::*;
 
     /// An in-memory database with the real schema and a few resources of server `docs`.

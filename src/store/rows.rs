@@ -5,7 +5,7 @@
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::protocol::{Kind, ServerState, TransportKind};
+use crate::protocol::{Kind, TransportKind};
 
 /// One resource as the store keeps it; built from the server's JSON by the walk.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,44 +178,6 @@ pub struct SwapOutcome {
     pub templates: u64,
     /// Templates added, removed or changed (the feed has them, like resources).
     pub templates_touched: u64,
-}
-
-/// One server's row as the database records it.
-#[derive(Debug, Clone)]
-pub struct ServerStatus {
-    pub name: String,
-    pub priority: i64,
-    pub transport: TransportKind,
-    pub state: ServerState,
-    pub protocol_version: Option<String>,
-    pub server_info: Option<Value>,
-    pub resources: u64,
-    pub templates: u64,
-    pub stale: bool,
-    pub snapshot_at_ms: Option<i64>,
-    pub connected_at_ms: Option<i64>,
-    pub retry_at_ms: Option<i64>,
-    pub last_walk: Option<LastWalk>,
-    pub walks_ok: u64,
-    pub walks_failed: u64,
-    /// Deltas of a followed upstream's change feed applied instead of walks.
-    pub deltas_applied: u64,
-    pub last_error: Option<String>,
-    pub last_error_at_ms: Option<i64>,
-    /// Entries of the snapshot stored trimmed because they were over `max_entry_bytes`.
-    pub oversized_entries: u64,
-}
-
-#[derive(Debug, Clone)]
-pub struct LastWalk {
-    pub at_ms: i64,
-    pub duration_ms: i64,
-    pub pages: u64,
-    pub added: u64,
-    pub removed: u64,
-    pub changed: u64,
-    pub duplicates: u64,
-    pub skipped: u64,
 }
 
 /// One page of a search SQLite's FTS5 answered, and the note its answer carries when the

@@ -192,7 +192,11 @@ async fn follow(
 ) -> Result<WalkSummary, Fallback> {
     let started = Instant::now();
     let started_at_ms = now_ms();
-    let Some(cursor) = store.follow_cursor(server).await? else {
+    let name = server.to_string();
+    let Some(cursor) = store
+        .read(move |reader| reader.follow_cursor(&name))
+        .await?
+    else {
         return Err(Fallback::Walk("no cursor yet".into()));
     };
     // 1. The keys changed since the cursor, page by page.

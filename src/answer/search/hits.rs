@@ -3,7 +3,7 @@
 
 use crate::answer::{internal, invalid};
 use crate::protocol::{self as wire, encode_search_cursor, ErrorObject};
-use crate::store::{self, EntryHit, FullTextPage, StoreError};
+use crate::store::{self, FullTextPage, StoreError};
 
 /// A store error of a search as the caller sees it: FTS5 syntax it got wrong is its params.
 pub fn searched(error: StoreError) -> ErrorObject {
@@ -48,7 +48,7 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
 /// the merged page stops there too, since an unseen resource could outrank what follows.
 pub fn merge_search_pages(
     resources: Option<FullTextPage>,
-    entries: Vec<EntryHit>,
+    entries: Vec<store::SearchHit>,
     (resource_offset, entry_offset): (usize, usize),
     limit: usize,
 ) -> wire::SearchResult {
@@ -76,18 +76,7 @@ pub fn merge_search_pages(
             }
         } else if let Some(hit) = entries.next() {
             shown_entries += 1;
-            results.push(wire::SearchHit {
-                kind: hit.kind,
-                meta: Some(wire::origin_meta(&hit.server)),
-                server: hit.server,
-                uri: None,
-                name: hit.name,
-                title: hit.title,
-                mime_type: None,
-                description: hit.description,
-                score: hit.score,
-                snippet: None,
-            });
+            results.extend(search_result(vec![hit], None).results);
         }
     }
     let more = resources.peek().is_some() || resources_follow || entries.peek().is_some();
@@ -134,14 +123,17 @@ mod tests {
         }
     }
 
-    fn tool(name: &str, score: f64) -> EntryHit {
-        EntryHit {
+    fn tool(name: &str, score: f64) -> SearchHit {
+        SearchHit {
             server: "fx".into(),
             kind: Kind::Tool,
+            uri: String::new(),
             name: name.into(),
             title: None,
+            mime_type: None,
             description: None,
             score,
+            snippet: None,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::protocol::{
 };
 use crate::search::gate::SearchPermit;
 use crate::search::{SearchError, SearchIndex, SearchQuery};
-use crate::store::{self, EntryHit, Reader, StoreError};
+use crate::store::{self, Reader, StoreError};
 
 /// `catalog/search`: a search of several kinds (`search_kinds`), or of resources alone from the
 /// derived index when it can answer for the catalog as it stands, else from SQLite (a cursor
@@ -542,7 +542,7 @@ async fn sqlite_kinds_search(
 async fn gated_entry_search(
     mut search: crate::store::EntrySearch,
     context: &DaemonContext,
-) -> Result<Vec<EntryHit>, ErrorObject> {
+) -> Result<Vec<store::SearchHit>, ErrorObject> {
     if search.kinds.is_empty() {
         return Ok(Vec::new());
     }

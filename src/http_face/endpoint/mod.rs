@@ -76,7 +76,7 @@ struct CachingHints {
     #[serde(skip_serializing_if = "Option::is_none")]
     ttl_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cache_scope: Option<&'static str>,
+    cache_scope: Option<CacheScope>,
 }
 
 /// What a request may see (its `View`: the one rule every answer passes in

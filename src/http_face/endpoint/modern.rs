@@ -131,8 +131,8 @@ pub(super) fn modern_result(result: Value, audience: &Audience, caching: bool) -
         result_type: "complete",
         ttl_ms: caching.then_some(audience.ttl_ms),
         cache_scope: caching.then_some(match audience.private_visible {
-            true => "private",
-            false => "public",
+            true => CacheScope::Private,
+            false => CacheScope::Public,
         }),
     };
     if let Ok(Value::Object(hints)) = serde_json::to_value(hints) {

@@ -46,8 +46,6 @@ const MAX_EXACT: usize = 100;
 const TYPO_MIN_CHARS: usize = 5;
 /// Words longer than this tolerate no typo (nobody types them; their automata cost most).
 const TYPO_MAX_CHARS: usize = 24;
-/// Words in a snippet.
-const SNIPPET_WORDS: usize = 12;
 /// How many documents pass between two looks at the clock.
 const DEADLINE_CHECK_EVERY: u32 = 1024;
 

@@ -28,8 +28,8 @@ impl Matcher {
     }
 }
 
-/// The first of title, description, name and URI that holds a matched word, cut to a window
-/// of `SNIPPET_WORDS` words from just before the first match, matches between the markers.
+/// The first of title, description, name and URI that holds a matched word, through the one
+/// snippet builder (`store::snippet`), the words split by the index's own snippet analyzer.
 pub(super) fn snippet(
     hit: &Hit,
     matcher: &Matcher,
@@ -42,43 +42,10 @@ pub(super) fn snippet(
         Some(hit.name.as_str()),
         Some(hit.uri.as_str()),
     ];
-    for text in fields.into_iter().flatten() {
-        let words = words_with_spans(&mut analyzer, text);
-        let Some(first) = words.iter().position(|(word, _, _)| matcher.matches(word)) else {
-            continue;
-        };
-        let from = first.saturating_sub(2);
-        let to = (from + SNIPPET_WORDS).min(words.len());
-        let mut snippet = String::new();
-        if from > 0 {
-            snippet.push('\u{2026}');
-        }
-        // Neighbouring matches share one pair of markers.
-        let mut cursor = words[from].1;
-        let mut open = false;
-        for (word, start, end) in &words[from..to] {
-            let matched = matcher.matches(word);
-            if open && !matched {
-                snippet.push_str(&highlight.1);
-                open = false;
-            }
-            snippet.push_str(&text[cursor..*start]);
-            if matched && !open {
-                snippet.push_str(&highlight.0);
-                open = true;
-            }
-            snippet.push_str(&text[*start..*end]);
-            cursor = *end;
-        }
-        if open {
-            snippet.push_str(&highlight.1);
-        }
-        if to < words.len() {
-            snippet.push('\u{2026}');
-        } else {
-            snippet.push_str(&text[cursor..]);
-        }
-        return Some(snippet);
-    }
-    None
+    crate::store::snippet::snippet(fields.into_iter().flatten(), highlight, |text| {
+        words_with_spans(&mut analyzer, text)
+            .into_iter()
+            .map(|(word, start, end)| (start, end, matcher.matches(&word)))
+            .collect()
+    })
 }

@@ -33,6 +33,16 @@ pub struct MirrorMeta {
 }
 
 impl MirrorMeta {
+    /// Where an object comes from, for people: `demo`, or `demo via upstream` for an entry of
+    /// a mirror of mirrors.
+    pub fn attribution(&self) -> Option<String> {
+        let origin = self.origin.as_deref()?;
+        Some(match &self.via {
+            Some(via) => format!("{origin} via {via}"),
+            None => origin.to_string(),
+        })
+    }
+
     fn is_empty(&self) -> bool {
         self.origin.is_none() && self.cache.is_none() && self.via.is_none()
     }
@@ -377,11 +387,7 @@ impl Resource {
     /// Where it comes from, for people: `demo`, or `demo via upstream` for an entry of a
     /// mirror of mirrors.
     pub fn attribution(&self) -> Option<String> {
-        let origin = self.origin()?;
-        Some(match &self.fields.meta.via {
-            Some(via) => format!("{origin} via {via}"),
-            None => origin.to_string(),
-        })
+        self.fields.meta.attribution()
     }
 
     /// Whether `server` is its origin or the mirror it came through.
@@ -438,6 +444,45 @@ impl<'de> Deserialize<'de> for ResourceTemplate {
             uri_template,
             fields,
         })
+    }
+}
+
+/// A tool (`tools/list`) or a prompt (`prompts/list`) as the mirror serves it, like
+/// `Resource`: its `name` and the fields both kinds share typed, every other field (a tool's
+/// `inputSchema` and `annotations`, a prompt's `arguments`) kept as the server sent it, our
+/// notes in `_meta`. One type for both: the fields we read are the ones MCP's `Tool` and
+/// `Prompt` share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Definition {
+    pub name: String,
+    pub fields: ListedFields,
+}
+
+/// A tool as the mirror serves it (`Definition`).
+pub type Tool = Definition;
+/// A prompt as the mirror serves it (`Definition`).
+pub type Prompt = Definition;
+
+impl Definition {
+    /// A stored definition: the server's object as stored, from `origin`.
+    pub fn from_stored(raw: &str, origin: Option<&str>) -> Result<Definition, serde_json::Error> {
+        let mut definition: Definition = serde_json::from_str(raw)?;
+        definition.fields.meta.attribute(origin);
+        Ok(definition)
+    }
+}
+
+impl Serialize for Definition {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.fields.write(serializer, ("name", &self.name))
+    }
+}
+
+impl<'de> Deserialize<'de> for Definition {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (name, fields) = listed_object(Value::deserialize(deserializer)?, "name")
+            .map_err(|error| D::Error::custom(format!("tool or prompt: {error}")))?;
+        Ok(Definition { name, fields })
     }
 }
 
@@ -516,102 +561,4 @@ impl<'de> Deserialize<'de> for ReadResourceResult {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// Written from its text, an entry is the same JSON as the typed `Resource` writes: for
-    /// every shape of `_meta` (none, theirs, ours from an upstream mirror, not an object), line
-    /// breaks between tokens, escaped keys and repeated keys.
-    #[test]
-    fn stored_objects_write_what_resources_write() {
-        let raws = [
-            r#"{"uri":"file:///a","name":"a","size":3}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{"theirs":true},"annotations":{"audience":["user"]}}"#
-                .to_string(),
-            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/server":"demo","x":1}}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/server":"demo","io.mcp-mirror/via":"old"}}"#
-                .to_string(),
-            r#"{"uri":"file:///a","_meta":"not an object","name":7}"#.to_string(),
-            "{\n  \"uri\": \"file:///a\",\r\n  \"description\": \"two\\nlines\"\n}".to_string(),
-            r#"{"uri":"file:///a","na\u006de":"escaped key","extra":null}"#.to_string(),
-            r#"{"uri":"file:///a","name":"first","name":"second"}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{}}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{"z":{"b":[1,{"c":null}]},"a":"y","m":2.5}}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{"dup":1,"dup":2}}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/ser\u0076er":"demo","x":1}}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/cache":5,"x":1}}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/via":"v"}}"#.to_string(),
-            r#"{"uri":"file:///a","_meta":{"k\"ey":"quoted"}}"#.to_string(),
-        ];
-        for raw in &raws {
-            for origin in [None, Some("docs")] {
-                let typed =
-                    serde_json::to_value(Resource::from_stored(raw, origin).expect("parse"))
-                        .expect("typed");
-                let text = serde_json::to_string(&StoredObject { raw, origin }).expect("stored");
-                assert!(!text.contains('\n'), "one line: {text}");
-                let stored: Value = serde_json::from_str(&text).expect("valid JSON");
-                assert_eq!(stored, typed, "{raw} from {origin:?}");
-            }
-        }
-        let not_an_object = StoredObject {
-            raw: "[1,2]",
-            origin: Some("docs"),
-        };
-        assert!(serde_json::to_string(&not_an_object).is_err());
-    }
-
-    #[test]
-    fn objects_pass_through_exactly_with_our_meta_added() {
-        let sent = json!({
-            "uri": "file:///a", "name": 7, "title": "A", "size": 3,
-            "annotations": {"audience": ["user"]}, "_meta": {"theirs": true}, "extra": null
-        });
-        let resource = Resource::from_stored(&sent.to_string(), Some("docs")).expect("parse");
-        assert_eq!(resource.uri, "file:///a");
-        assert_eq!(
-            resource.fields.name, None,
-            "a name that is not a string stays as sent"
-        );
-        assert_eq!(resource.origin(), Some("docs"));
-        let mut expected = sent.clone();
-        expected["_meta"]["io.mcp-mirror/server"] = json!("docs");
-        let served = serde_json::to_value(&resource).expect("serialize");
-        assert_eq!(served, expected);
-        let again: Resource = serde_json::from_value(served.clone()).expect("parse again");
-        assert_eq!(serde_json::to_value(&again).expect("serialize"), served);
-
-        let odd_meta = json!({"uri": "u", "_meta": "not an object"});
-        let resource = Resource::from_stored(&odd_meta.to_string(), Some("x")).expect("parse");
-        assert_eq!(
-            serde_json::to_value(&resource).expect("serialize"),
-            json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "x"}})
-        );
-        assert!(Resource::from_stored(r#"{"name": "no uri"}"#, None).is_err());
-
-        let mirrored = json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "demo"}});
-        let resource =
-            Resource::from_stored(&mirrored.to_string(), Some("upstream")).expect("parse");
-        assert_eq!(
-            resource.origin(),
-            Some("demo"),
-            "the origin survives a mirror of a mirror"
-        );
-        assert_eq!(
-            serde_json::to_value(&resource).expect("serialize"),
-            json!({"uri": "u", "_meta": {"io.mcp-mirror/server": "demo", "io.mcp-mirror/via": "upstream"}})
-        );
-
-        let read = json!({"contents": [{"uri": "u", "blob": "AA==", "x": 1}], "_meta": {"a": 1}});
-        let mut result: ReadResourceResult = serde_json::from_value(read.clone()).expect("read");
-        result.meta.cache = Some(CacheNote {
-            stored_at_ms: 5,
-            reason: "down".into(),
-        });
-        let mut expected = read;
-        expected["_meta"]["io.mcp-mirror/cache"] = json!({"storedAtMs": 5, "reason": "down"});
-        assert_eq!(serde_json::to_value(&result).expect("serialize"), expected);
-        assert!(serde_json::from_value::<ReadResourceResult>(json!({"x": 1})).is_err());
-    }
-}
+mod tests;
