@@ -84,7 +84,7 @@ pub enum SearchError {
     InvalidQuery(String),
     #[error("the search index is shutting down")]
     Cancelled,
-    #[error("cannot read a first load's rows from the database: {0}")]
+    #[error("building a first load's index during its walk: {0}")]
     Source(String),
 }
 

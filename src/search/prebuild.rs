@@ -150,15 +150,24 @@ impl Prebuilder {
                     // Read back and finished without the lock: a pass waits for it in `take`.
                     state.finishing.insert(id);
                     drop(state);
-                    let finished = match load.documents > 0 && !load.lost {
-                        true => load
-                            .read_back(&index, database, id, &ranges)
-                            .and_then(|rows| {
-                                self.rows_read_back.fetch_add(rows, Ordering::Relaxed);
-                                load.finish()
-                            }),
-                        false => Ok(false),
-                    };
+                    // A panic here must not leave a pass waiting for this load.
+                    let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        match load.documents > 0 && !load.lost {
+                            true => {
+                                load.read_back(&index, database, id, &ranges)
+                                    .and_then(|rows| {
+                                        self.rows_read_back.fetch_add(rows, Ordering::Relaxed);
+                                        load.finish()
+                                    })
+                            }
+                            false => Ok(false),
+                        }
+                    }))
+                    .unwrap_or_else(|_| {
+                        Err(super::SearchError::Source(
+                            "the builder panicked while finishing it".into(),
+                        ))
+                    });
                     let mut state = lock(&self.state);
                     state.finishing.remove(&id);
                     match finished {
@@ -294,7 +303,9 @@ impl Load {
         }
         let started = Instant::now();
         let rows: i64 = missed.iter().map(|(first, last)| last - first + 1).sum();
-        let read = |error: crate::store::StoreError| super::SearchError::Source(error.to_string());
+        let read = |error: crate::store::StoreError| {
+            super::SearchError::Source(format!("cannot read its rows from the database: {error}"))
+        };
         let mut source = IndexSource::open(database).map_err(read)?;
         let snapshot = source.snapshot().map_err(read)?;
         for (first, last) in missed {
