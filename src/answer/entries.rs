@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::protocol::{
-    self as wire, decode_cursor, encode_cursor, ErrorObject, Kind, ORIGIN_META_KEY,
+    self as wire, decode_cursor, encode_cursor, ErrorObject, Kind, KEY_META_KEY, ORIGIN_META_KEY,
     RESOURCE_NOT_FOUND, VIA_META_KEY,
 };
 use crate::store::{EntryListing, KindCounts, Reader};
@@ -20,6 +20,20 @@ const CURSOR_SEPARATOR: char = '\u{1f}';
 pub fn with_origin(raw: &str, server: &str) -> Value {
     let mut value: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
     attribute(&mut value, server);
+    value
+}
+
+/// A stored tool or prompt as the mirror serves it: with its origin server in `_meta`, and its
+/// key in this catalog, `<server>/<name>` (`KEY_META_KEY`), which a downstream mirror keeps it
+/// under (its own upstream's key, when it came through one, is replaced).
+pub fn served_entry(raw: &str, server: &str, name: &str) -> Value {
+    let mut value = with_origin(raw, server);
+    if let Some(Value::Object(meta)) = value.get_mut("_meta") {
+        meta.insert(
+            KEY_META_KEY.into(),
+            Value::String(format!("{server}/{name}")),
+        );
+    }
     value
 }
 
@@ -80,7 +94,7 @@ pub fn page(
     let entries = rows
         .iter()
         .filter(|row| view.sees(&row.server, kind))
-        .map(|row| wire::Definition::from_stored(&row.raw, Some(&row.server)))
+        .map(|row| wire::Definition::served(&row.raw, &row.server, &row.name))
         .collect::<Result<_, _>>()
         .map_err(internal)?;
     Ok((entries, next))

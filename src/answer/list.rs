@@ -118,6 +118,37 @@ pub fn keyed_entries_result<'a>(
     }
 }
 
+/// `catalog/entries` of tools or prompts: each found entry as `catalog/tools` writes it (with
+/// its origin and its key), the rest as `keyed_entries_result` says.
+pub fn keyed_definitions_result(
+    instance: &str,
+    kind: Kind,
+    read: &KeyedEntries,
+    view: &View,
+) -> Result<wire::KeyedEntriesResult<wire::Definition>, ErrorObject> {
+    let (shown, withheld): (Vec<_>, Vec<_>) = read
+        .found
+        .iter()
+        .partition(|row| view.sees(&row.server, kind));
+    let mut missing = read.missing.clone();
+    missing.extend(withheld.into_iter().map(|row| row.key.clone()));
+    let entries = shown
+        .into_iter()
+        .map(|row| {
+            let name = row.key.get(row.server.len() + 1..).unwrap_or_default();
+            wire::Definition::served(&row.raw, &row.server, name)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(internal)?;
+    Ok(wire::KeyedEntriesResult {
+        instance: instance.to_string(),
+        seq: read.seq,
+        total: view.is_owner().then_some(read.total),
+        entries,
+        missing,
+    })
+}
+
 /// A page of the merged catalog, `page_size` entries read at most.
 pub fn resources(
     reader: &Reader,

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::answer::entries::with_origin;
+use crate::answer::entries::{served_entry, with_origin};
 use crate::answer::{internal, invalid, DaemonContext, View};
 use crate::protocol::{self as wire, parse_params, ErrorObject, Kind, INVALID_PARAMS};
 use crate::store::{Store, StoreError};
@@ -79,7 +79,7 @@ pub(crate) async fn search_catalog(
                     .read(move |reader| reader.entry(kind, &server, &name))
                     .await
                     .map_err(internal)?
-                    .map(|listing| with_origin(&listing.raw, &listing.server))
+                    .map(|listing| served_entry(&listing.raw, &listing.server, &listing.name))
             }
             _ => None,
         };
@@ -175,7 +175,7 @@ async fn describe(
                 .read(move |reader| reader.entry(kind, &server, &name))
                 .await
                 .map_err(internal)?;
-            Ok(listing.map(|listing| with_origin(&listing.raw, &listing.server)))
+            Ok(listing.map(|listing| served_entry(&listing.raw, &listing.server, &listing.name)))
         }
         Kind::Resource | Kind::Template => {
             let uri = arguments

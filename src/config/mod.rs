@@ -221,9 +221,12 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// The kinds to walk on a server that declares `capabilities`: those configured (or all)
-    /// that it declares. Templates ride with resources.
+    /// that it declares. Templates ride with resources. An upstream mcp-mirror whose feed is
+    /// followed serves every kind of its catalog (`catalog/tools`, `catalog/prompts`),
+    /// whatever its own MCP face declares.
     pub fn mirrored_kinds(&self, capabilities: &serde_json::Value) -> Vec<crate::protocol::Kind> {
         use crate::protocol::Kind;
+        let followed = crate::protocol::follows_feed(capabilities);
         [Kind::Resource, Kind::Tool, Kind::Prompt]
             .into_iter()
             .filter(|kind| {
@@ -232,9 +235,10 @@ impl ServerConfig {
                     .map_or(true, |chosen| chosen.contains(kind))
             })
             .filter(|kind| {
-                capabilities
-                    .get(kind.capability())
-                    .is_some_and(serde_json::Value::is_object)
+                followed
+                    || capabilities
+                        .get(kind.capability())
+                        .is_some_and(serde_json::Value::is_object)
             })
             .collect()
     }

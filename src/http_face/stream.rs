@@ -1,6 +1,6 @@
 //! The HTTP face's long-lived SSE streams (the handshake era's GET stream, the 2026-07-28
-//! `subscriptions/listen` answer): one `resources/list_changed` per burst of committed swaps
-//! that touched resources, keep-alive comments, and an end at shutdown. Each holds what it
+//! `subscriptions/listen` answer): one `list_changed` of each kind a burst of committed swaps
+//! touched (resources, the catalog's tools, its prompts), keep-alive comments, and an end at shutdown. Each holds what it
 //! counts against (a permit of the bounded stream count, its client's share, its session)
 //! until it ends.
 
@@ -14,7 +14,6 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
 use crate::answer::View;
-use crate::protocol::Kind;
 use crate::store::CatalogChanged;
 
 use super::STREAM_KEEP_ALIVE;
@@ -40,6 +39,9 @@ pub(super) struct StreamPlan {
     pub first: Vec<String>,
     /// The message sent for each burst of resource changes, if the client asked for them.
     pub on_change: Option<String>,
+    /// The messages for a burst of tool changes and of prompt changes, if asked for.
+    pub on_tools: Option<String>,
+    pub on_prompts: Option<String>,
     /// The message sent when the daemon stops (the listen request's final result).
     pub at_end: Option<String>,
     /// Closed when the stream's session ends (a GET stream's); the stream ends with it.
@@ -51,6 +53,8 @@ pub(super) struct StreamPlan {
 struct Driver {
     pending: VecDeque<String>,
     on_change: Option<String>,
+    on_tools: Option<String>,
+    on_prompts: Option<String>,
     at_end: Option<String>,
     changes: broadcast::Receiver<CatalogChanged>,
     shutdown: watch::Receiver<bool>,
@@ -82,18 +86,26 @@ impl Driver {
                     }
                 }
                 event = self.changes.recv() => {
-                    // A burst of swaps is one notification: list_changed carries nothing. The
-                    // face's own tools never change, so only a resource change the view names
-                    // is announced (templates swap with resources, as kind `Resource`).
+                    // A burst of swaps is one notification per kind: list_changed carries
+                    // nothing. Only a change the view names is announced (templates swap with
+                    // resources, as kind `Resource`).
                     let view = &self.view;
                     let burst = crate::store::drain_changes(event, &mut self.changes, |change| {
-                        view.names(&change.server, Kind::Resource)
+                        view.names(&change.server, change.kind)
                     });
                     if burst.closed && !burst.changed {
                         return self.finish();
                     }
-                    if let (true, Some(message)) = (burst.resources, &self.on_change) {
-                        return Some(message_event(message));
+                    let messages = [
+                        (burst.resources, &self.on_change),
+                        (burst.tools, &self.on_tools),
+                        (burst.prompts, &self.on_prompts),
+                    ];
+                    for (_, message) in messages.into_iter().filter(|(changed, _)| *changed) {
+                        self.pending.extend(message.clone());
+                    }
+                    if let Some(message) = self.pending.pop_front() {
+                        return Some(message_event(&message));
                     }
                 }
                 _ = session_ended(&mut self.session_ended) => return self.finish(),
@@ -128,6 +140,8 @@ pub(super) fn open(
     let driver = Driver {
         pending: plan.first.into(),
         on_change: plan.on_change,
+        on_tools: plan.on_tools,
+        on_prompts: plan.on_prompts,
         at_end: plan.at_end,
         changes,
         shutdown,

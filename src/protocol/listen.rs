@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Notification, ResourcesListChanged};
+use super::{Notification, PromptsListChanged, ResourcesListChanged, ToolsListChanged};
 
 /// `subscriptions/listen`'s params, as far as the mirror reads them.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -11,13 +11,18 @@ pub struct ListenParams {
     pub notifications: ListenNotifications,
 }
 
-/// Which notifications a listen asks for, and which of them the mirror grants. The mirror's
-/// face sends only resource list changes: its own tools never change with the catalog.
+/// Which notifications a listen asks for, and which of them the mirror grants. The face's own
+/// tools never change, but the catalog's tools and prompts do: a downstream mirror asks for
+/// their changes to follow them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListenNotifications {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources_list_changed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_list_changed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts_list_changed: Option<bool>,
 }
 
 /// `_meta` of every message on a listen stream: the listen request it belongs to.
@@ -55,6 +60,22 @@ pub enum ListenResourcesListChanged {}
 
 impl Notification for ListenResourcesListChanged {
     const NAME: &'static str = ResourcesListChanged::NAME;
+    type Params = SubscriptionParams;
+}
+
+/// `notifications/tools/list_changed` on a listen stream.
+pub enum ListenToolsListChanged {}
+
+impl Notification for ListenToolsListChanged {
+    const NAME: &'static str = ToolsListChanged::NAME;
+    type Params = SubscriptionParams;
+}
+
+/// `notifications/prompts/list_changed` on a listen stream.
+pub enum ListenPromptsListChanged {}
+
+impl Notification for ListenPromptsListChanged {
+    const NAME: &'static str = PromptsListChanged::NAME;
     type Params = SubscriptionParams;
 }
 

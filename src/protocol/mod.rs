@@ -36,8 +36,9 @@ pub use kinds::{
     HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
 };
 pub use listen::{
-    AcknowledgedParams, ListenNotifications, ListenParams, ListenResourcesListChanged,
-    ListenResult, SubscriptionMeta, SubscriptionParams, SubscriptionsAcknowledged,
+    AcknowledgedParams, ListenNotifications, ListenParams, ListenPromptsListChanged,
+    ListenResourcesListChanged, ListenResult, ListenToolsListChanged, SubscriptionMeta,
+    SubscriptionParams, SubscriptionsAcknowledged,
 };
 pub use params::{
     page_limit, parse_params, ChangesParams, InitializeParams, InvalidParams, KeysParams,
@@ -216,7 +217,22 @@ pub enum ScopeRule {
 /// The capability (under `experimental`) by which an mcp-mirror says a downstream mirror may
 /// follow its change feed, and the version of that contract.
 pub const FEED_CAPABILITY: &str = "io.mcp-mirror/feed";
-pub const FEED_VERSION: u64 = 1;
+/// Version 2: the feed and `catalog/entries` carry every kind (tools and prompts keyed
+/// `<server>/<name>`, `KEY_META_KEY`), and the face notifies tool and prompt changes too.
+pub const FEED_VERSION: u64 = 2;
+
+/// True when `capabilities` (a server's, as it declared them) say it is an mcp-mirror whose
+/// feed this version follows.
+pub fn follows_feed(capabilities: &serde_json::Value) -> bool {
+    capabilities["experimental"][FEED_CAPABILITY]["version"] == serde_json::json!(FEED_VERSION)
+}
+
+/// The `_meta` key on a tool or prompt a mirror serves (`catalog/tools`, `catalog/prompts`,
+/// `catalog/entries`): its key in that mirror's catalog, `<server>/<name>` (`name` being the
+/// key within the server: a mirrored entry's is itself qualified, so the path chains through
+/// each level). A downstream mirror keeps the entry under this key, since one name may be
+/// listed by several servers of its upstream.
+pub const KEY_META_KEY: &str = "io.mcp-mirror/key";
 
 /// A socket method: its name, params and result.
 pub trait Method {
@@ -297,6 +313,23 @@ pub enum ResourcesListChanged {}
 
 impl Notification for ResourcesListChanged {
     const NAME: &'static str = "notifications/resources/list_changed";
+    type Params = Empty;
+}
+
+/// Sent by the HTTP face when the catalog's tools changed (what a downstream mirror follows;
+/// the face's own `tools/list` never changes).
+pub enum ToolsListChanged {}
+
+impl Notification for ToolsListChanged {
+    const NAME: &'static str = "notifications/tools/list_changed";
+    type Params = Empty;
+}
+
+/// Sent by the HTTP face when the catalog's prompts changed.
+pub enum PromptsListChanged {}
+
+impl Notification for PromptsListChanged {
+    const NAME: &'static str = "notifications/prompts/list_changed";
     type Params = Empty;
 }
 

@@ -241,14 +241,9 @@ pub struct KeysParams {
 pub const MAX_KEYS: usize = 1_000;
 
 impl KeysParams {
-    /// The keys, checked: at most `MAX_KEYS`, each a URI within `MAX_URI_BYTES`, of a kind
-    /// keyed by URI.
+    /// The keys, checked: at most `MAX_KEYS`, each within `MAX_URI_BYTES` (a URI, a URI
+    /// template, or a tool's or prompt's `<server>/<name>`).
     pub fn checked(self) -> Result<(Kind, Vec<String>), InvalidParams> {
-        if !matches!(self.kind, Kind::Resource | Kind::Template) {
-            return Err(InvalidParams(
-                "kind: catalog/entries takes `resource` or `template`".into(),
-            ));
-        }
         if self.keys.len() > MAX_KEYS {
             return Err(InvalidParams(format!(
                 "keys: at most {MAX_KEYS} keys per request"

@@ -44,9 +44,9 @@ impl ServerCapabilities {
     pub fn of_the_mirror() -> ServerCapabilities {
         ServerCapabilities {
             resources: ResourcesCapability { list_changed: true },
-            tools: Some(ToolsCapability {
-                list_changed: false,
-            }),
+            // Its own tools never change; `tools/list_changed` says the catalog's tools did
+            // (what a downstream mirror follows).
+            tools: Some(ToolsCapability { list_changed: true }),
             experimental: Some(serde_json::json!({
                 super::FEED_CAPABILITY: {"version": super::FEED_VERSION}
             })),

@@ -139,12 +139,15 @@ async fn dispatch(
                 .read(move |reader| reader.keyed_entries(kind, &keys))
                 .await
                 .map_err(internal)?;
-            to_text(&crate::answer::list::keyed_entries_result(
-                context.store.instance(),
-                kind,
-                &read,
-                &view,
-            ))
+            let instance = context.store.instance();
+            match kind {
+                wire::Kind::Tool | wire::Kind::Prompt => to_text(
+                    &crate::answer::list::keyed_definitions_result(instance, kind, &read, &view)?,
+                ),
+                wire::Kind::Resource | wire::Kind::Template => to_text(
+                    &crate::answer::list::keyed_entries_result(instance, kind, &read, &view),
+                ),
+            }
         }
         CatalogWatch::NAME => {
             let since = params::<CatalogWatch>(raw)?

@@ -27,8 +27,9 @@ pub struct KeyedEntries {
     pub missing: Vec<String>,
 }
 
-/// The merged resource count at a feed seq: counting 100,000 distinct URIs costs about as
-/// much as answering a follower, and every follower of one change asks at the same seq.
+/// The merged resource count at a feed seq: counting 100,000 distinct URIs costs more than the
+/// rest of answering a follower, and every follower of one change asks at the same seq (at
+/// about the same time: the lock is held while one of them counts).
 #[derive(Debug, Default)]
 pub(super) struct CountMemo(Mutex<Option<(i64, u64)>>);
 
@@ -41,8 +42,9 @@ pub(super) fn instance_id(connection: &Connection) -> Result<String, StoreError>
     )
 }
 
-/// The winner of each key in the merged catalog (lowest priority, then lowest server name),
-/// the keys nobody lists, the feed's newest seq and the merged count, in one read transaction.
+/// The winner of each key in the merged catalog (lowest priority, then lowest server name; a
+/// tool or prompt is keyed `<server>/<name>`, so one server's), the keys nobody lists, the
+/// feed's newest seq and the merged count, in one read transaction.
 pub(super) fn keyed_entries(
     connection: &Connection,
     kind: Kind,
@@ -54,55 +56,80 @@ pub(super) fn keyed_entries(
         transaction.query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |row| {
             row.get(0)
         })?;
-    let (winner_sql, count_sql) = match kind {
-        Kind::Template => (
-            "SELECT s.name, t.raw FROM resource_templates t CROSS JOIN servers s
-             ON s.id = t.server_id WHERE t.uri_template = ?1
-             ORDER BY s.priority, s.name LIMIT 1",
-            "SELECT COUNT(DISTINCT t.uri_template) FROM resource_templates t
-             WHERE t.server_id IN (SELECT id FROM servers)",
-        ),
-        _ => (
-            "SELECT s.name, r.raw FROM resources r CROSS JOIN servers s
-             ON s.id = r.server_id WHERE r.uri = ?1
-             ORDER BY s.priority, s.name LIMIT 1",
-            "",
-        ),
-    };
     let (mut found, mut missing) = (Vec::new(), Vec::new());
-    {
-        let mut winner = transaction.prepare_cached(winner_sql)?;
-        for key in keys {
-            let row = winner
-                .query_row([key], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
-                .optional()?;
-            match row {
-                Some((server, raw)) => found.push(CatalogRow {
-                    server,
-                    key: key.clone(),
-                    raw,
-                }),
-                None => missing.push(key.clone()),
-            }
-        }
-    }
     let total = match kind {
-        Kind::Template => transaction
-            .query_row(count_sql, [], |row| row.get::<_, i64>(0))?
-            .max(0) as u64,
-        _ => {
-            let known = *memo
+        Kind::Tool | Kind::Prompt => {
+            // A tool's or prompt's key is `<server>/<name>`: server names hold no '/'.
+            let mut entry = transaction.prepare_cached(
+                "SELECT e.raw FROM entries e CROSS JOIN servers s ON s.id = e.server_id
+                 WHERE s.name = ?1 AND e.kind = ?2 AND e.name = ?3",
+            )?;
+            for key in keys {
+                let raw = match key.split_once('/') {
+                    Some((server, name)) => entry
+                        .query_row(params![server, kind, name], |row| row.get::<_, String>(0))
+                        .optional()?
+                        .map(|raw| (server.to_string(), raw)),
+                    None => None,
+                };
+                match raw {
+                    Some((server, raw)) => found.push(CatalogRow {
+                        server,
+                        key: key.clone(),
+                        raw,
+                    }),
+                    None => missing.push(key.clone()),
+                }
+            }
+            transaction
+                .query_row(
+                    "SELECT count(*) FROM entries WHERE kind = ?1
+                     AND server_id IN (SELECT id FROM servers)",
+                    [kind],
+                    |row| row.get::<_, i64>(0),
+                )?
+                .max(0) as u64
+        }
+        Kind::Template => {
+            winners(
+                &transaction,
+                "SELECT s.name, t.raw FROM resource_templates t CROSS JOIN servers s
+                 ON s.id = t.server_id WHERE t.uri_template = ?1
+                 ORDER BY s.priority, s.name LIMIT 1",
+                keys,
+                &mut found,
+                &mut missing,
+            )?;
+            transaction
+                .query_row(
+                    "SELECT COUNT(DISTINCT t.uri_template) FROM resource_templates t
+                     WHERE t.server_id IN (SELECT id FROM servers)",
+                    [],
+                    |row| row.get::<_, i64>(0),
+                )?
+                .max(0) as u64
+        }
+        Kind::Resource => {
+            winners(
+                &transaction,
+                "SELECT s.name, r.raw FROM resources r CROSS JOIN servers s
+                 ON s.id = r.server_id WHERE r.uri = ?1
+                 ORDER BY s.priority, s.name LIMIT 1",
+                keys,
+                &mut found,
+                &mut missing,
+            )?;
+            // Held while counting: the followers of one change ask at once, and all but the
+            // first wait for its count instead of each counting the catalog again.
+            let mut known = memo
                 .0
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            match known {
+            match *known {
                 Some((at, count)) if at == seq => count,
                 _ => {
                     let count = super::views::merged_resource_count(&transaction)?;
-                    *memo
-                        .0
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((seq, count));
+                    *known = Some((seq, count));
                     count
                 }
             }
@@ -114,6 +141,31 @@ pub(super) fn keyed_entries(
         found,
         missing,
     })
+}
+
+/// The winner of each key by `winner_sql` (its server and text), or the key in `missing`.
+fn winners(
+    transaction: &Connection,
+    winner_sql: &str,
+    keys: &[String],
+    found: &mut Vec<CatalogRow>,
+    missing: &mut Vec<String>,
+) -> Result<(), StoreError> {
+    let mut winner = transaction.prepare_cached(winner_sql)?;
+    for key in keys {
+        let row = winner
+            .query_row([key], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
+            .optional()?;
+        match row {
+            Some((server, raw)) => found.push(CatalogRow {
+                server,
+                key: key.clone(),
+                raw,
+            }),
+            None => missing.push(key.clone()),
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn follow_cursor(

@@ -567,14 +567,10 @@ impl StagedWalk {
 
     /// Swaps the staged walk in as the server's snapshot, in one transaction.
     pub async fn commit(self, report: WalkReport) -> Result<SwapOutcome, StoreError> {
-        self.finish(report, None).await
+        self.finish(report).await
     }
 
-    async fn finish(
-        mut self,
-        report: WalkReport,
-        delta: Option<writer::Delta>,
-    ) -> Result<SwapOutcome, StoreError> {
+    async fn finish(mut self, report: WalkReport) -> Result<SwapOutcome, StoreError> {
         self.finished = true;
         let (reply, answer) = oneshot::channel();
         self.writer
@@ -582,7 +578,6 @@ impl StagedWalk {
                 walk_id: self.id,
                 server: self.server.clone(),
                 report,
-                delta,
                 reply,
             })
             .map_err(|_| StoreError::WriterGone)?;
@@ -612,18 +607,50 @@ impl StagedWalk {
     /// any changed), the staged ones are their new text and the others go. The cursor moves in
     /// the same transaction.
     pub async fn commit_delta(
-        self,
+        mut self,
         removed: Vec<String>,
         templates: Option<Vec<String>>,
+        entries: Vec<(Kind, StagedWalk, Vec<String>)>,
         cursor: FollowCursor,
-    ) -> Result<SwapOutcome, StoreError> {
+    ) -> Result<DeltaOutcome, StoreError> {
+        self.finished = true;
+        let entries = entries
+            .into_iter()
+            .map(|(kind, mut walk, touched)| {
+                // The delta's commit discards their staging.
+                walk.finished = true;
+                writer::EntryDelta {
+                    kind,
+                    walk_id: walk.id,
+                    touched,
+                }
+            })
+            .collect();
         let delta = writer::Delta {
             removed,
             templates,
+            entries,
             cursor,
         };
-        self.finish(WalkReport::default(), Some(delta)).await
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteOp::CommitDelta {
+                walk_id: self.id,
+                server: self.server.clone(),
+                delta,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
     }
+}
+
+/// What a followed upstream's delta changed: its resources and templates, and each kind of
+/// tools or prompts it touched.
+#[derive(Debug, Clone, Default)]
+pub struct DeltaOutcome {
+    pub swap: SwapOutcome,
+    pub entries: Vec<(Kind, EntrySwap)>,
 }
 
 impl Store {

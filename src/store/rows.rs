@@ -62,24 +62,38 @@ pub struct CatalogChanged {
     pub latest_seq: i64,
 }
 
-impl CatalogChanged {
-    /// Whether this change alters the merged resource catalog (what `resources/list` pages).
-    pub fn changes_resources(&self) -> bool {
-        matches!(self.kind, Kind::Resource | Kind::Template)
-    }
-}
-
 /// What a subscriber's burst of queued catalog changes comes to, drained at once so a burst
-/// of swaps is one notification. Only changes `relevant` to the subscriber count as resource
-/// changes (a lag counts: what was missed is unknown).
+/// of swaps is one notification per kind. Only changes `relevant` to the subscriber count
+/// (a lag counts for every kind: what was missed is unknown).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChangeBurst {
     /// Anything changed (or changes were missed while the subscriber lagged).
     pub changed: bool,
     /// The merged resource catalog changed, or may have: a lagging subscriber cannot know.
     pub resources: bool,
+    /// The catalog's tools changed, or may have.
+    pub tools: bool,
+    /// The catalog's prompts changed, or may have.
+    pub prompts: bool,
     /// The broadcast closed: no change comes after this burst.
     pub closed: bool,
+}
+
+impl ChangeBurst {
+    fn note(&mut self, change: &CatalogChanged, relevant: &impl Fn(&CatalogChanged) -> bool) {
+        if !relevant(change) {
+            return;
+        }
+        match change.kind {
+            Kind::Resource | Kind::Template => self.resources = true,
+            Kind::Tool => self.tools = true,
+            Kind::Prompt => self.prompts = true,
+        }
+    }
+
+    fn lagged(&mut self) {
+        (self.resources, self.tools, self.prompts) = (true, true, true);
+    }
 }
 
 /// Drains every change queued behind `first` (what `recv` returned) into one `ChangeBurst`.
@@ -91,8 +105,8 @@ pub fn drain_changes(
     use broadcast::error::{RecvError, TryRecvError};
     let mut burst = ChangeBurst::default();
     match first {
-        Ok(change) => burst.resources = change.changes_resources() && relevant(&change),
-        Err(RecvError::Lagged(_)) => burst.resources = true,
+        Ok(change) => burst.note(&change, &relevant),
+        Err(RecvError::Lagged(_)) => burst.lagged(),
         Err(RecvError::Closed) => {
             burst.closed = true;
             return burst;
@@ -101,8 +115,8 @@ pub fn drain_changes(
     burst.changed = true;
     loop {
         match receiver.try_recv() {
-            Ok(change) => burst.resources |= change.changes_resources() && relevant(&change),
-            Err(TryRecvError::Lagged(_)) => burst.resources = true,
+            Ok(change) => burst.note(&change, &relevant),
+            Err(TryRecvError::Lagged(_)) => burst.lagged(),
             Err(TryRecvError::Empty) => return burst,
             Err(TryRecvError::Closed) => {
                 burst.closed = true;

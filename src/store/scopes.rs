@@ -25,15 +25,17 @@ pub(super) fn record_scopes(
     let transaction = connection.transaction()?;
     {
         let mut write = transaction.prepare_cached(match update {
+            // A scope that stays as stored is not written again: a followed change whose
+            // scope did not move costs these statements no page of the log.
             ScopeUpdate::Tighten => {
                 "INSERT INTO scopes (server, kind, scope) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (server, kind) DO UPDATE SET scope = CASE
-                     WHEN scope = 'private' OR excluded.scope = 'private' THEN 'private'
-                     ELSE 'public' END"
+                 ON CONFLICT (server, kind) DO UPDATE SET scope = 'private'
+                 WHERE scope != 'private' AND excluded.scope = 'private'"
             }
             ScopeUpdate::Set => {
                 "INSERT INTO scopes (server, kind, scope) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (server, kind) DO UPDATE SET scope = excluded.scope"
+                 ON CONFLICT (server, kind) DO UPDATE SET scope = excluded.scope
+                 WHERE scope != excluded.scope"
             }
         })?;
         for (kind, scope) in scopes {

@@ -1,12 +1,13 @@
 //! Following an upstream mcp-mirror through its change feed instead of walking it again: after
 //! one full walk, each change costs a page of the feed and the entries of the keys it names
 //! (`catalog/changes`, `catalog/entries`), applied as one delta with the cursor, as a
-//! Kubernetes reflector lists once and then watches. Resources and URI templates are followed
-//! alike; an answer's entries count only for the keys asked. Anything it cannot account for (a
+//! Kubernetes reflector lists once and then watches. Resources, URI templates, tools and
+//! prompts are followed alike; an answer's entries count only for the keys asked. Anything it cannot account for (a
 //! pruned feed, another upstream database, a first load's `truncated` row, counts that
-//! disagree afterwards) falls back to one full walk, which moves the cursor too.
+//! disagree afterwards) falls back to one full walk, which moves the cursor too. Tools and
+//! prompts come the same way, each kept under its key upstream (`<server>/<name>`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use serde::de::DeserializeOwned;
@@ -15,10 +16,11 @@ use serde_json::{json, Value};
 use crate::config::WalkLimits;
 use crate::protocol::{
     self as wire, CacheScope, CatalogChanges, CatalogEntries, ChangeKind, Kind, Method,
-    FEED_CAPABILITY, FEED_VERSION, MAX_CHANGES_LIMIT,
+    MAX_CHANGES_LIMIT,
 };
 use crate::store::{now_ms, FollowCursor, ScopeUpdate, StagedWalk, Store, WalkReport};
 use crate::upstream::{ServerHello, Session};
+use crate::walk::kinds::followed_entry_row;
 use crate::walk::{self, resource_row, template_row, WalkError, WalkSummary};
 
 /// Keys asked of the upstream per `catalog/entries` request (the method takes up to
@@ -30,7 +32,7 @@ const MAX_DELTA_KEYS: usize = 50_000;
 
 /// True when the server is an mcp-mirror whose feed this version can follow.
 pub fn follows(hello: &ServerHello) -> bool {
-    hello.capabilities["experimental"][FEED_CAPABILITY]["version"] == json!(FEED_VERSION)
+    crate::protocol::follows_feed(&hello.capabilities)
 }
 
 /// Why a follow gave way to a full walk.
@@ -45,18 +47,16 @@ impl<E: Into<WalkError>> From<E> for Fallback {
     }
 }
 
-/// Brings the server's resources and templates up to date: by its feed when it is a
-/// followable mirror with a cursor here, else by a full walk (which records the cursor).
+/// Brings the server's `kinds` (resources with templates, tools, prompts) up to date: by its
+/// feed when there is a cursor here, else by a full walk of each (which records the cursor).
 pub async fn walk_or_follow(
     session: &Session,
     store: &Store,
     server: &str,
     limits: WalkLimits,
+    kinds: &[Kind],
 ) -> Result<WalkSummary, WalkError> {
-    if !follows(&session.hello) {
-        return walk::walk(session, store, server, limits).await;
-    }
-    match follow(session, store, server, limits).await {
+    match follow(session, store, server, limits, kinds).await {
         Ok(summary) => return Ok(summary),
         Err(Fallback::Failed(error)) => return Err(error),
         Err(Fallback::Walk(reason)) => {
@@ -67,6 +67,7 @@ pub async fn walk_or_follow(
             )
         }
     }
+    let started = Instant::now();
     // Where the feed stands before the walk: every change after it is in the walk or will be
     // replayed (a replay only fetches an entry again), so the cursor can never skip one.
     let position: KeyedPage = request(
@@ -76,13 +77,32 @@ pub async fn walk_or_follow(
         &mut None,
     )
     .await?;
-    let summary = walk::walk(session, store, server, limits).await?;
+    let mut summary = match kinds.contains(&Kind::Resource) {
+        true => walk::walk(session, store, server, limits).await?,
+        false => empty_summary(now_ms()),
+    };
+    super::kinds::walk_entry_kinds(session, store, server, limits, kinds, &mut summary).await?;
+    summary.report.duration_ms = started.elapsed().as_millis() as i64;
     let cursor = FollowCursor {
         instance: position.instance,
         seq: position.seq,
     };
     store.set_follow_cursor(server, Some(cursor)).await?;
     Ok(summary)
+}
+
+fn empty_summary(started_at_ms: i64) -> WalkSummary {
+    WalkSummary {
+        swap: Default::default(),
+        report: WalkReport {
+            started_at_ms,
+            ..WalkReport::default()
+        },
+        ttl_ms: None,
+        scopes: Vec::new(),
+        looped: 0,
+        entries: Vec::new(),
+    }
 }
 
 type KeyedPage = wire::KeyedEntriesResult<Box<serde_json::value::RawValue>>;
@@ -114,9 +134,9 @@ struct Reads {
     requests: u64,
 }
 
-/// Asks the upstream for the merged entries of `keys` (resources or URI templates), stages
-/// those it lists, and returns the keys it no longer lists. Only the keys asked count: an
-/// entry of another key in the answer is left out, as a walk leaves out a duplicate.
+/// Asks the upstream for the entries of `keys` (of any kind), stages those it lists, and
+/// returns the keys it no longer lists. Only the keys asked count: an entry of another key in
+/// the answer is left out, as a walk leaves out a duplicate.
 #[allow(clippy::too_many_arguments)]
 async fn fetch_keys(
     session: &Session,
@@ -160,7 +180,16 @@ async fn fetch_keys(
                     staged.add_templates(rows).await?;
                 }
             }
-            _ => {
+            Kind::Tool | Kind::Prompt => {
+                let rows: Vec<_> = entries
+                    .filter_map(|entry| followed_entry_row(kind, entry, limits.max_entry_bytes))
+                    .filter(|row| asked_once(&asked, &mut found, &row.name))
+                    .collect();
+                if !rows.is_empty() {
+                    staged.add_entries(kind, rows).await?;
+                }
+            }
+            Kind::Resource => {
                 let rows: Vec<_> = entries
                     .filter_map(|entry| resource_row(entry, limits.max_entry_bytes))
                     .filter(|row| asked_once(&asked, &mut found, &row.uri))
@@ -184,11 +213,35 @@ fn asked_once(asked: &BTreeSet<&str>, found: &mut BTreeSet<String>, key: &str) -
     asked.contains(key) && found.insert(key.to_string())
 }
 
+/// Whether entries of `kind` are mirrored here (templates ride with resources).
+fn followed_kind(kind: Kind, kinds: &[Kind]) -> bool {
+    match kind {
+        Kind::Template => kinds.contains(&Kind::Resource),
+        kind => kinds.contains(&kind),
+    }
+}
+
+/// The key a row of the feed names, with its kind; `None` for a kind not mirrored here.
+fn feed_key(change: &wire::Change, kinds: &[Kind]) -> Option<(Kind, String)> {
+    if !followed_kind(change.entry_kind, kinds) {
+        return None;
+    }
+    match change.entry_kind {
+        Kind::Resource | Kind::Template => Some((change.entry_kind, change.uri.clone()?)),
+        // A tool's or prompt's key upstream: its server there, then its name (key) there.
+        Kind::Tool | Kind::Prompt => Some((
+            change.entry_kind,
+            format!("{}/{}", change.server, change.name.as_deref()?),
+        )),
+    }
+}
+
 async fn follow(
     session: &Session,
     store: &Store,
     server: &str,
     limits: WalkLimits,
+    kinds: &[Kind],
 ) -> Result<WalkSummary, Fallback> {
     let started = Instant::now();
     let started_at_ms = now_ms();
@@ -199,9 +252,9 @@ async fn follow(
     else {
         return Err(Fallback::Walk("no cursor yet".into()));
     };
-    // 1. The keys changed since the cursor, page by page.
-    let (mut keys, mut since, mut pages) = (BTreeSet::new(), cursor.seq, 0u64);
-    let mut template_keys = BTreeSet::new();
+    // 1. The keys changed since the cursor, page by page, by kind.
+    let (mut since, mut pages) = (cursor.seq, 0u64);
+    let mut keys: BTreeMap<Kind, BTreeSet<String>> = BTreeMap::new();
     let mut scope = None;
     loop {
         let page: <CatalogChanges as Method>::Result = request(
@@ -222,20 +275,17 @@ async fn follow(
         }
         for change in &page.changes {
             since = since.max(change.seq);
-            match (change.kind, change.entry_kind, &change.uri) {
-                (ChangeKind::Truncated, Kind::Resource | Kind::Template, _) => {
-                    return Err(Fallback::Walk("a swap too large to list key by key".into()))
+            if change.kind == ChangeKind::Truncated {
+                if followed_kind(change.entry_kind, kinds) {
+                    return Err(Fallback::Walk("a swap too large to list key by key".into()));
                 }
-                (_, Kind::Resource, Some(uri)) => {
-                    keys.insert(uri.clone());
-                }
-                (_, Kind::Template, Some(uri_template)) => {
-                    template_keys.insert(uri_template.clone());
-                }
-                _ => {}
+                continue;
+            }
+            if let Some((kind, key)) = feed_key(change, kinds) {
+                keys.entry(kind).or_default().insert(key);
             }
         }
-        if keys.len() + template_keys.len() > MAX_DELTA_KEYS {
+        if keys.values().map(BTreeSet::len).sum::<usize>() > MAX_DELTA_KEYS {
             return Err(Fallback::Walk(format!(
                 "more than {MAX_DELTA_KEYS} keys changed"
             )));
@@ -245,9 +295,19 @@ async fn follow(
             break;
         }
     }
-    // 2. Their entries, as the upstream's merged catalog shows them now.
-    let keys: Vec<String> = keys.into_iter().collect();
-    let template_keys: Vec<String> = template_keys.into_iter().collect();
+    // 2. Their entries, as the upstream's catalog shows them now. Tools and prompts are staged
+    // by walks of their own (a kind's staging is keyed by name alone).
+    let mut take = |kind: Kind| -> Vec<String> {
+        keys.remove(&kind)
+            .map(|keys| keys.into_iter().collect())
+            .unwrap_or_default()
+    };
+    let (resource_keys, template_keys) = (take(Kind::Resource), take(Kind::Template));
+    let entry_keys: Vec<(Kind, Vec<String>)> = Kind::ENTRY_KINDS
+        .iter()
+        .map(|kind| (*kind, take(*kind)))
+        .filter(|(_, keys)| !keys.is_empty())
+        .collect();
     let staged = store.begin_walk(server);
     let mut reads = Reads::default();
     let removed = fetch_keys(
@@ -255,7 +315,7 @@ async fn follow(
         &staged,
         &cursor,
         Kind::Resource,
-        &keys,
+        &resource_keys,
         limits,
         &mut reads,
         &mut scope,
@@ -274,12 +334,32 @@ async fn follow(
         )
         .await?;
     }
+    let mut entry_deltas = Vec::new();
+    for (kind, keys) in entry_keys {
+        let entry_staged = store.begin_walk(server);
+        fetch_keys(
+            session,
+            &entry_staged,
+            &cursor,
+            kind,
+            &keys,
+            limits,
+            &mut reads,
+            &mut scope,
+        )
+        .await?;
+        entry_deltas.push((kind, entry_staged, keys));
+    }
     pages += reads.requests;
     // The scope goes with the snapshot as a walk's does: the more private of the old and the
     // new one while the delta is applied, then the new. An upstream whose answers declare no
-    // scope leaves the stored one (its last walk's).
+    // scope leaves the stored one (its last walk's). The hints are the view's, whatever kind.
     let scopes: Vec<(Kind, CacheScope)> = scope
-        .map(|scope| vec![(Kind::Resource, scope), (Kind::Template, scope)])
+        .map(|scope| {
+            let mut touched = vec![(Kind::Resource, scope), (Kind::Template, scope)];
+            touched.extend(entry_deltas.iter().map(|(kind, _, _)| (*kind, scope)));
+            touched
+        })
         .unwrap_or_default();
     store
         .record_scopes(server, scopes.clone(), ScopeUpdate::Tighten)
@@ -292,8 +372,8 @@ async fn follow(
         seq: since,
     };
     let touched_templates = (!template_keys.is_empty()).then_some(template_keys);
-    let swap = staged
-        .commit_delta(removed, touched_templates, new_cursor)
+    let outcome = staged
+        .commit_delta(removed, touched_templates, entry_deltas, new_cursor)
         .await?;
     store
         .record_scopes(server, scopes.clone(), ScopeUpdate::Set)
@@ -303,8 +383,13 @@ async fn follow(
     if reads.seqs.iter().all(|seq| *seq == since) {
         for (kind, total) in &reads.totals {
             let held = match kind {
-                Kind::Template => swap.templates,
-                _ => swap.resources,
+                Kind::Template => outcome.swap.templates,
+                Kind::Resource => outcome.swap.resources,
+                entry_kind => outcome
+                    .entries
+                    .iter()
+                    .find(|(swapped, _)| swapped == entry_kind)
+                    .map_or(0, |(_, swap)| swap.entries),
             };
             if held != *total {
                 return Err(Fallback::Walk(format!(
@@ -313,20 +398,13 @@ async fn follow(
             }
         }
     }
-    Ok(WalkSummary {
-        swap,
-        report: WalkReport {
-            started_at_ms,
-            duration_ms: started.elapsed().as_millis() as i64,
-            pages,
-            duplicates: 0,
-            skipped: 0,
-        },
-        ttl_ms: None,
-        scopes,
-        looped: 0,
-        entries: Vec::new(),
-    })
+    let mut summary = empty_summary(started_at_ms);
+    summary.swap = outcome.swap;
+    summary.entries = outcome.entries;
+    summary.scopes = scopes;
+    summary.report.pages = pages;
+    summary.report.duration_ms = started.elapsed().as_millis() as i64;
+    Ok(summary)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::config::WalkLimits;
-use crate::protocol::{CacheScope, Kind};
+use crate::protocol::{CacheScope, CatalogPrompts, CatalogTools, Kind, Method};
 use crate::store::entry::fit_entry;
 use crate::store::{now_ms, EntryRow, EntrySwap, ScopeUpdate, Store, WalkReport};
 use crate::upstream::Session;
@@ -23,10 +23,13 @@ pub async fn walk_kinds(
     limits: WalkLimits,
     kinds: &[Kind],
 ) -> Result<WalkSummary, WalkError> {
+    if super::follow::follows(&session.hello) {
+        return super::follow::walk_or_follow(session, store, server, limits, kinds).await;
+    }
     let started = Instant::now();
     let started_at_ms = now_ms();
     let mut summary = if kinds.contains(&Kind::Resource) {
-        super::follow::walk_or_follow(session, store, server, limits).await?
+        super::walk(session, store, server, limits).await?
     } else {
         WalkSummary {
             swap: Default::default(),
@@ -40,6 +43,20 @@ pub async fn walk_kinds(
             entries: Vec::new(),
         }
     };
+    walk_entry_kinds(session, store, server, limits, kinds, &mut summary).await?;
+    summary.report.duration_ms = started.elapsed().as_millis() as i64;
+    Ok(summary)
+}
+
+/// Walks the tools and prompts among `kinds`, each swapped on its own, into `summary`.
+pub(super) async fn walk_entry_kinds(
+    session: &Session,
+    store: &Store,
+    server: &str,
+    limits: WalkLimits,
+    kinds: &[Kind],
+    summary: &mut WalkSummary,
+) -> Result<(), WalkError> {
     for kind in kinds.iter().filter(|kind| Kind::ENTRY_KINDS.contains(kind)) {
         let (swap, outcome) = walk_entries(session, store, server, *kind, limits).await?;
         summary.report.pages += outcome.pages;
@@ -49,8 +66,7 @@ pub async fn walk_kinds(
             .extend(outcome.cache_scope.map(|scope| (*kind, scope)));
         summary.entries.push((*kind, swap));
     }
-    summary.report.duration_ms = started.elapsed().as_millis() as i64;
-    Ok(summary)
+    Ok(())
 }
 
 impl Listed for EntryRow {
@@ -63,7 +79,10 @@ impl Listed for EntryRow {
 /// page and item caps, cursor loops, one restart on a stale cursor), each page staged as it
 /// comes (unchanged entries as their name and hash), and swaps the result in as the server's
 /// snapshot of that kind, its scope (the most private page's) with it. Returns the swap and
-/// what the walk saw (pages, scope, entries left out as a loop).
+/// what the walk saw (pages, scope, entries left out as a loop). An upstream mirror whose feed
+/// is followed is walked through its catalog of the kind (`catalog/tools`, `catalog/prompts`:
+/// every server's entries, each kept under its key there, `followed_entry_row`), not through
+/// its own MCP list (the mirror's own tools).
 pub async fn walk_entries(
     session: &Session,
     store: &Store,
@@ -71,11 +90,21 @@ pub async fn walk_entries(
     kind: Kind,
     limits: WalkLimits,
 ) -> Result<(EntrySwap, ListOutcome), WalkError> {
+    let followed = super::follow::follows(&session.hello);
     let pass = || async move {
         let staged = store.begin_walk(server);
-        let outcome = ListWalk::new(session, kind, limits)
+        let walk = ListWalk::new(session, kind, limits);
+        let walk = match (followed, kind) {
+            (true, Kind::Prompt) => walk.of_method(CatalogPrompts::NAME),
+            (true, _) => walk.of_method(CatalogTools::NAME),
+            (false, _) => walk,
+        };
+        let outcome = walk
             .run(
-                |item| entry_row(kind, item, limits.max_entry_bytes),
+                |item| match followed {
+                    true => followed_entry_row(kind, item, limits.max_entry_bytes),
+                    false => entry_row(kind, item, limits.max_entry_bytes),
+                },
                 |rows| staged.add_entries(kind, rows),
             )
             .await?;
@@ -95,6 +124,32 @@ pub async fn walk_entries(
         Ok((swap, outcome))
     };
     restarting_once(server, kind, pass).await
+}
+
+/// A tool or prompt served by an upstream mirror, kept under its key there (`KEY_META_KEY`,
+/// `<server>/<name>`): one name may be listed by several of its servers. `None` without a key.
+pub fn followed_entry_row(
+    kind: Kind,
+    item: Box<RawValue>,
+    max_entry_bytes: u64,
+) -> Option<EntryRow> {
+    #[derive(serde::Deserialize)]
+    struct Keyed {
+        #[serde(rename = "_meta")]
+        meta: KeyMeta,
+    }
+    #[derive(serde::Deserialize)]
+    struct KeyMeta {
+        #[serde(rename = "io.mcp-mirror/key")]
+        key: String,
+    }
+    let key = serde_json::from_str::<Keyed>(item.get()).ok()?.meta.key;
+    if key.is_empty() {
+        return None;
+    }
+    let mut row = entry_row(kind, item, max_entry_bytes)?;
+    row.name = key;
+    Some(row)
 }
 
 fn text(object: &Map<String, Value>, key: &str) -> Option<String> {

@@ -256,6 +256,8 @@ pub(crate) struct ListWalk<'a> {
     session: &'a Session,
     kind: Kind,
     limits: WalkLimits,
+    /// The list method walked: the kind's own, or an upstream mirror's catalog of the kind.
+    method: &'static str,
 }
 
 impl<'a> ListWalk<'a> {
@@ -264,7 +266,15 @@ impl<'a> ListWalk<'a> {
             session,
             kind,
             limits,
+            method: kind.list_method(),
         }
+    }
+
+    /// Walks `method` instead of the kind's own list method (its pages list the kind's
+    /// entries under the same key): `catalog/tools` of an upstream mirror.
+    pub(crate) fn of_method(mut self, method: &'static str) -> Self {
+        self.method = method;
+        self
     }
 
     /// Walks the list to its end: `to_row` turns each item into a row (`None`: skipped),
@@ -279,8 +289,7 @@ impl<'a> ListWalk<'a> {
         Row: Listed,
         Kept: Future<Output = Result<(), StoreError>>,
     {
-        let (method, list_key, limits) =
-            (self.kind.list_method(), self.kind.list_key(), self.limits);
+        let (method, list_key, limits) = (self.method, self.kind.list_key(), self.limits);
         // Hashes of the identities seen so far: enough to tell new entries without holding
         // the catalog.
         let hasher = BuildHasherDefault::<DefaultHasher>::default();

@@ -16,6 +16,7 @@ mod endpoint;
 mod era;
 mod faults;
 mod fleet;
+mod fleet_kinds;
 mod http_bounds;
 mod http_face;
 mod interop;

@@ -175,9 +175,13 @@ pub(in crate::http_face) async fn get_stream(
     };
     tracing::debug!(token = client.name(), "HTTP GET stream opened");
     let changed = wire::NotificationMessage::new::<wire::ResourcesListChanged>(None);
+    let tools = wire::NotificationMessage::new::<wire::ToolsListChanged>(None);
+    let prompts = wire::NotificationMessage::new::<wire::PromptsListChanged>(None);
     let plan = StreamPlan {
         first: Vec::new(),
         on_change: Some(message_text(&changed)),
+        on_tools: Some(message_text(&tools)),
+        on_prompts: Some(message_text(&prompts)),
         at_end: None,
         session_ended,
         view: face.audience(&client).await.view,

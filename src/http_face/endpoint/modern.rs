@@ -83,6 +83,8 @@ pub(super) async fn modern_request(
                     | ReadResource::NAME
                     | CatalogChanges::NAME
                     | CatalogEntries::NAME
+                    | CatalogTools::NAME
+                    | CatalogPrompts::NAME
             );
             match answer(face, client, &audience, request).await {
                 Some(Ok(result)) => deliver(
@@ -154,6 +156,8 @@ fn listen(
     // Params that do not parse ask for nothing: the listen gets keep-alives and its end.
     let asked = wire::ListenParams::deserialize(params).unwrap_or_default();
     let asked_resources = asked.notifications.resources_list_changed == Some(true);
+    let asked_tools = asked.notifications.tools_list_changed == Some(true);
+    let asked_prompts = asked.notifications.prompts_list_changed == Some(true);
     let place = match face.stream_place(client, headers, &id) {
         Ok(place) => place,
         Err(refusal) => return *refusal,
@@ -168,6 +172,8 @@ fn listen(
         meta: subscription.clone(),
         notifications: wire::ListenNotifications {
             resources_list_changed: asked_resources.then_some(true),
+            tools_list_changed: asked_tools.then_some(true),
+            prompts_list_changed: asked_prompts.then_some(true),
         },
     };
     let changed = wire::SubscriptionParams {
@@ -183,6 +189,16 @@ fn listen(
         on_change: asked_resources.then(|| {
             message_text(&wire::NotificationMessage::new::<
                 wire::ListenResourcesListChanged,
+            >(Some(&changed)))
+        }),
+        on_tools: asked_tools.then(|| {
+            message_text(&wire::NotificationMessage::new::<
+                wire::ListenToolsListChanged,
+            >(Some(&changed)))
+        }),
+        on_prompts: asked_prompts.then(|| {
+            message_text(&wire::NotificationMessage::new::<
+                wire::ListenPromptsListChanged,
             >(Some(&changed)))
         }),
         at_end: closed.ok().map(|closed| message_text(&closed)),

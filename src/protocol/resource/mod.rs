@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{CACHE_META_KEY, ORIGIN_META_KEY, VIA_META_KEY};
+use super::{CACHE_META_KEY, KEY_META_KEY, ORIGIN_META_KEY, VIA_META_KEY};
 
 const META: &str = "_meta";
 
@@ -30,6 +30,9 @@ pub struct MirrorMeta {
     /// `_meta["io.mcp-mirror/via"]`: when the origin is another mirror's server, our name for
     /// that mirror (an entry of a mirror of mirrors: "demo via upstream").
     pub via: Option<String>,
+    /// `_meta["io.mcp-mirror/key"]`: a tool's or prompt's key in the catalog that serves it,
+    /// `<server>/<name>` (what a downstream mirror keeps it under).
+    pub key: Option<String>,
 }
 
 impl MirrorMeta {
@@ -44,7 +47,7 @@ impl MirrorMeta {
     }
 
     fn is_empty(&self) -> bool {
-        self.origin.is_none() && self.cache.is_none() && self.via.is_none()
+        self.origin.is_none() && self.cache.is_none() && self.via.is_none() && self.key.is_none()
     }
 
     /// Names the server an object was listed by. An object that already names its origin came
@@ -73,6 +76,7 @@ impl MirrorMeta {
             origin: take_string(meta, ORIGIN_META_KEY),
             cache: take_typed(meta, CACHE_META_KEY),
             via: take_string(meta, VIA_META_KEY),
+            key: take_string(meta, KEY_META_KEY),
         }
     }
 
@@ -113,6 +117,9 @@ impl Serialize for MergedMeta<'_> {
         }
         if let Some(via) = &self.ours.via {
             map.serialize_entry(VIA_META_KEY, via)?;
+        }
+        if let Some(key) = &self.ours.key {
+            map.serialize_entry(KEY_META_KEY, key)?;
         }
         map.end()
     }
@@ -468,6 +475,15 @@ impl Definition {
     pub fn from_stored(raw: &str, origin: Option<&str>) -> Result<Definition, serde_json::Error> {
         let mut definition: Definition = serde_json::from_str(raw)?;
         definition.fields.meta.attribute(origin);
+        Ok(definition)
+    }
+
+    /// A stored definition as the mirror serves it: from `server`, keyed `<server>/<name>` in
+    /// this catalog (`name`: the key within the server, which for an entry of an upstream
+    /// mirror is itself qualified), whatever key an upstream gave it.
+    pub fn served(raw: &str, server: &str, name: &str) -> Result<Definition, serde_json::Error> {
+        let mut definition = Definition::from_stored(raw, Some(server))?;
+        definition.fields.meta.key = Some(format!("{server}/{name}"));
         Ok(definition)
     }
 }

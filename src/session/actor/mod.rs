@@ -255,9 +255,12 @@ impl Actor {
         })
         .await;
         let kinds = self.config.mirrored_kinds(&session.hello.capabilities);
-        let kind_cannot_push = kinds
-            .iter()
-            .any(|kind| !session.hello.kind_lists_changes(kind.capability()));
+        // A followed mirror's feed covers every kind: its resources' changes are enough.
+        let followed = crate::protocol::follows_feed(&session.hello.capabilities);
+        let kind_cannot_push = kinds.iter().any(|kind| {
+            let kind = if followed { Kind::Resource } else { *kind };
+            !session.hello.kind_lists_changes(kind.capability())
+        });
         let mut link = Box::new(Link {
             mirrors: !kinds.is_empty(),
             kinds,

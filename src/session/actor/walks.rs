@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The quiet period before following an upstream mirror's feed (`debounce`, when shorter).
+pub(super) const FOLLOW_DEBOUNCE: Duration = Duration::from_millis(10);
+
 /// Who asked for a paced walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum AskedBy {
@@ -36,8 +39,16 @@ impl Actor {
         if !link.mirrors {
             return State::Connected(link);
         }
-        let debounce = self.config.timings.debounce;
-        let may_restart = link.restarts_in_a_row < MAX_RESTARTS_IN_A_ROW;
+        // A followed mirror announces a burst of its swaps once, and a follow fetches only
+        // what its feed names, since the cursor: waiting long for quiet only delays the
+        // change, and a follow under way is never thrown away (the next one replays from
+        // where it ends).
+        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let debounce = match followed {
+            true => self.config.timings.debounce.min(FOLLOW_DEBOUNCE),
+            false => self.config.timings.debounce,
+        };
+        let may_restart = !followed && link.restarts_in_a_row < MAX_RESTARTS_IN_A_ROW;
         match &mut link.phase {
             Phase::Idle { .. } => link.phase = Phase::debouncing(debounce),
             Phase::Debouncing { quiet_at, ceiling } => {
@@ -45,9 +56,9 @@ impl Actor {
             }
             // The walk held back takes this change along.
             Phase::Throttled { .. } => {}
-            // After a few restarts in a row the walk runs to the end, and the change that came
-            // meanwhile gets the walk after it: a server that changes faster than it can be
-            // walked is still mirrored, a little behind, instead of never.
+            // After a few restarts in a row (a follow: at once) the walk runs to the end, and
+            // the change that came meanwhile gets the walk after it: a server that changes
+            // faster than it can be walked is still mirrored, a little behind, instead of never.
             Phase::Walking(walk) if !may_restart => walk.changed = true,
             // The walk may have read pages from before the change: start over.
             Phase::Walking(_) => {
@@ -90,9 +101,11 @@ impl Actor {
         let span = tracing::info_span!("walk", generation);
         let (session, store) = (link.session.clone(), self.store.clone());
         let (server, limits) = (self.config.name.clone(), self.config.limits);
-        // The kinds whose lists changed, or every kind for a scheduled walk or a refresh.
+        // The kinds whose lists changed, or every kind for a scheduled walk or a refresh. A
+        // followed mirror's feed says itself which kinds changed: the follow reads it for all.
         let pending = std::mem::take(&mut link.pending);
-        let kinds: Vec<Kind> = match pending.is_empty() {
+        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let kinds: Vec<Kind> = match pending.is_empty() || followed {
             true => link.kinds.clone(),
             false => pending,
         };

@@ -2,22 +2,25 @@
 //! removed keys named, applied through the swap's own `apply_diff` with the cursor moved in
 //! the same transaction, so a reader sees the old snapshot or the new one and a crash leaves
 //! the old one with its old cursor. Templates the delta touched go through the swap's own
-//! `replace_templates`, with the untouched ones carried over.
+//! `replace_templates`, with the untouched ones carried over; tools and prompts likewise
+//! through the entry swap (`swap_entries_in`), their untouched entries carried over as light
+//! rows.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{params, Connection};
 
+use super::entry_swap::swap_entries_in;
 use super::full_text::{full_text_backlog, FullText, BULK_INDEX_MIN_ROWS};
 use super::staged::StagedCounts;
 use super::swap::{apply_diff, log_swap, replace_templates, SnapshotDiff, CHANGED, REMOVED};
-use super::{execute, query_one, server_id, Delta};
+use super::{execute, prune_changes, query_one, server_id, Delta};
 use crate::protocol::ServerState;
-use crate::store::{now_ms, FollowCursor, StoreError, SwapOutcome};
+use crate::store::{now_ms, DeltaOutcome, FollowCursor, StoreError, SwapOutcome};
 
 /// Applies the staged rows of `walk_id` (added or changed entries) and removes the delta's
-/// `removed` keys from `server`'s snapshot; moves its cursor to the delta's `cursor`. Returns what changed and the
-/// change feed's newest seq.
+/// `removed` keys from `server`'s snapshot, swaps the tools and prompts it touched; moves its
+/// cursor to the delta's `cursor`. Returns what changed and the change feed's newest seq.
 pub(super) fn apply_delta(
     connection: &mut Connection,
     walk_id: u64,
@@ -25,7 +28,7 @@ pub(super) fn apply_delta(
     server: &str,
     delta: &Delta,
     full_text_behind: &AtomicU64,
-) -> Result<(SwapOutcome, i64), StoreError> {
+) -> Result<(DeltaOutcome, i64), StoreError> {
     let (removed, cursor) = (&delta.removed, &delta.cursor);
     let started = std::time::Instant::now();
     let walk = walk_id as i64;
@@ -39,9 +42,11 @@ pub(super) fn apply_delta(
     }
     execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
     execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+    // The server's row keeps its count with each swap and delta (in their transactions):
+    // counting a 100,000-entry snapshot again would cost every one-entry delta milliseconds.
     let before: i64 = query_one(
         &transaction,
-        "SELECT count(*) FROM resources WHERE server_id = ?1",
+        "SELECT resource_count FROM servers WHERE id = ?1",
         [server_id],
     )?;
     let changed = execute(
@@ -98,6 +103,29 @@ pub(super) fn apply_delta(
         )?;
         templates = Some(replace_templates(&transaction, &diff, server, now)?);
     }
+    let mut entries = Vec::new();
+    for touched in &delta.entries {
+        // The staged entries are the touched ones still listed; the untouched ones are
+        // carried over as light rows (as a walk stages an unchanged entry).
+        let keys = serde_json::to_string(&touched.touched)
+            .map_err(|error| StoreError::Walk(format!("the delta's keys: {error}")))?;
+        execute(
+            &transaction,
+            "INSERT OR IGNORE INTO temp.staging_entries (walk_id, name, hash, oversized, rehash)
+             SELECT ?2, name, hash, oversized, 0 FROM entries
+             WHERE server_id = ?1 AND kind = ?3
+               AND name NOT IN (SELECT value FROM json_each(?4))",
+            params![server_id, touched.walk_id as i64, touched.kind, keys],
+        )?;
+        let swap = swap_entries_in(
+            &transaction,
+            touched.walk_id,
+            server_id,
+            server,
+            touched.kind,
+        )?;
+        entries.push((touched.kind, swap));
+    }
     execute(
         &transaction,
         "UPDATE servers SET state = ?2, stale = 0, last_error = NULL, last_error_at = NULL,
@@ -124,19 +152,27 @@ pub(super) fn apply_delta(
         "SELECT template_count FROM servers WHERE id = ?1",
         [server_id],
     )?;
+    // The entries' feed rows came after the resources'.
+    let latest_seq = match delta.entries.is_empty() {
+        true => applied.latest_seq,
+        false => prune_changes(&transaction)?,
+    };
     transaction.commit()?;
     crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, started);
     Ok((
-        SwapOutcome {
-            added: diff.added,
-            removed: diff.removed,
-            changed: diff.changed,
-            resources: diff.resources() as u64,
-            templates: template_count.max(0) as u64,
-            templates_touched: templates.map_or(0, |(_, touched)| touched),
+        DeltaOutcome {
+            swap: SwapOutcome {
+                added: diff.added,
+                removed: diff.removed,
+                changed: diff.changed,
+                resources: diff.resources() as u64,
+                templates: template_count.max(0) as u64,
+                templates_touched: templates.map_or(0, |(_, touched)| touched),
+            },
+            entries,
         },
-        applied.latest_seq,
+        latest_seq,
     ))
 }
 

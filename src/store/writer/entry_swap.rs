@@ -28,14 +28,40 @@ pub(super) fn swap_entries(
     server: &str,
     kind: Kind,
 ) -> Result<(EntrySwap, i64), StoreError> {
-    let walk = walk_id as i64;
     let transaction = connection.transaction()?;
     let server_id = server_id(&transaction, server)?
         .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
+    let swap = swap_entries_in(&transaction, walk_id, server_id, server, kind)?;
+    let latest_seq = prune_changes(&transaction)?;
+    transaction.commit()?;
+    if swap.touched() > 0 {
+        tracing::info!(
+            server,
+            kind = %kind,
+            added = swap.added,
+            removed = swap.removed,
+            changed = swap.changed,
+            entries = swap.entries,
+            "entries swapped"
+        );
+    }
+    Ok((swap, latest_seq))
+}
+
+/// The swap of `swap_entries` inside the caller's transaction (a followed upstream's delta
+/// applies each kind it touched so, with its resources and its cursor).
+pub(super) fn swap_entries_in(
+    transaction: &rusqlite::Transaction<'_>,
+    walk_id: u64,
+    server_id: i64,
+    server: &str,
+    kind: Kind,
+) -> Result<EntrySwap, StoreError> {
+    let walk = walk_id as i64;
     // A light row stands for "as in the snapshot": one whose entry is gone means another swap
     // came in between, and this walk is refused rather than applied to the wrong snapshot.
     let lost: i64 = query_one(
-        &transaction,
+        transaction,
         "SELECT count(*) FROM temp.staging_entries s
          WHERE s.walk_id = ?1 AND s.raw IS NULL AND NOT EXISTS
              (SELECT 1 FROM entries e WHERE e.server_id = ?2 AND e.kind = ?3 AND e.name = s.name)",
@@ -49,7 +75,7 @@ pub(super) fn swap_entries(
     let now = now_ms();
     let mut swap = EntrySwap {
         entries: query_one::<i64, _>(
-            &transaction,
+            transaction,
             "SELECT count(*) FROM temp.staging_entries WHERE walk_id = ?1",
             [walk],
         )? as u64,
@@ -152,7 +178,7 @@ pub(super) fn swap_entries(
     // Entries found the same in another form keep their text and take the listed hash, so the
     // next walk finds them unchanged by hash alone.
     execute(
-        &transaction,
+        transaction,
         "UPDATE entries AS e SET hash = s.hash FROM temp.staging_entries s
          WHERE s.walk_id = ?1 AND s.rehash != 0
            AND e.server_id = ?2 AND e.kind = ?3 AND e.name = s.name",
@@ -185,20 +211,7 @@ pub(super) fn swap_entries(
         ),
         params![server_id, ServerState::Synced, now],
     )?;
-    let latest_seq = prune_changes(&transaction)?;
-    transaction.commit()?;
-    if swap.touched() > 0 {
-        tracing::info!(
-            server,
-            kind = %kind,
-            added = swap.added,
-            removed = swap.removed,
-            changed = swap.changed,
-            entries = swap.entries,
-            "entries swapped"
-        );
-    }
-    Ok((swap, latest_seq))
+    Ok(swap)
 }
 
 #[cfg(test)]

@@ -40,14 +40,21 @@ pub enum WriteOp {
         /// `None` once the walk no longer waits for the index (`FIRST_LOAD_INDEX_HOLD`).
         index_permit: Option<OwnedSemaphorePermit>,
     },
-    /// Swaps a staged walk in; with a `delta`, applies the staged rows as a followed
-    /// upstream's delta instead (`delta.rs`): the rest of the snapshot stays.
+    /// Swaps a staged walk in.
     Commit {
         walk_id: u64,
         server: String,
         report: WalkReport,
-        delta: Option<Delta>,
         reply: Reply<SwapOutcome>,
+    },
+    /// Applies the staged rows as a followed upstream's delta (`delta.rs`): the rest of the
+    /// snapshot stays; its tools and prompts (staged by walks of their own) and its cursor go
+    /// in the same transaction.
+    CommitDelta {
+        walk_id: u64,
+        server: String,
+        delta: Delta,
+        reply: Reply<super::DeltaOutcome>,
     },
     Abort {
         walk_id: u64,
@@ -95,7 +102,17 @@ pub struct Delta {
     /// The URI templates the delta touched, when it touched any: the staged ones are their
     /// new text, the rest of them are gone; every other template stays.
     pub templates: Option<Vec<String>>,
+    /// The tools and prompts the delta touched, a kind per entry.
+    pub entries: Vec<EntryDelta>,
     pub cursor: super::FollowCursor,
+}
+
+/// The keys of one kind of tools or prompts a delta touched, staged by the walk `walk_id`:
+/// the staged ones are their new text, the others of them are gone; every other entry stays.
+pub struct EntryDelta {
+    pub kind: Kind,
+    pub walk_id: u64,
+    pub touched: Vec<String>,
 }
 
 /// One page of a walk on its way to staging.
@@ -353,26 +370,17 @@ pub fn run(
                 walk_id,
                 server,
                 report,
-                delta,
                 reply,
             } => {
                 let counts = staged_walks.remove(&walk_id).unwrap_or_default();
-                let outcome = match (failed_walks.remove(&walk_id), delta) {
-                    (Some(error), _) => Err(StoreError::Walk(format!("staging failed: {error}"))),
-                    (None, None) => commit_walk(
+                let outcome = match failed_walks.remove(&walk_id) {
+                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    None => commit_walk(
                         &mut connection,
                         walk_id,
                         &counts,
                         &server,
                         &report,
-                        &full_text_behind,
-                    ),
-                    (None, Some(delta)) => delta::apply_delta(
-                        &mut connection,
-                        walk_id,
-                        &counts,
-                        &server,
-                        &delta,
                         &full_text_behind,
                     ),
                 };
@@ -400,6 +408,61 @@ pub fn run(
                 });
                 let _ = reply.send(outcome);
                 discard_staging(&connection, walk_id);
+            }
+            WriteOp::CommitDelta {
+                walk_id,
+                server,
+                delta,
+                reply,
+            } => {
+                let counts = staged_walks.remove(&walk_id).unwrap_or_default();
+                let walk_ids: Vec<u64> = std::iter::once(walk_id)
+                    .chain(delta.entries.iter().map(|entries| entries.walk_id))
+                    .collect();
+                let failed: Vec<String> = walk_ids
+                    .iter()
+                    .filter_map(|id| failed_walks.remove(id))
+                    .collect();
+                let outcome = match failed.into_iter().next() {
+                    Some(error) => Err(StoreError::Walk(format!("staging failed: {error}"))),
+                    None => delta::apply_delta(
+                        &mut connection,
+                        walk_id,
+                        &counts,
+                        &server,
+                        &delta,
+                        &full_text_behind,
+                    ),
+                };
+                indexing |= full_text_behind.load(Ordering::Acquire) > 0;
+                let outcome = outcome.map(|(outcome, latest_seq)| {
+                    announce(
+                        &changes,
+                        &catalog_version,
+                        &server,
+                        &outcome.swap,
+                        latest_seq,
+                    );
+                    let touched = outcome
+                        .entries
+                        .iter()
+                        .filter(|(_, swap)| swap.touched() > 0);
+                    for (kind, entry_swap) in touched {
+                        let _ = changes.send(CatalogChanged {
+                            server: server.clone(),
+                            kind: *kind,
+                            added: entry_swap.added,
+                            removed: entry_swap.removed,
+                            changed: entry_swap.changed,
+                            latest_seq,
+                        });
+                    }
+                    outcome
+                });
+                let _ = reply.send(outcome);
+                for id in walk_ids {
+                    discard_staging(&connection, id);
+                }
             }
             WriteOp::SetFollowCursor {
                 server,

@@ -332,7 +332,9 @@ impl Session {
     pub fn start_listen(self: &Arc<Self>) {
         let session = self.clone();
         let task = tokio::spawn(async move {
-            // Ask for the list changes of every kind the server declares.
+            // Ask for the list changes of every kind the server declares (an mcp-mirror whose
+            // feed is followed: of every kind of its catalog).
+            let followed = crate::protocol::follows_feed(&session.hello.capabilities);
             let mut notifications = serde_json::Map::new();
             for kind in [
                 crate::protocol::Kind::Resource,
@@ -340,7 +342,9 @@ impl Session {
                 crate::protocol::Kind::Prompt,
             ] {
                 let declared = session.hello.capabilities.get(kind.capability());
-                if kind == crate::protocol::Kind::Resource || declared.is_some_and(Value::is_object)
+                if kind == crate::protocol::Kind::Resource
+                    || followed
+                    || declared.is_some_and(Value::is_object)
                 {
                     notifications.insert(kind.listen_key().into(), Value::Bool(true));
                 }
