@@ -44,11 +44,15 @@ pub struct MillionDatabase {
 
 /// Which parts of the query scenario run: `--parts=firstload,classes,throughput,throughput8,catchup,paging,ten`
 /// (default: all but `throughput8`, the index with 8 clients only; `firstload` alone stops
-/// after the first load and its searches), and `--reuse-million`
-/// (keep `target/bench-work/million` from an earlier run instead of loading it again).
+/// after the first load and its searches), `--reuse-million`
+/// (keep `target/bench-work/million` from an earlier run instead of loading it again), and
+/// `--index-hold=30s|off` (the daemon's `[search] first_load_index_hold` for the first load;
+/// left out, the daemon's default).
 pub struct QueryOptions {
     parts: Vec<String>,
     pub reuse_million: bool,
+    /// `[search] first_load_index_hold` of the first load's daemon.
+    pub index_hold: Option<String>,
 }
 
 const ALL_PARTS: [&str; 7] = [
@@ -66,6 +70,7 @@ impl QueryOptions {
         let mut options = QueryOptions {
             parts: Vec::new(),
             reuse_million: false,
+            index_hold: None,
         };
         for argument in arguments {
             if let Some(parts) = argument.strip_prefix("--parts=") {
@@ -80,6 +85,8 @@ impl QueryOptions {
                 }
             } else if argument == "--reuse-million" {
                 options.reuse_million = true;
+            } else if let Some(hold) = argument.strip_prefix("--index-hold=") {
+                options.index_hold = Some(hold.to_string());
             }
         }
         Ok(options)
@@ -222,10 +229,15 @@ fn search_all_along(
 
 /// Mirrors a 1,000,000-resource stdio fixture into `work/million`, waits until the search
 /// index holds every entry, and stops the daemon, leaving the database and the index.
-pub fn build_million_database() -> anyhow::Result<MillionDatabase> {
+pub fn build_million_database(options: &QueryOptions) -> anyhow::Result<MillionDatabase> {
     let files = DaemonFiles::fresh("million")?;
     let args = fixture_args(MILLION as usize, 1000, MILLION_SERVER);
-    let config = files.config("", &fixture_stdio_table(MILLION_SERVER, &args))?;
+    let mut tables = fixture_stdio_table(MILLION_SERVER, &args);
+    if let Some(hold) = &options.index_hold {
+        // A table of its own after the servers' tables.
+        tables.push_str(&format!("\n[search]\nfirst_load_index_hold = \"{hold}\"\n"));
+    }
+    let config = files.config("", &tables)?;
     let started = Instant::now();
     let mut daemon = start_daemon(&files, &config)?;
     let phase = Arc::new(std::sync::atomic::AtomicU8::new(LOADING));
@@ -710,6 +722,11 @@ pub fn run(
     let files = &million.files;
     report.line("## Query: 1,000,000 resources, the derived index beside FTS5");
     report.line("");
+    if let (Some(hold), Some(_)) = (&options.index_hold, &million.first_load) {
+        report.line(format!(
+            "The first load's daemon ran with `[search] first_load_index_hold = \"{hold}\"`."
+        ));
+    }
     match &million.first_load {
         Some(load) => first_load_line(report, load),
         None => report.line(
