@@ -178,7 +178,7 @@ fn main() -> anyhow::Result<()> {
                 }
                 if million.is_none() {
                     eprintln!("building the 1,000,000-resource database");
-                    million = Some(query::build_million_database()?);
+                    million = Some(query::build_million_database(&query_options)?);
                 }
                 let files = million.as_ref().context("million database")?;
                 match *scenario {

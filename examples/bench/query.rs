@@ -42,15 +42,21 @@ pub struct MillionDatabase {
     pub first_load: Option<FirstLoad>,
 }
 
-/// Which parts of the query scenario run: `--parts=classes,throughput,throughput8,catchup,paging,ten`
-/// (default: all but `throughput8`, the index with 8 clients only), and `--reuse-million`
-/// (keep `target/bench-work/million` from an earlier run instead of loading it again).
+/// Which parts of the query scenario run: `--parts=firstload,classes,throughput,throughput8,catchup,paging,ten`
+/// (default: all but `throughput8`, the index with 8 clients only; `firstload` alone stops
+/// after the first load and its searches), `--reuse-million`
+/// (keep `target/bench-work/million` from an earlier run instead of loading it again), and
+/// `--index-hold=30s|off` (the daemon's `[search] first_load_index_hold` for the first load;
+/// left out, the daemon's default).
 pub struct QueryOptions {
     parts: Vec<String>,
     pub reuse_million: bool,
+    /// `[search] first_load_index_hold` of the first load's daemon.
+    pub index_hold: Option<String>,
 }
 
-const ALL_PARTS: [&str; 6] = [
+const ALL_PARTS: [&str; 7] = [
+    "firstload",
     "classes",
     "throughput",
     "throughput8",
@@ -64,6 +70,7 @@ impl QueryOptions {
         let mut options = QueryOptions {
             parts: Vec::new(),
             reuse_million: false,
+            index_hold: None,
         };
         for argument in arguments {
             if let Some(parts) = argument.strip_prefix("--parts=") {
@@ -78,6 +85,8 @@ impl QueryOptions {
                 }
             } else if argument == "--reuse-million" {
                 options.reuse_million = true;
+            } else if let Some(hold) = argument.strip_prefix("--index-hold=") {
+                options.index_hold = Some(hold.to_string());
             }
         }
         Ok(options)
@@ -114,18 +123,137 @@ pub struct FirstLoad {
     index_bytes: u64,
     /// The daemon's peak resident memory (VmHWM) over the load and the index build.
     peak_rss_kb: Option<u64>,
+    /// The walk's commit (its "snapshot swapped" log line) to `catalog/status` showing the
+    /// index current (polled every 50 ms).
+    commit_to_current_seconds: Option<f64>,
+    current_at_us: i64,
+    /// What a client searching all along saw: while the walk ran, and from the commit until
+    /// the index was current.
+    searches: [SearchesSeen; 2],
+}
+
+/// The searches of one phase of a first load.
+#[derive(Default, Clone)]
+pub struct SearchesSeen {
+    latencies_ms: Samples,
+    failed: u64,
+    first_failure: Option<String>,
+    index: u64,
+    sqlite: u64,
+    stale: u64,
+}
+
+impl SearchesSeen {
+    fn summary(&self) -> String {
+        let over_budget = self.latencies_ms.0.iter().filter(|&&ms| ms > 5.0).count();
+        format!(
+            "{} searches, {} failed{}; engine index {} (of which {} from the index's previous \
+             state), SQLite {}; p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; {} over 5 ms",
+            self.latencies_ms.len(),
+            self.failed,
+            self.first_failure
+                .as_deref()
+                .map(|error| format!(" (first: {error})"))
+                .unwrap_or_default(),
+            self.index,
+            self.stale,
+            self.sqlite,
+            self.latencies_ms.median(),
+            self.latencies_ms.quantile(0.99),
+            self.latencies_ms.max(),
+            over_budget,
+        )
+    }
+}
+
+/// Phases of a first load, for the searching client.
+const LOADING: u8 = 0;
+const CATCHING_UP: u8 = 1;
+const DONE: u8 = 2;
+
+/// One client searching without pause (a common word, a rare id, a two-word query in turn)
+/// until `phase` says DONE; what it saw, per phase.
+fn search_all_along(
+    socket: PathBuf,
+    phase: Arc<std::sync::atomic::AtomicU8>,
+) -> std::thread::JoinHandle<[SearchesSeen; 2]> {
+    std::thread::spawn(move || {
+        let mut seen: [SearchesSeen; 2] = Default::default();
+        let Ok(mut client) = connect(&socket) else {
+            return seen;
+        };
+        let mut i = 0usize;
+        loop {
+            let now = phase.load(Ordering::Acquire);
+            if now == DONE {
+                return seen;
+            }
+            i += 1;
+            let query = match i % 3 {
+                0 => "document".to_string(),
+                1 => format!("{:06}", (i * 7919) % 1_000_000),
+                _ => format!("topic-{} doc", i % 37),
+            };
+            let started = Instant::now();
+            let answer = client.request("catalog/search", json!({"query": query, "limit": 10}));
+            let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+            let seen = &mut seen[usize::from(now)];
+            seen.latencies_ms.push(elapsed);
+            match answer.as_ref().ok().and_then(|answer| answer.get("result")) {
+                Some(result) => {
+                    if result["engine"] == "index" {
+                        seen.index += 1;
+                    } else {
+                        seen.sqlite += 1;
+                    }
+                    if result["note"]
+                        .as_str()
+                        .is_some_and(|note| note.contains("previous state"))
+                    {
+                        seen.stale += 1;
+                    }
+                }
+                None => {
+                    seen.failed += 1;
+                    if seen.first_failure.is_none() {
+                        seen.first_failure = Some(match answer {
+                            Ok(answer) => answer["error"]["message"].to_string(),
+                            Err(error) => format!("{error:#}"),
+                        });
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// Mirrors a 1,000,000-resource stdio fixture into `work/million`, waits until the search
 /// index holds every entry, and stops the daemon, leaving the database and the index.
-pub fn build_million_database() -> anyhow::Result<MillionDatabase> {
+pub fn build_million_database(options: &QueryOptions) -> anyhow::Result<MillionDatabase> {
     let files = DaemonFiles::fresh("million")?;
     let args = fixture_args(MILLION as usize, 1000, MILLION_SERVER);
-    let config = files.config("", &fixture_stdio_table(MILLION_SERVER, &args))?;
+    let mut tables = fixture_stdio_table(MILLION_SERVER, &args);
+    if let Some(hold) = &options.index_hold {
+        // A table of its own after the servers' tables.
+        tables.push_str(&format!("\n[search]\nfirst_load_index_hold = \"{hold}\"\n"));
+    }
+    let config = files.config("", &tables)?;
     let started = Instant::now();
     let mut daemon = start_daemon(&files, &config)?;
-    let mut first_load = first_load(&daemon, started, MILLION)?;
+    let phase = Arc::new(std::sync::atomic::AtomicU8::new(LOADING));
+    let searcher = search_all_along(daemon.socket.clone(), phase.clone());
+    let loaded = first_load(&daemon, started, MILLION, &phase);
+    phase.store(DONE, Ordering::Release);
+    let searches = searcher
+        .join()
+        .map_err(|_| anyhow!("the searching client panicked"))?;
+    let mut first_load = loaded?;
+    first_load.searches = searches;
     first_load.peak_rss_kb = proc_status_kb(daemon.process.pid(), "VmHWM");
+    first_load.commit_to_current_seconds = daemon
+        .swaps()
+        .last()
+        .map(|swap| (first_load.current_at_us - swap.committed_at_us) as f64 / 1e6);
     daemon.process.stop();
     Ok(MillionDatabase {
         files,
@@ -144,8 +272,14 @@ pub fn index_caught_up(status: &Value, resources: u64) -> bool {
             .is_some_and(|documents| documents >= resources)
 }
 
-/// Waits for every server's first walk and for the index to hold `documents` entries.
-fn first_load(daemon: &Daemon, started: Instant, documents: u64) -> anyhow::Result<FirstLoad> {
+/// Waits for every server's first walk and for the index to hold `documents` entries; sets
+/// `phase` to CATCHING_UP when the walks are seen done.
+fn first_load(
+    daemon: &Daemon,
+    started: Instant,
+    documents: u64,
+    phase: &std::sync::atomic::AtomicU8,
+) -> anyhow::Result<FirstLoad> {
     let mut client = daemon.client()?;
     let mut walked_at = None;
     let mut last = Value::Null;
@@ -163,18 +297,23 @@ fn first_load(daemon: &Daemon, started: Instant, documents: u64) -> anyhow::Resu
                     .all(|server| server["walksOk"].as_u64().unwrap_or(0) >= 1)
             {
                 walked_at = Some(started.elapsed());
+                phase.store(CATCHING_UP, Ordering::Release);
             }
             let index = &last["daemon"]["searchIndex"];
             Ok((walked_at.is_some() && index_caught_up(&last, documents)).then(|| index.clone()))
         },
     )
     .map_err(|error| anyhow!("{error:#}: {last}"))?;
+    let current_at_us = now_us();
     let walked = walked_at.unwrap_or_default();
     Ok(FirstLoad {
         walk_seconds: walked.as_secs_f64(),
         index_seconds: (started.elapsed() - walked).as_secs_f64(),
         index_bytes: index["bytes"].as_u64().unwrap_or(0),
         peak_rss_kb: None,
+        commit_to_current_seconds: None,
+        current_at_us,
+        searches: Default::default(),
     })
 }
 
@@ -583,6 +722,11 @@ pub fn run(
     let files = &million.files;
     report.line("## Query: 1,000,000 resources, the derived index beside FTS5");
     report.line("");
+    if let (Some(hold), Some(_)) = (&options.index_hold, &million.first_load) {
+        report.line(format!(
+            "The first load's daemon ran with `[search] first_load_index_hold = \"{hold}\"`."
+        ));
+    }
     match &million.first_load {
         Some(load) => first_load_line(report, load),
         None => report.line(
@@ -590,6 +734,9 @@ pub fn run(
         ),
     }
     report.line("");
+    if options.parts == ["firstload"] {
+        return Ok(());
+    }
     million_rest(report, files, options)
 }
 
@@ -603,6 +750,17 @@ fn first_load_line(report: &mut Report, load: &FirstLoad) {
         load.index_seconds,
         mb(Some(load.index_bytes / 1024)),
         mb(load.peak_rss_kb),
+    ));
+    report.line("");
+    report.line(format!(
+        "Catch-up after the first load: the walk's commit (log) to `catalog/status` showing \
+         the index current (polled every 50 ms): {} s (budget 5 s). One client searching \
+         without pause all along (`document`, a 6-digit id, `topic-N doc` in turn, limit 10): \
+         while the walk ran, {}; from the walk's end to the index current, {}.",
+        load.commit_to_current_seconds
+            .map_or("?".to_string(), |seconds| format!("{seconds:.2}")),
+        load.searches[0].summary(),
+        load.searches[1].summary(),
     ));
 }
 
@@ -862,7 +1020,12 @@ fn ten_servers(report: &mut Report) -> anyhow::Result<()> {
     let started = Instant::now();
     let daemon = start_daemon(&files, &config)?;
     let listings = (SERVERS as u64 + 1) * PER_SERVER as u64;
-    let load = first_load(&daemon, started, listings)?;
+    let load = first_load(
+        &daemon,
+        started,
+        listings,
+        &std::sync::atomic::AtomicU8::new(LOADING),
+    )?;
     fixture.process.stop();
     report.line(format!(
         "The 10-server catalog: one HTTP fixture serving ten catalogs of 100,000 (`s0`..`s9`, \

@@ -1,11 +1,13 @@
 //! The `[search]` table: the local sentence-transformers model of hybrid search and the kinds it embeds, validated into one `SearchConfig`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::source::SourceFile;
+use super::values::optional_duration;
 use super::ConfigError;
 use crate::protocol::Kind;
 
@@ -18,6 +20,7 @@ pub(crate) const DEFAULT_SEMANTIC_KINDS: &[Kind] = &[Kind::Template, Kind::Tool,
 pub(super) struct RawSearch {
     pub semantic_model: Option<Spanned<String>>,
     pub semantic_kinds: Option<Spanned<Vec<String>>>,
+    pub first_load_index_hold: Option<Spanned<String>>,
 }
 
 /// How `catalog/search` ranks beyond words.
@@ -28,6 +31,9 @@ pub struct SearchConfig {
     pub semantic_model: Option<PathBuf>,
     /// The kinds whose entries are embedded (and so found by meaning).
     pub semantic_kinds: Vec<Kind>,
+    /// How long a first load's walk may wait in all for the search index building it
+    /// (`"off"`: never); `None` keeps `crate::store::FIRST_LOAD_INDEX_HOLD`.
+    pub first_load_index_hold: Option<Duration>,
 }
 
 pub(super) fn search_config(
@@ -68,8 +74,22 @@ pub(super) fn search_config(
             kinds
         }
     };
+    // "off" (no wait at all) is a hold of zero; left out, the store's default.
+    let first_load_index_hold = match &raw.first_load_index_hold {
+        None => None,
+        Some(_) => Some(
+            optional_duration(
+                source,
+                &raw.first_load_index_hold,
+                "search.first_load_index_hold",
+                None,
+            )?
+            .unwrap_or(Duration::ZERO),
+        ),
+    };
     Ok(SearchConfig {
         semantic_model,
         semantic_kinds,
+        first_load_index_hold,
     })
 }

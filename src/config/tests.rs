@@ -220,3 +220,25 @@ fn template_bounds_have_defaults_and_ceilings() {
         );
     }
 }
+
+#[test]
+fn the_first_load_index_hold_is_a_duration_or_off() {
+    let hold = |table: &str| {
+        parse_text(&format!("[search]\n{table}\n"))
+            .map(|config| config.search.first_load_index_hold)
+    };
+    assert_eq!(hold("").expect("default"), None);
+    assert_eq!(
+        hold("first_load_index_hold = \"10s\"").expect("10s"),
+        Some(Duration::from_secs(10))
+    );
+    assert_eq!(
+        hold("first_load_index_hold = \"off\"").expect("off"),
+        Some(Duration::ZERO)
+    );
+    let error = hold("first_load_index_hold = \"soon\"").expect_err("not a duration");
+    assert!(
+        error.to_string().contains("search.first_load_index_hold"),
+        "{error}"
+    );
+}

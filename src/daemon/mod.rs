@@ -121,6 +121,9 @@ pub async fn run_with(
     }
     let (stop, stopping) = watch::channel(false);
     let search_index = open_search_index(&config.daemon.database).await;
+    if let Some(hold) = config.search.first_load_index_hold {
+        store.set_first_load_index_hold(hold);
+    }
     let keeper = search_index
         .as_ref()
         .map(|index| search::keeper::spawn(index.clone(), store.clone(), stopping.clone()));

@@ -24,6 +24,9 @@ use crate::store::{CatalogChanged, FeedDiff, IndexSource, Store, StoreError};
 
 /// How often the keeper looks for priority changes when no swap happens.
 const QUIET_CHECK: Duration = Duration::from_secs(2);
+/// How long the keeper waits for the segments of a first load built during its walk to be
+/// finished (the builder is at most a channel's pages behind the writer).
+const BUILT_LOAD_WAIT: Duration = Duration::from_secs(10);
 /// How long the keeper waits before trying again after a failed pass.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
@@ -42,6 +45,19 @@ pub fn spawn(
     mut stopping: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let mut changes: broadcast::Receiver<CatalogChanged> = store.subscribe();
+    // The pages of large first loads, to build their index during the walk.
+    let (feed, pages) = std::sync::mpsc::channel();
+    store.feed_first_loads(feed);
+    let builder = {
+        let index = index.clone();
+        let database = store.path().to_path_buf();
+        std::thread::Builder::new()
+            .name("search-prebuild".into())
+            .spawn(move || index.prebuilder.clone().run(index, pages, &database))
+    };
+    if let Err(error) = builder {
+        tracing::warn!(%error, "cannot start the thread that indexes first loads during their walk");
+    }
     let database: PathBuf = store.path().to_path_buf();
     tokio::spawn(async move {
         let mut first = true;
@@ -204,6 +220,39 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                         // Searches may answer from the last commit meanwhile (saying so):
                         // at a million entries this diff takes seconds.
                         index.set_replacing(serving);
+                        // A first load built during its walk: its segments, in one commit.
+                        let built =
+                            match kind {
+                                Kind::Resource => snapshot.server_resources(&server)?.and_then(
+                                    |(id, resources)| {
+                                        index.prebuilder.take(
+                                            &server,
+                                            id,
+                                            resources,
+                                            BUILT_LOAD_WAIT,
+                                        )
+                                    },
+                                ),
+                                _ => None,
+                            };
+                        if let Some(load) = built {
+                            let documents = load.documents;
+                            let adopted = index.adopt_load(load, generation);
+                            if matches!(adopted, Ok(true)) {
+                                index.set_replacing(false);
+                                tracing::info!(
+                                    server,
+                                    documents,
+                                    "the first load's index, built during its walk, is in"
+                                );
+                                continue;
+                            }
+                            if let Err(error) = adopted {
+                                index.set_replacing(false);
+                                return Err(error.into());
+                            }
+                            tracing::info!(server, "the first load's index built during its walk cannot be taken as it is (another server lists its URIs); indexing it again");
+                        }
                         let applied = snapshot.with_entries(Some((&server, kind)), |entries| {
                             index.apply(ServerDiff {
                                 generation,
@@ -231,6 +280,7 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
         }
         _ => {}
     }
+    index.prebuilder.forget_unclaimed();
     index.set_phase(Phase::Ready);
     Ok(())
 }
@@ -398,6 +448,81 @@ mod tests {
             )
         );
         store.close().await;
+    }
+
+    /// A first load whose walk stops waiting for the index (its hold used up: here at once,
+    /// the builder not running yet) is still adopted whole: the builder reads the pages it had
+    /// no room for from the database after the commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let database = directory.path().join("catalog.db");
+        let store = Store::open(&database).expect("store");
+        store
+            .apply_servers(sync(vec![ServerEntry {
+                name: "big".into(),
+                priority: 10,
+                transport: crate::protocol::TransportKind::Stdio,
+                read_cache_bytes: None,
+            }]))
+            .await
+            .expect("servers");
+        let (index, _) =
+            SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+        let index = Arc::new(index);
+        keep_up(&index, &database, true).expect("empty index");
+        let (feed, events) = std::sync::mpsc::channel();
+        store.feed_first_loads(feed);
+        store.set_first_load_index_hold(Duration::ZERO);
+        // Pages of 5,000: the first four have room (enough to start the build), the rest go
+        // without while no builder runs.
+        let walk = store.begin_walk("big");
+        for page in 0..8 {
+            walk.add_resources(
+                (page * 5000..(page + 1) * 5000)
+                    .map(|i| row(&format!("b://{i:06}"), &format!("b{i}"), "gamma"))
+                    .collect(),
+            )
+            .await
+            .expect("stage");
+        }
+        walk.commit(WalkReport::default()).await.expect("commit");
+        let builder = {
+            let (index, database) = (index.clone(), database.clone());
+            std::thread::spawn(move || {
+                index
+                    .prebuilder
+                    .clone()
+                    .run(index.clone(), events, &database)
+            })
+        };
+        let kept = {
+            let (index, database) = (index.clone(), database.clone());
+            tokio::task::spawn_blocking(move || keep_up(&index, &database, false))
+        };
+        kept.await.expect("join").expect("catch up");
+        let (read_back, handed_out) = index.prebuilder.counts();
+        assert_eq!(read_back, 20_000, "the four pages without room");
+        assert_eq!(handed_out, 1, "the load's segments were adopted");
+        assert_eq!(index.status().documents, 40_000);
+        for (name, uri) in [("b0", "b://000000"), ("b39999", "b://039999")] {
+            assert_eq!(
+                found(&index, name),
+                vec![("big".to_string(), uri.to_string())]
+            );
+        }
+        assert_eq!(
+            index.generation(),
+            Some(
+                store
+                    .read(|reader| reader.latest_change_seq())
+                    .await
+                    .expect("seq") as u64
+            )
+        );
+        store.close().await;
+        drop(store);
+        builder.join().expect("builder");
     }
 
     fn template(uri_template: &str, name: &str, description: &str) -> crate::store::TemplateRow {

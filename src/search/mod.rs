@@ -21,6 +21,7 @@ mod directory;
 mod files;
 pub(crate) mod gate;
 pub mod keeper;
+pub mod prebuild;
 mod query;
 mod schema;
 mod slots;
@@ -83,6 +84,8 @@ pub enum SearchError {
     InvalidQuery(String),
     #[error("the search index is shutting down")]
     Cancelled,
+    #[error("building a first load's index during its walk: {0}")]
+    Source(String),
 }
 
 /// One swap's effect on one server's listings of one kind, as the writer committed it.
@@ -152,6 +155,8 @@ pub struct SearchIndex {
     slots: SearcherSlots,
     /// Set at shutdown: a long rebuild or diff stops and leaves the last commit in place.
     cancelled: AtomicBool,
+    /// First loads indexed during their walk, for the keeper to adopt.
+    prebuilder: std::sync::Arc<prebuild::Prebuilder>,
 }
 
 /// The directory the index of database `database` lives in: `catalog.db` -> `catalog.search`.
@@ -197,11 +202,7 @@ impl SearchIndex {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
         let writer: IndexWriter = index.writer_with_num_threads(1, WRITER_HEAP_BYTES)?;
-        // Merging segments costs memory in proportion to their size; segments this large are
-        // left alone, which bounds it (a million entries stay in a handful of segments).
-        let mut merges = tantivy::merge_policy::LogMergePolicy::default();
-        merges.set_max_docs_before_merge(MAX_DOCS_BEFORE_MERGE);
-        writer.set_merge_policy(Box::new(merges));
+        writer.set_merge_policy(merge_policy());
         let (status, _) = watch::channel(IndexStatus {
             phase: Phase::Opening,
             generation: payload.generation,
@@ -221,6 +222,7 @@ impl SearchIndex {
             status,
             slots: SearcherSlots::new(max_searches),
             cancelled: AtomicBool::new(false),
+            prebuilder: std::sync::Arc::default(),
         };
         search_index.publish(None);
         Ok((search_index, opened))
@@ -343,6 +345,14 @@ impl SearchIndex {
         let generation = lock(&self.committed).generation.unwrap_or(0);
         query::run(&searcher, &self.fields, query, deadline, generation)
     }
+}
+
+/// Merging segments costs memory in proportion to their size; segments this large are left
+/// alone, which bounds it (a million entries stay in a handful of segments).
+fn merge_policy() -> Box<tantivy::merge_policy::LogMergePolicy> {
+    let mut merges = tantivy::merge_policy::LogMergePolicy::default();
+    merges.set_max_docs_before_merge(MAX_DOCS_BEFORE_MERGE);
+    Box::new(merges)
 }
 
 #[cfg(test)]

@@ -53,6 +53,11 @@ pub fn snippet_analyzer() -> TextAnalyzer {
 /// letter that follows a lower-case letter or a digit (`getStock`), and before the last of a
 /// run of upper-case letters followed by a lower-case one (`HTMLParser`: `HTML`, `Parser`).
 fn camel_case_cuts(word: &str) -> Vec<usize> {
+    // Every cut is before an upper-case letter after the first: most words have none, and are
+    // looked at without allocating (a first load indexes some 20 words an entry).
+    if !word.chars().skip(1).any(char::is_uppercase) {
+        return Vec::new();
+    }
     let letters: Vec<(usize, char)> = word.char_indices().collect();
     let mut cuts = Vec::new();
     for position in 1..letters.len() {
@@ -417,6 +422,17 @@ pub struct Flags {
 
 fn key(kind: Kind, server: &str, identity: &str) -> String {
     format!("{kind}\0{server}\0{identity}")
+}
+
+/// The bytes every group term of a resource or template of `kind` starts with, and the first
+/// bytes after all of them.
+pub fn group_prefix_range(kind: Kind) -> (Vec<u8>, Vec<u8>) {
+    let first = format!("{kind}\0").into_bytes();
+    let mut after = first.clone();
+    if let Some(last) = after.last_mut() {
+        *last += 1;
+    }
+    (first, after)
 }
 
 fn group(kind: Kind, server: &str, identity: &str) -> String {

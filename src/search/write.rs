@@ -228,6 +228,103 @@ impl SearchIndex {
         Ok(listings)
     }
 
+    /// Makes the segments of a first load built during its walk (`prebuild`) the server's
+    /// resources, in one commit at `generation`. False, and nothing changed, when they cannot
+    /// be taken as they are: another server's resources may share one of their URIs (they were
+    /// built with the flags of URIs no one else lists); or the index still holds resources of
+    /// the server (deleting them in this commit would delete the added segments' too: tantivy
+    /// applies to a segment added this way every delete its queue has not handed on yet, so
+    /// the writer starts afresh, with an empty queue, before adding them).
+    pub fn adopt_load(
+        &self,
+        load: prebuild::BuiltLoad,
+        generation: u64,
+    ) -> Result<bool, SearchError> {
+        let mut writer = lock(&self.writer);
+        let searcher = self.reader.searcher();
+        if searcher.search(
+            &self.server_kind_query(&load.server, Kind::Resource),
+            &tantivy::collector::Count,
+        )? > 0
+            || self.others_may_share(&searcher, &load)?
+        {
+            return Ok(false);
+        }
+        // Nothing is staged since the last commit: this only gives the writer a new queue.
+        writer.rollback()?;
+        writer.set_merge_policy(merge_policy());
+        let outcome = (|| {
+            let mut payload = lock(&self.committed).clone();
+            for segment in load.segments {
+                writer.add_segment(segment)?;
+            }
+            payload.generation = Some(generation);
+            Ok(payload)
+        })();
+        self.finish(&mut writer, outcome)?;
+        Ok(true)
+    }
+
+    /// Whether a resource URI of another server in the committed index may be one of the
+    /// built load's: none is there (the usual case for a large first load), or each of their
+    /// group terms is looked up in the built segments. Terms of deleted documents count, so a
+    /// "true" may be wrong; it only costs the load its early build.
+    fn others_may_share(
+        &self,
+        searcher: &Searcher,
+        load: &prebuild::BuiltLoad,
+    ) -> Result<bool, SearchError> {
+        let resources = TermQuery::new(
+            self.fields.kind_term(Kind::Resource),
+            IndexRecordOption::Basic,
+        );
+        let others = BooleanQuery::new(vec![
+            (Occur::Must, Box::new(resources) as Box<dyn Query>),
+            (
+                Occur::MustNot,
+                Box::new(TermQuery::new(
+                    tantivy::Term::from_field_text(self.fields.server, &load.server),
+                    IndexRecordOption::Basic,
+                )),
+            ),
+        ]);
+        if searcher.search(&others, &tantivy::collector::Count)? == 0 {
+            return Ok(false);
+        }
+        let built = load
+            .segments
+            .iter()
+            .map(|meta| tantivy::SegmentReader::open(&self.index.segment(meta.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let built_terms = built
+            .iter()
+            .map(|reader| reader.inverted_index(self.fields.group))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (first, after) = schema::group_prefix_range(Kind::Resource);
+        for segment in searcher.segment_readers() {
+            let terms = segment.inverted_index(self.fields.group)?;
+            let mut stream = terms
+                .terms()
+                .range()
+                .ge(&first)
+                .lt(&after)
+                .into_stream()
+                .map_err(tantivy::TantivyError::from)?;
+            while stream.advance() {
+                for built in &built_terms {
+                    let found = built
+                        .terms()
+                        .get(stream.key())
+                        .map_err(tantivy::TantivyError::from)?;
+                    if found.is_some() {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
     /// Records that the index reflects `generation` when a diff changed nothing it holds.
     pub fn advance(&self, generation: u64) -> Result<(), SearchError> {
         let mut writer = lock(&self.writer);
@@ -399,8 +496,11 @@ impl SearchIndex {
                 Ok(())
             }
             Err(error) => {
-                if let Err(rollback) = writer.rollback() {
-                    tracing::warn!(%rollback, "cannot roll back the search index writer");
+                match writer.rollback() {
+                    Ok(_) => writer.set_merge_policy(merge_policy()),
+                    Err(rollback) => {
+                        tracing::warn!(%rollback, "cannot roll back the search index writer")
+                    }
                 }
                 self.publish(None);
                 Err(error)

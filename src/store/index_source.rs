@@ -46,6 +46,54 @@ impl Entry {
     }
 }
 
+/// What the writer tells the search index of a first load while it is staged, so the index
+/// can build a large one during its walk (`crate::search::prebuild`). Never waits on the
+/// index: each page carries the walk's room for it (`room`), which the index gives back once
+/// the page is written, so the channel holds at most a few pages per walk and only that walk
+/// waits for a slow index (at most `FIRST_LOAD_INDEX_HOLD`; past it the pages go without,
+/// and the index reads them from the database after the commit, by the ids they took).
+#[derive(Debug)]
+pub enum LoadEvent {
+    /// One staged page of the first load of `server`, pending under `id`; its rows took the
+    /// consecutive ids `ids` (both ends included).
+    Page {
+        id: i64,
+        server: String,
+        ids: (i64, i64),
+        entries: Vec<Entry>,
+        room: tokio::sync::OwnedSemaphorePermit,
+    },
+    /// The load committed: its server has the id `id` now, and `resources` resources, whose
+    /// rows took the ids of `ranges` (both ends included).
+    Promoted {
+        id: i64,
+        resources: u64,
+        ranges: Vec<(i64, i64)>,
+    },
+    /// The load failed or was discarded: its pages are to be forgotten.
+    Dropped { id: i64 },
+}
+
+impl Entry {
+    /// A resource row as the index keeps it.
+    pub(crate) fn of_resource(server: &str, row: &super::ResourceRow) -> Entry {
+        Entry {
+            kind: Kind::Resource,
+            server: server.to_string(),
+            uri: row.uri.clone(),
+            name: row.name.clone(),
+            title: row.title.clone(),
+            description: row.description.clone(),
+            mime_type: row.mime_type.clone(),
+            inputs: None,
+        }
+    }
+}
+
+/// Where the writer sends `LoadEvent`s (`Store::feed_first_loads`); unbounded, as the pages
+/// in it are bounded by the walks' room (`LoadEvent::Page`).
+pub type LoadFeed = std::sync::mpsc::Sender<LoadEvent>;
+
 /// A read-only connection of the search index's own, so a rebuild that streams every entry
 /// never holds one of the query connections.
 pub struct IndexSource {
@@ -142,6 +190,39 @@ impl SourceSnapshot<'_> {
             .transaction
             .prepare_cached("SELECT name, priority FROM servers")?;
         let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The id of `server` and how many resources it has, when it is recorded.
+    pub fn server_resources(&self, server: &str) -> Result<Option<(i64, u64)>, StoreError> {
+        Ok(self
+            .transaction
+            .query_row(
+                "SELECT s.id, (SELECT count(*) FROM resources r WHERE r.server_id = s.id)
+                 FROM servers s WHERE s.name = ?1",
+                [server],
+                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?.max(0) as u64)),
+            )
+            .optional()?)
+    }
+
+    /// The resources of the server whose id is `server_id` whose rows took ids from `first`
+    /// to `last` (both included): the pages of a first load its search index had no room for
+    /// during the walk (`crate::search::prebuild`).
+    pub fn resources_with_ids(
+        &self,
+        server_id: i64,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let sql = format!(
+            "{} WHERE r.server_id = ?1 AND r.id BETWEEN ?2 AND ?3 ORDER BY r.id",
+            entries_sql(Kind::Resource)
+        );
+        let mut statement = self.transaction.prepare_cached(&sql)?;
+        let rows = statement.query_map(params![server_id, first, last], |row| {
+            entry(Kind::Resource, row)
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

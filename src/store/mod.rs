@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
+use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use follow::{FollowCursor, KeyedEntries};
-pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource};
+pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource, LoadEvent, LoadFeed};
 pub use kinds::{EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::ChangePage;
 pub use reader::Reader;
@@ -101,6 +101,14 @@ pub fn now_ms() -> i64 {
 
 /// How many pages of one walk may wait for the writer before the walk waits too.
 const PAGES_IN_FLIGHT: usize = 4;
+/// How many pages of one walk's resources may wait for the writer and then for the search
+/// index (which builds a large first load from its pages during the walk) before the walk
+/// waits too: the index sees every page of a first load, and holds only that walk back.
+const INDEX_PAGES_IN_FLIGHT: usize = 4;
+/// The longest one walk waits for the search index in all (`INDEX_PAGES_IN_FLIGHT`). Past
+/// it the walk no longer waits: the index takes the pages it has room for and reads the
+/// others from the database after the commit (`crate::search::prebuild`).
+pub const FIRST_LOAD_INDEX_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 /// Read-only connections open at once (each holds descriptors for the database and its WAL);
 /// more concurrent reads wait for one, so the daemon's descriptor reserve covers them.
 pub const MAX_READERS: usize = 64;
@@ -124,11 +132,16 @@ pub struct Store {
     catalog_version: Arc<AtomicU64>,
     /// Ids the full-text backlog lists (the writer keeps it; `full_text_note` reads it).
     full_text_behind: Arc<AtomicU64>,
+    /// Where the writer sends the pages of large first loads (`feed_first_loads`).
+    load_feed: Arc<std::sync::OnceLock<LoadFeed>>,
     /// This database's id (`mirror_identity`), named in answers to followers.
     instance: String,
     merged_count_memo: Arc<follow::CountMemo>,
     /// The write-ahead log's checkpoints (the writer's and its checkpointer's).
     wal: Arc<writer::WalWatch>,
+    /// How long a walk may wait for the search index in all (`FIRST_LOAD_INDEX_HOLD`, or
+    /// `[search] first_load_index_hold`), in milliseconds.
+    index_hold_ms: Arc<AtomicU64>,
 }
 
 /// What an answer from SQLite's full-text search says while the index lacks rows of a large
@@ -171,6 +184,8 @@ impl Store {
         let writer_changes = changes.clone();
         let catalog_version = Arc::new(AtomicU64::new(0));
         let writer_version = catalog_version.clone();
+        let load_feed: Arc<std::sync::OnceLock<LoadFeed>> = Arc::default();
+        let writer_load_feed = load_feed.clone();
         let wal = Arc::new(writer::WalWatch::default());
         let writer_wal = wal.clone();
         std::thread::Builder::new()
@@ -182,6 +197,7 @@ impl Store {
                     writer_changes,
                     writer_version,
                     writer_behind,
+                    writer_load_feed,
                     writer_wal,
                 )
             })
@@ -199,10 +215,25 @@ impl Store {
             changes,
             catalog_version,
             full_text_behind,
+            load_feed,
             instance,
             merged_count_memo: Arc::default(),
             wal,
+            index_hold_ms: Arc::new(AtomicU64::new(FIRST_LOAD_INDEX_HOLD.as_millis() as u64)),
         })
+    }
+
+    /// Walks begun from now on wait at most `hold` in all for the search index (instead of
+    /// `FIRST_LOAD_INDEX_HOLD`; `[search] first_load_index_hold`).
+    pub fn set_first_load_index_hold(&self, hold: std::time::Duration) {
+        self.index_hold_ms
+            .store(hold.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Sends the staged pages of first loads, and their ends, to `feed` from now on (the
+    /// search index builds a large one during its walk); the first feed set stays.
+    pub fn feed_first_loads(&self, feed: LoadFeed) {
+        let _ = self.load_feed.set(feed);
     }
 
     /// The write-ahead log's size and last checkpoint (`catalog/status`).
@@ -368,6 +399,11 @@ impl Store {
             server: server.to_string(),
             writer: self.writer.clone(),
             in_flight: Arc::new(Semaphore::new(PAGES_IN_FLIGHT)),
+            index_room: Arc::new(Semaphore::new(INDEX_PAGES_IN_FLIGHT)),
+            index_held: std::sync::Mutex::new(std::time::Duration::ZERO),
+            index_hold: std::time::Duration::from_millis(
+                self.index_hold_ms.load(Ordering::Relaxed),
+            ),
             finished: false,
         }
     }
@@ -458,6 +494,12 @@ pub struct StagedWalk {
     server: String,
     writer: mpsc::UnboundedSender<WriteOp>,
     in_flight: Arc<Semaphore>,
+    /// Room for the walk's resource pages on their way to the search index.
+    index_room: Arc<Semaphore>,
+    /// How long the walk has waited for `index_room` so far (`FIRST_LOAD_INDEX_HOLD`).
+    index_held: std::sync::Mutex<std::time::Duration>,
+    /// How long it may (`FIRST_LOAD_INDEX_HOLD`).
+    index_hold: std::time::Duration,
     finished: bool,
 }
 
@@ -483,15 +525,44 @@ impl StagedWalk {
             .acquire_owned()
             .await
             .map_err(|_| StoreError::WriterGone)?;
+        let index_permit = match &batch {
+            Batch::Resources(_) => self.index_room().await,
+            Batch::Templates(_) | Batch::Entries(..) => None,
+        };
         let operation = WriteOp::Stage {
             walk_id: self.id,
             server: self.server.clone(),
             batch,
             permit,
+            index_permit,
         };
         self.writer
             .send(operation)
             .map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Room for one more page on its way to the search index: at once when there is some,
+    /// else after a wait, until the walk has waited `FIRST_LOAD_INDEX_HOLD` in all; `None`
+    /// past that (the page is staged all the same, and the index reads it after the commit).
+    async fn index_room(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(permit) = self.index_room.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        let held = *self
+            .index_held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let left = self.index_hold.saturating_sub(held);
+        if left.is_zero() {
+            return None;
+        }
+        let started = std::time::Instant::now();
+        let permit = tokio::time::timeout(left, self.index_room.clone().acquire_owned()).await;
+        *self
+            .index_held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) += started.elapsed();
+        permit.ok().and_then(Result::ok)
     }
 
     /// Swaps the staged walk in as the server's snapshot, in one transaction.

@@ -95,7 +95,12 @@ pub(crate) async fn gated_search(
         .acquire()
         .await
         .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
-    request.deadline = Some(permit.deadline);
+    // A deadline set before (a share of the budget, `sqlite_within_share`) only shortens it.
+    request.deadline = Some(
+        request
+            .deadline
+            .map_or(permit.deadline, |share| share.min(permit.deadline)),
+    );
     context
         .store
         .read(move |reader| reader.search(&request))
@@ -117,6 +122,10 @@ pub(crate) async fn gated_search(
 /// How long a search waits for the index to apply a swap its caller may already have seen
 /// (one committed before the search arrived) before SQLite answers instead.
 const INDEX_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// The same wait when the index's last commit can answer instead (a large swap, which SQLite's
+/// full-text index is behind too): a search during a first load's catch-up is not held a
+/// second for an answer that says "previous state" anyway.
+const INDEX_CATCH_UP_WAIT_WITH_STALE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Answers from the derived search index; `Ok(Err(why))` when it cannot answer for the
 /// catalog as it stands (repairing, or behind a swap it has not applied yet in time).
@@ -124,6 +133,64 @@ pub(crate) async fn search_index(
     index: &Arc<SearchIndex>,
     context: &DaemonContext,
     request: &store::SearchRequest,
+) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    search_index_as(index, context, request, false).await
+}
+
+/// When the index is behind but holds a consistent earlier catalog (its last commit), SQLite
+/// gets this share of `search_timeout`; past it, that commit answers, saying so
+/// (`answer_or_stale`): a common word over a first load of a million rows runs past the whole
+/// timeout in SQLite, and no search is to fail because the index is behind.
+const SQLITE_SHARE_WHILE_BEHIND: u32 = 2;
+
+/// Whether the index can answer from its last commit while it is behind.
+pub(crate) fn can_answer_stale(index: &SearchIndex) -> bool {
+    let status = index.status();
+    status.phase == crate::search::Phase::Ready && status.generation.is_some()
+}
+
+/// Runs `sqlite` (a search through the gate) for an index that cannot answer for the catalog
+/// as it stands: with a share of the budget when the index's last commit can answer instead
+/// (`None` then means it ran past that share), else with the whole budget.
+pub(crate) async fn sqlite_within_share<T, F, Fut>(
+    index: Option<&Arc<SearchIndex>>,
+    context: &DaemonContext,
+    sqlite: F,
+) -> Result<Option<T>, ErrorObject>
+where
+    F: FnOnce(Option<Instant>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ErrorObject>>,
+{
+    if !index.is_some_and(|index| can_answer_stale(index)) {
+        return sqlite(None).await.map(Some);
+    }
+    let share = context.search_gate.limits().timeout / SQLITE_SHARE_WHILE_BEHIND;
+    match sqlite(Some(Instant::now() + share)).await {
+        Ok(answer) => Ok(Some(answer)),
+        Err(error) if error.code == SEARCH_TIMED_OUT => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// The index's answer from its last commit, for a search SQLite could not answer within its
+/// share (`sqlite_within_share`).
+pub(crate) async fn stale_search(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+) -> Result<IndexAnswer, ErrorObject> {
+    match search_index_as(index, context, request, true).await? {
+        Ok(answer) => Ok(answer),
+        Err(why) => Err(internal(why)),
+    }
+}
+
+/// `search_index`; with `stale`, from the index's last commit whatever it reflects.
+async fn search_index_as(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+    stale: bool,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     let mut note = None;
     let mut query = SearchQuery::new(request.query.clone(), request.limit);
@@ -152,7 +219,7 @@ pub(crate) async fn search_index(
             .store
             .read(move |reader| {
                 let generation = reader.index_generation()?;
-                Ok(if index.status().serves(wanted, generation) {
+                Ok(if stale || index.status().serves(wanted, generation) {
                     Ok(searched_within(&index, &query, permit))
                 } else {
                     Err(generation)
@@ -161,6 +228,12 @@ pub(crate) async fn search_index(
             .await
             .map_err(internal)?
     };
+    if stale {
+        note = Some(format!(
+            "the search index is still indexing a change, and SQLite's full-text search ran past its share of search_timeout; answered from the index's previous state (generation {}), without the entries that change brings",
+            index.generation().unwrap_or(0)
+        ));
+    }
     let searched = match searched {
         Ok(searched) => searched,
         Err(generation) => {
@@ -172,19 +245,21 @@ pub(crate) async fn search_index(
                 status.serves(wanted, generation)
                     || status.phase != crate::protocol::IndexPhase::Ready
             });
-            let _ = tokio::time::timeout(INDEX_CATCH_UP_WAIT, caught_up).await;
+            let wait = match can_answer_stale(index) && context.store.full_text_note().is_some() {
+                true => INDEX_CATCH_UP_WAIT_WITH_STALE,
+                false => INDEX_CATCH_UP_WAIT,
+            };
+            let _ = tokio::time::timeout(wait, caught_up).await;
             let now = index.status();
-            // Behind a large swap that SQLite's full-text index is still behind too (a first
-            // load of a million entries takes the index seconds, and SQLite's answer would lack
-            // the same rows and be slow for common words): the index's last commit, a
-            // consistent earlier catalog, answers, and says so.
+            // Behind while SQLite's full-text index is behind a large swap too (SQLite's
+            // answer would lack rows as well, and be slow for common words): the index's last
+            // commit, a consistent earlier catalog, answers, and says so.
             let stale = !now.serves(wanted, generation)
-                && now.phase == crate::search::Phase::Ready
-                && now.replacing
+                && can_answer_stale(index)
                 && context.store.full_text_note().is_some();
             if stale {
                 note = Some(format!(
-                    "the search index is still indexing a large change; answered from its previous state (generation {}), without the entries that change brings",
+                    "the search index is still indexing a change; answered from its previous state (generation {}), without the entries that change brings",
                     now.generation.unwrap_or(0)
                 ));
             } else if !now.serves(wanted, generation) {
@@ -343,7 +418,24 @@ pub async fn resource_search(
             Err(why) => origin.note = Some(why),
         }
     }
-    let page = gated_search(request, context).await?;
+    let index = context.search_index.as_ref().filter(|_| !request.raw);
+    let sqlite = sqlite_within_share(index, context, |share| {
+        let mut request = request.clone();
+        request.deadline = share;
+        async move { gated_search(request, context).await }
+    });
+    let page = match (sqlite.await?, index) {
+        (Some(page), _) => page,
+        (None, Some(index)) => {
+            let answer = stale_search(index, context, &request).await?;
+            origin.engine = Some(wire::SearchEngine::Index);
+            origin.match_mode = answer.mode;
+            origin.mode = Some(answer.search_mode);
+            origin.note = answer.note;
+            return Ok((answer.hits, answer.next, origin));
+        }
+        (None, None) => return Err(internal("no search engine answered")),
+    };
     if let Some(behind) = page.note {
         origin.note = Some(match origin.note.take() {
             Some(why) => format!("{why}; {behind}"),
@@ -381,9 +473,36 @@ pub async fn search_kinds(
             Err(why) => note = Some(why),
         }
     }
-    let mut result = sqlite_kinds_search(search, context).await?;
-    result.note = note;
-    Ok(result)
+    // SQLite with a share of the budget when the index's last commit can answer instead.
+    let index = context
+        .search_index
+        .as_ref()
+        .filter(|_| !search.sqlite_cursor && !search.index.raw);
+    let request = search.index.clone();
+    let sqlite = sqlite_within_share(index, context, |share| {
+        let mut search = search;
+        if let Some(resources) = &mut search.resources {
+            resources.deadline = share;
+        }
+        sqlite_kinds_search(search, context)
+    });
+    match (sqlite.await?, index) {
+        (Some(mut result), _) => {
+            result.note = note;
+            Ok(result)
+        }
+        (None, Some(index)) => {
+            let answer = stale_search(index, context, &request).await?;
+            let mut result = search_result(answer.hits, None);
+            result.next_cursor = answer.next.map(wire::encode_index_cursor);
+            result.engine = Some(wire::SearchEngine::Index);
+            result.match_mode = answer.mode;
+            result.mode = Some(answer.search_mode);
+            result.note = answer.note;
+            Ok(result)
+        }
+        (None, None) => Err(internal("no search engine answered")),
+    }
 }
 
 /// The SQLite side of a search of several kinds: the resource page and the tool and prompt

@@ -469,3 +469,121 @@ fn every_kind_in_one_index_with_kinds_as_a_filter() {
         Err(SearchError::Unordered { .. })
     ));
 }
+
+/// A first load built beside the index (`prebuild`) and adopted in one commit: searches see
+/// none of it before and all of it after; later diffs change and remove its entries like any
+/// other's; a load whose URIs another server lists is refused (its flags would be wrong).
+#[test]
+fn a_load_built_beside_the_index_is_adopted_whole_and_changes_like_any_other() {
+    use crate::store::LoadEvent;
+    let directory = tempfile::tempdir().expect("tempdir");
+    let (index, _) = open(&directory.path().join("index"));
+    let index = std::sync::Arc::new(index);
+    index
+        .set_priorities(&priorities(&[("docs", 10), ("big", 20)]))
+        .expect("priorities");
+    load(
+        &index,
+        1,
+        "docs",
+        vec![entry("docs", "x://shared", "shared", "", "alpha")],
+    );
+    let big = |range: std::ops::Range<usize>, word: &str| -> Vec<Entry> {
+        range
+            .map(|i| entry("big", &format!("b://{i}"), &format!("b{i}"), "", word))
+            .collect()
+    };
+    // The walk's room for pages on their way to the index; each is given back once written.
+    let room = std::sync::Arc::new(tokio::sync::Semaphore::new(12));
+    let permit = || room.clone().try_acquire_owned().expect("room");
+    let (feed, events) = std::sync::mpsc::channel();
+    for page in 0..12 {
+        let first = page as i64 * 1000 + 1;
+        feed.send(LoadEvent::Page {
+            id: -7,
+            server: "big".into(),
+            ids: (first, first + 999),
+            entries: big(page * 1000..(page + 1) * 1000, "gamma"),
+            room: permit(),
+        })
+        .expect("page");
+    }
+    feed.send(LoadEvent::Promoted {
+        id: -7,
+        resources: 12_000,
+        ranges: vec![(1, 12_000)],
+    })
+    .expect("promoted");
+    drop(feed);
+    let database = directory.path().join("no.db");
+    index
+        .prebuilder
+        .clone()
+        .run(index.clone(), events, &database);
+    assert_eq!(room.available_permits(), 12, "every page's room given back");
+    let mut all = SearchQuery::new("gamma", 20_000);
+    all.time_limit = Duration::from_secs(30);
+    assert!(
+        uris(&index, all.clone()).is_empty(),
+        "seen before its commit"
+    );
+    let built = index
+        .prebuilder
+        .take("big", -7, 12_000, Duration::from_secs(1))
+        .expect("built");
+    assert!(index.adopt_load(built, 2).expect("adopt"));
+    assert_eq!(uris(&index, all.clone()).len(), 12_000);
+    assert_eq!(index.generation(), Some(2));
+    // A change and a removal reach the adopted segments.
+    index
+        .apply(ServerDiff {
+            generation: 3,
+            server: "big".into(),
+            kind: Kind::Resource,
+            replace: false,
+            removed: vec!["b://1".into()],
+            upserted: vec![entry("big", "b://0", "b0", "", "delta")],
+        })
+        .expect("change");
+    assert_eq!(uris(&index, all.clone()).len(), 11_998);
+    assert_eq!(find(&index, "delta"), vec!["b://0".to_string()]);
+
+    // Another load lists a URI of `docs`: refused, and nothing changes.
+    let (feed, events) = std::sync::mpsc::channel();
+    let mut entries = big(20_000..31_000, "epsilon");
+    for entry in &mut entries {
+        entry.server = "copy".into();
+    }
+    entries[5].uri = "x://shared".into();
+    feed.send(LoadEvent::Page {
+        id: -8,
+        server: "copy".into(),
+        ids: (20_001, 31_000),
+        entries,
+        room: permit(),
+    })
+    .expect("page");
+    feed.send(LoadEvent::Promoted {
+        id: -8,
+        resources: 11_000,
+        ranges: vec![(20_001, 31_000)],
+    })
+    .expect("promoted");
+    drop(feed);
+    index
+        .prebuilder
+        .clone()
+        .run(index.clone(), events, &database);
+    let built = index
+        .prebuilder
+        .take("copy", -8, 11_000, Duration::from_secs(1))
+        .expect("built");
+    assert!(!index.adopt_load(built, 4).expect("adopt"));
+    assert!(find(&index, "epsilon").is_empty());
+    assert_eq!(index.generation(), Some(3));
+    // A load whose count differs from the committed one's is not handed out.
+    assert!(index
+        .prebuilder
+        .take("copy", -8, 11_000, Duration::from_millis(10))
+        .is_none());
+}

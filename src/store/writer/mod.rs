@@ -35,6 +35,10 @@ pub enum WriteOp {
         server: String,
         batch: Batch,
         permit: OwnedSemaphorePermit,
+        /// The walk's room for this page on its way to the search index: it goes with a first
+        /// load's page to the index (which gives it back once the page is written there);
+        /// `None` once the walk no longer waits for the index (`FIRST_LOAD_INDEX_HOLD`).
+        index_permit: Option<OwnedSemaphorePermit>,
     },
     /// Swaps a staged walk in.
     Commit {
@@ -182,6 +186,7 @@ pub fn run(
     changes: broadcast::Sender<CatalogChanged>,
     catalog_version: Arc<AtomicU64>,
     full_text_behind: Arc<AtomicU64>,
+    load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
     wal_watch: Arc<WalWatch>,
 ) {
     if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
@@ -281,6 +286,7 @@ pub fn run(
                 server,
                 batch,
                 permit,
+                index_permit,
             } => {
                 // After one failed page the walk cannot commit, so later pages are skipped.
                 if let Entry::Vacant(slot) = failed_walks.entry(walk_id) {
@@ -297,12 +303,29 @@ pub fn run(
                         },
                         Batch::Templates(_) | Batch::Entries(..) => Ok(None),
                     };
+                    // A first load's page goes to the search index too, once staged: the ids
+                    // its rows took (consecutive, the last of the load's ranges).
+                    let mut pending_page = None;
                     let staged = counts.and_then(|counts| {
                         wal.stage_page(&connection, walk_id, batch.bytes())?;
                         match (&batch, counts) {
                             (Batch::Resources(rows), Some(counts)) => {
                                 counts.progress.note(rows.len());
-                                stage_resources(&mut connection, walk_id, counts, rows)
+                                let before = counts.staged;
+                                stage_resources(&mut connection, walk_id, counts, rows)?;
+                                let inserted = (counts.staged - before) as i64;
+                                if let Some(pending) = counts.pending.as_mut() {
+                                    let last = pending.ranges.last().map_or(0, |range| range.1);
+                                    let ids = (last - inserted + 1, last);
+                                    if index_permit.is_none() && load_feed.get().is_some() {
+                                        if pending.unsent_pages == 0 {
+                                            tracing::info!(server, held_s = crate::store::FIRST_LOAD_INDEX_HOLD.as_secs(), "the search index cannot keep up with this first load and the walk waited for it as long as it may (FIRST_LOAD_INDEX_HOLD); the index reads the pages it had no room for from the database after the commit");
+                                        }
+                                        pending.unsent_pages += 1;
+                                    }
+                                    pending_page = (inserted > 0).then_some((pending.id, ids));
+                                }
+                                Ok(())
                             }
                             (Batch::Templates(rows), _) => {
                                 stage_templates(&mut connection, walk_id, rows)
@@ -313,9 +336,32 @@ pub fn run(
                             (Batch::Resources(_), None) => Ok(()),
                         }
                     });
-                    if let Err(error) = staged {
-                        tracing::warn!(server, walk_id, %error, "staging a page failed");
-                        slot.insert(error.to_string());
+                    match (staged, pending_page, &batch, load_feed.get(), index_permit) {
+                        (Err(error), ..) => {
+                            tracing::warn!(server, walk_id, %error, "staging a page failed");
+                            slot.insert(error.to_string());
+                        }
+                        (
+                            Ok(()),
+                            Some((id, ids)),
+                            Batch::Resources(rows),
+                            Some(feed),
+                            Some(room),
+                        ) => {
+                            let entries = rows
+                                .iter()
+                                .map(|row| crate::store::IndexEntry::of_resource(&server, row))
+                                .collect();
+                            // Never waits: the channel holds at most the walk's room.
+                            let _ = feed.send(crate::store::LoadEvent::Page {
+                                id,
+                                server: server.clone(),
+                                ids,
+                                entries,
+                                room,
+                            });
+                        }
+                        (Ok(()), ..) => {}
                     }
                 }
                 drop(permit);
@@ -340,6 +386,17 @@ pub fn run(
                 };
                 if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
                     discarding.push_back(pending.id);
+                }
+                if let (Some(pending), Some(feed)) = (&counts.pending, load_feed.get()) {
+                    // Before the announcement, so the index's next pass finds the load's end.
+                    let _ = feed.send(match &outcome {
+                        Ok(_) => crate::store::LoadEvent::Promoted {
+                            id: pending.id,
+                            resources: counts.staged,
+                            ranges: pending.ranges.clone(),
+                        },
+                        Err(_) => crate::store::LoadEvent::Dropped { id: pending.id },
+                    });
                 }
                 // A swap that left rows to the backlog starts (or extends) the indexing.
                 indexing |= full_text_behind.load(Ordering::Acquire) > 0;

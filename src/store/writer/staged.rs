@@ -18,6 +18,9 @@ pub(super) struct PendingLoad {
     /// consecutive ids, and pages that follow each other without another swap between them
     /// make one range.
     pub(super) ranges: Vec<(i64, i64)>,
+    /// Pages staged without room in the search index's hand-off (the walk waited
+    /// `FIRST_LOAD_INDEX_HOLD` for it): the index reads them after the commit.
+    pub(super) unsent_pages: u64,
 }
 
 /// What one walk has staged, and the snapshot it was compared with.
@@ -84,6 +87,7 @@ impl StagedCounts {
                 Some(PendingLoad {
                     id: -connection.last_insert_rowid(),
                     ranges: Vec::new(),
+                    unsent_pages: 0,
                 })
             }
             _ => None,
