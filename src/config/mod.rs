@@ -58,8 +58,9 @@ pub(crate) const DEFAULT_MAX_TEMPLATE_BYTES: u64 = 4096;
 /// this is not stored either.
 pub(crate) const DEFAULT_MAX_TEMPLATE_EXPRESSIONS: u64 = 64;
 /// The most `max_template_bytes` may be: a longer template is never parsed, even one an older
-/// version stored (it routes nothing).
-pub const MAX_TEMPLATE_BYTES_CEILING: usize = 64 * 1024;
+/// version stored (it routes nothing). A template is its entry's key, so this is the keys'
+/// bound.
+pub const MAX_TEMPLATE_BYTES_CEILING: usize = crate::protocol::MAX_KEY_BYTES;
 /// The most `max_template_expressions` may be, and the most expressions a parsed template has.
 pub const MAX_TEMPLATE_EXPRESSIONS_CEILING: usize = 1024;
 /// `[daemon] max_pages_without_new`: pages in a row without a new URI that make a cursor loop.

@@ -5,22 +5,34 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::params::{bounded, bounded_option};
 use super::resource::{Prompt, Tool};
 use super::state::{ChangeKind, Kind};
+use super::{MAX_KEY_BYTES, MAX_LIST_CURSOR_BYTES, MAX_NAME_BYTES};
 
 /// `catalog/tools`, `catalog/prompts`: one server or all, a page after `cursor`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntriesParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_NAME_BYTES>"
+    )]
     pub server: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_LIST_CURSOR_BYTES>"
+    )]
     pub cursor: Option<String>,
 }
 
 /// `catalog/tool`, `catalog/prompt`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntryParams {
+    #[serde(deserialize_with = "bounded::<_, MAX_NAME_BYTES>")]
     pub server: String,
+    #[serde(deserialize_with = "bounded::<_, MAX_KEY_BYTES>")]
     pub name: String,
 }
 
@@ -73,9 +85,17 @@ pub struct AcceptResult {
 /// `catalog/drift`: one server or all, a page at a time.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DriftParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_NAME_BYTES>"
+    )]
     pub server: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_LIST_CURSOR_BYTES>"
+    )]
     pub cursor: Option<String>,
     /// Entries per page, at most `PAGE_SIZE` (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,8 +8,8 @@ use serde_json::Value;
 use super::cursor::decode_cursor;
 use super::Kind;
 use super::{
-    DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT, MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES,
-    MAX_NAME_BYTES, MAX_URI_BYTES,
+    DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT, MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES, MAX_KEY_BYTES,
+    MAX_LIST_CURSOR_BYTES, MAX_NAME_BYTES, MAX_URI_BYTES,
 };
 
 /// Params that do not fit their method; the message names the field (JSON-RPC `-32602`).
@@ -46,7 +46,7 @@ fn check_length<E: serde::de::Error>(text: &str, max: usize) -> Result<(), E> {
     }
 }
 
-fn bounded<'de, D: Deserializer<'de>, const MAX: usize>(
+pub(super) fn bounded<'de, D: Deserializer<'de>, const MAX: usize>(
     deserializer: D,
 ) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
@@ -54,7 +54,7 @@ fn bounded<'de, D: Deserializer<'de>, const MAX: usize>(
     Ok(text)
 }
 
-fn bounded_option<'de, D: Deserializer<'de>, const MAX: usize>(
+pub(super) fn bounded_option<'de, D: Deserializer<'de>, const MAX: usize>(
     deserializer: D,
 ) -> Result<Option<String>, D::Error> {
     let text = Option::<String>::deserialize(deserializer)?;
@@ -100,7 +100,7 @@ pub struct ListParams {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "bounded_option::<_, MAX_CURSOR_BYTES>"
+        deserialize_with = "bounded_option::<_, MAX_LIST_CURSOR_BYTES>"
     )]
     pub cursor: Option<String>,
 }
@@ -241,7 +241,7 @@ pub struct KeysParams {
 pub const MAX_KEYS: usize = 1_000;
 
 impl KeysParams {
-    /// The keys, checked: at most `MAX_KEYS`, each within `MAX_URI_BYTES` (a URI, a URI
+    /// The keys, checked: at most `MAX_KEYS`, each within `MAX_KEY_BYTES` (a URI, a URI
     /// template, or a tool's or prompt's `<server>/<name>`).
     pub fn checked(self) -> Result<(Kind, Vec<String>), InvalidParams> {
         if self.keys.len() > MAX_KEYS {
@@ -249,9 +249,9 @@ impl KeysParams {
                 "keys: at most {MAX_KEYS} keys per request"
             )));
         }
-        if self.keys.iter().any(|key| key.len() > MAX_URI_BYTES) {
+        if self.keys.iter().any(|key| key.len() > MAX_KEY_BYTES) {
             return Err(InvalidParams(format!(
-                "keys: a key is longer than {MAX_URI_BYTES} bytes"
+                "keys: a key is longer than {MAX_KEY_BYTES} bytes"
             )));
         }
         Ok((self.kind, self.keys))
@@ -290,7 +290,11 @@ pub struct RefreshParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerListParams {
     pub server: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, MAX_LIST_CURSOR_BYTES>"
+    )]
     pub cursor: Option<String>,
     /// Entries per page, at most `PAGE_SIZE` (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -381,8 +385,15 @@ mod tests {
             .expect_err("uri");
         assert!(uri.0.starts_with("`uri`"), "{uri}");
         let cursor =
-            parse_params::<ListParams>(json!({"cursor": "c".repeat(MAX_CURSOR_BYTES + 1)}))
+            parse_params::<ListParams>(json!({"cursor": "c".repeat(MAX_LIST_CURSOR_BYTES + 1)}))
                 .expect_err("cursor");
         assert!(cursor.0.starts_with("`cursor`"), "{cursor}");
+        // A list cursor holds the longest key's page end.
+        let longest = super::super::encode_cursor(&"k".repeat(MAX_KEY_BYTES));
+        let params = parse_params::<ListParams>(json!({ "cursor": longest })).expect("parses");
+        assert_eq!(
+            params.after().expect("decodes").map(|key| key.len()),
+            Some(MAX_KEY_BYTES)
+        );
     }
 }

@@ -10,7 +10,9 @@ use crate::protocol::{CacheScope, CatalogPrompts, CatalogTools, Kind, Method};
 use crate::store::entry::fit_entry;
 use crate::store::{now_ms, EntryRow, EntrySwap, ScopeUpdate, Store, WalkReport};
 use crate::upstream::Session;
-use crate::walk::{restarting_once, ListOutcome, ListWalk, Listed, WalkError, WalkSummary};
+use crate::walk::{
+    restarting_once, usable_key, ListOutcome, ListWalk, Listed, WalkError, WalkSummary,
+};
 
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a
 /// failure leaves the kinds already swapped in and the rest at their last complete snapshot.
@@ -144,7 +146,7 @@ pub fn followed_entry_row(
         key: String,
     }
     let key = serde_json::from_str::<Keyed>(item.get()).ok()?.meta.key;
-    if key.is_empty() {
+    if !usable_key(&key) {
         return None;
     }
     let mut row = entry_row(kind, item, max_entry_bytes)?;
@@ -162,7 +164,7 @@ pub fn entry_row(kind: Kind, item: Box<RawValue>, max_entry_bytes: u64) -> Optio
     let fitted = fit_entry(item.get(), kind, max_entry_bytes)?;
     drop(item);
     let object = &fitted.object;
-    let name = text(object, kind.identity_field()).filter(|name| !name.is_empty())?;
+    let name = text(object, kind.identity_field()).filter(|name| usable_key(name))?;
     Some(EntryRow {
         title: text(object, "title").or_else(|| {
             // Tools of older revisions carry their display name in `annotations.title`.

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
-use crate::protocol::{CacheScope, Kind};
+use crate::protocol::{CacheScope, Kind, MAX_KEY_BYTES};
 use crate::protocol::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::store::entry::{fit_entry, whole_entry_hash};
 use crate::store::uri_template::{TemplateError, UriTemplate};
@@ -452,14 +452,22 @@ struct ListedResource<'a> {
     meta: Option<&'a RawValue>,
 }
 
-/// Builds a store row from a listed Resource; `None` when it has no usable `uri` (or one
-/// longer than `max_entry_bytes`). An entry within the bound is stored as the server sent it
+/// Whether a listed entry's key (a URI, a tool's or prompt's name, a followed mirror's key)
+/// can be stored: not empty and within `MAX_KEY_BYTES`. A longer one could be neither asked
+/// for by its key nor paged past (a list cursor holds the last key of its page), so its entry
+/// is left out and counted in `lastWalk.skipped`.
+pub(crate) fn usable_key(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_BYTES
+}
+
+/// Builds a store row from a listed Resource; `None` when it has no usable `uri`
+/// (`usable_key`) or is longer than `max_entry_bytes`. An entry within the bound is stored as the server sent it
 /// (`entry::whole_entry_hash`); one over the bound is stored trimmed and flagged.
 pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<ResourceRow> {
     let text = item.get();
     if let Some(hash) = whole_entry_hash(text, max_entry_bytes) {
         if let Ok(listed) = serde_json::from_str::<ListedResource<'_>>(text) {
-            let uri = listed.uri.filter(|uri| !uri.is_empty())?;
+            let uri = listed.uri.filter(|uri| usable_key(uri))?;
             let json = |field: Option<&RawValue>| field.map(|value| value.get().to_string());
             return Some(ResourceRow {
                 // `name` is required by the schema; a server that omits it still gets its URI shown.
@@ -481,7 +489,7 @@ pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<Resourc
     let fitted = fit_entry(item.get(), Kind::Resource, max_entry_bytes)?;
     drop(item);
     let object = &fitted.object;
-    let uri = text_field(object, "uri")?;
+    let uri = text_field(object, "uri").filter(|uri| usable_key(uri))?;
     Some(ResourceRow {
         // `name` is required by the schema; a server that omits it still gets its URI shown.
         name: text_field(object, "name").unwrap_or_else(|| uri.clone()),

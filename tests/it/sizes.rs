@@ -368,3 +368,72 @@ fn a_fifty_megabyte_input_schema_is_stored_trimmed_and_pages_of_tools_are_bounde
     eprintln!("50 MB input schema: peak RSS {} MB", peak >> 20);
     assert!(peak < 400 << 20, "peak RSS {} MB", peak >> 20);
 }
+
+/// Keys are bounded (`MAX_KEY_BYTES`, 64 KiB) and list cursors follow that bound: every page
+/// after a long URI or tool name can be asked for, on every list, and an entry whose key is past
+/// the bound is left out (counted as skipped), never stored unreachable.
+#[test]
+fn lists_page_past_long_keys_and_keys_past_the_bound_are_left_out() {
+    let scratch = Scratch::new();
+    let long = "x".repeat(2_000);
+    let mut resources: Vec<Value> = (0..520)
+        .map(|index| json!({"uri": format!("fixture://long/{long}/{index:04}"), "name": format!("r{index}")}))
+        .collect();
+    resources
+        .push(json!({"uri": format!("fixture://long/{}", "y".repeat(70_000)), "name": "past"}));
+    let mut tools: Vec<Value> = (0..505)
+        .map(|index| json!({"name": format!("t{index:04}{long}"), "inputSchema": {"type": "object"}}))
+        .collect();
+    tools.push(json!({"name": "z".repeat(70_000), "inputSchema": {"type": "object"}}));
+    let scenario = scratch.write_scenario(
+        "long.json",
+        &json!({"resources": resources, "page_size": 100, "tools": tools, "tools_page_size": 100}),
+    );
+    let daemon = Daemon::with_scenario(&scratch, "long", &scenario);
+    let status = daemon.wait_for_walks("long", 1);
+    assert_eq!(status["lastWalk"]["skipped"], 1, "{status}");
+
+    // resources/list: cursors after 2 KB URIs (each over 4 KB of hex) are taken back.
+    let listed = daemon.list_all();
+    assert_eq!(listed.len(), 520);
+    assert!(listed
+        .iter()
+        .all(|resource| resource["uri"].as_str().expect("uri").len() < 3_000));
+
+    // catalog/list and catalog/tools page the same way.
+    let mut client = daemon.connect();
+    for (method, params, field) in [
+        ("catalog/list", json!({"server": "long"}), "resources"),
+        ("catalog/tools", json!({}), "tools"),
+    ] {
+        let mut params = params;
+        let mut seen = 0;
+        loop {
+            let response = client.request(method, params.clone());
+            let result = &response["result"];
+            let page = result[field]
+                .as_array()
+                .unwrap_or_else(|| panic!("{method}: {response}"));
+            seen += page.len();
+            match result["nextCursor"].as_str() {
+                Some(next) => params["cursor"] = json!(next),
+                None => break,
+            }
+        }
+        let expected = if field == "tools" { 505 } else { 520 };
+        assert_eq!(seen, expected, "{method}");
+    }
+    // A tool with a 2 KB name is described by its name; a name past the bound was never stored.
+    let name = format!("t0007{long}");
+    let described = daemon.call("catalog/tool", json!({"server": "long", "name": name}));
+    assert_eq!(described["name"], json!(name), "{described}");
+    let response = client.request(
+        "catalog/tool",
+        json!({"server": "long", "name": "z".repeat(70_000)}),
+    );
+    assert_eq!(response["error"]["code"], -32602, "{response}");
+    // A cursor past the list cursors' bound is refused, and the connection lives.
+    let response = client.request("resources/list", json!({"cursor": "k".repeat(200_000)}));
+    assert_eq!(response["error"]["code"], -32602, "{response}");
+    assert!(client.request("ping", json!({})).get("result").is_some());
+}
