@@ -32,7 +32,7 @@ pub struct SearchConfig {
     /// The kinds whose entries are embedded (and so found by meaning).
     pub semantic_kinds: Vec<Kind>,
     /// How long a first load's walk may wait in all for the search index building it
-    /// (`"off"`: never); `None` keeps `crate::store::FIRST_LOAD_INDEX_HOLD`.
+    /// (`"off"`: never); `None` keeps the store's `FIRST_LOAD_INDEX_HOLD`.
     pub first_load_index_hold: Option<Duration>,
 }
 

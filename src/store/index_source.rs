@@ -47,7 +47,7 @@ impl Entry {
 }
 
 /// What the writer tells the search index of a first load while it is staged, so the index
-/// can build a large one during its walk (`crate::search::prebuild`). Never waits on the
+/// can build a large one during its walk (the search index's `prebuild`). Never waits on the
 /// index: each page carries the walk's room for it (`room`), which the index gives back once
 /// the page is written, so the channel holds at most a few pages per walk and only that walk
 /// waits for a slow index (at most `FIRST_LOAD_INDEX_HOLD`; past it the pages go without,
@@ -208,7 +208,7 @@ impl SourceSnapshot<'_> {
 
     /// The resources of the server whose id is `server_id` whose rows took ids from `first`
     /// to `last` (both included): the pages of a first load its search index had no room for
-    /// during the walk (`crate::search::prebuild`).
+    /// during the walk (the search index's `prebuild`).
     pub fn resources_with_ids(
         &self,
         server_id: i64,

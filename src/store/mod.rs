@@ -107,7 +107,7 @@ const PAGES_IN_FLIGHT: usize = 4;
 const INDEX_PAGES_IN_FLIGHT: usize = 4;
 /// The longest one walk waits for the search index in all (`INDEX_PAGES_IN_FLIGHT`). Past
 /// it the walk no longer waits: the index takes the pages it has room for and reads the
-/// others from the database after the commit (`crate::search::prebuild`).
+/// others from the database after the commit (the search index's `prebuild`).
 pub const FIRST_LOAD_INDEX_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 /// Read-only connections open at once (each holds descriptors for the database and its WAL);
 /// more concurrent reads wait for one, so the daemon's descriptor reserve covers them.

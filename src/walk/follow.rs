@@ -19,7 +19,7 @@ use crate::protocol::{
     MAX_CHANGES_LIMIT,
 };
 use crate::store::{now_ms, FollowCursor, ScopeUpdate, StagedWalk, Store, WalkReport};
-use crate::upstream::{ServerHello, Session};
+use crate::upstream::Session;
 use crate::walk::kinds::followed_entry_row;
 use crate::walk::{self, resource_row, template_row, WalkError, WalkSummary};
 
@@ -32,11 +32,6 @@ const MAX_DELTA_KEYS: usize = 50_000;
 /// A delta whose changed keys take more bytes than this (all together) is walked instead, so
 /// an upstream naming huge keys cannot grow the follower's memory past it.
 const MAX_DELTA_KEY_BYTES: usize = 16 << 20;
-
-/// True when the server is an mcp-mirror whose feed this version can follow.
-pub fn follows(hello: &ServerHello) -> bool {
-    crate::protocol::follows_feed(&hello.capabilities)
-}
 
 /// Why a follow gave way to a full walk.
 enum Fallback {

@@ -17,7 +17,8 @@ use crate::walk::{
 /// Walks `kinds` of `server` one after another, each to the end and swapped on its own: a
 /// failure leaves the kinds already swapped in and the rest at their last complete snapshot.
 /// Resources (with templates) go through the resource walk; the other kinds through
-/// `walk_entries`.
+/// `walk_entries`. (An upstream mcp-mirror whose feed is followed goes through
+/// `follow::walk_or_follow` instead, which walks through here only when it must.)
 pub async fn walk_kinds(
     session: &Session,
     store: &Store,
@@ -25,9 +26,6 @@ pub async fn walk_kinds(
     limits: WalkLimits,
     kinds: &[Kind],
 ) -> Result<WalkSummary, WalkError> {
-    if super::follow::follows(&session.hello) {
-        return super::follow::walk_or_follow(session, store, server, limits, kinds).await;
-    }
     let started = Instant::now();
     let started_at_ms = now_ms();
     let mut summary = if kinds.contains(&Kind::Resource) {
@@ -92,7 +90,7 @@ pub async fn walk_entries(
     kind: Kind,
     limits: WalkLimits,
 ) -> Result<(EntrySwap, ListOutcome), WalkError> {
-    let followed = super::follow::follows(&session.hello);
+    let followed = crate::protocol::follows_feed(&session.hello.capabilities);
     let pass = || async move {
         let staged = store.begin_walk(server);
         let walk = ListWalk::new(session, kind, limits);

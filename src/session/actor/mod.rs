@@ -21,7 +21,7 @@ use crate::store::{now_ms, ServerUpdate, Store};
 use crate::upstream::{
     event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
 };
-use crate::walk::kinds;
+use crate::walk::{follow, kinds};
 use crate::walk::{WalkError, WalkSummary};
 
 mod walks;

@@ -111,7 +111,14 @@ impl Actor {
         };
         let walked = kinds.clone();
         let run = async move {
-            let walk = kinds::walk_kinds(&session, &store, &server, limits, &walked);
+            let walk = async {
+                match followed {
+                    true => {
+                        follow::walk_or_follow(&session, &store, &server, limits, &walked).await
+                    }
+                    false => kinds::walk_kinds(&session, &store, &server, limits, &walked).await,
+                }
+            };
             tokio::join!(walking, walk).1
         }
         .instrument(span)

@@ -1,0 +1,418 @@
+//! The keeper's tests: repair, catch-up from the feed, first loads built during their walk.
+
+use super::*;
+use crate::search::SearchQuery;
+use crate::store::{RemovedServers, ResourceRow, ServerEntry, ServerSync, Store, WalkReport};
+
+fn row(uri: &str, name: &str, description: &str) -> ResourceRow {
+    let raw =
+        format!("{{\"uri\":\"{uri}\",\"name\":\"{name}\",\"description\":\"{description}\"}}");
+    ResourceRow {
+        uri: uri.into(),
+        name: name.into(),
+        title: None,
+        description: Some(description.into()),
+        mime_type: Some("text/plain".into()),
+        size: None,
+        annotations: None,
+        icons: None,
+        meta: None,
+        hash: crate::store::entry::content_hash(raw.as_bytes()),
+        oversized: false,
+        raw,
+    }
+}
+
+fn sync(configured: Vec<ServerEntry>) -> ServerSync {
+    ServerSync {
+        configured,
+        untouched: Vec::new(),
+        removed: RemovedServers::Drop,
+    }
+}
+
+async fn walk(store: &Store, server: &str, rows: Vec<ResourceRow>) {
+    let walk = store.begin_walk(server);
+    walk.add_resources(rows).await.expect("stage");
+    walk.commit(WalkReport::default()).await.expect("commit");
+}
+
+fn found(index: &SearchIndex, text: &str) -> Vec<(String, String)> {
+    let mut query = SearchQuery::new(text, 5000);
+    query.time_limit = Duration::from_secs(30);
+    let mut hits: Vec<(String, String)> = index
+        .search(&query)
+        .expect("search")
+        .hits
+        .into_iter()
+        .map(|hit| (hit.server, hit.uri))
+        .collect();
+    hits.sort();
+    hits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_brings_the_index_up_to_date() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let database = directory.path().join("catalog.db");
+    let store = Store::open(&database).expect("store");
+    let servers = |docs: i64| {
+        vec![
+            ServerEntry {
+                name: "docs".into(),
+                priority: docs,
+                transport: crate::protocol::TransportKind::Stdio,
+                read_cache_bytes: None,
+            },
+            ServerEntry {
+                name: "wiki".into(),
+                priority: 50,
+                transport: crate::protocol::TransportKind::Stdio,
+                read_cache_bytes: None,
+            },
+        ]
+    };
+    store
+        .apply_servers(sync(servers(10)))
+        .await
+        .expect("servers");
+    walk(
+        &store,
+        "docs",
+        (0..50)
+            .map(|i| row(&format!("x://{i}"), &format!("doc{i}"), "alpha from docs"))
+            .collect(),
+    )
+    .await;
+    walk(
+        &store,
+        "wiki",
+        (40..60)
+            .map(|i| row(&format!("x://{i}"), &format!("wiki{i}"), "alpha from wiki"))
+            .collect(),
+    )
+    .await;
+
+    let (index, _) = SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+    keep_up(&index, &database, true).expect("rebuild");
+    assert!(index.is_ready());
+    let generation = store
+        .read(|reader| reader.latest_change_seq())
+        .await
+        .expect("seq") as u64;
+    assert_eq!(index.generation(), Some(generation));
+    assert_eq!(found(&index, "alpha").len(), 60);
+    assert_eq!(
+        found(&index, "wiki").len(),
+        10,
+        "x://50..60 only: docs wins 40..50"
+    );
+
+    // A small swap: a catch-up from the feed, one URI at a time.
+    walk(
+        &store,
+        "docs",
+        (0..45)
+            .map(|i| {
+                row(
+                    &format!("x://{i}"),
+                    &format!("doc{i}"),
+                    if i == 0 { "beta" } else { "alpha from docs" },
+                )
+            })
+            .collect(),
+    )
+    .await;
+    keep_up(&index, &database, false).expect("catch up");
+    assert_eq!(found(&index, "beta"), vec![("docs".into(), "x://0".into())]);
+    assert_eq!(
+        found(&index, "wiki").len(),
+        15,
+        "x://45..50 went over to wiki"
+    );
+    // Priorities change with no swap: wiki wins the URIs it shares with docs.
+    store
+        .apply_servers(sync(servers(90)))
+        .await
+        .expect("servers");
+    keep_up(&index, &database, false).expect("catch up");
+    assert_eq!(found(&index, "wiki").len(), 20, "x://40..45 now from wiki");
+    // A swap with more changes than the feed records one by one: the server is re-read.
+    walk(
+        &store,
+        "wiki",
+        (0..1500)
+            .map(|i| row(&format!("y://{i}"), &format!("wiki{i}"), "gamma"))
+            .collect(),
+    )
+    .await;
+    keep_up(&index, &database, false).expect("catch up");
+    assert_eq!(found(&index, "gamma").len(), 1500);
+    assert_eq!(found(&index, "wiki").len(), 1500);
+    assert_eq!(found(&index, "alpha").len(), 44, "x://0 says beta");
+    assert_eq!(
+        index.generation(),
+        Some(
+            store
+                .read(|reader| reader.latest_change_seq())
+                .await
+                .expect("seq") as u64
+        )
+    );
+    store.close().await;
+}
+
+/// A first load whose walk stops waiting for the index (its hold used up: here at once,
+/// the builder not running yet) is still adopted whole: the builder reads the pages it had
+/// no room for from the database after the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let database = directory.path().join("catalog.db");
+    let store = Store::open(&database).expect("store");
+    store
+        .apply_servers(sync(vec![ServerEntry {
+            name: "big".into(),
+            priority: 10,
+            transport: crate::protocol::TransportKind::Stdio,
+            read_cache_bytes: None,
+        }]))
+        .await
+        .expect("servers");
+    let (index, _) = SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+    let index = Arc::new(index);
+    keep_up(&index, &database, true).expect("empty index");
+    let (feed, events) = std::sync::mpsc::channel();
+    store.feed_first_loads(feed);
+    store.set_first_load_index_hold(Duration::ZERO);
+    // Pages of 5,000: the first four have room (enough to start the build), the rest go
+    // without while no builder runs.
+    let walk = store.begin_walk("big");
+    for page in 0..8 {
+        walk.add_resources(
+            (page * 5000..(page + 1) * 5000)
+                .map(|i| row(&format!("b://{i:06}"), &format!("b{i}"), "gamma"))
+                .collect(),
+        )
+        .await
+        .expect("stage");
+    }
+    walk.commit(WalkReport::default()).await.expect("commit");
+    let builder = {
+        let (index, database) = (index.clone(), database.clone());
+        std::thread::spawn(move || {
+            index
+                .prebuilder
+                .clone()
+                .run(index.clone(), events, &database)
+        })
+    };
+    let kept = {
+        let (index, database) = (index.clone(), database.clone());
+        tokio::task::spawn_blocking(move || keep_up(&index, &database, false))
+    };
+    kept.await.expect("join").expect("catch up");
+    let (read_back, handed_out) = index.prebuilder.counts();
+    assert_eq!(read_back, 20_000, "the four pages without room");
+    assert_eq!(handed_out, 1, "the load's segments were adopted");
+    assert_eq!(index.status().documents, 40_000);
+    for (name, uri) in [("b0", "b://000000"), ("b39999", "b://039999")] {
+        assert_eq!(
+            found(&index, name),
+            vec![("big".to_string(), uri.to_string())]
+        );
+    }
+    assert_eq!(
+        index.generation(),
+        Some(
+            store
+                .read(|reader| reader.latest_change_seq())
+                .await
+                .expect("seq") as u64
+        )
+    );
+    store.close().await;
+    drop(store);
+    builder.join().expect("builder");
+}
+
+fn template(uri_template: &str, name: &str, description: &str) -> crate::store::TemplateRow {
+    crate::store::TemplateRow {
+        uri_template: uri_template.into(),
+        name: name.into(),
+        title: None,
+        description: Some(description.into()),
+        mime_type: None,
+        raw: format!("{{\"uriTemplate\":\"{uri_template}\",\"description\":\"{description}\"}}"),
+        oversized: false,
+    }
+}
+
+fn tool(name: &str, description: &str, inputs: &str) -> crate::store::EntryRow {
+    let raw = format!(
+        "{{\"name\":\"{name}\",\"description\":\"{description}\",\"inputs\":\"{inputs}\"}}"
+    );
+    crate::store::EntryRow {
+        name: name.into(),
+        title: None,
+        description: Some(description.into()),
+        inputs: inputs.into(),
+        hash: crate::store::entry::content_hash(raw.as_bytes()),
+        oversized: false,
+        raw,
+    }
+}
+
+fn kinds_found(index: &SearchIndex, text: &str) -> Vec<(crate::protocol::Kind, String)> {
+    let mut query = SearchQuery::new(text, 100);
+    query.time_limit = Duration::from_secs(30);
+    let mut hits: Vec<(crate::protocol::Kind, String)> = index
+        .search(&query)
+        .expect("search")
+        .hits
+        .into_iter()
+        .map(|hit| (hit.kind, hit.name))
+        .collect();
+    hits.sort();
+    hits
+}
+
+/// Templates, tools and prompts reach the index through the feed like resources: a
+/// rebuild reads every kind, a catch-up the changes of each (server, kind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_reaches_the_index_through_the_feed() {
+    use crate::protocol::Kind;
+    let directory = tempfile::tempdir().expect("tempdir");
+    let database = directory.path().join("catalog.db");
+    let store = Store::open(&database).expect("store");
+    store
+        .apply_servers(sync(vec![ServerEntry {
+            name: "fx".into(),
+            priority: 10,
+            transport: crate::protocol::TransportKind::Stdio,
+            read_cache_bytes: None,
+        }]))
+        .await
+        .expect("servers");
+    let walk_with = |templates: Vec<crate::store::TemplateRow>| {
+        let store = store.clone();
+        async move {
+            let walk = store.begin_walk("fx");
+            walk.add_resources(vec![row("x://1", "doc", "plain words")])
+                .await
+                .expect("stage");
+            walk.add_templates(templates).await.expect("stage");
+            walk.commit(WalkReport::default()).await.expect("commit");
+        }
+    };
+    walk_with(vec![template(
+        "x://pages/{id}",
+        "page-by-id",
+        "Pages by id",
+    )])
+    .await;
+    store
+        .swap_entries(
+            "fx",
+            Kind::Tool,
+            vec![tool(
+                "get_forecast",
+                "Forecast",
+                "region Which meteorological region",
+            )],
+        )
+        .await
+        .expect("tools");
+    store
+        .swap_entries(
+            "fx",
+            Kind::Prompt,
+            vec![tool("brief", "A briefing", "audience Who reads it")],
+        )
+        .await
+        .expect("prompts");
+
+    let (index, _) = SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+    keep_up(&index, &database, true).expect("rebuild");
+    assert_eq!(index.status().documents, 4);
+    assert_eq!(
+        kinds_found(&index, "meteorological"),
+        vec![(Kind::Tool, "get_forecast".to_string())]
+    );
+    assert_eq!(
+        kinds_found(&index, "pages"),
+        vec![(Kind::Template, "page-by-id".to_string())]
+    );
+    assert_eq!(
+        kinds_found(&index, "audience"),
+        vec![(Kind::Prompt, "brief".to_string())]
+    );
+
+    // A tool changes, a template is replaced: each reaches the index by a catch-up.
+    store
+        .swap_entries(
+            "fx",
+            Kind::Tool,
+            vec![tool(
+                "get_forecast",
+                "Forecast",
+                "zone Which climatological zone",
+            )],
+        )
+        .await
+        .expect("tools");
+    walk_with(vec![template(
+        "x://posts/{id}",
+        "post-by-id",
+        "Posts by id",
+    )])
+    .await;
+    let changes = store
+        .read(|reader| reader.changes(None, 100, Some(&[Kind::Template])))
+        .await
+        .expect("feed");
+    let feed: Vec<(String, Option<String>)> = changes
+        .changes
+        .iter()
+        .map(|change| (change.kind.to_string(), change.uri.clone()))
+        .collect();
+    assert_eq!(
+        feed,
+        [
+            ("added".to_string(), Some("x://pages/{id}".to_string())),
+            ("removed".to_string(), Some("x://pages/{id}".to_string())),
+            ("added".to_string(), Some("x://posts/{id}".to_string())),
+        ]
+    );
+    assert!(matches!(
+        index.repair_needed(
+            store
+                .read(|reader| reader.latest_change_seq())
+                .await
+                .expect("seq") as u64
+        ),
+        crate::search::Repair::CatchUp { .. }
+    ));
+    keep_up(&index, &database, false).expect("catch up");
+    assert!(kinds_found(&index, "meteorological").is_empty());
+    assert_eq!(
+        kinds_found(&index, "climatological"),
+        vec![(Kind::Tool, "get_forecast".to_string())]
+    );
+    assert!(kinds_found(&index, "pages").is_empty());
+    assert_eq!(
+        kinds_found(&index, "posts"),
+        vec![(Kind::Template, "post-by-id".to_string())]
+    );
+    assert_eq!(index.status().documents, 4);
+    assert_eq!(
+        index.generation(),
+        Some(
+            store
+                .read(|reader| reader.latest_change_seq())
+                .await
+                .expect("seq") as u64
+        )
+    );
+    store.close().await;
+}
