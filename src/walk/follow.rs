@@ -18,7 +18,7 @@ use crate::protocol::{
     self as wire, CacheScope, CatalogChanges, CatalogEntries, ChangeKind, Kind, Method,
     MAX_CHANGES_LIMIT,
 };
-use crate::store::{now_ms, FollowCursor, ScopeUpdate, StagedWalk, Store, WalkReport};
+use crate::store::{now_ms, FollowCursor, ScopeUpdate, StagedWalk, Store};
 use crate::upstream::Session;
 use crate::walk::kinds::followed_entry_row;
 use crate::walk::{self, resource_row, template_row, WalkError, WalkSummary};
@@ -77,7 +77,7 @@ pub async fn walk_or_follow(
     .await?;
     let mut summary = match kinds.contains(&Kind::Resource) {
         true => walk::walk(session, store, server, limits).await?,
-        false => empty_summary(now_ms()),
+        false => WalkSummary::empty(now_ms()),
     };
     super::kinds::walk_entry_kinds(session, store, server, limits, kinds, &mut summary).await?;
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
@@ -87,20 +87,6 @@ pub async fn walk_or_follow(
     };
     store.set_follow_cursor(server, Some(cursor)).await?;
     Ok(summary)
-}
-
-fn empty_summary(started_at_ms: i64) -> WalkSummary {
-    WalkSummary {
-        swap: Default::default(),
-        report: WalkReport {
-            started_at_ms,
-            ..WalkReport::default()
-        },
-        ttl_ms: None,
-        scopes: Vec::new(),
-        looped: 0,
-        entries: Vec::new(),
-    }
 }
 
 type KeyedPage = wire::KeyedEntriesResult<Box<serde_json::value::RawValue>>;
@@ -431,7 +417,7 @@ async fn follow(
             }
         }
     }
-    let mut summary = empty_summary(started_at_ms);
+    let mut summary = WalkSummary::empty(started_at_ms);
     summary.swap = outcome.swap;
     summary.entries = outcome.entries;
     summary.scopes = scopes;

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use crate::config::WalkLimits;
 use crate::protocol::{CacheScope, CatalogPrompts, CatalogTools, Kind, Method};
 use crate::store::entry::fit_entry;
-use crate::store::{now_ms, EntryRow, EntrySwap, ScopeUpdate, Store, WalkReport};
+use crate::store::{now_ms, EntryRow, EntrySwap, ScopeUpdate, Store};
 use crate::upstream::Session;
 use crate::walk::{
     restarting_once, usable_key, ListOutcome, ListWalk, Listed, WalkError, WalkSummary,
@@ -31,17 +31,7 @@ pub async fn walk_kinds(
     let mut summary = if kinds.contains(&Kind::Resource) {
         super::walk(session, store, server, limits).await?
     } else {
-        WalkSummary {
-            swap: Default::default(),
-            report: WalkReport {
-                started_at_ms,
-                ..WalkReport::default()
-            },
-            ttl_ms: None,
-            scopes: Vec::new(),
-            looped: 0,
-            entries: Vec::new(),
-        }
+        WalkSummary::empty(started_at_ms)
     };
     walk_entry_kinds(session, store, server, limits, kinds, &mut summary).await?;
     summary.report.duration_ms = started.elapsed().as_millis() as i64;

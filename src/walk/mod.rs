@@ -60,6 +60,21 @@ pub struct WalkSummary {
 }
 
 impl WalkSummary {
+    /// A walk that has swapped nothing yet, started at `started_at_ms`.
+    pub fn empty(started_at_ms: i64) -> WalkSummary {
+        WalkSummary {
+            swap: Default::default(),
+            report: WalkReport {
+                started_at_ms,
+                ..WalkReport::default()
+            },
+            ttl_ms: None,
+            scopes: Vec::new(),
+            looped: 0,
+            entries: Vec::new(),
+        }
+    }
+
     /// The most private scope of any kind walked (status shows it).
     pub fn most_private_scope(&self) -> Option<CacheScope> {
         self.scopes.iter().map(|(_, scope)| *scope).max()
