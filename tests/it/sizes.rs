@@ -392,6 +392,11 @@ fn lists_page_past_long_keys_and_keys_past_the_bound_are_left_out() {
     let daemon = Daemon::with_scenario(&scratch, "long", &scenario);
     let status = daemon.wait_for_walks("long", 1);
     assert_eq!(status["lastWalk"]["skipped"], 1, "{status}");
+    // Tools are walked after resources, each kind swapped on its own.
+    wait_for("the tools' walk", Duration::from_secs(30), || {
+        let tools = daemon.call("catalog/tools", json!({}));
+        (!tools["tools"].as_array()?.is_empty()).then_some(())
+    });
 
     // resources/list: cursors after 2 KB URIs (each over 4 KB of hex) are taken back.
     let listed = daemon.list_all();
