@@ -142,7 +142,9 @@ struct WalkResult {
 /// `resources/list` and `resources/templates/list` and dropping it. Prints one line of
 /// seconds per round.
 pub fn bare_walk(config: &Path, rounds: usize) -> anyhow::Result<()> {
-    let config = mcp_mirror::config::load(config).map_err(|error| anyhow!("{error}"))?;
+    let config = mcp_mirror::config::load(config)
+        .map_err(|error| anyhow!("{error}"))?
+        .config;
     let server = config
         .servers
         .first()

@@ -53,6 +53,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LogFormat::Human)]
         log_format: LogFormat,
     },
+    /// Check a configuration file as `serve` and `reload` would (keys, values, token files,
+    /// the database's and the socket's places, the model directory) without starting anything;
+    /// exit 0 when it is usable, 2 when `serve` would refuse it.
+    Check {
+        /// The configuration file (default: as for `serve`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Show the daemon and every server's state.
     Status,
     /// List the merged catalog (each URI once, from the server that wins it).
@@ -193,7 +201,10 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    if !matches!(arguments.command, Command::Serve { .. }) {
+    if !matches!(
+        arguments.command,
+        Command::Serve { .. } | Command::Check { .. }
+    ) {
         if let Err(error) = choose_remote(&arguments) {
             eprintln!("mcp-mirror: {}", redact::printable(&error.to_string()));
             return ExitCode::from(error.exit_code());
@@ -212,6 +223,7 @@ fn main() -> ExitCode {
     };
     let outcome = match &arguments.command {
         Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
+        Command::Check { config } => return check(config.clone()),
         Command::Status => cli::status(&socket, arguments.json),
         Command::Ls { server } => cli::ls(&socket, &database, server.as_deref(), arguments.json),
         Command::Templates => cli::templates(&socket, &database, arguments.json),
@@ -411,19 +423,61 @@ where
     }
 }
 
+/// `check`: the validation `serve` and `reload` run, printed (each problem as
+/// `file:line: key: what is wrong`, warnings marked so), and nothing started or opened for
+/// writing. Exit 0 when `serve` would start, 2 when it would refuse the file.
+fn check(config_path: Option<PathBuf>) -> ExitCode {
+    let config_path = config_path.unwrap_or_else(paths::default_config);
+    let (errors, warnings, servers) = match config::load(&config_path) {
+        Ok(loaded) => (Vec::new(), loaded.warnings, loaded.config.servers.len()),
+        Err(problems) => (problems.errors, problems.warnings, 0),
+    };
+    for error in &errors {
+        println!("{error}");
+    }
+    for warning in &warnings {
+        println!("{warning} (a warning)");
+    }
+    if errors.is_empty() {
+        println!(
+            "{}: ok ({servers} server{}{})",
+            config_path.display(),
+            if servers == 1 { "" } else { "s" },
+            if warnings.is_empty() {
+                ""
+            } else {
+                ", with warnings"
+            }
+        );
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "{}: {} problem{}: `serve` would refuse this file",
+            config_path.display(),
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" }
+        );
+        ExitCode::from(2)
+    }
+}
+
 fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
     let config_path = config_path.unwrap_or_else(paths::default_config);
     // A `ConfigError` never quotes a configured value, so it needs no scrubbing.
-    let config = match config::load(&config_path) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("mcp-mirror: invalid configuration: {error}");
+    let loaded = match config::load(&config_path) {
+        Ok(loaded) => loaded,
+        Err(problems) => {
+            for error in &problems.errors {
+                eprintln!("mcp-mirror: invalid configuration: {error}");
+            }
             return ExitCode::from(2);
         }
     };
+    let config = loaded.config;
     // Before the first log line: from here on every line is scrubbed of them.
     redact::remember_secrets(config.secrets());
     init_logging(log_format, config.daemon.log_level.as_deref());
+    daemon::log_config_warnings(&loaded.warnings);
     // Before the runtime starts its threads: this edits the environment.
     let service = systemd::ServiceEnvironment::take_from_process();
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {

@@ -5,6 +5,7 @@
 //! and `transport`) turns them into one `Config` of durations, resolved paths and a
 //! `Transport`, or a `ConfigError` naming the file, the line and the key at fault.
 
+mod environment;
 mod http;
 mod raw;
 mod search;
@@ -379,19 +380,63 @@ impl Config {
     }
 }
 
-/// Reads and validates the configuration file at `path`.
-pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
-        file: path.to_path_buf(),
-        line: None,
-        key: None,
-        message: format!("cannot read the configuration file: {error}"),
+/// A configuration file that validated, with what the daemon survives but should be told.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    /// Problems that leave the daemon running with less (a model that cannot load, a token
+    /// file others may read), each naming the file, the line and the key like an error.
+    pub warnings: Vec<ConfigError>,
+}
+
+/// Every problem that keeps a configuration file from being used, in the file's order by
+/// table (`[daemon]`, each server, `[http]`, `[search]`, then the paths it names).
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct ConfigErrors {
+    pub errors: Vec<ConfigError>,
+    /// The warnings found alongside, for `check` to print too.
+    pub warnings: Vec<ConfigError>,
+}
+
+/// Reads and validates the configuration file at `path`: the one validation `serve`, `reload`
+/// and `check` run, so they say the same words. Nothing is created, opened for writing or
+/// started.
+pub fn load(path: &Path) -> Result<Loaded, ConfigErrors> {
+    let lookup_env = |name: &str| std::env::var(name).ok();
+    let refused = |errors| ConfigErrors {
+        errors,
+        warnings: Vec::new(),
+    };
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        refused(vec![ConfigError {
+            file: path.to_path_buf(),
+            line: None,
+            key: None,
+            message: format!("cannot read the configuration file: {error}"),
+        }])
     })?;
-    parse(path, &text, &|name| std::env::var(name).ok())
+    let source = SourceFile { path, text: &text };
+    let raw = raw::parse(&source).map_err(|error| refused(vec![error]))?;
+    let config = validate::validate(&source, &raw, &lookup_env).map_err(refused)?;
+    let findings = environment::check(&source, &raw, &config, &lookup_env);
+    if findings.errors.is_empty() {
+        Ok(Loaded {
+            config,
+            warnings: findings.warnings,
+        })
+    } else {
+        Err(ConfigErrors {
+            errors: findings.errors,
+            warnings: findings.warnings,
+        })
+    }
 }
 
 /// Parses configuration text; `path` names the file in errors and anchors relative paths.
-/// `lookup_env` reads the environment (`bearer_token_env`, `$CREDENTIALS_DIRECTORY`).
+/// `lookup_env` reads the environment (`bearer_token_env`, `$CREDENTIALS_DIRECTORY`). The
+/// first problem is the error; the paths the file names are not looked at (`load` does).
+#[cfg(test)]
 pub(crate) fn parse(
     path: &Path,
     text: &str,
@@ -399,5 +444,5 @@ pub(crate) fn parse(
 ) -> Result<Config, ConfigError> {
     let source = SourceFile { path, text };
     let raw = raw::parse(&source)?;
-    validate::validate(&source, &raw, lookup_env)
+    validate::validate(&source, &raw, lookup_env).map_err(|mut errors| errors.remove(0))
 }

@@ -17,27 +17,42 @@ use super::{
 };
 use crate::paths;
 
-/// Validates the whole file; the first problem found is the error.
+/// Validates the whole file: each section's first problem is an error (`[daemon]`, each
+/// `[servers.NAME]`, `[http]`, `[search]`), so one run names a problem in every table.
 pub(super) fn validate(
     source: &SourceFile,
     raw: &RawConfig,
     lookup_env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
-    let daemon = daemon_config(source, &raw.daemon)?;
-    let servers = raw
-        .servers
-        .iter()
-        .map(|(name, table)| server::server_config(source, name, table, &daemon, lookup_env))
-        .collect::<Result<Vec<_>, _>>()?;
-    let http = super::http::http_config(source, &raw.http, lookup_env)?;
-    let search = super::search::search_config(source, &raw.search)?;
-    Ok(Config {
-        source: source.path.to_path_buf(),
-        daemon,
-        servers,
-        http,
-        search,
-    })
+) -> Result<Config, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    // A broken `[daemon]` table still lets the servers be checked, against the defaults.
+    let daemon = daemon_config(source, &raw.daemon).unwrap_or_else(|error| {
+        errors.push(error);
+        daemon_config(source, &RawDaemon::default()).expect("the defaults validate")
+    });
+    let mut servers = Vec::new();
+    for (name, table) in &raw.servers {
+        match server::server_config(source, name, table, &daemon, lookup_env) {
+            Ok(server) => servers.push(server),
+            Err(error) => errors.push(error),
+        }
+    }
+    let http = super::http::http_config(source, &raw.http, lookup_env)
+        .map_err(|error| errors.push(error))
+        .ok();
+    let search = super::search::search_config(source, &raw.search)
+        .map_err(|error| errors.push(error))
+        .ok();
+    match (http, search) {
+        (Some(http), Some(search)) if errors.is_empty() => Ok(Config {
+            source: source.path.to_path_buf(),
+            daemon,
+            servers,
+            http,
+            search,
+        }),
+        _ => Err(errors),
+    }
 }
 
 /// The `[daemon]` table; its durations and limits are also every server's defaults.

@@ -448,13 +448,21 @@ fn adopt_tcp_listener(
 async fn reload(current: Config, supervisor: &Supervisor, context: &DaemonContext) -> Config {
     tracing::info!(config = %current.source.display(), "reloading the configuration");
     let loaded = match config::load(&current.source) {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            let message = redact::scrub(&error.to_string()).into_owned();
-            tracing::error!(
-                error = %message,
-                "the new configuration is invalid; the previous one stays in force"
-            );
+        Ok(loaded) => {
+            log_config_warnings(&loaded.warnings);
+            loaded.config
+        }
+        Err(problems) => {
+            log_config_warnings(&problems.warnings);
+            // The same words as `serve` and `check` print, one log line each.
+            for error in &problems.errors {
+                let message = redact::scrub(&error.to_string()).into_owned();
+                tracing::error!(
+                    error = %message,
+                    "the new configuration is invalid; the previous one stays in force"
+                );
+            }
+            let message = redact::scrub(&problems.to_string()).into_owned();
             let mut record = lock(&context.config_load);
             record.error = Some(message);
             record.error_at_ms = Some(now_ms());
@@ -507,6 +515,14 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &DaemonContex
     record.error_at_ms = None;
     drop(record);
     next
+}
+
+/// Logs what `config::load` found that the daemon runs with anyway, in `check`'s words.
+pub fn log_config_warnings(warnings: &[config::ConfigError]) {
+    for warning in warnings {
+        let message = redact::scrub(&warning.to_string()).into_owned();
+        tracing::warn!(warning = %message, "the configuration has a problem the daemon runs with");
+    }
 }
 
 fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

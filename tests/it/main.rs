@@ -5,6 +5,7 @@ mod support;
 
 mod bounds;
 mod bridge;
+mod check;
 mod cli;
 mod cli_truth;
 mod client_commands;
