@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcp_mirror::{cli, config, daemon, paths, redact, systemd};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tracing::Level;
@@ -17,29 +17,68 @@ use tracing_subscriber::EnvFilter;
 #[command(
     name = "mcp-mirror",
     version,
-    about = "Mirror the resource catalogs of MCP servers into SQLite and serve them locally"
+    about = "A local, searchable mirror of MCP servers' resources, templates, tools and prompts, \
+             served over a Unix socket and Streamable HTTP, online or not"
 )]
 struct Arguments {
-    /// The daemon's socket (default: from the environment, else the standard location).
-    #[arg(long, global = true, env = "MCP_MIRROR_SOCKET")]
-    socket: Option<PathBuf>,
-    /// Print machine-readable JSON.
-    #[arg(long, global = true)]
-    json: bool,
-    /// The database that `ls`, `templates`, `show` and `search` read when the daemon is not
-    /// running (default: the one the socket's daemon recorded beside it; with neither
-    /// --socket nor a record, the standard location).
-    #[arg(long, global = true, env = "MCP_MIRROR_DATABASE")]
-    database: Option<PathBuf>,
-    /// Speak to a remote mirror's HTTP face instead of the socket, e.g.
-    /// http://mirror.internal:8788/mcp (no offline fallback: exit 3 when it cannot be reached).
-    #[arg(long, global = true, env = "MCP_MIRROR_URL")]
-    url: Option<String>,
-    /// A file holding the bearer token for --url (never pass a token itself on the command line).
-    #[arg(long, global = true, env = "MCP_MIRROR_TOKEN_FILE")]
-    token_file: Option<PathBuf>,
+    /// The client flags as they were accepted before the command name (`mcp-mirror --json
+    /// status`); hidden, and refused for a command that does not take them.
+    #[command(flatten)]
+    before: BeforeCommand,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The client flags written before the command name, which older scripts do.
+#[derive(Args, Default)]
+struct BeforeCommand {
+    #[arg(long, hide = true)]
+    socket: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    json: bool,
+    #[arg(long, hide = true)]
+    database: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    url: Option<String>,
+    #[arg(long, hide = true)]
+    token_file: Option<PathBuf>,
+}
+
+/// How a client command reaches a mirror, and how it prints.
+#[derive(Args, Clone, Default)]
+struct ClientFlags {
+    /// The daemon's socket (default: from the environment, else the standard location).
+    #[arg(long, env = "MCP_MIRROR_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Speak to a remote mirror's HTTP face instead of the socket, e.g.
+    /// http://mirror.internal:8788/mcp (no offline fallback: exit 3 when it cannot be reached).
+    #[arg(long, env = "MCP_MIRROR_URL")]
+    url: Option<String>,
+    /// A file holding the bearer token for --url (never pass a token itself on the command line).
+    #[arg(long, env = "MCP_MIRROR_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A client command that reads the database file itself when no daemon runs.
+#[derive(Args, Clone, Default)]
+struct ReadingFlags {
+    #[command(flatten)]
+    client: ClientFlags,
+    /// The database read when the daemon is not running (default: the one the socket's daemon
+    /// recorded beside it; with neither --socket nor a record, the standard location).
+    #[arg(long, env = "MCP_MIRROR_DATABASE")]
+    database: Option<PathBuf>,
+}
+
+/// A command that speaks only to the local daemon's socket.
+#[derive(Args, Clone, Default)]
+struct SocketFlag {
+    /// The daemon's socket (default: from the environment, else the standard location).
+    #[arg(long, env = "MCP_MIRROR_SOCKET")]
+    socket: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -62,15 +101,23 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Show the daemon and every server's state.
-    Status,
+    Status {
+        #[command(flatten)]
+        client: ClientFlags,
+    },
     /// List the merged catalog (each URI once, from the server that wins it).
     Ls {
         /// List this server's own snapshot instead, marking the entries another server wins.
         #[arg(long)]
         server: Option<String>,
+        #[command(flatten)]
+        reading: ReadingFlags,
     },
     /// List the merged resource templates.
-    Templates,
+    Templates {
+        #[command(flatten)]
+        reading: ReadingFlags,
+    },
     /// Full-text search over resources (URI, name, title, description), tools and prompts
     /// (name, title, description, their inputs' names and descriptions).
     Search {
@@ -99,6 +146,8 @@ enum Command {
         /// the daemon has a `[search] semantic_model`).
         #[arg(long)]
         mode: Option<mcp_mirror::protocol::SearchMode>,
+        #[command(flatten)]
+        reading: ReadingFlags,
     },
     /// Show every field of one resource and which servers list it (or of one URI template);
     /// `show tool SERVER/NAME` (or `prompt`) shows a whole tool or prompt definition.
@@ -107,30 +156,40 @@ enum Command {
         uri: String,
         /// With `tool` or `prompt` as the first word: SERVER/NAME.
         name: Option<String>,
+        #[command(flatten)]
+        reading: ReadingFlags,
     },
     /// List the mirrored tools.
     Tools {
         /// Only this server's tools.
         #[arg(long)]
         server: Option<String>,
+        #[command(flatten)]
+        reading: ReadingFlags,
     },
     /// List the mirrored prompts.
     Prompts {
         /// Only this server's prompts.
         #[arg(long)]
         server: Option<String>,
+        #[command(flatten)]
+        reading: ReadingFlags,
     },
     /// Show the tools and prompts that differ from the accepted definitions.
     Drift {
         /// Only this server's drift.
         #[arg(long)]
         server: Option<String>,
+        #[command(flatten)]
+        client: ClientFlags,
     },
     /// Accept the current tools and prompts; drift is measured from them.
     Accept {
         /// Accept only this server's definitions.
         #[arg(long)]
         server: Option<String>,
+        #[command(flatten)]
+        client: ClientFlags,
     },
     /// Read a resource through the server that listed it (or whose template matches it): text to stdout.
     Read {
@@ -139,15 +198,22 @@ enum Command {
         /// Write the contents (decoded, when binary) to this file.
         #[arg(long)]
         output: Option<PathBuf>,
+        #[command(flatten)]
+        client: ClientFlags,
     },
     /// Print catalog changes as they happen.
     Watch {
         /// Start after this change sequence number (default: from now on).
         #[arg(long)]
         since: Option<i64>,
+        #[command(flatten)]
+        client: ClientFlags,
     },
     /// Serve MCP on stdio by bridging to the daemon's socket (for MCP clients that launch servers).
-    Mcp,
+    Mcp {
+        #[command(flatten)]
+        local: SocketFlag,
+    },
     /// Ask one server (or all) to walk its catalog again now.
     Refresh {
         /// The server to walk (default: every server).
@@ -155,6 +221,8 @@ enum Command {
         /// Wait until the new snapshot is committed.
         #[arg(long)]
         wait: bool,
+        #[command(flatten)]
+        client: ClientFlags,
     },
     /// Make the daemon re-read its configuration (SIGHUP), then wait until it applied or
     /// refused it (what `systemctl reload` runs; a refused file exits 1).
@@ -163,11 +231,123 @@ enum Command {
         /// access to the socket, the signal is sent and not waited on.
         #[arg(long)]
         pid: Option<u32>,
+        #[command(flatten)]
+        local: SocketFlag,
+        /// Print machine-readable JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff) to standard output.
     Man,
+}
+
+impl Command {
+    /// The name the command is invoked by, for messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Serve { .. } => "serve",
+            Command::Check { .. } => "check",
+            Command::Status { .. } => "status",
+            Command::Ls { .. } => "ls",
+            Command::Templates { .. } => "templates",
+            Command::Search { .. } => "search",
+            Command::Show { .. } => "show",
+            Command::Tools { .. } => "tools",
+            Command::Prompts { .. } => "prompts",
+            Command::Drift { .. } => "drift",
+            Command::Accept { .. } => "accept",
+            Command::Read { .. } => "read",
+            Command::Watch { .. } => "watch",
+            Command::Mcp { .. } => "mcp",
+            Command::Refresh { .. } => "refresh",
+            Command::Reload { .. } => "reload",
+            Command::Completions { .. } => "completions",
+            Command::Man => "man",
+        }
+    }
+
+    /// The client flags this command takes (`--database` as the reading commands' own), with
+    /// those written before the command name merged in; a usage error names a flag written
+    /// there that this command does not take.
+    fn client_flags(&self, before: &BeforeCommand) -> Result<ReadingFlags, cli::ClientError> {
+        let (mut flags, takes) = match self {
+            Command::Status { client }
+            | Command::Drift { client, .. }
+            | Command::Accept { client, .. }
+            | Command::Read { client, .. }
+            | Command::Watch { client, .. }
+            | Command::Refresh { client, .. } => (
+                ReadingFlags {
+                    client: client.clone(),
+                    database: None,
+                },
+                ["socket", "json", "url", "token-file"].as_slice(),
+            ),
+            Command::Ls { reading, .. }
+            | Command::Templates { reading }
+            | Command::Search { reading, .. }
+            | Command::Show { reading, .. }
+            | Command::Tools { reading, .. }
+            | Command::Prompts { reading, .. } => (
+                reading.clone(),
+                ["socket", "json", "url", "token-file", "database"].as_slice(),
+            ),
+            Command::Mcp { local } => (
+                ReadingFlags {
+                    client: ClientFlags {
+                        socket: local.socket.clone(),
+                        ..ClientFlags::default()
+                    },
+                    database: None,
+                },
+                ["socket"].as_slice(),
+            ),
+            Command::Reload { local, json, .. } => (
+                ReadingFlags {
+                    client: ClientFlags {
+                        socket: local.socket.clone(),
+                        json: *json,
+                        ..ClientFlags::default()
+                    },
+                    database: None,
+                },
+                ["socket", "json"].as_slice(),
+            ),
+            Command::Serve { .. }
+            | Command::Check { .. }
+            | Command::Completions { .. }
+            | Command::Man => (ReadingFlags::default(), [].as_slice()),
+        };
+        let written = [
+            ("socket", before.socket.is_some()),
+            ("json", before.json),
+            ("database", before.database.is_some()),
+            ("url", before.url.is_some()),
+            ("token-file", before.token_file.is_some()),
+        ];
+        if let Some((flag, _)) = written
+            .iter()
+            .find(|(flag, given)| *given && !takes.contains(flag))
+        {
+            return Err(cli::ClientError::Usage(format!(
+                "`{}` takes no --{flag} (see `mcp-mirror {} --help`)",
+                self.name(),
+                self.name()
+            )));
+        }
+        let client = &mut flags.client;
+        client.socket = client.socket.take().or_else(|| before.socket.clone());
+        client.json |= before.json;
+        client.url = client.url.take().or_else(|| before.url.clone());
+        client.token_file = client
+            .token_file
+            .take()
+            .or_else(|| before.token_file.clone());
+        flags.database = flags.database.take().or_else(|| before.database.clone());
+        Ok(flags)
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -201,22 +381,26 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    if !matches!(
-        arguments.command,
-        Command::Serve { .. } | Command::Check { .. }
-    ) {
-        if let Err(error) = choose_remote(&arguments) {
+    let flags = match arguments.command.client_flags(&arguments.before) {
+        Ok(flags) => flags,
+        Err(error) => {
             eprintln!("mcp-mirror: {}", redact::printable(&error.to_string()));
             return ExitCode::from(error.exit_code());
         }
+    };
+    if let Err(error) = choose_remote(&flags.client) {
+        eprintln!("mcp-mirror: {}", redact::printable(&error.to_string()));
+        return ExitCode::from(error.exit_code());
     }
-    let socket = arguments
+    let json = flags.client.json;
+    let socket = flags
+        .client
         .socket
         .clone()
         .unwrap_or_else(paths::default_socket);
     // With a socket chosen and no database, only the database that socket's daemon recorded
     // will do: the standard one may belong to another daemon.
-    let database = match (&arguments.database, &arguments.socket) {
+    let database = match (&flags.database, &flags.client.socket) {
         (Some(database), _) => cli::DatabaseChoice::Given(database.clone()),
         (None, Some(_)) => cli::DatabaseChoice::OfSocket,
         (None, None) => cli::DatabaseChoice::Default(paths::default_database()),
@@ -224,9 +408,9 @@ fn main() -> ExitCode {
     let outcome = match &arguments.command {
         Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
         Command::Check { config } => return check(config.clone()),
-        Command::Status => cli::status(&socket, arguments.json),
-        Command::Ls { server } => cli::ls(&socket, &database, server.as_deref(), arguments.json),
-        Command::Templates => cli::templates(&socket, &database, arguments.json),
+        Command::Status { .. } => cli::status(&socket, json),
+        Command::Ls { server, .. } => cli::ls(&socket, &database, server.as_deref(), json),
+        Command::Templates { .. } => cli::templates(&socket, &database, json),
         Command::Search {
             query,
             limit,
@@ -236,6 +420,7 @@ fn main() -> ExitCode {
             cursor,
             kinds,
             mode,
+            ..
         } => {
             let search = cli::SearchArgs {
                 kinds,
@@ -247,43 +432,44 @@ fn main() -> ExitCode {
                 raw: *raw,
                 cursor: cursor.as_deref(),
             };
-            cli::search(&socket, &database, &search, arguments.json)
+            cli::search(&socket, &database, &search, json)
         }
         Command::Show {
             uri: kind,
             name: Some(name),
+            ..
         } if kind == "tool" || kind == "prompt" => {
             let kind = if kind == "tool" {
                 mcp_mirror::protocol::Kind::Tool
             } else {
                 mcp_mirror::protocol::Kind::Prompt
             };
-            cli::show_entry(&socket, &database, kind, name, arguments.json)
+            cli::show_entry(&socket, &database, kind, name, json)
         }
-        Command::Show { uri, .. } => cli::show(&socket, &database, uri, arguments.json),
-        Command::Tools { server } => cli::list_kind(
+        Command::Show { uri, .. } => cli::show(&socket, &database, uri, json),
+        Command::Tools { server, .. } => cli::list_kind(
             &socket,
             &database,
             mcp_mirror::protocol::Kind::Tool,
             server.as_deref(),
-            arguments.json,
+            json,
         ),
-        Command::Prompts { server } => cli::list_kind(
+        Command::Prompts { server, .. } => cli::list_kind(
             &socket,
             &database,
             mcp_mirror::protocol::Kind::Prompt,
             server.as_deref(),
-            arguments.json,
+            json,
         ),
-        Command::Drift { server } => cli::drift(&socket, server.as_deref(), arguments.json),
-        Command::Accept { server } => cli::accept(&socket, server.as_deref(), arguments.json),
-        Command::Read { uri, output } => cli::read(&socket, uri, output.as_deref(), arguments.json),
-        Command::Watch { since } => cli::watch(&socket, *since, arguments.json),
-        Command::Mcp => cli::bridge(&socket),
-        Command::Refresh { server, wait } => {
-            cli::refresh(&socket, server.as_deref(), *wait, arguments.json)
+        Command::Drift { server, .. } => cli::drift(&socket, server.as_deref(), json),
+        Command::Accept { server, .. } => cli::accept(&socket, server.as_deref(), json),
+        Command::Read { uri, output, .. } => cli::read(&socket, uri, output.as_deref(), json),
+        Command::Watch { since, .. } => cli::watch(&socket, *since, json),
+        Command::Mcp { .. } => cli::bridge(&socket),
+        Command::Refresh { server, wait, .. } => {
+            cli::refresh(&socket, server.as_deref(), *wait, json)
         }
-        Command::Reload { pid } => cli::reload(&socket, *pid, arguments.json),
+        Command::Reload { pid, .. } => cli::reload(&socket, *pid, json),
         Command::Completions { shell } => {
             let mut command = <Arguments as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "mcp-mirror", &mut std::io::stdout());
@@ -311,23 +497,14 @@ fn main() -> ExitCode {
 }
 
 /// With `--url`, points the client commands at that remote mirror, with the token from
-/// `--token-file` (trimmed of surrounding whitespace) when one is given.
-fn choose_remote(arguments: &Arguments) -> Result<(), cli::ClientError> {
+/// `--token-file` (trimmed of surrounding whitespace) when one is given. Only the commands
+/// that take `--url` have one here (`mcp` and `reload` speak to a local daemon).
+fn choose_remote(arguments: &ClientFlags) -> Result<(), cli::ClientError> {
     // Without a URL a token file is not read: the socket needs none, and a token file set in
     // the environment for occasional `--url` use must not stop local commands.
     let Some(url) = &arguments.url else {
         return Ok(());
     };
-    if matches!(arguments.command, Command::Mcp) {
-        return Err(cli::ClientError::Usage(format!(
-            "`mcp` bridges to a local socket; point the MCP client at {url} itself"
-        )));
-    }
-    if matches!(arguments.command, Command::Reload { .. }) {
-        return Err(cli::ClientError::Usage(format!(
-            "`reload` signals a local daemon; reload the mirror at {url} on its own host"
-        )));
-    }
     let url = reqwest::Url::parse(url)
         .ok()
         .filter(|url| matches!(url.scheme(), "http" | "https"))

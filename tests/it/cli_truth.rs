@@ -23,7 +23,8 @@ fn run(socket: &Path, database: Option<&Path>, args: &[&str]) -> Output {
         .env_remove("MCP_MIRROR_DATABASE")
         .env_remove("MCP_MIRROR_SOCKET");
     if let Some(database) = database {
-        command.arg("--database").arg(database);
+        // Through the environment: only the commands that read it take it.
+        command.env("MCP_MIRROR_DATABASE", database);
     }
     command.output().expect("run mcp-mirror")
 }

@@ -13,8 +13,8 @@ fn run(socket: &Path, database: &Path, args: &[&str]) -> Output {
         .args(args)
         .arg("--socket")
         .arg(socket)
-        .arg("--database")
-        .arg(database)
+        // The database through the environment: only the commands that read it take it.
+        .env("MCP_MIRROR_DATABASE", database)
         .output()
         .expect("run mcp-mirror")
 }

@@ -18,6 +18,7 @@ mod era;
 mod faults;
 mod fleet;
 mod fleet_kinds;
+mod help;
 mod hostile_feed;
 mod http_bounds;
 mod http_face;

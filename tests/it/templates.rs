@@ -16,8 +16,8 @@ fn run(daemon: &Daemon, args: &[&str]) -> Output {
         .args(args)
         .arg("--socket")
         .arg(&daemon.socket)
-        .arg("--database")
-        .arg(&daemon.database)
+        // The database through the environment: only the commands that read it take it.
+        .env("MCP_MIRROR_DATABASE", &daemon.database)
         .output()
         .expect("run mcp-mirror")
 }
