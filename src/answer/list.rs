@@ -24,7 +24,7 @@ impl MergedPage {
             true => rows.last().map(|row| encode_cursor(&row.key)),
             false => None,
         };
-        rows.retain(|row| view.sees(&row.server, kind));
+        rows.retain(|row| view.sees_entry(&row.server, kind, &row.raw));
         MergedPage { rows, next_cursor }
     }
 
@@ -100,13 +100,13 @@ pub fn keyed_entries_result<'a>(
     let (shown, withheld): (Vec<_>, Vec<_>) = read
         .found
         .iter()
-        .partition(|row| view.sees(&row.server, kind));
+        .partition(|row| view.sees_entry(&row.server, kind, &row.raw));
     let mut missing = read.missing.clone();
     missing.extend(withheld.into_iter().map(|row| row.key.clone()));
     wire::KeyedEntriesResult {
         instance: instance.to_string(),
         seq: read.seq,
-        total: view.is_owner().then_some(read.total),
+        total: view.sees_whole_catalog().then_some(read.total),
         entries: shown
             .into_iter()
             .map(|row| StoredObject {
@@ -129,7 +129,7 @@ pub fn keyed_definitions_result(
     let (shown, withheld): (Vec<_>, Vec<_>) = read
         .found
         .iter()
-        .partition(|row| view.sees(&row.server, kind));
+        .partition(|row| view.sees_entry(&row.server, kind, &row.raw));
     let mut missing = read.missing.clone();
     missing.extend(withheld.into_iter().map(|row| row.key.clone()));
     let entries = shown
@@ -143,7 +143,7 @@ pub fn keyed_definitions_result(
     Ok(wire::KeyedEntriesResult {
         instance: instance.to_string(),
         seq: read.seq,
-        total: view.is_owner().then_some(read.total),
+        total: view.sees_whole_catalog().then_some(read.total),
         entries,
         missing,
     })
@@ -209,6 +209,7 @@ pub fn server_list(
     };
     let resources = rows
         .into_iter()
+        .filter(|row| view.sees_entry(&params.server, Kind::Resource, &row.raw))
         .map(|row| {
             Ok(wire::ServerListEntry {
                 resource: wire::Resource::from_stored(&row.raw, Some(&params.server))?,

@@ -26,7 +26,7 @@ pub fn details(
     view: &View,
 ) -> Result<wire::ResourceDetails, ErrorObject> {
     let mut listings = reader.listings(uri).map_err(internal)?;
-    listings.retain(|listing| view.sees(&listing.server, Kind::Resource));
+    listings.retain(|listing| view.sees_entry(&listing.server, Kind::Resource, &listing.raw));
     let Some(winner) = listings.first() else {
         return Err(not_listed(uri));
     };

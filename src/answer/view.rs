@@ -12,6 +12,9 @@ use crate::protocol::{CacheScope, ErrorObject, Kind, ScopeRule, NOT_PERMITTED};
 pub(crate) struct View {
     /// `None`: the owner (a socket client, or the HTTP face without tokens).
     restriction: Option<Arc<Restriction>>,
+    /// Leave out the resources and templates whose URI points at the local machine or a
+    /// private network (`[http] hide_flagged_uris`): they carry URI flags in `_meta`.
+    hide_flagged_uris: bool,
 }
 
 /// What a token client is limited to.
@@ -34,13 +37,47 @@ pub(crate) struct Restriction {
 impl View {
     /// The owner's view: everything, and every method.
     pub(crate) fn owner() -> View {
-        View { restriction: None }
+        View {
+            restriction: None,
+            hide_flagged_uris: false,
+        }
     }
 
     pub(crate) fn restricted(restriction: Restriction) -> View {
         View {
             restriction: Some(Arc::new(restriction)),
+            hide_flagged_uris: false,
         }
+    }
+
+    /// This view, leaving out flagged URIs when `hide` is set.
+    pub(crate) fn hiding_flagged_uris(mut self, hide: bool) -> View {
+        self.hide_flagged_uris = hide;
+        self
+    }
+
+    /// Whether the view sees every entry of what it names, so that counts of the catalog may
+    /// be checked against what it is given.
+    pub(crate) fn sees_whole_catalog(&self) -> bool {
+        self.is_owner() && !self.hide_flagged_uris
+    }
+
+    /// The one rule (`sees`) and, for a view hiding flagged URIs, an entry (its stored text)
+    /// without URI flags.
+    pub(crate) fn sees_entry(&self, server: &str, kind: Kind, raw: &str) -> bool {
+        self.sees(server, kind) && !(self.hide_flagged_uris && has_uri_flags(raw))
+    }
+
+    /// `sees_entry` for an entry known by its URI (a search hit, a URI asked for): the same
+    /// pure function of the URI that flagged the entry as it entered.
+    pub(crate) fn sees_uri(&self, server: &str, kind: Kind, uri: &str) -> bool {
+        use crate::protocol::uri_flags::{classify, template_base};
+        let flagged = match kind {
+            Kind::Resource => !classify(uri).is_empty(),
+            Kind::Template => !classify(template_base(uri)).is_empty(),
+            Kind::Tool | Kind::Prompt => false,
+        };
+        self.sees(server, kind) && !(self.hide_flagged_uris && flagged)
     }
 
     pub(crate) fn is_owner(&self) -> bool {
@@ -115,6 +152,23 @@ impl View {
         }
         Ok(())
     }
+}
+
+/// Whether a stored entry carries URI flags in its `_meta` (the mirror sets the key as entries
+/// enter, and removes one a server wrote).
+fn has_uri_flags(raw: &str) -> bool {
+    use crate::protocol::uri_flags::URI_FLAGS_META_KEY;
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[serde(rename = "_meta", default)]
+        meta: Option<serde_json::Map<String, serde_json::Value>>,
+    }
+    // Most entries do not mention the key at all: no parse for them.
+    raw.contains(URI_FLAGS_META_KEY)
+        && serde_json::from_str::<Entry>(raw)
+            .ok()
+            .and_then(|entry| entry.meta)
+            .is_some_and(|meta| meta.contains_key(URI_FLAGS_META_KEY))
 }
 
 impl Restriction {

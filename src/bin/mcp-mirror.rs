@@ -110,6 +110,10 @@ enum Command {
         /// List this server's own snapshot instead, marking the entries another server wins.
         #[arg(long)]
         server: Option<String>,
+        /// Add each resource's URI flags (local-file, loopback, link-local, private-network,
+        /// non-network-scheme: where following its URI directly leads).
+        #[arg(long)]
+        long: bool,
         #[command(flatten)]
         reading: ReadingFlags,
     },
@@ -409,7 +413,9 @@ fn main() -> ExitCode {
         Command::Serve { config, log_format } => return serve(config.clone(), *log_format),
         Command::Check { config } => return check(config.clone()),
         Command::Status { .. } => cli::status(&socket, json),
-        Command::Ls { server, .. } => cli::ls(&socket, &database, server.as_deref(), json),
+        Command::Ls { server, long, .. } => {
+            cli::ls(&socket, &database, server.as_deref(), *long, json)
+        }
         Command::Templates { .. } => cli::templates(&socket, &database, json),
         Command::Search {
             query,

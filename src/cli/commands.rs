@@ -17,6 +17,7 @@ use super::render::{
     SNIPPET_MARKERS,
 };
 use super::ClientError;
+use crate::protocol::uri_flags::URI_FLAGS_META_KEY;
 use crate::protocol::{
     CatalogChanged, CatalogRefresh, CatalogWatch, ChangeKind, Kind, ListParams, ReadResource,
     RefreshOutcome, RefreshParams, RefreshState, ResourceTemplate, SearchParams, ServerListParams,
@@ -26,15 +27,25 @@ use crate::protocol::{
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 const READ_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// A resource's URI flags for people: `-` when it has none.
+fn flags_column(flags: &[String]) -> String {
+    match flags.is_empty() {
+        true => "-".into(),
+        false => escaped(&flags.join(",")).into_owned(),
+    }
+}
+
+/// `ls`: the merged catalog; `long` adds each entry's URI flags (`uri_flags`).
 pub fn ls(
     socket: &Path,
     database: &DatabaseChoice,
     server: Option<&str>,
+    long: bool,
     as_json: bool,
 ) -> Result<(), ClientError> {
     let mut catalog = Catalog::open(socket, database)?;
     if let Some(server) = server {
-        return ls_server(&mut catalog, server, as_json);
+        return ls_server(&mut catalog, server, long, as_json);
     }
     let mut params = ListParams::default();
     let mut rows = Vec::new();
@@ -46,12 +57,16 @@ pub fn ls(
                 all.push(resource);
             } else {
                 let fields = &resource.fields;
-                rows.push(vec![
+                let mut row = vec![
                     escaped(&resource.uri).into_owned(),
                     escaped(fields.name.as_deref().unwrap_or_default()).into_owned(),
                     escaped(fields.mime_type.as_deref().unwrap_or("-")).into_owned(),
                     escaped(&resource.attribution().unwrap_or_default()).into_owned(),
-                ]);
+                ];
+                if long {
+                    row.push(flags_column(&fields.uri_flags()));
+                }
+                rows.push(row);
             }
         }
         match page.next_cursor {
@@ -61,6 +76,8 @@ pub fn ls(
     }
     if as_json {
         print_json(&all);
+    } else if long {
+        print_table(&["URI", "NAME", "MIME TYPE", "SERVER", "URI FLAGS"], rows);
     } else {
         print_table(&["URI", "NAME", "MIME TYPE", "SERVER"], rows);
     }
@@ -69,7 +86,12 @@ pub fn ls(
 
 /// `ls --server S`: S's own snapshot, every entry it lists, each marked with the server that
 /// wins its URI in the merged catalog when that is another one.
-fn ls_server(catalog: &mut Catalog, server: &str, as_json: bool) -> Result<(), ClientError> {
+fn ls_server(
+    catalog: &mut Catalog,
+    server: &str,
+    long: bool,
+    as_json: bool,
+) -> Result<(), ClientError> {
     let mut params = ServerListParams {
         server: server.to_string(),
         ..ServerListParams::default()
@@ -91,12 +113,16 @@ fn ls_server(catalog: &mut Catalog, server: &str, as_json: bool) -> Result<(), C
                 Some(winner) => format!("{} wins", escaped(winner)),
                 None => "-".into(),
             };
-            rows.push(vec![
+            let mut row = vec![
                 escaped(&entry.resource.uri).into_owned(),
                 escaped(fields.name.as_deref().unwrap_or_default()).into_owned(),
                 escaped(fields.mime_type.as_deref().unwrap_or("-")).into_owned(),
                 won_by,
-            ]);
+            ];
+            if long {
+                row.push(flags_column(&fields.uri_flags()));
+            }
+            rows.push(row);
         }
         match page.next_cursor {
             Some(next) => params.cursor = Some(next),
@@ -107,7 +133,10 @@ fn ls_server(catalog: &mut Catalog, server: &str, as_json: bool) -> Result<(), C
         print_json(&all);
         return Ok(());
     }
-    print_table(&["URI", "NAME", "MIME TYPE", "MERGED"], rows);
+    match long {
+        true => print_table(&["URI", "NAME", "MIME TYPE", "MERGED", "URI FLAGS"], rows),
+        false => print_table(&["URI", "NAME", "MIME TYPE", "MERGED"], rows),
+    }
     eprintln!(
         "mcp-mirror: {} lists {}; another server wins {} of them in the merged catalog",
         escaped(server),
@@ -205,10 +234,24 @@ pub fn search(
                 Some(snippet) => shown_snippet(snippet),
                 None => escaped(hit.title.as_deref().unwrap_or(&hit.name)).into_owned(),
             };
+            let flags = hit
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get(URI_FLAGS_META_KEY))
+                .and_then(serde_json::Value::as_array)
+                .map(|flags| {
+                    let names: Vec<&str> = flags.iter().filter_map(|flag| flag.as_str()).collect();
+                    format!(" [{}]", names.join(","))
+                })
+                .unwrap_or_default();
             vec![
                 format!("{:.2}", hit.score),
                 hit.kind.to_string(),
-                escaped(hit.uri.as_deref().unwrap_or(&hit.name)).into_owned(),
+                escaped(&format!(
+                    "{}{flags}",
+                    hit.uri.as_deref().unwrap_or(&hit.name)
+                ))
+                .into_owned(),
                 escaped(&hit.server).into_owned(),
                 shown,
             ]
@@ -277,6 +320,9 @@ pub fn show(
         .unwrap_or_else(|| details.server.clone());
     rows.push(("server:".into(), escaped(&server).into_owned()));
     rows.push(("listed by:".into(), listed_by.join(", ")));
+    if let Some(row) = flags_row(&details.resource.fields.uri_flags()) {
+        rows.push(row);
+    }
     if details.stale {
         rows.push((
             "stale:".into(),
@@ -286,6 +332,19 @@ pub fn show(
     rows.push(("snapshot age:".into(), age(details.snapshot_at_ms)));
     print_fields(rows);
     Ok(())
+}
+
+/// `show`'s line for an entry's URI flags, saying what they mean; none without flags.
+fn flags_row(flags: &[String]) -> Option<(String, String)> {
+    (!flags.is_empty()).then(|| {
+        (
+            "uri flags:".into(),
+            format!(
+                "{} (the URI points at the local machine or a private network: whoever follows it directly reaches that place)",
+                escaped(&flags.join(", "))
+            ),
+        )
+    })
 }
 
 fn show_template(template: &ResourceTemplate, as_json: bool) -> Result<(), ClientError> {
@@ -307,6 +366,9 @@ fn show_template(template: &ResourceTemplate, as_json: bool) -> Result<(), Clien
     }
     let server = template.fields.meta.origin.as_deref().unwrap_or_default();
     rows.push(("server:".into(), escaped(server).into_owned()));
+    if let Some(row) = flags_row(&template.fields.uri_flags()) {
+        rows.push(row);
+    }
     rows.push((
         "reads:".into(),
         "a URI that matches this template and that no server lists is read from this server".into(),

@@ -65,6 +65,9 @@ pub struct HttpConfig {
     pub session_idle_timeout: Duration,
     pub max_sessions_per_client: usize,
     pub max_streams_per_client: usize,
+    /// Leave out of every answer the resources and templates whose URI points at the local
+    /// machine or a private network (`io.mcp-mirror/uri` flags); a token may say otherwise.
+    pub hide_flagged_uris: bool,
 }
 
 impl Default for HttpConfig {
@@ -85,6 +88,7 @@ impl Default for HttpConfig {
             session_idle_timeout: DEFAULT_HTTP_SESSION_IDLE_TIMEOUT,
             max_sessions_per_client: DEFAULT_HTTP_MAX_SESSIONS_PER_CLIENT as usize,
             max_streams_per_client: DEFAULT_HTTP_MAX_STREAMS_PER_CLIENT as usize,
+            hide_flagged_uris: false,
         }
     }
 }
@@ -100,14 +104,25 @@ pub struct HttpToken {
     pub kinds: Option<BTreeSet<Kind>>,
     /// It may call the methods that change the mirror's state (`catalog/refresh`, `/accept`).
     pub mutate: bool,
+    /// Its own `hide_flagged_uris`; `None`: `[http] hide_flagged_uris`.
+    pub hide_flagged_uris: Option<bool>,
 }
 
 impl PartialEq for HttpToken {
     fn eq(&self, other: &HttpToken) -> bool {
         self.name == other.name
             && self.value.expose_secret() == other.value.expose_secret()
-            && (&self.servers, &self.kinds, self.mutate)
-                == (&other.servers, &other.kinds, other.mutate)
+            && (
+                &self.servers,
+                &self.kinds,
+                self.mutate,
+                self.hide_flagged_uris,
+            ) == (
+                &other.servers,
+                &other.kinds,
+                other.mutate,
+                other.hide_flagged_uris,
+            )
     }
 }
 
@@ -202,6 +217,7 @@ pub(super) fn http_config(
                 .map(|servers| servers.iter().cloned().collect()),
             kinds,
             mutate: file.mutate,
+            hide_flagged_uris: file.hide_flagged_uris,
         });
     }
     // Without tokens anyone who reaches the port reads the catalog: only loopback may do that.
@@ -298,6 +314,7 @@ pub(super) fn http_config(
             "http.session_idle_timeout",
             DEFAULT_HTTP_SESSION_IDLE_TIMEOUT,
         )?,
+        hide_flagged_uris: raw.hide_flagged_uris.unwrap_or(false),
         max_sessions_per_client: counted(
             &raw.max_sessions_per_client,
             "http.max_sessions_per_client",

@@ -45,6 +45,7 @@ pub(super) struct RawHttp {
     pub session_idle_timeout: Option<Spanned<String>>,
     pub max_sessions_per_client: Option<Spanned<i64>>,
     pub max_streams_per_client: Option<Spanned<i64>>,
+    pub hide_flagged_uris: Option<bool>,
 }
 
 /// One `[http] tokens` value: the token file's path, or a table with the path and the view
@@ -55,6 +56,7 @@ pub(super) struct RawToken {
     pub servers: Option<Vec<String>>,
     pub kinds: Option<Vec<String>>,
     pub mutate: bool,
+    pub hide_flagged_uris: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for RawToken {
@@ -66,7 +68,7 @@ impl<'de> Deserialize<'de> for RawToken {
 
             fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
                 formatter
-                    .write_str("a token file's path, or a table { file, servers, kinds, mutate }")
+                    .write_str("a token file's path, or a table { file, servers, kinds, mutate, hide_flagged_uris }")
             }
 
             fn visit_str<E: serde::de::Error>(self, file: &str) -> Result<RawToken, E> {
@@ -88,10 +90,11 @@ impl<'de> Deserialize<'de> for RawToken {
                         "servers" => token.servers = Some(map.next_value()?),
                         "kinds" => token.kinds = Some(map.next_value()?),
                         "mutate" => token.mutate = map.next_value()?,
+                        "hide_flagged_uris" => token.hide_flagged_uris = Some(map.next_value()?),
                         other => {
                             return Err(serde::de::Error::unknown_field(
                                 other,
-                                &["file", "servers", "kinds", "mutate"],
+                                &["file", "servers", "kinds", "mutate", "hide_flagged_uris"],
                             ))
                         }
                     }

@@ -13,6 +13,7 @@ mod record;
 mod resource;
 mod results;
 mod state;
+pub mod uri_flags;
 pub(crate) mod wire;
 
 use serde::de::DeserializeOwned;

@@ -17,6 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
+use crate::protocol::uri_flags::URI_FLAGS_META_KEY;
 use crate::protocol::{Kind, OVERSIZED_META_KEY};
 
 /// Optional fields an oversized entry loses first, in this order; any other field the server
@@ -123,9 +124,18 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
     }
     // The bound is part of what was stored: a new bound must store the entry again.
     let hash = nonzero(xxh3_64_with_seed(text.as_bytes(), max_bytes as u64));
+    // The URI flags (`mark_uri`) outlive a dropped `_meta`: they warn whoever follows the URI.
+    let uri_flags = fields
+        .get("_meta")
+        .and_then(|meta| serde_json::from_str::<Map<String, Value>>(meta.get()).ok())
+        .and_then(|mut meta| meta.remove(URI_FLAGS_META_KEY));
     // What the stand-ins and the marker may add, kept free while trimming (an upper bound).
+    let flags_text = uri_flags.as_ref().map_or(0, |flags| {
+        json_string(URI_FLAGS_META_KEY).len() + 2 + flags.to_string().len()
+    });
     let marker = format!(r#","_meta":{{{}:true}}"#, json_string(OVERSIZED_META_KEY));
     let reserved = marker.len()
+        + flags_text
         + stand_ins(kind)
             .iter()
             .map(|(field, value)| 1 + json_string(field).len() + 1 + value.len())
@@ -207,6 +217,10 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         },
         None => oversized_meta(),
     };
+    let mut meta = meta;
+    if let Some(flags) = uri_flags {
+        meta.insert(URI_FLAGS_META_KEY.into(), flags);
+    }
     fields.insert(
         "_meta".into(),
         Cow::Owned(RawValue::from_string(serde_json::to_string(&meta).ok()?).ok()?),
@@ -254,6 +268,20 @@ mod tests {
         assert!(!fitted.oversized);
         assert_eq!(fitted.raw, sent);
         assert_eq!(fitted.hash, content_hash(sent.as_bytes()));
+    }
+
+    #[test]
+    fn an_oversized_entry_keeps_its_uri_flags_when_its_meta_is_dropped() {
+        let item = json!({
+            "uri": "file:///etc/shadow", "name": "one",
+            "_meta": {"big": "y".repeat(5000), URI_FLAGS_META_KEY: ["local-file"]}
+        });
+        let fitted = fit(&item, Kind::Resource, 200).expect("fits after trimming");
+        assert!(fitted.raw.len() <= 200, "{}", fitted.raw);
+        assert_eq!(
+            fitted.object["_meta"],
+            json!({OVERSIZED_META_KEY: true, URI_FLAGS_META_KEY: ["local-file"]})
+        );
     }
 
     #[test]

@@ -231,9 +231,11 @@ impl Listed for TemplateRow {
 /// A listed entry as it enters the mirror, whichever way it comes (a walk, a followed feed):
 /// `Err` with the item untouched when it came through this mirror already (a mirror never takes
 /// back its own entries through a loop of mirrors); else with its upstream mirror, if any,
-/// recorded in its chain, and scrubbed of configured secrets, whatever a server reflects.
+/// recorded in its chain, scrubbed of configured secrets, whatever a server reflects, and its
+/// URI flags set (`mark_uri`).
 pub(crate) fn take_entry(
     item: Box<RawValue>,
+    kind: Kind,
     upstream_mirror: Option<&str>,
 ) -> Result<Box<RawValue>, Box<RawValue>> {
     if crate::protocol::came_through_us(item.get()) {
@@ -243,7 +245,52 @@ pub(crate) fn take_entry(
         Some(upstream) => crate::protocol::through_mirror(item.get(), upstream).unwrap_or(item),
         None => item,
     };
-    Ok(crate::redact::scrub_entry(item))
+    Ok(mark_uri(crate::redact::scrub_entry(item), kind))
+}
+
+/// A resource or template with its URI flags (`uri_flags`) in `_meta`, from its `uri` or its
+/// template's expansion base. The key is ours: what a server (or an upstream mirror) wrote
+/// there is replaced, and removed when the URI has no flag. Other kinds have no URI.
+fn mark_uri(item: Box<RawValue>, kind: Kind) -> Box<RawValue> {
+    use crate::protocol::uri_flags::{classify, template_base, URI_FLAGS_META_KEY};
+    #[derive(serde::Deserialize)]
+    struct Located<'a> {
+        #[serde(borrow, default)]
+        uri: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default, rename = "uriTemplate")]
+        uri_template: Option<std::borrow::Cow<'a, str>>,
+    }
+    let text = item.get();
+    let Ok(located) = serde_json::from_str::<Located>(text) else {
+        return item;
+    };
+    let flags = match (kind, located.uri, located.uri_template) {
+        (Kind::Resource, Some(uri), _) => classify(&uri),
+        (Kind::Template, _, Some(template)) => classify(template_base(&template)),
+        _ => Vec::new(),
+    };
+    if flags.is_empty() && !text.contains(URI_FLAGS_META_KEY) {
+        return item;
+    }
+    let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(text) else {
+        return item;
+    };
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(meta) = meta {
+        meta.remove(URI_FLAGS_META_KEY);
+        if !flags.is_empty() {
+            let names = flags
+                .iter()
+                .map(|flag| Value::from(flag.as_str()))
+                .collect();
+            meta.insert(URI_FLAGS_META_KEY.into(), Value::Array(names));
+        } else if meta.is_empty() {
+            object.remove("_meta");
+        }
+    }
+    serde_json::value::to_raw_value(&object).unwrap_or(item)
 }
 
 /// What one pass over a list saw.
@@ -305,6 +352,7 @@ impl<'a> ListWalk<'a> {
         Kept: Future<Output = Result<(), StoreError>>,
     {
         let (method, list_key, limits) = (self.method, self.kind.list_key(), self.limits);
+        let kind = self.kind;
         // Hashes of the identities seen so far: enough to tell new entries without holding
         // the catalog.
         let hasher = BuildHasherDefault::<DefaultHasher>::default();
@@ -365,7 +413,7 @@ impl<'a> ListWalk<'a> {
                 let mut rows = Vec::with_capacity(items.len());
                 let mut new_looped = 0;
                 for item in items {
-                    let item = match take_entry(item, *upstream_mirror) {
+                    let item = match take_entry(item, kind, *upstream_mirror) {
                         Ok(item) => item,
                         Err(looped) => {
                             counts.looped += 1;

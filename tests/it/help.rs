@@ -42,7 +42,7 @@ fn each_subcommand_lists_only_the_flags_it_takes() {
         ("serve", &["config", "log-format"], &[]),
         ("check", &["config"], &[]),
         ("status", &[], CLIENT),
-        ("ls", &["server"], READING),
+        ("ls", &["server", "long"], READING),
         ("templates", &[], READING),
         (
             "search",

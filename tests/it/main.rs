@@ -39,5 +39,6 @@ mod socket;
 mod templates;
 mod throttle;
 mod tools;
+mod uri_flags;
 mod wal;
 mod walk;

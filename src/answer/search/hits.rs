@@ -19,7 +19,7 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
         results: hits
             .into_iter()
             .map(|hit| wire::SearchHit {
-                meta: Some(wire::origin_meta(&hit.server)),
+                meta: Some(hit_meta(&hit)),
                 // Tools and prompts have no URI.
                 uri: matches!(hit.kind, wire::Kind::Resource | wire::Kind::Template)
                     .then_some(hit.uri),
@@ -39,6 +39,23 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
         note: None,
         mode: Some(wire::SearchMode::Lexical),
     }
+}
+
+/// A hit's `_meta`: its origin, and the URI flags its entry carries (the same pure function
+/// of its URI, or its template's expansion base, that marked the entry as it entered).
+fn hit_meta(hit: &store::SearchHit) -> serde_json::Value {
+    use wire::uri_flags::{classify, template_base, URI_FLAGS_META_KEY};
+    let mut meta = wire::origin_meta(&hit.server);
+    let flags = match hit.kind {
+        wire::Kind::Resource => classify(&hit.uri),
+        wire::Kind::Template => classify(template_base(&hit.uri)),
+        _ => Vec::new(),
+    };
+    if let (false, Some(object)) = (flags.is_empty(), meta.as_object_mut()) {
+        let names = flags.iter().map(|flag| flag.as_str().into()).collect();
+        object.insert(URI_FLAGS_META_KEY.into(), serde_json::Value::Array(names));
+    }
+    meta
 }
 
 /// One page of a search of several kinds: the resource page (its hits and whether more

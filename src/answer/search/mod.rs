@@ -45,9 +45,7 @@ pub(crate) async fn catalog_search(
         crate::metrics::observe_search(started.elapsed());
         let mut result = outcome?;
         result.note = with_cut(result.note.take());
-        result
-            .results
-            .retain(|hit| view.sees(&hit.server, hit.kind));
+        result.results.retain(|hit| view_sees_hit(view, hit));
         return Ok(result);
     }
     let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
@@ -69,9 +67,7 @@ pub(crate) async fn catalog_search(
     crate::metrics::observe_search(started.elapsed());
     let (hits, next, origin) = outcome?;
     let mut result = search_result(hits, next);
-    result
-        .results
-        .retain(|hit| view.sees(&hit.server, hit.kind));
+    result.results.retain(|hit| view_sees_hit(view, hit));
     if let Some(origin) = origin {
         if origin.engine == Some(wire::SearchEngine::Index) {
             result.next_cursor = next.map(encode_index_cursor);
@@ -186,6 +182,15 @@ pub(crate) async fn stale_search(
 }
 
 /// `search_index`; with `stale`, from the index's last commit whatever it reflects.
+/// The view's rule for one hit: its server and kind, and its URI when the view hides
+/// flagged ones.
+fn view_sees_hit(view: &View, hit: &wire::SearchHit) -> bool {
+    match &hit.uri {
+        Some(uri) => view.sees_uri(&hit.server, hit.kind, uri),
+        None => view.sees(&hit.server, hit.kind),
+    }
+}
+
 async fn search_index_as(
     index: &Arc<SearchIndex>,
     context: &DaemonContext,

@@ -104,6 +104,12 @@ impl HttpFace {
                     HashMap::new()
                 }
             };
+        let hide_flagged_uris = client
+            .token
+            .as_deref()
+            .and_then(|name| self.config.tokens.iter().find(|token| token.name == name))
+            .and_then(|token| token.hide_flagged_uris)
+            .unwrap_or(self.config.hide_flagged_uris);
         let view = match client.token.as_deref() {
             None => View::owner(),
             Some(name) => {
@@ -121,7 +127,8 @@ impl HttpFace {
                     may_mutate: token.is_some_and(|token| token.mutate),
                 })
             }
-        };
+        }
+        .hiding_flagged_uris(hide_flagged_uris);
         // The answers are `private` when the view holds any private (or unknown) snapshot.
         let known: BTreeSet<&str> = scopes.keys().map(|(server, _)| server.as_str()).collect();
         let private_visible = scopes.iter().any(|((server, kind), scope)| {

@@ -178,6 +178,23 @@ pub struct ListedFields {
 }
 
 impl ListedFields {
+    /// The URI flags the mirror set in `_meta` (`uri_flags`), as their texts; empty for an
+    /// entry whose URI points at no local or private place.
+    pub fn uri_flags(&self) -> Vec<String> {
+        self.other
+            .get(META)
+            .and_then(|meta| meta.get(super::uri_flags::URI_FLAGS_META_KEY))
+            .and_then(Value::as_array)
+            .map(|flags| {
+                flags
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     fn take(mut object: Map<String, Value>) -> ListedFields {
         ListedFields {
             name: take_string(&mut object, "name"),
