@@ -475,7 +475,8 @@ pub fn refresh(
         wait: Some(wait),
     };
     let mut client = Client::connect(socket)?;
-    let progress = (wait && std::io::stderr().is_terminal())
+    // One line on a terminal; nothing when piped or when the output is JSON.
+    let progress = (wait && !as_json && std::io::stderr().is_terminal())
         .then(|| Progress::start(socket, server.map(str::to_string)));
     let result = client.call::<CatalogRefresh>(&params, None);
     if let Some(progress) = progress {

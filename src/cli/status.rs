@@ -76,6 +76,11 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
                 Some(_) => format!("{state} (throttled)"),
                 None => state,
             };
+            // A walk in flight says how far it got.
+            let state = match live.and_then(|live| live.walk_progress.as_ref()) {
+                Some(progress) => format!("{state} ({})", progress_text(progress)),
+                None => state,
+            };
             let era = match (live.and_then(|live| live.era), &server.protocol_version) {
                 (Some(era), Some(version)) => format!("{era} {version}"),
                 (None, Some(version)) => version.clone(),
@@ -121,6 +126,24 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         rows,
     );
     Ok(())
+}
+
+/// A walk's progress for people: `12 pages, 1,200 entries, 400/s, ~3s left`.
+pub(super) fn progress_text(progress: &crate::protocol::WalkProgress) -> String {
+    let mut text = format!(
+        "{} pages, {} entries, {}/s",
+        thousands(progress.pages),
+        thousands(progress.entries),
+        thousands(progress.per_second)
+    );
+    if let (Some(expected), Some(eta_ms)) = (progress.expected_entries, progress.eta_ms) {
+        text.push_str(&format!(
+            " of ~{}, ~{}s left",
+            thousands(expected),
+            eta_ms.div_ceil(1000)
+        ));
+    }
+    text
 }
 
 /// A line on the write-ahead log, only when it is off: past four times the size it restarts

@@ -57,7 +57,7 @@ pub use results::{
     RefreshOutcome, RefreshResult, RefreshState, ResourceDetails, ResourcesCapability,
     SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities, ServerListEntry,
     ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability,
-    VectorsState, VectorsStatus, WalStatus, WatchResult,
+    VectorsState, VectorsStatus, WalStatus, WalkProgress, WatchResult,
 };
 pub use state::{
     CacheScope, ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,

@@ -591,4 +591,24 @@ pub struct LiveStatus {
     /// server is (or reaches) a mirror that mirrors this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror_loop: Option<String>,
+    /// While a walk runs: how far it got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk_progress: Option<WalkProgress>,
+}
+
+/// A walk in progress: pages and entries read so far (every kind it walks, in order), the rate
+/// since it started, and the time left when the server's last complete walk here counted its
+/// entries (`expectedEntries`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WalkProgress {
+    pub pages: u64,
+    pub entries: u64,
+    /// Entries per second since the walk started.
+    pub per_second: u64,
+    pub started_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_entries: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_ms: Option<u64>,
 }

@@ -8,6 +8,8 @@ mod actor;
 mod pacing;
 mod state;
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -16,6 +18,7 @@ use tracing::Instrument;
 
 use crate::config::ServerConfig;
 use crate::store::{Store, SwapOutcome, WalkReport};
+use crate::walk::progress::WalkMeter;
 use crate::walk::WalkSummary;
 
 pub type RefreshReply = oneshot::Sender<Result<Refreshed, String>>;
@@ -94,6 +97,8 @@ pub struct SessionClient {
     name: String,
     commands: mpsc::Sender<SessionCommand>,
     live: watch::Receiver<LiveStatus>,
+    /// The walk in flight's progress, read when status is asked (not published per page).
+    meter: Arc<WalkMeter>,
 }
 
 impl SessionHandle {
@@ -102,6 +107,7 @@ impl SessionHandle {
         let (stop, stopping) = watch::channel(false);
         let (live_sender, live) = watch::channel(LiveStatus::default());
         let span = tracing::info_span!("session", server = %config.name);
+        let meter = Arc::new(WalkMeter::default());
         let actor = actor::Actor::new(
             config.clone(),
             store,
@@ -110,6 +116,7 @@ impl SessionHandle {
                 commands: command_receiver,
             },
             live_sender,
+            meter.clone(),
         );
         let task = tokio::spawn(actor.run().instrument(span));
         SessionHandle {
@@ -117,6 +124,7 @@ impl SessionHandle {
                 name: config.name.clone(),
                 commands,
                 live,
+                meter,
             },
             config,
             stop,
@@ -141,7 +149,9 @@ impl SessionHandle {
 
 impl SessionClient {
     pub fn live_status(&self) -> LiveStatus {
-        self.live.borrow().clone()
+        let mut live = self.live.borrow().clone();
+        live.walk_progress = self.meter.snapshot();
+        live
     }
 
     pub async fn refresh(&self, reply: Option<RefreshReply>) -> bool {

@@ -2,6 +2,7 @@
 
 pub(crate) mod follow;
 pub(crate) mod kinds;
+pub(crate) mod progress;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -405,6 +406,7 @@ impl<'a> ListWalk<'a> {
             let next_cursor = page.next_cursor;
             let page_cap_reached = outcome.pages >= limits.max_pages;
             let items = page.items;
+            progress::count_page(items.len() as u64);
             let (seen, looped_seen, hasher, counts) =
                 (&mut seen, &mut looped_seen, &hasher, &mut outcome);
             let (to_row, keep) = (&mut to_row, &mut keep);

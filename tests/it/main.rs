@@ -27,6 +27,7 @@ mod kinds_notify;
 mod live;
 mod liveness;
 mod pid1;
+mod progress;
 mod scope;
 mod search;
 mod search_index;

@@ -21,6 +21,7 @@ use crate::store::{now_ms, ServerUpdate, Store};
 use crate::upstream::{
     event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
 };
+use crate::walk::progress::WalkMeter;
 use crate::walk::{follow, kinds};
 use crate::walk::{WalkError, WalkSummary};
 
@@ -74,6 +75,8 @@ pub(super) struct Actor {
     throttle_announced: bool,
     /// The era this server spoke last, so a reconnect need not probe again.
     known_era: Option<Era>,
+    /// The walk in flight's progress, shared with the session's clients (`status`).
+    meter: Arc<WalkMeter>,
 }
 
 impl Actor {
@@ -82,6 +85,7 @@ impl Actor {
         store: Store,
         inbox: Inbox,
         live: watch::Sender<LiveStatus>,
+        meter: Arc<WalkMeter>,
     ) -> Actor {
         Actor {
             config,
@@ -95,6 +99,7 @@ impl Actor {
             walk_pace: WalkPace::default(),
             throttle_announced: false,
             known_era: None,
+            meter,
         }
     }
 
@@ -458,6 +463,7 @@ impl Actor {
         drop(ping);
         if let Phase::Walking(walk) = phase {
             self.waiting.extend(walk.waiters);
+            self.meter.end(false);
         }
         self.counters.notifications_on_ended_connections += events.notifications_received();
         session.close().await;

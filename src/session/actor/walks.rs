@@ -71,6 +71,7 @@ impl Actor {
                     }
                     // An abandoned walk counts for the pace like one that ended.
                     self.walk_pace.record(walk.started, Instant::now());
+                    self.meter.end(false);
                     tracing::info!(
                         generation = walk.generation,
                         "the list changed during the walk; discarding it and walking again"
@@ -110,6 +111,8 @@ impl Actor {
             false => pending,
         };
         let walked = kinds.clone();
+        self.meter.begin();
+        let meter = self.meter.clone();
         let run = async move {
             let walk = async {
                 match followed {
@@ -119,7 +122,7 @@ impl Actor {
                     false => kinds::walk_kinds(&session, &store, &server, limits, &walked).await,
                 }
             };
-            tokio::join!(walking, walk).1
+            tokio::join!(walking, meter.measure(walk)).1
         }
         .instrument(span)
         .boxed();
@@ -201,6 +204,7 @@ impl Actor {
             ..
         } = walk;
         self.walk_pace.record(started, Instant::now());
+        self.meter.end(outcome.is_ok());
         link.restarts_in_a_row = 0;
         self.show_counters(&link);
         let summary = match outcome {
