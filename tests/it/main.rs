@@ -13,6 +13,7 @@ mod config;
 mod conformance;
 mod crash;
 mod database;
+mod docs;
 mod endpoint;
 mod era;
 mod faults;
