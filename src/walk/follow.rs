@@ -47,24 +47,37 @@ impl<E: Into<WalkError>> From<E> for Fallback {
 
 /// Brings the server's `kinds` (resources with templates, tools, prompts) up to date: by its
 /// feed when there is a cursor here, else by a full walk of each (which records the cursor).
+///
+/// A follower that holds a snapshot does not walk an upstream whose servers have not all
+/// committed a first load (a new upstream database starting over): that catalog is emptier
+/// than it will be. With `may_hold` it swaps nothing and says which servers it waits for
+/// (`WalkSummary::upstream_loading`); the session tries again, and stops waiting after
+/// `upstream_load_wait`.
 pub async fn walk_or_follow(
     session: &Session,
     store: &Store,
     server: &str,
     limits: WalkLimits,
     kinds: &[Kind],
+    may_hold: bool,
 ) -> Result<WalkSummary, WalkError> {
-    match follow(session, store, server, limits, kinds).await {
-        Ok(summary) => return Ok(summary),
-        Err(Fallback::Failed(error)) => return Err(error),
-        Err(Fallback::Walk(reason)) => {
-            tracing::info!(
-                server,
-                reason,
-                "walking the upstream mirror instead of following its feed"
-            )
-        }
-    }
+    let name = server.to_string();
+    let cursor = store
+        .read(move |reader| reader.follow_cursor(&name))
+        .await?;
+    let reason = match &cursor {
+        None => "no cursor yet".to_string(),
+        Some(cursor) => match follow(session, store, server, limits, kinds, cursor).await {
+            Ok(summary) => return Ok(summary),
+            Err(Fallback::Failed(error)) => return Err(error),
+            Err(Fallback::Walk(reason)) => reason,
+        },
+    };
+    tracing::info!(
+        server,
+        reason,
+        "walking the upstream mirror instead of following its feed"
+    );
     let started = Instant::now();
     // Where the feed stands before the walk: every change after it is in the walk or will be
     // replayed (a replay only fetches an entry again), so the cursor can never skip one.
@@ -75,6 +88,22 @@ pub async fn walk_or_follow(
         &mut None,
     )
     .await?;
+    let name = server.to_string();
+    if may_hold
+        && !position.loading.is_empty()
+        && store
+            .read(move |reader| reader.holds_entries(&name))
+            .await?
+    {
+        tracing::info!(
+            server,
+            loading = ?position.loading,
+            "keeping the snapshot: the upstream mirror has servers that have not loaded yet"
+        );
+        let mut summary = WalkSummary::empty(now_ms());
+        summary.upstream_loading = position.loading;
+        return Ok(summary);
+    }
     let mut summary = match kinds.contains(&Kind::Resource) {
         true => walk::walk(session, store, server, limits).await?,
         false => WalkSummary::empty(now_ms()),
@@ -226,16 +255,10 @@ async fn follow(
     server: &str,
     limits: WalkLimits,
     kinds: &[Kind],
+    cursor: &FollowCursor,
 ) -> Result<WalkSummary, Fallback> {
     let started = Instant::now();
     let started_at_ms = now_ms();
-    let name = server.to_string();
-    let Some(cursor) = store
-        .read(move |reader| reader.follow_cursor(&name))
-        .await?
-    else {
-        return Err(Fallback::Walk("no cursor yet".into()));
-    };
     // 1. The keys changed since the cursor, page by page, by kind.
     let (mut since, mut pages) = (cursor.seq, 0u64);
     let mut keys: BTreeMap<Kind, BTreeSet<String>> = BTreeMap::new();
@@ -332,7 +355,7 @@ async fn follow(
     let removed = fetch_keys(
         session,
         &staged,
-        &cursor,
+        cursor,
         Kind::Resource,
         &resource_keys,
         limits,
@@ -344,7 +367,7 @@ async fn follow(
         fetch_keys(
             session,
             &staged,
-            &cursor,
+            cursor,
             Kind::Template,
             &template_keys,
             limits,
@@ -359,7 +382,7 @@ async fn follow(
         fetch_keys(
             session,
             &entry_staged,
-            &cursor,
+            cursor,
             kind,
             &keys,
             limits,

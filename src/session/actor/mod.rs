@@ -74,6 +74,9 @@ pub(super) struct Actor {
     throttle_announced: bool,
     /// The era this server spoke last, so a reconnect need not probe again.
     known_era: Option<Era>,
+    /// Since when a followed upstream mirror's servers have not all loaded while this one
+    /// keeps its snapshot (kept across reconnects: a new upstream instance is one).
+    upstream_loading_since: Option<Instant>,
 }
 
 impl Actor {
@@ -95,6 +98,7 @@ impl Actor {
             walk_pace: WalkPace::default(),
             throttle_announced: false,
             known_era: None,
+            upstream_loading_since: None,
         }
     }
 
