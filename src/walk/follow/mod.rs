@@ -23,6 +23,9 @@ use crate::upstream::Session;
 use crate::walk::kinds::followed_entry_row;
 use crate::walk::{self, resource_row, template_row, WalkError, WalkSummary};
 
+mod answers;
+use answers::KeyedAnswer;
+
 /// Keys asked of the upstream per `catalog/entries` request (the method takes up to
 /// `MAX_KEYS`; half keeps an answer of large entries within a few megabytes).
 const KEYS_PER_REQUEST: usize = 500;
@@ -81,13 +84,7 @@ pub async fn walk_or_follow(
     let started = Instant::now();
     // Where the feed stands before the walk: every change after it is in the walk or will be
     // replayed (a replay only fetches an entry again), so the cursor can never skip one.
-    let position: KeyedPage = request(
-        session,
-        CatalogEntries::NAME,
-        json!({"kind": "resource", "keys": []}),
-        &mut None,
-    )
-    .await?;
+    let position = entries_request(session, Kind::Resource, &[], &mut None).await?;
     let name = server.to_string();
     if may_hold
         && !position.loading.is_empty()
@@ -118,23 +115,46 @@ pub async fn walk_or_follow(
     Ok(summary)
 }
 
-type KeyedPage = wire::KeyedEntriesResult<Box<serde_json::value::RawValue>>;
-
 /// One request to the upstream and its answer as `T`; the answer's `cacheScope`, when it
 /// declares one, goes into `scope` (the most private so far), read as a walk reads a page's.
+/// The answer is parsed from its text straight into `T`, never through a tree of values.
 async fn request<T: DeserializeOwned>(
     session: &Session,
     method: &str,
     params: Value,
     scope: &mut Option<CacheScope>,
 ) -> Result<T, WalkError> {
-    let answer = session.request(method, params).await?;
-    if let Some(hint) = answer.get("cacheScope") {
-        *scope = (*scope).max(Some(CacheScope::of_hint(Some(hint))));
+    let answer = session.request_text(method, params).await?;
+    if let Some(hint) = answers::scope_hint(answer.get()) {
+        *scope = (*scope).max(Some(hint));
     }
-    serde_json::from_value(answer).map_err(|error| {
+    serde_json::from_str(answer.get()).map_err(|error| {
         WalkError::Failed(format!("{method}: an answer of another shape: {error}"))
     })
+}
+
+/// Asks the upstream for the entries of `keys` of `kind`; only theirs are kept of the answer,
+/// while it is parsed (an upstream answering with entries never asked costs nothing kept).
+async fn entries_request(
+    session: &Session,
+    kind: Kind,
+    keys: &[String],
+    scope: &mut Option<CacheScope>,
+) -> Result<KeyedAnswer, WalkError> {
+    let answer = session
+        .request_text(CatalogEntries::NAME, json!({"kind": kind, "keys": keys}))
+        .await?;
+    let asked: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+    let read = answers::keyed_answer(answer.get(), kind, &asked).map_err(|error| {
+        WalkError::Failed(format!(
+            "{}: an answer of another shape: {error}",
+            CatalogEntries::NAME
+        ))
+    })?;
+    if let Some(hint) = read.cache_scope {
+        *scope = (*scope).max(Some(hint));
+    }
+    Ok(read)
 }
 
 /// What the `catalog/entries` reads of one delta saw.
@@ -163,13 +183,7 @@ async fn fetch_keys(
 ) -> Result<Vec<String>, Fallback> {
     let mut gone = Vec::new();
     for chunk in keys.chunks(KEYS_PER_REQUEST) {
-        let read: KeyedPage = request(
-            session,
-            CatalogEntries::NAME,
-            json!({"kind": kind, "keys": chunk}),
-            scope,
-        )
-        .await?;
+        let read = entries_request(session, kind, chunk, scope).await?;
         reads.requests += 1;
         if read.instance != cursor.instance {
             return Err(Fallback::Walk(
