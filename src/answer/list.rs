@@ -107,6 +107,7 @@ pub fn keyed_entries_result<'a>(
         instance: instance.to_string(),
         seq: read.seq,
         total: view.sees_whole_catalog().then_some(read.total),
+        loading: loading_in_view(read, view),
         entries: shown
             .into_iter()
             .map(|row| StoredObject {
@@ -146,7 +147,17 @@ pub fn keyed_definitions_result(
         total: view.sees_whole_catalog().then_some(read.total),
         entries,
         missing,
+        loading: loading_in_view(read, view),
     })
+}
+
+/// The servers still loading that the view names (a follower waits only for what it sees).
+fn loading_in_view(read: &KeyedEntries, view: &View) -> Vec<String> {
+    read.loading
+        .iter()
+        .filter(|server| view.sees_server(server))
+        .cloned()
+        .collect()
 }
 
 /// A page of the merged catalog, `page_size` entries read at most.

@@ -77,6 +77,9 @@ pub(crate) const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
 /// `[daemon] min_walk_interval`: the least time between the end of a server's walk and a walk
 /// its notifications ask for (the last walk's duration, when longer, spaces them instead).
 pub(crate) const DEFAULT_MIN_WALK_INTERVAL: Duration = Duration::from_secs(1);
+/// `[daemon] upstream_load_wait`: how long a follower keeps its snapshot of an upstream mirror
+/// whose servers have not all committed a first load, instead of walking an emptier catalog.
+pub(crate) const DEFAULT_UPSTREAM_LOAD_WAIT: Duration = Duration::from_secs(300);
 /// `priority`: lower wins when two servers list the same URI.
 pub(crate) const DEFAULT_PRIORITY: i64 = 100;
 /// `[daemon] keep_removed`: a removed server's snapshot is dropped unless this is set.
@@ -187,6 +190,9 @@ pub struct SyncTimings {
     pub debounce: Duration,
     /// The floor of the spacing between notification-driven walks of one server.
     pub min_walk_interval: Duration,
+    /// How long a follower keeps its snapshot while its upstream mirror's servers have not
+    /// committed a first load (a new upstream database), before walking it as it is.
+    pub upstream_load_wait: Duration,
 }
 
 /// Which protocol era to speak to a server.

@@ -127,6 +127,7 @@ pub(super) struct RawDaemon {
     pub ping_interval: Option<Spanned<String>>,
     pub debounce: Option<Spanned<String>>,
     pub min_walk_interval: Option<Spanned<String>>,
+    pub upstream_load_wait: Option<Spanned<String>>,
     pub keep_removed: Option<bool>,
     pub log_level: Option<Spanned<String>>,
     pub search_timeout: Option<Spanned<String>>,

@@ -14,6 +14,7 @@ use super::{
     DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MAX_TEMPLATE_BYTES, DEFAULT_MAX_TEMPLATE_EXPRESSIONS,
     DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL, DEFAULT_SEARCH_TIMEOUT,
+    DEFAULT_UPSTREAM_LOAD_WAIT,
 };
 use crate::paths;
 
@@ -188,6 +189,12 @@ fn sync_timings(source: &SourceFile, raw: &RawDaemon) -> Result<SyncTimings, Con
             &raw.min_walk_interval,
             "daemon.min_walk_interval",
             DEFAULT_MIN_WALK_INTERVAL,
+        )?,
+        upstream_load_wait: duration(
+            source,
+            &raw.upstream_load_wait,
+            "daemon.upstream_load_wait",
+            DEFAULT_UPSTREAM_LOAD_WAIT,
         )?,
     })
 }

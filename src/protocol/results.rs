@@ -209,6 +209,11 @@ pub struct KeyedEntriesResult<R = Value> {
     pub entries: Vec<R>,
     /// The asked keys that no server lists.
     pub missing: Vec<String>,
+    /// The servers (of the client's view) that have not committed a first load yet: until
+    /// they have, this catalog is emptier than it will be, and a follower that holds a
+    /// snapshot keeps it instead of walking this one (absent from older mirrors: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loading: Vec<String>,
 }
 
 /// One change feed entry.

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{CatalogRow, Store, StoreError};
-use crate::protocol::Kind;
+use crate::protocol::{Kind, ServerState};
 
 /// Where a downstream stands in an upstream's change feed: the upstream database's id and the
 /// newest seq its snapshot reflects.
@@ -25,6 +25,9 @@ pub struct KeyedEntries {
     pub total: u64,
     pub found: Vec<CatalogRow>,
     pub missing: Vec<String>,
+    /// Servers that have not committed a first load of any kind yet (a server that declares
+    /// nothing to mirror has nothing to load).
+    pub loading: Vec<String>,
 }
 
 /// The merged resource count at a feed seq: counting 100,000 distinct URIs costs more than the
@@ -135,12 +138,28 @@ pub(super) fn keyed_entries(
             }
         }
     };
+    let loading = loading_servers(&transaction)?;
     Ok(KeyedEntries {
         seq,
         total,
         found,
         missing,
+        loading,
     })
+}
+
+/// The servers with no committed snapshot of any kind: their first load is still to come.
+fn loading_servers(transaction: &Connection) -> Result<Vec<String>, StoreError> {
+    let mut statement = transaction.prepare_cached(
+        "SELECT s.name FROM servers s
+         WHERE s.snapshot_at IS NULL AND s.state != ?1
+           AND NOT EXISTS (SELECT 1 FROM entry_snapshots n WHERE n.server_id = s.id)
+         ORDER BY s.name",
+    )?;
+    let names = statement
+        .query_map([ServerState::NoResources], |row| row.get(0))?
+        .collect::<Result<Vec<String>, _>>()?;
+    Ok(names)
 }
 
 /// The winner of each key by `winner_sql` (its server and text), or the key in `missing`.
@@ -175,8 +194,7 @@ pub(super) fn follow_cursor(
     Ok(connection
         .query_row(
             "SELECT follow_instance, follow_seq FROM servers
-             WHERE name = ?1 AND follow_instance IS NOT NULL AND follow_seq IS NOT NULL
-               AND resource_count > 0",
+             WHERE name = ?1 AND follow_instance IS NOT NULL AND follow_seq IS NOT NULL",
             params![server],
             |row| {
                 Ok(FollowCursor {
@@ -186,6 +204,19 @@ pub(super) fn follow_cursor(
             },
         )
         .optional()?)
+}
+
+pub(super) fn holds_entries(connection: &Connection, server: &str) -> Result<bool, StoreError> {
+    Ok(connection
+        .query_row(
+            "SELECT s.resource_count > 0 OR s.template_count > 0
+                 OR EXISTS (SELECT 1 FROM entries e WHERE e.server_id = s.id)
+             FROM servers s WHERE s.name = ?1",
+            params![server],
+            |row| row.get(0),
+        )
+        .optional()?
+        .unwrap_or(false))
 }
 
 impl Store {

@@ -345,6 +345,10 @@ impl Store {
             ServerUpdate::Reconnecting { error } => ServerUpdate::Reconnecting {
                 error: crate::redact::scrub_server_text(&error),
             },
+            // The reason names the upstream's servers: text from the server.
+            ServerUpdate::Held { reason } => ServerUpdate::Held {
+                reason: crate::redact::scrub_server_text(&reason),
+            },
             ServerUpdate::Connected {
                 protocol_version,
                 mut capabilities,

@@ -54,10 +54,15 @@ impl Reader {
         follow::keyed_entries(&self.connection, kind, keys, &self.merged_count)
     }
 
-    /// The cursor a followed server's snapshot was last moved to; `None` before its first, and
-    /// while its snapshot is empty (a delta needs one to apply to).
+    /// The cursor a followed server's snapshot was last moved to; `None` before its first (an
+    /// empty snapshot has one too: a delta applies to it like to any other).
     pub fn follow_cursor(&self, server: &str) -> Result<Option<super::FollowCursor>, StoreError> {
         follow::follow_cursor(&self.connection, server)
+    }
+
+    /// True when the server's snapshot holds an entry of any kind.
+    pub fn holds_entries(&self, server: &str) -> Result<bool, StoreError> {
+        follow::holds_entries(&self.connection, server)
     }
 
     /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.

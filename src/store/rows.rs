@@ -160,6 +160,11 @@ pub enum ServerUpdate {
     WalkFailed {
         error: String,
     },
+    /// The walk swapped nothing on purpose (an upstream mirror still loading): the snapshot
+    /// stays, marked stale, with the reason.
+    Held {
+        reason: String,
+    },
     /// Connected, but the push stream cannot be reopened; the snapshot stays, marked stale.
     Reconnecting {
         error: String,

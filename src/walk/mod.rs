@@ -58,6 +58,9 @@ pub struct WalkSummary {
     pub looped: u64,
     /// The swaps of the other kinds walked with it (`walk/kinds.rs`).
     pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
+    /// Set when nothing was swapped on purpose: the upstream mirror's servers that have not
+    /// committed a first load, whose catalog a follower does not take yet (`walk/follow.rs`).
+    pub upstream_loading: Vec<String>,
 }
 
 impl WalkSummary {
@@ -73,6 +76,7 @@ impl WalkSummary {
             scopes: Vec::new(),
             looped: 0,
             entries: Vec::new(),
+            upstream_loading: Vec::new(),
         }
     }
 
@@ -164,6 +168,7 @@ pub async fn walk(
             scopes,
             looped: resources.looped + templates.looped,
             entries: Vec::new(),
+            upstream_loading: Vec::new(),
         })
     };
     restarting_once(server, Kind::Resource, pass).await

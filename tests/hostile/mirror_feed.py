@@ -5,7 +5,8 @@ lies in its change feed. Usage: mirror_feed.py MODE COUNTS_FILE FEED_VERSION
 MODE: stuck (catalog/changes says `more` and lists nothing, forever), backwards (the feed's
 seqs go back), endless (a new seq for the same key on every page, `more` forever), flip (a
 new database id in every answer), count (catalog/entries answers keys not asked, duplicates,
-and a total that never matches). Every request's method is counted in COUNTS_FILE (JSON)."""
+and a total that never matches), fat (catalog/entries answers the one key asked and FAT_ENTRIES
+small entries never asked, all in one answer). Every request's method is counted in COUNTS_FILE (JSON)."""
 import json
 import sys
 
@@ -13,6 +14,7 @@ mode, counts_path, feed_version = sys.argv[1], sys.argv[2], int(sys.argv[3])
 counts = {}
 answers = 0
 RESOURCE = {"uri": "hostile://a", "name": "a", "mimeType": "text/plain"}
+FAT_ENTRIES = 300_000
 
 
 def instance():
@@ -35,19 +37,22 @@ def changes(params):
                     latestSeq=since + 1)
     elif mode == "endless":
         page.update(changes=[change(since + 1)], more=True, latestSeq=since + 2)
-    elif mode == "count":
+    elif mode in ("count", "fat"):
         page.update(changes=[change(6)], latestSeq=6)
     return page
 
 
 def entries(params):
     keys = params.get("keys", [])
-    seq = 6 if mode == "count" and keys else 5
+    seq = 6 if mode in ("count", "fat") and keys else 5
     answer = {"instance": instance(), "seq": seq, "entries": [], "missing": [], "total": 1}
     if keys:
         answer["entries"] = [RESOURCE, RESOURCE, {"uri": "hostile://not-asked", "name": "x"}]
         if mode == "count":
             answer["total"] = 99
+        if mode == "fat":
+            answer["entries"] = [RESOURCE] + [
+                {"uri": f"hostile://unasked/{index}", "name": "x"} for index in range(FAT_ENTRIES)]
     return answer
 
 

@@ -651,3 +651,112 @@ fn a_followed_delta_takes_its_cache_scope_as_a_walk_does() {
     assert_eq!(status["live"]["cacheScope"], "private", "{status}");
     assert_eq!(stored_scope(&mirror).as_deref(), Some("private"));
 }
+
+/// Removes a stopped daemon's database and everything derived from it beside it (its log, its
+/// search index), so its next start makes a new database: a new instance.
+fn remove_database(daemon: &Daemon) {
+    let directory = daemon.database.parent().expect("the database's directory");
+    let name = daemon
+        .database
+        .file_name()
+        .expect("the database's name")
+        .to_string_lossy()
+        .to_string();
+    let stem = name.trim_end_matches(".db").to_string();
+    for entry in std::fs::read_dir(directory).expect("the scratch directory") {
+        let path = entry.expect("an entry").path();
+        let file = path.file_name().unwrap_or_default().to_string_lossy();
+        if file.starts_with(&stem) {
+            match path.is_dir() {
+                true => std::fs::remove_dir_all(&path).expect("remove a directory"),
+                false => std::fs::remove_file(&path).expect("remove a file"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_new_upstream_still_loading_never_empties_its_downstream() {
+    // 3,000 resources in 60 pages of 100 ms: a first load of about 6 s.
+    let origin = Scratch::new();
+    let slow = json!({"generate": 3000, "page_size": 50, "faults": {"page_delay_ms": 100}});
+    let mut upstream = upstream_of(&origin, &slow);
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    assert_eq!(status_number(&mirror, "resources"), 3000);
+
+    // The upstream starts over on an empty database (a new instance) and loads its origin
+    // again, slowly: until that load commits, its catalog is empty.
+    upstream.daemon.stop();
+    remove_database(&upstream.daemon);
+    upstream.daemon = Daemon::start(&upstream.scratch, &upstream.scratch.path("daemon.toml"));
+    let (mut fewest, mut held) = (u64::MAX, false);
+    wait_for_every(
+        "the downstream to hold the new upstream's catalog",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let status = mirror.server_status("upstream");
+            fewest = fewest.min(status["resources"].as_u64().unwrap_or(0));
+            held |= status["lastError"]
+                .as_str()
+                .is_some_and(|error| error.contains("has not loaded demo"));
+            let loaded = upstream.daemon.server_status("demo")["walksOk"].as_u64() >= Some(1);
+            let whole = status["resources"] == 3000 && status["walksOk"].as_u64() >= Some(2);
+            (loaded && whole).then_some(())
+        },
+    );
+    let follow_log: Vec<String> = mirror
+        .log_text()
+        .lines()
+        .filter(|line| line.contains("upstream mirror") || line.contains("walk committed"))
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        fewest, 3000,
+        "the downstream never dropped below its snapshot: {follow_log:#?}"
+    );
+    assert!(held, "the downstream waited for the upstream's first load");
+    wait_for(
+        "the downstream to equal the upstream",
+        Duration::from_secs(30),
+        || same_catalog(&mirror, &upstream.daemon).then_some(()),
+    );
+    // Still following, now the new database's feed.
+    let walks = status_number(&mirror, "walksOk");
+    origin.write_scenario(
+        "demo.json",
+        &json!({"generate": 3000, "page_size": 50, "resources": [{"uri": "fixture://demo/one-more", "name": "one-more"}]}),
+    );
+    wait_for("the next change", Duration::from_secs(30), || {
+        (status_number(&mirror, "resources") == 3001).then_some(())
+    });
+    assert_eq!(status_number(&mirror, "walksOk"), walks);
+}
+
+#[test]
+fn an_upstream_whose_view_holds_nothing_is_followed_without_walks() {
+    // The downstream's upstream holds no resources at all: its snapshot is empty, and still
+    // gets a cursor, so a change that leaves it empty is a delta (of nothing), not a walk.
+    let origin = Scratch::new();
+    let upstream = upstream_of(&origin, &json!({"generate": 0}));
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    let cursor = wait_for(
+        "the empty snapshot's cursor",
+        Duration::from_secs(20),
+        || follow_record(&mirror).1,
+    );
+    assert!(cursor >= 0);
+    let deltas = status_number(&mirror, "deltasApplied");
+    for round in 1..=3 {
+        mirror.call(
+            "catalog/refresh",
+            json!({"server": "upstream", "wait": true}),
+        );
+        assert_eq!(status_number(&mirror, "walksOk"), 1, "round {round}");
+    }
+    assert!(status_number(&mirror, "deltasApplied") > deltas);
+}

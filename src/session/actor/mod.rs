@@ -77,6 +77,9 @@ pub(super) struct Actor {
     known_era: Option<Era>,
     /// The walk in flight's progress, shared with the session's clients (`status`).
     meter: Arc<WalkMeter>,
+    /// Since when a followed upstream mirror's servers have not all loaded while this one
+    /// keeps its snapshot (kept across reconnects: a new upstream instance is one).
+    upstream_loading_since: Option<Instant>,
 }
 
 impl Actor {
@@ -100,6 +103,7 @@ impl Actor {
             throttle_announced: false,
             known_era: None,
             meter,
+            upstream_loading_since: None,
         }
     }
 

@@ -6,6 +6,9 @@ use super::*;
 
 /// The quiet period before following an upstream mirror's feed (`debounce`, when shorter).
 pub(super) const FOLLOW_DEBOUNCE: Duration = Duration::from_millis(10);
+/// How soon a follower asks again whether its upstream mirror's servers have loaded (their
+/// first load's commit also notifies it, which comes sooner).
+const UPSTREAM_LOADING_RETRY: Duration = Duration::from_secs(2);
 
 /// Who asked for a paced walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,11 +116,15 @@ impl Actor {
         let walked = kinds.clone();
         self.meter.begin();
         let meter = self.meter.clone();
+        let may_hold = self.upstream_loading_since.map_or(true, |since| {
+            since.elapsed() < self.config.timings.upstream_load_wait
+        });
         let run = async move {
             let walk = async {
                 match followed {
                     true => {
-                        follow::walk_or_follow(&session, &store, &server, limits, &walked).await
+                        follow::walk_or_follow(&session, &store, &server, limits, &walked, may_hold)
+                            .await
                     }
                     false => kinds::walk_kinds(&session, &store, &server, limits, &walked).await,
                 }
@@ -231,6 +238,10 @@ impl Actor {
             }
         };
         self.backoff.reset();
+        if !summary.upstream_loading.is_empty() {
+            return self.hold_for_upstream(link, summary, waiters).await;
+        }
+        self.upstream_loading_since = None;
         crate::metrics::observe_walk(
             &self.config.name,
             std::time::Duration::from_millis(summary.report.duration_ms.max(0) as u64),
@@ -295,6 +306,32 @@ impl Actor {
             self.config.resync_interval
         };
         self.schedule_walk(&mut link, delay);
+        State::Connected(link)
+    }
+
+    /// The walk kept the snapshot: the upstream mirror has servers still loading. Asked again
+    /// soon (their commit notifies sooner), until `upstream_load_wait` has passed.
+    async fn hold_for_upstream(
+        &mut self,
+        mut link: Box<Link>,
+        summary: WalkSummary,
+        waiters: Vec<Waiter>,
+    ) -> State {
+        let wait = self.config.timings.upstream_load_wait;
+        let since = *self.upstream_loading_since.get_or_insert_with(Instant::now);
+        let left = wait.saturating_sub(since.elapsed());
+        let reason = format!(
+            "keeping the last snapshot: the upstream has not loaded {} yet (upstream_load_wait: \
+             walked as it is after {} s)",
+            summary.upstream_loading.join(", "),
+            wait.as_secs()
+        );
+        self.report(ServerUpdate::Held {
+            reason: reason.clone(),
+        })
+        .await;
+        answer(waiters, Ok(Refreshed::walked(&summary)));
+        self.schedule_walk(&mut link, left.min(UPSTREAM_LOADING_RETRY));
         State::Connected(link)
     }
 

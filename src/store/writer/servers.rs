@@ -163,6 +163,11 @@ pub(super) fn update_server(
                  walks_failed = walks_failed + 1 WHERE name = ?1",
             params![server, error, now, ServerState::Failed],
         )?,
+        ServerUpdate::Held { reason } => connection.execute(
+            "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3
+                 WHERE name = ?1",
+            params![server, reason, now, ServerState::Synced],
+        )?,
         ServerUpdate::Reconnecting { error } => connection.execute(
             "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3
                  WHERE name = ?1",

@@ -182,6 +182,17 @@ impl Session {
             .await
     }
 
+    /// A request whose result comes back as the server wrote it (its text), for a caller that
+    /// parses it as it needs (keeping only part of a large answer, say).
+    pub async fn request_text(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<Box<serde_json::value::RawValue>, McpError> {
+        self.raw_request_within(method, params, Some(self.timeout))
+            .await
+    }
+
     async fn request_within(
         &self,
         method: &str,

@@ -23,6 +23,9 @@ use crate::upstream::Session;
 use crate::walk::kinds::followed_entry_row;
 use crate::walk::{self, resource_row, template_row, WalkError, WalkSummary};
 
+mod answers;
+use answers::KeyedAnswer;
+
 /// Keys asked of the upstream per `catalog/entries` request (the method takes up to
 /// `MAX_KEYS`; half keeps an answer of large entries within a few megabytes).
 const KEYS_PER_REQUEST: usize = 500;
@@ -47,34 +50,57 @@ impl<E: Into<WalkError>> From<E> for Fallback {
 
 /// Brings the server's `kinds` (resources with templates, tools, prompts) up to date: by its
 /// feed when there is a cursor here, else by a full walk of each (which records the cursor).
+///
+/// A follower that holds a snapshot does not walk an upstream whose servers have not all
+/// committed a first load (a new upstream database starting over): that catalog is emptier
+/// than it will be. With `may_hold` it swaps nothing and says which servers it waits for
+/// (`WalkSummary::upstream_loading`); the session tries again, and stops waiting after
+/// `upstream_load_wait`.
 pub async fn walk_or_follow(
     session: &Session,
     store: &Store,
     server: &str,
     limits: WalkLimits,
     kinds: &[Kind],
+    may_hold: bool,
 ) -> Result<WalkSummary, WalkError> {
-    match follow(session, store, server, limits, kinds).await {
-        Ok(summary) => return Ok(summary),
-        Err(Fallback::Failed(error)) => return Err(error),
-        Err(Fallback::Walk(reason)) => {
-            tracing::info!(
-                server,
-                reason,
-                "walking the upstream mirror instead of following its feed"
-            )
-        }
-    }
+    let name = server.to_string();
+    let cursor = store
+        .read(move |reader| reader.follow_cursor(&name))
+        .await?;
+    let reason = match &cursor {
+        None => "no cursor yet".to_string(),
+        Some(cursor) => match follow(session, store, server, limits, kinds, cursor).await {
+            Ok(summary) => return Ok(summary),
+            Err(Fallback::Failed(error)) => return Err(error),
+            Err(Fallback::Walk(reason)) => reason,
+        },
+    };
+    tracing::info!(
+        server,
+        reason,
+        "walking the upstream mirror instead of following its feed"
+    );
     let started = Instant::now();
     // Where the feed stands before the walk: every change after it is in the walk or will be
     // replayed (a replay only fetches an entry again), so the cursor can never skip one.
-    let position: KeyedPage = request(
-        session,
-        CatalogEntries::NAME,
-        json!({"kind": "resource", "keys": []}),
-        &mut None,
-    )
-    .await?;
+    let position = entries_request(session, Kind::Resource, &[], &mut None).await?;
+    let name = server.to_string();
+    if may_hold
+        && !position.loading.is_empty()
+        && store
+            .read(move |reader| reader.holds_entries(&name))
+            .await?
+    {
+        tracing::info!(
+            server,
+            loading = ?position.loading,
+            "keeping the snapshot: the upstream mirror has servers that have not loaded yet"
+        );
+        let mut summary = WalkSummary::empty(now_ms());
+        summary.upstream_loading = position.loading;
+        return Ok(summary);
+    }
     let mut summary = match kinds.contains(&Kind::Resource) {
         true => walk::walk(session, store, server, limits).await?,
         false => WalkSummary::empty(now_ms()),
@@ -89,23 +115,46 @@ pub async fn walk_or_follow(
     Ok(summary)
 }
 
-type KeyedPage = wire::KeyedEntriesResult<Box<serde_json::value::RawValue>>;
-
 /// One request to the upstream and its answer as `T`; the answer's `cacheScope`, when it
 /// declares one, goes into `scope` (the most private so far), read as a walk reads a page's.
+/// The answer is parsed from its text straight into `T`, never through a tree of values.
 async fn request<T: DeserializeOwned>(
     session: &Session,
     method: &str,
     params: Value,
     scope: &mut Option<CacheScope>,
 ) -> Result<T, WalkError> {
-    let answer = session.request(method, params).await?;
-    if let Some(hint) = answer.get("cacheScope") {
-        *scope = (*scope).max(Some(CacheScope::of_hint(Some(hint))));
+    let answer = session.request_text(method, params).await?;
+    if let Some(hint) = answers::scope_hint(answer.get()) {
+        *scope = (*scope).max(Some(hint));
     }
-    serde_json::from_value(answer).map_err(|error| {
+    serde_json::from_str(answer.get()).map_err(|error| {
         WalkError::Failed(format!("{method}: an answer of another shape: {error}"))
     })
+}
+
+/// Asks the upstream for the entries of `keys` of `kind`; only theirs are kept of the answer,
+/// while it is parsed (an upstream answering with entries never asked costs nothing kept).
+async fn entries_request(
+    session: &Session,
+    kind: Kind,
+    keys: &[String],
+    scope: &mut Option<CacheScope>,
+) -> Result<KeyedAnswer, WalkError> {
+    let answer = session
+        .request_text(CatalogEntries::NAME, json!({"kind": kind, "keys": keys}))
+        .await?;
+    let asked: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+    let read = answers::keyed_answer(answer.get(), kind, &asked).map_err(|error| {
+        WalkError::Failed(format!(
+            "{}: an answer of another shape: {error}",
+            CatalogEntries::NAME
+        ))
+    })?;
+    if let Some(hint) = read.cache_scope {
+        *scope = (*scope).max(Some(hint));
+    }
+    Ok(read)
 }
 
 /// What the `catalog/entries` reads of one delta saw.
@@ -134,13 +183,7 @@ async fn fetch_keys(
 ) -> Result<Vec<String>, Fallback> {
     let mut gone = Vec::new();
     for chunk in keys.chunks(KEYS_PER_REQUEST) {
-        let read: KeyedPage = request(
-            session,
-            CatalogEntries::NAME,
-            json!({"kind": kind, "keys": chunk}),
-            scope,
-        )
-        .await?;
+        let read = entries_request(session, kind, chunk, scope).await?;
         reads.requests += 1;
         if read.instance != cursor.instance {
             return Err(Fallback::Walk(
@@ -226,16 +269,10 @@ async fn follow(
     server: &str,
     limits: WalkLimits,
     kinds: &[Kind],
+    cursor: &FollowCursor,
 ) -> Result<WalkSummary, Fallback> {
     let started = Instant::now();
     let started_at_ms = now_ms();
-    let name = server.to_string();
-    let Some(cursor) = store
-        .read(move |reader| reader.follow_cursor(&name))
-        .await?
-    else {
-        return Err(Fallback::Walk("no cursor yet".into()));
-    };
     // 1. The keys changed since the cursor, page by page, by kind.
     let (mut since, mut pages) = (cursor.seq, 0u64);
     let mut keys: BTreeMap<Kind, BTreeSet<String>> = BTreeMap::new();
@@ -332,7 +369,7 @@ async fn follow(
     let removed = fetch_keys(
         session,
         &staged,
-        &cursor,
+        cursor,
         Kind::Resource,
         &resource_keys,
         limits,
@@ -344,7 +381,7 @@ async fn follow(
         fetch_keys(
             session,
             &staged,
-            &cursor,
+            cursor,
             Kind::Template,
             &template_keys,
             limits,
@@ -359,7 +396,7 @@ async fn follow(
         fetch_keys(
             session,
             &entry_staged,
-            &cursor,
+            cursor,
             kind,
             &keys,
             limits,
