@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-use crate::protocol::uri_flags::URI_FLAGS_META_KEY;
+use crate::protocol::uri_flags::{classify, template_base, URI_FLAGS_META_KEY};
 use crate::protocol::{Kind, OVERSIZED_META_KEY};
 
 /// Optional fields an oversized entry loses first, in this order; any other field the server
@@ -85,29 +85,40 @@ pub fn same_entry(stored: &str, listed: &str) -> bool {
 }
 
 /// Makes a listed entry of `kind` (its JSON text) storable. Within `max_bytes` it is kept as
-/// sent. Over the bound it loses optional fields (`DROPPED_FIRST`, then the largest) until it
-/// fits; a required field it lost gets its stand-in (`stand_ins`), and its `_meta` says
-/// `"io.mcp-mirror/oversized": true`, so what clients get is still valid JSON of its kind,
-/// and says it is not whole. `None` when the item is not an object with a non-empty string key
+/// sent, but for its URI flags (`uri_flags`: a resource or template whose URI points at the
+/// local machine or a private network gets `_meta["io.mcp-mirror/uri"]`; the key is ours, and
+/// what a server wrote there is replaced). Over the bound it loses optional fields
+/// (`DROPPED_FIRST`, then the largest) until it fits; a required field it lost gets its
+/// stand-in (`stand_ins`), and its `_meta` says `"io.mcp-mirror/oversized": true` (and keeps
+/// the URI flags), so what clients get is still valid JSON of its kind, and says it is not
+/// whole. `None` when the item is not an object with a non-empty string key
 /// (`Kind::identity_field`), or when the key alone is over the bound: such an entry can be
 /// neither stored whole nor cut.
 pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> {
     let key = kind.identity_field();
     let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
     if text.len() <= max_bytes {
-        let Ok(Value::Object(object)) = serde_json::from_str::<Value>(text) else {
+        let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(text) else {
             return None;
         };
-        match object.get(key) {
-            Some(Value::String(identity)) if !identity.is_empty() => {}
+        let flags = match object.get(key) {
+            Some(Value::String(identity)) if !identity.is_empty() => uri_flags(kind, identity),
             _ => return None,
+        };
+        // The text as sent, unless its flags change it: the parse above is the only one.
+        let raw = match set_uri_flags(&mut object, flags, text) {
+            false => text.to_string(),
+            true => serde_json::to_string(&object).ok()?,
+        };
+        if raw.len() <= max_bytes {
+            return Some(FittedEntry {
+                object,
+                hash: content_hash(raw.as_bytes()),
+                raw,
+                oversized: false,
+            });
         }
-        return Some(FittedEntry {
-            object,
-            raw: text.to_string(),
-            hash: content_hash(text.as_bytes()),
-            oversized: false,
-        });
+        // The flags took it over the bound: it is trimmed below like any larger entry.
     }
     // Borrowed from `text`: the fields cost no copy of the entry.
     let borrowed: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
@@ -115,22 +126,18 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         .into_iter()
         .map(|(field, value)| (field, Cow::Borrowed(value)))
         .collect();
-    match fields
+    let flags = match fields
         .get(key)
         .map(|value| serde_json::from_str::<String>(value.get()))
     {
-        Some(Ok(identity)) if !identity.is_empty() => {}
+        Some(Ok(identity)) if !identity.is_empty() => uri_flags(kind, &identity),
         _ => return None,
-    }
+    };
     // The bound is part of what was stored: a new bound must store the entry again.
     let hash = nonzero(xxh3_64_with_seed(text.as_bytes(), max_bytes as u64));
-    // The URI flags (`mark_uri`) outlive a dropped `_meta`: they warn whoever follows the URI.
-    let uri_flags = fields
-        .get("_meta")
-        .and_then(|meta| serde_json::from_str::<Map<String, Value>>(meta.get()).ok())
-        .and_then(|mut meta| meta.remove(URI_FLAGS_META_KEY));
-    // What the stand-ins and the marker may add, kept free while trimming (an upper bound).
-    let flags_text = uri_flags.as_ref().map_or(0, |flags| {
+    // What the stand-ins, the marker and the URI flags may add, kept free while trimming (an
+    // upper bound).
+    let flags_text = flags.as_ref().map_or(0, |flags| {
         json_string(URI_FLAGS_META_KEY).len() + 2 + flags.to_string().len()
     });
     let marker = format!(r#","_meta":{{{}:true}}"#, json_string(OVERSIZED_META_KEY));
@@ -218,7 +225,8 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         None => oversized_meta(),
     };
     let mut meta = meta;
-    if let Some(flags) = uri_flags {
+    meta.remove(URI_FLAGS_META_KEY);
+    if let Some(flags) = flags {
         meta.insert(URI_FLAGS_META_KEY.into(), flags);
     }
     fields.insert(
@@ -239,6 +247,58 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         hash,
         oversized: true,
     })
+}
+
+/// The URI flags of an entry of `kind` keyed by `identity` (a resource's URI, a template's
+/// expansion base), as their `_meta` value; `None` for other kinds and for unflagged URIs.
+fn uri_flags(kind: Kind, identity: &str) -> Option<Value> {
+    let flags = match kind {
+        Kind::Resource => classify(identity),
+        Kind::Template => classify(template_base(identity)),
+        Kind::Tool | Kind::Prompt => return None,
+    };
+    (!flags.is_empty()).then(|| {
+        flags
+            .iter()
+            .map(|flag| Value::from(flag.as_str()))
+            .collect()
+    })
+}
+
+/// Sets `object`'s URI flags to `flags`, replacing (or removing) what its server wrote under
+/// the key; whether that changed the object. `text` (the object as sent) spares the lookup
+/// when the key is nowhere in it.
+fn set_uri_flags(object: &mut Map<String, Value>, flags: Option<Value>, text: &str) -> bool {
+    if flags.is_none() && !text.contains(URI_FLAGS_META_KEY) {
+        return false;
+    }
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        // A `_meta` that is not an object cannot carry our key; flags replace it (as the
+        // oversized marker does).
+        if flags.is_none() {
+            return false;
+        }
+        *meta = Value::Object(Map::new());
+    }
+    let Value::Object(meta) = meta else {
+        return false;
+    };
+    let claimed = meta.remove(URI_FLAGS_META_KEY);
+    let changed = match flags {
+        Some(flags) => {
+            let changed = claimed.as_ref() != Some(&flags);
+            meta.insert(URI_FLAGS_META_KEY.into(), flags);
+            changed
+        }
+        None => claimed.is_some(),
+    };
+    if meta.is_empty() {
+        object.remove("_meta");
+    }
+    changed
 }
 
 fn oversized_meta() -> Map<String, Value> {
@@ -268,6 +328,36 @@ mod tests {
         assert!(!fitted.oversized);
         assert_eq!(fitted.raw, sent);
         assert_eq!(fitted.hash, content_hash(sent.as_bytes()));
+    }
+
+    #[test]
+    fn uri_flags_are_set_from_the_uri_and_a_servers_claim_is_replaced() {
+        let flagged = r#"{"uri": "http://0177.0.0.1/admin", "name": "a"}"#;
+        let fitted = fit_entry(flagged, Kind::Resource, 1024).expect("fits");
+        assert_eq!(
+            fitted.object["_meta"],
+            json!({URI_FLAGS_META_KEY: ["loopback"]})
+        );
+        assert_eq!(fitted.hash, content_hash(fitted.raw.as_bytes()));
+        let claimed = json!({"uri": "https://example.com/x", "name": "b",
+                             "_meta": {URI_FLAGS_META_KEY: ["loopback"], "k": 1}});
+        let fitted = fit(&claimed, Kind::Resource, 1024).expect("fits");
+        assert_eq!(fitted.object["_meta"], json!({"k": 1}));
+        let hidden = json!({"uriTemplate": "file:///{path}", "name": "c",
+                            "_meta": {URI_FLAGS_META_KEY: []}});
+        let fitted = fit(&hidden, Kind::Template, 1024).expect("fits");
+        assert_eq!(
+            fitted.object["_meta"],
+            json!({URI_FLAGS_META_KEY: ["local-file"]})
+        );
+        // An ordinary entry is stored as sent, and a tool has no URI to flag.
+        let plain = r#"{"uri": "fixture://docs/1", "name": "d"}"#;
+        assert_eq!(
+            fit_entry(plain, Kind::Resource, 1024).expect("fits").raw,
+            plain
+        );
+        let tool = r#"{"name": "t", "uri": "file:///x", "inputSchema": {"type": "object"}}"#;
+        assert_eq!(fit_entry(tool, Kind::Tool, 1024).expect("fits").raw, tool);
     }
 
     #[test]

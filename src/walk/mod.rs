@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
+use crate::protocol::uri_flags::{classify, URI_FLAGS_META_KEY};
 use crate::protocol::{CacheScope, Kind, MAX_KEY_BYTES};
 use crate::protocol::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::store::entry::{fit_entry, whole_entry_hash};
@@ -237,11 +238,10 @@ impl Listed for TemplateRow {
 /// A listed entry as it enters the mirror, whichever way it comes (a walk, a followed feed):
 /// `Err` with the item untouched when it came through this mirror already (a mirror never takes
 /// back its own entries through a loop of mirrors); else with its upstream mirror, if any,
-/// recorded in its chain, scrubbed of configured secrets, whatever a server reflects, and its
-/// URI flags set (`mark_uri`).
+/// recorded in its chain, and scrubbed of configured secrets, whatever a server reflects. Its
+/// URI flags are set as it is made storable (`store::entry::fit_entry`, which parses it anyway).
 pub(crate) fn take_entry(
     item: Box<RawValue>,
-    kind: Kind,
     upstream_mirror: Option<&str>,
 ) -> Result<Box<RawValue>, Box<RawValue>> {
     if crate::protocol::came_through_us(item.get()) {
@@ -251,52 +251,7 @@ pub(crate) fn take_entry(
         Some(upstream) => crate::protocol::through_mirror(item.get(), upstream).unwrap_or(item),
         None => item,
     };
-    Ok(mark_uri(crate::redact::scrub_entry(item), kind))
-}
-
-/// A resource or template with its URI flags (`uri_flags`) in `_meta`, from its `uri` or its
-/// template's expansion base. The key is ours: what a server (or an upstream mirror) wrote
-/// there is replaced, and removed when the URI has no flag. Other kinds have no URI.
-fn mark_uri(item: Box<RawValue>, kind: Kind) -> Box<RawValue> {
-    use crate::protocol::uri_flags::{classify, template_base, URI_FLAGS_META_KEY};
-    #[derive(serde::Deserialize)]
-    struct Located<'a> {
-        #[serde(borrow, default)]
-        uri: Option<std::borrow::Cow<'a, str>>,
-        #[serde(borrow, default, rename = "uriTemplate")]
-        uri_template: Option<std::borrow::Cow<'a, str>>,
-    }
-    let text = item.get();
-    let Ok(located) = serde_json::from_str::<Located>(text) else {
-        return item;
-    };
-    let flags = match (kind, located.uri, located.uri_template) {
-        (Kind::Resource, Some(uri), _) => classify(&uri),
-        (Kind::Template, _, Some(template)) => classify(template_base(&template)),
-        _ => Vec::new(),
-    };
-    if flags.is_empty() && !text.contains(URI_FLAGS_META_KEY) {
-        return item;
-    }
-    let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(text) else {
-        return item;
-    };
-    let meta = object
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Default::default()));
-    if let Value::Object(meta) = meta {
-        meta.remove(URI_FLAGS_META_KEY);
-        if !flags.is_empty() {
-            let names = flags
-                .iter()
-                .map(|flag| Value::from(flag.as_str()))
-                .collect();
-            meta.insert(URI_FLAGS_META_KEY.into(), Value::Array(names));
-        } else if meta.is_empty() {
-            object.remove("_meta");
-        }
-    }
-    serde_json::value::to_raw_value(&object).unwrap_or(item)
+    Ok(crate::redact::scrub_entry(item))
 }
 
 /// What one pass over a list saw.
@@ -358,7 +313,6 @@ impl<'a> ListWalk<'a> {
         Kept: Future<Output = Result<(), StoreError>>,
     {
         let (method, list_key, limits) = (self.method, self.kind.list_key(), self.limits);
-        let kind = self.kind;
         // Hashes of the identities seen so far: enough to tell new entries without holding
         // the catalog.
         let hasher = BuildHasherDefault::<DefaultHasher>::default();
@@ -420,7 +374,7 @@ impl<'a> ListWalk<'a> {
                 let mut rows = Vec::with_capacity(items.len());
                 let mut new_looped = 0;
                 for item in items {
-                    let item = match take_entry(item, kind, *upstream_mirror) {
+                    let item = match take_entry(item, *upstream_mirror) {
                         Ok(item) => item,
                         Err(looped) => {
                             counts.looped += 1;
@@ -536,7 +490,17 @@ pub(crate) fn usable_key(key: &str) -> bool {
 pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<ResourceRow> {
     let text = item.get();
     if let Some(hash) = whole_entry_hash(text, max_entry_bytes) {
-        if let Ok(listed) = serde_json::from_str::<ListedResource<'_>>(text) {
+        let listed = serde_json::from_str::<ListedResource<'_>>(text)
+            .ok()
+            // An entry to flag, or whose server wrote our flags' key, is rewritten: `fit_entry`.
+            .filter(|listed| {
+                let flagged = listed
+                    .uri
+                    .as_deref()
+                    .is_some_and(|uri| !classify(uri).is_empty());
+                !flagged && !text.contains(URI_FLAGS_META_KEY)
+            });
+        if let Some(listed) = listed {
             let uri = listed.uri.filter(|uri| usable_key(uri))?;
             let json = |field: Option<&RawValue>| field.map(|value| value.get().to_string());
             return Some(ResourceRow {

@@ -139,4 +139,28 @@ mod tests {
         assert_eq!(second.expected_entries, Some(100));
         assert!(second.eta_ms.is_some());
     }
+
+    #[test]
+    fn progress_is_logged_at_most_once_per_interval() {
+        let meter = WalkMeter::default();
+        meter.begin();
+        let begun = meter.last_logged_ms.load(Ordering::Relaxed);
+        meter.count(10);
+        assert_eq!(
+            meter.last_logged_ms.load(Ordering::Relaxed),
+            begun,
+            "logged too soon"
+        );
+        let long_ago = begun - PROGRESS_LOG_INTERVAL_MS;
+        meter.last_logged_ms.store(long_ago, Ordering::Relaxed);
+        meter.count(10);
+        let logged = meter.last_logged_ms.load(Ordering::Relaxed);
+        assert!(logged >= begun, "a page after the interval logs");
+        meter.count(10);
+        assert_eq!(
+            meter.last_logged_ms.load(Ordering::Relaxed),
+            logged,
+            "logged twice"
+        );
+    }
 }

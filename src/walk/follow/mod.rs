@@ -194,7 +194,7 @@ async fn fetch_keys(
         let entries = read
             .entries
             .into_iter()
-            .filter_map(|entry| crate::walk::take_entry(entry, kind, Some(&cursor.instance)).ok());
+            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)).ok());
         let asked: BTreeSet<&str> = chunk.iter().map(String::as_str).collect();
         let mut found = BTreeSet::new();
         match kind {
