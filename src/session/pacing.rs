@@ -22,27 +22,78 @@ pub(super) fn with_poll_jitter(delay: Duration) -> Duration {
     with_jitter(delay, POLL_JITTER_SPREAD)
 }
 
-/// Spaces the walks that notifications ask for. The next one starts no sooner than
+/// The least spacing of a follower's follows (`min_walk_interval` when shorter): a follow costs
+/// what changed, so its own duration spaces the next one, and this floor only stops an upstream
+/// that announces a change with every answer from keeping a follower busy.
+pub(super) const FOLLOW_FLOOR: Duration = Duration::from_millis(100);
+
+/// What a finished walk cost, as the pace counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WalkCost {
+    /// A walk of a server that is not followed: every list read in full.
+    Walk,
+    /// A follow of an upstream mirror's feed (a delta, or nothing to take): what changed.
+    Follow,
+    /// A follower's full walk of its upstream (its first, or the feed could not be followed).
+    FollowerWalk,
+    /// A follower's walk or follow that failed (the backoff spaces what comes next).
+    FollowerFailed,
+}
+
+/// Spaces the walks that notifications ask for. A walk of a server starts no sooner than
 /// `max(min_walk_interval, the last walk's duration)` after the last walk ended, so a server
-/// that says its list changed with every answer is walked at most about half the time, and
-/// at most once per `min_walk_interval`; the walk held back is delayed, never dropped.
-#[derive(Debug, Default)]
+/// that says its list changed with every answer is walked at most about half the time, and at
+/// most once per `min_walk_interval`; the walk held back is delayed, never dropped.
+///
+/// A follow is paced by what a follow costs: its own last duration, at least `FOLLOW_FLOOR`,
+/// never by the last full walk (a first load's, say). A follower whose feed fails twice in a
+/// row (two full walks) is paced as a walked server until it follows again.
+#[derive(Debug)]
 pub(super) struct WalkPace {
     /// When the last walk ended (committed, failed or abandoned).
     last_ended: Option<Instant>,
     last_duration: Duration,
+    /// The last follow's duration (zero before the first).
+    last_follow_duration: Duration,
+    /// What the last two walks cost, the newest first.
+    costs: [WalkCost; 2],
+}
+
+impl Default for WalkPace {
+    fn default() -> WalkPace {
+        WalkPace {
+            last_ended: None,
+            last_duration: Duration::ZERO,
+            last_follow_duration: Duration::ZERO,
+            costs: [WalkCost::Follow; 2],
+        }
+    }
 }
 
 impl WalkPace {
     /// Records a walk that ran from `started` until `ended`, however it ended.
-    pub(super) fn record(&mut self, started: Instant, ended: Instant) {
+    pub(super) fn record(&mut self, started: Instant, ended: Instant, cost: WalkCost) {
         self.last_ended = Some(ended);
         self.last_duration = ended.saturating_duration_since(started);
+        if cost == WalkCost::Follow {
+            self.last_follow_duration = self.last_duration;
+        }
+        self.costs = [cost, self.costs[0]];
     }
 
-    /// The spacing in force: the floor, or the last walk's duration when that is longer.
+    /// The spacing in force: the floor, or the last walk's duration when that is longer; for a
+    /// follower, the follow's (see the type).
     pub(super) fn spacing(&self, min_walk_interval: Duration) -> Duration {
-        min_walk_interval.max(self.last_duration)
+        match self.costs {
+            [WalkCost::Walk, _] | [WalkCost::FollowerWalk, WalkCost::FollowerWalk] => {
+                min_walk_interval.max(self.last_duration)
+            }
+            [WalkCost::Follow | WalkCost::FollowerWalk | WalkCost::FollowerFailed, _] => {
+                min_walk_interval
+                    .min(FOLLOW_FLOOR)
+                    .max(self.last_follow_duration)
+            }
+        }
     }
 
     /// When a walk a notification asks for at `now` may start: `None` when it may start now.
@@ -199,18 +250,50 @@ mod tests {
         // Nothing walked yet: nothing holds a walk back.
         assert_eq!(pace.held_until(floor, start), None);
         // A short walk: the floor spaces the next one.
-        pace.record(start, start + SECOND / 10);
+        pace.record(start, start + SECOND / 10, WalkCost::Walk);
         let ended = start + SECOND / 10;
         assert_eq!(pace.held_until(floor, ended), Some(ended + floor));
         assert_eq!(pace.held_until(floor, ended + floor), None);
         // A walk longer than the floor: its own duration spaces the next one.
         let long_end = start + 10 * SECOND;
-        pace.record(start + 7 * SECOND, long_end);
+        pace.record(start + 7 * SECOND, long_end, WalkCost::Walk);
         assert_eq!(pace.spacing(floor), 3 * SECOND);
         assert_eq!(
             pace.held_until(floor, long_end + SECOND),
             Some(long_end + 3 * SECOND)
         );
         assert_eq!(pace.held_until(floor, long_end + 3 * SECOND), None);
+    }
+
+    #[test]
+    fn follows_are_spaced_by_their_own_cost_never_by_a_full_walk() {
+        let floor = SECOND;
+        let mut pace = WalkPace::default();
+        let start = Instant::now();
+        // A follower's first load took 15 s: the follow after it waits only the follow floor.
+        let loaded = start + 15 * SECOND;
+        pace.record(start, loaded, WalkCost::FollowerWalk);
+        assert_eq!(pace.spacing(floor), FOLLOW_FLOOR);
+        assert_eq!(pace.held_until(floor, loaded + FOLLOW_FLOOR), None);
+        // A follow of 300 ms spaces the next follow by its own duration.
+        let followed = loaded + SECOND;
+        pace.record(followed - 3 * SECOND / 10, followed, WalkCost::Follow);
+        assert_eq!(pace.spacing(floor), 3 * SECOND / 10);
+        // A fallback walk between follows does not hold the next follow either...
+        let walked = followed + 10 * SECOND;
+        pace.record(followed + 2 * SECOND, walked, WalkCost::FollowerWalk);
+        assert_eq!(pace.spacing(floor), 3 * SECOND / 10);
+        // A failed attempt between two full walks leaves the follow pace in force...
+        pace.record(walked, walked + SECOND, WalkCost::FollowerFailed);
+        assert_eq!(pace.spacing(floor), 3 * SECOND / 10);
+        pace.record(walked + SECOND, walked + 3 * SECOND, WalkCost::FollowerWalk);
+        assert_eq!(pace.spacing(floor), 3 * SECOND / 10);
+        // ...but a feed that fails again (two full walks in a row) is walked at the walk pace.
+        let again = walked + 9 * SECOND;
+        pace.record(walked + SECOND, again, WalkCost::FollowerWalk);
+        assert_eq!(pace.spacing(floor), 8 * SECOND);
+        // The floor is min_walk_interval when that is shorter than the follow floor.
+        pace.record(again, again, WalkCost::Follow);
+        assert_eq!(pace.spacing(SECOND / 1000), SECOND / 1000);
     }
 }

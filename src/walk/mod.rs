@@ -62,6 +62,9 @@ pub struct WalkSummary {
     /// Set when nothing was swapped on purpose: the upstream mirror's servers that have not
     /// committed a first load, whose catalog a follower does not take yet (`walk/follow.rs`).
     pub upstream_loading: Vec<String>,
+    /// True when the server's lists were walked in full (false for a follow of a feed): what
+    /// paces the next walk.
+    pub listed: bool,
 }
 
 impl WalkSummary {
@@ -78,6 +81,7 @@ impl WalkSummary {
             looped: 0,
             entries: Vec::new(),
             upstream_loading: Vec::new(),
+            listed: false,
         }
     }
 
@@ -170,6 +174,7 @@ pub async fn walk(
             looped: resources.looped + templates.looped,
             entries: Vec::new(),
             upstream_loading: Vec::new(),
+            listed: true,
         })
     };
     restarting_once(server, Kind::Resource, pass).await

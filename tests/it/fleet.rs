@@ -760,3 +760,72 @@ fn an_upstream_whose_view_holds_nothing_is_followed_without_walks() {
     }
     assert!(status_number(&mirror, "deltasApplied") > deltas);
 }
+
+#[test]
+fn a_cold_fleet_gets_its_first_change_paced_by_the_follow_not_the_first_load() {
+    // An upstream of 10,000 resources and three downstreams, each of whose first load takes a
+    // few seconds; a change at the origin as soon as all of them hold the catalog.
+    let origin = Scratch::new();
+    let catalog =
+        |extra: &[Value]| json!({"generate": 10_000, "page_size": 1000, "resources": extra});
+    let upstream = upstream_of(&origin, &catalog(&[]));
+    let scratches: Vec<Scratch> = (0..3).map(|_| Scratch::new()).collect();
+    let mirrors: Vec<Daemon> = scratches
+        .iter()
+        .map(|scratch| downstream(scratch, &upstream, "modern"))
+        .collect();
+    let mut throttled = Vec::new();
+    for mirror in &mirrors {
+        let status = wait_for(
+            "a downstream's first load",
+            Duration::from_secs(120),
+            || {
+                let status = mirror.server_status("upstream");
+                let cursor = follow_record(mirror).1;
+                (status["resources"] == 10_000 && cursor.is_some()).then_some(status)
+            },
+        );
+        eprintln!(
+            "a downstream's first load: {} ms",
+            status["lastWalk"]["durationMs"]
+        );
+        throttled.push(status_number(mirror, "walksThrottled"));
+    }
+
+    let extra = json!({"uri": "fixture://demo/cold/one", "name": "one"});
+    origin.write_scenario("demo.json", &catalog(&[extra]));
+    let at_upstream = wait_for_every(
+        "the change at the upstream",
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || (status_of(&upstream.daemon, "demo", "resources") == 10_001).then(Instant::now),
+    );
+    for (index, mirror) in mirrors.iter().enumerate() {
+        let arrived = wait_for_every(
+            "the change at a downstream",
+            Duration::from_secs(60),
+            Duration::from_millis(5),
+            || (status_number(mirror, "resources") == 10_001).then(Instant::now),
+        );
+        let lag = arrived.saturating_duration_since(at_upstream);
+        let status = mirror.server_status("upstream");
+        eprintln!(
+            "downstream {index}: {} ms past the upstream",
+            lag.as_millis()
+        );
+        assert_eq!(
+            status["walksThrottled"].as_u64().unwrap_or(0),
+            throttled[index],
+            "the follow was held by the walk pace: {status}"
+        );
+        assert!(
+            lag < Duration::from_secs(1),
+            "{} ms: {status}",
+            lag.as_millis()
+        );
+    }
+}
+
+fn status_of(daemon: &Daemon, server: &str, field: &str) -> u64 {
+    daemon.server_status(server)[field].as_u64().unwrap_or(0)
+}

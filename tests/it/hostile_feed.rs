@@ -162,3 +162,43 @@ fn a_fat_answer_of_entries_never_asked_costs_no_memory_for_them() {
         grown >> 20
     );
 }
+
+#[test]
+fn a_feed_version_1_peer_is_walked_never_followed_at_a_version_it_does_not_speak() {
+    // A half-upgraded fleet: an upstream whose feed is version 1 (resources only, no
+    // `catalog/entries` of tools or prompts). This follower speaks version 2, so it walks that
+    // upstream as any MCP server, every time, and never reads a feed it would misread.
+    let scratch = Scratch::new();
+    let counts_path = scratch.path("counts.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/mirror_feed.py");
+    let old_peer = format!(
+        "[servers.up]\ncommand = \"python3\"\nargs = [{:?}, \"count\", {:?}, \"1\"]\n",
+        script.display().to_string(),
+        counts_path.display().to_string(),
+    );
+    let daemon = Daemon::start(&scratch, &scratch.config(&old_peer));
+    daemon.wait_for_walks("up", 1);
+    daemon.call("catalog/refresh", json!({"server": "up"}));
+    let status = daemon.wait_for_walks("up", 2);
+    assert_eq!(status["state"], "synced", "{status}");
+    assert_eq!(status["walksFailed"], 0, "{status}");
+    assert_eq!(count(&counts_path, "resources/list"), 2);
+    assert_eq!(
+        count(&counts_path, "catalog/changes"),
+        0,
+        "{}",
+        counts(&counts_path)
+    );
+    assert_eq!(
+        count(&counts_path, "catalog/entries"),
+        0,
+        "{}",
+        counts(&counts_path)
+    );
+    let uris: Vec<Value> = daemon
+        .list_all()
+        .iter()
+        .map(|resource| resource["uri"].clone())
+        .collect();
+    assert_eq!(uris, [json!("hostile://a")]);
+}

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::pacing::{listen_retry_delay, with_poll_jitter, PollPace, WalkPace};
+use super::pacing::{listen_retry_delay, with_poll_jitter, PollPace, WalkCost, WalkPace};
 use super::state::{Event, Link, Phase, Ping, Push, State, Waiter, Walk};
 use super::{LiveStatus, ReadError, ReadReply, Refreshed, SessionCommand};
 use crate::config::ServerConfig;

@@ -72,8 +72,10 @@ impl Actor {
                             link.pending.push(kind);
                         }
                     }
-                    // An abandoned walk counts for the pace like one that ended.
-                    self.walk_pace.record(walk.started, Instant::now());
+                    // An abandoned walk counts for the pace like one that ended (only a
+                    // server that is not followed has its walks abandoned).
+                    self.walk_pace
+                        .record(walk.started, Instant::now(), WalkCost::Walk);
                     self.meter.end(false);
                     tracing::info!(
                         generation = walk.generation,
@@ -170,8 +172,10 @@ impl Actor {
         };
         let reason = format!(
             "{asked} faster than this server may be walked: at most one walk per \
-             {} ms (min_walk_interval, or the last walk's duration when longer)",
-            spacing.as_millis()
+             {} ms (min_walk_interval, or the last walk's duration when longer; a follow: \
+             the last follow's duration, at least {} ms)",
+            spacing.as_millis(),
+            super::super::pacing::FOLLOW_FLOOR.as_millis()
         );
         if !self.throttle_announced {
             self.throttle_announced = true;
@@ -210,7 +214,14 @@ impl Actor {
             changed: changed_meanwhile,
             ..
         } = walk;
-        self.walk_pace.record(started, Instant::now());
+        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let cost = match (&outcome, followed) {
+            (_, false) => WalkCost::Walk,
+            (Ok(summary), true) if !summary.listed => WalkCost::Follow,
+            (Ok(_), true) => WalkCost::FollowerWalk,
+            (Err(_), true) => WalkCost::FollowerFailed,
+        };
+        self.walk_pace.record(started, Instant::now(), cost);
         self.meter.end(outcome.is_ok());
         link.restarts_in_a_row = 0;
         self.show_counters(&link);

@@ -107,6 +107,7 @@ pub async fn walk_or_follow(
     };
     super::kinds::walk_entry_kinds(session, store, server, limits, kinds, &mut summary).await?;
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
+    summary.listed = true;
     let cursor = FollowCursor {
         instance: position.instance,
         seq: position.seq,
