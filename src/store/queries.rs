@@ -293,6 +293,15 @@ pub struct ChangePage {
     pub more: bool,
 }
 
+/// The catalog's generation (`catalog_generation`, moved by every commit a list answer shows).
+pub fn catalog_generation(connection: &Connection) -> Result<u64, StoreError> {
+    let generation: i64 =
+        connection.query_row("SELECT generation FROM catalog_generation", [], |row| {
+            row.get(0)
+        })?;
+    Ok(generation.max(0) as u64)
+}
+
 pub fn latest_change_seq(connection: &Connection) -> Result<i64, StoreError> {
     Ok(
         connection.query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |row| {

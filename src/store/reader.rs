@@ -60,6 +60,27 @@ impl Reader {
         follow::follow_cursor(&self.connection, server)
     }
 
+    /// The catalog's generation now: it moves in every commit that changes what a list
+    /// answer holds (entries of any kind, scopes, the servers and their priorities).
+    pub fn catalog_generation(&self) -> Result<u64, StoreError> {
+        queries::catalog_generation(&self.connection)
+    }
+
+    /// Runs `answer` in one read transaction whose first read is the catalog's generation, so
+    /// the generation returned is the one of the snapshot every row of the answer came from
+    /// (a commit in between cannot be seen by part of it).
+    pub fn in_one_read<T>(
+        &self,
+        answer: impl FnOnce(&Reader) -> T,
+    ) -> Result<(u64, T), StoreError> {
+        let snapshot = self.connection.unchecked_transaction()?;
+        let generation = queries::catalog_generation(&snapshot)?;
+        let answered = answer(self);
+        // Nothing was written; ending the read is all a commit does here.
+        snapshot.commit()?;
+        Ok((generation, answered))
+    }
+
     /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
     pub fn scopes(&self) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
         super::scopes::scopes(&self.connection)

@@ -14,6 +14,7 @@ mod crash;
 mod database;
 mod endpoint;
 mod era;
+mod etag;
 mod faults;
 mod fleet;
 mod fleet_kinds;
