@@ -38,5 +38,6 @@ mod socket;
 mod templates;
 mod throttle;
 mod tools;
+mod views;
 mod wal;
 mod walk;

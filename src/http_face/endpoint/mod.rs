@@ -89,6 +89,11 @@ struct Audience {
 }
 
 impl HttpFace {
+    /// What `client` may see (the view of its token and the stored scopes).
+    pub(in crate::http_face) async fn view_of(&self, client: &Client) -> View {
+        self.audience(client).await.view
+    }
+
     async fn audience(&self, client: &Client) -> Audience {
         let live = self.api.supervisor.live_status().await;
         // The scopes stored with each snapshot; none readable means every scope is unknown,
