@@ -137,9 +137,12 @@ async fn dispatch(
             let (kind, keys) = params::<CatalogEntries>(raw)?
                 .checked()
                 .map_err(invalid_params)?;
+            let seeing = view.clone();
             let read = context
                 .store
-                .read(move |reader| reader.keyed_entries(kind, &keys))
+                .read(move |reader| {
+                    reader.keyed_entries(kind, &keys, &|server| seeing.sees(server, kind))
+                })
                 .await
                 .map_err(internal)?;
             let instance = context.store.instance();

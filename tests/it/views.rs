@@ -144,3 +144,61 @@ fn metrics_and_status_of_a_view_token_say_nothing_outside_its_view() {
         .unwrap_or_default();
     assert_eq!(servers, ["pub"], "{text}");
 }
+
+/// The 20 shared URIs, in order.
+fn shared_uris() -> Vec<String> {
+    (0..20).map(|index| format!("shared://doc/{index:02}")).collect()
+}
+
+/// The (uri, description) pairs of `resources` that are shared URIs.
+fn shared_listings(resources: &Value) -> Vec<(String, String)> {
+    resources
+        .as_array()
+        .map(|resources| {
+            resources
+                .iter()
+                .filter_map(|resource| {
+                    let uri = resource["uri"].as_str()?;
+                    uri.starts_with("shared://").then(|| {
+                        let description = resource["description"].as_str().unwrap_or("");
+                        (uri.to_string(), description.to_string())
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_view_chooses_each_uris_winner_among_the_servers_it_sees() {
+    let mirror = TwoServers::start();
+    let pubs: Vec<(String, String)> = (0..20)
+        .map(|index| {
+            (
+                format!("shared://doc/{index:02}"),
+                format!("pub lists doc {index:02}"),
+            )
+        })
+        .collect();
+    // The owner's merged catalog shows sec's listings (it wins): the check can fail.
+    let owner = mirror.daemon.call("resources/list", json!({}));
+    let owner_shared = shared_listings(&owner["resources"]);
+    assert_eq!(owner_shared.len(), 20, "{owner}");
+    assert!(
+        owner_shared.iter().all(|(_, text)| text.starts_with("sec ")),
+        "{owner}"
+    );
+
+    // The token sees pub only: pub's listings are its merged catalog's.
+    let listed = mirror.ask(NARROW_TOKEN, "resources/list", json!({}));
+    assert_eq!(shared_listings(&listed["resources"]), pubs, "{listed}");
+    assert!(!listed.to_string().contains("sec lists"), "{listed}");
+
+    let entries = mirror.ask(
+        NARROW_TOKEN,
+        "catalog/entries",
+        json!({"kind": "resource", "keys": shared_uris()}),
+    );
+    assert_eq!(shared_listings(&entries["entries"]), pubs, "{entries}");
+    assert_eq!(entries["missing"], json!([]), "{entries}");
+}
