@@ -2,15 +2,18 @@
 //! exposition of everything else read from the same `catalog/status` answer the socket gives,
 //! so the two never disagree.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::protocol::{IndexPhase as Phase, IndexStatus};
@@ -23,14 +26,12 @@ const PREFIX: &str = "mcp_mirror";
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type Labels = Vec<(String, String)>;
-type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 /// The histograms live for the whole process; everything else is read at scrape time.
 struct Histograms {
-    walk_duration: HistogramFamily,
-    /// The servers `walk_duration` has series of, so a scrape can drop those of servers no
-    /// longer configured (a reload removed them).
-    walk_servers: Mutex<BTreeSet<String>>,
+    /// Each server's walk durations, by name; a scrape drops those of servers no longer
+    /// configured (a reload removed them) and shows only those of the servers its status lists.
+    walk_duration: Mutex<BTreeMap<String, Histogram>>,
     swap_hold: Histogram,
     search_duration: Histogram,
 }
@@ -43,8 +44,7 @@ fn duration_buckets() -> Histogram {
 fn histograms() -> &'static Histograms {
     static HISTOGRAMS: OnceLock<Histograms> = OnceLock::new();
     HISTOGRAMS.get_or_init(|| Histograms {
-        walk_duration: Family::new_with_constructor(duration_buckets),
-        walk_servers: Mutex::new(BTreeSet::new()),
+        walk_duration: Mutex::new(BTreeMap::new()),
         swap_hold: duration_buckets(),
         // 0.25 ms .. about 4 s: most searches take milliseconds, the deadline is seconds.
         search_duration: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
@@ -53,38 +53,71 @@ fn histograms() -> &'static Histograms {
 
 /// A committed walk of `server` took `duration` (connect excluded, pages to commit).
 pub fn observe_walk(server: &str, duration: Duration) {
-    let histograms = histograms();
-    if let Ok(mut servers) = histograms.walk_servers.lock() {
-        if !servers.contains(server) {
-            servers.insert(server.to_string());
-        }
-    }
-    histograms
+    let mut walks = histograms()
         .walk_duration
-        .get_or_create(&server_label(server))
-        .observe(duration.as_secs_f64());
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !walks.contains_key(server) {
+        walks.insert(server.to_string(), duration_buckets());
+    }
+    if let Some(histogram) = walks.get(server) {
+        histogram.observe(duration.as_secs_f64());
+    }
 }
 
-/// Drops the walk-duration series of servers `status` no longer lists: every other per-server
-/// series is read from the status at each scrape, so a reload that removes servers leaves none
-/// of theirs behind.
-fn forget_removed_servers(status: &StatusResult) {
-    let histograms = histograms();
-    let Ok(mut servers) = histograms.walk_servers.lock() else {
-        return;
-    };
+/// Drops the walk-duration series of servers the whole status (every configured server) no
+/// longer lists: every other per-server series is read from the status at each scrape, so a
+/// reload that removes servers leaves none of theirs behind.
+pub fn forget_removed_servers(status: &StatusResult) {
     let listed: BTreeSet<&str> = status
         .servers
         .iter()
         .map(|server| server.name.as_str())
         .collect();
-    servers.retain(|server| {
-        let keep = listed.contains(server.as_str());
-        if !keep {
-            histograms.walk_duration.remove(&server_label(server));
+    histograms()
+        .walk_duration
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .retain(|server, _| listed.contains(server.as_str()));
+}
+
+/// The walk durations of the servers a scrape's status lists, each series labelled by its
+/// server (the histograms are shared with the process-wide ones, not copied).
+#[derive(Debug)]
+struct WalkDurations(Vec<(Labels, Histogram)>);
+
+impl WalkDurations {
+    fn of(status: &StatusResult) -> WalkDurations {
+        let walks = histograms()
+            .walk_duration
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        WalkDurations(
+            status
+                .servers
+                .iter()
+                .filter_map(|server| {
+                    let histogram = walks.get(&server.name)?;
+                    Some((server_label(&server.name), histogram.clone()))
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Collector for WalkDurations {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut metric = encoder.encode_descriptor(
+            "walk_duration",
+            "Duration of committed walks, first page to commit",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for (labels, histogram) in &self.0 {
+            histogram.encode(metric.encode_family(labels)?)?;
         }
-        keep
-    });
+        Ok(())
+    }
 }
 
 /// A swap held the database's write lock for `hold`.
@@ -171,10 +204,10 @@ fn register_search_index(registry: &mut Registry, index: &IndexStatus, change_se
     );
 }
 
-/// The text exposition of `status` (what `catalog/status` answers now), the HTTP face's
-/// clients, and the histograms.
+/// The text exposition of `status` (what `catalog/status` answers now, restricted to the
+/// scraper's view: nothing is said of a server it does not list), the HTTP face's clients,
+/// and the histograms.
 pub fn render(status: &StatusResult, http_clients: usize) -> String {
-    forget_removed_servers(status);
     let mut registry = Registry::with_prefix(PREFIX);
     let entries = gauge_family();
     let state = gauge_family();
@@ -291,12 +324,7 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
         uptime,
     );
     let histograms = histograms();
-    registry.register_with_unit(
-        "walk_duration",
-        "Duration of committed walks, first page to commit",
-        Unit::Seconds,
-        histograms.walk_duration.clone(),
-    );
+    registry.register_collector(Box::new(WalkDurations::of(status)));
     registry.register_with_unit(
         "swap_hold",
         "How long a swap held the database's write lock",

@@ -95,3 +95,18 @@ pub(crate) async fn on_reader<T: Send + 'static>(
         .await
         .map_err(super::internal)?
 }
+
+/// Runs an answer as `on_reader` does, in one read transaction, and returns with it the
+/// catalog's generation read first in that transaction: the generation of every row the answer
+/// holds (what an HTTP validator of the answer is made from).
+pub(crate) async fn on_one_read<T: Send + 'static>(
+    context: &DaemonContext,
+    answer: impl FnOnce(&Reader) -> Result<T, ErrorObject> + Send + 'static,
+) -> Result<(u64, T), ErrorObject> {
+    let (generation, answered) = context
+        .store
+        .read(move |reader| reader.in_one_read(answer))
+        .await
+        .map_err(super::internal)?;
+    Ok((generation, answered?))
+}

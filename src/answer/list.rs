@@ -9,23 +9,28 @@ use crate::store::{CatalogRow, KeyedEntries, Reader};
 
 use super::{internal, invalid_params, View};
 
-/// A page of merged rows (resources or templates) the view sees, and the cursor to the next
-/// page (after the last row read, whatever the view left of the page); written to the socket
-/// from the stored texts (`stored`), or parsed for a caller that wants typed entries.
+/// A page of merged rows (resources or templates) as the view sees them (each key's winner
+/// chosen among the servers the view sees), and the cursor to the next page (after the last
+/// key read, whether the view sees a listing of it or not); written to the socket from the
+/// stored texts (`stored`), or parsed for a caller that wants typed entries.
 pub struct MergedPage {
     pub rows: Vec<CatalogRow>,
     next_cursor: Option<String>,
 }
 
 impl MergedPage {
-    /// The rows read, less those of `kind` the view does not see.
-    fn read(mut rows: Vec<CatalogRow>, more: bool, view: &View, kind: Kind) -> MergedPage {
-        let next_cursor = match more {
-            true => rows.last().map(|row| encode_cursor(&row.key)),
-            false => None,
-        };
+    /// The rows read, less those of `kind` the view does not see (`hide_flagged_uris`).
+    fn read(
+        mut rows: Vec<CatalogRow>,
+        next_after: Option<String>,
+        view: &View,
+        kind: Kind,
+    ) -> MergedPage {
         rows.retain(|row| view.sees_entry(&row.server, kind, &row.raw));
-        MergedPage { rows, next_cursor }
+        MergedPage {
+            rows,
+            next_cursor: next_after.map(|key| encode_cursor(&key)),
+        }
     }
 
     /// The page's entries as the socket writes them: each from its stored text, with its origin.
@@ -88,9 +93,10 @@ impl MergedPage {
     }
 }
 
-/// `catalog/entries`: each found entry written as `resources/list` writes it. What the view
-/// may not see is reported as no server listing it, and a count of the whole catalog cannot be
-/// checked against a part, so a restricted view gets none.
+/// `catalog/entries`: each found entry written as `resources/list` writes it (`read` chose each
+/// key's winner among the servers the view sees). What the view may not see is reported as no
+/// server listing it, and a count of the whole catalog cannot be checked against a part, so a
+/// restricted view gets none.
 pub fn keyed_entries_result<'a>(
     instance: &str,
     kind: Kind,
@@ -168,10 +174,11 @@ pub fn resources(
     view: &View,
 ) -> Result<MergedPage, ErrorObject> {
     let after = params.after().map_err(invalid_params)?;
-    let (rows, more) = reader
-        .list_resources(after.as_deref(), page_size)
+    let sees = |server: &str| view.sees(server, Kind::Resource);
+    let (rows, next_after) = reader
+        .list_resources(after.as_deref(), page_size, &sees)
         .map_err(internal)?;
-    Ok(MergedPage::read(rows, more, view, Kind::Resource))
+    Ok(MergedPage::read(rows, next_after, view, Kind::Resource))
 }
 
 /// A page of the merged templates, `page_size` read at most.
@@ -182,10 +189,11 @@ pub fn templates(
     view: &View,
 ) -> Result<MergedPage, ErrorObject> {
     let after = params.after().map_err(invalid_params)?;
-    let (rows, more) = reader
-        .list_templates(after.as_deref(), page_size)
+    let sees = |server: &str| view.sees(server, Kind::Template);
+    let (rows, next_after) = reader
+        .list_templates(after.as_deref(), page_size, &sees)
         .map_err(internal)?;
-    Ok(MergedPage::read(rows, more, view, Kind::Template))
+    Ok(MergedPage::read(rows, next_after, view, Kind::Template))
 }
 
 /// The "no server named" error, as `catalog/refresh` and `catalog/list` answer it.

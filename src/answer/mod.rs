@@ -15,7 +15,7 @@ pub(crate) mod status;
 pub(crate) mod tools;
 pub(crate) mod view;
 
-pub(crate) use context::on_reader;
+pub(crate) use context::{on_one_read, on_reader};
 pub use context::{ConfigLoad, DaemonContext, IntervalLog};
 pub(crate) use view::{Restriction, View};
 

@@ -33,10 +33,10 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
         version: env!("CARGO_PKG_VERSION").into(),
         pid: std::process::id(),
         uptime_ms: context.started.elapsed().as_millis() as u64,
-        database: context.store.path().to_path_buf(),
+        database: Some(context.store.path().to_path_buf()),
         database_bytes,
-        socket: context.socket_path.clone(),
-        config: context.config_path.clone(),
+        socket: Some(context.socket_path.clone()),
+        config: Some(context.config_path.clone()),
         clients: context.clients.load(Ordering::Relaxed),
         resources,
         merged_resources: Some(merged_resources),
@@ -82,14 +82,30 @@ fn socket_activity(context: &DaemonContext) -> wire::SocketActivity {
 }
 
 /// What a restricted view may know of the status: the servers it names, of each only the
-/// kinds it sees (a kind it does not see counts nothing), and totals over those alone.
+/// kinds it sees (a kind it does not see counts nothing), and totals over those alone; not
+/// where the daemon's files are, nor what the daemon says about them (the database's and the
+/// configuration's errors name paths), nor, when it leaves servers out, the search index's
+/// count over every server.
 pub(crate) fn restrict(status: &mut wire::StatusResult, view: &View) {
     if view.is_owner() {
         return;
     }
+    let daemon = &mut status.daemon;
+    (daemon.database, daemon.socket, daemon.config) = (None, None, None);
+    (daemon.database_bytes, daemon.database_error) = (None, None);
+    (daemon.config_error, daemon.config_error_at) = (None, None);
+    daemon.wal = None;
+    let configured = status.servers.len();
     status
         .servers
         .retain(|server| view.sees_server(&server.name));
+    // The index's size counts every server's entries: a view without some servers is not
+    // told it.
+    if status.servers.len() < configured {
+        if let Some(index) = status.daemon.search_index.as_mut() {
+            index.documents = 0;
+        }
+    }
     for server in &mut status.servers {
         let name = server.name.clone();
         if !view.sees(&name, Kind::Resource) {

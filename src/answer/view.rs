@@ -130,6 +130,29 @@ impl View {
             .map_or(true, |restriction| restriction.sees_server(server))
     }
 
+    /// The view's identity as text: equal for two views exactly when every answer they give
+    /// from one catalog is equal (the token, its servers and kinds, the shared servers and
+    /// the scopes the view judged by). Within one process only: an HTTP validator hashes it.
+    pub(crate) fn identity(&self) -> String {
+        let Some(restriction) = &self.restriction else {
+            return "owner".to_string();
+        };
+        let scopes: std::collections::BTreeMap<(&str, Kind), CacheScope> = restriction
+            .scopes
+            .iter()
+            .map(|((server, kind), scope)| ((server.as_str(), *kind), *scope))
+            .collect();
+        format!(
+            "{:?} {:?} {:?} {:?} {:?} {}",
+            restriction.token,
+            restriction.servers,
+            restriction.kinds,
+            restriction.shared,
+            scopes,
+            restriction.may_mutate
+        )
+    }
+
     /// Refuses a method whose rule is `Mutating` to a view that may not mutate.
     pub(crate) fn admits(&self, method: &str) -> Result<(), ErrorObject> {
         let Some(restriction) = &self.restriction else {

@@ -39,11 +39,11 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         daemon.version,
         daemon.uptime_ms / 1000,
         counts,
-        daemon.database.display(),
+        shown_path(daemon.database.as_deref()),
     );
     println!(
         "config {} · loaded {} ago",
-        daemon.config.display(),
+        shown_path(daemon.config.as_deref()),
         age(Some(daemon.config_loaded_at)),
     );
     if let Some(error) = &daemon.config_error {
@@ -277,4 +277,12 @@ fn push_text(live: &LiveStatus) -> String {
         _ => "",
     };
     format!("polling{every}: {reason}{hint}")
+}
+
+/// A path of the daemon's, or what stands for one a token's view is not told.
+fn shown_path(path: Option<&std::path::Path>) -> String {
+    match path {
+        Some(path) => path.display().to_string(),
+        None => "(not shown to this token)".to_string(),
+    }
 }

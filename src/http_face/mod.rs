@@ -194,8 +194,13 @@ async fn metrics(
         Err(refusal) => return *refusal,
     };
     tracing::debug!(token = client.name(), "metrics scraped");
+    // The scraper's view, as `catalog/status` gives it: a token hears nothing of a server
+    // outside its view (not even its name).
+    let view = face.view_of(&client).await;
     match crate::answer::status::status(&face.api).await {
-        Ok(status) => {
+        Ok(mut status) => {
+            crate::metrics::forget_removed_servers(&status);
+            crate::answer::status::restrict(&mut status, &view);
             let text = crate::metrics::render(&status, face.clients());
             let mut response = (StatusCode::OK, text).into_response();
             response.headers_mut().insert(

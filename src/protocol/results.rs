@@ -363,10 +363,14 @@ pub struct DaemonStatus {
     pub version: String,
     pub pid: u32,
     pub uptime_ms: u64,
-    pub database: PathBuf,
+    /// The daemon's files: for the owner only (a token's view is not told where they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<PathBuf>,
     pub database_bytes: Option<u64>,
-    pub socket: PathBuf,
-    pub config: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<PathBuf>,
     /// Socket connections open now.
     pub clients: usize,
     /// Resources over every snapshot (a URI listed twice counts twice).

@@ -31,9 +31,17 @@ pub(crate) struct ConnectionState {
     pub(super) search_client: crate::search::gate::SearchClient,
     /// What this client may see and do; socket clients are the owner.
     pub(super) view: crate::answer::View,
+    /// The catalog generation the last list answer was read at (in the same read
+    /// transaction as its rows): what the HTTP face makes that answer's ETag from.
+    pub(super) answered_generation: Option<u64>,
 }
 
 impl ConnectionState {
+    /// The catalog generation the last list answer was read at, if the last answer was one.
+    pub(crate) fn answered_generation(&self) -> Option<u64> {
+        self.answered_generation
+    }
+
     /// A fresh state whose searches use `search_client`'s share of the gate (the HTTP face
     /// gives every request of one client identity the same one).
     /// Its answers are restricted to `view` (the HTTP face's token clients).

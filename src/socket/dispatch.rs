@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::ConnectionState;
 use crate::answer::read::read_resource;
 use crate::answer::status::status;
-use crate::answer::{internal, invalid_params, on_reader, tools, DaemonContext};
+use crate::answer::{internal, invalid_params, on_one_read, on_reader, tools, DaemonContext};
 use crate::protocol::{
     self as wire, parse_params, CatalogChanges, CatalogEntries, CatalogList, CatalogRefresh,
     CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorObject,
@@ -57,7 +57,8 @@ fn to_text(result: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject>
 
 /// Answers one method. The client's view (`state.view`, the one rule of `answer::view`) goes
 /// to each answer function, which applies it to its typed result before it is serialized, as
-/// the method's `ScopeRule` says.
+/// the method's `ScopeRule` says. The list methods are answered in one read transaction, and
+/// `state.answered_generation` is the catalog generation read in it.
 async fn dispatch(
     method: &str,
     raw: Value,
@@ -78,18 +79,20 @@ async fn dispatch(
         }
         ListResources::NAME => {
             let params = params::<ListResources>(raw)?;
-            let page = on_reader(context, move |reader| {
+            let (generation, page) = on_one_read(context, move |reader| {
                 crate::answer::list::resources(reader, &params, PAGE_SIZE, &view)
             })
             .await?;
+            state.answered_generation = Some(generation);
             to_text(&page.resources())
         }
         ListTemplates::NAME => {
             let params = params::<ListTemplates>(raw)?;
-            let page = on_reader(context, move |reader| {
+            let (generation, page) = on_one_read(context, move |reader| {
                 crate::answer::list::templates(reader, &params, PAGE_SIZE, &view)
             })
             .await?;
+            state.answered_generation = Some(generation);
             to_text(&page.templates())
         }
         ReadResource::NAME => {
@@ -134,9 +137,12 @@ async fn dispatch(
             let (kind, keys) = params::<CatalogEntries>(raw)?
                 .checked()
                 .map_err(invalid_params)?;
+            let seeing = view.clone();
             let read = context
                 .store
-                .read(move |reader| reader.keyed_entries(kind, &keys))
+                .read(move |reader| {
+                    reader.keyed_entries(kind, &keys, &|server| seeing.sees(server, kind))
+                })
                 .await
                 .map_err(internal)?;
             let instance = context.store.instance();
@@ -167,18 +173,20 @@ async fn dispatch(
         }
         wire::CatalogTools::NAME => {
             let params = params::<wire::CatalogTools>(raw)?;
-            let tools = on_reader(context, move |reader| {
+            let (generation, tools) = on_one_read(context, move |reader| {
                 crate::answer::entries::tools(reader, &params, PAGE_SIZE, &view)
             })
             .await?;
+            state.answered_generation = Some(generation);
             answer::<wire::CatalogTools>(tools)
         }
         wire::CatalogPrompts::NAME => {
             let params = params::<wire::CatalogPrompts>(raw)?;
-            let prompts = on_reader(context, move |reader| {
+            let (generation, prompts) = on_one_read(context, move |reader| {
                 crate::answer::entries::prompts(reader, &params, PAGE_SIZE, &view)
             })
             .await?;
+            state.answered_generation = Some(generation);
             answer::<wire::CatalogPrompts>(prompts)
         }
         wire::CatalogTool::NAME => {
@@ -222,10 +230,11 @@ async fn dispatch(
         }
         CatalogList::NAME => {
             let params = params::<CatalogList>(raw)?;
-            let list = on_reader(context, move |reader| {
+            let (generation, list) = on_one_read(context, move |reader| {
                 crate::answer::list::server_list(reader, &params, &view)
             })
             .await?;
+            state.answered_generation = Some(generation);
             answer::<CatalogList>(list)
         }
         _ => Err(ErrorObject::new(

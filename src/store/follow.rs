@@ -45,14 +45,16 @@ pub(super) fn instance_id(connection: &Connection) -> Result<String, StoreError>
     )
 }
 
-/// The winner of each key in the merged catalog (lowest priority, then lowest server name; a
-/// tool or prompt is keyed `<server>/<name>`, so one server's), the keys nobody lists, the
-/// feed's newest seq and the merged count, in one read transaction.
+/// The winner of each key in the merged catalog among the servers `sees` lets in (lowest
+/// priority, then lowest server name; a tool or prompt is keyed `<server>/<name>`, so one
+/// server's), the keys none of them lists, the feed's newest seq and the merged count, in one
+/// read transaction.
 pub(super) fn keyed_entries(
     connection: &Connection,
     kind: Kind,
     keys: &[String],
     memo: &CountMemo,
+    sees: &dyn Fn(&str) -> bool,
 ) -> Result<KeyedEntries, StoreError> {
     let transaction = connection.unchecked_transaction()?;
     let seq: i64 =
@@ -69,11 +71,11 @@ pub(super) fn keyed_entries(
             )?;
             for key in keys {
                 let raw = match key.split_once('/') {
-                    Some((server, name)) => entry
+                    Some((server, name)) if sees(server) => entry
                         .query_row(params![server, kind, name], |row| row.get::<_, String>(0))
                         .optional()?
                         .map(|raw| (server.to_string(), raw)),
-                    None => None,
+                    _ => None,
                 };
                 match raw {
                     Some((server, raw)) => found.push(CatalogRow {
@@ -98,8 +100,9 @@ pub(super) fn keyed_entries(
                 &transaction,
                 "SELECT s.name, t.raw FROM resource_templates t CROSS JOIN servers s
                  ON s.id = t.server_id WHERE t.uri_template = ?1
-                 ORDER BY s.priority, s.name LIMIT 1",
+                 ORDER BY s.priority, s.name",
                 keys,
+                sees,
                 &mut found,
                 &mut missing,
             )?;
@@ -117,8 +120,9 @@ pub(super) fn keyed_entries(
                 &transaction,
                 "SELECT s.name, r.raw FROM resources r CROSS JOIN servers s
                  ON s.id = r.server_id WHERE r.uri = ?1
-                 ORDER BY s.priority, s.name LIMIT 1",
+                 ORDER BY s.priority, s.name",
                 keys,
+                sees,
                 &mut found,
                 &mut missing,
             )?;
@@ -162,20 +166,29 @@ fn loading_servers(transaction: &Connection) -> Result<Vec<String>, StoreError> 
     Ok(names)
 }
 
-/// The winner of each key by `winner_sql` (its server and text), or the key in `missing`.
+/// The winner of each key: the first listing by `listings_sql` (every listing of the key,
+/// the winner first) of a server `sees` lets in, as its server and text; or the key in
+/// `missing`. A key has a listing per server listing it, so this reads a few rows at most.
 fn winners(
     transaction: &Connection,
-    winner_sql: &str,
+    listings_sql: &str,
     keys: &[String],
+    sees: &dyn Fn(&str) -> bool,
     found: &mut Vec<CatalogRow>,
     missing: &mut Vec<String>,
 ) -> Result<(), StoreError> {
-    let mut winner = transaction.prepare_cached(winner_sql)?;
+    let mut listings = transaction.prepare_cached(listings_sql)?;
     for key in keys {
-        let row = winner
-            .query_row([key], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
-            .optional()?;
-        match row {
+        let mut rows = listings.query([key])?;
+        let mut won = None;
+        while let Some(row) = rows.next()? {
+            let server: String = row.get(0)?;
+            if sees(&server) {
+                won = Some((server, row.get::<_, String>(1)?));
+                break;
+            }
+        }
+        match won {
             Some((server, raw)) => found.push(CatalogRow {
                 server,
                 key: key.clone(),

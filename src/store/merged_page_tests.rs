@@ -55,8 +55,14 @@ fn pages_show_each_uri_once_from_its_winner() {
     let mut seen = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let page =
-            merged_page(&connection, MERGED_RESOURCES, after.as_deref(), LIMIT).expect("page");
+        let page = merged_page(
+            &connection,
+            MERGED_RESOURCES,
+            after.as_deref(),
+            LIMIT,
+            &|_| true,
+        )
+        .expect("page");
         for row in &page.rows {
             assert_eq!(row.raw, format!("{{\"from\":\"{}\"}}", row.server));
             seen.push((row.key.clone(), row.server.clone()));
@@ -74,9 +80,19 @@ fn pages_show_each_uri_once_from_its_winner() {
     );
     assert_eq!(seen, expected);
     // A page that ends exactly at the last URI says nothing more follows.
-    let all = merged_page(&connection, MERGED_RESOURCES, None, expected.len()).expect("page");
+    let all = merged_page(&connection, MERGED_RESOURCES, None, expected.len(), &|_| {
+        true
+    })
+    .expect("page");
     assert_eq!((all.rows.len(), all.more), (expected.len(), false));
-    let short = merged_page(&connection, MERGED_RESOURCES, None, expected.len() - 1).expect("page");
+    let short = merged_page(
+        &connection,
+        MERGED_RESOURCES,
+        None,
+        expected.len() - 1,
+        &|_| true,
+    )
+    .expect("page");
     assert_eq!((short.rows.len(), short.more), (expected.len() - 1, true));
 }
 
@@ -89,7 +105,8 @@ fn a_page_costs_the_same_bounded_steps_wherever_it_starts() {
     let starts = ["", "file:///01500", "file:///02800"];
     let mut steps = Vec::new();
     for start in starts {
-        let page = merged_page(&connection, MERGED_RESOURCES, Some(start), LIMIT).expect("page");
+        let page = merged_page(&connection, MERGED_RESOURCES, Some(start), LIMIT, &|_| true)
+            .expect("page");
         assert_eq!(page.rows.len(), LIMIT);
         assert_eq!(page.sorts, 0, "a page must not sort");
         // Listings read: the page's, the URIs listed twice or three times, and the next URI.

@@ -69,30 +69,35 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// One page of the merged catalog: for a URI listed by several servers, the lowest priority
-/// wins, then the lowest server name. Keyed by URI, so a swap between pages skips nothing.
+/// One page of the merged catalog as a view sees it: for a URI listed by several servers the
+/// view sees (`sees`), the lowest priority wins, then the lowest server name; a URI none of
+/// them lists is not in it. Keyed by URI, so a swap between pages skips nothing. With the
+/// rows, the URI to continue after when more follow (the last read: a page reads `limit`
+/// URIs, seen or not, so a narrow view's page costs what any page costs).
 pub fn merged_resources(
     connection: &Connection,
     after_uri: Option<&str>,
     limit: usize,
-) -> Result<(Vec<CatalogRow>, bool), StoreError> {
-    let page = merged_page(connection, MERGED_RESOURCES, after_uri, limit)?;
+    sees: &dyn Fn(&str) -> bool,
+) -> Result<(Vec<CatalogRow>, Option<String>), StoreError> {
+    let page = merged_page(connection, MERGED_RESOURCES, after_uri, limit, sees)?;
     tracing::trace!(
         vm_steps = page.vm_steps,
         sorts = page.sorts,
         rows = page.rows.len(),
         "a page of the merged catalog"
     );
-    Ok((page.rows, page.more))
+    Ok((page.rows, page.more.then_some(page.last_key).flatten()))
 }
 
 pub fn merged_templates(
     connection: &Connection,
     after: Option<&str>,
     limit: usize,
-) -> Result<(Vec<CatalogRow>, bool), StoreError> {
-    let page = merged_page(connection, MERGED_TEMPLATES, after, limit)?;
-    Ok((page.rows, page.more))
+    sees: &dyn Fn(&str) -> bool,
+) -> Result<(Vec<CatalogRow>, Option<String>), StoreError> {
+    let page = merged_page(connection, MERGED_TEMPLATES, after, limit, sees)?;
+    Ok((page.rows, page.more.then_some(page.last_key).flatten()))
 }
 
 /// Every listing after the cursor in key order, with its server's rank: one walk of the
@@ -114,6 +119,8 @@ const MERGED_TEMPLATES: &str = "SELECT s.priority, s.name, t.uri_template, t.raw
 pub(crate) struct MergedPage {
     pub rows: Vec<CatalogRow>,
     pub more: bool,
+    /// The last key read (its winner in `rows`, or none the view sees).
+    pub last_key: Option<String>,
     /// Virtual machine steps of the page's statement.
     pub vm_steps: i32,
     /// Sorts the statement did (a plan that cannot walk an index in key order sorts).
@@ -121,66 +128,86 @@ pub(crate) struct MergedPage {
 }
 
 /// Reads listings in key order after `after` until `limit` keys (or `MAX_LIST_PAGE_BYTES` of
-/// them) are complete and the next key shows that more follow; each key's listings are adjacent, and the one of the lowest
-/// (priority, server name) wins, compared as SQLite compares them (bytes).
+/// them) are complete and the next key shows that more follow; each key's listings are
+/// adjacent, and of those of servers the view sees (`sees`) the one of the lowest
+/// (priority, server name) wins, compared as SQLite compares them (bytes). The view is part
+/// of the merge: a listing it does not see never wins, so a key listed by a seen and an
+/// unseen server shows the seen one's.
 pub(crate) fn merged_page(
     connection: &Connection,
     sql: &str,
     after: Option<&str>,
     limit: usize,
+    sees: &dyn Fn(&str) -> bool,
 ) -> Result<MergedPage, StoreError> {
     let mut statement = connection.prepare_cached(sql)?;
     for counter in [StatementStatus::VmStep, StatementStatus::Sort] {
         statement.reset_status(counter);
     }
     let mut page: Vec<CatalogRow> = Vec::with_capacity(limit.min(crate::protocol::PAGE_SIZE));
-    let mut more = false;
-    let mut page_bytes = 0;
+    let (mut more, mut page_bytes, mut keys_read) = (false, 0, 0);
+    let mut last_key: Option<String> = None;
     {
         let mut rows = statement.query([after.unwrap_or("")])?;
-        // The key being read, its winner so far and the winner's priority.
-        let mut current: Option<(i64, CatalogRow)> = None;
+        // The key being read, and its winner so far among the seen listings with its priority.
+        let mut reading: Option<String> = None;
+        let mut winner: Option<(i64, CatalogRow)> = None;
         while let Some(row) = rows.next()? {
-            let priority: i64 = row.get(0)?;
-            let server = text(row, 1)?;
             let key = text(row, 2)?;
-            if let Some((best, winner)) = &mut current {
-                if winner.key == key {
-                    if (priority, server) < (*best, winner.server.as_str()) {
-                        *best = priority;
-                        winner.server.clear();
-                        winner.server.push_str(server);
-                        winner.raw.clear();
-                        winner.raw.push_str(text(row, 3)?);
+            if reading.as_deref() != Some(key) {
+                // A new key: the one before is complete.
+                if let Some(done) = reading.take() {
+                    keys_read += 1;
+                    if let Some((_, won)) = winner.take() {
+                        page_bytes += won.raw.len();
+                        page.push(won);
                     }
-                    continue;
+                    last_key = Some(done);
+                }
+                if keys_read >= limit || page_bytes >= MAX_LIST_PAGE_BYTES {
+                    more = true;
+                    break;
+                }
+                reading = Some(key.to_owned());
+            }
+            let server = text(row, 1)?;
+            if !sees(server) {
+                continue;
+            }
+            let priority: i64 = row.get(0)?;
+            match &mut winner {
+                Some((best, won)) => {
+                    if (priority, server) < (*best, won.server.as_str()) {
+                        *best = priority;
+                        won.server.clear();
+                        won.server.push_str(server);
+                        won.raw.clear();
+                        won.raw.push_str(text(row, 3)?);
+                    }
+                }
+                None => {
+                    winner = Some((
+                        priority,
+                        CatalogRow {
+                            server: server.to_owned(),
+                            key: key.to_owned(),
+                            raw: text(row, 3)?.to_owned(),
+                        },
+                    ))
                 }
             }
-            // A new key: the one before is complete.
-            if let Some((_, winner)) = current.take() {
-                page_bytes += winner.raw.len();
-                page.push(winner);
-            }
-            if page.len() >= limit || page_bytes >= MAX_LIST_PAGE_BYTES {
-                more = true;
-                break;
-            }
-            current = Some((
-                priority,
-                CatalogRow {
-                    server: server.to_owned(),
-                    key: key.to_owned(),
-                    raw: text(row, 3)?.to_owned(),
-                },
-            ));
         }
-        if let Some((_, winner)) = current {
-            page.push(winner);
+        if let Some(done) = reading.take() {
+            if let Some((_, won)) = winner.take() {
+                page.push(won);
+            }
+            last_key = Some(done);
         }
     }
     Ok(MergedPage {
         rows: page,
         more,
+        last_key,
         vm_steps: statement.get_status(StatementStatus::VmStep),
         sorts: statement.get_status(StatementStatus::Sort),
     })
@@ -291,6 +318,15 @@ pub struct ChangePage {
     pub truncated: bool,
     /// True when more entries follow this page.
     pub more: bool,
+}
+
+/// The catalog's generation (`catalog_generation`, moved by every commit a list answer shows).
+pub fn catalog_generation(connection: &Connection) -> Result<u64, StoreError> {
+    let generation: i64 =
+        connection.query_row("SELECT generation FROM catalog_generation", [], |row| {
+            row.get(0)
+        })?;
+    Ok(generation.max(0) as u64)
 }
 
 pub fn latest_change_seq(connection: &Connection) -> Result<i64, StoreError> {

@@ -48,10 +48,15 @@ impl Reader {
     }
 
     /// The merged entries of `keys` of a kind (what an upstream answers a follower's
-    /// `catalog/entries`), the keys nobody lists, the feed's newest seq and the merged count, in
-    /// one read transaction.
-    pub fn keyed_entries(&self, kind: Kind, keys: &[String]) -> Result<KeyedEntries, StoreError> {
-        follow::keyed_entries(&self.connection, kind, keys, &self.merged_count)
+    /// `catalog/entries`), each key's winner among the servers `sees` lets in, the keys none of
+    /// them lists, the feed's newest seq and the merged count, in one read transaction.
+    pub fn keyed_entries(
+        &self,
+        kind: Kind,
+        keys: &[String],
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Result<KeyedEntries, StoreError> {
+        follow::keyed_entries(&self.connection, kind, keys, &self.merged_count, sees)
     }
 
     /// The cursor a followed server's snapshot was last moved to; `None` before its first (an
@@ -65,6 +70,27 @@ impl Reader {
         follow::holds_entries(&self.connection, server)
     }
 
+    /// The catalog's generation now: it moves in every commit that changes what a list
+    /// answer holds (entries of any kind, scopes, the servers and their priorities).
+    pub fn catalog_generation(&self) -> Result<u64, StoreError> {
+        queries::catalog_generation(&self.connection)
+    }
+
+    /// Runs `answer` in one read transaction whose first read is the catalog's generation, so
+    /// the generation returned is the one of the snapshot every row of the answer came from
+    /// (a commit in between cannot be seen by part of it).
+    pub fn in_one_read<T>(
+        &self,
+        answer: impl FnOnce(&Reader) -> T,
+    ) -> Result<(u64, T), StoreError> {
+        let snapshot = self.connection.unchecked_transaction()?;
+        let generation = queries::catalog_generation(&snapshot)?;
+        let answered = answer(self);
+        // Nothing was written; ending the read is all a commit does here.
+        snapshot.commit()?;
+        Ok((generation, answered))
+    }
+
     /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
     pub fn scopes(&self) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
         super::scopes::scopes(&self.connection)
@@ -75,22 +101,26 @@ impl Reader {
         queries::server_status(&self.connection)
     }
 
-    /// A page of the merged catalog after `after_uri`; the flag says whether more follow.
+    /// A page of the merged catalog after `after_uri`, merged among the servers `sees` lets
+    /// in; with the URI to continue after when more follow.
     pub fn list_resources(
         &self,
         after_uri: Option<&str>,
         limit: usize,
-    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
-        queries::merged_resources(&self.connection, after_uri, limit)
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Result<(Vec<CatalogRow>, Option<String>), StoreError> {
+        queries::merged_resources(&self.connection, after_uri, limit, sees)
     }
 
-    /// A page of the merged templates after `after`; the flag says whether more follow.
+    /// A page of the merged templates after `after`, merged among the servers `sees` lets in;
+    /// with the key to continue after when more follow.
     pub fn list_templates(
         &self,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<(Vec<CatalogRow>, bool), StoreError> {
-        queries::merged_templates(&self.connection, after, limit)
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Result<(Vec<CatalogRow>, Option<String>), StoreError> {
+        queries::merged_templates(&self.connection, after, limit, sees)
     }
 
     /// One page of ranked resources from FTS5, and the offset of the next page when there is

@@ -38,8 +38,13 @@ pub(super) fn record_scopes(
                  WHERE scope != excluded.scope"
             }
         })?;
+        let mut written = 0;
         for (kind, scope) in scopes {
-            write.execute(params![server, kind, scope])?;
+            written += write.execute(params![server, kind, scope])?;
+        }
+        // A scope decides what a token client's lists hold, as an entry does.
+        if written > 0 {
+            super::writer::advance_generation(&transaction)?;
         }
     }
     transaction.commit()?;

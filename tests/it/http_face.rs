@@ -151,7 +151,7 @@ pub(crate) fn http_exchange(
     http_exchange_at(address, method, "/mcp", headers, body)
 }
 
-fn http_exchange_at(
+pub(crate) fn http_exchange_at(
     address: &str,
     method: &str,
     path: &str,

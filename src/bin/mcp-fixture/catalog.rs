@@ -42,6 +42,9 @@ pub struct Scenario {
     pub prompts: Option<Vec<Value>>,
     /// Every catalog change sends this many `list_changed` notifications back to back.
     pub notify_burst: Option<usize>,
+    /// The `cacheScope` of every `resources/list` page (else `--cache-scope`): a scenario
+    /// reload that turns a server's entries private without changing them.
+    pub cache_scope: Option<String>,
     /// Hostile: one more resource (`fixture://NAME/huge`) whose description is this many bytes.
     pub huge_description_bytes: Option<usize>,
     /// Whenever this value changes, every HTTP session becomes unknown (404) and its streams close.
@@ -157,6 +160,7 @@ pub struct Catalog {
     pub prompts: Vec<Value>,
     pub prompts_declared: bool,
     pub notify_burst: usize,
+    pub cache_scope: Option<String>,
     pub faults: Faults,
 }
 
@@ -214,6 +218,7 @@ impl Catalog {
             prompts: scenario.prompts.clone().unwrap_or_default(),
             prompts_declared: scenario.prompts.is_some(),
             notify_burst: scenario.notify_burst.unwrap_or(1).max(1),
+            cache_scope: scenario.cache_scope.clone(),
             faults: scenario.faults.clone(),
         })
     }

@@ -7,10 +7,10 @@ use super::*;
 /// session is answered 404 so the client starts a new one.
 pub(super) async fn legacy_request(
     face: &Arc<HttpFace>,
-    client: &Client,
-    headers: &HeaderMap,
+    asked: &Asked<'_>,
     request: CheckedRequest,
 ) -> Response {
+    let (client, headers, audience) = (asked.client, asked.headers, asked.audience);
     let id = request.id.clone().unwrap_or(Value::Null);
     if let Some(version) = header_text(headers, VERSION_HEADER) {
         if !wire::LEGACY_VERSIONS.contains(&version) && request.method != Initialize::NAME {
@@ -89,22 +89,25 @@ pub(super) async fn legacy_request(
     let Some(request_id) = request.id.clone() else {
         return StatusCode::ACCEPTED.into_response();
     };
-    let audience = face.audience(client).await;
     let mut response = match request.method.as_str() {
         DISCOVER => deliver(
             headers,
             StatusCode::OK,
-            &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
+            &wire::Response::success(request_id, modern_result(discover(), audience, true)),
         ),
-        _ => match answer(face, client, &audience, request).await {
-            Some(Ok(result)) => deliver(
-                headers,
-                StatusCode::OK,
-                &wire::Response::success(request_id, result),
-            ),
-            Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
-            None => StatusCode::ACCEPTED.into_response(),
-        },
+        _ => {
+            let answered = answer(face, client, audience, request).await;
+            let response = match answered.outcome {
+                Some(Ok(result)) => deliver(
+                    headers,
+                    StatusCode::OK,
+                    &wire::Response::success(request_id, result),
+                ),
+                Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
+                None => StatusCode::ACCEPTED.into_response(),
+            };
+            Validator::mark(asked.validator, face, answered.generation, response)
+        }
     };
     if let Some(session) = new_session.and_then(|session| HeaderValue::from_str(&session).ok()) {
         response.headers_mut().insert(SESSION_HEADER, session);

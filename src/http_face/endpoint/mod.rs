@@ -89,6 +89,11 @@ struct Audience {
 }
 
 impl HttpFace {
+    /// What `client` may see (the view of its token and the stored scopes).
+    pub(in crate::http_face) async fn view_of(&self, client: &Client) -> View {
+        self.audience(client).await.view
+    }
+
     async fn audience(&self, client: &Client) -> Audience {
         let live = self.api.supervisor.live_status().await;
         // The scopes stored with each snapshot; none readable means every scope is unknown,
@@ -300,22 +305,46 @@ pub(super) async fn post_message(
         Err(response) => return deliver(&headers, StatusCode::BAD_REQUEST, &*response),
     };
     tracing::debug!(token = client.name(), method = %request.method, "HTTP request");
-    let tag = entity_tag(&face, &client, &request);
-    if let Some(tag) = &tag {
-        if none_match_hits(&headers, tag) {
-            return (StatusCode::NOT_MODIFIED, [(header::ETAG, tag.as_str())]).into_response();
+    // One view for the whole request: the validator names the view the answer is read through.
+    let audience = face.audience(&client).await;
+    let validator = Validator::of(&client, &audience, &headers, &request);
+    if let Some(validator) = &validator {
+        // The generation now: a tag naming it names the body an answer read now would hold.
+        match face
+            .api
+            .store
+            .read(|reader| reader.catalog_generation())
+            .await
+        {
+            Ok(generation) => {
+                let tag = validator.tag(&face, generation);
+                if none_match_hits(&headers, &tag) {
+                    return (StatusCode::NOT_MODIFIED, [(header::ETAG, tag.as_str())])
+                        .into_response();
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot read the catalog's generation"),
         }
     }
-    let mut response = match modern_version(&request.params).map(str::to_string) {
-        Some(version) => modern_request(&face, &client, &headers, request, &version).await,
-        None => legacy_request(&face, &client, &headers, request).await,
+    let asked = Asked {
+        client: &client,
+        headers: &headers,
+        audience: &audience,
+        validator: validator.as_ref(),
     };
-    if let (Some(tag), StatusCode::OK) = (tag, response.status()) {
-        if let Ok(value) = HeaderValue::from_str(&tag) {
-            response.headers_mut().insert(header::ETAG, value);
-        }
+    match modern_version(&request.params).map(str::to_string) {
+        Some(version) => modern_request(&face, &asked, request, &version).await,
+        None => legacy_request(&face, &asked, request).await,
     }
-    response
+}
+
+/// What every answer of one POST goes by: who asks, how, through which view, and the
+/// validator of a conditional answer.
+struct Asked<'a> {
+    client: &'a Client,
+    headers: &'a HeaderMap,
+    audience: &'a Audience,
+    validator: Option<&'a Validator>,
 }
 
 /// List methods whose answer follows from the catalog, the request and the client alone: it
@@ -329,30 +358,81 @@ const CONDITIONAL: &[&str] = &[
     CatalogPrompts::NAME,
 ];
 
-/// The validator of a conditional answer: this database, this process, the catalog's version
-/// (every committed change and every priority change moves it) and the request as sent by this
-/// client.
-fn entity_tag(face: &HttpFace, client: &Client, request: &CheckedRequest) -> Option<String> {
-    static STARTED_MS: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    if !CONDITIONAL.contains(&request.method.as_str()) {
-        return None;
+/// A conditional answer's ETag but for the catalog's generation: this database, this process,
+/// the request as sent (its method, params and form), the client, and the view its answer is
+/// read through (the token's servers and kinds, the shared servers and the scopes judged by).
+/// The generation comes from the read that made the answer (`ConnectionState::
+/// answered_generation`), or, for a 304, from a read of the generation alone: the catalog's
+/// generation moves in the very commit of every change a list shows, so one generation and
+/// one validator name one body.
+struct Validator {
+    digest: u64,
+}
+
+impl Validator {
+    fn of(
+        client: &Client,
+        audience: &Audience,
+        headers: &HeaderMap,
+        request: &CheckedRequest,
+    ) -> Option<Validator> {
+        if !CONDITIONAL.contains(&request.method.as_str()) {
+            return None;
+        }
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let form: &[u8] = match wants_sse_only(headers) {
+            true => b"sse",
+            false => b"json",
+        };
+        let hints: &[u8] = match audience.private_visible {
+            true => b"private",
+            false => b"public",
+        };
+        for part in [
+            request.method.as_bytes(),
+            request.params.to_string().as_bytes(),
+            client.name().as_bytes(),
+            audience.view.identity().as_bytes(),
+            form,
+            hints,
+        ] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+        Some(Validator {
+            digest: hasher.digest(),
+        })
     }
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    for part in [
-        request.method.as_bytes(),
-        request.params.to_string().as_bytes(),
-        client.name().as_bytes(),
-    ] {
-        hasher.update(&(part.len() as u64).to_le_bytes());
-        hasher.update(part);
+
+    /// The ETag of the answer read at `generation`.
+    fn tag(&self, face: &HttpFace, generation: u64) -> String {
+        static STARTED_MS: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+        format!(
+            "\"{}-{:x}-{}-{:016x}\"",
+            face.api.store.instance(),
+            STARTED_MS.get_or_init(now_ms),
+            generation,
+            self.digest
+        )
     }
-    Some(format!(
-        "\"{}-{:x}-{}-{:016x}\"",
-        face.api.store.instance(),
-        STARTED_MS.get_or_init(now_ms),
-        face.api.store.catalog_version(),
-        hasher.digest()
-    ))
+
+    /// `response` with the ETag of the answer read at `generation`, when it is a success
+    /// read in one read transaction (errors and other answers carry none).
+    fn mark(
+        validator: Option<&Validator>,
+        face: &HttpFace,
+        generation: Option<u64>,
+        mut response: Response,
+    ) -> Response {
+        if let (Some(validator), Some(generation), StatusCode::OK) =
+            (validator, generation, response.status())
+        {
+            if let Ok(value) = HeaderValue::from_str(&validator.tag(face, generation)) {
+                response.headers_mut().insert(header::ETAG, value);
+            }
+        }
+        response
+    }
 }
 
 /// True when `If-None-Match` names `tag` (weakly or strongly) or is `*`.
@@ -460,15 +540,27 @@ impl Drop for SessionStream {
     }
 }
 
+/// An answer through the socket's dispatch: `None` for a notification; `Err` is the JSON-RPC
+/// error answer; with the catalog generation a list answer was read at.
+struct Answered {
+    outcome: Option<Result<Value, wire::Response>>,
+    generation: Option<u64>,
+}
+
 /// Answers through the socket's dispatch, restricted to the client's view (applied to each
-/// method's typed result there). `None` for a notification; `Err` is the JSON-RPC error answer.
+/// method's typed result there).
 async fn answer(
     face: &HttpFace,
     client: &Client,
     audience: &Audience,
     request: CheckedRequest,
-) -> Option<Result<Value, wire::Response>> {
-    let id = request.id.clone()?;
+) -> Answered {
+    let Some(id) = request.id.clone() else {
+        return Answered {
+            outcome: None,
+            generation: None,
+        };
+    };
     // Each HTTP request is its own connection state: `catalog/watch` and the `initialize`
     // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
     // searches are its identity's, so the gate holds a client of many requests back as one.
@@ -476,12 +568,20 @@ async fn answer(
         face.search_client(client.search_identity()),
         audience.view.clone(),
     );
-    let response = socket::answer_request(request, &face.api, &mut state).await?;
-    let (result, error) = response.into_parts();
-    match (result, error) {
-        (Some(result), _) => Some(Ok(result)),
-        (None, Some(error)) => Some(Err(wire::Response::failure(id, error))),
-        (None, None) => Some(Ok(Value::Null)),
+    let outcome = socket::answer_request(request, &face.api, &mut state)
+        .await
+        .map(|response| match response.into_parts() {
+            (Some(result), _) => Ok(result),
+            (None, Some(error)) => Err(wire::Response::failure(id, error)),
+            (None, None) => Ok(Value::Null),
+        });
+    let generation = match &outcome {
+        Some(Ok(_)) => state.answered_generation(),
+        _ => None,
+    };
+    Answered {
+        outcome,
+        generation,
     }
 }
 

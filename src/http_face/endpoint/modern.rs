@@ -6,11 +6,11 @@ use super::*;
 /// A 2026-07-28 request: headers checked against the body, no session.
 pub(super) async fn modern_request(
     face: &Arc<HttpFace>,
-    client: &Client,
-    headers: &HeaderMap,
+    asked: &Asked<'_>,
     request: CheckedRequest,
     version: &str,
 ) -> Response {
+    let (client, headers, audience) = (asked.client, asked.headers, asked.audience);
     let id = request.id.clone().unwrap_or(Value::Null);
     if !wire::MODERN_VERSIONS.contains(&version) {
         return error_answer(
@@ -58,12 +58,11 @@ pub(super) async fn modern_request(
     let Some(request_id) = request.id.clone() else {
         return StatusCode::ACCEPTED.into_response();
     };
-    let audience = face.audience(client).await;
     match request.method.as_str() {
         DISCOVER => deliver(
             headers,
             StatusCode::OK,
-            &wire::Response::success(request_id, modern_result(discover(), &audience, true)),
+            &wire::Response::success(request_id, modern_result(discover(), audience, true)),
         ),
         LISTEN => listen(
             face,
@@ -71,7 +70,7 @@ pub(super) async fn modern_request(
             headers,
             request_id,
             &request.params,
-            audience.view,
+            audience.view.clone(),
         ),
         _ => {
             // The feed and the keyed read carry the hints too: a follower derives its
@@ -86,15 +85,17 @@ pub(super) async fn modern_request(
                     | CatalogTools::NAME
                     | CatalogPrompts::NAME
             );
-            match answer(face, client, &audience, request).await {
+            let answered = answer(face, client, audience, request).await;
+            let response = match answered.outcome {
                 Some(Ok(result)) => deliver(
                     headers,
                     StatusCode::OK,
-                    &wire::Response::success(request_id, modern_result(result, &audience, caching)),
+                    &wire::Response::success(request_id, modern_result(result, audience, caching)),
                 ),
                 Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
                 None => StatusCode::ACCEPTED.into_response(),
-            }
+            };
+            Validator::mark(asked.validator, face, answered.generation, response)
         }
     }
 }

@@ -14,7 +14,7 @@ use super::entry_swap::swap_entries_in;
 use super::full_text::{full_text_backlog, FullText, BULK_INDEX_MIN_ROWS};
 use super::staged::StagedCounts;
 use super::swap::{apply_diff, log_swap, replace_templates, SnapshotDiff, CHANGED, REMOVED};
-use super::{execute, prune_changes, query_one, server_id, Delta};
+use super::{advance_generation, execute, prune_changes, query_one, server_id, Delta};
 use crate::protocol::ServerState;
 use crate::store::{now_ms, DeltaOutcome, FollowCursor, StoreError, SwapOutcome};
 
@@ -152,6 +152,11 @@ pub(super) fn apply_delta(
         "SELECT template_count FROM servers WHERE id = ?1",
         [server_id],
     )?;
+    let entries_touched: u64 = entries.iter().map(|(_, swap)| swap.touched()).sum();
+    let templates_touched = templates.map_or(0, |(_, touched)| touched);
+    if diff.added + diff.removed + diff.changed + templates_touched + entries_touched > 0 {
+        advance_generation(&transaction)?;
+    }
     // The entries' feed rows came after the resources'.
     let latest_seq = match delta.entries.is_empty() {
         true => applied.latest_seq,
@@ -168,7 +173,7 @@ pub(super) fn apply_delta(
                 changed: diff.changed,
                 resources: diff.resources() as u64,
                 templates: template_count.max(0) as u64,
-                templates_touched: templates.map_or(0, |(_, touched)| touched),
+                templates_touched,
             },
             entries,
         },

@@ -7,7 +7,7 @@
 
 use rusqlite::params;
 
-use super::{execute, prune_changes, query_one, server_id, CHANGES_PER_SWAP};
+use super::{advance_generation, execute, prune_changes, query_one, server_id, CHANGES_PER_SWAP};
 use crate::protocol::{ChangeKind, Kind, ServerState};
 use crate::store::kinds::changed_fields;
 use crate::store::{now_ms, EntrySwap, StoreError};
@@ -32,6 +32,9 @@ pub(super) fn swap_entries(
     let server_id = server_id(&transaction, server)?
         .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
     let swap = swap_entries_in(&transaction, walk_id, server_id, server, kind)?;
+    if swap.touched() > 0 {
+        advance_generation(&transaction)?;
+    }
     let latest_seq = prune_changes(&transaction)?;
     transaction.commit()?;
     if swap.touched() > 0 {

@@ -1,8 +1,23 @@
 //! The change feed's rows as a swap writes them: the `truncated` row of a large swap, the
-//! pruning to `CHANGES_KEPT` and `CHANGES_MAX_AGE_MS`, and the `CatalogChanged` broadcast after
-//! a commit.
+//! pruning to `CHANGES_KEPT` and `CHANGES_MAX_AGE_MS`, the `CatalogChanged` broadcast after
+//! a commit, and the catalog's generation moved inside the commit.
 
 use super::*;
+
+/// Moves the catalog's generation (`catalog_generation`) inside `transaction`: every commit
+/// that changes what a list answer holds calls this before it commits, so a reader sees the
+/// new rows and the new generation together or neither (an ETag made from the generation
+/// read with the rows cannot name two bodies).
+pub(in crate::store) fn advance_generation(
+    transaction: &rusqlite::Transaction<'_>,
+) -> Result<(), StoreError> {
+    execute(
+        transaction,
+        "UPDATE catalog_generation SET generation = generation + 1",
+        [],
+    )?;
+    Ok(())
+}
 
 /// Tells subscribers of a committed swap that changed something (a broadcast never blocks: a
 /// slow subscriber lags, the writer goes on).

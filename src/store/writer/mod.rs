@@ -147,6 +147,7 @@ mod swap;
 mod wal;
 
 use entry_swap::swap_entries;
+pub(super) use feed::advance_generation;
 use feed::prune_changes;
 use feed::{announce, record_truncated};
 #[cfg(test)]

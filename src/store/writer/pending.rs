@@ -10,7 +10,8 @@ use super::full_text::{
 use super::staged::{PendingLoad, StagedCounts};
 use super::swap::{log_swap, record_walk, replace_templates, SnapshotDiff};
 use super::{
-    execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_FIRST_LOAD,
+    advance_generation, execute, prune_changes, query_one, record_truncated, server_id,
+    CHANGES_PER_FIRST_LOAD,
 };
 use crate::protocol::ChangeKind;
 use crate::store::{now_ms, ResourceRow, StoreError, SwapOutcome, WalkReport};
@@ -254,6 +255,7 @@ pub(super) fn promote(
             record_truncated(&transaction, now, server, added, recorded)?;
             let latest_seq = prune_changes(&transaction)?;
             record_walk(&transaction, &diff, report, now, templates)?;
+            advance_generation(&transaction)?;
             execute(
                 &transaction,
                 "DELETE FROM pending_loads WHERE id = ?1",

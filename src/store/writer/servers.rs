@@ -119,6 +119,9 @@ pub(super) fn sync_servers(
             }
         }
     }
+    // Priorities decide each URI's winner and a server's row decides whether its entries are
+    // listed: a reload moves the generation whatever it changed (reloads are rare).
+    advance_generation(&transaction)?;
     transaction.commit()?;
     Ok(dropped)
 }

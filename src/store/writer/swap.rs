@@ -10,7 +10,10 @@ use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
 use super::staged::StagedCounts;
-use super::{execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_SWAP};
+use super::{
+    advance_generation, execute, prune_changes, query_one, record_truncated, server_id,
+    CHANGES_PER_SWAP,
+};
 use crate::protocol::{ChangeKind, Kind, ServerState};
 use crate::store::entry::same_entry;
 use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
@@ -52,6 +55,9 @@ pub(super) fn swap(
     record_walk(&transaction, &diff, report, now, templates)?;
     execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
     execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+    if diff.touched() + templates_touched > 0 {
+        advance_generation(&transaction)?;
+    }
     if diff.full_text != FullText::Inline {
         // Raised before the commit and lowered after each batch's: a search may say the
         // index is behind a moment too long, never miss rows without saying so.

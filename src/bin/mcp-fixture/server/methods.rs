@@ -261,6 +261,9 @@ impl Server {
             return Err(RpcError::new(-32603, "injected failure").into());
         }
         let mut page = catalog.page(offset);
+        if let Some(scope) = &catalog.cache_scope {
+            page["cacheScope"] = json!(scope);
+        }
         if self
             .args
             .private_after_page
