@@ -103,7 +103,7 @@ pub(super) async fn legacy_request(
                     StatusCode::OK,
                     &wire::Response::success(request_id, result),
                 ),
-                Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
+                Some(Err(response)) => deliver(headers, StatusCode::OK, &*response),
                 None => StatusCode::ACCEPTED.into_response(),
             };
             Validator::mark(asked.validator, face, answered.generation, response)

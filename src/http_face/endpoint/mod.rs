@@ -543,7 +543,8 @@ impl Drop for SessionStream {
 /// An answer through the socket's dispatch: `None` for a notification; `Err` is the JSON-RPC
 /// error answer; with the catalog generation a list answer was read at.
 struct Answered {
-    outcome: Option<Result<Value, wire::Response>>,
+    /// The result, or the failure as the client gets it (boxed: a `Response` is large).
+    outcome: Option<Result<Value, Box<wire::Response>>>,
     generation: Option<u64>,
 }
 
@@ -572,7 +573,7 @@ async fn answer(
         .await
         .map(|response| match response.into_parts() {
             (Some(result), _) => Ok(result),
-            (None, Some(error)) => Err(wire::Response::failure(id, error)),
+            (None, Some(error)) => Err(Box::new(wire::Response::failure(id, error))),
             (None, None) => Ok(Value::Null),
         });
     let generation = match &outcome {

@@ -92,7 +92,7 @@ pub(super) async fn modern_request(
                     StatusCode::OK,
                     &wire::Response::success(request_id, modern_result(result, audience, caching)),
                 ),
-                Some(Err(response)) => deliver(headers, StatusCode::OK, &response),
+                Some(Err(response)) => deliver(headers, StatusCode::OK, &*response),
                 None => StatusCode::ACCEPTED.into_response(),
             };
             Validator::mark(asked.validator, face, answered.generation, response)
