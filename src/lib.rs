@@ -9,6 +9,8 @@ pub mod config;
 pub mod daemon;
 pub(crate) mod http_face;
 pub(crate) mod metrics;
+pub(crate) mod nats;
+pub(crate) mod publish;
 pub mod paths;
 pub mod protocol;
 pub mod redact;

@@ -31,12 +31,23 @@ pub(super) fn validate(
         .collect::<Result<Vec<_>, _>>()?;
     let http = super::http::http_config(source, &raw.http, lookup_env)?;
     let search = super::search::search_config(source, &raw.search)?;
+    let nats = super::nats::nats_config(source, &raw.nats)?;
+    let servers = servers
+        .into_iter()
+        .map(|mut server| {
+            if let super::Transport::Nats { credentials, .. } = &mut server.transport {
+                credentials.clone_from(&nats.credentials);
+            }
+            server
+        })
+        .collect();
     Ok(Config {
         source: source.path.to_path_buf(),
         daemon,
         servers,
         http,
         search,
+        nats,
     })
 }
 

@@ -52,7 +52,7 @@ pub use resource::{
 };
 pub use results::{
     Change, ChangesResult, CheckpointStatus, DaemonStatus, Empty, Implementation, InitializeResult,
-    KeyedEntriesResult, LastWalk, ListResourcesResult, ListTemplatesResult, Listing, LiveStatus,
+    KeyedEntriesResult, FleetStatus, LastWalk, ListResourcesResult, ListTemplatesResult, Listing, LiveStatus,
     RefreshOutcome, RefreshResult, RefreshState, ResourceDetails, ResourcesCapability,
     SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities, ServerListEntry,
     ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability,

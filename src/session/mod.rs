@@ -5,6 +5,7 @@
 //! poll jitter); the reconnect backoff is the crate's one `upstream::Backoff`.
 
 mod actor;
+mod fleet;
 mod pacing;
 mod state;
 
@@ -71,6 +72,15 @@ impl Refreshed {
         }
     }
 
+    /// A server followed through a bucket: its updates arrive as published, nothing to walk.
+    fn followed() -> Refreshed {
+        Refreshed {
+            state: SettledState::Synced,
+            swap: SwapOutcome::default(),
+            report: WalkReport::default(),
+        }
+    }
+
     fn no_resources() -> Refreshed {
         Refreshed {
             state: SettledState::NoResources,
@@ -102,6 +112,39 @@ impl SessionHandle {
         let (stop, stopping) = watch::channel(false);
         let (live_sender, live) = watch::channel(LiveStatus::default());
         let span = tracing::info_span!("session", server = %config.name);
+        if let crate::config::Transport::Nats {
+            url,
+            bucket,
+            credentials,
+        } = &config.transport
+        {
+            let source = fleet::BucketSource {
+                url: url.clone(),
+                bucket: bucket.clone(),
+                credentials: credentials.clone(),
+            };
+            let task = tokio::spawn(
+                fleet::run(
+                    config.clone(),
+                    source,
+                    store,
+                    stopping,
+                    command_receiver,
+                    live_sender,
+                )
+                .instrument(span),
+            );
+            return SessionHandle {
+                client: SessionClient {
+                    name: config.name.clone(),
+                    commands,
+                    live,
+                },
+                config,
+                stop,
+                task,
+            };
+        }
         let actor = actor::Actor::new(
             config.clone(),
             store,
