@@ -10,9 +10,9 @@ pub mod daemon;
 pub(crate) mod http_face;
 pub(crate) mod metrics;
 pub(crate) mod nats;
-pub(crate) mod publish;
 pub mod paths;
 pub mod protocol;
+pub(crate) mod publish;
 pub mod redact;
 pub mod search;
 #[cfg(feature = "semantic")]

@@ -88,11 +88,7 @@ pub(super) fn nats_config(source: &SourceFile, raw: &RawNats) -> Result<NatsConf
     for (name, table) in &raw.publish {
         let key = format!("nats.publish.{}", name.get_ref());
         if raw.url.is_none() {
-            return Err(source.error(
-                &name.span(),
-                &key,
-                "a published view needs `url` in [nats]",
-            ));
+            return Err(source.error(&name.span(), &key, "a published view needs `url` in [nats]"));
         }
         if !valid_bucket(name.get_ref()) {
             return Err(source.error(
@@ -111,9 +107,7 @@ pub(super) fn nats_config(source: &SourceFile, raw: &RawNats) -> Result<NatsConf
                             source.error(
                                 &table.span(),
                                 &format!("{key}.kinds"),
-                                format!(
-                                    "unknown kind {kind:?} (resource, template, tool, prompt)"
-                                ),
+                                format!("unknown kind {kind:?} (resource, template, tool, prompt)"),
                             )
                         })
                     })

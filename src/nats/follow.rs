@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use super::{bucket_key, bucket_state, kind_of_bucket_key, FeedMark, NatsError, FEED_KEY};
 use crate::config::WalkLimits;
 use crate::protocol::Kind;
-use crate::store::{now_ms, FollowCursor, StagedWalk, Store, StoreError, WalkReport};
+use crate::store::{now_ms, EntryRow, FollowCursor, StagedWalk, Store, StoreError, WalkReport};
 use crate::walk::kinds::followed_entry_row;
 use crate::walk::{resource_row, template_row};
 
@@ -131,16 +131,17 @@ impl Follower {
         let started = Instant::now();
         let started_at_ms = now_ms();
         let staged = self.store.begin_walk(&self.server);
-        let entry_walks: Vec<(Kind, StagedWalk)> = Kind::ENTRY_KINDS
-            .iter()
-            .map(|kind| (*kind, self.store.begin_walk(&self.server)))
-            .collect();
+        // Tools and prompts are staged after the resources' swap, as a walk of an upstream
+        // mirror does (a kind's staging is keyed by name alone, and a first load's by server).
+        let mut entry_rows: BTreeMap<Kind, Vec<EntryRow>> = BTreeMap::new();
         let mut keys = HashMap::new();
         let mut revision = bucket_state(&self.kv, &self.bucket).await?.last_revision;
         if values > 0 {
+            // The last value of every key, then what comes after (a plain watch starts at
+            // the next update).
             let mut watch = self
                 .kv
-                .watch_all()
+                .watch_with_history(">")
                 .await
                 .map_err(|error| FollowError::Watch(error.to_string()))?;
             while let Some(entry) = watch.next().await {
@@ -148,7 +149,7 @@ impl Follower {
                 revision = revision.max(entry.revision);
                 let last = entry.delta == 0;
                 if entry.operation == kv::Operation::Put {
-                    if let Some((kind, key)) = self.stage(&entry, &staged, &entry_walks).await? {
+                    if let Some((kind, key)) = self.stage(&entry, &staged, &mut entry_rows).await? {
                         keys.insert(entry.key.clone(), (kind, key));
                     }
                 }
@@ -162,9 +163,19 @@ impl Follower {
             duration_ms: started.elapsed().as_millis() as i64,
             ..WalkReport::default()
         };
-        staged.commit(report).await?;
-        for (kind, walk) in entry_walks {
-            walk.commit_entries(kind).await?;
+        let context = |step: &str, error: StoreError| {
+            FollowError::Store(StoreError::Walk(format!("{step}: {error}")))
+        };
+        staged
+            .commit(report)
+            .await
+            .map_err(|error| context("swapping in the bucket's resources", error))?;
+        for kind in Kind::ENTRY_KINDS {
+            let rows = entry_rows.remove(kind).unwrap_or_default();
+            self.store
+                .swap_entries(&self.server, *kind, rows)
+                .await
+                .map_err(|error| context(&format!("swapping in the bucket's {kind}s"), error))?;
         }
         let cursor = FollowCursor {
             instance: self.instance.clone(),
@@ -172,7 +183,8 @@ impl Follower {
         };
         self.store
             .set_follow_cursor(&self.server, Some(cursor))
-            .await?;
+            .await
+            .map_err(|error| context("recording the bucket revision", error))?;
         self.keys = keys;
         self.progress.revision = revision;
         self.progress.reloads += 1;
@@ -192,7 +204,7 @@ impl Follower {
         &self,
         entry: &kv::Entry,
         staged: &StagedWalk,
-        entry_walks: &[(Kind, StagedWalk)],
+        entry_rows: &mut BTreeMap<Kind, Vec<EntryRow>>,
     ) -> Result<Option<(Kind, String)>, FollowError> {
         let Some(kind) = kind_of_bucket_key(&entry.key) else {
             return Ok(None);
@@ -224,9 +236,7 @@ impl Follower {
             Kind::Tool | Kind::Prompt => match followed_entry_row(kind, item, max_bytes) {
                 Some(row) if bucket_key(kind, &row.name) == entry.key => {
                     let key = row.name.clone();
-                    if let Some((_, walk)) = entry_walks.iter().find(|(of, _)| *of == kind) {
-                        walk.add_entries(kind, vec![row]).await?;
-                    }
+                    entry_rows.entry(kind).or_default().push(row);
                     key
                 }
                 _ => return Ok(None),
@@ -263,17 +273,14 @@ impl Follower {
             latest.insert(entry.key.clone(), entry);
         }
         let staged = self.store.begin_walk(&self.server);
-        let entry_walks: Vec<(Kind, StagedWalk)> = Kind::ENTRY_KINDS
-            .iter()
-            .map(|kind| (*kind, self.store.begin_walk(&self.server)))
-            .collect();
+        let mut entry_rows: BTreeMap<Kind, Vec<EntryRow>> = BTreeMap::new();
         let mut removed = Vec::new();
         let mut touched: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
         let mut now_known = Vec::new();
         for (bucket_key, entry) in &latest {
             let old = self.keys.get(bucket_key).cloned();
             let new = match entry.operation {
-                kv::Operation::Put => self.stage(entry, &staged, &entry_walks).await?,
+                kv::Operation::Put => self.stage(entry, &staged, &mut entry_rows).await?,
                 kv::Operation::Delete | kv::Operation::Purge => None,
             };
             if let Some((kind, key)) = &old {
@@ -291,10 +298,15 @@ impl Follower {
             now_known.push((bucket_key.clone(), new));
         }
         let templates = touched.remove(&Kind::Template);
-        let entry_deltas = entry_walks
-            .into_iter()
-            .filter_map(|(kind, walk)| touched.remove(&kind).map(|keys| (kind, walk, keys)))
-            .collect();
+        let mut entry_deltas = Vec::new();
+        for (kind, keys) in touched {
+            let walk = self.store.begin_walk(&self.server);
+            let rows = entry_rows.remove(&kind).unwrap_or_default();
+            if !rows.is_empty() {
+                walk.add_entries(kind, rows).await?;
+            }
+            entry_deltas.push((kind, walk, keys));
+        }
         let cursor = FollowCursor {
             instance: self.instance.clone(),
             seq: revision as i64,
@@ -317,7 +329,8 @@ impl Follower {
         self.progress.lag_revisions = pending;
         self.progress.deltas += 1;
         let now_ns = i128::from(now_ms()) * 1_000_000;
-        self.progress.lag_ms = u64::try_from((now_ns - published_ns).max(0) / 1_000_000).unwrap_or(0);
+        self.progress.lag_ms =
+            u64::try_from((now_ns - published_ns).max(0) / 1_000_000).unwrap_or(0);
         Ok(())
     }
 }

@@ -97,10 +97,13 @@ pub async fn connect(
             }
         };
     }
-    options.connect(url).await.map_err(|error| NatsError::Connect {
-        url: crate::redact::printable(url).into_owned(),
-        reason: error.to_string(),
-    })
+    options
+        .connect(url)
+        .await
+        .map_err(|error| NatsError::Connect {
+            url: crate::redact::printable(url).into_owned(),
+            reason: error.to_string(),
+        })
 }
 
 /// The bucket of a view, which must exist (a follower never creates one).

@@ -118,10 +118,7 @@ impl Publisher {
         }
     }
 
-    async fn open_or_create(
-        &self,
-        client: &async_nats::Client,
-    ) -> Result<kv::Store, PublishError> {
+    async fn open_or_create(&self, client: &async_nats::Client) -> Result<kv::Store, PublishError> {
         let jetstream = async_nats::jetstream::new(client.clone());
         if let Ok(bucket) = jetstream.get_key_value(&self.view.bucket).await {
             return Ok(bucket);
@@ -181,6 +178,7 @@ impl Publisher {
 
     /// Publishes the changes after `seq`; `None` when they cannot be listed key by key.
     async fn tail(&self, bucket: &kv::Store, mut seq: i64) -> Result<Option<i64>, PublishError> {
+        let started = seq;
         loop {
             let since = seq;
             let page = self
@@ -234,7 +232,10 @@ impl Publisher {
             }
             if !page.more {
                 seq = seq.max(page.latest_seq);
-                self.mark(bucket, seq).await?;
+                // A round with nothing new puts nothing: a follower's lag counts changes.
+                if seq != started {
+                    self.mark(bucket, seq).await?;
+                }
                 return Ok(Some(seq));
             }
         }

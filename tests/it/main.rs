@@ -24,6 +24,7 @@ mod interop;
 mod kinds_notify;
 mod live;
 mod liveness;
+mod nats;
 mod pid1;
 mod scope;
 mod search;
