@@ -318,3 +318,32 @@ fn a_missing_bucket_or_an_absent_nats_server_is_a_status_line_of_that_server_alo
     assert!(refused.contains("cannot connect to NATS"), "{refused}");
     assert_eq!(daemon.list_all().len(), 5, "the rest of the daemon runs on");
 }
+
+#[test]
+fn a_restart_of_nats_server_mid_stream_loses_nothing() {
+    let nats = NatsServer::start();
+    let port = nats.port;
+    let origin = Scratch::new();
+    let up_scratch = Scratch::new();
+    let upstream = upstream(&up_scratch, &nats, &demo_server(&origin), "");
+    upstream.wait_for_walks("demo", 1);
+    let down_scratch = Scratch::new();
+    let mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+    change_rounds(&origin, &upstream, 1..=3);
+    wait_for("the first changes", Duration::from_secs(30), || {
+        same_catalog(&mirror, &upstream).then_some(())
+    });
+
+    // Down while the origin changes; up again on the same port and store.
+    let store = nats.stop();
+    change_rounds(&origin, &upstream, 4..=6);
+    let _nats = NatsServer::start_on(port, store);
+    change_rounds(&origin, &upstream, 7..=9);
+    wait_for(
+        "every change after the restart",
+        Duration::from_secs(60),
+        || same_catalog(&mirror, &upstream).then_some(()),
+    );
+    let status = fleet_status(&mirror);
+    assert_eq!(status["reloads"], 1, "{status}");
+}
