@@ -9,8 +9,10 @@ pub mod config;
 pub mod daemon;
 pub(crate) mod http_face;
 pub(crate) mod metrics;
+pub(crate) mod nats;
 pub mod paths;
 pub mod protocol;
+pub(crate) mod publish;
 pub mod redact;
 pub mod search;
 #[cfg(feature = "semantic")]

@@ -290,6 +290,7 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
         "Connections made to each server (reconnects included)",
         connections,
     );
+    register_fleet(&mut registry, status);
     let clients = gauge_family();
     clients
         .get_or_create(&labels(&[("face", "socket")]))
@@ -342,4 +343,60 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
         tracing::warn!(%error, "cannot encode the metrics");
     }
     text
+}
+
+/// Servers followed through a fan-out engine (a NATS bucket): the engine and bucket as labels,
+/// the revision applied, the lag in revisions and seconds, connections and whole-bucket loads.
+fn register_fleet(registry: &mut Registry, status: &StatusResult) {
+    let revision = gauge_family();
+    let lag_revisions = gauge_family();
+    let lag_seconds: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default();
+    let connections = counter_family();
+    let reloads = counter_family();
+    for server in &status.servers {
+        let Some(fleet) = server.live.as_ref().and_then(|live| live.fleet.as_ref()) else {
+            continue;
+        };
+        let followed = labels(&[
+            ("server", server.name.as_str()),
+            ("engine", fleet.engine.as_str()),
+            ("bucket", fleet.bucket.as_str()),
+        ]);
+        revision.get_or_create(&followed).set(fleet.revision as i64);
+        lag_revisions
+            .get_or_create(&followed)
+            .set(fleet.lag_revisions as i64);
+        lag_seconds
+            .get_or_create(&followed)
+            .set(fleet.lag_ms as f64 / 1000.0);
+        connections
+            .get_or_create(&followed)
+            .inc_by(fleet.connections);
+        reloads.get_or_create(&followed).inc_by(fleet.reloads);
+    }
+    registry.register(
+        "fleet_revision",
+        "The bucket revision a followed server's snapshot reflects",
+        revision,
+    );
+    registry.register(
+        "fleet_lag_revisions",
+        "Revisions of the bucket after the applied one, when the last batch was applied",
+        lag_revisions,
+    );
+    registry.register(
+        "fleet_lag_seconds",
+        "From the last applied update's publication to its commit here",
+        lag_seconds,
+    );
+    registry.register(
+        "fleet_connections",
+        "Connections made to the fan-out engine (reconnects included)",
+        connections,
+    );
+    registry.register(
+        "fleet_reloads",
+        "Whole-bucket loads (the first sync, a purged history, a bucket made again)",
+        reloads,
+    );
 }

@@ -7,6 +7,7 @@
 
 mod environment;
 mod http;
+mod nats;
 mod raw;
 mod search;
 mod server;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 
 pub use http::{HttpConfig, HttpToken};
+pub use nats::{NatsConfig, PublishView};
 pub use search::SearchConfig;
 use source::SourceFile;
 
@@ -157,6 +159,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// `[search]`: the local model of hybrid search, off unless `semantic_model` is set.
     pub search: SearchConfig,
+    /// `[nats]`: the JetStream fan-out (published views, and the credentials of followers).
+    pub nats: NatsConfig,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -268,6 +272,13 @@ pub enum Transport {
         headers: Vec<(String, String)>,
         bearer_token: Option<SecretString>,
     },
+    /// A JetStream key-value bucket an upstream mirror publishes a view to (`nats`, `bucket`);
+    /// `credentials` is `[nats] credentials`, this daemon's one NATS identity.
+    Nats {
+        url: String,
+        bucket: String,
+        credentials: Option<PathBuf>,
+    },
 }
 
 impl Transport {
@@ -275,6 +286,7 @@ impl Transport {
         match self {
             Transport::Stdio { .. } => "stdio",
             Transport::Http { .. } => "http",
+            Transport::Nats { .. } => "nats",
         }
     }
 }
@@ -313,6 +325,17 @@ impl fmt::Debug for Transport {
                     &redacted_names(headers.iter().map(|(name, _)| name)),
                 )
                 .field("bearer_token", bearer_token)
+                .finish(),
+            // The credentials file's path is no secret; its contents are read at connect.
+            Transport::Nats {
+                url,
+                bucket,
+                credentials,
+            } => formatter
+                .debug_struct("Nats")
+                .field("url", url)
+                .field("bucket", bucket)
+                .field("credentials", credentials)
                 .finish(),
         }
     }
@@ -359,6 +382,18 @@ impl PartialEq for Transport {
                     && bearer_token.as_ref().map(ExposeSecret::expose_secret)
                         == other_token.as_ref().map(ExposeSecret::expose_secret)
             }
+            (
+                Transport::Nats {
+                    url,
+                    bucket,
+                    credentials,
+                },
+                Transport::Nats {
+                    url: other_url,
+                    bucket: other_bucket,
+                    credentials: other_credentials,
+                },
+            ) => url == other_url && bucket == other_bucket && credentials == other_credentials,
             _ => false,
         }
     }
@@ -379,6 +414,7 @@ impl Config {
                     .chain(bearer_token.as_ref().map(ExposeSecret::expose_secret))
                     .collect(),
                 Transport::Stdio { env, .. } => env.values().map(String::as_str).collect(),
+                Transport::Nats { .. } => Vec::new(),
             }
         });
         let http_tokens = self.http.tokens.iter();

@@ -21,6 +21,8 @@ pub(super) struct RawConfig {
     pub http: RawHttp,
     #[serde(default)]
     pub search: super::search::RawSearch,
+    #[serde(default)]
+    pub nats: super::nats::RawNats,
 }
 
 /// The `[http]` table as written.
@@ -164,6 +166,9 @@ pub(super) struct RawServer {
     /// The kinds to mirror: `["resources", "tools", "prompts"]`; every declared kind by default.
     pub mirror: Option<Spanned<Vec<String>>>,
     pub share: Option<bool>,
+    /// A server followed through a NATS JetStream key-value bucket instead of MCP.
+    pub nats: Option<Spanned<String>>,
+    pub bucket: Option<Spanned<String>>,
 }
 
 /// The longest fragment of the file an error may quote as the key at fault.

@@ -242,3 +242,75 @@ fn the_first_load_index_hold_is_a_duration_or_off() {
         "{error}"
     );
 }
+
+#[test]
+fn nats_keys_are_checked_and_their_errors_name_file_line_and_key() {
+    let cases = [
+        (
+            "[servers.f]\nnats = \"http://x/\"\nbucket = \"b\"\n",
+            2,
+            "servers.f.nats",
+        ),
+        (
+            "[servers.f]\nnats = \"nats://x:4222\"\n",
+            2,
+            "servers.f.bucket",
+        ),
+        (
+            "[servers.f]\nnats = \"nats://x:4222\"\nbucket = \"no.dots\"\n",
+            3,
+            "servers.f.bucket",
+        ),
+        (
+            "[servers.f]\nnats = \"nats://x:4222\"\nbucket = \"b\"\nurl = \"http://x/\"\n",
+            2,
+            "servers.f.url",
+        ),
+        (
+            "[servers.f]\ncommand = \"x\"\nbucket = \"b\"\n",
+            3,
+            "servers.f.bucket",
+        ),
+        ("[nats]\nurl = \"localhost\"\n", 2, "nats.url"),
+        (
+            "[nats.publish.fleet]\nservers = [\"a\"]\n",
+            1,
+            "nats.publish.fleet",
+        ),
+        (
+            "[nats]\nurl = \"nats://x:4222\"\n[nats.publish.fleet]\nkinds = [\"blob\"]\n",
+            3,
+            "nats.publish.fleet.kinds",
+        ),
+    ];
+    for (text, line, key) in cases {
+        let error = parse_text(text).expect_err(text);
+        let rendered = error.to_string();
+        assert!(
+            rendered.starts_with(&format!("/etc/mcp-mirror/daemon.toml:{line}: ")),
+            "{text:?} gave {rendered}"
+        );
+        assert!(rendered.contains(key), "{text:?} gave {rendered}");
+    }
+    let config = parse_text(
+        "[nats]\nurl = \"nats://x:4222\"\ncredentials = \"fleet.creds\"\n\
+         [nats.publish.fleet]\nkinds = [\"resource\"]\n\
+         [servers.f]\nnats = \"nats://x:4222\"\nbucket = \"fleet\"\n",
+    )
+    .expect("valid config");
+    assert_eq!(config.nats.publish.len(), 1);
+    match &config.servers[0].transport {
+        Transport::Nats {
+            bucket,
+            credentials,
+            ..
+        } => {
+            assert_eq!(bucket, "fleet");
+            assert_eq!(
+                credentials.as_deref(),
+                Some(Path::new("/etc/mcp-mirror/fleet.creds"))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

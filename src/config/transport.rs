@@ -18,6 +18,16 @@ pub(super) fn transport(
     server: &ServerTable,
     lookup_env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Transport, ConfigError> {
+    if let Some(url) = &server.raw.nats {
+        return nats(source, server, url);
+    }
+    if let Some(bucket) = &server.raw.bucket {
+        return Err(source.error(
+            &bucket.span(),
+            &server.key_of("bucket"),
+            "applies only to servers with `nats`",
+        ));
+    }
     match (&server.raw.url, &server.raw.command) {
         (Some(_), Some(command)) => Err(source.error(
             &command.span(),
@@ -171,6 +181,50 @@ impl From<&Transport> for crate::protocol::TransportKind {
         match transport {
             Transport::Stdio { .. } => crate::protocol::TransportKind::Stdio,
             Transport::Http { .. } => crate::protocol::TransportKind::Http,
+            Transport::Nats { .. } => crate::protocol::TransportKind::Nats,
         }
     }
+}
+
+/// A server followed through a bucket: `nats` and `bucket`, and nothing of MCP's transports.
+fn nats(
+    source: &SourceFile,
+    server: &ServerTable,
+    url: &Spanned<String>,
+) -> Result<Transport, ConfigError> {
+    let raw = server.raw;
+    let mcp_keys = [
+        ("url", raw.url.is_some()),
+        ("command", raw.command.is_some()),
+        ("headers", !raw.headers.is_empty()),
+        ("bearer_token_env", raw.bearer_token_env.is_some()),
+        ("bearer_token_file", raw.bearer_token_file.is_some()),
+    ];
+    if let Some((field, _)) = mcp_keys.iter().find(|(_, present)| *present) {
+        return Err(source.error(
+            &url.span(),
+            &server.key_of(field),
+            "a server followed through `nats` has no MCP transport: set `nats` and `bucket` only",
+        ));
+    }
+    super::nats::check_nats_url(source, url, &server.key_of("nats"))?;
+    let Some(bucket) = &server.raw.bucket else {
+        return Err(source.error(
+            &url.span(),
+            &server.key_of("bucket"),
+            "a server with `nats` needs `bucket`, the published view it follows",
+        ));
+    };
+    if !super::nats::valid_bucket(bucket.get_ref()) {
+        return Err(source.error(
+            &bucket.span(),
+            &server.key_of("bucket"),
+            "names a JetStream bucket: letters, digits, '-' and '_' only, at most 64",
+        ));
+    }
+    Ok(Transport::Nats {
+        url: url.get_ref().clone(),
+        bucket: bucket.get_ref().clone(),
+        credentials: None,
+    })
 }

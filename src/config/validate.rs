@@ -44,13 +44,25 @@ pub(super) fn validate(
     let search = super::search::search_config(source, &raw.search)
         .map_err(|error| errors.push(error))
         .ok();
-    match (http, search) {
-        (Some(http), Some(search)) if errors.is_empty() => Ok(Config {
+    let nats = super::nats::nats_config(source, &raw.nats)
+        .map_err(|error| errors.push(error))
+        .ok();
+    // A followed bucket connects with the host's one NATS identity.
+    if let Some(nats) = &nats {
+        for server in &mut servers {
+            if let super::Transport::Nats { credentials, .. } = &mut server.transport {
+                credentials.clone_from(&nats.credentials);
+            }
+        }
+    }
+    match (http, search, nats) {
+        (Some(http), Some(search), Some(nats)) if errors.is_empty() => Ok(Config {
             source: source.path.to_path_buf(),
             daemon,
             servers,
             http,
             search,
+            nats,
         }),
         _ => Err(errors),
     }

@@ -130,6 +130,13 @@ pub async fn run_with(
     #[cfg(feature = "semantic")]
     let semantic = start_semantic_index(&config.search, &store, &stopping);
     let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
+    let shared_servers = config
+        .servers
+        .iter()
+        .filter(|server| server.share)
+        .map(|server| server.name.clone())
+        .collect();
+    let publishers = crate::publish::spawn(&config.nats, shared_servers, &store, &stopping);
     let max_clients = client_budget(config.daemon.socket_limits.max_clients);
     let context = Arc::new(DaemonContext {
         store: store.clone(),
@@ -262,6 +269,9 @@ pub async fn run_with(
         }
     }
     database_task.abort();
+    for publisher in publishers {
+        let _ = publisher.await;
+    }
     supervisor.shutdown().await;
     store.close().await;
     socket.remove_file_if_ours();

@@ -52,12 +52,12 @@ pub use resource::{
     ResourceContents, ResourceTemplate, StoredObject, Tool,
 };
 pub use results::{
-    Change, ChangesResult, CheckpointStatus, DaemonStatus, Empty, Implementation, InitializeResult,
-    KeyedEntriesResult, LastWalk, ListResourcesResult, ListTemplatesResult, Listing, LiveStatus,
-    RefreshOutcome, RefreshResult, RefreshState, ResourceDetails, ResourcesCapability,
-    SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities, ServerListEntry,
-    ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary, ToolsCapability,
-    VectorsState, VectorsStatus, WalStatus, WalkProgress, WatchResult,
+    Change, ChangesResult, CheckpointStatus, DaemonStatus, Empty, FleetStatus, Implementation,
+    InitializeResult, KeyedEntriesResult, LastWalk, ListResourcesResult, ListTemplatesResult,
+    Listing, LiveStatus, RefreshOutcome, RefreshResult, RefreshState, ResourceDetails,
+    ResourcesCapability, SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities,
+    ServerListEntry, ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary,
+    ToolsCapability, VectorsState, VectorsStatus, WalStatus, WalkProgress, WatchResult,
 };
 pub use state::{
     CacheScope, ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,

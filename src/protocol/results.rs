@@ -603,6 +603,9 @@ pub struct LiveStatus {
     /// While a walk runs: how far it got.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub walk_progress: Option<WalkProgress>,
+    /// Set for a server followed through a fan-out engine (a NATS JetStream bucket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetStatus>,
 }
 
 /// A walk in progress: pages and entries read so far (every kind it walks, in order), the rate
@@ -620,4 +623,28 @@ pub struct WalkProgress {
     pub expected_entries: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta_ms: Option<u64>,
+}
+
+/// How a server followed through a fan-out engine stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatus {
+    /// The engine: `nats`.
+    pub engine: String,
+    pub bucket: String,
+    /// The bucket revision the snapshot reflects.
+    pub revision: u64,
+    /// Revisions of the bucket after it when the last batch was applied.
+    pub lag_revisions: u64,
+    /// From the last applied update's publication to its commit here.
+    pub lag_ms: u64,
+    /// Connections made to the NATS server (the first one included).
+    pub connections: u64,
+    /// Whole-bucket loads (the first sync, a purged history, a bucket made again).
+    pub reloads: u64,
+    /// Batches of updates applied as deltas.
+    pub deltas: u64,
+    /// Why following stopped last, while it is stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }

@@ -234,6 +234,7 @@ text_enum! {
     TransportKind ("transport") {
         Stdio => "stdio",
         Http => "http",
+        Nats => "nats",
     }
 }
 

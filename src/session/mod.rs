@@ -5,6 +5,7 @@
 //! poll jitter); the reconnect backoff is the crate's one `upstream::Backoff`.
 
 mod actor;
+mod fleet;
 mod pacing;
 mod state;
 
@@ -74,6 +75,15 @@ impl Refreshed {
         }
     }
 
+    /// A server followed through a bucket: its updates arrive as published, nothing to walk.
+    fn followed() -> Refreshed {
+        Refreshed {
+            state: SettledState::Synced,
+            swap: SwapOutcome::default(),
+            report: WalkReport::default(),
+        }
+    }
+
     fn no_resources() -> Refreshed {
         Refreshed {
             state: SettledState::NoResources,
@@ -108,6 +118,40 @@ impl SessionHandle {
         let (live_sender, live) = watch::channel(LiveStatus::default());
         let span = tracing::info_span!("session", server = %config.name);
         let meter = Arc::new(WalkMeter::default());
+        if let crate::config::Transport::Nats {
+            url,
+            bucket,
+            credentials,
+        } = &config.transport
+        {
+            let source = fleet::BucketSource {
+                url: url.clone(),
+                bucket: bucket.clone(),
+                credentials: credentials.clone(),
+            };
+            let task = tokio::spawn(
+                fleet::run(
+                    config.clone(),
+                    source,
+                    store,
+                    stopping,
+                    command_receiver,
+                    live_sender,
+                )
+                .instrument(span),
+            );
+            return SessionHandle {
+                client: SessionClient {
+                    name: config.name.clone(),
+                    commands,
+                    live,
+                    meter,
+                },
+                config,
+                stop,
+                task,
+            };
+        }
         let actor = actor::Actor::new(
             config.clone(),
             store,

@@ -238,3 +238,42 @@ impl Store {
         &self.instance
     }
 }
+
+/// Every key of `server`'s own snapshot, with its kind: resources by URI, templates by URI
+/// template, tools and prompts by their stored name (a followed mirror's `<server>/<name>`).
+/// A bucket follower keeps them to name the entry a delete marker removes.
+pub(super) fn server_keys(
+    connection: &Connection,
+    server: &str,
+) -> Result<Vec<(Kind, String)>, StoreError> {
+    let mut keys = Vec::new();
+    let statements = [
+        (
+            "SELECT r.uri, NULL FROM resources r JOIN servers s ON s.id = r.server_id
+             WHERE s.name = ?1",
+            Some(Kind::Resource),
+        ),
+        (
+            "SELECT t.uri_template, NULL FROM resource_templates t
+             JOIN servers s ON s.id = t.server_id WHERE s.name = ?1",
+            Some(Kind::Template),
+        ),
+        (
+            "SELECT e.name, e.kind FROM entries e JOIN servers s ON s.id = e.server_id
+             WHERE s.name = ?1",
+            None,
+        ),
+    ];
+    for (sql, kind) in statements {
+        let mut statement = connection.prepare_cached(sql)?;
+        let mut rows = statement.query([server])?;
+        while let Some(row) = rows.next()? {
+            let entry_kind = match kind {
+                Some(kind) => kind,
+                None => row.get::<_, Kind>(1)?,
+            };
+            keys.push((entry_kind, row.get::<_, String>(0)?));
+        }
+    }
+    Ok(keys)
+}

@@ -91,6 +91,11 @@ impl Reader {
         Ok((generation, answered))
     }
 
+    /// Every key of `server`'s own snapshot with its kind (what a bucket follower names).
+    pub fn server_keys(&self, server: &str) -> Result<Vec<(Kind, String)>, StoreError> {
+        follow::server_keys(&self.connection, server)
+    }
+
     /// The recorded scope of every (server, kind) snapshot; one without a row is unknown.
     pub fn scopes(&self) -> Result<Vec<(String, Kind, crate::protocol::CacheScope)>, StoreError> {
         super::scopes::scopes(&self.connection)

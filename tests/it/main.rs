@@ -28,6 +28,7 @@ mod interop;
 mod kinds_notify;
 mod live;
 mod liveness;
+mod nats;
 mod pid1;
 mod progress;
 mod scope;

@@ -445,6 +445,12 @@ fn open_connection(server: &ServerConfig, events: EventSink) -> Result<Connectio
             bearer_token.as_ref(),
             events,
         )?),
+        // The session runs the bucket's follower instead (`session::fleet`): never an MCP one.
+        Transport::Nats { .. } => {
+            return Err(McpError::Transport(
+                "a server followed through NATS has no MCP connection".into(),
+            ))
+        }
     })
 }
 

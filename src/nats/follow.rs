@@ -1,0 +1,336 @@
+//! A downstream's side of the NATS fan-out: a server whose source is a JetStream key-value
+//! bucket. Its first sync reads the bucket's current values (a watch of every key, last value
+//! each) into one walk's staging and swaps them in; then each batch of updates is one delta
+//! through the HTTP follow's own path (`StagedWalk::commit_delta`), its bucket revision the
+//! cursor committed in the same transaction, so a kill -9 anywhere resumes exactly. A cursor
+//! of another bucket (one made again) or older than the bucket's oldest revision (a purged
+//! history) means one reload of the whole bucket.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use async_nats::jetstream::kv;
+use futures_util::StreamExt;
+use serde_json::value::RawValue;
+
+use super::{bucket_key, bucket_state, kind_of_bucket_key, FeedMark, NatsError, FEED_KEY};
+use crate::config::WalkLimits;
+use crate::protocol::Kind;
+use crate::store::{now_ms, EntryRow, FollowCursor, StagedWalk, Store, StoreError, WalkReport};
+use crate::walk::kinds::followed_entry_row;
+use crate::walk::{resource_row, template_row};
+
+/// Updates applied as one delta at most: a backlog is applied in batches of this many.
+pub const MAX_BATCH_ENTRIES: usize = 1_000;
+
+/// Why following a bucket stopped; the session reports it and starts over after a wait.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+    #[error("the bucket's watch failed: {0}")]
+    Watch(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a follower has done, for the live status.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FollowProgress {
+    /// The bucket revision the snapshot reflects.
+    pub revision: u64,
+    /// Revisions of the bucket after it, when the last batch was applied.
+    pub lag_revisions: u64,
+    /// From the last applied update's publication to its commit here.
+    pub lag_ms: u64,
+    pub reloads: u64,
+    pub deltas: u64,
+}
+
+/// One server following one bucket.
+pub struct Follower {
+    server: String,
+    bucket: String,
+    limits: WalkLimits,
+    store: Store,
+    kv: kv::Store,
+    /// Each bucket key of the snapshot, and the kind and key of its entry: what a delete
+    /// marker (which carries no value) removes.
+    keys: HashMap<String, (Kind, String)>,
+    /// The publisher's database, recorded in each entry's chain of mirrors.
+    upstream: Option<String>,
+    instance: String,
+    pub progress: FollowProgress,
+}
+
+impl Follower {
+    /// Resumes from the stored revision when it is this bucket's and the bucket still holds
+    /// every revision after it; else reloads the whole bucket.
+    pub async fn start(
+        store: &Store,
+        server: &str,
+        bucket: &str,
+        kv: kv::Store,
+        limits: WalkLimits,
+        progress: FollowProgress,
+    ) -> Result<Follower, FollowError> {
+        let state = bucket_state(&kv, bucket).await?;
+        let name = server.to_string();
+        let cursor = store
+            .read(move |reader| reader.follow_cursor(&name))
+            .await?;
+        let mut follower = Follower {
+            server: server.to_string(),
+            bucket: bucket.to_string(),
+            limits,
+            store: store.clone(),
+            kv,
+            keys: HashMap::new(),
+            upstream: None,
+            instance: state.instance.clone(),
+            progress,
+        };
+        follower.upstream = follower.feed_mark().await?.map(|mark| mark.instance);
+        let resumable = cursor.as_ref().is_some_and(|cursor| {
+            cursor.instance == state.instance
+                && u64::try_from(cursor.seq).is_ok_and(|seq| seq + 1 >= state.first_revision)
+        });
+        match (resumable, cursor) {
+            (true, Some(cursor)) => {
+                follower.progress.revision = cursor.seq as u64;
+                let name = server.to_string();
+                let keys = store.read(move |reader| reader.server_keys(&name)).await?;
+                follower.keys = keys
+                    .into_iter()
+                    .map(|(kind, key)| (bucket_key(kind, &key), (kind, key)))
+                    .collect();
+                tracing::info!(
+                    server,
+                    bucket,
+                    revision = cursor.seq,
+                    "following the bucket from the stored revision"
+                );
+            }
+            _ => follower.reload(state.values).await?,
+        }
+        Ok(follower)
+    }
+
+    async fn feed_mark(&self) -> Result<Option<FeedMark>, FollowError> {
+        let value = self
+            .kv
+            .get(FEED_KEY)
+            .await
+            .map_err(|error| FollowError::Watch(error.to_string()))?;
+        Ok(value.and_then(|bytes| serde_json::from_slice(&bytes).ok()))
+    }
+
+    /// Reads every current value of the bucket into one walk and swaps it in; the cursor is
+    /// the newest revision read.
+    async fn reload(&mut self, values: u64) -> Result<(), FollowError> {
+        let started = Instant::now();
+        let started_at_ms = now_ms();
+        let staged = self.store.begin_walk(&self.server);
+        // Tools and prompts are staged after the resources' swap, as a walk of an upstream
+        // mirror does (a kind's staging is keyed by name alone, and a first load's by server).
+        let mut entry_rows: BTreeMap<Kind, Vec<EntryRow>> = BTreeMap::new();
+        let mut keys = HashMap::new();
+        let mut revision = bucket_state(&self.kv, &self.bucket).await?.last_revision;
+        if values > 0 {
+            // The last value of every key, then what comes after (a plain watch starts at
+            // the next update).
+            let mut watch = self
+                .kv
+                .watch_with_history(">")
+                .await
+                .map_err(|error| FollowError::Watch(error.to_string()))?;
+            while let Some(entry) = watch.next().await {
+                let entry = entry.map_err(|error| FollowError::Watch(error.to_string()))?;
+                revision = revision.max(entry.revision);
+                let last = entry.delta == 0;
+                if entry.operation == kv::Operation::Put {
+                    if let Some((kind, key)) = self.stage(&entry, &staged, &mut entry_rows).await? {
+                        keys.insert(entry.key.clone(), (kind, key));
+                    }
+                }
+                if last {
+                    break;
+                }
+            }
+        }
+        let report = WalkReport {
+            started_at_ms,
+            duration_ms: started.elapsed().as_millis() as i64,
+            ..WalkReport::default()
+        };
+        let context = |step: &str, error: StoreError| {
+            FollowError::Store(StoreError::Walk(format!("{step}: {error}")))
+        };
+        staged
+            .commit(report)
+            .await
+            .map_err(|error| context("swapping in the bucket's resources", error))?;
+        for kind in Kind::ENTRY_KINDS {
+            let rows = entry_rows.remove(kind).unwrap_or_default();
+            self.store
+                .swap_entries(&self.server, *kind, rows)
+                .await
+                .map_err(|error| context(&format!("swapping in the bucket's {kind}s"), error))?;
+        }
+        let cursor = FollowCursor {
+            instance: self.instance.clone(),
+            seq: revision as i64,
+        };
+        self.store
+            .set_follow_cursor(&self.server, Some(cursor))
+            .await
+            .map_err(|error| context("recording the bucket revision", error))?;
+        self.keys = keys;
+        self.progress.revision = revision;
+        self.progress.reloads += 1;
+        tracing::info!(
+            server = %self.server,
+            bucket = %self.bucket,
+            revision,
+            entries = self.keys.len(),
+            "loaded the whole bucket"
+        );
+        Ok(())
+    }
+
+    /// Stages the entry of one `Put`, when its value is an entry of the kind its key names
+    /// and its key's digest is that key (a value under another entry's key is left out).
+    async fn stage(
+        &self,
+        entry: &kv::Entry,
+        staged: &StagedWalk,
+        entry_rows: &mut BTreeMap<Kind, Vec<EntryRow>>,
+    ) -> Result<Option<(Kind, String)>, FollowError> {
+        let Some(kind) = kind_of_bucket_key(&entry.key) else {
+            return Ok(None);
+        };
+        let Ok(raw) = serde_json::from_slice::<Box<RawValue>>(&entry.value) else {
+            return Ok(None);
+        };
+        let Ok(item) = crate::walk::take_entry(raw, self.upstream.as_deref()) else {
+            return Ok(None);
+        };
+        let max_bytes = self.limits.max_entry_bytes;
+        let key = match kind {
+            Kind::Resource => match resource_row(item, max_bytes) {
+                Some(row) if bucket_key(kind, &row.uri) == entry.key => {
+                    let key = row.uri.clone();
+                    staged.add_resources(vec![row]).await?;
+                    key
+                }
+                _ => return Ok(None),
+            },
+            Kind::Template => match template_row(&item, &self.limits).ok().flatten() {
+                Some(row) if bucket_key(kind, &row.uri_template) == entry.key => {
+                    let key = row.uri_template.clone();
+                    staged.add_templates(vec![row]).await?;
+                    key
+                }
+                _ => return Ok(None),
+            },
+            Kind::Tool | Kind::Prompt => match followed_entry_row(kind, item, max_bytes) {
+                Some(row) if bucket_key(kind, &row.name) == entry.key => {
+                    let key = row.name.clone();
+                    entry_rows.entry(kind).or_default().push(row);
+                    key
+                }
+                _ => return Ok(None),
+            },
+        };
+        Ok(Some((kind, key)))
+    }
+
+    /// The watch of every update after the snapshot's revision.
+    pub async fn watch(&self) -> Result<kv::Watch, FollowError> {
+        self.kv
+            .watch_all_from_revision(self.progress.revision + 1)
+            .await
+            .map_err(|error| FollowError::Watch(error.to_string()))
+    }
+
+    /// Applies a batch of updates as one delta with its newest revision as the cursor. A
+    /// delta the store cannot apply (no snapshot yet) is a reload instead.
+    pub async fn apply(&mut self, batch: Vec<kv::Entry>) -> Result<(), FollowError> {
+        let Some(newest) = batch.last() else {
+            return Ok(());
+        };
+        let (revision, pending) = (newest.revision, newest.delta);
+        let published_ns = newest.created.unix_timestamp_nanos();
+        // The last update of each key in the batch is the one that counts.
+        let mut latest: BTreeMap<String, kv::Entry> = BTreeMap::new();
+        for entry in batch {
+            if entry.key == FEED_KEY {
+                if let Ok(mark) = serde_json::from_slice::<FeedMark>(&entry.value) {
+                    self.upstream = Some(mark.instance);
+                }
+                continue;
+            }
+            latest.insert(entry.key.clone(), entry);
+        }
+        let staged = self.store.begin_walk(&self.server);
+        let mut entry_rows: BTreeMap<Kind, Vec<EntryRow>> = BTreeMap::new();
+        let mut removed = Vec::new();
+        let mut touched: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
+        let mut now_known = Vec::new();
+        for (bucket_key, entry) in &latest {
+            let old = self.keys.get(bucket_key).cloned();
+            let new = match entry.operation {
+                kv::Operation::Put => self.stage(entry, &staged, &mut entry_rows).await?,
+                kv::Operation::Delete | kv::Operation::Purge => None,
+            };
+            if let Some((kind, key)) = &old {
+                match kind {
+                    Kind::Resource if new.is_none() => removed.push(key.clone()),
+                    Kind::Resource => {}
+                    kind => touched.entry(*kind).or_default().push(key.clone()),
+                }
+            }
+            if let Some((kind, key)) = &new {
+                if *kind != Kind::Resource {
+                    touched.entry(*kind).or_default().push(key.clone());
+                }
+            }
+            now_known.push((bucket_key.clone(), new));
+        }
+        let templates = touched.remove(&Kind::Template);
+        let mut entry_deltas = Vec::new();
+        for (kind, keys) in touched {
+            let walk = self.store.begin_walk(&self.server);
+            let rows = entry_rows.remove(&kind).unwrap_or_default();
+            if !rows.is_empty() {
+                walk.add_entries(kind, rows).await?;
+            }
+            entry_deltas.push((kind, walk, keys));
+        }
+        let cursor = FollowCursor {
+            instance: self.instance.clone(),
+            seq: revision as i64,
+        };
+        if let Err(error) = staged
+            .commit_delta(removed, templates, entry_deltas, cursor)
+            .await
+        {
+            tracing::info!(server = %self.server, %error, "reloading the bucket instead of applying its updates");
+            let values = bucket_state(&self.kv, &self.bucket).await?.values;
+            return self.reload(values).await;
+        }
+        for (bucket_key, known) in now_known {
+            match known {
+                Some(known) => self.keys.insert(bucket_key, known),
+                None => self.keys.remove(&bucket_key),
+            };
+        }
+        self.progress.revision = revision;
+        self.progress.lag_revisions = pending;
+        self.progress.deltas += 1;
+        let now_ns = i128::from(now_ms()) * 1_000_000;
+        self.progress.lag_ms =
+            u64::try_from((now_ns - published_ns).max(0) / 1_000_000).unwrap_or(0);
+        Ok(())
+    }
+}

@@ -1,0 +1,174 @@
+//! A session whose server is a NATS JetStream bucket (`[servers.NAME] nats, bucket`): connect,
+//! open the bucket, resume or reload (`nats::follow`), then apply each batch of updates as it
+//! comes, answering the session's commands meanwhile. Any failure is this server's status line
+//! (the snapshot stays, marked stale) and a retry after a growing wait; the daemon runs on.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch};
+
+use super::{LiveStatus, ReadError, Refreshed, SessionCommand};
+use crate::config::ServerConfig;
+use crate::nats::follow::{FollowError, FollowProgress, Follower, MAX_BATCH_ENTRIES};
+use crate::protocol::FleetStatus;
+use crate::store::{now_ms, ServerUpdate, Store};
+use crate::upstream::Backoff;
+
+/// The longest wait between two attempts to follow a bucket again.
+const RETRY_CEILING: Duration = Duration::from_secs(30);
+
+pub(super) struct BucketSource {
+    pub url: String,
+    pub bucket: String,
+    pub credentials: Option<PathBuf>,
+}
+
+struct Run<'a> {
+    config: &'a ServerConfig,
+    source: &'a BucketSource,
+    store: &'a Store,
+    live: &'a watch::Sender<LiveStatus>,
+    connections: Arc<AtomicU64>,
+    progress: FollowProgress,
+}
+
+impl Run<'_> {
+    fn publish(&self, error: Option<String>) {
+        let status = FleetStatus {
+            engine: "nats".into(),
+            bucket: self.source.bucket.clone(),
+            revision: self.progress.revision,
+            lag_revisions: self.progress.lag_revisions,
+            lag_ms: self.progress.lag_ms,
+            connections: self.connections.load(Ordering::Relaxed),
+            reloads: self.progress.reloads,
+            deltas: self.progress.deltas,
+            error,
+        };
+        self.live.send_modify(|live| live.fleet = Some(status));
+    }
+}
+
+pub(super) async fn run(
+    config: ServerConfig,
+    source: BucketSource,
+    store: Store,
+    mut stopping: watch::Receiver<bool>,
+    mut commands: mpsc::Receiver<SessionCommand>,
+    live: watch::Sender<LiveStatus>,
+) {
+    let mut run = Run {
+        config: &config,
+        source: &source,
+        store: &store,
+        live: &live,
+        connections: Arc::new(AtomicU64::new(0)),
+        progress: FollowProgress::default(),
+    };
+    let mut backoff = Backoff::new(Duration::from_secs(1), RETRY_CEILING);
+    run.publish(None);
+    loop {
+        let _ = store
+            .update_server(&config.name, ServerUpdate::Connecting)
+            .await;
+        let outcome = tokio::select! {
+            _ = stopping.wait_for(|stop| *stop) => return,
+            outcome = follow(&mut run, &mut commands, &mut backoff) => outcome,
+        };
+        let error = match outcome {
+            Ok(()) => "the bucket's watch ended".to_string(),
+            Err(error) => error.to_string(),
+        };
+        let delay = backoff.next_delay();
+        tracing::warn!(server = %config.name, %error, "following the bucket failed; trying again in {delay:?}");
+        let retry_at_ms = now_ms() + delay.as_millis() as i64;
+        let _ = store
+            .update_server(
+                &config.name,
+                ServerUpdate::BackingOff {
+                    error: error.clone(),
+                    retry_at_ms,
+                },
+            )
+            .await;
+        run.publish(Some(error));
+        let wait = tokio::time::sleep(delay);
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = stopping.wait_for(|stop| *stop) => return,
+                () = &mut wait => break,
+                Some(command) = commands.recv() => answer(&config, command),
+            }
+        }
+    }
+}
+
+/// Connects, resumes or reloads, then applies updates until something fails.
+async fn follow(
+    run: &mut Run<'_>,
+    commands: &mut mpsc::Receiver<SessionCommand>,
+    backoff: &mut Backoff,
+) -> Result<(), FollowError> {
+    let client = crate::nats::connect(
+        &run.source.url,
+        run.source.credentials.as_deref(),
+        run.connections.clone(),
+    )
+    .await?;
+    let kv = crate::nats::open_bucket(&client, &run.source.bucket).await?;
+    let mut follower = Follower::start(
+        run.store,
+        &run.config.name,
+        &run.source.bucket,
+        kv,
+        run.config.limits,
+        run.progress,
+    )
+    .await?;
+    run.progress = follower.progress;
+    run.publish(None);
+    backoff.reset();
+    let mut watch = follower.watch().await?;
+    let mut batch = Vec::new();
+    loop {
+        tokio::select! {
+            Some(command) = commands.recv() => answer(run.config, command),
+            entry = watch.next() => {
+                let entry = match entry {
+                    Some(entry) => entry.map_err(|error| FollowError::Watch(error.to_string()))?,
+                    None => return Ok(()),
+                };
+                let last = entry.delta == 0;
+                batch.push(entry);
+                if last || batch.len() >= MAX_BATCH_ENTRIES {
+                    follower.apply(std::mem::take(&mut batch)).await?;
+                    run.progress = follower.progress;
+                    run.publish(None);
+                }
+            }
+        }
+    }
+}
+
+/// A refresh has nothing to walk (updates come as they are published); a read has no server
+/// to go to.
+fn answer(config: &ServerConfig, command: SessionCommand) {
+    match command {
+        SessionCommand::Refresh { reply } => {
+            if let Some(reply) = reply {
+                let _ = reply.send(Ok(Refreshed::followed()));
+            }
+        }
+        SessionCommand::Read { reply, .. } => {
+            let _ = reply.send(Err(ReadError::Offline {
+                server: config.name.clone(),
+                reason: "it is followed through a NATS bucket, which holds no contents".into(),
+            }));
+        }
+    }
+}
