@@ -213,9 +213,14 @@ impl Publisher {
                 let keys: Vec<String> = keys.into_iter().collect();
                 for chunk in keys.chunks(KEYS_PER_READ) {
                     let asked = chunk.to_vec();
+                    let reading_view = view.clone();
                     let read = self
                         .store
-                        .read(move |reader| reader.keyed_entries(kind, &asked))
+                        .read(move |reader| {
+                            // Each key's winner among the view's servers, as its tokens see it.
+                            let sees = |server: &str| reading_view.sees(server, kind);
+                            reader.keyed_entries(kind, &asked, &sees)
+                        })
                         .await?;
                     let mut gone: BTreeSet<&String> = chunk.iter().collect();
                     for row in read.found.iter().filter(|row| view.sees(&row.server, kind)) {
@@ -251,17 +256,18 @@ impl Publisher {
             let mut after: Option<String> = None;
             loop {
                 let from = after.clone();
-                let (rows, more) = self
+                let reading_view = view.clone();
+                let (rows, next_after) = self
                     .store
-                    .read(move |reader| page_of(reader, kind, from.as_deref()))
+                    .read(move |reader| page_of(reader, kind, from.as_deref(), &reading_view))
                     .await?;
                 for row in rows.iter().filter(|row| view.sees(&row.server, kind)) {
                     self.put(bucket, kind, row).await?;
                     published.insert(bucket_key(kind, &row.key));
                 }
-                match (more, rows.last()) {
-                    (true, Some(last)) => after = Some(last.key.clone()),
-                    _ => break,
+                match next_after {
+                    Some(key) => after = Some(key),
+                    None => break,
                 }
             }
         }
@@ -315,15 +321,18 @@ impl Publisher {
     }
 }
 
-/// A page of the merged catalog of one kind after `after` (a key), as keyed rows.
+/// A page of the merged catalog of one kind after `after` (a key) as the view merges it (each
+/// key's winner among its servers), as keyed rows, and the key to go on after when more follow.
 fn page_of(
     reader: &crate::store::Reader,
     kind: Kind,
     after: Option<&str>,
-) -> Result<(Vec<CatalogRow>, bool), StoreError> {
+    view: &View,
+) -> Result<(Vec<CatalogRow>, Option<String>), StoreError> {
+    let sees = |server: &str| view.sees(server, kind);
     match kind {
-        Kind::Resource => reader.list_resources(after, KEYS_PER_READ),
-        Kind::Template => reader.list_templates(after, KEYS_PER_READ),
+        Kind::Resource => reader.list_resources(after, KEYS_PER_READ, &sees),
+        Kind::Template => reader.list_templates(after, KEYS_PER_READ, &sees),
         Kind::Tool | Kind::Prompt => {
             let after = after.and_then(|key| key.split_once('/'));
             let (rows, more) = reader.list_entries(kind, None, after, KEYS_PER_READ)?;
@@ -334,8 +343,9 @@ fn page_of(
                     server: row.server,
                     raw: row.raw,
                 })
-                .collect();
-            Ok((rows, more))
+                .collect::<Vec<_>>();
+            let next_after = more.then(|| rows.last().map(|row| row.key.clone())).flatten();
+            Ok((rows, next_after))
         }
     }
 }
