@@ -147,7 +147,9 @@ fn metrics_and_status_of_a_view_token_say_nothing_outside_its_view() {
 
 /// The 20 shared URIs, in order.
 fn shared_uris() -> Vec<String> {
-    (0..20).map(|index| format!("shared://doc/{index:02}")).collect()
+    (0..20)
+        .map(|index| format!("shared://doc/{index:02}"))
+        .collect()
 }
 
 /// The (uri, description) pairs of `resources` that are shared URIs.
@@ -185,7 +187,9 @@ fn a_view_chooses_each_uris_winner_among_the_servers_it_sees() {
     let owner_shared = shared_listings(&owner["resources"]);
     assert_eq!(owner_shared.len(), 20, "{owner}");
     assert!(
-        owner_shared.iter().all(|(_, text)| text.starts_with("sec ")),
+        owner_shared
+            .iter()
+            .all(|(_, text)| text.starts_with("sec ")),
         "{owner}"
     );
 
