@@ -569,19 +569,19 @@ async fn answer(
         face.search_client(client.search_identity()),
         audience.view.clone(),
     );
-    let outcome = socket::answer_request(request, &face.api, &mut state)
-        .await
-        .map(|response| match response.into_parts() {
-            (Some(result), _) => Ok(result),
-            (None, Some(error)) => Err(Box::new(wire::Response::failure(id, error))),
-            (None, None) => Ok(Value::Null),
-        });
-    let generation = match &outcome {
-        Some(Ok(_)) => state.answered_generation(),
-        _ => None,
+    let Some(response) = socket::answer_request(request, &face.api, &mut state).await else {
+        return Answered {
+            outcome: None,
+            generation: None,
+        };
+    };
+    let (outcome, generation) = match response.into_parts() {
+        (Some(result), _) => (Ok(result), state.answered_generation()),
+        (None, Some(error)) => (Err(Box::new(wire::Response::failure(id, error))), None),
+        (None, None) => (Ok(Value::Null), None),
     };
     Answered {
-        outcome,
+        outcome: Some(outcome),
         generation,
     }
 }
