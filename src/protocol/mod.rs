@@ -59,8 +59,8 @@ pub use results::{
     VectorsState, VectorsStatus, WalStatus, WatchResult,
 };
 pub use state::{
-    CacheScope, ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,
-    UnknownName,
+    CacheScope, ChangeKind, ConnectedTransport, Era, FallbackReason, Kind, PushChannel,
+    ServerState, TransportKind, UnknownName,
 };
 pub use wire::{
     supported_versions, DiscoverResult, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH,

@@ -596,4 +596,8 @@ pub struct LiveStatus {
     /// server is (or reaches) a mirror that mirrors this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror_loop: Option<String>,
+    /// A followed upstream mirror: the full walks this session made instead of following its
+    /// feed, by reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub follow_fallbacks: BTreeMap<super::FallbackReason, u64>,
 }

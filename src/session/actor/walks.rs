@@ -245,6 +245,9 @@ impl Actor {
             }
         };
         self.backoff.reset();
+        if let Some(reason) = summary.fallback {
+            self.publish(|live| *live.follow_fallbacks.entry(reason).or_default() += 1);
+        }
         if !summary.upstream_loading.is_empty() {
             return self.hold_for_upstream(link, summary, waiters).await;
         }
