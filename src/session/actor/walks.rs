@@ -46,7 +46,7 @@ impl Actor {
         // what its feed names, since the cursor: waiting long for quiet only delays the
         // change, and a follow under way is never thrown away (the next one replays from
         // where it ends).
-        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let followed = link.session.hello.follows_feed();
         let debounce = match followed {
             true => self.config.timings.debounce.min(FOLLOW_DEBOUNCE),
             false => self.config.timings.debounce,
@@ -109,7 +109,7 @@ impl Actor {
         // The kinds whose lists changed, or every kind for a scheduled walk or a refresh. A
         // followed mirror's feed says itself which kinds changed: the follow reads it for all.
         let pending = std::mem::take(&mut link.pending);
-        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let followed = link.session.hello.follows_feed();
         let kinds: Vec<Kind> = match pending.is_empty() || followed {
             true => link.kinds.clone(),
             false => pending,
@@ -211,7 +211,7 @@ impl Actor {
             changed: changed_meanwhile,
             ..
         } = walk;
-        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let followed = link.session.hello.follows_feed();
         let cost = match (&outcome, followed) {
             (_, false) => WalkCost::Walk,
             (Ok(summary), true) if !summary.listed => WalkCost::Follow,

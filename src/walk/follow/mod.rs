@@ -10,13 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
-
 use crate::config::WalkLimits;
 use crate::protocol::{
-    self as wire, CacheScope, CatalogChanges, CatalogEntries, ChangeKind, FallbackReason, Kind,
-    Method, MAX_CHANGES_LIMIT,
+    self as wire, CacheScope, CatalogChanges, CatalogEntries, ChangeKind, ChangesParams,
+    FallbackReason, KeysParams, Kind, Method, MAX_CHANGES_LIMIT,
 };
 use crate::store::{now_ms, FollowCursor, ScopeUpdate, StagedWalk, Store};
 use crate::upstream::Session;
@@ -132,12 +129,12 @@ pub async fn walk_or_follow(
 /// One request to the upstream and its answer as `T`; the answer's `cacheScope`, when it
 /// declares one, goes into `scope` (the most private so far), read as a walk reads a page's.
 /// The answer is parsed from its text straight into `T`, never through a tree of values.
-async fn request<T: DeserializeOwned>(
+async fn request<M: Method>(
     session: &Session,
-    method: &str,
-    params: Value,
+    params: &M::Params,
     scope: &mut Option<CacheScope>,
-) -> Result<T, WalkError> {
+) -> Result<M::Result, WalkError> {
+    let method = M::NAME;
     let answer = session.request_text(method, params).await?;
     if let Some(hint) = answers::scope_hint(answer.get()) {
         *scope = (*scope).max(Some(hint));
@@ -156,7 +153,13 @@ async fn entries_request(
     scope: &mut Option<CacheScope>,
 ) -> Result<KeyedAnswer, WalkError> {
     let answer = session
-        .request_text(CatalogEntries::NAME, json!({"kind": kind, "keys": keys}))
+        .request_text(
+            CatalogEntries::NAME,
+            &KeysParams {
+                kind,
+                keys: keys.to_vec(),
+            },
+        )
         .await?;
     let asked: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
     let read = answers::keyed_answer(answer.get(), kind, &asked).map_err(|error| {
@@ -294,13 +297,12 @@ async fn follow(
     let mut key_bytes = 0usize;
     let mut scope = None;
     loop {
-        let page: <CatalogChanges as Method>::Result = request(
-            session,
-            CatalogChanges::NAME,
-            json!({"since": since, "limit": MAX_CHANGES_LIMIT}),
-            &mut scope,
-        )
-        .await?;
+        let asked = ChangesParams {
+            since: Some(since),
+            limit: Some(MAX_CHANGES_LIMIT as u64),
+            kinds: None,
+        };
+        let page = request::<CatalogChanges>(session, &asked, &mut scope).await?;
         pages += 1;
         if page.instance.as_deref() != Some(cursor.instance.as_str()) {
             return Err(Fallback::walk(
