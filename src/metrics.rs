@@ -217,6 +217,7 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
     let coalesced = counter_family();
     let restarted = counter_family();
     let connections = counter_family();
+    let fallbacks = counter_family();
     for server in &status.servers {
         let name = server.name.as_str();
         entries
@@ -252,6 +253,11 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
             connections
                 .get_or_create(&server_label(name))
                 .inc_by(live.connections);
+            for (reason, count) in &live.follow_fallbacks {
+                fallbacks
+                    .get_or_create(&labels(&[("server", name), ("reason", reason.as_str())]))
+                    .inc_by(*count);
+            }
         }
     }
     registry.register(
@@ -284,6 +290,11 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
         "walks_restarted",
         "Walks abandoned and restarted because the list changed while they ran",
         restarted,
+    );
+    registry.register(
+        "follow_fallbacks",
+        "Full walks of a followed upstream mirror instead of following its feed, by reason",
+        fallbacks,
     );
     registry.register(
         "session_connections",

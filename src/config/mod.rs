@@ -236,9 +236,12 @@ impl ServerConfig {
     /// that it declares. Templates ride with resources. An upstream mcp-mirror whose feed is
     /// followed serves every kind of its catalog (`catalog/tools`, `catalog/prompts`),
     /// whatever its own MCP face declares.
-    pub fn mirrored_kinds(&self, capabilities: &serde_json::Value) -> Vec<crate::protocol::Kind> {
+    pub fn mirrored_kinds(
+        &self,
+        capabilities: &serde_json::Value,
+        followed: bool,
+    ) -> Vec<crate::protocol::Kind> {
         use crate::protocol::Kind;
-        let followed = crate::protocol::follows_feed(capabilities);
         [Kind::Resource, Kind::Tool, Kind::Prompt]
             .into_iter()
             .filter(|kind| {

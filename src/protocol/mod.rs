@@ -60,8 +60,8 @@ pub use results::{
     ToolsCapability, VectorsState, VectorsStatus, WalStatus, WalkProgress, WatchResult,
 };
 pub use state::{
-    CacheScope, ChangeKind, ConnectedTransport, Era, Kind, PushChannel, ServerState, TransportKind,
-    UnknownName,
+    CacheScope, ChangeKind, ConnectedTransport, Era, FallbackReason, Kind, PushChannel,
+    ServerState, TransportKind, UnknownName,
 };
 pub use wire::{
     supported_versions, DiscoverResult, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH,
@@ -231,12 +231,6 @@ pub const FEED_CAPABILITY: &str = "io.mcp-mirror/feed";
 /// Version 2: the feed and `catalog/entries` carry every kind (tools and prompts keyed
 /// `<server>/<name>`, `KEY_META_KEY`), and the face notifies tool and prompt changes too.
 pub const FEED_VERSION: u64 = 2;
-
-/// True when `capabilities` (a server's, as it declared them) say it is an mcp-mirror whose
-/// feed this version follows.
-pub fn follows_feed(capabilities: &serde_json::Value) -> bool {
-    capabilities["experimental"][FEED_CAPABILITY]["version"] == serde_json::json!(FEED_VERSION)
-}
 
 /// The `_meta` key on a tool or prompt a mirror serves (`catalog/tools`, `catalog/prompts`,
 /// `catalog/entries`): its key in that mirror's catalog, `<server>/<name>` (`name` being the

@@ -606,6 +606,10 @@ pub struct LiveStatus {
     /// Set for a server followed through a fan-out engine (a NATS JetStream bucket).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetStatus>,
+    /// A followed upstream mirror: the full walks this session made instead of following its
+    /// feed, by reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub follow_fallbacks: BTreeMap<super::FallbackReason, u64>,
 }
 
 /// A walk in progress: pages and entries read so far (every kind it walks, in order), the rate

@@ -230,6 +230,35 @@ impl CacheScope {
 }
 
 text_enum! {
+    /// Why a follower walked its upstream mirror instead of following its feed (counted per
+    /// server in `catalog/status` and `/metrics`).
+    FallbackReason ("fallback reason") {
+        /// The follower had no cursor yet (its first walk).
+        NoCursor => "no_cursor",
+        /// The upstream answered from another database (it started over).
+        AnotherDatabase => "another_database",
+        /// The feed no longer reaches back to the cursor.
+        Pruned => "pruned",
+        /// A swap too large to list key by key (a first load's `truncated` row).
+        SwapTooLarge => "swap_too_large",
+        /// A feed page's seqs went back.
+        FeedWentBack => "feed_went_back",
+        /// A feed page named more changes than asked.
+        FeedPageTooLarge => "feed_page_too_large",
+        /// A feed page said `more` and listed nothing.
+        FeedStuck => "feed_stuck",
+        /// The feed did not end within `max_pages`.
+        FeedEndless => "feed_endless",
+        /// More keys changed than a follow fetches (`MAX_DELTA_KEYS`).
+        TooManyKeys => "too_many_keys",
+        /// The changed keys took more than `MAX_DELTA_KEY_BYTES`.
+        KeysTooLarge => "keys_too_large",
+        /// After the delta the counts differed from the upstream's.
+        CountsDiffer => "counts_differ",
+    }
+}
+
+text_enum! {
     /// The transport a server is configured with.
     TransportKind ("transport") {
         Stdio => "stdio",

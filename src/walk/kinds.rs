@@ -80,7 +80,7 @@ pub async fn walk_entries(
     kind: Kind,
     limits: WalkLimits,
 ) -> Result<(EntrySwap, ListOutcome), WalkError> {
-    let followed = crate::protocol::follows_feed(&session.hello.capabilities);
+    let followed = session.hello.follows_feed();
     let pass = || async move {
         let staged = store.begin_walk(server);
         let walk = ListWalk::new(session, kind, limits);

@@ -65,6 +65,8 @@ pub struct WalkSummary {
     /// True when the server's lists were walked in full (false for a follow of a feed): what
     /// paces the next walk.
     pub listed: bool,
+    /// Why a follower walked instead of following, when it did.
+    pub fallback: Option<crate::protocol::FallbackReason>,
 }
 
 impl WalkSummary {
@@ -82,6 +84,7 @@ impl WalkSummary {
             entries: Vec::new(),
             upstream_loading: Vec::new(),
             listed: false,
+            fallback: None,
         }
     }
 
@@ -175,6 +178,7 @@ pub async fn walk(
             entries: Vec::new(),
             upstream_loading: Vec::new(),
             listed: true,
+            fallback: None,
         })
     };
     restarting_once(server, Kind::Resource, pass).await

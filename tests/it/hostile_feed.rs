@@ -26,7 +26,7 @@ fn count(path: &Path, method: &str) -> u64 {
 
 /// Follows the hostile upstream in `mode` once (after its first walk) and checks the follow
 /// fell back to one walk for `reason`, with the snapshot and the good server intact.
-fn one_walk_instead(mode: &str, reason: &str) {
+fn one_walk_instead(mode: &str, reason: &str, counted_as: &str) {
     let scratch = Scratch::new();
     let counts_path = scratch.path("counts.json");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/mirror_feed.py");
@@ -75,31 +75,38 @@ fn one_walk_instead(mode: &str, reason: &str) {
     assert_eq!(uris, ["hostile://a"]);
     assert_eq!(daemon.server_status("good")["state"], "synced");
     assert_eq!(daemon.server_status("good")["walksOk"], 1);
+    // Each walk instead of a follow is counted by its reason: the first (no cursor), this one
+    // (counted by the session once the walk's outcome reaches it, just after its commit).
+    let fallbacks = wait_for("the fallback counted", Duration::from_secs(10), || {
+        let fallbacks = daemon.server_status("up")["live"]["followFallbacks"].clone();
+        (fallbacks[counted_as] == 1).then_some(fallbacks)
+    });
+    assert_eq!(fallbacks["no_cursor"], 1, "{fallbacks}");
 }
 
 #[test]
 fn a_feed_that_says_more_and_lists_nothing_ends_in_one_walk() {
-    one_walk_instead("stuck", "says more after seq");
+    one_walk_instead("stuck", "says more after seq", "feed_stuck");
 }
 
 #[test]
 fn a_feed_whose_seqs_go_back_ends_in_one_walk() {
-    one_walk_instead("backwards", "the feed went back");
+    one_walk_instead("backwards", "the feed went back", "feed_went_back");
 }
 
 #[test]
 fn a_feed_that_never_ends_is_cut_at_max_pages_and_walked() {
-    one_walk_instead("endless", "did not end within 20 pages");
+    one_walk_instead("endless", "did not end within 20 pages", "feed_endless");
 }
 
 #[test]
 fn a_database_id_that_flips_ends_in_one_walk() {
-    one_walk_instead("flip", "another one");
+    one_walk_instead("flip", "another one", "another_database");
 }
 
 #[test]
 fn entries_not_asked_and_a_count_that_never_matches_end_in_one_walk() {
-    one_walk_instead("count", "and the upstream 99");
+    one_walk_instead("count", "and the upstream 99", "counts_differ");
 }
 
 /// The most memory a process has held (`VmHWM`), in bytes.

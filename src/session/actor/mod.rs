@@ -263,9 +263,11 @@ impl Actor {
             server_info: session.hello.server_info.clone(),
         })
         .await;
-        let kinds = self.config.mirrored_kinds(&session.hello.capabilities);
         // A followed mirror's feed covers every kind: its resources' changes are enough.
-        let followed = crate::protocol::follows_feed(&session.hello.capabilities);
+        let followed = session.hello.follows_feed();
+        let kinds = self
+            .config
+            .mirrored_kinds(&session.hello.capabilities, followed);
         let kind_cannot_push = kinds.iter().any(|kind| {
             let kind = if followed { Kind::Resource } else { *kind };
             !session.hello.kind_lists_changes(kind.capability())

@@ -46,7 +46,7 @@ impl Actor {
         // what its feed names, since the cursor: waiting long for quiet only delays the
         // change, and a follow under way is never thrown away (the next one replays from
         // where it ends).
-        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let followed = link.session.hello.follows_feed();
         let debounce = match followed {
             true => self.config.timings.debounce.min(FOLLOW_DEBOUNCE),
             false => self.config.timings.debounce,
@@ -110,7 +110,7 @@ impl Actor {
         // The kinds whose lists changed, or every kind for a scheduled walk or a refresh. A
         // followed mirror's feed says itself which kinds changed: the follow reads it for all.
         let pending = std::mem::take(&mut link.pending);
-        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let followed = link.session.hello.follows_feed();
         let kinds: Vec<Kind> = match pending.is_empty() || followed {
             true => link.kinds.clone(),
             false => pending,
@@ -214,7 +214,7 @@ impl Actor {
             changed: changed_meanwhile,
             ..
         } = walk;
-        let followed = crate::protocol::follows_feed(&link.session.hello.capabilities);
+        let followed = link.session.hello.follows_feed();
         let cost = match (&outcome, followed) {
             (_, false) => WalkCost::Walk,
             (Ok(summary), true) if !summary.listed => WalkCost::Follow,
@@ -249,6 +249,9 @@ impl Actor {
             }
         };
         self.backoff.reset();
+        if let Some(reason) = summary.fallback {
+            self.publish(|live| *live.follow_fallbacks.entry(reason).or_default() += 1);
+        }
         if !summary.upstream_loading.is_empty() {
             return self.hold_for_upstream(link, summary, waiters).await;
         }

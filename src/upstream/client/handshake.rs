@@ -217,6 +217,7 @@ impl Session {
             .cloned();
         self.hello.capabilities = Value::Object(discovered.capabilities);
         self.hello.server_info = from_meta.or(discovered.server_info).unwrap_or(Value::Null);
+        self.hello.read_mirror();
         Ok(Probe::Stateless)
     }
 
@@ -275,6 +276,7 @@ impl Session {
         self.notify("notifications/initialized", json!({})).await?;
         self.hello.capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
         self.hello.server_info = result.get("serverInfo").cloned().unwrap_or(Value::Null);
+        self.hello.read_mirror();
         Ok(())
     }
 

@@ -38,9 +38,39 @@ pub struct ServerHello {
     pub protocol_version: String,
     pub capabilities: Value,
     pub server_info: Value,
+    /// Set when the server is an mcp-mirror (it declares the feed capability), read once at the
+    /// handshake.
+    pub mirror: Option<MirrorPeer>,
+}
+
+/// An upstream that is an mcp-mirror: the version of its change feed and its database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorPeer {
+    /// `capabilities.experimental["io.mcp-mirror/feed"].version` (0 when it is not a number).
+    pub feed_version: u64,
+    /// `serverInfo["io.mcp-mirror/instance"]`, when it says.
+    pub instance: Option<String>,
 }
 
 impl ServerHello {
+    /// Reads whether the server is an mcp-mirror, once its capabilities and info are known.
+    fn read_mirror(&mut self) {
+        let feed = &self.capabilities["experimental"][crate::protocol::FEED_CAPABILITY];
+        self.mirror = (!feed.is_null()).then(|| MirrorPeer {
+            feed_version: feed["version"].as_u64().unwrap_or(0),
+            instance: self.server_info["io.mcp-mirror/instance"]
+                .as_str()
+                .map(|instance| crate::redact::truncate_server_text(instance).to_string()),
+        });
+    }
+
+    /// True when the server is an mcp-mirror whose feed this version follows.
+    pub fn follows_feed(&self) -> bool {
+        self.mirror
+            .as_ref()
+            .is_some_and(|mirror| mirror.feed_version == crate::protocol::FEED_VERSION)
+    }
+
     pub fn has_resources(&self) -> bool {
         self.capabilities
             .get("resources")
@@ -104,6 +134,7 @@ impl Session {
                 protocol_version: String::new(),
                 capabilities: Value::Null,
                 server_info: Value::Null,
+                mirror: None,
             },
             listen: Mutex::new(None),
             listen_backoff: Mutex::new(Backoff::new(RECONNECT_FLOOR, MAX_LISTEN_RETRY)),
@@ -184,11 +215,14 @@ impl Session {
 
     /// A request whose result comes back as the server wrote it (its text), for a caller that
     /// parses it as it needs (keeping only part of a large answer, say).
+    /// `params` are the method's typed params (ours serialize always; `null` only stands in for
+    /// an impossible failure).
     pub async fn request_text(
         &self,
         method: &str,
-        params: Value,
+        params: &impl serde::Serialize,
     ) -> Result<Box<serde_json::value::RawValue>, McpError> {
+        let params = serde_json::to_value(params).unwrap_or(Value::Null);
         self.raw_request_within(method, params, Some(self.timeout))
             .await
     }
@@ -345,7 +379,7 @@ impl Session {
         let task = tokio::spawn(async move {
             // Ask for the list changes of every kind the server declares (an mcp-mirror whose
             // feed is followed: of every kind of its catalog).
-            let followed = crate::protocol::follows_feed(&session.hello.capabilities);
+            let followed = session.hello.follows_feed();
             let mut notifications = serde_json::Map::new();
             for kind in [
                 crate::protocol::Kind::Resource,

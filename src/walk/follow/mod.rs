@@ -10,13 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
-
 use crate::config::WalkLimits;
 use crate::protocol::{
-    self as wire, CacheScope, CatalogChanges, CatalogEntries, ChangeKind, Kind, Method,
-    MAX_CHANGES_LIMIT,
+    self as wire, CacheScope, CatalogChanges, CatalogEntries, ChangeKind, ChangesParams,
+    FallbackReason, KeysParams, Kind, Method, MAX_CHANGES_LIMIT,
 };
 use crate::store::{now_ms, FollowCursor, ScopeUpdate, StagedWalk, Store};
 use crate::upstream::Session;
@@ -36,10 +33,22 @@ const MAX_DELTA_KEYS: usize = 50_000;
 /// an upstream naming huge keys cannot grow the follower's memory past it.
 const MAX_DELTA_KEY_BYTES: usize = 16 << 20;
 
-/// Why a follow gave way to a full walk.
+/// Why a follow gave way to a full walk: the reason counted, and what the log says of it.
 enum Fallback {
-    Walk(String),
+    Walk {
+        reason: FallbackReason,
+        detail: String,
+    },
     Failed(WalkError),
+}
+
+impl Fallback {
+    fn walk(reason: FallbackReason, detail: impl Into<String>) -> Fallback {
+        Fallback::Walk {
+            reason,
+            detail: detail.into(),
+        }
+    }
 }
 
 impl<E: Into<WalkError>> From<E> for Fallback {
@@ -68,17 +77,17 @@ pub async fn walk_or_follow(
     let cursor = store
         .read(move |reader| reader.follow_cursor(&name))
         .await?;
-    let reason = match &cursor {
-        None => "no cursor yet".to_string(),
+    let (reason, detail) = match &cursor {
+        None => (FallbackReason::NoCursor, "no cursor yet".to_string()),
         Some(cursor) => match follow(session, store, server, limits, kinds, cursor).await {
             Ok(summary) => return Ok(summary),
             Err(Fallback::Failed(error)) => return Err(error),
-            Err(Fallback::Walk(reason)) => reason,
+            Err(Fallback::Walk { reason, detail }) => (reason, detail),
         },
     };
     tracing::info!(
         server,
-        reason,
+        reason = detail,
         "walking the upstream mirror instead of following its feed"
     );
     let started = Instant::now();
@@ -108,6 +117,7 @@ pub async fn walk_or_follow(
     super::kinds::walk_entry_kinds(session, store, server, limits, kinds, &mut summary).await?;
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
     summary.listed = true;
+    summary.fallback = Some(reason);
     let cursor = FollowCursor {
         instance: position.instance,
         seq: position.seq,
@@ -119,12 +129,12 @@ pub async fn walk_or_follow(
 /// One request to the upstream and its answer as `T`; the answer's `cacheScope`, when it
 /// declares one, goes into `scope` (the most private so far), read as a walk reads a page's.
 /// The answer is parsed from its text straight into `T`, never through a tree of values.
-async fn request<T: DeserializeOwned>(
+async fn request<M: Method>(
     session: &Session,
-    method: &str,
-    params: Value,
+    params: &M::Params,
     scope: &mut Option<CacheScope>,
-) -> Result<T, WalkError> {
+) -> Result<M::Result, WalkError> {
+    let method = M::NAME;
     let answer = session.request_text(method, params).await?;
     if let Some(hint) = answers::scope_hint(answer.get()) {
         *scope = (*scope).max(Some(hint));
@@ -143,7 +153,13 @@ async fn entries_request(
     scope: &mut Option<CacheScope>,
 ) -> Result<KeyedAnswer, WalkError> {
     let answer = session
-        .request_text(CatalogEntries::NAME, json!({"kind": kind, "keys": keys}))
+        .request_text(
+            CatalogEntries::NAME,
+            &KeysParams {
+                kind,
+                keys: keys.to_vec(),
+            },
+        )
         .await?;
     let asked: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
     let read = answers::keyed_answer(answer.get(), kind, &asked).map_err(|error| {
@@ -187,8 +203,9 @@ async fn fetch_keys(
         let read = entries_request(session, kind, chunk, scope).await?;
         reads.requests += 1;
         if read.instance != cursor.instance {
-            return Err(Fallback::Walk(
-                "the upstream's database is another one".into(),
+            return Err(Fallback::walk(
+                FallbackReason::AnotherDatabase,
+                "the upstream's database is another one",
             ));
         }
         // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
@@ -280,42 +297,51 @@ async fn follow(
     let mut key_bytes = 0usize;
     let mut scope = None;
     loop {
-        let page: <CatalogChanges as Method>::Result = request(
-            session,
-            CatalogChanges::NAME,
-            json!({"since": since, "limit": MAX_CHANGES_LIMIT}),
-            &mut scope,
-        )
-        .await?;
+        let asked = ChangesParams {
+            since: Some(since),
+            limit: Some(MAX_CHANGES_LIMIT as u64),
+            kinds: None,
+        };
+        let page = request::<CatalogChanges>(session, &asked, &mut scope).await?;
         pages += 1;
         if page.instance.as_deref() != Some(cursor.instance.as_str()) {
-            return Err(Fallback::Walk(
-                "the upstream's database is another one".into(),
+            return Err(Fallback::walk(
+                FallbackReason::AnotherDatabase,
+                "the upstream's database is another one",
             ));
         }
         if page.truncated {
-            return Err(Fallback::Walk("the feed was pruned past the cursor".into()));
+            return Err(Fallback::walk(
+                FallbackReason::Pruned,
+                "the feed was pruned past the cursor",
+            ));
         }
         // A feed page that moves the cursor back, or names more changes than asked, is not
         // the feed this follows; a feed that never ends is cut at the walk's page bound.
         let before = since;
         if page.changes.len() > MAX_CHANGES_LIMIT {
-            return Err(Fallback::Walk(format!(
-                "a feed page of {} changes, over the {MAX_CHANGES_LIMIT} asked",
-                page.changes.len()
-            )));
+            return Err(Fallback::walk(
+                FallbackReason::FeedPageTooLarge,
+                format!(
+                    "a feed page of {} changes, over the {MAX_CHANGES_LIMIT} asked",
+                    page.changes.len()
+                ),
+            ));
         }
         for change in &page.changes {
             if change.seq <= since {
-                return Err(Fallback::Walk(format!(
-                    "the feed went back from seq {since} to {}",
-                    change.seq
-                )));
+                return Err(Fallback::walk(
+                    FallbackReason::FeedWentBack,
+                    format!("the feed went back from seq {since} to {}", change.seq),
+                ));
             }
             since = change.seq;
             if change.kind == ChangeKind::Truncated {
                 if followed_kind(change.entry_kind, kinds) {
-                    return Err(Fallback::Walk("a swap too large to list key by key".into()));
+                    return Err(Fallback::walk(
+                        FallbackReason::SwapTooLarge,
+                        "a swap too large to list key by key",
+                    ));
                 }
                 continue;
             }
@@ -327,29 +353,32 @@ async fn follow(
             }
         }
         if keys.values().map(BTreeSet::len).sum::<usize>() > MAX_DELTA_KEYS {
-            return Err(Fallback::Walk(format!(
-                "more than {MAX_DELTA_KEYS} keys changed"
-            )));
+            return Err(Fallback::walk(
+                FallbackReason::TooManyKeys,
+                format!("more than {MAX_DELTA_KEYS} keys changed"),
+            ));
         }
         if key_bytes > MAX_DELTA_KEY_BYTES {
-            return Err(Fallback::Walk(format!(
-                "the changed keys take more than {MAX_DELTA_KEY_BYTES} bytes"
-            )));
+            return Err(Fallback::walk(
+                FallbackReason::KeysTooLarge,
+                format!("the changed keys take more than {MAX_DELTA_KEY_BYTES} bytes"),
+            ));
         }
         if !page.more {
             since = since.max(page.latest_seq);
             break;
         }
         if since == before {
-            return Err(Fallback::Walk(format!(
-                "the feed says more after seq {since} and lists nothing"
-            )));
+            return Err(Fallback::walk(
+                FallbackReason::FeedStuck,
+                format!("the feed says more after seq {since} and lists nothing"),
+            ));
         }
         if pages >= limits.max_pages {
-            return Err(Fallback::Walk(format!(
-                "the feed did not end within {} pages",
-                limits.max_pages
-            )));
+            return Err(Fallback::walk(
+                FallbackReason::FeedEndless,
+                format!("the feed did not end within {} pages", limits.max_pages),
+            ));
         }
     }
     // 2. Their entries, as the upstream's catalog shows them now. Tools and prompts are staged
@@ -449,9 +478,12 @@ async fn follow(
                     .map_or(0, |(_, swap)| swap.entries),
             };
             if held != *total {
-                return Err(Fallback::Walk(format!(
-                    "after the delta this mirror holds {held} {kind}s and the upstream {total}"
-                )));
+                return Err(Fallback::walk(
+                    FallbackReason::CountsDiffer,
+                    format!(
+                        "after the delta this mirror holds {held} {kind}s and the upstream {total}"
+                    ),
+                ));
             }
         }
     }
