@@ -196,7 +196,11 @@ async fn metrics(
     tracing::debug!(token = client.name(), "metrics scraped");
     match crate::answer::status::status(&face.api).await {
         Ok(status) => {
-            let text = crate::metrics::render(&status, face.clients());
+            let connections = crate::metrics::HttpConnections {
+                open: face.clients(),
+                largest_peer: face.peer_connections.largest(),
+            };
+            let text = crate::metrics::render(&status, connections);
             let mut response = (StatusCode::OK, text).into_response();
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
