@@ -219,10 +219,12 @@ fn catch_up(
         .any(|group| group.keys > 0);
     let mut batch = KeyBatch::default();
     let mut cursor = from;
-    while keyed {
+    let mut more = keyed;
+    while more {
         let (rows, last) = snapshot.changes_page(cursor, CATCH_UP_BATCH_ENTRIES)?;
         let Some(last) = last else {
-            break;
+            more = false;
+            continue;
         };
         cursor = last;
         for row in rows {
@@ -230,7 +232,7 @@ fn catch_up(
                 continue;
             };
             let group = groups.get(&(row.server.clone(), row.kind));
-            if group.is_none_or(|group| group.everything) {
+            if group.map_or(true, |group| group.everything) {
                 continue;
             }
             if batch.is_full() || batch.server().is_some_and(|server| server != row.server) {
