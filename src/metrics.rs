@@ -204,10 +204,20 @@ fn register_search_index(registry: &mut Registry, index: &IndexStatus, change_se
     );
 }
 
+/// The HTTP face's connection counts for `render`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HttpConnections {
+    /// Connections open now.
+    pub open: usize,
+    /// The most connections one peer holds now, counted as `max_connections_per_peer`
+    /// counts them (a share taken at accept, given back when the connection ends).
+    pub largest_peer: usize,
+}
+
 /// The text exposition of `status` (what `catalog/status` answers now, restricted to the
-/// scraper's view: nothing is said of a server it does not list), the HTTP face's clients,
-/// and the histograms.
-pub fn render(status: &StatusResult, http_clients: usize) -> String {
+/// scraper's view: nothing is said of a server it does not list), the HTTP face's
+/// connections, and the histograms.
+pub fn render(status: &StatusResult, http: HttpConnections) -> String {
     let mut registry = Registry::with_prefix(PREFIX);
     let entries = gauge_family();
     let state = gauge_family();
@@ -308,8 +318,15 @@ pub fn render(status: &StatusResult, http_clients: usize) -> String {
         .set(status.daemon.clients as i64);
     clients
         .get_or_create(&labels(&[("face", "http")]))
-        .set(http_clients as i64);
+        .set(http.open as i64);
     registry.register("clients", "Clients connected now, by face", clients);
+    let largest_peer: Gauge = Gauge::default();
+    largest_peer.set(http.largest_peer as i64);
+    registry.register(
+        "http_peer_connections_largest",
+        "The most HTTP connections one peer (address or IPv6 /64) holds now: what [http] max_connections_per_peer bounds",
+        largest_peer,
+    );
     let resources: Gauge = Gauge::default();
     resources.set(status.daemon.resources as i64);
     registry.register(

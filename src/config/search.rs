@@ -7,7 +7,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::source::SourceFile;
-use super::values::optional_duration;
+use super::values::{duration, optional_duration};
 use super::ConfigError;
 use crate::protocol::Kind;
 
@@ -15,25 +15,44 @@ use crate::protocol::Kind;
 /// to embed (10,000 tools take minutes of one core; a million resources would take hours).
 pub(crate) const DEFAULT_SEMANTIC_KINDS: &[Kind] = &[Kind::Template, Kind::Tool, Kind::Prompt];
 
+/// `[search] semantic_load_timeout` when left out: all-MiniLM-L6-v2 loads in about 0.5 s, a
+/// large multilingual model in tens of seconds on a slow disk.
+pub const DEFAULT_SEMANTIC_LOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSearch {
     pub semantic_model: Option<Spanned<String>>,
+    pub semantic_load_timeout: Option<Spanned<String>>,
     pub semantic_kinds: Option<Spanned<Vec<String>>>,
     pub first_load_index_hold: Option<Spanned<String>>,
 }
 
 /// How `catalog/search` ranks beyond words.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SearchConfig {
     /// A sentence-transformers directory (config.json, model.safetensors, tokenizer.json,
     /// 1_Pooling/config.json); `None` (the default) keeps search lexical.
     pub semantic_model: Option<PathBuf>,
+    /// How long loading the model may take before it counts as broken (`failed`, search
+    /// lexical).
+    pub semantic_load_timeout: Duration,
     /// The kinds whose entries are embedded (and so found by meaning).
     pub semantic_kinds: Vec<Kind>,
     /// How long a first load's walk may wait in all for the search index building it
     /// (`"off"`: never); `None` keeps the store's `FIRST_LOAD_INDEX_HOLD`.
     pub first_load_index_hold: Option<Duration>,
+}
+
+impl Default for SearchConfig {
+    fn default() -> SearchConfig {
+        SearchConfig {
+            semantic_model: None,
+            semantic_load_timeout: DEFAULT_SEMANTIC_LOAD_TIMEOUT,
+            semantic_kinds: Vec::new(),
+            first_load_index_hold: None,
+        }
+    }
 }
 
 pub(super) fn search_config(
@@ -87,8 +106,15 @@ pub(super) fn search_config(
             .unwrap_or(Duration::ZERO),
         ),
     };
+    let semantic_load_timeout = duration(
+        source,
+        &raw.semantic_load_timeout,
+        "search.semantic_load_timeout",
+        DEFAULT_SEMANTIC_LOAD_TIMEOUT,
+    )?;
     Ok(SearchConfig {
         semantic_model,
+        semantic_load_timeout,
         semantic_kinds,
         first_load_index_hold,
     })

@@ -328,6 +328,7 @@ fn start_semantic_index(
     let model = search.semantic_model.as_ref()?;
     match crate::semantic::SemanticIndex::start(
         model,
+        search.semantic_load_timeout,
         search.semantic_kinds.clone(),
         store.clone(),
         stopping.clone(),

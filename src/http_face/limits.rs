@@ -64,6 +64,15 @@ impl<K: Hash + Eq + Clone> Shares<K> {
         })
     }
 
+    /// The most units any one key holds now.
+    pub fn largest(&self) -> usize {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        held.values().copied().max().unwrap_or(0)
+    }
+
     /// Units `key` holds now.
     #[cfg(test)]
     pub fn held(&self, key: &K) -> usize {

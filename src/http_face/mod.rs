@@ -201,7 +201,11 @@ async fn metrics(
         Ok(mut status) => {
             crate::metrics::forget_removed_servers(&status);
             crate::answer::status::restrict(&mut status, &view);
-            let text = crate::metrics::render(&status, face.clients());
+            let connections = crate::metrics::HttpConnections {
+                open: face.clients(),
+                largest_peer: face.peer_connections.largest(),
+            };
+            let text = crate::metrics::render(&status, connections);
             let mut response = (StatusCode::OK, text).into_response();
             response.headers_mut().insert(
                 header::CONTENT_TYPE,

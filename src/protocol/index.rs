@@ -50,6 +50,10 @@ pub struct IndexStatus {
     /// earlier catalog, which searches may answer from, saying so, until that diff commits.
     #[serde(skip)]
     pub replacing: bool,
+    /// The most changed entries the keeper has held and applied in one commit since start
+    /// (a catch-up applies a large swap in batches of a bounded size).
+    #[serde(default)]
+    pub largest_catch_up_batch: u64,
 }
 
 impl IndexStatus {

@@ -210,6 +210,7 @@ impl SearchIndex {
             bytes: 0,
             caught_up: 0,
             replacing: false,
+            largest_catch_up_batch: 0,
         });
         let search_index = SearchIndex {
             directory: directory.to_path_buf(),
@@ -316,6 +317,15 @@ impl SearchIndex {
     pub fn set_replacing(&self, replacing: bool) {
         self.status
             .send_modify(|status| status.replacing = replacing);
+    }
+
+    /// Records the size of a batch of changed entries the keeper applied in one commit.
+    pub fn note_catch_up_batch(&self, entries: u64) {
+        self.status.send_if_modified(|status| {
+            let larger = entries > status.largest_catch_up_batch;
+            status.largest_catch_up_batch = status.largest_catch_up_batch.max(entries);
+            larger
+        });
     }
 
     /// True when queries should go to the index.

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 
@@ -106,15 +107,46 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// Loads the model in a thread of its own and waits for it at most `timeout`: a read that
+/// never ends (a file system that hangs) is a model that cannot be used, not a semantic search
+/// "loading" for good. Past the deadline the load's thread is left to end by itself, its
+/// model dropped. A panic in a dependency while it reads the model's files (the tokenizer's
+/// JSON is the model's to choose) is a broken model too.
+fn load_within(model: &Path, timeout: Duration) -> Result<Encoder, String> {
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+    let path = model.to_path_buf();
+    std::thread::Builder::new()
+        .name("semantic-load".into())
+        .spawn(move || {
+            let loaded =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Encoder::load(&path)));
+            let _ = sender.send(loaded);
+        })
+        .map_err(|error| format!("cannot start the thread that loads the model: {error}"))?;
+    match receiver.recv_timeout(timeout) {
+        Ok(Ok(Ok(encoder))) => Ok(encoder),
+        Ok(Ok(Err(error))) => Err(error.to_string()),
+        Ok(Err(_)) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Err(format!("{}: loading the model panicked", model.display()))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(format!(
+            "{}: loading the model took longer than {timeout:?} ([search] semantic_load_timeout)",
+            model.display()
+        )),
+    }
+}
+
 fn text_key(text: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(text.as_bytes())
 }
 
 impl SemanticIndex {
-    /// Starts the thread that loads the model (seconds) and then keeps the vectors of `kinds`
-    /// for `store`, kept in the vectors file beside the database. `stopping` ends it.
+    /// Starts the thread that loads the model (seconds, at most `load_timeout`) and then keeps
+    /// the vectors of `kinds` for `store`, kept in the vectors file beside the database.
+    /// `stopping` ends it.
     pub fn start(
         model: &Path,
+        load_timeout: Duration,
         kinds: Vec<Kind>,
         store: Store,
         mut stopping: watch::Receiver<bool>,
@@ -153,7 +185,7 @@ impl SemanticIndex {
         let model = model.to_path_buf();
         std::thread::Builder::new()
             .name("semantic-index".into())
-            .spawn(move || worker.run(&model, store, changes, stop))
+            .spawn(move || worker.run(&model, store, changes, stop, load_timeout))
             .map_err(|source| SemanticError::Io {
                 action: "start a thread for",
                 path: PathBuf::from("the semantic index"),
@@ -273,6 +305,7 @@ impl SemanticIndex {
         store: Store,
         mut changes: broadcast::Receiver<crate::store::CatalogChanged>,
         stop: Arc<AtomicBool>,
+        load_timeout: Duration,
     ) {
         let stopped = || stop.load(Ordering::Acquire);
         let fail = |error: String| {
@@ -282,14 +315,9 @@ impl SemanticIndex {
                 status.error = Some(error);
             });
         };
-        // A panic in a dependency while it reads the model's files (the tokenizer's JSON is
-        // the model's to choose) is a model that cannot be used, not a stuck "loading".
-        let loaded =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Encoder::load(model)));
-        let encoder = match loaded {
-            Ok(Ok(encoder)) => encoder,
-            Ok(Err(error)) => return fail(error.to_string()),
-            Err(_) => return fail(format!("{}: loading the model panicked", model.display())),
+        let encoder = match load_within(model, load_timeout) {
+            Ok(encoder) => encoder,
+            Err(error) => return fail(error),
         };
         tracing::info!(model = %model.display(), dimensions = encoder.dimensions, "semantic model loaded");
         let (fingerprint, dimensions, name) = (

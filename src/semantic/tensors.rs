@@ -19,6 +19,57 @@ struct TensorInfo {
     data_offsets: (u64, u64),
 }
 
+/// Opens a file of a model directory for reading: a regular file only. A FIFO (or a device, or
+/// a socket) would hold the load forever, with semantic search "loading" for good: the name is
+/// checked before the open, the open does not block (a FIFO with no writer opens at once), and
+/// the file opened is checked again (the name may have been replaced in between). Symbolic
+/// links to regular files are followed (a Hugging Face cache links its files to blobs).
+pub(crate) fn open_regular_file(path: &Path) -> Result<File, SemanticError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| SemanticError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    };
+    let not_regular = |file_type: std::fs::FileType| {
+        SemanticError::Model(format!(
+            "{}: not a regular file ({}); a model directory holds regular files only",
+            path.display(),
+            file_type_name(file_type)
+        ))
+    };
+    let before = std::fs::metadata(path).map_err(io)?;
+    if !before.is_file() {
+        return Err(not_regular(before.file_type()));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let opened = file.metadata().map_err(io)?;
+    if !opened.is_file() {
+        return Err(not_regular(opened.file_type()));
+    }
+    Ok(file)
+}
+
+/// What a file that is not a regular file is, for the error.
+fn file_type_name(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}
+
 /// An open safetensors file: its table of tensors, and the file to read them from.
 pub struct TensorFile {
     path: PathBuf,
@@ -37,7 +88,7 @@ impl TensorFile {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = File::open(path).map_err(io)?;
+        let mut file = open_regular_file(path)?;
         let mut length = [0u8; 8];
         file.read_exact(&mut length).map_err(io)?;
         let header_bytes = u64::from_le_bytes(length);

@@ -100,20 +100,6 @@ pub struct IndexSource {
     connection: Connection,
 }
 
-/// What one server's listings of one kind did since some generation, as the feed tells it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FeedDiff {
-    /// These identities (URIs, URI templates, names) were added, changed or removed: look
-    /// each up again.
-    Keys(Vec<String>),
-    /// The feed left some changes out (a swap with more of them than it records one by one):
-    /// every listing of the server of the kind is to be read again.
-    Everything,
-}
-
-/// Per (server, kind), what changed since a generation.
-pub type FeedDiffs = BTreeMap<(String, Kind), FeedDiff>;
-
 /// One read transaction: everything read through it is from one committed state.
 pub struct SourceSnapshot<'a> {
     transaction: rusqlite::Transaction<'a>,
@@ -334,9 +320,12 @@ impl SourceSnapshot<'_> {
             .optional()?)
     }
 
-    /// Per server and kind, what changed after generation `after`; `None` when the feed no
-    /// longer reaches back that far (its oldest entries were pruned).
-    pub fn changes_after(&self, after: u64) -> Result<Option<FeedDiffs>, StoreError> {
+    /// Per server and kind, what changed after generation `after`, without the keys: whether
+    /// every listing is to be read again (`FeedDiff::Everything`) or only the keys the feed
+    /// names, which `changes_page` then hands out a bounded page at a time (a re-walk that
+    /// changed a million entries names a million keys). `None` when the feed no longer
+    /// reaches back that far (its oldest entries were pruned).
+    pub fn changed_groups(&self, after: u64) -> Result<Option<FeedGroups>, StoreError> {
         let after = after.min(i64::MAX as u64) as i64;
         let oldest: Option<i64> =
             self.transaction
@@ -345,40 +334,101 @@ impl SourceSnapshot<'_> {
             return Ok(None);
         }
         let mut statement = self.transaction.prepare(
-            "SELECT server, kind, entry_kind, uri, name FROM changes WHERE seq > ?1 ORDER BY seq",
+            "SELECT seq, server, kind, entry_kind, uri, name FROM changes WHERE seq > ?1 ORDER BY seq",
         )?;
         let mut rows = statement.query([after])?;
-        let mut diffs: FeedDiffs = BTreeMap::new();
+        let mut groups = FeedGroups::new();
         while let Some(row) = rows.next()? {
-            let server: String = row.get(0)?;
-            let change: Option<ChangeKind> = row.get::<_, String>(1)?.parse().ok();
-            // A kind this code does not know is not in the index either.
-            let Ok(kind) = row.get::<_, String>(2)?.parse::<Kind>() else {
+            let Some(change) = feed_row(row)? else {
                 continue;
             };
-            let identity: Option<String> = match kind {
-                Kind::Resource | Kind::Template => row.get(3)?,
-                Kind::Tool | Kind::Prompt => row.get(4)?,
-            };
-            let diff = diffs
-                .entry((server, kind))
-                .or_insert_with(|| FeedDiff::Keys(Vec::new()));
-            match (change, identity, &mut *diff) {
-                (_, _, FeedDiff::Everything) => {}
-                (Some(ChangeKind::Truncated) | None, _, _) | (_, None, _) => {
-                    *diff = FeedDiff::Everything
-                }
-                (_, Some(identity), FeedDiff::Keys(keys)) => keys.push(identity),
+            let group = groups
+                .entry((change.server, change.kind))
+                .or_insert(FeedGroup {
+                    everything: false,
+                    keys: 0,
+                });
+            match change.identity {
+                Some(_) => group.keys += 1,
+                None => group.everything = true,
             }
         }
-        for diff in diffs.values_mut() {
-            if let FeedDiff::Keys(keys) = diff {
-                keys.sort();
-                keys.dedup();
-            }
-        }
-        Ok(Some(diffs))
+        Ok(Some(groups))
     }
+
+    /// At most `limit` rows of the change feed after sequence number `after`, oldest first,
+    /// and the sequence number of the last row read (rows of kinds this code does not know
+    /// are read and skipped); `None` when no row is left.
+    pub fn changes_page(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<FeedRow>, Option<u64>), StoreError> {
+        let after = after.min(i64::MAX as u64) as i64;
+        let mut statement = self.transaction.prepare_cached(
+            "SELECT seq, server, kind, entry_kind, uri, name FROM changes WHERE seq > ?1
+             ORDER BY seq LIMIT ?2",
+        )?;
+        let mut rows = statement.query(params![after, limit.min(i64::MAX as usize) as i64])?;
+        let mut page = Vec::new();
+        let mut last = None;
+        while let Some(row) = rows.next()? {
+            last = Some(row.get::<_, i64>(0)?.max(0) as u64);
+            if let Some(change) = feed_row(row)? {
+                page.push(change);
+            }
+        }
+        Ok((page, last))
+    }
+}
+
+/// What one (server, kind) did since a generation, as `changed_groups` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedGroup {
+    /// The feed left some changes out: every listing of the server of the kind is to be read
+    /// again.
+    pub everything: bool,
+    /// How many rows of the feed name one key each (a key changed twice is counted twice).
+    pub keys: u64,
+}
+
+/// Per (server, kind), what changed since a generation.
+pub type FeedGroups = BTreeMap<(String, Kind), FeedGroup>;
+
+/// One row of the change feed as the search index reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedRow {
+    pub seq: u64,
+    pub server: String,
+    pub kind: Kind,
+    /// The identity the row names (a URI, a URI template, a name); `None` when it stands for
+    /// changes left out (a `truncated` row, or a change this code does not know).
+    pub identity: Option<String>,
+}
+
+/// Reads one row of `seq, server, kind, entry_kind, uri, name`; `None` for a kind of entry
+/// this code does not know (it is not in the index either).
+fn feed_row(row: &rusqlite::Row<'_>) -> Result<Option<FeedRow>, StoreError> {
+    let seq: i64 = row.get(0)?;
+    let server: String = row.get(1)?;
+    let change: Option<ChangeKind> = row.get::<_, String>(2)?.parse().ok();
+    let Ok(kind) = row.get::<_, String>(3)?.parse::<Kind>() else {
+        return Ok(None);
+    };
+    let identity: Option<String> = match kind {
+        Kind::Resource | Kind::Template => row.get(4)?,
+        Kind::Tool | Kind::Prompt => row.get(5)?,
+    };
+    let identity = match change {
+        Some(ChangeKind::Truncated) | None => None,
+        Some(_) => identity,
+    };
+    Ok(Some(FeedRow {
+        seq: seq.max(0) as u64,
+        server,
+        kind,
+        identity,
+    }))
 }
 
 /// The sequence number of the newest change of any kind in the feed (0 when none): the

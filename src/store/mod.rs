@@ -25,7 +25,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use follow::{FollowCursor, KeyedEntries};
-pub use index_source::{Entry as IndexEntry, FeedDiff, IndexSource, LoadEvent, LoadFeed};
+pub use index_source::{
+    Entry as IndexEntry, FeedGroups, IndexSource, LoadEvent, LoadFeed, SourceSnapshot,
+};
 pub use kinds::{EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
 pub use queries::ChangePage;
 pub use reader::Reader;

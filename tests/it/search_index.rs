@@ -768,3 +768,47 @@ fn kill_9_while_a_first_load_is_indexed_during_its_walk_leaves_a_consistent_inde
         assert_eq!(from_index, from_sqlite, "{query}");
     }
 }
+
+/// A re-walk that changes every one of 60,000 resources reaches the index in batches: the
+/// keeper never holds more changed entries than its batch bound (`catalog/status` reports the
+/// largest batch it applied), and the index then answers with every entry's new text.
+#[test]
+fn a_re_walk_changing_every_entry_reaches_the_index_in_bounded_batches() {
+    const RESOURCES: u64 = 60_000;
+    let scratch = Scratch::new();
+    let version = |number: usize| json!({"generate": RESOURCES, "page_size": 5000, "prefix": (["quokka", "wombat"][number])});
+    let scenario = scratch.write_scenario("big.json", &version(0));
+    let daemon = Daemon::with_scenario(&scratch, "big", &scenario);
+    wait_for_ready_index(&daemon, RESOURCES + 3, Duration::from_secs(300));
+    scratch.write_scenario("big.json", &version(1));
+    // Every entry had the old word: none left means every batch reached the index.
+    let answer = wait_for(
+        "the index to show the re-walk",
+        Duration::from_secs(300),
+        || {
+            // SQLite answers meanwhile (the index says it is catching up), and may run past
+            // the search timeout on a loaded machine: an error is only a later look.
+            let search = |word: &str| {
+                daemon
+                    .connect()
+                    .request("catalog/search", json!({"query": word, "limit": 1}))["result"]
+                    .clone()
+            };
+            let (old, new) = (search("quokka"), search("wombat"));
+            (old["engine"] == "index"
+                && old["results"].as_array().map(Vec::len) == Some(0)
+                && new["engine"] == "index"
+                && new["match"] == "all"
+                && new["results"].as_array().map(Vec::len) == Some(1))
+            .then_some(new)
+        },
+    );
+    wait_for_ready_index(&daemon, RESOURCES + 3, Duration::from_secs(60));
+    let largest = index_status(&daemon)["largestCatchUpBatch"]
+        .as_u64()
+        .expect("the largest batch in catalog/status");
+    assert!(
+        largest > 0 && largest <= mcp_mirror::search::keeper::CATCH_UP_BATCH_ENTRIES as u64,
+        "largest batch {largest}, {answer:.300}"
+    );
+}

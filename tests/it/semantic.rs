@@ -421,3 +421,76 @@ fn a_model_claiming_terabytes_leaves_the_daemon_up_and_search_lexical() {
     assert_eq!(answer["mode"], "lexical");
     assert_eq!(names(&answer), ["send_email"]);
 }
+
+/// A daemon like `semantic_daemon`'s with more `[search]` lines.
+fn semantic_daemon_with(scratch: &Scratch, model: &Path, search: &str) -> Daemon {
+    let scenario = scratch.write_scenario("scenario.json", &catalog());
+    let scenario = scenario.display().to_string();
+    let server = stdio_server("fx", &["--name", "fx", "--scenario", &scenario]);
+    let config = scratch.config(&server);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "\n[search]\nsemantic_model = {:?}\n{search}\n",
+        model.display().to_string()
+    ));
+    std::fs::write(&config, text).expect("config");
+    Daemon::start(scratch, &config)
+}
+
+/// Waits for the model to fail; its error, which the log says once.
+fn model_failure(daemon: &Daemon) -> String {
+    let status = wait_for("the model's failure", Duration::from_secs(60), || {
+        let vectors = vectors(daemon);
+        (vectors["state"] == "failed").then_some(vectors)
+    });
+    let error = status["error"].as_str().expect("error").to_string();
+    let answer = daemon.call(
+        "catalog/search",
+        json!({"query": "email", "kinds": ["tool"]}),
+    );
+    assert_eq!(answer["mode"], "lexical");
+    assert_eq!(names(&answer), ["send_email"]);
+    let said = daemon
+        .log_text()
+        .lines()
+        .filter(|line| line.contains("semantic search is off"))
+        .count();
+    assert_eq!(said, 1, "{}", daemon.log_text());
+    error
+}
+
+/// A FIFO where the weights should be: the open would block for good (semantic search
+/// "loading" forever, with no log line); refused as not a regular file instead.
+#[test]
+fn a_fifo_in_the_model_directory_fails_the_model_instead_of_loading_forever() {
+    let scratch = Scratch::new();
+    let model = hostile_model(&scratch, "fifo", absurd_config(), "{}");
+    let weights = model.join("model.safetensors");
+    std::fs::remove_file(&weights).expect("remove the weights");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&weights)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let daemon = semantic_daemon(&scratch, &model);
+    daemon.wait_for_walks("fx", 1);
+    let error = model_failure(&daemon);
+    assert!(
+        error.contains("not a regular file (a FIFO)") && error.contains("model.safetensors"),
+        "{error}"
+    );
+}
+
+/// A load past `[search] semantic_load_timeout` (a real model, given 1 ms) fails the model.
+#[test]
+fn a_model_loading_past_its_deadline_fails_and_search_stays_lexical() {
+    let scratch = Scratch::new();
+    let daemon = semantic_daemon_with(
+        &scratch,
+        &install::minilm_model(),
+        "semantic_load_timeout = \"1ms\"",
+    );
+    daemon.wait_for_walks("fx", 1);
+    let error = model_failure(&daemon);
+    assert!(error.contains("semantic_load_timeout"), "{error}");
+}

@@ -18,9 +18,12 @@ use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::{Entry, Phase, Repair, SearchIndex, ServerDiff};
-use crate::protocol::Kind;
-use crate::store::{CatalogChanged, FeedDiff, IndexSource, Store, StoreError};
+use super::{Phase, Repair, SearchIndex};
+use crate::store::{CatalogChanged, FeedGroups, IndexSource, Store, StoreError};
+
+mod batches;
+use batches::{Commits, KeyBatch};
+pub use batches::{CATCH_UP_BATCH_BYTES, CATCH_UP_BATCH_ENTRIES};
 
 /// How often the keeper looks for priority changes when no swap happens.
 const QUIET_CHECK: Duration = Duration::from_secs(2);
@@ -106,10 +109,6 @@ pub fn spawn(
     })
 }
 
-/// One commit of a catch-up: a server, and either the kind all of whose entries are read
-/// again or the diffs of the changed entries of its kinds.
-type Commit = (String, Option<Kind>, Vec<ServerDiff<Vec<Entry>>>);
-
 /// One pass: brings the index to the database's current generation.
 pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), KeepError> {
     let mut source = IndexSource::open(database)?;
@@ -138,7 +137,7 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
     let serving = index.is_ready();
     let diffs = match &repair {
         Repair::Nothing => None,
-        Repair::CatchUp { from } => match snapshot.changes_after(*from)? {
+        Repair::CatchUp { from } => match snapshot.changed_groups(*from)? {
             Some(diffs) => Some((*from, diffs)),
             None => {
                 repair = Repair::Rebuild {
@@ -167,122 +166,86 @@ pub fn keep_up(index: &SearchIndex, database: &Path, first: bool) -> Result<(), 
                 "search index rebuilt"
             );
         }
-        (Repair::CatchUp { from }, Some((_, diffs))) => {
+        (Repair::CatchUp { from }, Some((_, groups))) => {
             if !serving {
                 index.set_phase(Phase::CatchingUp);
                 tracing::info!(
                     from,
                     to = target,
-                    servers = diffs.len(),
+                    servers = groups.len(),
                     "the search index is catching up"
                 );
             }
-            // Per server: a diff that re-reads every entry of a kind streams them in a commit
-            // of its own; the few changed entries of its other kinds go in one commit.
-            let mut commits: Vec<Commit> = Vec::new();
-            for ((server, kind), diff) in diffs {
-                match diff {
-                    FeedDiff::Everything => commits.push((server, Some(kind), Vec::new())),
-                    FeedDiff::Keys(keys) => {
-                        let mut removed = Vec::new();
-                        let mut upserted = Vec::new();
-                        for key in keys {
-                            match snapshot.entry(&server, kind, &key)? {
-                                Some(entry) => upserted.push(entry),
-                                None => removed.push(key),
-                            }
-                        }
-                        let diff = ServerDiff {
-                            generation: from,
-                            server: server.clone(),
-                            kind,
-                            replace: false,
-                            removed,
-                            upserted,
-                        };
-                        match commits
-                            .iter_mut()
-                            .find(|(name, everything, _)| *name == server && everything.is_none())
-                        {
-                            Some((_, _, diffs)) => diffs.push(diff),
-                            None => commits.push((server, None, vec![diff])),
-                        }
-                    }
-                }
-            }
-            let count = commits.len();
-            // Every commit but the last is at the old generation: a crash between two of them
-            // leaves an index that still says it needs this catch-up.
-            for (position, (server, everything, mut diffs)) in commits.into_iter().enumerate() {
-                let generation = if position + 1 == count { target } else { from };
-                match everything {
-                    Some(kind) => {
-                        // Searches may answer from the last commit meanwhile (saying so):
-                        // at a million entries this diff takes seconds.
-                        index.set_replacing(serving);
-                        // A first load built during its walk: its segments, in one commit.
-                        let built =
-                            match kind {
-                                Kind::Resource => snapshot.server_resources(&server)?.and_then(
-                                    |(id, resources)| {
-                                        index.prebuilder.take(
-                                            &server,
-                                            id,
-                                            resources,
-                                            BUILT_LOAD_WAIT,
-                                        )
-                                    },
-                                ),
-                                _ => None,
-                            };
-                        if let Some(load) = built {
-                            let documents = load.documents;
-                            let adopted = index.adopt_load(load, generation);
-                            if matches!(adopted, Ok(true)) {
-                                index.set_replacing(false);
-                                tracing::info!(
-                                    server,
-                                    documents,
-                                    "the first load's index, built during its walk, is in"
-                                );
-                                continue;
-                            }
-                            if let Err(error) = adopted {
-                                index.set_replacing(false);
-                                return Err(error.into());
-                            }
-                            tracing::info!(server, "the first load's index built during its walk cannot be taken as it is (another server lists its URIs); indexing it again");
-                        }
-                        let applied = snapshot.with_entries(Some((&server, kind)), |entries| {
-                            index.apply(ServerDiff {
-                                generation,
-                                server: server.clone(),
-                                kind,
-                                replace: true,
-                                removed: Vec::new(),
-                                upserted: entries,
-                            })
-                        });
-                        index.set_replacing(false);
-                        applied??;
-                    }
-                    None => {
-                        for diff in &mut diffs {
-                            diff.generation = generation;
-                        }
-                        index.apply_kinds(diffs)?;
-                    }
-                }
-            }
-            if count == 0 {
-                index.advance(target)?;
-            }
+            catch_up(index, &snapshot, from, target, serving, &groups)?;
         }
         _ => {}
     }
     index.prebuilder.forget_unclaimed();
     index.set_phase(Phase::Ready);
     Ok(())
+}
+
+/// Applies what changed from generation `from` to `target`: each (server, kind) the feed
+/// left changes out of is read again whole, in a commit of its own (streamed); the keys the
+/// feed names are read a bounded page at a time and applied in batches of at most
+/// `CATCH_UP_BATCH_ENTRIES` entries and about `CATCH_UP_BATCH_BYTES` of their text, each
+/// batch one server's, so a re-walk that changed a million entries never has more than a
+/// batch of them in memory. Every commit but the last is at the old generation `from`: a
+/// crash between two of them leaves an index that still says it needs this catch-up (the
+/// batches applied again change nothing), and no search takes the index for current
+/// meanwhile. Once a swap's keys are split over commits, the index holds part of a swap
+/// and answers for no catalog that ever was: it says it is catching up, so searches go to
+/// SQLite (none answers from its last commit) until the last batch commits.
+fn catch_up(
+    index: &SearchIndex,
+    snapshot: &crate::store::SourceSnapshot<'_>,
+    from: u64,
+    target: u64,
+    serving: bool,
+    groups: &FeedGroups,
+) -> Result<(), KeepError> {
+    let mut commits = Commits::new(index, snapshot, from, target, serving);
+    for ((server, kind), group) in groups {
+        if group.everything {
+            commits.push(batches::Work::Everything {
+                server: server.clone(),
+                kind: *kind,
+            })?;
+        }
+    }
+    let keyed = groups
+        .values()
+        .filter(|group| !group.everything)
+        .any(|group| group.keys > 0);
+    let mut batch = KeyBatch::default();
+    let mut cursor = from;
+    let mut more = keyed;
+    while more {
+        let (rows, last) = snapshot.changes_page(cursor, CATCH_UP_BATCH_ENTRIES)?;
+        let Some(last) = last else {
+            more = false;
+            continue;
+        };
+        cursor = last;
+        for row in rows {
+            let Some(identity) = row.identity else {
+                continue;
+            };
+            let group = groups.get(&(row.server.clone(), row.kind));
+            if group.map_or(true, |group| group.everything) {
+                continue;
+            }
+            if batch.is_full() || batch.server().is_some_and(|server| server != row.server) {
+                let cut = batch.is_full();
+                commits.push(batch.take(cut))?;
+            }
+            batch.add(snapshot, row.server, row.kind, identity)?;
+        }
+    }
+    if !batch.is_empty() {
+        commits.push(batch.take(false))?;
+    }
+    commits.finish()
 }
 
 #[cfg(test)]

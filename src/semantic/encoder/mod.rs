@@ -13,7 +13,7 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use super::kernel::Packed;
-use super::tensors::TensorFile;
+use super::tensors::{open_regular_file, TensorFile};
 use super::SemanticError;
 use bert::Bert;
 
@@ -121,7 +121,7 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, SemanticError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    let file = open_regular_file(path)?;
     let mut bytes = Vec::new();
     file.take(MAX_MODEL_JSON_BYTES + 1)
         .read_to_end(&mut bytes)
