@@ -40,13 +40,31 @@ use crate::paths::{bench_peer_binary, python_binary, release_binary, work_dir, R
 use crate::report::Report;
 use crate::walk::WalkOptions;
 
-fn machine() -> String {
+/// The CPU's model name and its vector flags (AVX2, FMA, AVX-512's, AMX's): hosts differ
+/// between runs, and the encoder's speed follows the widest unit.
+pub fn cpu_and_vector_flags() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
         .find_map(|line| line.strip_prefix("model name"))
         .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_string())
         .unwrap_or_else(|| "unknown".into());
+    let mut flags: Vec<&str> = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("flags"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|flag| {
+            matches!(*flag, "avx2" | "fma") || flag.starts_with("avx512") || flag.starts_with("amx")
+        })
+        .collect();
+    flags.sort_unstable();
+    flags.dedup();
+    format!("CPU `{model}`, vector flags {}", flags.join(" "))
+}
+
+fn machine() -> String {
+    let model = cpu_and_vector_flags();
     let cores = std::thread::available_parallelism().map_or(0, |cores| cores.get());
     let memory = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -59,7 +77,7 @@ fn machine() -> String {
         .unwrap_or_else(|| "?".into());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
-        "{cores} cores, {memory} memory, CPU `{model}`, Linux {}",
+        "{cores} cores, {memory} memory, {model}, Linux {}",
         kernel.trim()
     )
 }

@@ -1,18 +1,25 @@
-//! The semantic index: a vector per entry of the embedded kinds, made off the swap path by one background thread from what SQLite holds, and the nearest entries to a query's vector.
+//! The semantic index: a vector per entry of the embedded kinds, made off the swap path by a background thread (and its workers, one per core) from what SQLite holds, the nearest entries to a query's vector, and recent questions' vectors.
 //!
 //! After every burst of catalog changes the thread reads the entries of the embedded kinds
 //! from SQLite (the truth), hashes each entry's text, takes the vectors it already has from the
 //! vectors file, embeds the others, and only then publishes the whole set: searches use
-//! vectors only for a catalog where every entry has one, and stay lexical meanwhile.
+//! vectors only for a catalog where every entry has one, and stay lexical meanwhile. The
+//! embedding is spread over one worker per core (at most [`MAX_EMBEDDING_WORKERS`]): the first
+//! at the daemon's priority, as the one thread always was, so the vectors are made however
+//! busy the host is; the others at the lowest (nice 19), so they take only the cores nothing
+//! else wants and never starve a search's question (embedded on the search's own thread) or a
+//! walk.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 
+use super::kernel::dot;
+use super::questions::QuestionCache;
 use super::vectors::VectorFile;
 use super::{Encoder, SemanticError};
 use crate::protocol::{Kind, VectorsState, VectorsStatus};
@@ -21,6 +28,9 @@ use crate::store::{IndexSource, Store};
 
 /// How often the status's `count` moves while embedding, in entries.
 const PROGRESS_EVERY: usize = 64;
+
+/// The most threads that embed a catalog at once: one per core up to this.
+pub const MAX_EMBEDDING_WORKERS: usize = 4;
 
 /// One embedded listing, with what a hit shows.
 #[derive(Debug, Clone)]
@@ -49,6 +59,7 @@ pub struct SemanticIndex {
     kinds: Vec<Kind>,
     snapshot: RwLock<Arc<Snapshot>>,
     status: watch::Sender<(VectorsStatus, u64)>,
+    questions: Mutex<QuestionCache>,
 }
 
 /// The text embedded for an entry: its name with its words apart (`getWeather`,
@@ -87,24 +98,6 @@ fn split_identifier(name: &str) -> String {
         previous = Some(character);
     }
     words
-}
-
-/// `a · b`, summed in 16 lanes so that it vectorizes (a sum in order does not).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 16];
-    let (a_chunks, b_chunks) = (a.chunks_exact(16), b.chunks_exact(16));
-    let tail: f32 = a_chunks
-        .remainder()
-        .iter()
-        .zip(b_chunks.remainder())
-        .map(|(a, b)| a * b)
-        .sum();
-    for (a, b) in a_chunks.zip(b_chunks) {
-        for ((lane, a), b) in lanes.iter_mut().zip(a).zip(b) {
-            *lane += a * b;
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// Loads the model in a thread of its own and waits for it at most `timeout`: a read that
@@ -171,6 +164,7 @@ impl SemanticIndex {
                 matrix: Vec::new(),
             })),
             status: watch::channel((status, 0)).0,
+            questions: Mutex::new(QuestionCache::default()),
         });
         let changes = store.subscribe();
         let stop = Arc::new(AtomicBool::new(false));
@@ -199,6 +193,22 @@ impl SemanticIndex {
         self.encoder
             .get()
             .ok_or_else(|| SemanticError::Model("the model is not loaded".into()))
+    }
+
+    /// The vector of a search's question: a recent question's from the cache, else embedded
+    /// here, on the caller's thread (at normal priority, ahead of the catalog's workers).
+    pub fn question_vector(&self, question: &str) -> Result<Arc<[f32]>, SemanticError> {
+        let cache = || {
+            self.questions
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        };
+        if let Some(vector) = cache().get(question) {
+            return Ok(vector);
+        }
+        let vector: Arc<[f32]> = self.encoder()?.embed(question)?.into();
+        cache().insert(question, vector.clone());
+        Ok(vector)
     }
 
     /// The kinds whose entries have vectors.
@@ -384,7 +394,7 @@ impl SemanticIndex {
         source: &mut IndexSource,
         file: &mut VectorFile,
         version: u64,
-        stopped: &dyn Fn() -> bool,
+        stopped: &(dyn Fn() -> bool + Sync),
     ) -> Result<(), String> {
         let encoder = self.encoder().map_err(|error| error.to_string())?;
         let snapshot = source.snapshot().map_err(|error| error.to_string())?;
@@ -427,9 +437,13 @@ impl SemanticIndex {
             start = end;
         }
         drop(entries);
-        let missing: Vec<usize> = (0..documents.len())
-            .filter(|number| file.get(keys[*number]).is_none())
+        // Each text without a vector, once, however many entries share it.
+        let mut seen = HashSet::new();
+        let missing: Vec<(u64, String)> = (0..documents.len())
+            .filter(|number| file.get(keys[*number]).is_none() && seen.insert(keys[*number]))
+            .map(|number| (keys[number], entry_text(&documents[number].entry)))
             .collect();
+        drop(seen);
         let total = documents.len() as u64;
         self.publish_status(|status, _| {
             status.count = total - missing.len() as u64;
@@ -438,26 +452,22 @@ impl SemanticIndex {
                 status.state = VectorsState::Embedding;
             }
         });
-        let mut embedded_here = HashSet::new();
-        for (done, number) in missing.iter().enumerate() {
-            if stopped() {
-                return Ok(());
-            }
-            let key = keys[*number];
-            if embedded_here.insert(key) {
-                let vector = encoder
-                    .embed(&entry_text(&documents[*number].entry))
-                    .map_err(|error| error.to_string())?;
-                file.insert(key, vector)
-                    .map_err(|error| error.to_string())?;
-            }
-            if (done + 1) % PROGRESS_EVERY == 0 {
+        let mut done = 0usize;
+        let finished = embed_in_parallel(encoder, &missing, stopped, |key, vector| {
+            file.insert(key, vector)
+                .map_err(|error| error.to_string())?;
+            done += 1;
+            if done % PROGRESS_EVERY == 0 {
                 let _ = file.flush();
                 self.publish_status(|status, _| {
                     status.count += PROGRESS_EVERY as u64;
                     status.pending -= PROGRESS_EVERY as u64;
                 });
             }
+            Ok(())
+        })?;
+        if !finished {
+            return Ok(());
         }
         file.flush().map_err(|error| error.to_string())?;
         let live: HashSet<u64> = keys.iter().copied().collect();
@@ -487,17 +497,84 @@ impl SemanticIndex {
     }
 }
 
+/// Embeds `texts` (key, text) on one worker per core (at most [`MAX_EMBEDDING_WORKERS`]),
+/// all but the first at the lowest priority, handing every vector to `store` on this thread as
+/// it comes. `Ok(false)` when `stopped` cut it short.
+fn embed_in_parallel(
+    encoder: &Encoder,
+    texts: &[(u64, String)],
+    stopped: &(dyn Fn() -> bool + Sync),
+    mut store: impl FnMut(u64, Vec<f32>) -> Result<(), String>,
+) -> Result<bool, String> {
+    if texts.is_empty() {
+        return Ok(true);
+    }
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |cores| cores.get())
+        .clamp(1, MAX_EMBEDDING_WORKERS)
+        .min(texts.len());
+    let next = AtomicUsize::new(0);
+    // A few vectors in flight per worker: the workers never wait on this thread's writes for
+    // long, and a failed write ends them at their next send.
+    let (sender, receiver) = std::sync::mpsc::sync_channel(workers * 4);
+    std::thread::scope(|scope| {
+        for worker in 0..workers {
+            let (sender, next) = (sender.clone(), &next);
+            std::thread::Builder::new()
+                .name("semantic-embed".into())
+                .spawn_scoped(scope, move || {
+                    // A nice-19 thread gets about 1.5% of a core that a normal one wants: the
+                    // first worker keeps the daemon's priority so the vectors always progress.
+                    if worker > 0 {
+                        lower_this_threads_priority();
+                    }
+                    while !stopped() {
+                        let Some((key, text)) = texts.get(next.fetch_add(1, Ordering::Relaxed))
+                        else {
+                            break;
+                        };
+                        let outcome = encoder
+                            .embed(text)
+                            .map(|vector| (*key, vector))
+                            .map_err(|error| error.to_string());
+                        if sender.send(outcome).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .map_err(|error| format!("cannot start an embedding thread: {error}"))?;
+        }
+        drop(sender);
+        let mut received = 0;
+        for outcome in receiver {
+            let (key, vector) = outcome?;
+            store(key, vector)?;
+            received += 1;
+        }
+        Ok(received == texts.len())
+    })
+}
+
+/// Nice 19 for the calling thread alone (Linux's setpriority takes a thread id): it then runs
+/// on what the host's other threads leave idle.
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: neither call takes a pointer; PRIO_PROCESS with a thread id changes only
+        // that thread's nice value.
+        let result = unsafe {
+            let thread = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, 19)
+        };
+        if result != 0 {
+            tracing::debug!("the embedding thread's priority could not be lowered");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dot_product_in_lanes() {
-        let a: Vec<f32> = (0..37).map(|i| i as f32).collect();
-        let b: Vec<f32> = (0..37).map(|i| (i % 3) as f32).collect();
-        let plain: f32 = a.iter().zip(&b).map(|(a, b)| a * b).sum();
-        assert_eq!(dot(&a, &b), plain);
-    }
 
     #[test]
     fn identifiers_are_split_into_words() {

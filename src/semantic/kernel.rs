@@ -1,17 +1,119 @@
-//! The encoder's linear layers: `output = input W^T + b` with `W` packed once, at load, into the order the inner loop reads it.
+//! The encoder's arithmetic, dispatched at run time to the widest vector unit the host has: the linear layers (`output = input W^T + b`, `W` packed once at load) and the element-wise passes (softmax, LayerNorm, GELU, attention per head).
 //!
 //! A text is a few dozen rows, so a general GEMM spends most of its time packing the weights
 //! again at every call (two thirds of a question's time with `matrixmultiply`). Here the
 //! weights are packed when the model loads: panels of [`PANEL`] output columns, each panel
 //! `[inputs][PANEL]`, zero-padded past the last output. The product walks one panel at a time
-//! (it stays in L1/L2) over blocks of up to [`ROWS`] input rows, keeping the block's
-//! `ROWS x PANEL` sums in registers for the whole `inputs` loop. With AVX2 and FMA (detected at
-//! run time) that is twelve 8-lane accumulators; elsewhere the same loop in plain Rust.
+//! (it stays in L1/L2) over blocks of input rows, keeping the block's `rows x PANEL` sums in
+//! registers for the whole `inputs` loop: with AVX-512 up to 16 rows of one 16-lane
+//! accumulator (32 registers), with AVX2 and FMA 6 rows of two 8-lane ones (16 registers),
+//! elsewhere the same loop in plain Rust. The element-wise passes are written once, in plain
+//! Rust with sums kept in 16 lanes (so every path adds in the same order), and compiled three
+//! times by [`multiversion`]: for AVX-512, for AVX2 and FMA, and portable. Every path gives the
+//! same vectors within 1e-5 (tests here and in tests/it/semantic.rs).
 
-/// Output columns per panel: two 8-lane AVX registers.
+/// Output columns per panel: one 16-lane AVX-512 register, two 8-lane AVX ones.
 pub const PANEL: usize = 16;
-/// Input rows per block: 6 x 2 accumulators + 2 weight vectors + 1 broadcast fit in 16 registers.
-const ROWS: usize = 6;
+/// The most input rows a block keeps in registers (the AVX-512 kernel's).
+const MAX_ROWS: usize = 16;
+
+/// The vector unit the arithmetic runs on. Only [`Isa::widest`] and [`Isa::available`] make
+/// one, and only for units the CPU has, so the unsafe dispatch below can trust it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Isa(Level);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// The plain-Rust path, on every host.
+    pub fn portable() -> Isa {
+        Isa(Level::Portable)
+    }
+
+    /// The widest unit this CPU has: AVX-512 (F), else AVX2 with FMA, else portable.
+    pub fn widest() -> Isa {
+        Isa::available()[0]
+    }
+
+    /// Every path this CPU can run, widest first; the portable one is always last.
+    pub fn available() -> Vec<Isa> {
+        let mut paths = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma");
+            if avx2 && std::arch::is_x86_feature_detected!("avx512f") {
+                paths.push(Isa(Level::Avx512));
+            }
+            if avx2 {
+                paths.push(Isa(Level::Avx2));
+            }
+        }
+        paths.push(Isa(Level::Portable));
+        paths
+    }
+
+    /// `avx512`, `avx2` or `portable`, for status and benchmark lines.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            Level::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => "avx512",
+        }
+    }
+
+    /// The most rows one block of the product keeps in registers on this path.
+    fn block_rows(self) -> usize {
+        match self.0 {
+            Level::Portable => 6,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => 6,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => MAX_ROWS,
+        }
+    }
+}
+
+/// Defines `pub fn NAME(isa: Isa, arguments...)` that runs `BODY(arguments...)` (an
+/// `#[inline(always)]` function) compiled for the unit `isa` names: the compiler vectorizes
+/// the same plain loops to 16, 8 or 4 lanes.
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($argument:ident: $type:ty),*) = $body:path;) => {
+        $(#[$meta])*
+        $vis fn $name(isa: Isa, $($argument: $type),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn wide($($argument: $type),*) {
+                    $body($($argument),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn middle($($argument: $type),*) {
+                    $body($($argument),*)
+                }
+                match isa.0 {
+                    // SAFETY: an `Isa` of these levels is made only when the CPU has their
+                    // features (`Isa::available`).
+                    Level::Avx512 => return unsafe { wide($($argument),*) },
+                    Level::Avx2 => return unsafe { middle($($argument),*) },
+                    Level::Portable => {}
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = isa;
+            $body($($argument),*)
+        }
+    };
+}
 
 /// A linear layer's weight and bias, packed for [`Packed::apply`].
 pub struct Packed {
@@ -21,12 +123,13 @@ pub struct Packed {
     bias: Vec<f32>,
     pub inputs: usize,
     pub outputs: usize,
-    fused: bool,
+    isa: Isa,
 }
 
 impl Packed {
-    /// Packs `weight` (`[outputs, inputs]`, as PyTorch stores it) and `bias` (`[outputs]`).
-    pub fn new(weight: &[f32], bias: &[f32], outputs: usize, inputs: usize) -> Packed {
+    /// Packs `weight` (`[outputs, inputs]`, as PyTorch stores it) and `bias` (`[outputs]`) for
+    /// the products of `isa`.
+    pub fn new(weight: &[f32], bias: &[f32], outputs: usize, inputs: usize, isa: Isa) -> Packed {
         assert_eq!(weight.len(), outputs * inputs);
         assert_eq!(bias.len(), outputs);
         let panels = outputs.div_ceil(PANEL);
@@ -45,7 +148,7 @@ impl Packed {
             bias: padded,
             inputs,
             outputs,
-            fused: fused_multiply_add(),
+            isa,
         }
     }
 
@@ -59,6 +162,10 @@ impl Packed {
         if rows == 0 || outputs == 0 {
             return;
         }
+        // Blocks of even size: 32 rows are two of 16 (or six of 5-6), not 16 + 16 + a tail.
+        let most = self.isa.block_rows();
+        let blocks = rows.div_ceil(most);
+        let even = rows.div_ceil(blocks);
         for (panel, weights) in self.weights.chunks_exact(inputs * PANEL).enumerate() {
             let first = panel * PANEL;
             let columns = PANEL.min(outputs - first);
@@ -67,9 +174,9 @@ impl Packed {
                 .expect("the bias is padded to whole panels");
             let mut row = 0;
             while row < rows {
-                let block = ROWS.min(rows - row);
+                let block = even.min(rows - row);
                 let input = &input[row * inputs..(row + block) * inputs];
-                let mut sums = [[0f32; PANEL]; ROWS];
+                let mut sums = [[0f32; PANEL]; MAX_ROWS];
                 self.block(block, input, weights, &mut sums);
                 for (line, sums) in sums[..block].iter().enumerate() {
                     let start = (row + line) * outputs + first;
@@ -87,26 +194,47 @@ impl Packed {
     }
 
     /// The sums of `block` rows of `input` (each `inputs` long) against one panel.
-    fn block(&self, block: usize, input: &[f32], weights: &[f32], sums: &mut [[f32; PANEL]; ROWS]) {
+    fn block(
+        &self,
+        block: usize,
+        input: &[f32],
+        weights: &[f32],
+        sums: &mut [[f32; PANEL]; MAX_ROWS],
+    ) {
         debug_assert!(input.len() == block * self.inputs && weights.len() == self.inputs * PANEL);
-        #[cfg(target_arch = "x86_64")]
-        if self.fused {
-            // SAFETY: `fused` is set only when the CPU has AVX2 and FMA; the kernel reads
-            // `block * inputs` values of `input` and `inputs * PANEL` of `weights`, which the
-            // lengths checked above hold.
-            unsafe {
-                match block {
-                    6 => x86::block::<6>(self.inputs, input, weights, sums),
-                    5 => x86::block::<5>(self.inputs, input, weights, sums),
-                    4 => x86::block::<4>(self.inputs, input, weights, sums),
-                    3 => x86::block::<3>(self.inputs, input, weights, sums),
-                    2 => x86::block::<2>(self.inputs, input, weights, sums),
-                    _ => x86::block::<1>(self.inputs, input, weights, sums),
-                }
-            }
-            return;
-        }
+        assert!(block <= self.isa.block_rows());
         let inputs = self.inputs;
+        // SAFETY (both arms): the level says the CPU has the kernel's features (`Isa`); each
+        // kernel reads `block * inputs` values of `input` and `inputs * PANEL` of `weights`,
+        // which the lengths above hold, and `block` is within its rows (asserted).
+        #[cfg(target_arch = "x86_64")]
+        match self.isa.0 {
+            Level::Avx512 => {
+                macro_rules! rows {
+                    ($($n:literal)*) => {
+                        match block {
+                            $($n => unsafe { x86::block16::<$n>(inputs, input, weights, sums) },)*
+                            _ => unreachable!("blocks hold 1 to 16 rows"),
+                        }
+                    };
+                }
+                rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+                return;
+            }
+            Level::Avx2 => {
+                macro_rules! rows {
+                    ($($n:literal)*) => {
+                        match block {
+                            $($n => unsafe { x86::block8::<$n>(inputs, input, weights, sums) },)*
+                            _ => unreachable!("blocks hold 1 to 6 rows"),
+                        }
+                    };
+                }
+                rows!(1 2 3 4 5 6);
+                return;
+            }
+            Level::Portable => {}
+        }
         for (line, sums) in sums[..block].iter_mut().enumerate() {
             let row = &input[line * inputs..(line + 1) * inputs];
             for (value, weights) in row.iter().zip(weights.chunks_exact(PANEL)) {
@@ -118,37 +246,61 @@ impl Packed {
     }
 }
 
-fn fused_multiply_add() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{PANEL, ROWS};
+    use super::{MAX_ROWS, PANEL};
 
-    /// `sums[r] = input row r · the panel`, for the first `N` rows.
+    /// `sums[r] = input row r · the panel`, for the first `N` rows, in 16-lane registers.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `input` must hold `N * inputs` values and `weights`
+    /// `inputs * PANEL`.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::needless_range_loop)]
+    #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest // `row` walks the accumulators and the input's rows
+    pub unsafe fn block16<const N: usize>(
+        inputs: usize,
+        input: &[f32],
+        weights: &[f32],
+        sums: &mut [[f32; PANEL]; MAX_ROWS],
+    ) {
+        assert!(input.len() >= N * inputs && weights.len() >= inputs * PANEL && N <= MAX_ROWS);
+        let input = input.as_ptr();
+        let mut weight = weights.as_ptr();
+        let mut lanes = [_mm512_setzero_ps(); N];
+        for column in 0..inputs {
+            // SAFETY: column < inputs and row < N keep both reads inside the slices (asserted).
+            unsafe {
+                let panel = _mm512_loadu_ps(weight);
+                for row in 0..N {
+                    let value = _mm512_set1_ps(*input.add(row * inputs + column));
+                    lanes[row] = _mm512_fmadd_ps(value, panel, lanes[row]);
+                }
+                weight = weight.add(PANEL);
+            }
+        }
+        for row in 0..N {
+            // SAFETY: each row of `sums` holds PANEL = 16 floats.
+            unsafe { _mm512_storeu_ps(sums[row].as_mut_ptr(), lanes[row]) };
+        }
+    }
+
+    /// `sums[r] = input row r · the panel`, for the first `N` rows, in two 8-lane registers each.
     ///
     /// # Safety
     /// The CPU must have AVX2 and FMA; `input` must hold `N * inputs` values and `weights`
     /// `inputs * PANEL`.
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::needless_range_loop)] // `row` walks three arrays and the input's rows
-    pub unsafe fn block<const N: usize>(
+    pub unsafe fn block8<const N: usize>(
         inputs: usize,
         input: &[f32],
         weights: &[f32],
-        sums: &mut [[f32; PANEL]; ROWS],
+        sums: &mut [[f32; PANEL]; MAX_ROWS],
     ) {
-        assert!(input.len() >= N * inputs && weights.len() >= inputs * PANEL && N <= ROWS);
+        assert!(input.len() >= N * inputs && weights.len() >= inputs * PANEL && N <= MAX_ROWS);
         let input = input.as_ptr();
         let mut weight = weights.as_ptr();
         let mut low = [_mm256_setzero_ps(); N];
@@ -176,45 +328,378 @@ mod x86 {
     }
 }
 
+/// The lanes sums are kept in: 16, so that every path (16, 8 or 4 hardware lanes) adds in the
+/// same order and gives the same bits.
+const LANES: usize = 16;
+
+/// `a · b` summed in [`LANES`] lanes.
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .map(|(a, b)| a * b)
+        .sum();
+    for (a, b) in a_chunks.zip(b_chunks) {
+        for ((lane, a), b) in lanes.iter_mut().zip(a).zip(b) {
+            *lane += a * b;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// The sum of `values` in [`LANES`] lanes.
+#[inline(always)]
+fn lane_sum(values: &[f32], term: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let chunks = values.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().map(|value| term(*value)).sum();
+    for chunk in chunks {
+        for (lane, value) in lanes.iter_mut().zip(chunk) {
+            *lane += term(*value);
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// e^-v for v >= 0, within 1e-7 relative (0 is read as e^-87): v = n ln 2 - r, a degree-7
+/// Taylor series for e^r, |r| <= ln 2 / 2, and 2^n made from its bits. Plain arithmetic
+/// without branches or calls, so a loop over it vectorizes (libm's expf and erff do not).
+#[inline(always)]
+pub fn exp_negative(v: f32) -> f32 {
+    // Adding 1.5 * 2^23 rounds to an integer, which lands in the low bits of the mantissa.
+    const ROUND: f32 = 12_582_912.0;
+    const ROUND_BITS: i32 = 0x4B40_0000;
+    let y = (-v).max(-87.0);
+    let shifted = y * std::f32::consts::LOG2_E + ROUND;
+    let n = shifted - ROUND;
+    // ln 2 in two parts, the first exact in f32, so that n ln 2 loses nothing.
+    let r = y - n * 0.693_145_75 - n * 1.428_606_8e-6;
+    let series = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let exponent = shifted.to_bits() as i32 - ROUND_BITS + 127;
+    series * f32::from_bits((exponent << 23) as u32)
+}
+
+/// erf(x) within 1e-6 (Abramowitz and Stegun 7.1.26, with [`exp_negative`]).
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * z);
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
+    (1.0 - poly * exp_negative(z * z)).copysign(x)
+}
+
+/// Softmax of one row, in place, with the vectorizing exp.
+#[inline(always)]
+fn softmax_body(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for value in row.iter_mut() {
+        *value = exp_negative(max - *value);
+    }
+    let inverse = 1.0 / lane_sum(row, |value| value);
+    for value in row.iter_mut() {
+        *value *= inverse;
+    }
+}
+
+multiversion! {
+    /// Softmax of one row, in place.
+    pub fn softmax(row: &mut [f32]) = softmax_body;
+}
+
+/// LayerNorm of each `weight.len()`-wide row of `values`, in place, in f32 (mean, then the
+/// centered variance, both summed in lanes).
+#[inline(always)]
+fn layer_norm_body(values: &mut [f32], weight: &[f32], bias: &[f32], epsilon: f32) {
+    let width = weight.len();
+    for row in values.chunks_exact_mut(width) {
+        let mean = lane_sum(row, |value| value) / width as f32;
+        let variance = lane_sum(row, |value| (value - mean) * (value - mean)) / width as f32;
+        let inverse = 1.0 / (variance + epsilon).sqrt();
+        for ((value, weight), bias) in row.iter_mut().zip(weight).zip(bias) {
+            *value = (*value - mean) * inverse * weight + bias;
+        }
+    }
+}
+
+multiversion! {
+    /// LayerNorm of each row of `values` (as wide as `weight`), in place.
+    pub fn layer_norm(values: &mut [f32], weight: &[f32], bias: &[f32], epsilon: f32) = layer_norm_body;
+}
+
+#[inline(always)]
+fn gelu_body(values: &mut [f32]) {
+    for value in values {
+        let x = *value;
+        *value = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+    }
+}
+
+multiversion! {
+    /// The exact GELU (with erf), in place.
+    pub fn gelu(values: &mut [f32]) = gelu_body;
+}
+
+/// The shape of one attention: `tokens` rows of `stride` values (queries, keys and values
+/// side by side, `hidden` each), `heads` heads of `hidden / heads`.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionShape {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub heads: usize,
+}
+
+/// Self-attention of every head, straight from the stacked `query_key_value` rows (no copy of
+/// a head's columns): for each query, its scores against every key, their softmax, and the
+/// weighted sum of the values into the head's columns of `context` (`tokens x hidden`).
+/// `scores` is scratch of `tokens` values.
+#[inline(always)]
+fn attention_body(
+    shape: AttentionShape,
+    query_key_value: &[f32],
+    scores: &mut [f32],
+    context: &mut [f32],
+) {
+    let AttentionShape {
+        tokens,
+        hidden,
+        heads,
+    } = shape;
+    let size = hidden / heads;
+    let stride = 3 * hidden;
+    let scale = 1.0 / (size as f32).sqrt();
+    assert!(query_key_value.len() >= tokens * stride && context.len() >= tokens * hidden);
+    let scores = &mut scores[..tokens];
+    for head in 0..heads {
+        let offset = head * size;
+        for query in 0..tokens {
+            let start = query * stride + offset;
+            let asked = &query_key_value[start..start + size];
+            for (key, score) in scores.iter_mut().enumerate() {
+                let start = key * stride + hidden + offset;
+                *score = dot(asked, &query_key_value[start..start + size]) * scale;
+            }
+            softmax_body(scores);
+            let start = query * hidden + offset;
+            let out = &mut context[start..start + size];
+            out.fill(0.0);
+            for (key, weight) in scores.iter().enumerate() {
+                let start = key * stride + 2 * hidden + offset;
+                for (out, value) in out.iter_mut().zip(&query_key_value[start..start + size]) {
+                    *out += weight * value;
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Self-attention of every head (see `attention_body`).
+    pub fn attention(shape: AttentionShape, query_key_value: &[f32], scores: &mut [f32], context: &mut [f32]) = attention_body;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn pseudo_random(count: usize, seed: usize) -> Vec<f32> {
+        (0..count)
+            .map(|i| (((i + seed) * 7919 % 113) as f32 - 56.0) / 37.0)
+            .collect()
+    }
+
     #[test]
-    fn packed_product_equals_the_plain_one() {
-        // Shapes with partial panels and partial row blocks.
-        for (rows, inputs, outputs) in [(1, 3, 5), (7, 20, 33), (13, 16, 16), (6, 1, 17)] {
-            let weight: Vec<f32> = (0..outputs * inputs)
-                .map(|i| ((i * 7919 % 113) as f32 - 56.0) / 37.0)
-                .collect();
+    fn every_path_of_the_product_equals_the_plain_one() {
+        // Shapes with partial panels and partial row blocks, and a question's and a document's.
+        for (rows, inputs, outputs) in [
+            (1, 3, 5),
+            (7, 20, 33),
+            (13, 16, 16),
+            (6, 1, 17),
+            (17, 9, 40),
+            (32, 384, 1152),
+            (61, 64, 20),
+        ] {
+            let weight = pseudo_random(outputs * inputs, 1);
             let bias: Vec<f32> = (0..outputs).map(|i| i as f32 / 3.0).collect();
             let input: Vec<f32> = (0..rows * inputs)
                 .map(|i| ((i * 104_729 % 89) as f32 - 44.0) / 23.0)
                 .collect();
-            let mut expected = vec![0f32; rows * outputs];
+            // The exact sums (f64), and each one's scale: f32's rounding error grows with
+            // the sum of the terms' sizes, not with the (possibly cancelled) result.
+            let mut expected = vec![(0f32, 0f64); rows * outputs];
             for row in 0..rows {
                 for output in 0..outputs {
-                    let mut sum = f64::from(bias[output]);
+                    let (mut sum, mut scale) = (f64::from(bias[output]), 1f64);
                     for input_column in 0..inputs {
-                        sum += f64::from(input[row * inputs + input_column])
+                        let term = f64::from(input[row * inputs + input_column])
                             * f64::from(weight[output * inputs + input_column]);
+                        sum += term;
+                        scale += term.abs();
                     }
-                    expected[row * outputs + output] = sum as f32;
+                    expected[row * outputs + output] = (sum as f32, scale);
                 }
             }
-            let mut packed = Packed::new(&weight, &bias, outputs, inputs);
-            for fused in [packed.fused, false] {
-                packed.fused = fused;
+            let mut portable = Vec::new();
+            for isa in Isa::available().into_iter().rev() {
+                let packed = Packed::new(&weight, &bias, outputs, inputs, isa);
                 let mut output = vec![1.0; 3];
                 packed.apply(&input, rows, &mut output);
                 assert_eq!(output.len(), rows * outputs);
-                for (got, want) in output.iter().zip(&expected) {
+                for (got, (want, scale)) in output.iter().zip(&expected) {
                     assert!(
-                        (got - want).abs() <= 1e-4 * want.abs().max(1.0),
-                        "{rows}x{inputs}x{outputs} fused {fused}: {got} against {want}"
+                        f64::from((got - want).abs()) <= 1e-6 * scale,
+                        "{rows}x{inputs}x{outputs} on {}: {got} against {want}",
+                        isa.name()
                     );
+                }
+                if isa == Isa::portable() {
+                    portable = output;
+                } else {
+                    for ((got, want), (_, scale)) in output.iter().zip(&portable).zip(&expected) {
+                        assert!(
+                            f64::from((got - want).abs()) <= 1e-6 * scale,
+                            "{rows}x{inputs}x{outputs}: {} {got}, portable {want}",
+                            isa.name()
+                        );
+                    }
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_portable_path_is_always_there_and_last() {
+        let paths = Isa::available();
+        assert_eq!(paths.last(), Some(&Isa::portable()));
+        assert_eq!(paths[0], Isa::widest());
+        println!(
+            "kernel paths on this host: {:?}",
+            paths.iter().map(|isa| isa.name()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn element_wise_passes_agree_on_every_path() {
+        let shape = AttentionShape {
+            tokens: 19,
+            hidden: 96,
+            heads: 3,
+        };
+        let query_key_value = pseudo_random(shape.tokens * 3 * shape.hidden, 5);
+        let norm_weight = pseudo_random(shape.hidden, 9);
+        let norm_bias = pseudo_random(shape.hidden, 11);
+        let run = |isa: Isa| {
+            let mut context = vec![0f32; shape.tokens * shape.hidden];
+            let mut scores = vec![0f32; shape.tokens];
+            attention(isa, shape, &query_key_value, &mut scores, &mut context);
+            layer_norm(isa, &mut context, &norm_weight, &norm_bias, 1e-12);
+            gelu(isa, &mut context);
+            context
+        };
+        let portable = run(Isa::portable());
+        // The portable path against a plain f64 computation of the same three steps.
+        let mut expected = vec![0f64; shape.tokens * shape.hidden];
+        let size = shape.hidden / shape.heads;
+        let stride = 3 * shape.hidden;
+        let at = |row: usize, column: usize| f64::from(query_key_value[row * stride + column]);
+        for head in 0..shape.heads {
+            let offset = head * size;
+            for query in 0..shape.tokens {
+                let scores: Vec<f64> = (0..shape.tokens)
+                    .map(|key| {
+                        (0..size)
+                            .map(|d| at(query, offset + d) * at(key, shape.hidden + offset + d))
+                            .sum::<f64>()
+                            / (size as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = scores.iter().map(|score| (score - max).exp()).sum();
+                for d in 0..size {
+                    expected[query * shape.hidden + offset + d] = (0..shape.tokens)
+                        .map(|key| {
+                            (scores[key] - max).exp() / total
+                                * at(key, 2 * shape.hidden + offset + d)
+                        })
+                        .sum();
+                }
+            }
+        }
+        for row in expected.chunks_exact_mut(shape.hidden) {
+            let mean = row.iter().sum::<f64>() / shape.hidden as f64;
+            let variance =
+                row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / shape.hidden as f64;
+            for (column, value) in row.iter_mut().enumerate() {
+                let normed = (*value - mean) / (variance + 1e-12).sqrt()
+                    * f64::from(norm_weight[column])
+                    + f64::from(norm_bias[column]);
+                *value = 0.5 * normed * (1.0 + libm::erf(normed / std::f64::consts::SQRT_2));
+            }
+        }
+        for (got, want) in portable.iter().zip(&expected) {
+            assert!(
+                (f64::from(*got) - want).abs() < 1e-5,
+                "{got} against {want}"
+            );
+        }
+        for isa in Isa::available() {
+            for (got, want) in run(isa).iter().zip(&portable) {
+                assert!(
+                    (got - want).abs() < 1e-5,
+                    "{}: {got} against {want}",
+                    isa.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn layer_norm_and_softmax() {
+        let mut values = [1.0, 3.0];
+        layer_norm(Isa::widest(), &mut values, &[1.0, 1.0], &[0.5, 0.5], 0.0);
+        assert_eq!(values, [-0.5, 1.5]);
+        let mut row = [0.0f32, 0.0];
+        softmax(Isa::widest(), &mut row);
+        assert_eq!(row, [0.5, 0.5]);
+        let mut row = [1.0f32, 2.0, 3.0];
+        softmax(Isa::widest(), &mut row);
+        let total: f32 = [1f32, 2.0, 3.0].iter().map(|v| v.exp()).sum();
+        for (got, value) in row.iter().zip([1f32, 2.0, 3.0]) {
+            assert!((got - value.exp() / total).abs() < 1e-7);
+        }
+    }
+
+    #[test]
+    fn fast_erf_is_within_a_millionth() {
+        let mut worst = 0f64;
+        for step in -240_000..=240_000 {
+            let x = step as f32 / 20_000.0;
+            let exact = libm::erf(f64::from(x));
+            worst = worst.max((f64::from(erf(x)) - exact).abs());
+        }
+        assert!(worst < 1e-6, "erf is off by {worst:e}");
+        assert!(erf(0.0).abs() < 1e-6);
+        assert_eq!(erf(40.0), 1.0);
+        assert_eq!(erf(-40.0), -1.0);
+        assert!((exp_negative(1.0) - (-1f32).exp()).abs() < 1e-7);
+    }
+
+    #[test]
+    fn dot_product_in_lanes() {
+        let a: Vec<f32> = (0..37).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..37).map(|i| (i % 3) as f32).collect();
+        let plain: f32 = a.iter().zip(&b).map(|(a, b)| a * b).sum();
+        assert_eq!(dot(&a, &b), plain);
     }
 }

@@ -3,14 +3,17 @@
 pub mod encoder;
 pub mod fusion;
 mod index;
-mod kernel;
+pub mod kernel;
+mod questions;
 mod tensors;
 mod vectors;
 
 use std::path::PathBuf;
 
 pub use encoder::Encoder;
-pub use index::{entry_text, Document, Filter, SemanticIndex};
+pub use index::{entry_text, Document, Filter, SemanticIndex, MAX_EMBEDDING_WORKERS};
+pub use kernel::Isa;
+pub use questions::{QUESTION_CACHE_ENTRIES, QUESTION_CACHE_TEXT_BYTES};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SemanticError {

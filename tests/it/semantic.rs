@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use mcp_mirror::semantic::Encoder;
+use mcp_mirror::semantic::{Encoder, Isa};
 use serde_json::{json, Value};
 
 use crate::install;
@@ -61,10 +61,11 @@ fn texts() -> Vec<String> {
 }
 
 #[test]
-fn encoder_matches_an_independent_numpy_forward_pass() {
+fn encoder_matches_an_independent_numpy_forward_pass_on_every_kernel_path() {
     let model = install::minilm_model();
     let python = install::python_numpy();
     let encoder = Encoder::load(&model).expect("the model loads");
+    assert_eq!(encoder.isa(), Isa::widest(), "the widest unit by default");
     assert_eq!(encoder.dimensions, 384);
     assert_eq!(encoder.max_tokens, 256);
     let texts = texts();
@@ -88,24 +89,61 @@ fn encoder_matches_an_independent_numpy_forward_pass() {
     let reference: serde_json::Value =
         serde_json::from_slice(&output.stdout).expect("the reference answers JSON");
 
+    // Every kernel path this host has (AVX-512, AVX2, portable) against the reference, and
+    // each wider one against the portable path. The narrower paths are slow in a debug build
+    // (the portable one most), so they read four short texts (ASCII, accents, CJK, emoji); the
+    // widest, which the daemon uses, reads them all.
+    const SAMPLE: [usize; 4] = [0, 9, 11, 13];
+    let mut portable: Vec<Option<Vec<f32>>> = Vec::new();
     let mut worst = 0f64;
-    for (number, text) in texts.iter().enumerate() {
-        let ids = encoder.token_ids(text).expect("tokenizes");
-        let expected_ids: Vec<u32> =
-            serde_json::from_value(reference["ids"][number].clone()).expect("ids");
-        assert_eq!(ids, expected_ids, "token ids of {text:?}");
-        let vector = encoder.embed(text).expect("embeds");
-        let expected: Vec<f64> =
-            serde_json::from_value(reference["vectors"][number].clone()).expect("vector");
-        assert_eq!(vector.len(), expected.len());
-        for (index, (got, want)) in vector.iter().zip(&expected).enumerate() {
-            let difference = (f64::from(*got) - want).abs();
-            worst = worst.max(difference);
-            assert!(
-                difference <= 1e-5,
-                "{text:?}: component {index} is {got}, the reference {want}"
-            );
+    for isa in Isa::available().into_iter().rev() {
+        let began = std::time::Instant::now();
+        let encoder = Encoder::load_with(&model, isa).expect("the model loads");
+        assert_eq!(encoder.isa(), isa);
+        let mut worst_against_portable = 0f32;
+        for (number, text) in texts.iter().enumerate() {
+            if isa != Isa::widest() && !SAMPLE.contains(&number) {
+                portable.push(None);
+                continue;
+            }
+            let ids = encoder.token_ids(text).expect("tokenizes");
+            let expected_ids: Vec<u32> =
+                serde_json::from_value(reference["ids"][number].clone()).expect("ids");
+            assert_eq!(ids, expected_ids, "token ids of {text:?}");
+            let vector = encoder.embed(text).expect("embeds");
+            let expected: Vec<f64> =
+                serde_json::from_value(reference["vectors"][number].clone()).expect("vector");
+            assert_eq!(vector.len(), expected.len());
+            for (index, (got, want)) in vector.iter().zip(&expected).enumerate() {
+                let difference = (f64::from(*got) - want).abs();
+                worst = worst.max(difference);
+                assert!(
+                    difference <= 1e-5,
+                    "{text:?} on {}: component {index} is {got}, the reference {want}",
+                    isa.name()
+                );
+            }
+            if isa == Isa::portable() {
+                portable.push(Some(vector));
+                continue;
+            }
+            let Some(portable_vector) = &portable[number] else {
+                continue;
+            };
+            for (index, (got, want)) in vector.iter().zip(portable_vector).enumerate() {
+                worst_against_portable = worst_against_portable.max((got - want).abs());
+                assert!(
+                    (got - want).abs() <= 1e-5,
+                    "{text:?} on {}: component {index} is {got}, the portable path's {want}",
+                    isa.name()
+                );
+            }
         }
+        println!(
+            "{}: largest difference from the portable path {worst_against_portable:e} ({:.1} s)",
+            isa.name(),
+            began.elapsed().as_secs_f64()
+        );
     }
     println!("largest difference from the reference: {worst:e}");
     // The long text really was cut at the model's limit.

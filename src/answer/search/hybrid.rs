@@ -93,7 +93,7 @@ pub(crate) async fn semantic_search(
         let request = request.clone();
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let vector = semantic.encoder()?.embed(&request.query)?;
+            let vector = semantic.question_vector(&request.query)?;
             let filter = Filter {
                 kinds: &request.kinds,
                 server: request.server.as_deref(),

@@ -2,7 +2,8 @@
 //!
 //! The forward pass is written out here (about the size of the model's own definition) over
 //! one text at a time, so no padding is computed and no attention mask is needed: every token
-//! of the text attends to every other. The matrix products go to `matrixmultiply`'s `sgemm`.
+//! of the text attends to every other. The arithmetic is [`crate::semantic::kernel`]'s, on the
+//! widest vector unit of the host unless [`Encoder::load_with`] names another.
 
 mod bert;
 
@@ -12,7 +13,7 @@ use std::path::Path;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::kernel::Packed;
+use super::kernel::{Isa, Packed};
 use super::tensors::{open_regular_file, TensorFile};
 use super::SemanticError;
 use bert::Bert;
@@ -145,8 +146,14 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<(T, Vec<u8>)
 impl Encoder {
     /// Loads the sentence-transformers directory `directory` (config.json, model.safetensors,
     /// tokenizer.json, 1_Pooling/config.json; sentence_bert_config.json and modules.json when
-    /// present). Nothing is fetched from anywhere.
+    /// present), for the widest vector unit of this CPU. Nothing is fetched from anywhere.
     pub fn load(directory: &Path) -> Result<Encoder, SemanticError> {
+        Encoder::load_with(directory, Isa::widest())
+    }
+
+    /// [`Encoder::load`] with the arithmetic on `isa` (one of [`Isa::available`]): the parity
+    /// tests load one encoder per path.
+    pub fn load_with(directory: &Path, isa: Isa) -> Result<Encoder, SemanticError> {
         let mut fingerprint = xxhash_rust::xxh3::Xxh3::new();
         let (config, bytes): (BertConfig, _) = read_json(&directory.join("config.json"))?;
         fingerprint.update(&bytes);
@@ -264,7 +271,7 @@ impl Encoder {
         let weights_path = directory.join("model.safetensors");
         let mut tensors = TensorFile::open(&weights_path)?;
         fingerprint.update(&tensors.header_digest().to_le_bytes());
-        let model = Bert::load(&mut tensors, &config, activation, &weights_path)?;
+        let model = Bert::load(&mut tensors, &config, activation, &weights_path, isa)?;
         let name = directory
             .file_name()
             .map(|name| name.to_string_lossy().into_owned())
@@ -279,6 +286,11 @@ impl Encoder {
             fingerprint: fingerprint.digest(),
             name,
         })
+    }
+
+    /// The vector unit the arithmetic runs on.
+    pub fn isa(&self) -> Isa {
+        self.model.isa
     }
 
     /// The token ids the model reads for `text`: tokenizer.json's, special tokens included,
