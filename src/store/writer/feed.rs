@@ -1,8 +1,20 @@
-//! The change feed's rows as a swap writes them: the `truncated` row of a large swap, the
-//! pruning to `CHANGES_KEPT` and `CHANGES_MAX_AGE_MS`, the `CatalogChanged` broadcast after
-//! a commit, and the catalog's generation moved inside the commit.
+//! The change feed's rows as a swap writes them: its bounds, the `truncated` row of a large
+//! swap, and the pruning to `CHANGES_KEPT` and `CHANGES_MAX_AGE_MS` (the `CatalogChanged`
+//! broadcast after a commit is `Writer::announce`).
 
 use super::*;
+
+/// The most per-key rows one swap adds to the change feed (every key of any real swap, so a
+/// follower fetches only what changed); past it, one 'truncated' row with a count, and a
+/// follower lists again, which is then the cheaper way anyway.
+pub const CHANGES_PER_SWAP: u64 = 1_000_000;
+/// A first load (a server with no entries yet) records its first keys and one 'truncated'
+/// row for the rest: a follower lists a new server whole, and a million rows stay cheap.
+pub const CHANGES_PER_FIRST_LOAD: u64 = 1_000;
+/// The change feed keeps this many newest entries, none older than `CHANGES_MAX_AGE_MS`;
+/// a follower whose cursor is older lists again.
+pub const CHANGES_KEPT: i64 = 1_000_000;
+pub const CHANGES_MAX_AGE_MS: i64 = 7 * 24 * 3600 * 1000;
 
 /// Moves the catalog's generation (`catalog_generation`) inside `transaction`: every commit
 /// that changes what a list answer holds calls this before it commits, so a reader sees the
@@ -17,28 +29,6 @@ pub(in crate::store) fn advance_generation(
         [],
     )?;
     Ok(())
-}
-
-/// Tells subscribers of a committed swap that changed something (a broadcast never blocks: a
-/// slow subscriber lags, the writer goes on).
-pub(super) fn announce(
-    changes: &broadcast::Sender<CatalogChanged>,
-    catalog_version: &AtomicU64,
-    server: &str,
-    swap: &SwapOutcome,
-    latest_seq: i64,
-) {
-    if swap.added + swap.removed + swap.changed + swap.templates_touched > 0 {
-        catalog_version.fetch_add(1, Ordering::Release);
-        let _ = changes.send(CatalogChanged {
-            server: server.to_string(),
-            kind: Kind::Resource,
-            added: swap.added,
-            removed: swap.removed,
-            changed: swap.changed,
-            latest_seq,
-        });
-    }
 }
 
 /// Adds the 'truncated' row for the changes of one swap that were not recorded one by one.

@@ -1,0 +1,579 @@
+//! The writer as an actor: `Writer` owns the connection and the state of every staged walk;
+//! `run` takes the next operation (`next_op`, which works off the backlogs while none waits),
+//! `handle`s it with one function per write operation, and `announce` tells of every commit.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
+use super::index_tee::{self, PendingPage};
+use super::*;
+
+/// What the writer knows of one staged walk.
+#[derive(Default)]
+struct StagedWalk {
+    /// What the walk has staged of resources, and against which snapshot; `None` until its
+    /// first page of resources.
+    counts: Option<StagedCounts>,
+    /// The first error of a page of the walk: its later pages are skipped and its commit
+    /// reports it.
+    failure: Option<String>,
+}
+
+/// What one commit changed, as the writer tells it (`Writer::announce`).
+struct Announcement {
+    /// One broadcast per server and kind the commit touched.
+    events: Vec<CatalogChanged>,
+    /// Whether what a search sees may have changed (the resources, or their listings' order):
+    /// the catalog's version moves on.
+    catalog_changed: bool,
+}
+
+/// The writer thread's state: the connection, the operations' queue, what the writer tells of
+/// commits, and the state of every walk in flight.
+pub(super) struct Writer {
+    connection: Connection,
+    operations: mpsc::UnboundedReceiver<WriteOp>,
+    changes: broadcast::Sender<CatalogChanged>,
+    catalog_version: Arc<AtomicU64>,
+    full_text_behind: Arc<AtomicU64>,
+    load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
+    /// Every walk that staged a page (or failed to) and has not committed or aborted yet.
+    walks: HashMap<u64, StagedWalk>,
+    /// The full-text backlog has ids left to index between operations.
+    indexing: bool,
+    /// First loads to discard (their pending ids), a batch at a time between operations.
+    discarding: VecDeque<i64>,
+    wal: WriteAheadLog,
+}
+
+/// Where the writer reads operations from and what it tells of its commits.
+pub(super) struct Channels {
+    pub(super) operations: mpsc::UnboundedReceiver<WriteOp>,
+    pub(super) changes: broadcast::Sender<CatalogChanged>,
+    pub(super) catalog_version: Arc<AtomicU64>,
+    pub(super) full_text_behind: Arc<AtomicU64>,
+    pub(super) load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
+    pub(super) wal_watch: Arc<WalWatch>,
+}
+
+impl Writer {
+    /// Prepares the staging tables and picks up what the last run left: a full-text backlog
+    /// (a crash, or a stop before it was done) and first loads it left unfinished.
+    pub(super) fn new(connection: Connection, channels: Channels) -> Writer {
+        if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
+            tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
+        }
+        let behind = channels.full_text_behind.load(Ordering::Acquire);
+        if behind > 0 {
+            tracing::info!(
+                ids = behind,
+                "resuming the full-text indexing of a large swap's rows"
+            );
+        }
+        let discarding: VecDeque<i64> = pending_loads(&connection)
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "cannot list the pending loads left by the last run");
+                Vec::new()
+            })
+            .into();
+        if !discarding.is_empty() {
+            tracing::info!(
+                loads = discarding.len(),
+                "discarding the rows of first loads the last run left unfinished"
+            );
+        }
+        let wal = WriteAheadLog::watched(&connection, WAL_LIMIT_BYTES, channels.wal_watch);
+        Writer {
+            connection,
+            operations: channels.operations,
+            changes: channels.changes,
+            catalog_version: channels.catalog_version,
+            full_text_behind: channels.full_text_behind,
+            load_feed: channels.load_feed,
+            walks: HashMap::new(),
+            indexing: behind > 0,
+            discarding,
+            wal,
+        }
+    }
+
+    /// Handles operations until `Close` or until every sender is gone.
+    pub(super) fn run(mut self) {
+        while let Some(operation) = self.next_op() {
+            // Pages of one walk share a transaction; anything else (a page of a walk that
+            // failed too: its pages are skipped) commits it first.
+            if !self.continues_batch(&operation) {
+                self.commit_batch();
+            }
+            if let ControlFlow::Break(reply) = self.handle(operation) {
+                return self.close(reply);
+            }
+            self.wal.after_write(&self.connection, self.loading());
+        }
+    }
+
+    /// The next operation; while none waits and a backlog is left (full-text indexing, first
+    /// loads to discard), works it off a batch at a time, so a large swap's indexing never
+    /// holds up an operation for more than one batch.
+    fn next_op(&mut self) -> Option<WriteOp> {
+        loop {
+            if !self.indexing && self.discarding.is_empty() {
+                return self.operations.blocking_recv();
+            }
+            match self.operations.try_recv() {
+                Ok(operation) => return Some(operation),
+                Err(TryRecvError::Empty) => self.work_off_backlog(),
+                Err(TryRecvError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// One batch of the backlogs: a first load to discard first, else the full-text index.
+    fn work_off_backlog(&mut self) {
+        self.commit_batch();
+        if let Some(&pending_id) = self.discarding.front() {
+            match discard_pending_batch(&mut self.connection, pending_id) {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.discarding.pop_front();
+                }
+                Err(error) => {
+                    // The next start tries again.
+                    tracing::warn!(%error, "discarding a pending load failed");
+                    self.discarding.pop_front();
+                }
+            }
+        } else {
+            self.indexing = index_full_text_batch(&mut self.connection, &self.full_text_behind);
+        }
+        self.wal.after_write(&self.connection, self.loading());
+    }
+
+    /// Carries out one operation; `Close` breaks with its reply, which `close` answers once
+    /// the connection is closed.
+    fn handle(&mut self, operation: WriteOp) -> ControlFlow<oneshot::Sender<()>> {
+        match operation {
+            WriteOp::SyncServers { sync, reply } => self.sync_servers(&sync, reply),
+            WriteOp::Ping { reply } => {
+                let _ = reply.send(Ok(()));
+            }
+            WriteOp::UpdateServer {
+                server,
+                update,
+                reply,
+            } => {
+                let _ = reply.send(update_server(&self.connection, &server, &update));
+            }
+            WriteOp::Stage {
+                walk_id,
+                server,
+                batch,
+                permit,
+                index_permit,
+            } => {
+                self.stage(walk_id, &server, &batch, index_permit);
+                drop(permit);
+            }
+            WriteOp::Commit {
+                walk_id,
+                server,
+                report,
+                reply,
+            } => self.commit(walk_id, &server, &report, reply),
+            WriteOp::CommitDelta {
+                walk_id,
+                server,
+                delta,
+                reply,
+            } => self.commit_delta(walk_id, &server, &delta, reply),
+            WriteOp::SetFollowCursor {
+                server,
+                cursor,
+                reply,
+            } => {
+                let outcome = delta::set_follow_cursor(&self.connection, &server, cursor.as_ref());
+                let _ = reply.send(outcome);
+            }
+            WriteOp::Abort { walk_id } => self.abort(walk_id),
+            WriteOp::CommitEntries {
+                walk_id,
+                server,
+                kind,
+                reply,
+            } => self.commit_entries(walk_id, &server, kind, reply),
+            WriteOp::RecordScopes {
+                server,
+                scopes,
+                update,
+                reply,
+            } => {
+                let outcome = crate::store::scopes::record_scopes(
+                    &mut self.connection,
+                    &server,
+                    &scopes,
+                    update,
+                );
+                let _ = reply.send(outcome);
+            }
+            WriteOp::Accept { server, reply } => {
+                let outcome = crate::store::kinds::accept(&mut self.connection, server.as_deref());
+                let _ = reply.send(outcome);
+            }
+            WriteOp::CacheContents {
+                server,
+                uri,
+                contents,
+                limit_bytes,
+            } => {
+                let outcome =
+                    cache_contents(&mut self.connection, &server, &uri, &contents, limit_bytes);
+                if let Err(error) = outcome {
+                    tracing::warn!(server, %error, "cannot cache read contents");
+                }
+            }
+            WriteOp::Close { reply } => return ControlFlow::Break(reply),
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn sync_servers(&mut self, sync: &ServerSync, reply: Reply<()>) {
+        let (events, outcome) = match sync_servers(&mut self.connection, sync) {
+            Ok(dropped) => (dropped, Ok(())),
+            Err(error) => (Vec::new(), Err(error)),
+        };
+        // Priorities may have changed which listing of a URI a search shows, whatever came of it.
+        self.announce(Announcement {
+            events,
+            catalog_changed: true,
+        });
+        let _ = reply.send(outcome);
+    }
+
+    /// Stages one page of a walk; after one failed page the walk cannot commit, so its later
+    /// pages are skipped.
+    fn stage(
+        &mut self,
+        walk_id: u64,
+        server: &str,
+        batch: &Batch,
+        index_permit: Option<OwnedSemaphorePermit>,
+    ) {
+        if self
+            .walks
+            .get(&walk_id)
+            .is_some_and(|walk| walk.failure.is_some())
+        {
+            return;
+        }
+        let tee_without_room = index_permit.is_none() && self.load_feed.get().is_some();
+        match self.stage_page(walk_id, server, batch, tee_without_room) {
+            Err(error) => {
+                tracing::warn!(server, walk_id, %error, "staging a page failed");
+                self.walks.entry(walk_id).or_default().failure = Some(error.to_string());
+            }
+            Ok(Some(page)) => {
+                // A first load's page goes to the search index too, once staged.
+                if let (Batch::Resources(rows), Some(feed), Some(room)) =
+                    (batch, self.load_feed.get(), index_permit)
+                {
+                    index_tee::send_page(feed, page, server, rows, room);
+                }
+            }
+            Ok(None) => {}
+        }
+    }
+
+    /// Writes one page into staging (a first load's resources straight into `resources`);
+    /// returns where a first load's page went, for the search index.
+    fn stage_page(
+        &mut self,
+        walk_id: u64,
+        server: &str,
+        batch: &Batch,
+        tee_without_room: bool,
+    ) -> Result<Option<PendingPage>, StoreError> {
+        let walk = self.walks.entry(walk_id).or_default();
+        if let (Batch::Resources(_), None) = (batch, &walk.counts) {
+            // A walk's counts, and a first load's pending id, are taken outside any batch: the
+            // id's `pending_loads` row must outlive a batch rolled back, or the id could be
+            // handed out again while this walk still holds it.
+            self.wal.commit_batch(&self.connection)?;
+            walk.counts = Some(StagedCounts::against(&self.connection, server)?);
+        }
+        self.wal
+            .stage_page(&self.connection, walk_id, batch.bytes())?;
+        match (batch, walk.counts.as_mut()) {
+            (Batch::Resources(rows), Some(counts)) => {
+                counts.progress.note(rows.len());
+                let before = counts.staged;
+                stage_resources(&mut self.connection, walk_id, counts, rows)?;
+                let inserted = (counts.staged - before) as i64;
+                Ok(counts.pending.as_mut().and_then(|pending| {
+                    index_tee::note_page(pending, server, inserted, tee_without_room)
+                }))
+            }
+            (Batch::Resources(_), None) => Ok(None),
+            (Batch::Templates(rows), _) => {
+                stage_templates(&mut self.connection, walk_id, rows).map(|()| None)
+            }
+            (Batch::Entries(kind, rows), _) => {
+                stage_entries(&mut self.connection, walk_id, server, *kind, rows).map(|()| None)
+            }
+        }
+    }
+
+    /// Swaps a staged walk of resources in (a first load is promoted).
+    fn commit(
+        &mut self,
+        walk_id: u64,
+        server: &str,
+        report: &WalkReport,
+        reply: Reply<SwapOutcome>,
+    ) {
+        let walk = self.walks.remove(&walk_id).unwrap_or_default();
+        let counts = walk.counts.unwrap_or_default();
+        let outcome = match walk.failure {
+            Some(error) => Err(staging_failed(&error)),
+            None => commit_walk(
+                &mut self.connection,
+                walk_id,
+                &counts,
+                server,
+                report,
+                &self.full_text_behind,
+            ),
+        };
+        if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
+            self.discarding.push_back(pending.id);
+        }
+        if let Some(feed) = self.load_feed.get() {
+            index_tee::send_end(feed, &counts, outcome.is_ok());
+        }
+        self.note_backlog();
+        // Subscribers and the caller hear first: dropping a million staged rows takes a while,
+        // and the snapshot is already committed (or the walk already failed).
+        let outcome = outcome.map(|(swap, latest_seq)| {
+            self.announce(resources_swapped(server, &swap, latest_seq));
+            swap
+        });
+        let _ = reply.send(outcome);
+        discard_staging(&self.connection, walk_id);
+    }
+
+    /// Applies a followed upstream's delta with the walks of tools and prompts it names.
+    fn commit_delta(
+        &mut self,
+        walk_id: u64,
+        server: &str,
+        delta: &Delta,
+        reply: Reply<crate::store::DeltaOutcome>,
+    ) {
+        let walk_ids: Vec<u64> = std::iter::once(walk_id)
+            .chain(delta.entries.iter().map(|entries| entries.walk_id))
+            .collect();
+        let mut walks: Vec<StagedWalk> = walk_ids
+            .iter()
+            .map(|id| self.walks.remove(id).unwrap_or_default())
+            .collect();
+        let counts = walks[0].counts.take().unwrap_or_default();
+        let outcome = match walks.into_iter().find_map(|walk| walk.failure) {
+            Some(error) => Err(staging_failed(&error)),
+            None => delta::apply_delta(
+                &mut self.connection,
+                walk_id,
+                &counts,
+                server,
+                delta,
+                &self.full_text_behind,
+            ),
+        };
+        self.note_backlog();
+        let outcome = outcome.map(|(outcome, latest_seq)| {
+            let mut announcement = resources_swapped(server, &outcome.swap, latest_seq);
+            let touched = outcome
+                .entries
+                .iter()
+                .filter(|(_, swap)| swap.touched() > 0);
+            for (kind, swap) in touched {
+                announcement
+                    .events
+                    .push(entries_swapped(server, *kind, swap, latest_seq));
+            }
+            self.announce(announcement);
+            outcome
+        });
+        let _ = reply.send(outcome);
+        for id in walk_ids {
+            discard_staging(&self.connection, id);
+        }
+    }
+
+    /// Swaps a staged walk of tools or prompts in as the server's snapshot of `kind`.
+    fn commit_entries(
+        &mut self,
+        walk_id: u64,
+        server: &str,
+        kind: Kind,
+        reply: Reply<crate::store::EntrySwap>,
+    ) {
+        let walk = self.walks.remove(&walk_id).unwrap_or_default();
+        let outcome = match walk.failure {
+            Some(error) => Err(staging_failed(&error)),
+            None => swap_entries(&mut self.connection, walk_id, server, kind),
+        };
+        let outcome = outcome.map(|(swap, latest_seq)| {
+            if swap.touched() > 0 {
+                self.announce(Announcement {
+                    events: vec![entries_swapped(server, kind, &swap, latest_seq)],
+                    catalog_changed: false,
+                });
+            }
+            swap
+        });
+        let _ = reply.send(outcome);
+        discard_staging(&self.connection, walk_id);
+    }
+
+    /// Forgets a walk that will not commit; a first load's rows are discarded in the background.
+    fn abort(&mut self, walk_id: u64) {
+        let walk = self.walks.remove(&walk_id).unwrap_or_default();
+        if let Some(pending) = walk.counts.and_then(|counts| counts.pending) {
+            self.discarding.push_back(pending.id);
+        }
+        discard_staging(&self.connection, walk_id);
+    }
+
+    /// Tells of one commit: the one place a commit is announced (the catalog's version, the
+    /// `CatalogChanged` broadcast; whatever else hears of commits belongs here too). A broadcast
+    /// never blocks: a slow subscriber lags, the writer goes on; nobody listening is fine, the
+    /// feed in the database has it all.
+    fn announce(&self, announcement: Announcement) {
+        if announcement.catalog_changed {
+            self.catalog_version.fetch_add(1, Ordering::Release);
+        }
+        for event in announcement.events {
+            let _ = self.changes.send(event);
+        }
+    }
+
+    /// A swap that left rows to the full-text backlog starts (or extends) the indexing.
+    fn note_backlog(&mut self) {
+        self.indexing |= self.full_text_behind.load(Ordering::Acquire) > 0;
+    }
+
+    /// Whether a first load is in flight and making progress: the log is not checkpointed
+    /// meanwhile (`wal.rs`). One that stalls, or runs past `FIRST_LOAD_DEFER_MAX`, does not
+    /// count: whatever a server does, the log is checkpointed within `FIRST_LOAD_IDLE` of a
+    /// stall.
+    fn loading(&self) -> bool {
+        let now = std::time::Instant::now();
+        self.walks
+            .values()
+            .filter_map(|walk| walk.counts.as_ref())
+            .any(|counts| counts.pending.is_some() && counts.progress.recent(now))
+    }
+
+    /// Commits the writer's open batch of pages; when that fails, their walk fails with it.
+    fn commit_batch(&mut self) {
+        let walk = self.wal.batch_walk();
+        if let (Err(error), Some(walk_id)) = (self.wal.commit_batch(&self.connection), walk) {
+            tracing::warn!(walk_id, %error, "committing staged pages failed");
+            let walk = self.walks.entry(walk_id).or_default();
+            walk.failure.get_or_insert_with(|| error.to_string());
+        }
+    }
+
+    /// Whether `operation` is the next page of the walk whose pages the open batch holds.
+    fn continues_batch(&self, operation: &WriteOp) -> bool {
+        matches!(operation, WriteOp::Stage { walk_id, .. }
+            if Some(*walk_id) == self.wal.batch_walk()
+                && !self.walks.get(walk_id).is_some_and(|walk| walk.failure.is_some()))
+    }
+
+    /// Optimizes, checkpoints the log, closes the connection and only then answers.
+    fn close(self, reply: oneshot::Sender<()>) {
+        let Writer {
+            connection,
+            operations,
+            mut wal,
+            ..
+        } = self;
+        if let Err(error) = connection.execute_batch("PRAGMA optimize;") {
+            tracing::debug!(%error, "PRAGMA optimize failed at close");
+        }
+        wal.close(&connection);
+        drop(connection);
+        let _ = reply.send(());
+        drop(operations);
+    }
+}
+
+/// The error a commit of a walk whose staging failed answers with.
+fn staging_failed(error: &str) -> StoreError {
+    StoreError::Walk(format!("staging failed: {error}"))
+}
+
+/// What a swap of resources (or templates) tells, when it changed anything.
+fn resources_swapped(server: &str, swap: &SwapOutcome, latest_seq: i64) -> Announcement {
+    let touched = swap.added + swap.removed + swap.changed + swap.templates_touched > 0;
+    let events = touched.then(|| CatalogChanged {
+        server: server.to_string(),
+        kind: Kind::Resource,
+        added: swap.added,
+        removed: swap.removed,
+        changed: swap.changed,
+        latest_seq,
+    });
+    Announcement {
+        events: events.into_iter().collect(),
+        catalog_changed: touched,
+    }
+}
+
+/// The broadcast of a swap of one kind of tools or prompts.
+fn entries_swapped(
+    server: &str,
+    kind: Kind,
+    swap: &crate::store::EntrySwap,
+    latest_seq: i64,
+) -> CatalogChanged {
+    CatalogChanged {
+        server: server.to_string(),
+        kind,
+        added: swap.added,
+        removed: swap.removed,
+        changed: swap.changed,
+        latest_seq,
+    }
+}
+
+/// Commits a staged walk: a first load, staged straight into `resources`, is promoted; any
+/// other walk is swapped in by its diff.
+pub(super) fn commit_walk(
+    connection: &mut Connection,
+    walk_id: u64,
+    counts: &StagedCounts,
+    server: &str,
+    report: &WalkReport,
+    full_text_behind: &AtomicU64,
+) -> Result<(SwapOutcome, i64), StoreError> {
+    match &counts.pending {
+        Some(pending) => promote(
+            connection,
+            walk_id,
+            counts,
+            pending,
+            server,
+            report,
+            full_text_behind,
+        ),
+        None => swap(
+            connection,
+            walk_id,
+            counts,
+            server,
+            report,
+            full_text_behind,
+        ),
+    }
+}
