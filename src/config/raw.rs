@@ -133,6 +133,10 @@ pub(super) struct RawDaemon {
     pub search_timeout: Option<Spanned<String>>,
     pub max_concurrent_searches: Option<Spanned<i64>>,
     pub max_clients: Option<Spanned<i64>>,
+    pub history: Option<bool>,
+    pub history_versions_per_key: Option<Spanned<i64>>,
+    pub history_max_age: Option<Spanned<String>>,
+    pub history_max_bytes: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -164,6 +168,7 @@ pub(super) struct RawServer {
     /// The kinds to mirror: `["resources", "tools", "prompts"]`; every declared kind by default.
     pub mirror: Option<Spanned<Vec<String>>>,
     pub share: Option<bool>,
+    pub history: Option<bool>,
 }
 
 /// The longest fragment of the file an error may quote as the key at fault.

@@ -14,7 +14,8 @@ use super::{
     DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MAX_TEMPLATE_BYTES, DEFAULT_MAX_TEMPLATE_EXPRESSIONS,
     DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESYNC_INTERVAL, DEFAULT_SEARCH_TIMEOUT,
-    DEFAULT_UPSTREAM_LOAD_WAIT,
+    DEFAULT_UPSTREAM_LOAD_WAIT, DEFAULT_HISTORY_MAX_AGE, DEFAULT_HISTORY_MAX_BYTES,
+    DEFAULT_HISTORY_VERSIONS_PER_KEY,
 };
 use crate::paths;
 
@@ -92,6 +93,36 @@ fn daemon_config(source: &SourceFile, raw: &RawDaemon) -> Result<DaemonConfig, C
         keep_removed: raw.keep_removed.unwrap_or(DEFAULT_KEEP_REMOVED),
         log_level: log_level(source, raw)?,
         socket_limits: socket_limits(source, raw)?,
+        history_resources: raw.history.unwrap_or(false),
+        history_bounds: history_bounds(source, raw)?,
+    })
+}
+
+/// The `history_*` bounds of `[daemon]`.
+fn history_bounds(
+    source: &SourceFile,
+    raw: &RawDaemon,
+) -> Result<super::HistoryBounds, ConfigError> {
+    let max_bytes = match &raw.history_max_bytes {
+        None => DEFAULT_HISTORY_MAX_BYTES,
+        Some(spanned) => super::values::parse_size(spanned.get_ref()).map_err(|message| {
+            source.error(&spanned.span(), "daemon.history_max_bytes", message)
+        })?,
+    };
+    Ok(super::HistoryBounds {
+        versions_per_key: count(
+            source,
+            &raw.history_versions_per_key,
+            "daemon.history_versions_per_key",
+            DEFAULT_HISTORY_VERSIONS_PER_KEY,
+        )?,
+        max_age: duration(
+            source,
+            &raw.history_max_age,
+            "daemon.history_max_age",
+            DEFAULT_HISTORY_MAX_AGE,
+        )?,
+        max_bytes,
     })
 }
 

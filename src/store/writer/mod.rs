@@ -138,6 +138,7 @@ mod delta;
 mod entry_swap;
 mod feed;
 pub(super) mod full_text;
+mod history;
 mod pending;
 mod servers;
 mod sql;
