@@ -497,11 +497,14 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &DaemonContex
     }
     next.daemon.database = current.daemon.database.clone();
     next.daemon.socket = current.daemon.socket.clone();
-    match supervisor.apply(
-        &next.servers,
-        removed_policy(&next),
-        next.daemon.history_bounds,
-    ).await {
+    match supervisor
+        .apply(
+            &next.servers,
+            removed_policy(&next),
+            next.daemon.history_bounds,
+        )
+        .await
+    {
         Ok(report) => tracing::info!(
             added = ?report.added,
             removed = ?report.removed,

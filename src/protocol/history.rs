@@ -126,19 +126,38 @@ pub struct PathChange {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "change")]
 pub enum ToolChange {
-    ParameterAdded { parameter: String, required: bool },
-    ParameterRemoved { parameter: String },
-    MadeRequired { parameter: String },
-    MadeOptional { parameter: String },
-    TypeChanged { parameter: String, from: Value, to: Value },
-    DescriptionChanged { from: Value, to: Value },
+    ParameterAdded {
+        parameter: String,
+        required: bool,
+    },
+    ParameterRemoved {
+        parameter: String,
+    },
+    MadeRequired {
+        parameter: String,
+    },
+    MadeOptional {
+        parameter: String,
+    },
+    TypeChanged {
+        parameter: String,
+        from: Value,
+        to: Value,
+    },
+    DescriptionChanged {
+        from: Value,
+        to: Value,
+    },
 }
 
 impl ToolChange {
     /// One line for a terminal.
     pub fn sentence(&self) -> String {
         match self {
-            ToolChange::ParameterAdded { parameter, required } => format!(
+            ToolChange::ParameterAdded {
+                parameter,
+                required,
+            } => format!(
                 "parameter `{parameter}` added ({})",
                 if *required { "required" } else { "optional" }
             ),

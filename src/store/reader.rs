@@ -206,7 +206,15 @@ impl Reader {
         limit: usize,
         with_bodies: bool,
     ) -> Result<(Vec<super::VersionRow>, bool), StoreError> {
-        super::history::versions(&self.connection, kind, server, key, before, limit, with_bodies)
+        super::history::versions(
+            &self.connection,
+            kind,
+            server,
+            key,
+            before,
+            limit,
+            with_bodies,
+        )
     }
 
     /// One kept version of an entry with its body (`None`: the newest).

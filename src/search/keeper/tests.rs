@@ -179,7 +179,7 @@ async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole()
             priority: 10,
             transport: crate::protocol::TransportKind::Stdio,
             read_cache_bytes: None,
-                history: false,
+            history: false,
         }]))
         .await
         .expect("servers");
@@ -295,7 +295,7 @@ async fn every_kind_reaches_the_index_through_the_feed() {
             priority: 10,
             transport: crate::protocol::TransportKind::Stdio,
             read_cache_bytes: None,
-                history: false,
+            history: false,
         }]))
         .await
         .expect("servers");

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{params, Connection};
 
 use super::entry_swap::OVERSIZED_ENTRIES;
-use super::history;
 use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
+use super::history;
 use super::staged::StagedCounts;
 use super::{execute, prune_changes, query_one, record_truncated, server_id, CHANGES_PER_SWAP};
 use crate::protocol::{ChangeKind, Kind, ServerState};
@@ -541,9 +541,23 @@ pub(super) fn replace_templates(
             (_, Some((_, body)), previous) => {
                 if let Some((_, previous_body)) = previous {
                     let key = *uri_template;
-                    history::seed_version(transaction, server_id, Kind::Template, key, previous_body, now)?;
+                    history::seed_version(
+                        transaction,
+                        server_id,
+                        Kind::Template,
+                        key,
+                        previous_body,
+                        now,
+                    )?;
                 }
-                history::record_version(transaction, server_id, Kind::Template, uri_template, body, now)?
+                history::record_version(
+                    transaction,
+                    server_id,
+                    Kind::Template,
+                    uri_template,
+                    body,
+                    now,
+                )?
             }
             _ => {}
         }
