@@ -85,5 +85,5 @@ pub(super) fn version(
         )
         .optional()?;
     // An exact number asked for must be that version, not an older one.
-    Ok(found.filter(|row| version.is_none_or(|asked| asked == row.version)))
+    Ok(found.filter(|row| version.map_or(true, |asked| asked == row.version)))
 }
