@@ -191,3 +191,68 @@ fn a_changing_tool_keeps_its_versions_reuses_bodies_prunes_by_count_and_diffs_pl
         "{diff}"
     );
 }
+
+#[test]
+fn resources_keep_a_history_only_where_history_is_on() {
+    let scratch = Scratch::new();
+    let resource = |description: &str| json!({"resources": [{"uri": "fixture://r/a", "name": "a", "description": description}]});
+    let kept_path = scratch.write_scenario("kept.json", &resource("one"));
+    let plain_path = scratch.write_scenario("plain.json", &resource("one"));
+    let kept = stdio_server(
+        "kept",
+        &[
+            "--name",
+            "kept",
+            "--scenario",
+            &kept_path.display().to_string(),
+        ],
+    );
+    let plain = stdio_server(
+        "plain",
+        &[
+            "--name",
+            "plain",
+            "--scenario",
+            &plain_path.display().to_string(),
+        ],
+    );
+    let config = scratch.config(&format!("{}\nhistory = true\n\n{plain}", kept.trim_end()));
+    let daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("kept", 1);
+    daemon.wait_for_walks("plain", 1);
+    scratch.write_scenario("kept.json", &resource("two"));
+    scratch.write_scenario("plain.json", &resource("two"));
+    let ask = |server: &str| {
+        daemon.connect().request(
+            "catalog/history",
+            json!({"kind": "resource", "server": server, "key": "fixture://r/a", "includeDefinitions": true}),
+        )
+    };
+    // The first load is not recorded; the first change records the body it replaces too.
+    let versions = wait_for("the resource's versions", Duration::from_secs(30), || {
+        let answer = ask("kept");
+        let versions = answer["result"]["versions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        (versions.len() == 2).then_some(versions)
+    });
+    assert_eq!(
+        versions[0]["definition"]["description"], "two",
+        "{versions:?}"
+    );
+    assert_eq!(
+        versions[1]["definition"]["description"], "one",
+        "{versions:?}"
+    );
+    wait_for("the plain server's change", Duration::from_secs(30), || {
+        let listed = daemon
+            .call("catalog/list", json!({"server": "plain"}))
+            .to_string();
+        listed.contains("\"two\"").then_some(())
+    });
+    assert!(
+        ask("plain").get("error").is_some(),
+        "no history where it is off"
+    );
+}
