@@ -35,6 +35,7 @@ pub fn server_entry(server: &ServerConfig) -> ServerEntry {
         priority: server.priority,
         transport: (&server.transport).into(),
         read_cache_bytes: server.read_cache_bytes,
+        history: server.history,
     }
 }
 
@@ -141,6 +142,7 @@ impl Supervisor {
         &self,
         servers: &[ServerConfig],
         removed: RemovedServers,
+        history_bounds: crate::config::HistoryBounds,
     ) -> Result<ApplyReport, StoreError> {
         let mut sessions = self.sessions.lock().await;
         let mut report = ApplyReport::default();
@@ -179,6 +181,7 @@ impl Supervisor {
                 configured: servers.iter().map(server_entry).collect(),
                 untouched: report.unchanged.clone(),
                 removed,
+                history_bounds,
             })
             .await;
         // Even if recording failed, the configured servers run: their next state report or

@@ -6,6 +6,7 @@
 pub(crate) mod changes;
 mod context;
 pub(crate) mod entries;
+pub(crate) mod history;
 pub(crate) mod list;
 pub(crate) mod read;
 pub(crate) mod refresh;

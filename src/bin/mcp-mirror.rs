@@ -179,6 +179,31 @@ enum Command {
         #[command(flatten)]
         reading: ReadingFlags,
     },
+    /// List the kept versions of one entry, newest first: `history tool SERVER/NAME` (or
+    /// `prompt`, `template`, `resource` with SERVER/KEY).
+    History {
+        /// tool, prompt, template or resource.
+        kind: String,
+        /// SERVER/NAME (or SERVER/KEY: a template's uriTemplate, a resource's URI).
+        entry: String,
+        #[command(flatten)]
+        reading: ReadingFlags,
+    },
+    /// Compare two kept versions of one entry (default: the previous and the current).
+    Diff {
+        /// tool, prompt, template or resource.
+        kind: String,
+        /// SERVER/NAME (or SERVER/KEY).
+        entry: String,
+        /// The older version (as `history` numbers them).
+        #[arg(long)]
+        from: Option<i64>,
+        /// The newer version.
+        #[arg(long)]
+        to: Option<i64>,
+        #[command(flatten)]
+        reading: ReadingFlags,
+    },
     /// Show the tools and prompts that differ from the accepted definitions.
     Drift {
         /// Only this server's drift.
@@ -260,6 +285,8 @@ impl Command {
             Command::Show { .. } => "show",
             Command::Tools { .. } => "tools",
             Command::Prompts { .. } => "prompts",
+            Command::History { .. } => "history",
+            Command::Diff { .. } => "diff",
             Command::Drift { .. } => "drift",
             Command::Accept { .. } => "accept",
             Command::Read { .. } => "read",
@@ -293,6 +320,8 @@ impl Command {
             | Command::Templates { reading }
             | Command::Search { reading, .. }
             | Command::Show { reading, .. }
+            | Command::History { reading, .. }
+            | Command::Diff { reading, .. }
             | Command::Tools { reading, .. }
             | Command::Prompts { reading, .. } => (
                 reading.clone(),
@@ -467,6 +496,14 @@ fn main() -> ExitCode {
             server.as_deref(),
             json,
         ),
+        Command::History { kind, entry, .. } => cli::history(&socket, &database, kind, entry, json),
+        Command::Diff {
+            kind,
+            entry,
+            from,
+            to,
+            ..
+        } => cli::diff(&socket, &database, kind, entry, (*from, *to), json),
         Command::Drift { server, .. } => cli::drift(&socket, server.as_deref(), json),
         Command::Accept { server, .. } => cli::accept(&socket, server.as_deref(), json),
         Command::Read { uri, output, .. } => cli::read(&socket, uri, output.as_deref(), json),

@@ -4,6 +4,7 @@
 mod bridge;
 mod client;
 mod commands;
+mod history;
 mod kinds;
 mod offline;
 mod progress;
@@ -19,6 +20,7 @@ use crate::store::StoreError;
 pub use bridge::bridge;
 pub use client::{use_remote, Client, Remote};
 pub use commands::{ls, read, refresh, search, show, templates, watch, SearchArgs};
+pub use history::{diff, history};
 pub use kinds::{accept, drift, list as list_kind, show as show_entry};
 pub use offline::DatabaseChoice;
 pub use reload::reload;

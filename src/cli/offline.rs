@@ -9,8 +9,9 @@ use super::client::Client;
 use super::ClientError;
 use crate::answer::{self, View};
 use crate::protocol::{
-    socket_record_path, CatalogList, CatalogPrompt, CatalogPrompts, CatalogResource, CatalogSearch,
-    CatalogTool, CatalogTools, EntriesParams, EntryDetails, EntryParams, ErrorObject, Kind,
+    socket_record_path, CatalogDiff, CatalogHistory, CatalogList, CatalogPrompt, CatalogPrompts,
+    CatalogResource, CatalogSearch, CatalogTool, CatalogTools, DiffParams, DiffResult,
+    EntriesParams, EntryDetails, EntryParams, ErrorObject, HistoryParams, HistoryResult, Kind,
     ListParams, ListResources, ListResourcesResult, ListTemplates, ListTemplatesResult,
     ResourceDetails, SearchParams, SearchResult, ServerListParams, ServerListResult, SocketRecord,
     UriParams, INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND,
@@ -185,6 +186,28 @@ impl Catalog {
             },
             Catalog::Database(reader) => {
                 answer::entries::details(reader, kind, params, &View::owner()).map_err(offline)
+            }
+        }
+    }
+}
+
+impl Catalog {
+    /// A page of one entry's kept versions (`catalog/history`).
+    pub fn history(&mut self, params: &HistoryParams) -> Result<HistoryResult, ClientError> {
+        match self {
+            Catalog::Daemon(client) => client.call::<CatalogHistory>(params, Some(QUERY_TIMEOUT)),
+            Catalog::Database(reader) => {
+                answer::history::history(reader, params, &View::owner()).map_err(offline)
+            }
+        }
+    }
+
+    /// Two versions of one entry compared (`catalog/diff`).
+    pub fn diff(&mut self, params: &DiffParams) -> Result<DiffResult, ClientError> {
+        match self {
+            Catalog::Daemon(client) => client.call::<CatalogDiff>(params, Some(QUERY_TIMEOUT)),
+            Catalog::Database(reader) => {
+                answer::history::diff(reader, params, &View::owner()).map_err(offline)
             }
         }
     }

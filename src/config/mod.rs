@@ -82,6 +82,12 @@ pub(crate) const DEFAULT_MIN_WALK_INTERVAL: Duration = Duration::from_secs(1);
 /// `[daemon] upstream_load_wait`: how long a follower keeps its snapshot of an upstream mirror
 /// whose servers have not all committed a first load, instead of walking an emptier catalog.
 pub(crate) const DEFAULT_UPSTREAM_LOAD_WAIT: Duration = Duration::from_secs(300);
+/// `[daemon] history_versions_per_key`: the versions kept of one entry.
+pub(crate) const DEFAULT_HISTORY_VERSIONS_PER_KEY: u64 = 100;
+/// `[daemon] history_max_age`: a version replaced longer ago than this is pruned.
+pub(crate) const DEFAULT_HISTORY_MAX_AGE: Duration = Duration::from_secs(365 * 86_400);
+/// `[daemon] history_max_bytes`: the bodies of every history together, oldest pruned first.
+pub(crate) const DEFAULT_HISTORY_MAX_BYTES: u64 = 256 << 20;
 /// `priority`: lower wins when two servers list the same URI.
 pub(crate) const DEFAULT_PRIORITY: i64 = 100;
 /// `[daemon] keep_removed`: a removed server's snapshot is dropped unless this is set.
@@ -179,6 +185,33 @@ pub struct DaemonConfig {
     /// A tracing filter (`info`, `mcp_mirror=debug,warn`); `RUST_LOG` overrides it.
     pub log_level: Option<String>,
     pub socket_limits: SocketLimits,
+    /// `[daemon] history`: whether resources keep a history of their versions by default
+    /// (tools, prompts and templates always do).
+    pub history_resources: bool,
+    /// The bounds of every kept definition history.
+    pub history_bounds: HistoryBounds,
+}
+
+/// How much definition history the store keeps (`[daemon] history_*`); the writer prunes past
+/// these in bounded batches, never the current version of an entry nor an accepted one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryBounds {
+    /// The versions kept of one entry.
+    pub versions_per_key: u64,
+    /// A version replaced longer ago than this is pruned.
+    pub max_age: Duration,
+    /// The bodies of every history together.
+    pub max_bytes: u64,
+}
+
+impl Default for HistoryBounds {
+    fn default() -> Self {
+        HistoryBounds {
+            versions_per_key: DEFAULT_HISTORY_VERSIONS_PER_KEY,
+            max_age: DEFAULT_HISTORY_MAX_AGE,
+            max_bytes: DEFAULT_HISTORY_MAX_BYTES,
+        }
+    }
 }
 
 /// How a session paces itself between walks.
@@ -229,6 +262,9 @@ pub struct ServerConfig {
     /// `share = true`: entries from this server may go to HTTP token clients even when its
     /// results were `cacheScope: "private"` (the operator vouches that every client may see them).
     pub share: bool,
+    /// `history = true`: this server's resources keep a history of their versions (its
+    /// tools, prompts and templates always do); `[daemon] history` by default.
+    pub history: bool,
 }
 
 impl ServerConfig {

@@ -135,6 +135,10 @@ pub(super) struct RawDaemon {
     pub search_timeout: Option<Spanned<String>>,
     pub max_concurrent_searches: Option<Spanned<i64>>,
     pub max_clients: Option<Spanned<i64>>,
+    pub history: Option<bool>,
+    pub history_versions_per_key: Option<Spanned<i64>>,
+    pub history_max_age: Option<Spanned<String>>,
+    pub history_max_bytes: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +173,7 @@ pub(super) struct RawServer {
     /// A server followed through a NATS JetStream key-value bucket instead of MCP.
     pub nats: Option<Spanned<String>>,
     pub bucket: Option<Spanned<String>>,
+    pub history: Option<bool>,
 }
 
 /// The longest fragment of the file an error may quote as the key at fault.

@@ -68,6 +68,7 @@ pub(super) fn server_config(
         protocol_version: protocol_version(source, &server)?,
         mirror: mirror(source, &server)?,
         share: raw.share.unwrap_or(false),
+        history: raw.history.unwrap_or(daemon.history_resources),
     })
 }
 

@@ -9,7 +9,8 @@ use super::values::{count, count_at_most, duration, optional_duration};
 use super::SearchLimits;
 use super::{
     default_max_concurrent_searches, server, Config, ConfigError, DaemonConfig, SocketLimits,
-    SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_KEEP_REMOVED,
+    SyncTimings, WalkLimits, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEBOUNCE, DEFAULT_HISTORY_MAX_AGE,
+    DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_VERSIONS_PER_KEY, DEFAULT_KEEP_REMOVED,
     DEFAULT_MAX_CLIENTS, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_MAX_ITEMS, DEFAULT_MAX_PAGES,
     DEFAULT_MAX_PAGES_WITHOUT_NEW, DEFAULT_MAX_TEMPLATE_BYTES, DEFAULT_MAX_TEMPLATE_EXPRESSIONS,
     DEFAULT_MIN_WALK_INTERVAL, DEFAULT_PING_INTERVAL, DEFAULT_POLL_FLOOR, DEFAULT_POLL_INTERVAL,
@@ -104,6 +105,36 @@ fn daemon_config(source: &SourceFile, raw: &RawDaemon) -> Result<DaemonConfig, C
         keep_removed: raw.keep_removed.unwrap_or(DEFAULT_KEEP_REMOVED),
         log_level: log_level(source, raw)?,
         socket_limits: socket_limits(source, raw)?,
+        history_resources: raw.history.unwrap_or(false),
+        history_bounds: history_bounds(source, raw)?,
+    })
+}
+
+/// The `history_*` bounds of `[daemon]`.
+fn history_bounds(
+    source: &SourceFile,
+    raw: &RawDaemon,
+) -> Result<super::HistoryBounds, ConfigError> {
+    let max_bytes = match &raw.history_max_bytes {
+        None => DEFAULT_HISTORY_MAX_BYTES,
+        Some(spanned) => super::values::parse_size(spanned.get_ref()).map_err(|message| {
+            source.error(&spanned.span(), "daemon.history_max_bytes", message)
+        })?,
+    };
+    Ok(super::HistoryBounds {
+        versions_per_key: count(
+            source,
+            &raw.history_versions_per_key,
+            "daemon.history_versions_per_key",
+            DEFAULT_HISTORY_VERSIONS_PER_KEY,
+        )?,
+        max_age: duration(
+            source,
+            &raw.history_max_age,
+            "daemon.history_max_age",
+            DEFAULT_HISTORY_MAX_AGE,
+        )?,
+        max_bytes,
     })
 }
 

@@ -109,6 +109,7 @@ pub async fn run_with(
             configured: config.servers.iter().map(server_entry).collect(),
             untouched: Vec::new(),
             removed: removed_policy(&config),
+            history_bounds: config.daemon.history_bounds,
         })
         .await
         .context("while recording the configured servers")?;
@@ -507,7 +508,14 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &DaemonContex
     }
     next.daemon.database = current.daemon.database.clone();
     next.daemon.socket = current.daemon.socket.clone();
-    match supervisor.apply(&next.servers, removed_policy(&next)).await {
+    match supervisor
+        .apply(
+            &next.servers,
+            removed_policy(&next),
+            next.daemon.history_bounds,
+        )
+        .await
+    {
         Ok(report) => tracing::info!(
             added = ?report.added,
             removed = ?report.removed,

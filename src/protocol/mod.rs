@@ -4,6 +4,7 @@
 
 mod cursor;
 mod envelope;
+mod history;
 mod index;
 mod kinds;
 pub(crate) mod lines;
@@ -27,6 +28,10 @@ pub use cursor::{
 pub use envelope::{
     CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
     Response, ServerMessage, JSONRPC_VERSION,
+};
+pub use history::{
+    DiffParams, DiffResult, DiffSide, HistoryParams, HistoryResult, HistoryVersion, PathChange,
+    PathValue, ToolChange, DEFAULT_HISTORY_PAGE, MAX_HISTORY_PAGE,
 };
 pub use index::{IndexPhase, IndexStatus, MatchMode};
 pub use kinds::{
@@ -308,6 +313,10 @@ methods! {
     /// Records the current tools and prompts as accepted; drift is measured from them.
     CatalogAccept = "catalog/accept", ServerParams => AcceptResult, Mutating;
     CatalogDrift = "catalog/drift", DriftParams => DriftResult, Filtered;
+    /// One entry's kept versions, newest first.
+    CatalogHistory = "catalog/history", HistoryParams => HistoryResult, Filtered;
+    /// Two versions of one entry compared (default: the previous and the current).
+    CatalogDiff = "catalog/diff", DiffParams => DiffResult, Filtered;
     /// The mirror's own tools (`search_catalog`, `describe_entry`); it never proxies others'.
     ListTools = "tools/list", ListParams => ListToolsResult, NoEntries;
     CallTool = "tools/call", CallToolParams => CallToolResult, Filtered;

@@ -344,7 +344,9 @@ fn page_of(
                     raw: row.raw,
                 })
                 .collect::<Vec<_>>();
-            let next_after = more.then(|| rows.last().map(|row| row.key.clone())).flatten();
+            let next_after = more
+                .then(|| rows.last().map(|row| row.key.clone()))
+                .flatten();
             Ok((rows, next_after))
         }
     }

@@ -217,6 +217,22 @@ async fn dispatch(
             .await?;
             answer::<wire::CatalogDrift>(drift)
         }
+        wire::CatalogHistory::NAME => {
+            let params = params::<wire::CatalogHistory>(raw)?;
+            let history = on_reader(context, move |reader| {
+                crate::answer::history::history(reader, &params, &view)
+            })
+            .await?;
+            answer::<wire::CatalogHistory>(history)
+        }
+        wire::CatalogDiff::NAME => {
+            let params = params::<wire::CatalogDiff>(raw)?;
+            let diff = on_reader(context, move |reader| {
+                crate::answer::history::diff(reader, &params, &view)
+            })
+            .await?;
+            answer::<wire::CatalogDiff>(diff)
+        }
         wire::ListTools::NAME => {
             params::<wire::ListTools>(raw)?;
             answer::<wire::ListTools>(wire::ListToolsResult {

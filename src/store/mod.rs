@@ -3,6 +3,7 @@
 pub(crate) mod entry;
 mod follow;
 mod full_text_search;
+mod history;
 mod index_source;
 mod kinds;
 mod queries;
@@ -25,6 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use follow::{FollowCursor, KeyedEntries};
+pub use history::VersionRow;
 pub use index_source::{
     Entry as IndexEntry, FeedGroups, IndexSource, LoadEvent, LoadFeed, SourceSnapshot,
 };

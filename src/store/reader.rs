@@ -229,6 +229,40 @@ impl Reader {
         kinds::drift(&self.connection, server, after, limit)
     }
 
+    /// Up to `limit` kept versions of an entry older than version `before`, newest first
+    /// (with their bodies when asked); `true` when more follow.
+    #[allow(clippy::too_many_arguments)]
+    pub fn history(
+        &self,
+        kind: Kind,
+        server: &str,
+        key: &str,
+        before: Option<i64>,
+        limit: usize,
+        with_bodies: bool,
+    ) -> Result<(Vec<super::VersionRow>, bool), StoreError> {
+        super::history::versions(
+            &self.connection,
+            kind,
+            server,
+            key,
+            before,
+            limit,
+            with_bodies,
+        )
+    }
+
+    /// One kept version of an entry with its body (`None`: the newest).
+    pub fn history_version(
+        &self,
+        kind: Kind,
+        server: &str,
+        key: &str,
+        version: Option<i64>,
+    ) -> Result<Option<super::VersionRow>, StoreError> {
+        super::history::version(&self.connection, kind, server, key, version)
+    }
+
     /// Whether a server of that name is configured (recorded in the database).
     pub fn server_exists(&self, server: &str) -> Result<bool, StoreError> {
         views::server_exists(&self.connection, server)

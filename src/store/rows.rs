@@ -45,6 +45,8 @@ pub struct ServerEntry {
     pub transport: TransportKind,
     /// The size cap of the server's `resources/read` content cache; `None` turns it off.
     pub read_cache_bytes: Option<u64>,
+    /// `history = true`: the server's resources keep a history of their versions.
+    pub history: bool,
 }
 
 /// Sent to every subscriber after a committed change to the catalog; carries no URIs (the
@@ -142,6 +144,8 @@ pub struct ServerSync {
     pub configured: Vec<ServerEntry>,
     pub untouched: Vec<String>,
     pub removed: RemovedServers,
+    /// The bounds of every kept definition history (`[daemon] history_*`).
+    pub history_bounds: crate::config::HistoryBounds,
 }
 
 /// What a session reports about its server; each variant is one state transition.

@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0008_scopes.sql"),
     include_str!("../../migrations/0009_entry_hashes.sql"),
     include_str!("../../migrations/0010_catalog_generation.sql"),
+    include_str!("../../migrations/0011_history.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {

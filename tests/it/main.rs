@@ -21,6 +21,7 @@ mod faults;
 mod fleet;
 mod fleet_kinds;
 mod help;
+mod history;
 mod hostile_feed;
 mod http_bounds;
 mod http_face;

@@ -82,6 +82,16 @@ fn probes(method: &str) -> Vec<Value> {
         ],
         "catalog/tool" => vec![json!({"server": "kinds", "name": "kinds_private_tool"})],
         "catalog/prompt" => vec![json!({"server": "kinds", "name": "kinds_public_prompt"})],
+        "catalog/history" => vec![
+            json!({"kind": "tool", "server": "kinds", "key": "kinds_private_tool", "includeDefinitions": true}),
+            json!({"kind": "template", "server": "secret", "key": "fixture://secret/docs/{id}.md", "includeDefinitions": true}),
+            json!({"kind": "template", "server": "kinds", "key": "fixture://kinds/docs/{id}.md", "includeDefinitions": true}),
+            json!({"kind": "prompt", "server": "kinds", "key": "kinds_public_prompt", "includeDefinitions": true}),
+        ],
+        "catalog/diff" => vec![
+            json!({"kind": "tool", "server": "kinds", "key": "kinds_private_tool"}),
+            json!({"kind": "template", "server": "secret", "key": "fixture://secret/docs/{id}.md"}),
+        ],
         "tools/call" => vec![
             json!({"name": "search_catalog", "arguments": {"query": "kinds_private_tool"}}),
             json!({"name": "search_catalog", "arguments": {"query": "document", "limit": 50}}),

@@ -28,6 +28,7 @@ fn sync(configured: Vec<ServerEntry>) -> ServerSync {
         configured,
         untouched: Vec::new(),
         removed: RemovedServers::Drop,
+        history_bounds: Default::default(),
     }
 }
 
@@ -63,12 +64,14 @@ async fn the_feed_brings_the_index_up_to_date() {
                 priority: docs,
                 transport: crate::protocol::TransportKind::Stdio,
                 read_cache_bytes: None,
+                history: false,
             },
             ServerEntry {
                 name: "wiki".into(),
                 priority: 50,
                 transport: crate::protocol::TransportKind::Stdio,
                 read_cache_bytes: None,
+                history: false,
             },
         ]
     };
@@ -176,6 +179,7 @@ async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole()
             priority: 10,
             transport: crate::protocol::TransportKind::Stdio,
             read_cache_bytes: None,
+            history: false,
         }]))
         .await
         .expect("servers");
@@ -291,6 +295,7 @@ async fn every_kind_reaches_the_index_through_the_feed() {
             priority: 10,
             transport: crate::protocol::TransportKind::Stdio,
             read_cache_bytes: None,
+            history: false,
         }]))
         .await
         .expect("servers");

@@ -7,6 +7,7 @@
 
 use rusqlite::params;
 
+use super::history;
 use super::{advance_generation, execute, prune_changes, query_one, server_id, CHANGES_PER_SWAP};
 use crate::protocol::{ChangeKind, Kind, ServerState};
 use crate::store::kinds::changed_fields;
@@ -144,6 +145,7 @@ pub(super) fn swap_entries_in(
                     insert.execute(params![staged_row, server_id, kind])?;
                     index.execute(params![transaction.last_insert_rowid(), inputs])?;
                     swap.added += 1;
+                    history::record_version(transaction, server_id, kind, &name, &raw, now)?;
                     record(ChangeKind::Added, &name, None)?;
                 }
                 Some(id) => {
@@ -152,6 +154,8 @@ pub(super) fn swap_entries_in(
                     unindex.execute([id])?;
                     index.execute(params![id, inputs])?;
                     swap.changed += 1;
+                    history::seed_version(transaction, server_id, kind, &name, &before, now)?;
+                    history::record_version(transaction, server_id, kind, &name, &raw, now)?;
                     let fields = serde_json::to_string(&changed_fields(&before, &raw))
                         .unwrap_or_else(|_| "[]".into());
                     record(ChangeKind::Changed, &name, Some(fields))?;
@@ -175,6 +179,7 @@ pub(super) fn swap_entries_in(
             delete.execute([id])?;
             unindex.execute([id])?;
             swap.removed += 1;
+            history::close_version(transaction, server_id, kind, &name, now)?;
             record(ChangeKind::Removed, &name, None)?;
         }
     }
@@ -200,6 +205,7 @@ pub(super) fn swap_entries_in(
             ],
         )?;
     }
+    history::prune_batch(transaction, now)?;
     transaction.execute(
         "INSERT INTO entry_snapshots (server_id, kind, snapshot_at, count) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (server_id, kind) DO UPDATE SET snapshot_at = excluded.snapshot_at, count = excluded.count",

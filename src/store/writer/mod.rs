@@ -19,6 +19,7 @@ mod delta;
 mod entry_swap;
 mod feed;
 pub(super) mod full_text;
+mod history;
 mod index_tee;
 mod ops;
 mod pending;

@@ -143,6 +143,9 @@ const SERVER_TABLES: &[&str] = &[
     "entry_snapshots",
     "accepted_entries",
     "accepted_servers",
+    // Only its tools', prompts' and templates' versions (bounded per key): a server with no
+    // resources has recorded none of theirs.
+    "history_versions",
 ];
 
 /// The swap of a first load (`PendingLoad`): its rows are already in `resources` under the

@@ -45,6 +45,12 @@ pub(super) fn sync_servers(
                 upsert.execute(starting)?;
             }
         }
+        let mut history = transaction
+            .prepare_cached("UPDATE servers SET history_resources = ?2 WHERE name = ?1")?;
+        for server in servers {
+            history.execute(params![server.name, server.history])?;
+        }
+        super::history::write_bounds(&transaction, &sync.history_bounds)?;
         // A cache turned off in the configuration frees its space.
         transaction.execute(
             "DELETE FROM read_cache WHERE server_id IN

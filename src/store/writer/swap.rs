@@ -9,6 +9,7 @@ use super::entry_swap::OVERSIZED_ENTRIES;
 use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
+use super::history;
 use super::staged::StagedCounts;
 use super::{
     advance_generation, execute, prune_changes, query_one, record_truncated, server_id,
@@ -232,12 +233,20 @@ pub(super) fn apply_diff(
     server: &str,
     now: i64,
 ) -> Result<AppliedDiff, StoreError> {
+    let kept = history::resources_kept(transaction, diff.server_id)?;
+    if kept {
+        history::resources_before(transaction, diff.server_id, now, REMOVED)?;
+    }
     let recorded_before = record_removed_and_changed(transaction, server, now)?;
     retire_old_rows(transaction, diff)?;
     update_changed_rows(transaction, diff)?;
     hash_unhashed_rows(transaction, diff)?;
     rehash_same_rows(transaction, diff)?;
     let highest_old_id = insert_added_rows(transaction, diff)?;
+    if kept {
+        history::resources_after(transaction, diff.server_id, now, CHANGED, highest_old_id)?;
+    }
+    history::prune_batch(transaction, now)?;
     index_new_text(transaction, diff, highest_old_id)?;
     let recorded_added = record_added(transaction, server, now, recorded_before, highest_old_id)?;
     record_truncated(
@@ -529,6 +538,36 @@ pub(super) fn replace_templates(
         }
     }
     changes.sort_by(|a, b| a.1.cmp(b.1));
+    for (change, uri_template, _) in &changes {
+        let server_id = diff.server_id;
+        match (change, after.get(*uri_template), before.get(*uri_template)) {
+            (ChangeKind::Removed, _, _) => {
+                history::close_version(transaction, server_id, Kind::Template, uri_template, now)?
+            }
+            (_, Some((_, body)), previous) => {
+                if let Some((_, previous_body)) = previous {
+                    let key = *uri_template;
+                    history::seed_version(
+                        transaction,
+                        server_id,
+                        Kind::Template,
+                        key,
+                        previous_body,
+                        now,
+                    )?;
+                }
+                history::record_version(
+                    transaction,
+                    server_id,
+                    Kind::Template,
+                    uri_template,
+                    body,
+                    now,
+                )?
+            }
+            _ => {}
+        }
+    }
     {
         let mut feed = transaction.prepare_cached(
             "INSERT INTO changes (at, server, kind, entry_kind, uri, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

@@ -20,10 +20,12 @@ fn configured(names: &[&str]) -> ServerSync {
                 priority: 0,
                 transport: TransportKind::Stdio,
                 read_cache_bytes: None,
+                history: false,
             })
             .collect(),
         untouched: Vec::new(),
         removed: RemovedServers::Drop,
+        history_bounds: Default::default(),
     }
 }
 

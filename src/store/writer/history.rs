@@ -1,0 +1,263 @@
+//! Definition history: each distinct version of an entry, written in the transaction of the swap that changed the snapshot, and pruned in bounded batches.
+//!
+//! The swaps call in with small hooks: `record_version` for an added or changed entry (with
+//! `seed_version` first when a changed entry has no history yet, so its first change already
+//! has a previous version to compare with), and `close_version` for a removed one. A body is
+//! stored once per digest (XXH3-128 of its text), so a flip-flop back to an old body adds a
+//! version row pointing at the body already kept. `prune_batch` runs once per swap.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::config::HistoryBounds;
+use crate::protocol::Kind;
+use crate::store::StoreError;
+
+/// The most versions one prune statement deletes: a swap's share of pruning stays small, and
+/// what remains goes with the next swaps.
+const PRUNE_BATCH: i64 = 500;
+
+/// A version that pruning may remove: not the entry's current one, nor the body a user
+/// accepted for it (`catalog/accept`, drift's reference).
+const DELETABLE: &str = "v.last_seen IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM accepted_entries a JOIN history_bodies b ON b.digest = v.digest
+        WHERE a.server_id = v.server_id AND a.kind = v.kind AND a.name = v.key AND a.raw = b.body)";
+
+/// The digest a body is kept under: 32 hex digits of its XXH3-128.
+fn body_digest(body: &str) -> String {
+    format!("{:032x}", xxh3_128(body.as_bytes()))
+}
+
+/// Records `body` as the current version of (server, kind, key) at `now`, unless it already
+/// is: the previous current version is closed, the body stored if its digest is new.
+pub(super) fn record_version(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    kind: Kind,
+    key: &str,
+    body: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    let digest = body_digest(body);
+    let current: Option<(i64, String)> = transaction
+        .prepare_cached(
+            "SELECT id, digest FROM history_versions
+             WHERE server_id = ?1 AND kind = ?2 AND key = ?3 AND last_seen IS NULL
+             ORDER BY id DESC LIMIT 1",
+        )?
+        .query_row(params![server_id, kind, key], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
+    if let Some((id, current_digest)) = current {
+        if current_digest == digest {
+            return Ok(());
+        }
+        transaction
+            .prepare_cached("UPDATE history_versions SET last_seen = ?2 WHERE id = ?1")?
+            .execute(params![id, now])?;
+    }
+    insert_version(transaction, server_id, kind, key, &digest, body, now)?;
+    prune_key(transaction, server_id, kind, key)
+}
+
+/// Records `body` as the entry's current version when the entry has no history at all (it
+/// was stored before history was kept): its change, recorded next, then closes it.
+pub(super) fn seed_version(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    kind: Kind,
+    key: &str,
+    body: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    let known: bool = transaction
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM history_versions
+                            WHERE server_id = ?1 AND kind = ?2 AND key = ?3)",
+        )?
+        .query_row(params![server_id, kind, key], |row| row.get(0))?;
+    if !known {
+        insert_version(
+            transaction,
+            server_id,
+            kind,
+            key,
+            &body_digest(body),
+            body,
+            now,
+        )?;
+    }
+    Ok(())
+}
+
+fn insert_version(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    kind: Kind,
+    key: &str,
+    digest: &str,
+    body: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    transaction
+        .prepare_cached(
+            "INSERT INTO history_bodies (digest, body, bytes) VALUES (?1, ?2, ?3)
+             ON CONFLICT (digest) DO NOTHING",
+        )?
+        .execute(params![digest, body, body.len() as i64])?;
+    transaction
+        .prepare_cached(
+            "INSERT INTO history_versions (server_id, kind, key, digest, first_seen)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![server_id, kind, key, digest, now])?;
+    Ok(())
+}
+
+/// The entry is no longer listed: its current version is closed at `now`.
+pub(super) fn close_version(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    kind: Kind,
+    key: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    transaction
+        .prepare_cached(
+            "UPDATE history_versions SET last_seen = ?4
+             WHERE server_id = ?1 AND kind = ?2 AND key = ?3 AND last_seen IS NULL",
+        )?
+        .execute(params![server_id, kind, key, now])?;
+    Ok(())
+}
+
+/// Whether the server's resources keep a history (`history = true`).
+pub(super) fn resources_kept(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+) -> Result<bool, StoreError> {
+    Ok(transaction
+        .prepare_cached("SELECT history_resources FROM servers WHERE id = ?1")?
+        .query_row([server_id], |row| row.get::<_, i64>(0))
+        .optional()?
+        .is_some_and(|kept| kept != 0))
+}
+
+/// Before a swap changes a kept server's resources: removed ones are closed, changed ones
+/// without a history get their old body as the version the change replaces (`swap_ids` rows
+/// of kind `removed_kind` are the removed ones, the others changed). Rows are read one at a
+/// time, never held together.
+pub(super) fn resources_before(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    now: i64,
+    removed_kind: i64,
+) -> Result<(), StoreError> {
+    let mut rows = transaction.prepare_cached(
+        "SELECT x.kind, r.uri, r.raw FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id",
+    )?;
+    let mut rows = rows.query([])?;
+    while let Some(row) = rows.next()? {
+        let uri: String = row.get(1)?;
+        if row.get::<_, i64>(0)? == removed_kind {
+            close_version(transaction, server_id, Kind::Resource, &uri, now)?;
+        } else {
+            let body: String = row.get(2)?;
+            seed_version(transaction, server_id, Kind::Resource, &uri, &body, now)?;
+        }
+    }
+    Ok(())
+}
+
+/// After a swap changed a kept server's resources: the changed ones (`swap_ids` rows of kind
+/// `changed_kind`) and the added ones (ids above `highest_old_id`) are recorded.
+pub(super) fn resources_after(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    now: i64,
+    changed_kind: i64,
+    highest_old_id: i64,
+) -> Result<(), StoreError> {
+    let mut rows = transaction.prepare_cached(
+        "SELECT r.uri, r.raw FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
+         WHERE x.kind = ?1
+         UNION ALL
+         SELECT uri, raw FROM resources WHERE id > ?2 AND server_id = ?3",
+    )?;
+    let mut rows = rows.query(params![changed_kind, highest_old_id, server_id])?;
+    while let Some(row) = rows.next()? {
+        let uri: String = row.get(0)?;
+        let body: String = row.get(1)?;
+        record_version(transaction, server_id, Kind::Resource, &uri, &body, now)?;
+    }
+    Ok(())
+}
+
+/// Keeps the newest `versions_per_key` versions of one entry (and any older protected one).
+fn prune_key(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    kind: Kind,
+    key: &str,
+) -> Result<(), StoreError> {
+    transaction
+        .prepare_cached(&format!(
+            "DELETE FROM history_versions WHERE id IN (
+                 SELECT v.id FROM (SELECT * FROM history_versions
+                                   WHERE server_id = ?1 AND kind = ?2 AND key = ?3
+                                   ORDER BY id DESC LIMIT -1
+                                   OFFSET (SELECT versions_per_key FROM history_settings WHERE id = 1)) v
+                 WHERE {DELETABLE} LIMIT ?4)"
+        ))?
+        .execute(params![server_id, kind, key, PRUNE_BATCH])?;
+    Ok(())
+}
+
+/// One bounded batch of pruning by age and by the bodies' total size, oldest first; called
+/// once per swap, in its transaction. Returns how many versions went.
+pub(super) fn prune_batch(transaction: &Transaction<'_>, now: i64) -> Result<u64, StoreError> {
+    let by_age = transaction
+        .prepare_cached(&format!(
+            "DELETE FROM history_versions WHERE id IN (
+                 SELECT v.id FROM history_versions v INDEXED BY history_by_last_seen
+                 WHERE v.last_seen IS NOT NULL
+                   AND v.last_seen < ?1 - (SELECT max_age_ms FROM history_settings WHERE id = 1)
+                   AND {DELETABLE}
+                 LIMIT ?2)"
+        ))?
+        .execute(params![now, PRUNE_BATCH])? as u64;
+    let over: bool = transaction
+        .prepare_cached("SELECT total_bytes > max_bytes FROM history_settings WHERE id = 1")?
+        .query_row([], |row| row.get(0))?;
+    let by_size = if over {
+        transaction
+            .prepare_cached(&format!(
+                "DELETE FROM history_versions WHERE id IN (
+                     SELECT v.id FROM history_versions v INDEXED BY history_by_last_seen
+                     WHERE v.last_seen IS NOT NULL AND {DELETABLE}
+                     ORDER BY v.last_seen LIMIT ?1)"
+            ))?
+            .execute([PRUNE_BATCH])? as u64
+    } else {
+        0
+    };
+    Ok(by_age + by_size)
+}
+
+/// Writes the configured bounds (a configuration sync), so every swap prunes by them.
+pub(super) fn write_bounds(
+    transaction: &Transaction<'_>,
+    bounds: &HistoryBounds,
+) -> Result<(), StoreError> {
+    transaction.execute(
+        "UPDATE history_settings SET versions_per_key = ?1, max_age_ms = ?2, max_bytes = ?3
+         WHERE id = 1",
+        params![
+            bounds.versions_per_key.min(i64::MAX as u64) as i64,
+            bounds.max_age.as_millis().min(i64::MAX as u128) as i64,
+            bounds.max_bytes.min(i64::MAX as u64) as i64
+        ],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! Every definition's history (issue 34): a fixture server changes a tool's definition and the daemon keeps each version, reuses a flip-flop's body, prunes by count, and diffs versions in a client's words, through the socket and the CLI.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{open_database, run_cli, stdio_server, wait_for, Daemon, Scratch};
+
+/// The `weather` tool with these input properties and required names.
+fn weather(properties: Value, required: Value) -> Value {
+    json!({
+        "tools": [{
+            "name": "weather",
+            "description": "Forecasts the weather",
+            "inputSchema": {"type": "object", "properties": properties, "required": required}
+        }]
+    })
+}
+
+fn history(daemon: &Daemon) -> Vec<Value> {
+    let answer = daemon.connect().request(
+        "catalog/history",
+        json!({"kind": "tool", "server": "fx", "key": "weather", "includeDefinitions": true}),
+    );
+    answer["result"]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Writes the scenario and waits until the newest kept version is its tool.
+fn change_to(daemon: &Daemon, scratch: &Scratch, scenario: &Value, versions: usize) -> Vec<Value> {
+    scratch.write_scenario("scenario.json", scenario);
+    wait_for("the new version", Duration::from_secs(30), || {
+        let versions_now = history(daemon);
+        (versions_now.len() == versions && versions_now[0]["definition"] == scenario["tools"][0])
+            .then_some(versions_now)
+    })
+}
+
+#[test]
+fn a_changing_tool_keeps_its_versions_reuses_bodies_prunes_by_count_and_diffs_plainly() {
+    let scratch = Scratch::new();
+    let city = json!({"city": {"type": "string"}});
+    let first = weather(city.clone(), json!(["city"]));
+    let path = scratch.write_scenario("scenario.json", &first);
+    let server = stdio_server(
+        "fx",
+        &["--name", "fx", "--scenario", &path.display().to_string()],
+    );
+    let config = scratch.write(
+        "daemon.toml",
+        &format!(
+            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\nhistory_versions_per_key = 4\n\n{server}",
+            scratch.path("catalog.db").display(),
+            scratch.path("mirror.sock").display(),
+        ),
+    );
+    let daemon = Daemon::start(&scratch, &config);
+    let versions = wait_for("the first version", Duration::from_secs(30), || {
+        let versions = history(&daemon);
+        (versions.len() == 1).then_some(versions)
+    });
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+    assert!(versions[0].get("lastSeenMs").is_none(), "{versions:?}");
+
+    // B: a parameter added; C: that parameter made required and retyped.
+    let second = weather(
+        json!({"city": {"type": "string"}, "days": {"type": "integer"}}),
+        json!(["city"]),
+    );
+    change_to(&daemon, &scratch, &second, 2);
+    let third = weather(
+        json!({"city": {"type": "string"}, "days": {"type": "string"}}),
+        json!(["city", "days"]),
+    );
+    let versions = change_to(&daemon, &scratch, &third, 3);
+    // Newest first, each closed when the next was seen.
+    let numbers: Vec<i64> = versions
+        .iter()
+        .map(|v| v["version"].as_i64().unwrap())
+        .collect();
+    assert!(
+        numbers.windows(2).all(|pair| pair[0] > pair[1]),
+        "{numbers:?}"
+    );
+    assert_eq!(versions[1]["current"], false);
+    assert!(
+        versions[1]["lastSeenMs"].as_i64().unwrap() >= versions[1]["firstSeenMs"].as_i64().unwrap()
+    );
+
+    // The default diff: the previous version against the current one, in a client's words.
+    let diff = daemon.call(
+        "catalog/diff",
+        json!({"kind": "tool", "server": "fx", "key": "weather"}),
+    );
+    assert_eq!(
+        diff["toolChanges"],
+        json!([
+            {"change": "madeRequired", "parameter": "days"},
+            {"change": "typeChanged", "parameter": "days", "from": "integer", "to": "string"}
+        ]),
+        "{diff}"
+    );
+    assert!(
+        diff["changed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["path"] == "/inputSchema/properties/days/type"),
+        "{diff}"
+    );
+    // An older pair: the parameter added.
+    let diff = daemon.call(
+        "catalog/diff",
+        json!({"kind": "tool", "server": "fx", "key": "weather", "from": numbers[2], "to": numbers[1]}),
+    );
+    assert_eq!(
+        diff["toolChanges"],
+        json!([{"change": "parameterAdded", "parameter": "days", "required": false}]),
+        "{diff}"
+    );
+    assert_eq!(
+        diff["added"][0]["path"], "/inputSchema/properties/days",
+        "{diff}"
+    );
+
+    // The CLI: readable, and JSON with --json.
+    let output = run_cli(&daemon.socket, &["diff", "tool", "fx/weather"]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("parameter `days` made required"), "{text}");
+    assert!(
+        text.contains("parameter `days` type changed from \"integer\" to \"string\""),
+        "{text}"
+    );
+    let output = run_cli(&daemon.socket, &["history", "tool", "fx/weather", "--json"]);
+    let listed: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(listed["versions"].as_array().unwrap().len(), 3, "{listed}");
+    let output = run_cli(&daemon.socket, &["history", "tool", "fx/weather"]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("current") && text.contains("VERSION"),
+        "{text}"
+    );
+
+    // A flip-flop back to the first body: a new version pointing at the body already kept.
+    let bodies = |daemon: &Daemon| -> (i64, i64) {
+        open_database(&daemon.database)
+            .query_row(
+                "SELECT count(*), (SELECT count(*) FROM history_bodies WHERE digest IN
+                     (SELECT digest FROM history_versions WHERE kind = 'tool' AND key = 'weather'))
+                 FROM history_bodies",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .expect("count")
+    };
+    let (all_before, _) = bodies(&daemon);
+    let versions = change_to(&daemon, &scratch, &first, 4);
+    assert_eq!(versions[0]["digest"], versions[3]["digest"], "{versions:?}");
+    assert_ne!(versions[0]["version"], versions[3]["version"]);
+    assert_eq!(
+        bodies(&daemon),
+        (all_before, 3),
+        "the flip-flop stored no new body"
+    );
+
+    // A fifth version over a bound of four: the oldest goes, its body stays (the newest uses it).
+    let fifth = weather(json!({"place": {"type": "string"}}), json!(["place"]));
+    let versions = change_to(&daemon, &scratch, &fifth, 4);
+    let kept: Vec<i64> = versions
+        .iter()
+        .map(|v| v["version"].as_i64().unwrap())
+        .collect();
+    assert!(
+        !kept.contains(&numbers[2]),
+        "the oldest version was pruned: {kept:?}"
+    );
+    assert_eq!(bodies(&daemon), (all_before + 1, 4));
+    let diff = daemon.call(
+        "catalog/diff",
+        json!({"kind": "tool", "server": "fx", "key": "weather"}),
+    );
+    assert_eq!(
+        diff["toolChanges"],
+        json!([
+            {"change": "parameterAdded", "parameter": "place", "required": true},
+            {"change": "parameterRemoved", "parameter": "city"}
+        ]),
+        "{diff}"
+    );
+}
+
+#[test]
+fn resources_keep_a_history_only_where_history_is_on() {
+    let scratch = Scratch::new();
+    let resource = |description: &str| json!({"resources": [{"uri": "fixture://r/a", "name": "a", "description": description}]});
+    let kept_path = scratch.write_scenario("kept.json", &resource("one"));
+    let plain_path = scratch.write_scenario("plain.json", &resource("one"));
+    let kept = stdio_server(
+        "kept",
+        &[
+            "--name",
+            "kept",
+            "--scenario",
+            &kept_path.display().to_string(),
+        ],
+    );
+    let plain = stdio_server(
+        "plain",
+        &[
+            "--name",
+            "plain",
+            "--scenario",
+            &plain_path.display().to_string(),
+        ],
+    );
+    let config = scratch.config(&format!("{}\nhistory = true\n\n{plain}", kept.trim_end()));
+    let daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("kept", 1);
+    daemon.wait_for_walks("plain", 1);
+    scratch.write_scenario("kept.json", &resource("two"));
+    scratch.write_scenario("plain.json", &resource("two"));
+    let ask = |server: &str| {
+        daemon.connect().request(
+            "catalog/history",
+            json!({"kind": "resource", "server": server, "key": "fixture://r/a", "includeDefinitions": true}),
+        )
+    };
+    // The first load is not recorded; the first change records the body it replaces too.
+    let versions = wait_for("the resource's versions", Duration::from_secs(30), || {
+        let answer = ask("kept");
+        let versions = answer["result"]["versions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        (versions.len() == 2).then_some(versions)
+    });
+    assert_eq!(
+        versions[0]["definition"]["description"], "two",
+        "{versions:?}"
+    );
+    assert_eq!(
+        versions[1]["definition"]["description"], "one",
+        "{versions:?}"
+    );
+    wait_for("the plain server's change", Duration::from_secs(30), || {
+        let listed = daemon
+            .call("catalog/list", json!({"server": "plain"}))
+            .to_string();
+        listed.contains("\"two\"").then_some(())
+    });
+    assert!(
+        ask("plain").get("error").is_some(),
+        "no history where it is off"
+    );
+}
