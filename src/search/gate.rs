@@ -115,7 +115,7 @@ impl SearchClient {
     fn is_limited(&self, threshold: f64) -> bool {
         lock(&self.0)
             .average_search
-            .is_none_or(|average| average > threshold)
+            .map_or(true, |average| average > threshold)
     }
 
     fn add(&self, used: Duration) {
