@@ -60,16 +60,10 @@ pub(crate) async fn search_catalog(
         mode: arguments.mode,
         ..wire::SearchParams::default()
     };
-    let search = params
-        .into_kinds_request()
-        .map_err(|error| invalid(error.0))?;
-    let result = crate::answer::search::search_kinds(search, context).await?;
+    // The one door of every search: counted in the histogram, filtered to the view there.
+    let result = crate::answer::search::catalog_search(context, params, view).await?;
     let mut hits = Vec::with_capacity(result.results.len());
     for hit in result.results {
-        // A scoped client sees only what its view allows.
-        if !view.sees(&hit.server, hit.kind) {
-            continue;
-        }
         // A tool's definition as its server listed it: what a host registers natively.
         let definition = match (arguments.definitions, hit.kind) {
             (Some(true), Kind::Tool | Kind::Prompt) => {

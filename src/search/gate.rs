@@ -16,7 +16,12 @@
 //! client used the least, and clients whose searches take more than `HEAVY_SEARCH` (or half the
 //! `search_timeout`) on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
 //! slots, so one slot is always left for everyone else. A busy client of quick searches is not
-//! heavy: many searches are not what holds slots. One client may have at most `max_concurrent`
+//! heavy: many searches are not what holds slots. A client that has finished no search yet (a
+//! fresh connection) has no average to judge, and sixteen fresh connections each sending one
+//! raw search took both slots and the whole queue from a client looping quick searches; so a
+//! new client counts with the heavy ones (`SearchClient::is_limited`) until its first search
+//! ends: the smallest share, never the slot left for established clients. The limited clients'
+//! waiters also leave `max_concurrent` places of the queue to the others. One client may have at most `max_concurrent`
 //! searches waiting; past that its own searches are refused "busy", so a client asking many at
 //! once (the HTTP face's, one per identity) cannot fill the queue before others. The client of
 //! a search comes from the task-local `CURRENT_CLIENT` that `socket::answer_request` sets around
@@ -105,10 +110,12 @@ impl SearchClient {
         lock(&self.0).decayed(now)
     }
 
-    fn is_heavy(&self, threshold: f64) -> bool {
+    /// Whether this client shares the heavy clients' slots: its searches take longer than
+    /// `threshold` on average, or it has finished none yet, so nothing says they are quick.
+    fn is_limited(&self, threshold: f64) -> bool {
         lock(&self.0)
             .average_search
-            .is_some_and(|average| average > threshold)
+            .map_or(true, |average| average > threshold)
     }
 
     fn add(&self, used: Duration) {
@@ -164,6 +171,7 @@ struct Queue {
 struct Waiter {
     ticket: u64,
     client: SearchClient,
+    /// Heavy or new (`SearchClient::is_limited`).
     heavy: bool,
     grant: oneshot::Sender<Slot>,
 }
@@ -310,7 +318,7 @@ impl SearchGate {
     async fn acquire_for(&self, client: SearchClient) -> Result<SearchPermit, GateError> {
         let shared = &self.shared;
         let max_waiting = self.limits.max_concurrent * QUEUED_PER_SLOT;
-        let heavy = client.is_heavy(shared.heavy_search);
+        let heavy = client.is_limited(shared.heavy_search);
         let (grant, mut granted) = oneshot::channel();
         let ticket = {
             let mut queue = lock(&shared.queue);
@@ -321,7 +329,14 @@ impl SearchGate {
                 .iter()
                 .filter(|waiter| waiter.client.is(&client))
                 .count();
-            if queue.waiters.len() >= max_waiting || waiting_of_client >= self.limits.max_concurrent
+            // Heavy and new clients together leave `max_concurrent` places to the others, so a
+            // flood of fresh connections cannot fill the queue before an established client.
+            let limited_full = heavy
+                && queue.waiters.iter().filter(|waiter| waiter.heavy).count()
+                    >= max_waiting - self.limits.max_concurrent;
+            if queue.waiters.len() >= max_waiting
+                || waiting_of_client >= self.limits.max_concurrent
+                || limited_full
             {
                 shared.refused_busy.fetch_add(1, Ordering::Relaxed);
                 return Err(GateError::Busy {
@@ -384,18 +399,25 @@ impl SearchGate {
 mod tests {
     use super::*;
 
+    /// A client that has finished one quick search, so neither new nor heavy.
+    fn established() -> SearchClient {
+        let client = SearchClient::default();
+        client.add(Duration::from_millis(1));
+        client
+    }
+
     #[tokio::test]
     async fn admits_up_to_the_cap_queues_a_bounded_number_and_refuses_the_rest() {
         let gate = SearchGate::new(SearchLimits {
             timeout: Duration::from_millis(200),
             max_concurrent: 2,
         });
-        let first = gate.acquire().await.expect("first");
-        let _second = gate.acquire().await.expect("second");
+        let first = gate.acquire_for(established()).await.expect("first");
+        let _second = gate.acquire_for(established()).await.expect("second");
         // A third waits; the slot of the first comes free while it waits.
         let waiter = tokio::spawn({
             let gate = gate.clone();
-            async move { gate.acquire().await.map(|_| ()) }
+            async move { gate.acquire_for(established()).await.map(|_| ()) }
         });
         let deadline = Instant::now() + Duration::from_secs(5);
         while gate.activity().waiting < 1 {
@@ -406,8 +428,12 @@ mod tests {
         waiter.await.expect("join").expect("admitted after waiting");
         assert_eq!(gate.activity().peak_running, 2);
         // With both slots held, a waiter gives up after the timeout.
-        let _third = gate.acquire().await.expect("third");
-        let refused = gate.acquire().await.map(|_| ()).expect_err("no slot");
+        let _third = gate.acquire_for(established()).await.expect("third");
+        let refused = gate
+            .acquire_for(established())
+            .await
+            .map(|_| ())
+            .expect_err("no slot");
         assert!(matches!(refused, GateError::WaitedTooLong(_)), "{refused}");
         assert_eq!(gate.activity().waiting, 0);
         assert_eq!(gate.activity().running, 2);
@@ -419,11 +445,11 @@ mod tests {
             timeout: Duration::from_secs(30),
             max_concurrent: 1,
         });
-        let _held = gate.acquire().await.expect("held");
+        let _held = gate.acquire_for(established()).await.expect("held");
         let waiters: Vec<_> = (0..QUEUED_PER_SLOT)
             .map(|_| {
                 let gate = gate.clone();
-                tokio::spawn(async move { gate.acquire().await.map(|_| ()) })
+                tokio::spawn(async move { gate.acquire_for(established()).await.map(|_| ()) })
             })
             .collect();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -432,7 +458,11 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let started = Instant::now();
-        let refused = gate.acquire().await.map(|_| ()).expect_err("queue full");
+        let refused = gate
+            .acquire_for(established())
+            .await
+            .map(|_| ())
+            .expect_err("queue full");
         assert!(matches!(refused, GateError::Busy { .. }), "{refused}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(gate.activity().refused_busy, 1);
@@ -445,7 +475,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             max_concurrent: 2,
         });
-        let greedy = SearchClient::default();
+        let greedy = established();
         let _running: Vec<SearchPermit> = vec![
             gate.acquire_for(greedy.clone()).await.expect("first"),
             gate.acquire_for(greedy.clone()).await.expect("second"),
@@ -471,7 +501,7 @@ mod tests {
         // Another client still queues.
         let other = tokio::spawn({
             let gate = gate.clone();
-            async move { gate.acquire_for(SearchClient::default()).await.map(|_| ()) }
+            async move { gate.acquire_for(established()).await.map(|_| ()) }
         });
         while gate.activity().waiting < 3 {
             assert!(Instant::now() < deadline, "the other client never queued");
@@ -520,7 +550,7 @@ mod tests {
         }
         assert_eq!(gate.activity().running, 1);
         // A light client takes the slot kept free at once.
-        let light = SearchClient::default();
+        let light = established();
         let light_permit = gate.acquire_for(light.clone()).await.expect("light");
         assert_eq!(gate.activity().running, 2);
         // A third heavy client queues behind the second; a light one queued after both is
@@ -541,7 +571,7 @@ mod tests {
             let gate = gate.clone();
             let order_sender = order_sender.clone();
             async move {
-                let permit = gate.acquire_for(SearchClient::default()).await;
+                let permit = gate.acquire_for(established()).await;
                 let _ = order_sender.send("light");
                 permit.map(|_| ())
             }
@@ -559,5 +589,100 @@ mod tests {
         drop(first);
         second.await.expect("join").expect("second heavy admitted");
         third.await.expect("join").expect("third heavy admitted");
+    }
+
+    #[tokio::test]
+    async fn fresh_clients_take_neither_the_last_slot_nor_the_queue_of_an_established_one() {
+        let gate = SearchGate::new(SearchLimits {
+            timeout: Duration::from_secs(30),
+            max_concurrent: 2,
+        });
+        let looping = established();
+        // Sixteen fresh clients, one search each (the sixteen new socket connections):
+        // one runs, the queue keeps room for the others, the rest are refused at once.
+        let mut fresh_running = Vec::new();
+        let mut fresh_waiting = Vec::new();
+        let mut fresh_refused = 0;
+        for _ in 0..16 {
+            let (fresh_gate, client) = (gate.clone(), SearchClient::default());
+            let attempt = tokio::spawn(async move { fresh_gate.acquire_for(client).await });
+            tokio::task::yield_now().await;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let settled = loop {
+                if attempt.is_finished() {
+                    break true;
+                }
+                let activity = gate.activity();
+                if activity.running + activity.waiting > fresh_running.len() + fresh_waiting.len() {
+                    break false;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "a fresh client neither ran nor queued"
+                );
+                tokio::task::yield_now().await;
+            };
+            if settled {
+                match attempt.await.expect("join") {
+                    Ok(permit) => fresh_running.push(permit),
+                    Err(GateError::Busy { .. }) => fresh_refused += 1,
+                    Err(other) => panic!("{other}"),
+                }
+            } else {
+                fresh_waiting.push(attempt);
+            }
+        }
+        assert_eq!(
+            fresh_running.len(),
+            1,
+            "fresh clients share the heavy clients' slots"
+        );
+        assert_eq!(fresh_waiting.len(), 2 * QUEUED_PER_SLOT - 2);
+        assert_eq!(fresh_refused, 16 - 1 - (2 * QUEUED_PER_SLOT - 2));
+        // The established client takes the slot left at once, again and again.
+        for _ in 0..5 {
+            let permit = tokio::time::timeout(
+                Duration::from_millis(500),
+                gate.acquire_for(looping.clone()),
+            )
+            .await
+            .expect("the established client waited")
+            .expect("the established client was refused");
+            drop(permit);
+        }
+        // With the slot held by another established client, it still finds a place to wait.
+        let other = gate
+            .acquire_for(established())
+            .await
+            .expect("the other one");
+        let waiting = tokio::spawn({
+            let (gate, client) = (gate.clone(), looping.clone());
+            async move { gate.acquire_for(client).await.map(|_| ()) }
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while gate.activity().waiting < fresh_waiting.len() + 1 {
+            assert!(!waiting.is_finished(), "refused: {:?}", waiting.await);
+            assert!(
+                Instant::now() < deadline,
+                "the established client never queued"
+            );
+            tokio::task::yield_now().await;
+        }
+        // It goes before the fresh clients queued ahead of it when the established slot frees.
+        drop(other);
+        waiting.await.expect("join").expect("admitted");
+        fresh_waiting.iter().for_each(|waiter| waiter.abort());
+    }
+
+    #[tokio::test]
+    async fn a_client_is_new_until_its_first_search_ends() {
+        let gate = SearchGate::new(SearchLimits {
+            timeout: Duration::from_secs(30),
+            max_concurrent: 2,
+        });
+        let client = SearchClient::default();
+        assert!(client.is_limited(gate.shared.heavy_search));
+        drop(gate.acquire_for(client.clone()).await.expect("first"));
+        assert!(!client.is_limited(gate.shared.heavy_search));
     }
 }

@@ -251,7 +251,9 @@ fn heavy_searches_are_cancelled_and_gated_while_cheap_methods_stay_fast() {
     let status = daemon.call("catalog/status", json!({}));
     let limits = &status["daemon"]["socketLimits"];
     assert_eq!(limits["maxConcurrentSearches"], 2, "{limits}");
-    assert_eq!(limits["searchesPeak"], 2, "{limits}");
+    // Every search above came on a fresh connection: new clients share the heavy clients'
+    // slots (one of two), the other is kept for established clients.
+    assert_eq!(limits["searchesPeak"], 1, "{limits}");
     assert_eq!(limits["searchesRunning"], 0, "{limits}");
     assert!(
         limits["searchesTimedOut"].as_u64().unwrap_or(0) >= 2,
@@ -364,6 +366,86 @@ fn a_gentle_client_searches_between_four_connections_flooding_heavy_searches() {
     let status = daemon.call("catalog/status", json!({}));
     let limits = &status["daemon"]["socketLimits"];
     assert_eq!(limits["searchesPeak"], 2, "{limits}");
+}
+
+#[test]
+fn fresh_connections_flooding_raw_searches_never_refuse_an_established_client() {
+    let scratch = Scratch::new();
+    let server = format!(
+        "[servers.big]\ncommand = {FIXTURE:?}\nargs = [\"--name\", \"big\", \"--generate\", \"65000\", \"--page-size\", \"5000\"]\n"
+    );
+    let daemon = Daemon::start(
+        &scratch,
+        &config(
+            &scratch,
+            "search_timeout = \"300ms\"\nmax_concurrent_searches = 2",
+            &server,
+        ),
+    );
+    wait_for("the big walk", Duration::from_secs(600), || {
+        let status = daemon.server_status("big");
+        (status["resources"] == 65_000).then_some(())
+    });
+    crate::support::wait_for_full_text(&daemon);
+    wait_for("the search index", Duration::from_secs(600), || {
+        let index = &daemon.call("catalog/status", json!({}))["daemon"]["searchIndex"];
+        (index["state"] == "ready" && index["documents"] == 65_003).then_some(())
+    });
+    // The good client is established: its searches so far were quick.
+    let mut good = SocketClient::connect(&daemon.socket);
+    for i in 0..3 {
+        let answer = good.request(
+            "catalog/search",
+            json!({"query": format!("document {}", 63_000 + i), "limit": 10}),
+        );
+        assert!(answer.get("result").is_some(), "{answer:.300}");
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (mut refused, mut slowest, mut searches) = (0, Duration::ZERO, 0);
+    std::thread::scope(|scope| {
+        // Sixteen flooders, each sending one raw search on a fresh connection, again and
+        // again: every search of theirs is a new client's.
+        for _ in 0..16 {
+            let (stop, socket) = (&stop, &daemon.socket);
+            scope.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let answer = SocketClient::connect(socket).request(
+                        "catalog/search",
+                        json!({"query": HEAVY_QUERY, "raw": true, "limit": 1000}),
+                    );
+                    if answer["error"]["code"] == BUSY {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            });
+        }
+        // The flood holds what it can before the good client loops.
+        std::thread::sleep(Duration::from_millis(500));
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            let started = Instant::now();
+            let answer = good.request(
+                "catalog/search",
+                json!({"query": format!("document {}", 64_000 + searches), "limit": 10}),
+            );
+            slowest = slowest.max(started.elapsed());
+            searches += 1;
+            if answer["error"]["code"] == BUSY {
+                refused += 1;
+            } else {
+                assert!(answer.get("result").is_some(), "{answer:.300}");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    eprintln!("the good client: {searches} searches, {refused} refused busy, slowest {slowest:?}");
+    // Before, it was refused 39 times in 60 and waited up to 2 s (the flood's new connections
+    // took both slots and the queue).
+    assert_eq!(refused, 0, "refused {refused} of {searches}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "the good client waited {slowest:?}"
+    );
 }
 
 #[test]

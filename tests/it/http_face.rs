@@ -847,8 +847,14 @@ fn metrics_parse_and_match_the_status() {
     upstream
         .daemon
         .call("catalog/search", json!({"query": "demo", "limit": 3}));
+    // The MCP face's search tool comes through the same door (it skipped the histogram).
+    let tool = upstream.daemon.call(
+        "tools/call",
+        json!({"name": "search_catalog", "arguments": {"query": "docs"}}),
+    );
+    assert!(tool.get("content").is_some(), "{tool:.300}");
     let after = searches(&scrape(&upstream.address));
-    assert_eq!(after, before + 2.0, "two searches, two observations");
+    assert_eq!(after, before + 3.0, "three searches, three observations");
 
     // metrics_listen serves the same metrics, and nothing else.
     let alone = scrape(&metrics_address);

@@ -14,7 +14,7 @@ use std::time::Instant;
 pub use hits::{merge_search_pages, search_result, searched};
 pub use request::KindsSearch;
 
-use super::{internal, invalid, invalid_params, DaemonContext, View};
+use super::{internal, invalid_params, DaemonContext, View};
 use crate::protocol::{
     self as wire, encode_index_cursor, ErrorObject, SearchParams, BUSY, INVALID_PARAMS,
     SEARCH_TIMED_OUT,
@@ -26,7 +26,8 @@ use crate::store::{self, Reader, StoreError};
 /// `catalog/search`: a search of several kinds (`search_kinds`), or of resources alone from the
 /// derived index when it can answer for the catalog as it stands, else from SQLite (a cursor
 /// stays with the engine that made it); every answer is counted in the search histogram. The
-/// hits are those the view sees.
+/// hits are those the view sees. The socket, the HTTP face, the stdio bridge and the
+/// `search_catalog` tool all come through here.
 pub(crate) async fn catalog_search(
     context: &DaemonContext,
     params: SearchParams,
@@ -35,84 +36,136 @@ pub(crate) async fn catalog_search(
     // Every answer counts, refusals and timeouts too: they are latency a client saw.
     let started = std::time::Instant::now();
     let cut = params.cut_words_note();
-    let with_cut = |note: Option<String>| match (note, &cut) {
-        (Some(note), Some(cut)) => Some(format!("{note}; {cut}")),
-        (note, cut) => note.or(cut.clone()),
-    };
-    if params.searches_entries() {
-        let search = params.into_kinds_request().map_err(invalid_params)?;
-        let outcome = search_kinds(search, context).await;
-        crate::metrics::observe_search(started.elapsed());
-        let mut result = outcome?;
-        result.note = with_cut(result.note.take());
-        result.results.retain(|hit| view_sees_hit(view, hit));
-        return Ok(result);
-    }
-    let index_cursor = params.cursor.as_deref().map(wire::is_index_cursor);
-    let request = params.into_request().map_err(invalid_params)?;
-    // A cursor stays with the engine that made it: the two rank differently.
-    let outcome = if index_cursor == Some(false) {
-        gated_search(request, context).await.map(|page| {
-            let origin = wire::SearchResult {
-                note: page.note,
-                ..search_result(Vec::new(), None)
-            };
-            (page.hits, page.next, Some(origin))
-        })
-    } else {
-        resource_search(request, context)
-            .await
-            .map(|(hits, next, origin)| (hits, next, Some(origin)))
-    };
+    let outcome = search_for_params(context, params).await;
     crate::metrics::observe_search(started.elapsed());
-    let (hits, next, origin) = outcome?;
-    let mut result = search_result(hits, next);
+    let mut result = outcome?;
+    result.note = joined_notes(result.note.take(), cut);
     result.results.retain(|hit| view_sees_hit(view, hit));
-    if let Some(origin) = origin {
-        if origin.engine == Some(wire::SearchEngine::Index) {
-            result.next_cursor = next.map(encode_index_cursor);
-        }
-        result.engine = origin.engine;
-        result.match_mode = origin.match_mode;
-        result.note = origin.note;
-        result.mode = origin.mode;
-    }
-    result.note = with_cut(result.note.take());
     Ok(result)
 }
 
-/// Runs a search once the gate admits it, cancelled at the permit's deadline.
-pub(crate) async fn gated_search(
-    mut request: store::SearchRequest,
+/// A search's params read once, for the daemon and the offline CLI alike.
+enum ParsedSearch {
+    /// Tools, prompts or templates among the kinds.
+    Kinds(Box<KindsSearch>),
+    /// Resources alone; `sqlite_cursor` when its cursor is SQLite's (it stays with SQLite:
+    /// the two rank differently).
+    Resources {
+        request: store::SearchRequest,
+        sqlite_cursor: bool,
+    },
+}
+
+fn parsed(params: SearchParams) -> Result<ParsedSearch, ErrorObject> {
+    if params.searches_entries() {
+        return Ok(ParsedSearch::Kinds(Box::new(
+            params.into_kinds_request().map_err(invalid_params)?,
+        )));
+    }
+    let sqlite_cursor = params.cursor.as_deref().map(wire::is_index_cursor) == Some(false);
+    Ok(ParsedSearch::Resources {
+        request: params.into_request().map_err(invalid_params)?,
+        sqlite_cursor,
+    })
+}
+
+/// SQLite's page of resources as the socket answers it, its note kept.
+fn sqlite_result(page: store::FullTextPage) -> wire::SearchResult {
+    let mut result = search_result(page.hits, page.next);
+    result.note = page.note;
+    result
+}
+
+/// How many resources and entries the pages before a search of several kinds showed.
+fn kinds_offsets(search: &KindsSearch) -> (usize, usize) {
+    let resources = search.resources.as_ref();
+    (
+        resources.map_or(0, |request| request.offset),
+        search.entries.offset,
+    )
+}
+
+/// The engine a search's params ask for: several kinds, or resources alone.
+async fn search_for_params(
     context: &DaemonContext,
-) -> Result<store::FullTextPage, ErrorObject> {
-    let permit = context
+    params: SearchParams,
+) -> Result<wire::SearchResult, ErrorObject> {
+    match parsed(params)? {
+        ParsedSearch::Kinds(search) => search_kinds(*search, context).await,
+        ParsedSearch::Resources {
+            request,
+            sqlite_cursor: true,
+        } => Ok(sqlite_result(gated_search(request, context).await?)),
+        ParsedSearch::Resources { request, .. } => resource_search(request, context).await,
+    }
+}
+
+/// Two notes as one, either or both absent.
+fn joined_notes(first: Option<String>, second: Option<String>) -> Option<String> {
+    match (first, second) {
+        (Some(first), Some(second)) => Some(format!("{first}; {second}")),
+        (first, second) => first.or(second),
+    }
+}
+
+/// A place in the gate as an answer's error: refused or waited too long is `BUSY`.
+async fn admitted(context: &DaemonContext) -> Result<SearchPermit, ErrorObject> {
+    context
         .search_gate
         .acquire()
         .await
-        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
-    // A deadline set before (a share of the budget, `sqlite_within_share`) only shortens it.
-    request.deadline = Some(
-        request
-            .deadline
-            .map_or(permit.deadline, |share| share.min(permit.deadline)),
-    );
+        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))
+}
+
+/// The answer to a search cancelled at its deadline (the engine counts it in the gate's
+/// activity through its permit).
+fn timed_out(context: &DaemonContext) -> ErrorObject {
+    let limit = context.search_gate.limits().timeout;
+    ErrorObject::new(
+        SEARCH_TIMED_OUT,
+        format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
+    )
+}
+
+/// Runs one SQLite search through the gate: `run` gets a reader and the deadline, the
+/// permit's or an earlier one (`share`, a part of the budget: `sqlite_within_share`).
+async fn gated_read<T, F>(
+    context: &DaemonContext,
+    share: Option<Instant>,
+    run: F,
+) -> Result<T, ErrorObject>
+where
+    T: Send + 'static,
+    F: FnOnce(&Reader, Instant) -> Result<T, StoreError> + Send + 'static,
+{
+    let permit = admitted(context).await?;
+    let deadline = share.map_or(permit.deadline, |share| share.min(permit.deadline));
     context
         .store
-        .read(move |reader| reader.search(&request))
+        .read(move |reader| run(reader, deadline))
         .await
         .map_err(|error| match error {
             StoreError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
             StoreError::SearchTimedOut => {
                 permit.timed_out();
-                let limit = context.search_gate.limits().timeout;
-                ErrorObject::new(
-                    SEARCH_TIMED_OUT,
-                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
-                )
+                timed_out(context)
             }
             other => internal(other),
         })
+}
+
+/// Runs a search of resources once the gate admits it, cancelled at the permit's deadline.
+pub(crate) async fn gated_search(
+    mut request: store::SearchRequest,
+    context: &DaemonContext,
+) -> Result<store::FullTextPage, ErrorObject> {
+    // A deadline set before (a share of the budget, `sqlite_within_share`) only shortens it.
+    let share = request.deadline.take();
+    gated_read(context, share, move |reader, deadline| {
+        request.deadline = Some(deadline);
+        reader.search(&request)
+    })
+    .await
 }
 
 /// How long a search waits for the index to apply a swap its caller may already have seen
@@ -198,18 +251,9 @@ async fn search_index_as(
     stale: bool,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     let mut note = None;
-    let mut query = SearchQuery::new(request.query.clone(), request.limit);
-    query.server = request.server.clone();
-    query.mime_type = request.mime_type.clone();
-    query.kinds = request.kinds.clone();
-    query.offset = request.offset;
-    query.highlight = request.highlight.clone();
+    let mut query = index_query(request);
     // The same gate as SQLite's searches: a bounded number at once, each with a deadline.
-    let permit = context
-        .search_gate
-        .acquire()
-        .await
-        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+    let permit = admitted(context).await?;
     query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
     // Usually one hop off the async threads: the newest generation a reader sees in SQLite,
     // then the search, if the index reflects it (and the in-memory version, which moves on
@@ -268,26 +312,12 @@ async fn search_index_as(
                     now.generation.unwrap_or(0)
                 ));
             } else if !now.serves(wanted, generation) {
-                let state = match now.phase {
-                    crate::protocol::IndexPhase::Ready => {
-                        "catching up with the latest change".to_string()
-                    }
-                    crate::protocol::IndexPhase::Opening => "opening".to_string(),
-                    crate::protocol::IndexPhase::CatchingUp => "catching up".to_string(),
-                    crate::protocol::IndexPhase::Rebuilding { percent } => {
-                        format!("rebuilding ({percent}%)")
-                    }
-                    crate::protocol::IndexPhase::Failed => "unavailable (see the log)".to_string(),
-                };
+                let state = index_phase_text(now.phase);
                 return Ok(Err(format!(
                     "the search index is {state}; answered by SQLite full-text search"
                 )));
             }
-            let permit = context
-                .search_gate
-                .acquire()
-                .await
-                .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
+            let permit = admitted(context).await?;
             query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
             let index = index.clone();
             tokio::task::spawn_blocking(move || searched_within(&index, &query, permit))
@@ -300,13 +330,7 @@ async fn search_index_as(
         Err(error @ SearchError::InvalidQuery(_)) => {
             return Err(ErrorObject::new(INVALID_PARAMS, error.to_string()))
         }
-        Err(SearchError::TimedOut(_)) => {
-            let limit = context.search_gate.limits().timeout;
-            return Err(ErrorObject::new(
-                SEARCH_TIMED_OUT,
-                format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
-            ));
-        }
+        Err(SearchError::TimedOut(_)) => return Err(timed_out(context)),
         Err(error @ SearchError::Busy) => return Err(ErrorObject::new(BUSY, error.to_string())),
         // A damaged index must not cost an answer: SQLite has the same catalog.
         Err(error) => {
@@ -316,6 +340,35 @@ async fn search_index_as(
             )));
         }
     };
+    Ok(Ok(index_answer(page, note)))
+}
+
+/// The index's query for a search request.
+fn index_query(request: &store::SearchRequest) -> SearchQuery {
+    let mut query = SearchQuery::new(request.query.clone(), request.limit);
+    query.server = request.server.clone();
+    query.mime_type = request.mime_type.clone();
+    query.kinds = request.kinds.clone();
+    query.offset = request.offset;
+    query.highlight = request.highlight.clone();
+    query
+}
+
+/// What the index is doing while it cannot answer, for the answer's note.
+fn index_phase_text(phase: crate::protocol::IndexPhase) -> String {
+    match phase {
+        crate::protocol::IndexPhase::Ready => "catching up with the latest change".to_string(),
+        crate::protocol::IndexPhase::Opening => "opening".to_string(),
+        crate::protocol::IndexPhase::CatchingUp => "catching up".to_string(),
+        crate::protocol::IndexPhase::Rebuilding { percent } => {
+            format!("rebuilding ({percent}%)")
+        }
+        crate::protocol::IndexPhase::Failed => "unavailable (see the log)".to_string(),
+    }
+}
+
+/// The index's page of hits as every engine's hits, with the answer's note.
+fn index_answer(page: crate::search::Page, note: Option<String>) -> IndexAnswer {
     let hits = page
         .hits
         .into_iter()
@@ -331,13 +384,13 @@ async fn search_index_as(
             snippet: hit.snippet,
         })
         .collect();
-    Ok(Ok(IndexAnswer {
+    IndexAnswer {
         hits,
         next: page.next_offset,
         mode: Some(page.mode),
         search_mode: wire::SearchMode::Lexical,
         note,
-    }))
+    }
 }
 
 /// Runs one search of the index under `permit`, counting a timeout, and gives the slot back.
@@ -388,66 +441,81 @@ pub(crate) async fn ranked_search(
     };
     let mut answer = search_index(index, context, request).await?;
     if let Ok(answer) = &mut answer {
-        answer.note = match (note, answer.note.take()) {
-            (Some(why), Some(behind)) => Some(format!("{why}; {behind}")),
-            (why, behind) => why.or(behind),
-        };
+        answer.note = joined_notes(note, answer.note.take());
     }
     Ok(answer)
 }
 
+impl IndexAnswer {
+    /// The index's page as the socket answers it, its cursor the index's.
+    fn into_result(self) -> wire::SearchResult {
+        let mut result = search_result(self.hits, None);
+        result.next_cursor = self.next.map(encode_index_cursor);
+        result.engine = Some(wire::SearchEngine::Index);
+        result.match_mode = self.mode;
+        result.mode = Some(self.search_mode);
+        result.note = self.note;
+        result
+    }
+}
+
+/// Which rung of the ladder answered.
+enum Rung<T> {
+    Index(IndexAnswer),
+    /// SQLite's answer, and why the index did not answer (`None` when it was not asked).
+    Sqlite(T, Option<String>),
+}
+
+/// The one ladder of every daemon search: the derived index when it can answer for the
+/// catalog as it stands (`use_index`: not for raw syntax or a SQLite cursor); else SQLite
+/// (`sqlite`, given the deadline of its share), within a share of the budget when the index's
+/// last commit can answer instead; past that share, the index's last commit, saying so.
+async fn ladder<T, F, Fut>(
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+    use_index: bool,
+    sqlite: F,
+) -> Result<Rung<T>, ErrorObject>
+where
+    F: FnOnce(Option<Instant>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ErrorObject>>,
+{
+    let index = context.search_index.as_ref().filter(|_| use_index);
+    let mut why_not_index = None;
+    if let Some(index) = index {
+        match ranked_search(index, context, request).await? {
+            Ok(answer) => return Ok(Rung::Index(answer)),
+            Err(why) => why_not_index = Some(why),
+        }
+    }
+    match (sqlite_within_share(index, context, sqlite).await?, index) {
+        (Some(answer), _) => Ok(Rung::Sqlite(answer, why_not_index)),
+        (None, Some(index)) => Ok(Rung::Index(stale_search(index, context, request).await?)),
+        (None, None) => Err(internal("no search engine answered")),
+    }
+}
+
 /// The resource part of a search: from the derived index when it can answer for the catalog
 /// as it stands, else from SQLite's FTS5 (with the reason in the answer's `note`). The result
-/// says which engine answered; `next_cursor` is left to the caller.
+/// says which engine answered, and its cursor is that engine's.
 pub async fn resource_search(
     request: store::SearchRequest,
     context: &DaemonContext,
-) -> Result<(Vec<store::SearchHit>, Option<usize>, wire::SearchResult), ErrorObject> {
-    let mut origin = wire::SearchResult {
-        results: Vec::new(),
-        next_cursor: None,
-        engine: Some(wire::SearchEngine::Sqlite),
-        match_mode: None,
-        note: None,
-        mode: Some(wire::SearchMode::Lexical),
-    };
-    if let (Some(index), false) = (&context.search_index, request.raw) {
-        match ranked_search(index, context, &request).await? {
-            Ok(answer) => {
-                origin.engine = Some(wire::SearchEngine::Index);
-                origin.match_mode = answer.mode;
-                origin.mode = Some(answer.search_mode);
-                origin.note = answer.note;
-                return Ok((answer.hits, answer.next, origin));
-            }
-            Err(why) => origin.note = Some(why),
-        }
-    }
-    let index = context.search_index.as_ref().filter(|_| !request.raw);
-    let sqlite = sqlite_within_share(index, context, |share| {
+) -> Result<wire::SearchResult, ErrorObject> {
+    let use_index = !request.raw;
+    let sqlite = |share| {
         let mut request = request.clone();
         request.deadline = share;
         async move { gated_search(request, context).await }
-    });
-    let page = match (sqlite.await?, index) {
-        (Some(page), _) => page,
-        (None, Some(index)) => {
-            let answer = stale_search(index, context, &request).await?;
-            origin.engine = Some(wire::SearchEngine::Index);
-            origin.match_mode = answer.mode;
-            origin.mode = Some(answer.search_mode);
-            origin.note = answer.note;
-            return Ok((answer.hits, answer.next, origin));
-        }
-        (None, None) => return Err(internal("no search engine answered")),
     };
-    if let Some(behind) = page.note {
-        origin.note = Some(match origin.note.take() {
-            Some(why) => format!("{why}; {behind}"),
-            None => behind,
-        });
+    match ladder(context, &request, use_index, sqlite).await? {
+        Rung::Index(answer) => Ok(answer.into_result()),
+        Rung::Sqlite(page, why_not_index) => {
+            let mut result = sqlite_result(page);
+            result.note = joined_notes(why_not_index, result.note.take());
+            Ok(result)
+        }
     }
-    Ok((page.hits, page.next, origin))
 }
 
 /// `catalog/search` of several kinds: one ranked query of the derived search index, every
@@ -459,54 +527,21 @@ pub async fn search_kinds(
     search: KindsSearch,
     context: &DaemonContext,
 ) -> Result<wire::SearchResult, ErrorObject> {
-    let mut note = None;
-    if let (Some(index), false, false) = (
-        &context.search_index,
-        search.sqlite_cursor,
-        search.index.raw,
-    ) {
-        match ranked_search(index, context, &search.index).await? {
-            Ok(answer) => {
-                let mut result = search_result(answer.hits, None);
-                result.next_cursor = answer.next.map(wire::encode_index_cursor);
-                result.engine = Some(wire::SearchEngine::Index);
-                result.match_mode = answer.mode;
-                result.mode = Some(answer.search_mode);
-                result.note = answer.note;
-                return Ok(result);
-            }
-            Err(why) => note = Some(why),
-        }
-    }
-    // SQLite with a share of the budget when the index's last commit can answer instead.
-    let index = context
-        .search_index
-        .as_ref()
-        .filter(|_| !search.sqlite_cursor && !search.index.raw);
+    let use_index = !search.sqlite_cursor && !search.index.raw;
     let request = search.index.clone();
-    let sqlite = sqlite_within_share(index, context, |share| {
+    let sqlite = |share| {
         let mut search = search;
         if let Some(resources) = &mut search.resources {
             resources.deadline = share;
         }
         sqlite_kinds_search(search, context)
-    });
-    match (sqlite.await?, index) {
-        (Some(mut result), _) => {
-            result.note = note;
+    };
+    match ladder(context, &request, use_index, sqlite).await? {
+        Rung::Index(answer) => Ok(answer.into_result()),
+        Rung::Sqlite(mut result, why_not_index) => {
+            result.note = why_not_index;
             Ok(result)
         }
-        (None, Some(index)) => {
-            let answer = stale_search(index, context, &request).await?;
-            let mut result = search_result(answer.hits, None);
-            result.next_cursor = answer.next.map(wire::encode_index_cursor);
-            result.engine = Some(wire::SearchEngine::Index);
-            result.match_mode = answer.mode;
-            result.mode = Some(answer.search_mode);
-            result.note = answer.note;
-            Ok(result)
-        }
-        (None, None) => Err(internal("no search engine answered")),
     }
 }
 
@@ -527,13 +562,7 @@ async fn sqlite_kinds_search(
         request.limit = limit;
     }
     search.entries.limit = limit + 1;
-    let offsets = (
-        search
-            .resources
-            .as_ref()
-            .map_or(0, |request| request.offset),
-        search.entries.offset,
-    );
+    let offsets = kinds_offsets(&search);
     let resources = match search.resources {
         Some(request) => Some(gated_search(request, context).await?),
         None => None,
@@ -544,6 +573,8 @@ async fn sqlite_kinds_search(
     Ok(result)
 }
 
+/// Runs a search of tools and prompts once the gate admits it, cancelled at the permit's
+/// deadline.
 async fn gated_entry_search(
     mut search: crate::store::EntrySearch,
     context: &DaemonContext,
@@ -551,28 +582,11 @@ async fn gated_entry_search(
     if search.kinds.is_empty() {
         return Ok(Vec::new());
     }
-    let permit = context
-        .search_gate
-        .acquire()
-        .await
-        .map_err(|error| ErrorObject::new(wire::BUSY, error.to_string()))?;
-    search.deadline = Some(permit.deadline);
-    context
-        .store
-        .read(move |reader| reader.search_entries(&search))
-        .await
-        .map_err(|error| match error {
-            StoreError::InvalidQuery(_) => invalid(error.to_string()),
-            StoreError::SearchTimedOut => {
-                permit.timed_out();
-                let limit = context.search_gate.limits().timeout;
-                ErrorObject::new(
-                    wire::SEARCH_TIMED_OUT,
-                    format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
-                )
-            }
-            other => internal(other),
-        })
+    gated_read(context, None, move |reader, deadline| {
+        search.deadline = Some(deadline);
+        reader.search_entries(&search)
+    })
+    .await
 }
 
 /// `catalog/search` answered by SQLite's full-text indexes alone, on one reader, without a
@@ -581,33 +595,25 @@ pub fn sqlite_search(
     reader: &Reader,
     params: SearchParams,
 ) -> Result<wire::SearchResult, ErrorObject> {
-    if params.searches_entries() {
-        let search = params.into_kinds_request().map_err(invalid_params)?;
-        let offsets = (
-            search
-                .resources
-                .as_ref()
-                .map_or(0, |request| request.offset),
-            search.entries.offset,
-        );
-        let resources = match &search.resources {
-            Some(request) => Some(reader.search(request).map_err(searched)?),
-            None => None,
-        };
-        let entries = match search.entries.kinds.is_empty() {
-            true => Vec::new(),
-            false => reader.search_entries(&search.entries).map_err(searched)?,
-        };
-        return Ok(merge_search_pages(
-            resources,
-            entries,
-            offsets,
-            search.limit,
-        ));
-    }
-    let request = params.into_request().map_err(invalid_params)?;
-    let page = reader.search(&request).map_err(searched)?;
-    let mut result = search_result(page.hits, page.next);
-    result.note = page.note;
-    Ok(result)
+    let search = match parsed(params)? {
+        ParsedSearch::Resources { request, .. } => {
+            return Ok(sqlite_result(reader.search(&request).map_err(searched)?))
+        }
+        ParsedSearch::Kinds(search) => *search,
+    };
+    let offsets = kinds_offsets(&search);
+    let resources = match &search.resources {
+        Some(request) => Some(reader.search(request).map_err(searched)?),
+        None => None,
+    };
+    let entries = match search.entries.kinds.is_empty() {
+        true => Vec::new(),
+        false => reader.search_entries(&search.entries).map_err(searched)?,
+    };
+    Ok(merge_search_pages(
+        resources,
+        entries,
+        offsets,
+        search.limit,
+    ))
 }
