@@ -179,15 +179,7 @@ pub(crate) fn json_diff(
                     let child = format!("{path}/{}", pointer_segment(field));
                     match (old_map.get(field), new_map.get(field)) {
                         (Some(old), Some(new)) => stack.push((child, old, new)),
-                        (Some(old), None) => removed.push(PathValue {
-                            path: child,
-                            value: old.clone(),
-                        }),
-                        (None, Some(new)) => added.push(PathValue {
-                            path: child,
-                            value: new.clone(),
-                        }),
-                        (None, None) => {}
+                        (old, new) => one_side(child, old, new, &mut removed, &mut added),
                     }
                 }
             }
@@ -196,15 +188,7 @@ pub(crate) fn json_diff(
                     let child = format!("{path}/{index}");
                     match (old_items.get(index), new_items.get(index)) {
                         (Some(old), Some(new)) => stack.push((child, old, new)),
-                        (Some(old), None) => removed.push(PathValue {
-                            path: child,
-                            value: old.clone(),
-                        }),
-                        (None, Some(new)) => added.push(PathValue {
-                            path: child,
-                            value: new.clone(),
-                        }),
-                        (None, None) => {}
+                        (old, new) => one_side(child, old, new, &mut removed, &mut added),
                     }
                 }
             }
@@ -286,6 +270,28 @@ pub(crate) fn tool_changes(before: &Value, after: &Value) -> Vec<ToolChange> {
         });
     }
     changes
+}
+
+/// A path only one side of a diff has: removed when only the old one holds it, added when only
+/// the new one does.
+fn one_side(
+    path: String,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    removed: &mut Vec<PathValue>,
+    added: &mut Vec<PathValue>,
+) {
+    match (old, new) {
+        (Some(old), None) => removed.push(PathValue {
+            path,
+            value: old.clone(),
+        }),
+        (None, Some(new)) => added.push(PathValue {
+            path,
+            value: new.clone(),
+        }),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

@@ -118,51 +118,42 @@ impl SessionHandle {
         let (live_sender, live) = watch::channel(LiveStatus::default());
         let span = tracing::info_span!("session", server = %config.name);
         let meter = Arc::new(WalkMeter::default());
-        if let crate::config::Transport::Nats {
-            url,
-            bucket,
-            credentials,
-        } = &config.transport
-        {
-            let source = fleet::BucketSource {
-                url: url.clone(),
-                bucket: bucket.clone(),
-                credentials: credentials.clone(),
-            };
-            let task = tokio::spawn(
-                fleet::run(
+        // A bucket is followed by the fleet's task; every other transport by the MCP actor.
+        let task = match &config.transport {
+            crate::config::Transport::Nats {
+                url,
+                bucket,
+                credentials,
+            } => {
+                let source = fleet::BucketSource {
+                    url: url.clone(),
+                    bucket: bucket.clone(),
+                    credentials: credentials.clone(),
+                };
+                let run = fleet::run(
                     config.clone(),
                     source,
                     store,
                     stopping,
                     command_receiver,
                     live_sender,
-                )
-                .instrument(span),
-            );
-            return SessionHandle {
-                client: SessionClient {
-                    name: config.name.clone(),
-                    commands,
-                    live,
-                    meter,
-                },
-                config,
-                stop,
-                task,
-            };
-        }
-        let actor = actor::Actor::new(
-            config.clone(),
-            store,
-            actor::Inbox {
-                stopping,
-                commands: command_receiver,
-            },
-            live_sender,
-            meter.clone(),
-        );
-        let task = tokio::spawn(actor.run().instrument(span));
+                );
+                tokio::spawn(run.instrument(span))
+            }
+            _ => {
+                let actor = actor::Actor::new(
+                    config.clone(),
+                    store,
+                    actor::Inbox {
+                        stopping,
+                        commands: command_receiver,
+                    },
+                    live_sender,
+                    meter.clone(),
+                );
+                tokio::spawn(actor.run().instrument(span))
+            }
+        };
         SessionHandle {
             client: SessionClient {
                 name: config.name.clone(),
