@@ -199,10 +199,33 @@ fn key_at(text: &str, span: std::ops::Range<usize>) -> Option<String> {
     if !followed_by_key_end {
         return None;
     }
-    let fragment = text.get(span)?.trim();
+    let fragment = text.get(span.clone())?.trim();
     let quotable =
         !fragment.is_empty() && !fragment.contains('\n') && fragment.len() < MAX_QUOTED_KEY_LENGTH;
-    quotable.then(|| fragment.to_string())
+    if !quotable {
+        return None;
+    }
+    // The key's whole path, as the other problems name it (`daemon.no_such`): the table
+    // header above it, unless the fragment is a header's own name.
+    let line_start = text[..span.start]
+        .rfind('\n')
+        .map_or(0, |newline| newline + 1);
+    let in_header = text[line_start..span.start].trim_start().starts_with('[');
+    match table_above(&text[..line_start]) {
+        Some(table) if !in_header => Some(format!("{table}.{fragment}")),
+        _ => Some(fragment.to_string()),
+    }
+}
+
+/// The name of the last `[table]` (or `[[array]]`) header in `text`, if any.
+fn table_above(text: &str) -> Option<&str> {
+    text.lines().rev().find_map(|line| {
+        let header = line.trim().strip_prefix('[')?;
+        let header = header.strip_prefix('[').unwrap_or(header);
+        let end = header.find(']')?;
+        let name = header[..end].trim();
+        (!name.is_empty()).then_some(name)
+    })
 }
 
 /// serde quotes a string of the wrong type (`invalid type: string "…", expected a map`), and
@@ -245,5 +268,23 @@ mod tests {
             without_string_values("unknown field `bogus`, expected one of `url`"),
             "unknown field `bogus`, expected one of `url`"
         );
+    }
+
+    #[test]
+    fn a_key_is_named_with_its_table() {
+        let text = "[daemon]\nno_such = 1\n\n[servers.a]\nbogus = 2\n";
+        let start = text.find("no_such").unwrap();
+        assert_eq!(
+            key_at(text, start..start + 7).as_deref(),
+            Some("daemon.no_such")
+        );
+        let start = text.find("bogus").unwrap();
+        assert_eq!(
+            key_at(text, start..start + 5).as_deref(),
+            Some("servers.a.bogus")
+        );
+        let start = text.find("servers.a").unwrap();
+        assert_eq!(key_at(text, start..start + 9).as_deref(), Some("servers.a"));
+        assert_eq!(key_at("top = 1\n", 0..3).as_deref(), Some("top"));
     }
 }

@@ -32,7 +32,7 @@ fn bad_configs_are_refused_with_file_line_and_key() {
             "servers.a.bearer_token_env",
             "MIRROR_TEST_UNSET_TOKEN is not set",
         ),
-        ("[daemon]\ndatabse = \"x.db\"\n", 2, "databse", "unknown field"),
+        ("[daemon]\ndatabse = \"x.db\"\n", 2, "daemon.databse", "unknown field"),
         ("[servers.a]\ncommand = \"x\"\nargs = \"not a list\"\n", 3, "", "invalid type"),
         ("[daemon\n", 1, "", "unclosed table"),
     ];
