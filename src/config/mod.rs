@@ -11,6 +11,7 @@ mod nats;
 mod raw;
 mod search;
 mod server;
+mod server_table;
 mod source;
 mod transport;
 mod validate;

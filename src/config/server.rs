@@ -4,26 +4,13 @@
 use toml::Spanned;
 
 use super::raw::RawServer;
+use super::server_table::ServerTable;
 use super::source::SourceFile;
 use super::values::{count, duration, optional_duration, optional_size};
 use super::{
     transport, ConfigError, DaemonConfig, EraChoice, ServerConfig, SyncTimings, WalkLimits,
     DEFAULT_PRIORITY,
 };
-
-/// The table of one server, named `servers.NAME` in errors.
-pub(super) struct ServerTable<'a> {
-    pub key: String,
-    pub span: std::ops::Range<usize>,
-    pub raw: &'a RawServer,
-}
-
-impl ServerTable<'_> {
-    /// The key of one field of this table, such as `servers.docs.url`.
-    pub fn key_of(&self, field: &str) -> String {
-        format!("{}.{field}", self.key)
-    }
-}
 
 pub(super) fn server_config(
     source: &SourceFile,

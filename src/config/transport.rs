@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use secrecy::SecretString;
 use toml::Spanned;
 
-use super::server::ServerTable;
+use super::server_table::ServerTable;
 use super::source::SourceFile;
 use super::{ConfigError, Transport};
 
