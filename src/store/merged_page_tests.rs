@@ -3,7 +3,7 @@
 
 use rusqlite::Connection;
 
-use super::{merged_page, MERGED_RESOURCES};
+use super::queries::{merged_page, MERGED_RESOURCES};
 
 const LISTINGS: usize = 3000;
 const LIMIT: usize = 100;

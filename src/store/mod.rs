@@ -6,6 +6,8 @@ mod full_text_search;
 mod history;
 mod index_source;
 mod kinds;
+#[cfg(test)]
+mod merged_page_tests;
 mod queries;
 mod reader;
 mod resource_search;

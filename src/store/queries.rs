@@ -107,7 +107,7 @@ pub fn merged_templates(
 /// server lists the URI, as it almost always is. `CROSS JOIN` keeps the resources outermost,
 /// so the index delivers the order and no page sorts. A plain range (the first page starts
 /// after "", which sorts before every URI) lets the index start at the cursor.
-const MERGED_RESOURCES: &str = "SELECT s.priority, s.name, r.uri, r.raw
+pub(super) const MERGED_RESOURCES: &str = "SELECT s.priority, s.name, r.uri, r.raw
      FROM resources r CROSS JOIN servers s ON s.id = r.server_id
      WHERE r.uri > ?1 ORDER BY r.uri";
 
@@ -212,10 +212,6 @@ pub(crate) fn merged_page(
         sorts: statement.get_status(StatementStatus::Sort),
     })
 }
-
-#[cfg(test)]
-#[path = "merged_page_tests.rs"]
-mod merged_page_tests;
 
 /// Column `index` as text borrowed from the row (no copy until the caller keeps it).
 fn text<'row>(row: &'row rusqlite::Row<'_>, index: usize) -> rusqlite::Result<&'row str> {
