@@ -138,7 +138,7 @@ pub fn diff(
     let (added, removed, changed) = json_diff(&before, &after);
     let tool_changes = match kind {
         Kind::Tool => tool_changes(&before, &after),
-        _ => Vec::new(),
+        Kind::Resource | Kind::Template | Kind::Prompt => Vec::new(),
     };
     let side = |row: &VersionRow| wire::DiffSide {
         version: row.version,

@@ -165,10 +165,11 @@ impl Catalog {
                     let page = client.call::<CatalogPrompts>(params, Some(LIST_TIMEOUT))?;
                     Ok((page.prompts, page.next_cursor))
                 }
-                _ => {
+                Kind::Tool => {
                     let page = client.call::<CatalogTools>(params, Some(LIST_TIMEOUT))?;
                     Ok((page.tools, page.next_cursor))
                 }
+                Kind::Resource | Kind::Template => Err(not_an_entry_kind(kind)),
             },
             Catalog::Database(reader) => {
                 answer::entries::page(reader, kind, params, OFFLINE_PAGE_SIZE, &View::owner())
@@ -182,7 +183,8 @@ impl Catalog {
         match self {
             Catalog::Daemon(client) => match kind {
                 Kind::Prompt => client.call::<CatalogPrompt>(params, Some(QUERY_TIMEOUT)),
-                _ => client.call::<CatalogTool>(params, Some(QUERY_TIMEOUT)),
+                Kind::Tool => client.call::<CatalogTool>(params, Some(QUERY_TIMEOUT)),
+                Kind::Resource | Kind::Template => Err(not_an_entry_kind(kind)),
             },
             Catalog::Database(reader) => {
                 answer::entries::details(reader, kind, params, &View::owner()).map_err(offline)
@@ -263,4 +265,9 @@ impl DatabaseChoice {
             }),
         }
     }
+}
+
+/// A tool or prompt method asked for another kind: the caller's mistake, named.
+fn not_an_entry_kind(kind: Kind) -> ClientError {
+    ClientError::Usage(format!("a {} is not a tool or a prompt", kind.as_str()))
 }

@@ -252,7 +252,7 @@ impl Publisher {
         let seq = self.store.read(|reader| reader.latest_change_seq()).await?;
         let view = self.view().await?;
         let mut published: BTreeSet<String> = BTreeSet::new();
-        for kind in [Kind::Resource, Kind::Template, Kind::Tool, Kind::Prompt] {
+        for &kind in Kind::ALL {
             let mut after: Option<String> = None;
             loop {
                 let from = after.clone();

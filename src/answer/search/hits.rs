@@ -49,7 +49,7 @@ fn hit_meta(hit: &store::SearchHit) -> serde_json::Value {
     let flags = match hit.kind {
         wire::Kind::Resource => classify(&hit.uri),
         wire::Kind::Template => classify(template_base(&hit.uri)),
-        _ => Vec::new(),
+        wire::Kind::Tool | wire::Kind::Prompt => Vec::new(),
     };
     if let (false, Some(object)) = (flags.is_empty(), meta.as_object_mut()) {
         let names = flags.iter().map(|flag| flag.as_str().into()).collect();
