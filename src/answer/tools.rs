@@ -58,6 +58,7 @@ pub(crate) async fn search_catalog(
         server: arguments.server,
         kinds: Some(arguments.kinds.unwrap_or_else(|| Kind::ALL.to_vec())),
         mode: arguments.mode,
+        uri_flags: arguments.uri_flags,
         ..wire::SearchParams::default()
     };
     // The one door of every search: counted in the histogram, filtered to the view there.

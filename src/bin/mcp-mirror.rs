@@ -150,6 +150,11 @@ enum Command {
         /// the daemon has a `[search] semantic_model`).
         #[arg(long)]
         mode: Option<mcp_mirror::protocol::SearchMode>,
+        /// Only hits whose URI carries this flag: local-file, non-network-scheme, loopback,
+        /// link-local, private-network, or none for hits with no flag (repeat the flag for
+        /// several; a hit passes when it matches any).
+        #[arg(long = "uri-flag", value_name = "FLAG")]
+        uri_flags: Vec<mcp_mirror::protocol::uri_flags::UriFlagFilter>,
         #[command(flatten)]
         reading: ReadingFlags,
     },
@@ -455,11 +460,13 @@ fn main() -> ExitCode {
             cursor,
             kinds,
             mode,
+            uri_flags,
             ..
         } => {
             let search = cli::SearchArgs {
                 kinds,
                 mode: *mode,
+                uri_flags,
                 query,
                 limit: *limit,
                 server: server.as_deref(),

@@ -196,6 +196,8 @@ pub struct SearchArgs<'a> {
     /// The kinds searched; every kind when empty.
     pub kinds: &'a [Kind],
     pub mode: Option<crate::protocol::SearchMode>,
+    /// Only hits with one of these URI flags (`none`: with no flag); every hit when empty.
+    pub uri_flags: &'a [crate::protocol::uri_flags::UriFlagFilter],
 }
 
 pub fn search(
@@ -215,6 +217,7 @@ pub fn search(
         highlight: (!as_json).then(|| (open.to_string(), close.to_string())),
         kinds: (!args.kinds.is_empty()).then(|| args.kinds.to_vec()),
         mode: args.mode,
+        uri_flags: (!args.uri_flags.is_empty()).then(|| args.uri_flags.to_vec()),
     };
     let mut catalog = Catalog::open(socket, database)?;
     if let Some(server) = args.server {

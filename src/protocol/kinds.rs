@@ -217,6 +217,10 @@ pub struct SearchCatalogArguments {
     /// `lexical`, `semantic` or `hybrid`, as `catalog/search` takes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<super::SearchMode>,
+    /// Only entries with one of these URI flags (`none`: with no flag), as `catalog/search`
+    /// takes it.
+    #[serde(default, rename = "uriFlags", skip_serializing_if = "Option::is_none")]
+    pub uri_flags: Option<Vec<super::uri_flags::UriFlagFilter>>,
 }
 
 /// `search_catalog`'s structured result.
@@ -274,6 +278,11 @@ pub fn mirror_tools() -> Vec<Tool> {
         "type": "array",
         "items": {"type": "string", "enum": ["resource", "template", "tool", "prompt"]}
     });
+    let uri_flag_names: Vec<&str> = super::uri_flags::UriFlag::ALL
+        .iter()
+        .map(|flag| flag.as_str())
+        .chain(["none"])
+        .collect();
     vec![
         serde_json::json!({
             "name": SEARCH_CATALOG_TOOL,
@@ -296,6 +305,11 @@ pub fn mirror_tools() -> Vec<Tool> {
                     "mode": {
                         "type": "string", "enum": ["lexical", "semantic", "hybrid"],
                         "description": "Rank by words, by meaning, or both (the default when the mirror has a model)"
+                    },
+                    "uriFlags": {
+                        "type": "array",
+                        "items": {"type": "string", "enum": uri_flag_names},
+                        "description": "Only hits whose URI carries one of these flags; \"none\" keeps the hits whose URI points at no local file, loopback, link-local or private address (and every tool and prompt)"
                     }
                 },
                 "required": ["query"]

@@ -168,6 +168,10 @@ pub struct SearchParams {
     /// else `lexical`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<super::SearchMode>,
+    /// Only entries carrying one of these URI flags (`none`: carrying no flag), as their
+    /// `_meta["io.mcp-mirror/uri"]` says; every entry when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri_flags: Option<Vec<super::uri_flags::UriFlagFilter>>,
 }
 
 impl SearchParams {

@@ -125,6 +125,70 @@ pub fn classify(uri: &str) -> Vec<UriFlag> {
     flags
 }
 
+/// The flags of one listing of `kind` keyed by `identity` (a resource's URI, a template's
+/// `uriTemplate`, read at its expansion base); tools and prompts have none.
+pub fn flags_of_listing(kind: super::Kind, identity: &str) -> Vec<UriFlag> {
+    match kind {
+        super::Kind::Resource => classify(identity),
+        super::Kind::Template => classify(template_base(identity)),
+        super::Kind::Tool | super::Kind::Prompt => Vec::new(),
+    }
+}
+
+/// One value of a search's `uriFlags` filter: the entries carrying a flag, or (`none`) the
+/// entries carrying none (tools and prompts among them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum UriFlagFilter {
+    Flagged(UriFlag),
+    Unflagged,
+}
+
+impl UriFlagFilter {
+    /// Whether an entry carrying `flags` passes a filter of `filters` (any of them matches).
+    pub fn keeps(filters: &[UriFlagFilter], flags: &[UriFlag]) -> bool {
+        filters.iter().any(|filter| match filter {
+            UriFlagFilter::Flagged(flag) => flags.contains(flag),
+            UriFlagFilter::Unflagged => flags.is_empty(),
+        })
+    }
+}
+
+impl std::str::FromStr for UriFlagFilter {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "none" {
+            return Ok(UriFlagFilter::Unflagged);
+        }
+        UriFlag::ALL
+            .into_iter()
+            .find(|flag| flag.as_str() == text)
+            .map(UriFlagFilter::Flagged)
+            .ok_or_else(|| {
+                let known: Vec<&str> = UriFlag::ALL.iter().map(|flag| flag.as_str()).collect();
+                format!("unknown URI flag (known: {}, none)", known.join(", "))
+            })
+    }
+}
+
+impl TryFrom<String> for UriFlagFilter {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl From<UriFlagFilter> for String {
+    fn from(filter: UriFlagFilter) -> String {
+        match filter {
+            UriFlagFilter::Flagged(flag) => flag.as_str().into(),
+            UriFlagFilter::Unflagged => "none".into(),
+        }
+    }
+}
+
 /// The expansion base of a URI template: its text before the first expression, which is all
 /// of the URI every expansion shares (`http://10.0.0.5/{path}` → `http://10.0.0.5/`).
 pub fn template_base(uri_template: &str) -> &str {

@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-use crate::protocol::uri_flags::{classify, template_base, URI_FLAGS_META_KEY};
+use crate::protocol::uri_flags::{flags_of_listing, URI_FLAGS_META_KEY};
 use crate::protocol::{Kind, OVERSIZED_META_KEY};
 
 /// Optional fields an oversized entry loses first, in this order; any other field the server
@@ -252,11 +252,7 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
 /// The URI flags of an entry of `kind` keyed by `identity` (a resource's URI, a template's
 /// expansion base), as their `_meta` value; `None` for other kinds and for unflagged URIs.
 fn uri_flags(kind: Kind, identity: &str) -> Option<Value> {
-    let flags = match kind {
-        Kind::Resource => classify(identity),
-        Kind::Template => classify(template_base(identity)),
-        Kind::Tool | Kind::Prompt => return None,
-    };
+    let flags = flags_of_listing(kind, identity);
     (!flags.is_empty()).then(|| {
         flags
             .iter()

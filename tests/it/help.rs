@@ -54,6 +54,7 @@ fn each_subcommand_lists_only_the_flags_it_takes() {
                 "cursor",
                 "kind",
                 "mode",
+                "uri-flag",
             ],
             READING,
         ),

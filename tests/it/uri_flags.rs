@@ -180,6 +180,82 @@ fn flagged_uris_are_marked_shown_and_left_out_of_a_hiding_face() {
         "{found_json}"
     );
 
+    // Searchable as a filter: any of the flags asked, or `none` for the unflagged.
+    let found_uris = |params: Value| -> Vec<String> {
+        let answer = daemon.call("catalog/search", params);
+        let mut uris: Vec<String> = answer["results"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .iter()
+            .filter_map(|hit| hit["uri"].as_str())
+            .map(str::to_string)
+            .collect();
+        uris.sort();
+        uris
+    };
+    assert_eq!(
+        found_uris(json!({"query": "secrets", "uriFlags": ["loopback", "link-local"]})),
+        vec![
+            "http://0177.0.0.1/admin",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://localhost:8080/x",
+        ]
+    );
+    assert_eq!(
+        found_uris(json!({"query": "secrets", "uriFlags": ["none"]})),
+        vec!["https://example.com/docs"]
+    );
+    assert_eq!(
+        found_uris(json!({"query": "files", "kinds": ["template"], "uriFlags": ["local-file"]})),
+        vec!["file:///{path}"]
+    );
+    let mut client = daemon.connect();
+    let refused = client.request(
+        "catalog/search",
+        json!({"query": "secrets", "uriFlags": ["intranet"]}),
+    );
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("unknown URI flag")),
+        "{refused}"
+    );
+    let alive = client.request("catalog/search", json!({"query": "secrets"}));
+    assert!(alive["result"].is_object(), "the connection lives: {alive}");
+    let filtered = run_cli(
+        &daemon.socket,
+        &["search", "secrets", "--uri-flag", "private-network"],
+    );
+    let filtered = String::from_utf8_lossy(&filtered.stdout);
+    assert!(filtered.contains("http://10.1.2.3/wiki"), "{filtered}");
+    assert!(!filtered.contains("example.com"), "{filtered}");
+    // The offline CLI (no daemon at this socket) filters the database the same way.
+    let offline = std::process::Command::new(crate::support::MIRROR)
+        .args([
+            "search",
+            "secrets",
+            "--uri-flag",
+            "none",
+            "--json",
+            "--database",
+        ])
+        .arg(&daemon.database)
+        .arg("--socket")
+        .arg(upstream_scratch.path("nobody.sock"))
+        .output()
+        .expect("run mcp-mirror");
+    let offline: Value = serde_json::from_slice(&offline.stdout)
+        .unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(&offline.stderr)));
+    let offline_uris: Vec<&str> = offline["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|hit| hit["uri"].as_str())
+        .collect();
+    assert_eq!(offline_uris, vec!["https://example.com/docs"], "{offline}");
+
     // The HTTP face hides them from the agent's token and keeps them for the follower's.
     let list_over_http = |token: &str, method: &str, key: &str| -> Vec<String> {
         let answer = post(token, method, json!({}));
@@ -206,6 +282,25 @@ fn flagged_uris_are_marked_shown_and_left_out_of_a_hiding_face() {
         .filter_map(|hit| hit["uri"].as_str())
         .collect();
     assert_eq!(uris, vec!["https://example.com/docs"], "{searched}");
+    // The MCP face's tool takes the same filter.
+    let called = post(
+        FOLLOWER,
+        "tools/call",
+        json!({"name": "search_catalog",
+               "arguments": {"query": "secrets", "uriFlags": ["local-file", "private-network"]}}),
+    );
+    let mut tool_uris: Vec<&str> = called["result"]["structuredContent"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{called}"))
+        .iter()
+        .filter_map(|hit| hit["uri"].as_str())
+        .collect();
+    tool_uris.sort();
+    assert_eq!(
+        tool_uris,
+        vec!["file:///etc/shadow", "http://10.1.2.3/wiki"],
+        "{called}"
+    );
     let detail = post(
         AGENT,
         "catalog/resource",

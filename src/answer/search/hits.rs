@@ -44,13 +44,9 @@ pub fn search_result(hits: Vec<store::SearchHit>, next: Option<usize>) -> wire::
 /// A hit's `_meta`: its origin, and the URI flags its entry carries (the same pure function
 /// of its URI, or its template's expansion base, that marked the entry as it entered).
 fn hit_meta(hit: &store::SearchHit) -> serde_json::Value {
-    use wire::uri_flags::{classify, template_base, URI_FLAGS_META_KEY};
+    use wire::uri_flags::{flags_of_listing, URI_FLAGS_META_KEY};
     let mut meta = wire::origin_meta(&hit.server);
-    let flags = match hit.kind {
-        wire::Kind::Resource => classify(&hit.uri),
-        wire::Kind::Template => classify(template_base(&hit.uri)),
-        wire::Kind::Tool | wire::Kind::Prompt => Vec::new(),
-    };
+    let flags = flags_of_listing(hit.kind, &hit.uri);
     if let (false, Some(object)) = (flags.is_empty(), meta.as_object_mut()) {
         let names = flags.iter().map(|flag| flag.as_str().into()).collect();
         object.insert(URI_FLAGS_META_KEY.into(), serde_json::Value::Array(names));

@@ -15,6 +15,7 @@ pub use hits::{merge_search_pages, search_result, searched};
 pub use request::KindsSearch;
 
 use super::{internal, invalid_params, DaemonContext, View};
+use crate::protocol::uri_flags::{flags_of_listing, UriFlagFilter};
 use crate::protocol::{
     self as wire, encode_index_cursor, ErrorObject, SearchParams, BUSY, INVALID_PARAMS,
     SEARCH_TIMED_OUT,
@@ -30,18 +31,31 @@ use crate::store::{self, Reader, StoreError};
 /// `search_catalog` tool all come through here.
 pub(crate) async fn catalog_search(
     context: &DaemonContext,
-    params: SearchParams,
+    mut params: SearchParams,
     view: &View,
 ) -> Result<wire::SearchResult, ErrorObject> {
     // Every answer counts, refusals and timeouts too: they are latency a client saw.
     let started = std::time::Instant::now();
     let cut = params.cut_words_note();
+    let uri_flags = params.uri_flags.take();
     let outcome = search_for_params(context, params).await;
     crate::metrics::observe_search(started.elapsed());
     let mut result = outcome?;
     result.note = joined_notes(result.note.take(), cut);
-    result.results.retain(|hit| view_sees_hit(view, hit));
+    result
+        .results
+        .retain(|hit| view_sees_hit(view, hit) && has_uri_flags(uri_flags.as_deref(), hit));
     Ok(result)
+}
+
+/// Whether a hit passes the request's `uriFlags` filter (every hit when there is none). Like
+/// the view, it filters the ranked page: a page may hold fewer hits than `limit`, and the
+/// cursor goes on past what it left out.
+fn has_uri_flags(filters: Option<&[UriFlagFilter]>, hit: &wire::SearchHit) -> bool {
+    filters.map_or(true, |filters| {
+        let flags = flags_of_listing(hit.kind, hit.uri.as_deref().unwrap_or_default());
+        UriFlagFilter::keeps(filters, &flags)
+    })
 }
 
 /// A search's params read once, for the daemon and the offline CLI alike.
@@ -592,6 +606,18 @@ async fn gated_entry_search(
 /// `catalog/search` answered by SQLite's full-text indexes alone, on one reader, without a
 /// deadline: what the CLI answers from the database file when no daemon runs.
 pub fn sqlite_search(
+    reader: &Reader,
+    mut params: SearchParams,
+) -> Result<wire::SearchResult, ErrorObject> {
+    let uri_flags = params.uri_flags.take();
+    let mut result = sqlite_search_page(reader, params)?;
+    result
+        .results
+        .retain(|hit| has_uri_flags(uri_flags.as_deref(), hit));
+    Ok(result)
+}
+
+fn sqlite_search_page(
     reader: &Reader,
     params: SearchParams,
 ) -> Result<wire::SearchResult, ErrorObject> {
