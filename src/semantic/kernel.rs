@@ -459,10 +459,12 @@ pub struct AttentionShape {
     pub heads: usize,
 }
 
-/// Self-attention of every head, straight from the stacked `query_key_value` rows (no copy of
-/// a head's columns): for each query, its scores against every key, their softmax, and the
-/// weighted sum of the values into the head's columns of `context` (`tokens x hidden`).
-/// `scores` is scratch of `tokens` values.
+/// Self-attention of every head from the stacked `query_key_value` rows: per head, its keys
+/// are laid out transposed once (`size x tokens`, a copy of O(tokens) per head), so that a
+/// query's scores against every key are `size` multiply-adds across all keys at once (full
+/// vectors, no horizontal sum per key: the per-key dot product spent most of a long text's
+/// embedding summing lanes); then their softmax and the weighted sum of the values into the
+/// head's columns of `context` (`tokens x hidden`). `scores` is scratch of `tokens` values.
 #[inline(always)]
 fn attention_body(
     shape: AttentionShape,
@@ -480,14 +482,26 @@ fn attention_body(
     let scale = 1.0 / (size as f32).sqrt();
     assert!(query_key_value.len() >= tokens * stride && context.len() >= tokens * hidden);
     let scores = &mut scores[..tokens];
+    let mut keys = vec![0f32; size * tokens];
     for head in 0..heads {
         let offset = head * size;
+        for key in 0..tokens {
+            let start = key * stride + hidden + offset;
+            for (d, value) in query_key_value[start..start + size].iter().enumerate() {
+                keys[d * tokens + key] = *value;
+            }
+        }
         for query in 0..tokens {
             let start = query * stride + offset;
             let asked = &query_key_value[start..start + size];
-            for (key, score) in scores.iter_mut().enumerate() {
-                let start = key * stride + hidden + offset;
-                *score = dot(asked, &query_key_value[start..start + size]) * scale;
+            scores.fill(0.0);
+            for (factor, row) in asked.iter().zip(keys.chunks_exact(tokens)) {
+                for (score, key) in scores.iter_mut().zip(row) {
+                    *score += factor * key;
+                }
+            }
+            for score in scores.iter_mut() {
+                *score *= scale;
             }
             softmax_body(scores);
             let start = query * hidden + offset;

@@ -178,7 +178,8 @@ def forward(t, config, ids):
         q = linear("attention.self.query", x).reshape(n, heads, size).transpose(1, 0, 2)
         k = linear("attention.self.key", x).reshape(n, heads, size).transpose(1, 0, 2)
         v = linear("attention.self.value", x).reshape(n, heads, size).transpose(1, 0, 2)
-        scores = q @ k.transpose(0, 2, 1) / np.sqrt(size)
+        # The scale in the tensors' own precision (a numpy float64 scalar would widen float32).
+        scores = q @ k.transpose(0, 2, 1) / x.dtype.type(np.sqrt(size))
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores = scores / scores.sum(axis=-1, keepdims=True)
         context = (scores @ v).transpose(1, 0, 2).reshape(n, hidden)
