@@ -218,27 +218,27 @@ fn list_answers_carry_an_etag_and_an_unchanged_catalog_answers_304() {
 
 /// An origin of 40 generated resources and 20 named ones: each step changes exactly one
 /// entry (a named resource's description, or every tenth step one more resource in or out).
-struct Churn {
+pub(crate) struct Churn {
     descriptions: Vec<String>,
     toggled: bool,
 }
 
 impl Churn {
-    fn new() -> Churn {
+    pub(crate) fn new() -> Churn {
         Churn {
             descriptions: (0..20).map(|index| format!("named {index}")).collect(),
             toggled: false,
         }
     }
 
-    fn step(&mut self, step: usize) {
+    pub(crate) fn step(&mut self, step: usize) {
         match step % 10 {
             0 => self.toggled = !self.toggled,
             _ => self.descriptions[step % 20] = format!("changed in step {step}"),
         }
     }
 
-    fn scenario(&self) -> Value {
+    pub(crate) fn scenario(&self) -> Value {
         let mut resources: Vec<Value> = self
             .descriptions
             .iter()
@@ -259,7 +259,7 @@ impl Churn {
 }
 
 /// The upstream's change feed position (`catalog/changes`' `latestSeq`).
-fn latest_seq(client: &mut crate::support::SocketClient) -> i64 {
+pub(crate) fn latest_seq(client: &mut crate::support::SocketClient) -> i64 {
     let answer = client.request("catalog/changes", json!({"since": 0, "limit": 1}));
     answer["result"]["latestSeq"].as_i64().expect("latestSeq")
 }
