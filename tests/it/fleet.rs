@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::http_face::{
-    catalog_without_via, count_from, downstream, downstream_tuned, Upstream, TOKEN,
+    catalog_without_via, count_from, downstream, downstream_tuned, fast_daemon_settings, free_port,
+    Upstream, TOKEN,
 };
 use crate::support::{
     open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
@@ -218,27 +219,27 @@ fn list_answers_carry_an_etag_and_an_unchanged_catalog_answers_304() {
 
 /// An origin of 40 generated resources and 20 named ones: each step changes exactly one
 /// entry (a named resource's description, or every tenth step one more resource in or out).
-struct Churn {
+pub(crate) struct Churn {
     descriptions: Vec<String>,
     toggled: bool,
 }
 
 impl Churn {
-    fn new() -> Churn {
+    pub(crate) fn new() -> Churn {
         Churn {
             descriptions: (0..20).map(|index| format!("named {index}")).collect(),
             toggled: false,
         }
     }
 
-    fn step(&mut self, step: usize) {
+    pub(crate) fn step(&mut self, step: usize) {
         match step % 10 {
             0 => self.toggled = !self.toggled,
             _ => self.descriptions[step % 20] = format!("changed in step {step}"),
         }
     }
 
-    fn scenario(&self) -> Value {
+    pub(crate) fn scenario(&self) -> Value {
         let mut resources: Vec<Value> = self
             .descriptions
             .iter()
@@ -259,7 +260,7 @@ impl Churn {
 }
 
 /// The upstream's change feed position (`catalog/changes`' `latestSeq`).
-fn latest_seq(client: &mut crate::support::SocketClient) -> i64 {
+pub(crate) fn latest_seq(client: &mut crate::support::SocketClient) -> i64 {
     let answer = client.request("catalog/changes", json!({"since": 0, "limit": 1}));
     answer["result"]["latestSeq"].as_i64().expect("latestSeq")
 }
@@ -828,4 +829,59 @@ fn a_cold_fleet_gets_its_first_change_paced_by_the_follow_not_the_first_load() {
 
 fn status_of(daemon: &Daemon, server: &str, field: &str) -> u64 {
     daemon.server_status(server)[field].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn an_upstream_whose_token_view_holds_no_resources_is_followed_without_walks() {
+    // The upstream holds resources, but the downstream's token sees only a server that has
+    // none: the downstream's snapshot is empty, gets a cursor all the same, and a change the
+    // token cannot see is a delta of nothing, never a walk.
+    let origin = Scratch::new();
+    let path = origin.write_scenario("demo.json", &scenario(1));
+    let path = path.display().to_string();
+    let servers = format!(
+        "{}{}",
+        stdio_server("demo", &["--name", "demo", "--scenario", &path]),
+        stdio_server("empty", &["--name", "empty", "--generate", "0"])
+    );
+    let scratch = Scratch::new();
+    let token = scratch.write_private("fleet.token", &format!("{TOKEN}\n"));
+    let address = format!("127.0.0.1:{}", free_port());
+    let config = scratch.config(&format!(
+        "{servers}[http]\nlisten = \"{address}\"\ntokens = {{ fleet = {{ file = {:?}, servers = [\"empty\"] }} }}\n",
+        token.display().to_string()
+    ));
+    fast_daemon_settings(&config);
+    let upstream = Upstream {
+        daemon: Daemon::start(&scratch, &config),
+        address,
+        scratch,
+    };
+    upstream.daemon.wait_for_walks("demo", 1);
+    upstream.daemon.wait_for_walks("empty", 1);
+
+    let mirror_scratch = Scratch::new();
+    let mirror = downstream(&mirror_scratch, &upstream, "modern");
+    mirror.wait_for_walks("upstream", 1);
+    wait_for("the empty view's cursor", Duration::from_secs(20), || {
+        follow_record(&mirror).1
+    });
+    assert!(mirror.list_all().is_empty());
+    let walks = status_number(&mirror, "walksOk");
+    let deltas = status_number(&mirror, "deltasApplied");
+    for (round, expected) in [(2, 302), (3, 303)] {
+        origin.write_scenario("demo.json", &scenario(round));
+        wait_for(
+            "the change at the upstream",
+            Duration::from_secs(30),
+            || (count_from(&upstream.daemon, "demo") == expected).then_some(()),
+        );
+        mirror.call(
+            "catalog/refresh",
+            json!({"server": "upstream", "wait": true}),
+        );
+        assert_eq!(status_number(&mirror, "walksOk"), walks, "round {round}");
+    }
+    assert!(status_number(&mirror, "deltasApplied") > deltas);
+    assert!(mirror.list_all().is_empty());
 }

@@ -1,19 +1,25 @@
 //! NATS JetStream as the fleet's fan-out engine, with a real `nats-server` (JetStream on, a
 //! scratch store directory, 127.0.0.1 only; `.ci/run` installs it): an upstream daemon
 //! publishes a view of its catalog to a key-value bucket, a downstream daemon follows the
-//! bucket and ends holding exactly the upstream's catalog; a restart resumes from the stored
-//! revision; nothing private and nothing outside the view reaches the bucket; a missing bucket
-//! or a server that is not there is a status line of that server alone.
+//! bucket and ends holding exactly the upstream's catalog (1,000 single changes included, as
+//! updates, byte for byte a fresh sync); a restart, a kill -9 mid-apply or a time offline
+//! resumes from the stored revision; a purged history costs exactly one reload; nothing
+//! private and nothing outside the view reaches the bucket; a missing bucket, refused
+//! credentials or a server that is not there is a status line of that server alone, and the
+//! documented read-only fleet user follows.
 
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::http_face::{catalog_without_via, free_port};
-use crate::support::{stdio_server, wait_for, Daemon, HttpFixture, Scratch};
+use crate::fleet::{latest_seq, Churn};
+use crate::http_face::{catalog_without_via, free_port, more_daemon_settings};
+use crate::support::{
+    open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
+};
 
 /// A `nats-server` with JetStream, stopped when dropped.
 struct NatsServer {
@@ -30,10 +36,42 @@ impl NatsServer {
 
     /// Starts on `port` with the store directory of `store` (a restart keeps both).
     fn start_on(port: u16, store: Scratch) -> NatsServer {
+        let directory = store.path("jetstream").display().to_string();
+        NatsServer::start_with(
+            port,
+            store,
+            &[
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-sd",
+                &directory,
+            ],
+        )
+    }
+
+    /// Starts with a configuration file (`authorization` with `users`), listening on a new
+    /// port of 127.0.0.1 with JetStream in a scratch store directory.
+    fn start_configured(authorization: &str) -> NatsServer {
+        let store = Scratch::new();
+        let port = free_port();
+        let config = store.write(
+            "nats.conf",
+            &format!(
+                "listen: \"127.0.0.1:{port}\"\njetstream: {{ store_dir: {:?} }}\n{authorization}\n",
+                store.path("jetstream").display().to_string()
+            ),
+        );
+        let config = config.display().to_string();
+        NatsServer::start_with(port, store, &["-c", &config])
+    }
+
+    fn start_with(port: u16, store: Scratch, args: &[&str]) -> NatsServer {
         let log = store.path("nats.log");
         let child = Command::new(nats_server_binary())
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(store.path("jetstream"))
+            .args(args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("nats log"))
             .spawn()
@@ -121,6 +159,23 @@ fn upstream(scratch: &Scratch, nats: &NatsServer, servers: &str, publish: &str) 
     Daemon::start(scratch, &config)
 }
 
+/// `upstream` with more `[nats]` lines (`nats_extra`) and `[daemon]` settings (`daemon_extra`),
+/// publishing every server and kind.
+fn upstream_tuned(
+    scratch: &Scratch,
+    nats: &NatsServer,
+    servers: &str,
+    nats_extra: &str,
+    daemon_extra: &str,
+) -> Daemon {
+    let config = scratch.config(&format!(
+        "{servers}[nats]\nurl = {:?}\n{nats_extra}\n[nats.publish.fleet]\n",
+        nats.url()
+    ));
+    more_daemon_settings(&config, daemon_extra);
+    Daemon::start(scratch, &config)
+}
+
 /// A downstream daemon following `bucket` as the server `fleet` (and `others`).
 fn downstream(scratch: &Scratch, url: &str, bucket: &str, others: &str) -> Daemon {
     let config = scratch.config(&format!(
@@ -135,6 +190,15 @@ fn fleet_status(daemon: &Daemon) -> Value {
 
 fn same_catalog(left: &Daemon, right: &Daemon) -> bool {
     catalog_without_via(left) == catalog_without_via(right)
+}
+
+/// The downstream `mirror` holds the upstream's catalog and has said so in its status (which
+/// it publishes just after the swap).
+fn synced(mirror: &Daemon, upstream: &Daemon) -> bool {
+    same_catalog(mirror, upstream) && {
+        let status = fleet_status(mirror);
+        status["revision"].as_u64() > Some(0) && status["lagRevisions"] == 0
+    }
 }
 
 fn demo_server(origin: &Scratch) -> String {
@@ -346,4 +410,388 @@ fn a_restart_of_nats_server_mid_stream_loses_nothing() {
     );
     let status = fleet_status(&mirror);
     assert_eq!(status["reloads"], 1, "{status}");
+}
+
+/// The downstream's own record of its follow, read from its database file: the bucket
+/// revision it has applied (`None` before its first sync).
+fn stored_revision(mirror: &Daemon) -> Option<i64> {
+    open_database(&mirror.database)
+        .query_row(
+            "SELECT follow_seq FROM servers WHERE name = 'fleet'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap_or(None)
+}
+
+fn fleet_number(daemon: &Daemon, field: &str) -> u64 {
+    fleet_status(daemon)[field].as_u64().unwrap_or(0)
+}
+
+/// A fresh downstream's first sync of the bucket holds exactly what `mirror` holds, byte for
+/// byte (the chain of mirrors included).
+fn assert_same_as_a_fresh_sync(nats: &NatsServer, mirror: &Daemon) {
+    let scratch = Scratch::new();
+    let fresh = downstream(&scratch, &nats.url(), "fleet", "");
+    wait_for("a fresh sync", Duration::from_secs(30), || {
+        (fleet_number(&fresh, "reloads") == 1).then_some(())
+    });
+    assert_eq!(fresh.list_all(), mirror.list_all());
+}
+
+/// An upstream of a stdio server `demo` that looks at its scenario every 2 ms, walked as soon
+/// as it says its list changed: each rewrite of the scenario is one swap at the upstream.
+fn quick_upstream(scratch: &Scratch, nats: &NatsServer, scenario: &std::path::Path) -> Daemon {
+    let scenario = scenario.display().to_string();
+    let servers = stdio_server(
+        "demo",
+        &[
+            "--name",
+            "demo",
+            "--scenario",
+            &scenario,
+            "--scenario-poll-ms",
+            "2",
+        ],
+    );
+    let quick = "debounce = \"1ms\"\nmin_walk_interval = \"1ms\"\n";
+    let upstream = upstream_tuned(scratch, nats, &servers, "", quick);
+    upstream.wait_for_walks("demo", 1);
+    upstream
+}
+
+/// Applies churn steps `steps` at the origin, each one swap of one entry at the upstream.
+fn churn_steps(
+    origin: &Scratch,
+    upstream: &Daemon,
+    churn: &mut Churn,
+    steps: std::ops::RangeInclusive<usize>,
+) {
+    let mut feed = upstream.connect();
+    let mut seq = latest_seq(&mut feed);
+    let first_seq = seq;
+    let count = steps.clone().count() as i64;
+    for step in steps {
+        churn.step(step);
+        origin.write_scenario("demo.json", &churn.scenario());
+        seq = wait_for_every(
+            &format!("step {step} at the upstream"),
+            Duration::from_secs(20),
+            Duration::from_millis(2),
+            || Some(latest_seq(&mut feed)).filter(|latest| *latest > seq),
+        );
+    }
+    assert_eq!(seq - first_seq, count, "one change per step");
+}
+
+#[test]
+fn a_thousand_single_changes_arrive_as_updates_and_end_as_a_fresh_sync() {
+    let nats = NatsServer::start();
+    let origin = Scratch::new();
+    let mut churn = Churn::new();
+    let scenario = origin.write_scenario("demo.json", &churn.scenario());
+    let up_scratch = Scratch::new();
+    let upstream = quick_upstream(&up_scratch, &nats, &scenario);
+    let down_scratch = Scratch::new();
+    let mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+    wait_for("the first sync", Duration::from_secs(30), || {
+        synced(&mirror, &upstream).then_some(())
+    });
+    // The first sync may be more than one load (a bucket still being published is loaded
+    // and then found to have been made again); after it, nothing but updates.
+    let reloads = fleet_number(&mirror, "reloads");
+    let deltas = fleet_number(&mirror, "deltas");
+
+    let started = Instant::now();
+    churn_steps(&origin, &upstream, &mut churn, 1..=1_000);
+    wait_for(
+        "the downstream to hold the upstream's catalog",
+        Duration::from_secs(60),
+        || same_catalog(&mirror, &upstream).then_some(()),
+    );
+    let status = fleet_status(&mirror);
+    assert_eq!(
+        fleet_number(&mirror, "reloads"),
+        reloads,
+        "updates, not reloads: {status}\n{}",
+        mirror
+            .log_text()
+            .lines()
+            .filter(|line| line.contains("bucket"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let followed = fleet_number(&mirror, "deltas") - deltas;
+    assert!(followed >= 1, "{status}");
+    eprintln!(
+        "1000 changes in {:.1} s, followed in {followed} deltas",
+        started.elapsed().as_secs_f64()
+    );
+    assert_same_as_a_fresh_sync(&nats, &mirror);
+}
+
+/// 500 generated resources described by `round` and one that never changes (the bucket's
+/// oldest revision stays its: the history a downstream resumes from is never purged here).
+fn described(round: usize) -> Value {
+    json!({
+        "generate": 500,
+        "page_size": 250,
+        "prefix": format!("round-{round}-"),
+        "resources": [{"uri": "fixture://demo/stable", "name": "stable"}],
+    })
+}
+
+/// Resources of `mirror`'s database (which follows one server) described by `round`.
+fn described_rows(mirror: &Daemon, round: usize) -> i64 {
+    open_database(&mirror.database)
+        .query_row(
+            "SELECT count(*) FROM resources WHERE description LIKE ?1",
+            [format!("% round-{round}-")],
+            |row| row.get(0),
+        )
+        .expect("count")
+}
+
+#[test]
+fn a_downstream_killed_mid_apply_ten_times_resumes_exactly() {
+    let nats = NatsServer::start();
+    let origin = Scratch::new();
+    let scenario = origin.write_scenario("demo.json", &described(0));
+    let up_scratch = Scratch::new();
+    let upstream = quick_upstream(&up_scratch, &nats, &scenario);
+    let down_scratch = Scratch::new();
+    let mut mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+    wait_for("the first sync", Duration::from_secs(60), || {
+        same_catalog(&mirror, &upstream).then_some(())
+    });
+    let mut mid_apply = 0;
+    for round in 1..=10 {
+        let before = wait_for("the stored revision", Duration::from_secs(20), || {
+            stored_revision(&mirror)
+        });
+        // Each round puts 500 values; the kill comes once a tenth more of them than in the
+        // round before are applied.
+        let threshold = before + (round as i64 - 1) * 50;
+        origin.write_scenario("demo.json", &described(round));
+        wait_for_every(
+            &format!("round {round}'s first applied updates"),
+            Duration::from_secs(30),
+            Duration::from_millis(1),
+            || stored_revision(&mirror).filter(|revision| *revision > threshold),
+        );
+        mirror.child.kill().expect("SIGKILL");
+        mirror.child.wait().expect("reap");
+
+        // What the database holds is exactly its revision: each of the round's revisions
+        // after `before` is one resource described anew (and then the feed mark).
+        let killed_at = stored_revision(&mirror).expect("a stored revision");
+        let applied = (killed_at - before).min(500);
+        assert_eq!(
+            described_rows(&mirror, round),
+            applied,
+            "round {round}: rows and revision {killed_at} (from {before}) disagree"
+        );
+        mid_apply += usize::from(applied < 500);
+
+        mirror = Daemon::start(&down_scratch, &down_scratch.path("daemon.toml"));
+        wait_for(
+            &format!("round {round} at the restarted downstream"),
+            Duration::from_secs(30),
+            || same_catalog(&mirror, &upstream).then_some(()),
+        );
+        let status = fleet_status(&mirror);
+        assert_eq!(status["reloads"], 0, "resumed, not reloaded: {status}");
+        assert!(mirror
+            .log_text()
+            .contains("following the bucket from the stored revision"));
+    }
+    eprintln!("{mid_apply} of 10 kills came mid-apply");
+    assert!(
+        mid_apply >= 5,
+        "only {mid_apply} of 10 kills came mid-apply"
+    );
+    assert_same_as_a_fresh_sync(&nats, &mirror);
+}
+
+#[test]
+fn a_history_purged_while_a_downstream_is_down_costs_exactly_one_reload() {
+    let nats = NatsServer::start();
+    let origin = Scratch::new();
+    let up_scratch = Scratch::new();
+    // Only resources are published, so every value of the bucket is one the origin changes.
+    let upstream = upstream(
+        &up_scratch,
+        &nats,
+        &demo_server(&origin),
+        "kinds = [\"resource\"]",
+    );
+    upstream.wait_for_walks("demo", 1);
+    let down_scratch = Scratch::new();
+    let mut mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+    let describe_every_entry = |prefix: &str| {
+        let scenario = json!({"generate": 50, "page_size": 20, "prefix": prefix});
+        origin.write_scenario("demo.json", &scenario);
+        wait_for(
+            "every entry described anew",
+            Duration::from_secs(30),
+            || {
+                let suffix = format!(" {prefix}");
+                upstream
+                    .list_all()
+                    .iter()
+                    .all(|entry| {
+                        entry["description"]
+                            .as_str()
+                            .is_some_and(|text| text.ends_with(&suffix))
+                    })
+                    .then_some(())
+            },
+        );
+    };
+    describe_every_entry("first");
+    wait_for("the first change", Duration::from_secs(30), || {
+        same_catalog(&mirror, &upstream).then_some(())
+    });
+
+    // While it is down every entry is described anew, twice: the bucket keeps one value per
+    // key, so the first of those revisions, the one after the downstream's, is gone (the
+    // bucket's oldest is past it), as when a bucket's history or limits are exceeded.
+    mirror.stop();
+    describe_every_entry("again");
+    describe_every_entry("and again");
+    let mirror_again = Daemon::start(&down_scratch, &down_scratch.path("daemon.toml"));
+    drop(std::mem::replace(&mut mirror, mirror_again));
+    wait_for(
+        "the downstream to hold the upstream's catalog",
+        Duration::from_secs(30),
+        || synced(&mirror, &upstream).then_some(()),
+    );
+    let status = fleet_status(&mirror);
+    assert_eq!(status["reloads"], 1, "exactly one reload: {status}");
+    assert!(mirror.log_text().contains("loaded the whole bucket"));
+
+    // Then it follows again.
+    change_rounds(&origin, &upstream, 2..=3);
+    wait_for("the next changes", Duration::from_secs(30), || {
+        same_catalog(&mirror, &upstream).then_some(())
+    });
+    let status = fleet_status(&mirror);
+    assert_eq!(status["reloads"], 1, "{status}");
+    assert!(status["deltas"].as_u64() >= Some(1), "{status}");
+    assert_same_as_a_fresh_sync(&nats, &mirror);
+}
+
+#[test]
+fn a_downstream_offline_while_changes_happen_catches_up_when_it_returns() {
+    let nats = NatsServer::start();
+    let origin = Scratch::new();
+    let mut churn = Churn::new();
+    let scenario = origin.write_scenario("demo.json", &churn.scenario());
+    let up_scratch = Scratch::new();
+    let upstream = quick_upstream(&up_scratch, &nats, &scenario);
+    let down_scratch = Scratch::new();
+    let mut mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+    wait_for("the first sync", Duration::from_secs(30), || {
+        same_catalog(&mirror, &upstream).then_some(())
+    });
+    let revision = fleet_number(&mirror, "revision");
+
+    mirror.stop();
+    churn_steps(&origin, &upstream, &mut churn, 1..=300);
+    let returned = Instant::now();
+    let mirror = Daemon::start(&down_scratch, &down_scratch.path("daemon.toml"));
+    wait_for(
+        "the downstream to catch up",
+        Duration::from_secs(30),
+        || same_catalog(&mirror, &upstream).then_some(()),
+    );
+    eprintln!(
+        "300 changes caught up in {} ms",
+        returned.elapsed().as_millis()
+    );
+    let status = fleet_status(&mirror);
+    assert_eq!(status["reloads"], 0, "updates, not a reload: {status}");
+    assert!(
+        status["revision"].as_u64() > Some(revision + 300),
+        "{status}"
+    );
+    assert_eq!(status["lagRevisions"], 0, "{status}");
+    assert_same_as_a_fresh_sync(&nats, &mirror);
+}
+
+/// A NATS server with two users: `upstream` may do anything, `fleet` only what following a
+/// bucket needs (the read-only fleet user of docs/http-face.md, as written there).
+const AUTHORIZATION: &str = r#"authorization: {
+  users: [
+    { user: "upstream", password: "upstream-secret",
+      permissions: { publish: [">"], subscribe: [">"] } }
+    { user: "fleet", password: "fleet-secret",
+      permissions: {
+        publish: { allow: ["$JS.API.INFO", "$JS.API.STREAM.INFO.KV_fleet",
+                           "$JS.API.CONSUMER.CREATE.KV_fleet", "$JS.API.CONSUMER.CREATE.KV_fleet.>",
+                           "$JS.API.CONSUMER.DELETE.KV_fleet.>", "$JS.API.DIRECT.GET.KV_fleet.>",
+                           "$JS.API.STREAM.MSG.GET.KV_fleet", "$JS.FC.KV_fleet.>"] }
+        subscribe: { allow: ["_INBOX.>"] }
+      } }
+  ]
+}"#;
+
+/// `[nats] credentials` naming a private file of `USER:PASSWORD`.
+fn credentials(scratch: &Scratch, user_and_password: &str) -> String {
+    let file = scratch.write_private("nats.credentials", &format!("{user_and_password}\n"));
+    format!("credentials = {:?}\n", file.display().to_string())
+}
+
+#[test]
+fn refused_credentials_are_a_status_line_and_the_read_only_fleet_user_follows() {
+    let nats = NatsServer::start_configured(AUTHORIZATION);
+    let origin = Scratch::new();
+    let up_scratch = Scratch::new();
+    let nats_extra = credentials(&up_scratch, "upstream:upstream-secret");
+    let upstream = upstream_tuned(&up_scratch, &nats, &demo_server(&origin), &nats_extra, "");
+    upstream.wait_for_walks("demo", 1);
+
+    // A wrong password: the server's own status line says so; its local server runs on.
+    let refused_scratch = Scratch::new();
+    let others = format!(
+        "{}[nats]\n{}\n",
+        stdio_server("local", &["--name", "local", "--generate", "5"]),
+        credentials(&refused_scratch, "fleet:not-the-password")
+    );
+    let refused = downstream(&refused_scratch, &nats.url(), "fleet", &others);
+    refused.wait_for_walks("local", 1);
+    let error = wait_for("the refusal's status", Duration::from_secs(20), || {
+        refused.server_status("fleet")["lastError"]
+            .as_str()
+            .map(str::to_string)
+    });
+    assert!(error.contains("cannot connect to NATS"), "{error}");
+    assert!(error.to_lowercase().contains("authorization"), "{error}");
+    assert!(!error.contains("not-the-password"), "{error}");
+    assert_eq!(fleet_status(&refused)["error"], error.as_str());
+    assert_eq!(
+        refused.list_all().len(),
+        5,
+        "the rest of the daemon runs on"
+    );
+
+    // The documented read-only user follows the bucket.
+    let fleet_scratch = Scratch::new();
+    let others = format!(
+        "[nats]\n{}\n",
+        credentials(&fleet_scratch, "fleet:fleet-secret")
+    );
+    let follower = downstream(&fleet_scratch, &nats.url(), "fleet", &others);
+    wait_for(
+        "the read-only user's first sync",
+        Duration::from_secs(30),
+        || same_catalog(&follower, &upstream).then_some(()),
+    );
+    change_rounds(&origin, &upstream, 1..=2);
+    wait_for(
+        "the read-only user's updates",
+        Duration::from_secs(30),
+        || same_catalog(&follower, &upstream).then_some(()),
+    );
+    assert_eq!(fleet_number(&follower, "reloads"), 1);
 }
