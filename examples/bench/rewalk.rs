@@ -128,7 +128,10 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(1800);
         let swap = loop {
             let swaps = daemon.swaps();
-            if let Some(swap) = swaps.get(swaps_before..).and_then(|new| new.first().copied()) {
+            if let Some(swap) = swaps
+                .get(swaps_before..)
+                .and_then(|new| new.first().copied())
+            {
                 break swap;
             }
             if Instant::now() > deadline {
