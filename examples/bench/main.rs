@@ -24,6 +24,7 @@ mod paths;
 mod process;
 mod query;
 mod report;
+mod rewalk;
 mod semantic;
 mod start;
 mod swap;
@@ -133,8 +134,8 @@ fn main() -> anyhow::Result<()> {
         .map(String::as_str)
         .filter(|argument| !argument.starts_with("--"))
         .collect();
-    const ALL: [&str; 9] = [
-        "walk", "swap", "change", "query", "start", "idle", "fleet", "kinds", "semantic",
+    const ALL: [&str; 10] = [
+        "walk", "swap", "change", "query", "start", "idle", "fleet", "kinds", "semantic", "rewalk",
     ];
     if scenarios.is_empty() || scenarios.contains(&"all") {
         scenarios = ALL.to_vec();
@@ -189,6 +190,7 @@ fn main() -> anyhow::Result<()> {
         let outcome = match *scenario {
             "walk" => walk::run(&mut report, &bench, &walk_options),
             "swap" => swap::run(&mut report),
+            "rewalk" => rewalk::run(&mut report),
             "change" => change::run(&mut report),
             "query" | "start" => (|| {
                 if million.is_none() && query_options.reuse_million {

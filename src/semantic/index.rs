@@ -389,6 +389,10 @@ impl SemanticIndex {
     }
 
     /// Reads the embedded kinds' entries, embeds those without a vector, publishes the set.
+    /// The entries are streamed into the documents the set publishes (never held twice), and
+    /// the texts without a vector are made and embedded in bounded batches
+    /// ([`EMBED_BATCH_ENTRIES`], [`EMBED_BATCH_BYTES`]): a re-walk that changes every entry
+    /// costs the set itself and one batch, not a second copy of the catalog.
     fn pass(
         &self,
         source: &mut IndexSource,
@@ -399,49 +403,14 @@ impl SemanticIndex {
         let encoder = self.encoder().map_err(|error| error.to_string())?;
         let snapshot = source.snapshot().map_err(|error| error.to_string())?;
         let priorities = snapshot.priorities().map_err(|error| error.to_string())?;
-        let entries: Vec<Entry> = snapshot
-            .with_kinds(&self.kinds, |entries| entries.collect())
+        let (documents, keys) = snapshot
+            .with_kinds(&self.kinds, |entries| documents_of(entries, &priorities))
             .map_err(|error| error.to_string())?;
         drop(snapshot);
-        let mut documents = Vec::with_capacity(entries.len());
-        let mut keys = Vec::with_capacity(entries.len());
-        // Entries come ordered by kind, then URI (template) or name, then server: the merged
-        // view's winner of a URI template is the lowest priority, then the lowest name.
-        let mut start = 0;
-        while start < entries.len() {
-            let mut end = start + 1;
-            let grouped = matches!(entries[start].kind, Kind::Template | Kind::Resource);
-            while grouped
-                && end < entries.len()
-                && entries[end].kind == entries[start].kind
-                && entries[end].uri == entries[start].uri
-            {
-                end += 1;
-            }
-            let winner = (start..end)
-                .min_by_key(|number| {
-                    let server = &entries[*number].server;
-                    (
-                        priorities.get(server).copied().unwrap_or(i64::MAX),
-                        server.clone(),
-                    )
-                })
-                .unwrap_or(start);
-            for (number, entry) in entries[start..end].iter().enumerate() {
-                keys.push(text_key(&entry_text(entry)));
-                documents.push(Document {
-                    entry: entry.clone(),
-                    wins: start + number == winner,
-                });
-            }
-            start = end;
-        }
-        drop(entries);
-        // Each text without a vector, once, however many entries share it.
+        // Each text without a vector, once, however many entries share it: by document number.
         let mut seen = HashSet::new();
-        let missing: Vec<(u64, String)> = (0..documents.len())
+        let missing: Vec<usize> = (0..documents.len())
             .filter(|number| file.get(keys[*number]).is_none() && seen.insert(keys[*number]))
-            .map(|number| (keys[number], entry_text(&documents[number].entry)))
             .collect();
         drop(seen);
         let total = documents.len() as u64;
@@ -453,21 +422,25 @@ impl SemanticIndex {
             }
         });
         let mut done = 0usize;
-        let finished = embed_in_parallel(encoder, &missing, stopped, |key, vector| {
-            file.insert(key, vector)
-                .map_err(|error| error.to_string())?;
-            done += 1;
-            if done % PROGRESS_EVERY == 0 {
-                let _ = file.flush();
-                self.publish_status(|status, _| {
-                    status.count += PROGRESS_EVERY as u64;
-                    status.pending -= PROGRESS_EVERY as u64;
-                });
+        for batch in text_batches(&missing, |number| {
+            (keys[number], entry_text(&documents[number].entry))
+        }) {
+            let finished = embed_in_parallel(encoder, &batch, stopped, |key, vector| {
+                file.insert(key, vector)
+                    .map_err(|error| error.to_string())?;
+                done += 1;
+                if done % PROGRESS_EVERY == 0 {
+                    let _ = file.flush();
+                    self.publish_status(|status, _| {
+                        status.count += PROGRESS_EVERY as u64;
+                        status.pending -= PROGRESS_EVERY as u64;
+                    });
+                }
+                Ok(())
+            })?;
+            if !finished {
+                return Ok(());
             }
-            Ok(())
-        })?;
-        if !finished {
-            return Ok(());
         }
         file.flush().map_err(|error| error.to_string())?;
         let live: HashSet<u64> = keys.iter().copied().collect();
@@ -495,6 +468,81 @@ impl SemanticIndex {
         });
         Ok(())
     }
+}
+
+/// The most texts one embedding batch holds (the search keeper's catch-up batch).
+pub const EMBED_BATCH_ENTRIES: usize = crate::search::keeper::CATCH_UP_BATCH_ENTRIES;
+
+/// The most bytes of text one embedding batch holds (one text past it is a batch of its own).
+pub const EMBED_BATCH_BYTES: usize = crate::search::keeper::CATCH_UP_BATCH_BYTES;
+
+/// The documents and their texts' keys, in the order the entries come (kind, then URI or
+/// name, then server), each resource's or template's marked the winner of its URI among the
+/// servers listing it: the lowest priority, then the lowest name. Holds one URI's listings at
+/// a time beside the documents.
+fn documents_of(
+    entries: &mut dyn Iterator<Item = Entry>,
+    priorities: &std::collections::BTreeMap<String, i64>,
+) -> (Vec<Document>, Vec<u64>) {
+    let mut documents = Vec::new();
+    let mut keys = Vec::new();
+    let mut group: Vec<Entry> = Vec::new();
+    let mut flush = |group: &mut Vec<Entry>| {
+        let winner = (0..group.len())
+            .min_by_key(|number| {
+                let server = &group[*number].server;
+                (
+                    priorities.get(server).copied().unwrap_or(i64::MAX),
+                    server.clone(),
+                )
+            })
+            .unwrap_or(0);
+        for (number, entry) in group.drain(..).enumerate() {
+            keys.push(text_key(&entry_text(&entry)));
+            documents.push(Document {
+                entry,
+                wins: number == winner,
+            });
+        }
+    };
+    for entry in entries {
+        let same_group = group.first().is_some_and(|first| {
+            matches!(first.kind, Kind::Template | Kind::Resource)
+                && first.kind == entry.kind
+                && first.uri == entry.uri
+        });
+        if !same_group {
+            flush(&mut group);
+        }
+        group.push(entry);
+    }
+    flush(&mut group);
+    (documents, keys)
+}
+
+/// The texts of `numbers` (made by `text_of` as each batch is taken), in batches of at most
+/// [`EMBED_BATCH_ENTRIES`] texts and [`EMBED_BATCH_BYTES`] bytes.
+fn text_batches<'a>(
+    numbers: &'a [usize],
+    text_of: impl Fn(usize) -> (u64, String) + 'a,
+) -> impl Iterator<Item = Vec<(u64, String)>> + 'a {
+    let mut next = 0;
+    std::iter::from_fn(move || {
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while let Some(number) = numbers.get(next) {
+            let (key, text) = text_of(*number);
+            if !batch.is_empty()
+                && (batch.len() >= EMBED_BATCH_ENTRIES || bytes + text.len() > EMBED_BATCH_BYTES)
+            {
+                break;
+            }
+            bytes += text.len();
+            batch.push((key, text));
+            next += 1;
+        }
+        (!batch.is_empty()).then_some(batch)
+    })
 }
 
 /// Embeds `texts` (key, text) on one worker per core (at most [`MAX_EMBEDDING_WORKERS`]),
@@ -575,6 +623,59 @@ fn lower_this_threads_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn texts_are_embedded_in_bounded_batches_covering_every_one() {
+        // More texts than one batch holds by count, then texts that fill one by bytes.
+        let small = EMBED_BATCH_ENTRIES * 2 + 7;
+        let big = 40;
+        let numbers: Vec<usize> = (0..small + big).collect();
+        let text_of = |number: usize| {
+            let size = if number < small {
+                10
+            } else {
+                EMBED_BATCH_BYTES / 8
+            };
+            (number as u64, "x".repeat(size))
+        };
+        let batches: Vec<Vec<(u64, String)>> = text_batches(&numbers, text_of).collect();
+        assert!(batches.len() >= 3 + big / 8, "{} batches", batches.len());
+        for batch in &batches {
+            assert!(batch.len() <= EMBED_BATCH_ENTRIES, "{} texts", batch.len());
+            let bytes: usize = batch.iter().map(|(_, text)| text.len()).sum();
+            assert!(bytes <= EMBED_BATCH_BYTES, "{bytes} bytes");
+        }
+        let keys: Vec<u64> = batches.iter().flatten().map(|(key, _)| *key).collect();
+        assert_eq!(keys, (0..(small + big) as u64).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn documents_mark_one_winner_per_uri_by_priority_then_name() {
+        let entry = |kind: Kind, server: &str, uri: &str, name: &str| Entry {
+            kind,
+            server: server.into(),
+            uri: uri.into(),
+            name: name.into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            inputs: None,
+        };
+        let entries = vec![
+            entry(Kind::Resource, "a", "x://1", "one"),
+            entry(Kind::Resource, "b", "x://1", "one"),
+            entry(Kind::Resource, "c", "x://2", "two"),
+            entry(Kind::Tool, "a", "", "tool"),
+            entry(Kind::Tool, "b", "", "tool"),
+        ];
+        let priorities = [("a".to_string(), 5), ("b".to_string(), 1)]
+            .into_iter()
+            .collect();
+        let (documents, keys) = documents_of(&mut entries.into_iter(), &priorities);
+        let wins: Vec<bool> = documents.iter().map(|document| document.wins).collect();
+        assert_eq!(wins, [false, true, true, true, true]);
+        assert_eq!(keys.len(), documents.len());
+    }
 
     #[test]
     fn identifiers_are_split_into_words() {

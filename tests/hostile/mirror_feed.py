@@ -6,15 +6,17 @@ MODE: stuck (catalog/changes says `more` and lists nothing, forever), backwards 
 seqs go back), endless (a new seq for the same key on every page, `more` forever), flip (a
 new database id in every answer), count (catalog/entries answers keys not asked, duplicates,
 and a total that never matches), fat (catalog/entries answers the one key asked and FAT_ENTRIES
-small entries never asked, all in one answer). Every request's method is counted in COUNTS_FILE (JSON)."""
+small entries never asked, all in one answer; FAT_ENTRIES from the environment, 300,000 unless
+set). Every request's method is counted in COUNTS_FILE (JSON)."""
 import json
+import os
 import sys
 
 mode, counts_path, feed_version = sys.argv[1], sys.argv[2], int(sys.argv[3])
 counts = {}
 answers = 0
 RESOURCE = {"uri": "hostile://a", "name": "a", "mimeType": "text/plain"}
-FAT_ENTRIES = 300_000
+FAT_ENTRIES = int(os.environ.get("FAT_ENTRIES", "300000"))
 
 
 def instance():
