@@ -256,3 +256,57 @@ fn resources_keep_a_history_only_where_history_is_on() {
         "no history where it is off"
     );
 }
+
+/// Starts a daemon over the `weather` fixture with these extra `[daemon]` lines.
+fn daemon_with_bounds(scratch: &Scratch, bounds: &str) -> Daemon {
+    let path = scratch.write_scenario(
+        "scenario.json",
+        &weather(json!({"city": {"type": "string"}}), json!(["city"])),
+    );
+    let server = stdio_server(
+        "fx",
+        &["--name", "fx", "--scenario", &path.display().to_string()],
+    );
+    let config = scratch.write(
+        "daemon.toml",
+        &format!(
+            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\n{bounds}\n\n{server}",
+            scratch.path("catalog.db").display(),
+            scratch.path("mirror.sock").display(),
+        ),
+    );
+    let daemon = Daemon::start(scratch, &config);
+    wait_for("the first version", Duration::from_secs(30), || {
+        (history(&daemon).len() == 1).then_some(())
+    });
+    daemon
+}
+
+#[test]
+fn pruning_by_age_drops_versions_replaced_long_ago_and_keeps_the_current_one() {
+    let scratch = Scratch::new();
+    let daemon = daemon_with_bounds(&scratch, "history_max_age = \"1s\"");
+    let second = weather(json!({"town": {"type": "string"}}), json!(["town"]));
+    change_to(&daemon, &scratch, &second, 2);
+    // The first version was replaced more than the bound ago when the third arrives.
+    std::thread::sleep(Duration::from_millis(1500));
+    let third = weather(json!({"village": {"type": "string"}}), json!(["village"]));
+    let versions = change_to(&daemon, &scratch, &third, 2);
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+    assert_eq!(
+        versions[1]["definition"], second["tools"][0],
+        "{versions:?}"
+    );
+}
+
+#[test]
+fn pruning_by_total_bytes_drops_replaced_versions_and_never_the_current_one() {
+    let scratch = Scratch::new();
+    let daemon = daemon_with_bounds(&scratch, "history_max_bytes = \"1\"");
+    let second = weather(json!({"town": {"type": "string"}}), json!(["town"]));
+    let versions = change_to(&daemon, &scratch, &second, 1);
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+    let third = weather(json!({"village": {"type": "string"}}), json!(["village"]));
+    let versions = change_to(&daemon, &scratch, &third, 1);
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+}
