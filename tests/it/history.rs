@@ -310,3 +310,18 @@ fn pruning_by_total_bytes_drops_replaced_versions_and_never_the_current_one() {
     let versions = change_to(&daemon, &scratch, &third, 1);
     assert_eq!(versions[0]["current"], true, "{versions:?}");
 }
+
+#[test]
+fn pruning_never_removes_the_accepted_version() {
+    let scratch = Scratch::new();
+    let daemon = daemon_with_bounds(&scratch, "history_max_bytes = \"1\"");
+    let first = weather(json!({"city": {"type": "string"}}), json!(["city"]));
+    daemon.call("catalog/accept", json!({"server": "fx"}));
+    let second = weather(json!({"town": {"type": "string"}}), json!(["town"]));
+    change_to(&daemon, &scratch, &second, 2);
+    let third = weather(json!({"village": {"type": "string"}}), json!(["village"]));
+    // The second version goes over the bound; the accepted first one stays.
+    let versions = change_to(&daemon, &scratch, &third, 2);
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+    assert_eq!(versions[1]["definition"], first["tools"][0], "{versions:?}");
+}
