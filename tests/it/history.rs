@@ -325,3 +325,47 @@ fn pruning_never_removes_the_accepted_version() {
     assert_eq!(versions[0]["current"], true, "{versions:?}");
     assert_eq!(versions[1]["definition"], first["tools"][0], "{versions:?}");
 }
+
+#[test]
+fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stored_entry() {
+    let scratch = Scratch::new();
+    let mut daemon = daemon_with_bounds(&scratch, "");
+    // Changes written faster than walks finish, then SIGKILL while one may be swapping.
+    for round in 0..8 {
+        let name = format!("p{round}");
+        scratch.write_scenario(
+            "scenario.json",
+            &weather(json!({name.clone(): {"type": "string"}}), json!([name])),
+        );
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    daemon.child.kill().expect("SIGKILL");
+    let _ = daemon.child.wait();
+    let recorded: i64 = open_database(&daemon.database)
+        .query_row(
+            "SELECT count(*) FROM history_versions WHERE kind = 'tool' AND key = 'weather'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("count the versions");
+    assert!(
+        recorded >= 2,
+        "some changes were swapped in before the kill: {recorded}"
+    );
+    let (current_versions, matching): (i64, i64) = open_database(&daemon.database)
+        .query_row(
+            "SELECT count(*),
+                    sum(b.body = (SELECT e.raw FROM entries e
+                                  WHERE e.server_id = v.server_id AND e.kind = 'tool' AND e.name = v.key))
+             FROM history_versions v JOIN history_bodies b ON b.digest = v.digest
+             WHERE v.kind = 'tool' AND v.key = 'weather' AND v.last_seen IS NULL",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("query the history");
+    assert_eq!(
+        (current_versions, matching),
+        (1, 1),
+        "one current version, equal to the stored entry"
+    );
+}
