@@ -256,3 +256,116 @@ fn resources_keep_a_history_only_where_history_is_on() {
         "no history where it is off"
     );
 }
+
+/// Starts a daemon over the `weather` fixture with these extra `[daemon]` lines.
+fn daemon_with_bounds(scratch: &Scratch, bounds: &str) -> Daemon {
+    let path = scratch.write_scenario(
+        "scenario.json",
+        &weather(json!({"city": {"type": "string"}}), json!(["city"])),
+    );
+    let server = stdio_server(
+        "fx",
+        &["--name", "fx", "--scenario", &path.display().to_string()],
+    );
+    let config = scratch.write(
+        "daemon.toml",
+        &format!(
+            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\n{bounds}\n\n{server}",
+            scratch.path("catalog.db").display(),
+            scratch.path("mirror.sock").display(),
+        ),
+    );
+    let daemon = Daemon::start(scratch, &config);
+    wait_for("the first version", Duration::from_secs(30), || {
+        (history(&daemon).len() == 1).then_some(())
+    });
+    daemon
+}
+
+#[test]
+fn pruning_by_age_drops_versions_replaced_long_ago_and_keeps_the_current_one() {
+    let scratch = Scratch::new();
+    let daemon = daemon_with_bounds(&scratch, "history_max_age = \"1s\"");
+    let second = weather(json!({"town": {"type": "string"}}), json!(["town"]));
+    change_to(&daemon, &scratch, &second, 2);
+    // The first version was replaced more than the bound ago when the third arrives.
+    std::thread::sleep(Duration::from_millis(1500));
+    let third = weather(json!({"village": {"type": "string"}}), json!(["village"]));
+    let versions = change_to(&daemon, &scratch, &third, 2);
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+    assert_eq!(
+        versions[1]["definition"], second["tools"][0],
+        "{versions:?}"
+    );
+}
+
+#[test]
+fn pruning_by_total_bytes_drops_replaced_versions_and_never_the_current_one() {
+    let scratch = Scratch::new();
+    let daemon = daemon_with_bounds(&scratch, "history_max_bytes = \"1\"");
+    let second = weather(json!({"town": {"type": "string"}}), json!(["town"]));
+    let versions = change_to(&daemon, &scratch, &second, 1);
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+    let third = weather(json!({"village": {"type": "string"}}), json!(["village"]));
+    let versions = change_to(&daemon, &scratch, &third, 1);
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+}
+
+#[test]
+fn pruning_never_removes_the_accepted_version() {
+    let scratch = Scratch::new();
+    let daemon = daemon_with_bounds(&scratch, "history_max_bytes = \"1\"");
+    let first = weather(json!({"city": {"type": "string"}}), json!(["city"]));
+    daemon.call("catalog/accept", json!({"server": "fx"}));
+    let second = weather(json!({"town": {"type": "string"}}), json!(["town"]));
+    change_to(&daemon, &scratch, &second, 2);
+    let third = weather(json!({"village": {"type": "string"}}), json!(["village"]));
+    // The second version goes over the bound; the accepted first one stays.
+    let versions = change_to(&daemon, &scratch, &third, 2);
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+    assert_eq!(versions[1]["definition"], first["tools"][0], "{versions:?}");
+}
+
+#[test]
+fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stored_entry() {
+    let scratch = Scratch::new();
+    let mut daemon = daemon_with_bounds(&scratch, "");
+    // Changes written faster than walks finish, then SIGKILL while one may be swapping.
+    for round in 0..8 {
+        let name = format!("p{round}");
+        scratch.write_scenario(
+            "scenario.json",
+            &weather(json!({name.clone(): {"type": "string"}}), json!([name])),
+        );
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    daemon.child.kill().expect("SIGKILL");
+    let _ = daemon.child.wait();
+    let recorded: i64 = open_database(&daemon.database)
+        .query_row(
+            "SELECT count(*) FROM history_versions WHERE kind = 'tool' AND key = 'weather'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("count the versions");
+    assert!(
+        recorded >= 2,
+        "some changes were swapped in before the kill: {recorded}"
+    );
+    let (current_versions, matching): (i64, i64) = open_database(&daemon.database)
+        .query_row(
+            "SELECT count(*),
+                    sum(b.body = (SELECT e.raw FROM entries e
+                                  WHERE e.server_id = v.server_id AND e.kind = 'tool' AND e.name = v.key))
+             FROM history_versions v JOIN history_bodies b ON b.digest = v.digest
+             WHERE v.kind = 'tool' AND v.key = 'weather' AND v.last_seen IS NULL",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("query the history");
+    assert_eq!(
+        (current_versions, matching),
+        (1, 1),
+        "one current version, equal to the stored entry"
+    );
+}
