@@ -482,10 +482,16 @@ fn model_failure(daemon: &Daemon) -> String {
         (vectors["state"] == "failed").then_some(vectors)
     });
     let error = status["error"].as_str().expect("error").to_string();
-    let answer = daemon.call(
-        "catalog/search",
-        json!({"query": "email", "kinds": ["tool"]}),
-    );
+    // A model that fails at once (a 1 ms deadline) can fail before the first walk: the search
+    // is asked once the tools are there, and must answer lexically.
+    daemon.wait_for_walks("fx", 1);
+    let answer = wait_for("the tools in search", Duration::from_secs(30), || {
+        let answer = daemon.call(
+            "catalog/search",
+            json!({"query": "email", "kinds": ["tool"]}),
+        );
+        (!names(&answer).is_empty()).then_some(answer)
+    });
     assert_eq!(answer["mode"], "lexical");
     assert_eq!(names(&answer), ["send_email"]);
     let said = daemon
