@@ -217,7 +217,7 @@ pub fn search(
         highlight: (!as_json).then(|| (open.to_string(), close.to_string())),
         kinds: (!args.kinds.is_empty()).then(|| args.kinds.to_vec()),
         mode: args.mode,
-        uri_flags: (!args.uri_flags.is_empty()).then(|| args.uri_flags.to_vec()),
+        uri_flags: (!args.uri_flags.is_empty()).then(|| args.uri_flags.iter().copied().collect()),
     };
     let mut catalog = Catalog::open(socket, database)?;
     if let Some(server) = args.server {

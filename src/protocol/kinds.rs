@@ -220,7 +220,7 @@ pub struct SearchCatalogArguments {
     /// Only entries with one of these URI flags (`none`: with no flag), as `catalog/search`
     /// takes it.
     #[serde(default, rename = "uriFlags", skip_serializing_if = "Option::is_none")]
-    pub uri_flags: Option<Vec<super::uri_flags::UriFlagFilter>>,
+    pub uri_flags: Option<std::collections::BTreeSet<super::uri_flags::UriFlagFilter>>,
 }
 
 /// `search_catalog`'s structured result.

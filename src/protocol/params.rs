@@ -169,9 +169,10 @@ pub struct SearchParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<super::SearchMode>,
     /// Only entries carrying one of these URI flags (`none`: carrying no flag), as their
-    /// `_meta["io.mcp-mirror/uri"]` says; every entry when absent.
+    /// `_meta["io.mcp-mirror/uri"]` says; every entry when absent. A set: a client repeating
+    /// values costs the parse, never a longer check per hit (at most six values are kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uri_flags: Option<Vec<super::uri_flags::UriFlagFilter>>,
+    pub uri_flags: Option<std::collections::BTreeSet<super::uri_flags::UriFlagFilter>>,
 }
 
 impl SearchParams {

@@ -137,7 +137,9 @@ pub fn flags_of_listing(kind: super::Kind, identity: &str) -> Vec<UriFlag> {
 
 /// One value of a search's `uriFlags` filter: the entries carrying a flag, or (`none`) the
 /// entries carrying none (tools and prompts among them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub enum UriFlagFilter {
     Flagged(UriFlag),
@@ -146,7 +148,7 @@ pub enum UriFlagFilter {
 
 impl UriFlagFilter {
     /// Whether an entry carrying `flags` passes a filter of `filters` (any of them matches).
-    pub fn keeps(filters: &[UriFlagFilter], flags: &[UriFlag]) -> bool {
+    pub fn keeps(filters: &std::collections::BTreeSet<UriFlagFilter>, flags: &[UriFlag]) -> bool {
         filters.iter().any(|filter| match filter {
             UriFlagFilter::Flagged(flag) => flags.contains(flag),
             UriFlagFilter::Unflagged => flags.is_empty(),

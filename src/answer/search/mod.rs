@@ -8,6 +8,7 @@ mod hits;
 mod hybrid;
 mod request;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -44,14 +45,14 @@ pub(crate) async fn catalog_search(
     result.note = joined_notes(result.note.take(), cut);
     result
         .results
-        .retain(|hit| view_sees_hit(view, hit) && has_uri_flags(uri_flags.as_deref(), hit));
+        .retain(|hit| view_sees_hit(view, hit) && has_uri_flags(uri_flags.as_ref(), hit));
     Ok(result)
 }
 
 /// Whether a hit passes the request's `uriFlags` filter (every hit when there is none). Like
 /// the view, it filters the ranked page: a page may hold fewer hits than `limit`, and the
 /// cursor goes on past what it left out.
-fn has_uri_flags(filters: Option<&[UriFlagFilter]>, hit: &wire::SearchHit) -> bool {
+fn has_uri_flags(filters: Option<&BTreeSet<UriFlagFilter>>, hit: &wire::SearchHit) -> bool {
     filters.map_or(true, |filters| {
         let flags = flags_of_listing(hit.kind, hit.uri.as_deref().unwrap_or_default());
         UriFlagFilter::keeps(filters, &flags)
@@ -613,7 +614,7 @@ pub fn sqlite_search(
     let mut result = sqlite_search_page(reader, params)?;
     result
         .results
-        .retain(|hit| has_uri_flags(uri_flags.as_deref(), hit));
+        .retain(|hit| has_uri_flags(uri_flags.as_ref(), hit));
     Ok(result)
 }
 
