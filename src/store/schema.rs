@@ -34,6 +34,11 @@ pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     connection
         .pragma_update(None, "journal_mode", "WAL")
         .map_err(open_error)?;
+    // Every transaction of the writer takes the write lock at its start, so a lock held by the
+    // checkpointer's `RESTART` is waited for (the busy timeout): a deferred transaction's upgrade
+    // from a read would be refused at once. The swap is deferred on purpose and guarded instead
+    // (`WalWatch::restart_gate`).
+    connection.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
     connection
         .pragma_update(None, "synchronous", "NORMAL")
         .map_err(open_error)?;
@@ -93,4 +98,37 @@ pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
         });
     }
     Ok(connection)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer's transaction that reads before it writes, begun while another connection
+    /// (the checkpointer's `RESTART`) holds the write lock, waits for the lock: a deferred one
+    /// would have its upgrade refused at once with "database is locked".
+    #[test]
+    fn a_writer_transaction_waits_for_a_write_lock_held_elsewhere() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let path = directory.path().join("catalog.db");
+        let mut writer = open_writer(&path).expect("writer");
+        let other = Connection::open(&path).expect("other");
+        other.execute_batch("BEGIN IMMEDIATE").expect("lock");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            other.execute_batch("COMMIT").expect("unlock");
+        });
+        let transaction = writer.transaction().expect("begin");
+        let servers: i64 = transaction
+            .query_row("SELECT count(*) FROM servers", [], |row| row.get(0))
+            .expect("read");
+        transaction
+            .execute(
+                "INSERT INTO servers (name) VALUES (?1)",
+                [format!("s{servers}")],
+            )
+            .expect("the write waits for the lock");
+        transaction.commit().expect("commit");
+        release.join().expect("released");
+    }
 }

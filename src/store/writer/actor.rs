@@ -332,6 +332,8 @@ impl Writer {
     ) {
         let walk = self.walks.remove(&walk_id).unwrap_or_default();
         let counts = walk.counts.unwrap_or_default();
+        // The swap reads its diff before it writes (`WalWatch::restart_gate`).
+        let restarts_held = self.wal.hold_restarts();
         let outcome = match walk.failure {
             Some(error) => Err(staging_failed(&error)),
             None => commit_walk(
@@ -343,6 +345,7 @@ impl Writer {
                 &self.full_text_behind,
             ),
         };
+        drop(restarts_held);
         if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
             self.discarding.push_back(pending.id);
         }

@@ -34,6 +34,9 @@ pub(super) const CHANGED: i64 = 1;
 /// only while the diff is applied (the swap budget is on that hold time). This writer thread
 /// is the only writer, so the snapshot cannot change in between; if it ever did, SQLite would
 /// refuse the upgrade (SQLITE_BUSY_SNAPSHOT) and the walk would fail, not apply a stale diff.
+/// The only other holder of the write lock, the checkpointer's `RESTART`, is kept off it
+/// meanwhile by the caller (`WalWatch::restart_gate`): SQLite refuses an upgrade while
+/// another connection holds the lock, without waiting.
 pub(super) fn swap(
     connection: &mut Connection,
     walk_id: u64,

@@ -87,6 +87,11 @@ fn note_wal_pages(_wal: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqli
 #[derive(Debug, Default)]
 pub struct WalWatch {
     state: Mutex<WalState>,
+    /// Held by the checkpointer's `RESTART` (which takes SQLite's write lock) and by the
+    /// writer's one deferred transaction, the swap: SQLite refuses a read transaction's upgrade
+    /// to a write at once, without its busy handler, while another connection holds the write
+    /// lock. The writer's other transactions begin `IMMEDIATE` and wait for the lock instead.
+    restart_gate: Mutex<()>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -110,6 +115,13 @@ struct CheckpointOutcome {
 }
 
 impl WalWatch {
+    /// Keeps the checkpointer from taking the write lock until the guard drops.
+    fn hold_restarts(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.restart_gate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, WalState> {
         self.state
             .lock()
@@ -254,6 +266,12 @@ impl WriteAheadLog {
         }
         self.batch = Some((walk_id, bytes));
         Ok(())
+    }
+
+    /// Keeps the checkpointer's `RESTART` off the write lock while the guard lives: for a
+    /// transaction that reads before it writes (`WalWatch::restart_gate`).
+    pub(super) fn hold_restarts(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.watch.hold_restarts()
     }
 
     /// The walk of the open batch, if one is open.
@@ -455,7 +473,10 @@ fn run_checkpointer(
             {
                 watch.note("PASSIVE", &done);
                 let _ = connection.busy_timeout(restart_busy);
-                let restarted = checkpoint(&connection, "RESTART");
+                let restarted = {
+                    let _gate = watch.hold_restarts();
+                    checkpoint(&connection, "RESTART")
+                };
                 next_restart = match &restarted {
                     Ok(busy) if busy.busy => {
                         restart_busy = (restart_busy * 2).min(RESTART_BUSY_MAX);
