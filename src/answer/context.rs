@@ -22,6 +22,8 @@ pub struct DaemonContext {
     pub clients: AtomicUsize,
     /// When the configuration in force was loaded, and why the last reload was refused.
     pub config_load: std::sync::Mutex<ConfigLoad>,
+    /// `daemon/reload` requests to the daemon's loop, each with where its outcome goes.
+    pub reloads: tokio::sync::mpsc::Sender<crate::answer::reload::ReloadRequest>,
     /// The derived search index; `None` when it could not be opened (SQLite answers).
     pub search_index: Option<Arc<SearchIndex>>,
     /// The vectors of hybrid search; `None` without `[search] semantic_model`.

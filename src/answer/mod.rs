@@ -10,6 +10,7 @@ pub(crate) mod history;
 pub(crate) mod list;
 pub(crate) mod read;
 pub(crate) mod refresh;
+pub mod reload;
 pub(crate) mod resource;
 pub(crate) mod search;
 pub(crate) mod status;

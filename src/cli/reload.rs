@@ -1,33 +1,52 @@
-//! `mcp-mirror reload`: SIGHUP to the daemon with kill(2), then the reload's outcome from its socket.
+//! `mcp-mirror reload`: asks the daemon's socket to re-read its configuration (`daemon/reload`)
+//! and prints that reload's outcome; where the socket cannot be asked, SIGHUP with kill(2).
 //!
-//! The units' `ExecReload=` runs it, so a reload needs nothing but our own binary: `/bin/kill`
-//! (procps) is missing from minimal images, and `Type=notify-reload`, which would have systemd
-//! send the signal itself, needs systemd 253 (Debian bookworm has 252).
+//! The socket's answer is the outcome of a reload that read the file after the request
+//! arrived, so in a storm of reloads each caller hears its own (a signal names no sender, and
+//! watching the status after one could report another's). The units' `ExecReload=` runs this,
+//! so a reload needs nothing but our own binary: `/bin/kill` (procps) is missing from minimal
+//! images, and `Type=notify-reload`, which would have systemd send the signal itself, needs
+//! systemd 253 (Debian bookworm has 252).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::Client;
 use super::ClientError;
-use crate::protocol::{CatalogStatus, DaemonStatus, NoParams};
+use crate::protocol::{
+    CatalogStatus, DaemonReload, NoParams, ReloadOutcome, ReloadResult, METHOD_NOT_FOUND,
+};
 
 /// How long to wait for the daemon to say it applied (or refused) the file.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Sends SIGHUP to `pid` (else to the pid the socket's daemon reports). When the socket
-/// answers, waits until the daemon has applied the new file, or refused it: a refused file is
-/// an error (exit 1), so `systemctl reload` fails and says why. When it does not (a socket
-/// the caller may not open), the signal alone is the reload.
+/// Asks the daemon at `socket` to reload when it is the process `pid` (or any, without one),
+/// and waits for the outcome: a refused file is an error (exit 1), so `systemctl reload` fails
+/// and says why. When the socket cannot be asked (not ours to open, another daemon's, or a
+/// daemon from before `daemon/reload`), `pid` gets SIGHUP and the signal alone is the reload.
 pub fn reload(socket: &Path, pid: Option<u32>, as_json: bool) -> Result<(), ClientError> {
-    let before = match Client::connect(socket).and_then(|mut client| daemon_status(&mut client)) {
-        Ok(status) => Some(status),
-        Err(error) if pid.is_none() => return Err(error),
-        Err(_) => None,
+    let asked = Client::connect(socket).and_then(|mut client| {
+        let status = client.call::<CatalogStatus>(&NoParams {}, Some(RELOAD_TIMEOUT))?;
+        Ok((client, status.daemon.pid))
+    });
+    let target = match asked {
+        Ok((mut client, daemon)) if pid.map_or(true, |pid| pid == daemon) => {
+            match client.call::<DaemonReload>(&NoParams {}, Some(RELOAD_TIMEOUT)) {
+                Ok(result) => return reported(as_json, daemon, result),
+                Err(ClientError::Remote { code, .. }) if code == METHOD_NOT_FOUND => daemon,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(_) => pid.unwrap_or_default(),
+        Err(error) => pid.ok_or(error)?,
     };
-    let Some(target) = pid.or(before.as_ref().map(|status| status.pid)) else {
-        return Err(ClientError::Usage("no daemon process id to signal".into()));
-    };
+    signal(target)?;
+    print_outcome(as_json, target, "signalled", None);
+    Ok(())
+}
+
+/// Sends SIGHUP to `target`.
+fn signal(target: u32) -> Result<(), ClientError> {
     let pid = libc::pid_t::try_from(target)
         .ok()
         .filter(|pid| *pid > 0)
@@ -39,40 +58,27 @@ pub fn reload(socket: &Path, pid: Option<u32>, as_json: bool) -> Result<(), Clie
             std::io::Error::last_os_error()
         )));
     }
-    let Some(before) = before.filter(|status| status.pid == target) else {
-        report(as_json, target, "signalled", None);
-        return Ok(());
-    };
-    let deadline = Instant::now() + RELOAD_TIMEOUT;
-    loop {
-        std::thread::sleep(POLL_INTERVAL);
-        let now = Client::connect(socket).and_then(|mut client| daemon_status(&mut client))?;
-        if now.config_error_at.is_some() && now.config_error_at != before.config_error_at {
-            let error = now.config_error.unwrap_or_default();
-            report(as_json, target, "refused", Some(&error));
-            return Err(ClientError::Protocol(format!(
+    Ok(())
+}
+
+/// Prints the daemon's answer; a refused file is the command's error.
+fn reported(as_json: bool, pid: u32, result: ReloadResult) -> Result<(), ClientError> {
+    match result.outcome {
+        ReloadOutcome::Applied => {
+            print_outcome(as_json, pid, "reloaded", None);
+            Ok(())
+        }
+        ReloadOutcome::Refused => {
+            let error = result.error.unwrap_or_default();
+            print_outcome(as_json, pid, "refused", Some(&error));
+            Err(ClientError::Protocol(format!(
                 "the daemon refused the new configuration and keeps the previous one: {error}"
-            )));
-        }
-        if now.config_loaded_at != before.config_loaded_at {
-            report(as_json, target, "reloaded", None);
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(ClientError::Protocol(format!(
-                "sent SIGHUP to process {target}, but its socket reported no reload within {RELOAD_TIMEOUT:?}"
-            )));
+            )))
         }
     }
 }
 
-fn daemon_status(client: &mut Client) -> Result<DaemonStatus, ClientError> {
-    Ok(client
-        .call::<CatalogStatus>(&NoParams {}, Some(RELOAD_TIMEOUT))?
-        .daemon)
-}
-
-fn report(as_json: bool, pid: u32, outcome: &str, error: Option<&str>) {
+fn print_outcome(as_json: bool, pid: u32, outcome: &str, error: Option<&str>) {
     if as_json {
         let mut answer = serde_json::json!({"pid": pid, "outcome": outcome});
         if let Some(error) = error {

@@ -17,11 +17,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::answer::{ConfigLoad, DaemonContext, IntervalLog};
+use crate::answer::{reload, ConfigLoad, DaemonContext, IntervalLog};
 use crate::config::{self, Config};
 use crate::http_face::{self, Face, HttpFace};
-use crate::protocol::ServerState;
 use crate::protocol::ServerStatus;
+use crate::protocol::{ReloadOutcome, ReloadResult, ServerState};
 use crate::redact;
 use crate::search::gate::SearchGate;
 use crate::search::{self, SearchIndex};
@@ -139,6 +139,7 @@ pub async fn run_with(
         .collect();
     let publishers = crate::publish::spawn(&config.nats, shared_servers, &store, &stopping);
     let max_clients = client_budget(config.daemon.socket_limits.max_clients);
+    let (reloads, mut reload_requests) = reload::reload_queue();
     let context = Arc::new(DaemonContext {
         store: store.clone(),
         supervisor: supervisor.clone(),
@@ -156,6 +157,7 @@ pub async fn run_with(
             loaded_at_ms: now_ms(),
             ..ConfigLoad::default()
         }),
+        reloads,
         search_gate: SearchGate::new(config.daemon.socket_limits.search),
         max_clients,
         refused_clients: AtomicU64::new(0),
@@ -202,26 +204,31 @@ pub async fn run_with(
         stopping.clone(),
     ));
 
+    let reloader = Reloader {
+        supervisor: &supervisor,
+        context: &context,
+        notifier: notifier.as_deref(),
+        http: http.as_ref().map(|(face, _)| face.as_ref()),
+    };
     let mut current = config;
     let mut fatal = None;
     loop {
         tokio::select! {
             control = controls.recv() => match control {
                 Some(ControlEvent::Reload) => {
-                    if let Some(notifier) = &notifier {
-                        notifier.reloading();
-                    }
-                    current = reload(current, &supervisor, &context).await;
-                    if let Some((face, _)) = &http {
-                        face.apply(&current);
-                    }
-                    if let Some(notifier) = &notifier {
-                        notifier.ready(&current_summary(&store).await);
-                    }
+                    (current, _) = reload_and_notify(current, &reloader).await;
                 }
                 // A closed channel (every sender gone) stops the daemon like a Shutdown event.
                 Some(ControlEvent::Shutdown) | None => break,
             },
+            Some(first) = reload_requests.recv() => {
+                let requests = reload::waiting_requests(first, &mut reload_requests);
+                let outcome;
+                (current, outcome) = reload_and_notify(current, &reloader).await;
+                for request in requests {
+                    let _ = request.send(outcome.clone());
+                }
+            }
             Some(problem) = database_lost_events.recv() => {
                 fatal = Some(problem);
                 break;
@@ -457,7 +464,36 @@ fn adopt_tcp_listener(
         .context("while adopting the TCP socket systemd passed")
 }
 
-async fn reload(current: Config, supervisor: &Supervisor, context: &DaemonContext) -> Config {
+/// What a reload touches besides the configuration: the sessions, the status record, systemd
+/// and the HTTP face.
+struct Reloader<'a> {
+    supervisor: &'a Supervisor,
+    context: &'a DaemonContext,
+    notifier: Option<&'a Notifier>,
+    http: Option<&'a HttpFace>,
+}
+
+/// A reload (SIGHUP or `daemon/reload`), with systemd told it is reloading and ready again.
+async fn reload_and_notify(current: Config, reloader: &Reloader<'_>) -> (Config, ReloadResult) {
+    if let Some(notifier) = reloader.notifier {
+        notifier.reloading();
+    }
+    let (next, outcome) = reload(current, reloader.supervisor, reloader.context).await;
+    if let Some(face) = reloader.http {
+        face.apply(&next);
+    }
+    if let Some(notifier) = reloader.notifier {
+        notifier.ready(&current_summary(&reloader.context.store).await);
+    }
+    (next, outcome)
+}
+
+/// Reads the configuration file and applies it as a diff; an invalid file changes nothing.
+async fn reload(
+    current: Config,
+    supervisor: &Supervisor,
+    context: &DaemonContext,
+) -> (Config, ReloadResult) {
     tracing::info!(config = %current.source.display(), "reloading the configuration");
     let loaded = match config::load(&current.source) {
         Ok(loaded) => {
@@ -476,9 +512,14 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &DaemonContex
             }
             let message = redact::scrub(&problems.to_string()).into_owned();
             let mut record = lock(&context.config_load);
-            record.error = Some(message);
+            record.error = Some(message.clone());
             record.error_at_ms = Some(now_ms());
-            return current;
+            let outcome = ReloadResult {
+                outcome: ReloadOutcome::Refused,
+                error: Some(message),
+                config_loaded_at: record.loaded_at_ms,
+            };
+            return (current, outcome);
         }
     };
     redact::remember_secrets(loaded.secrets());
@@ -532,8 +573,13 @@ async fn reload(current: Config, supervisor: &Supervisor, context: &DaemonContex
     record.loaded_at_ms = now_ms();
     record.error = None;
     record.error_at_ms = None;
+    let outcome = ReloadResult {
+        outcome: ReloadOutcome::Applied,
+        error: None,
+        config_loaded_at: record.loaded_at_ms,
+    };
     drop(record);
-    next
+    (next, outcome)
 }
 
 /// Logs what `config::load` found that the daemon runs with anyway, in `check`'s words.

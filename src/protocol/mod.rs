@@ -59,10 +59,11 @@ pub use resource::{
 pub use results::{
     Change, ChangesResult, CheckpointStatus, DaemonStatus, Empty, FleetStatus, Implementation,
     InitializeResult, KeyedEntriesResult, LastWalk, ListResourcesResult, ListTemplatesResult,
-    Listing, LiveStatus, RefreshOutcome, RefreshResult, RefreshState, ResourceDetails,
-    ResourcesCapability, SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities,
-    ServerListEntry, ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary,
-    ToolsCapability, VectorsState, VectorsStatus, WalStatus, WalkProgress, WatchResult,
+    Listing, LiveStatus, RefreshOutcome, RefreshResult, RefreshState, ReloadOutcome, ReloadResult,
+    ResourceDetails, ResourcesCapability, SearchEngine, SearchHit, SearchMode, SearchResult,
+    ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus, SocketActivity,
+    StatusResult, SwapSummary, ToolsCapability, VectorsState, VectorsStatus, WalStatus,
+    WalkProgress, WatchResult,
 };
 pub use state::{
     CacheScope, ChangeKind, ConnectedTransport, Era, FallbackReason, Kind, PushChannel,
@@ -228,6 +229,9 @@ pub enum ScopeRule {
     Filtered,
     /// The method changes the owner's state: refused to a view that may not mutate.
     Mutating,
+    /// The method acts on the daemon process itself (its configuration): answered on the Unix
+    /// socket only, whose file permissions are the operator's boundary, never on the HTTP face.
+    Local,
 }
 
 /// The capability (under `experimental`) by which an mcp-mirror says a downstream mirror may
@@ -298,6 +302,8 @@ methods! {
     CatalogSearch = "catalog/search", SearchParams => SearchResult, Filtered;
     CatalogResource = "catalog/resource", UriParams => ResourceDetails, Filtered;
     CatalogRefresh = "catalog/refresh", RefreshParams => RefreshResult, Mutating;
+    /// Re-reads the configuration file and applies it, as SIGHUP does, answering its outcome.
+    DaemonReload = "daemon/reload", NoParams => ReloadResult, Local;
     /// One server's own snapshot, each entry marked with the server that wins it if another.
     CatalogList = "catalog/list", ServerListParams => ServerListResult, Filtered;
     CatalogChanges = "catalog/changes", ChangesParams => ChangesResult, Filtered;

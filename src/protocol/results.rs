@@ -251,6 +251,28 @@ pub struct WatchResult {
     pub latest_seq: i64,
 }
 
+/// `daemon/reload`: the outcome of the reload that read the configuration file after the
+/// request arrived (requests that wait together share one reload).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadResult {
+    pub outcome: ReloadOutcome,
+    /// Why the file was refused (`refused`); the previous configuration stays in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the configuration in force was loaded (ms since the epoch).
+    pub config_loaded_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReloadOutcome {
+    /// The file was read and applied.
+    Applied,
+    /// The file is invalid; nothing changed.
+    Refused,
+}
+
 /// `catalog/refresh`: one outcome per server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefreshResult {

@@ -31,6 +31,9 @@ pub(crate) struct ConnectionState {
     pub(super) search_client: crate::search::gate::SearchClient,
     /// What this client may see and do; socket clients are the owner.
     pub(super) view: crate::answer::View,
+    /// A client of the Unix socket, which may call the methods on the daemon process itself
+    /// (`ScopeRule::Local`); the HTTP face's clients may not, whatever their token.
+    pub(super) local: bool,
     /// The catalog generation the last list answer was read at (in the same read
     /// transaction as its rows): what the HTTP face makes that answer's ETag from.
     pub(super) answered_generation: Option<u64>,
@@ -65,7 +68,10 @@ pub(super) async fn serve_connection(
     let (read_half, mut write_half) = stream.into_split();
     let mut reader = BufReader::new(read_half);
     let mut line = Vec::new();
-    let mut state = ConnectionState::default();
+    let mut state = ConnectionState {
+        local: true,
+        ..ConnectionState::default()
+    };
     let mut catalog_changes = context.store.subscribe();
     let mut changes_open = true;
     loop {

@@ -10,8 +10,8 @@ use crate::answer::{internal, invalid_params, on_one_read, on_reader, tools, Dae
 use crate::protocol::{
     self as wire, parse_params, CatalogChanges, CatalogEntries, CatalogList, CatalogRefresh,
     CatalogResource, CatalogSearch, CatalogStatus, CatalogWatch, CheckedRequest, ErrorObject,
-    Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response, INVALID_PARAMS,
-    METHOD_NOT_FOUND, PAGE_SIZE,
+    Initialize, ListResources, ListTemplates, Method, Ping, ReadResource, Response, ScopeRule,
+    INVALID_PARAMS, METHOD_NOT_FOUND, NOT_PERMITTED, PAGE_SIZE,
 };
 use crate::redact;
 
@@ -65,6 +65,12 @@ async fn dispatch(
     context: &DaemonContext,
     state: &mut ConnectionState,
 ) -> Result<Box<RawValue>, ErrorObject> {
+    if crate::protocol::scope_rule(method) == Some(ScopeRule::Local) && !state.local {
+        return Err(ErrorObject::new(
+            NOT_PERMITTED,
+            format!("{method} is answered on the daemon's Unix socket only"),
+        ));
+    }
     let view = state.view.clone();
     view.admits(method)?;
     match method {
@@ -166,6 +172,10 @@ async fn dispatch(
                 .map_err(internal)?;
             state.watching = Some(since.unwrap_or(latest_seq));
             answer::<CatalogWatch>(wire::WatchResult { latest_seq })
+        }
+        wire::DaemonReload::NAME => {
+            params::<wire::DaemonReload>(raw)?;
+            answer::<wire::DaemonReload>(crate::answer::reload::reload(context).await?)
         }
         CatalogRefresh::NAME => {
             let params = params::<CatalogRefresh>(raw)?;

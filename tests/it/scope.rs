@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use mcp_mirror::protocol::ScopeRule;
 use serde_json::{json, Value};
 
 use crate::http_face::{fast_daemon_settings, free_port, http_exchange, modern_request, TOKEN};
@@ -76,6 +77,7 @@ fn probes(method: &str) -> Vec<Value> {
             .map(|server| json!({"server": server}))
             .collect(),
         "catalog/changes" => vec![json!({}), json!({"kinds": ["tool", "template"]})],
+        "daemon/reload" => vec![json!({})],
         "catalog/entries" => vec![
             json!({"kind": "resource", "keys": reads}),
             json!({"kind": "template", "keys": ["fixture://kinds/docs/{id}.md", "fixture://secret/docs/{id}.md"]}),
@@ -158,7 +160,9 @@ fn every_method(daemon: &Daemon, address: &str, token: &str, hidden: &[&str]) ->
                     _ => answer.to_string(),
                 };
                 everything.push_str(&text);
-                if *rule == mcp_mirror::protocol::ScopeRule::Mutating {
+                // Mutating methods are refused to these tokens, and methods on the daemon process
+                // to the HTTP face altogether.
+                if matches!(rule, ScopeRule::Mutating | ScopeRule::Local) {
                     assert_eq!(
                         answer["error"]["code"], NOT_PERMITTED,
                         "{method} as {token}: {text}"
@@ -276,7 +280,7 @@ fn no_private_entry_and_nothing_outside_its_view_reaches_a_token_by_any_method()
     // The owner (the socket) holds everything the tokens must not get: the probes can fail.
     let mut owner = String::new();
     for (method, rule) in mcp_mirror::protocol::METHODS {
-        if *rule == mcp_mirror::protocol::ScopeRule::Mutating {
+        if matches!(rule, ScopeRule::Mutating | ScopeRule::Local) {
             continue;
         }
         for params in probes(method) {

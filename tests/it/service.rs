@@ -693,6 +693,82 @@ fn the_reload_command_returns_after_the_file_is_applied_and_fails_on_a_refused_o
     assert_eq!(server_names(&daemon), ["docs", "more"]);
 }
 
+/// In a storm of reloads (SIGHUPs and socket requests from others, all the time), each
+/// `mcp-mirror reload` reports the outcome of a reload that read the file as it wrote it: a
+/// refused file names the key it broke, an applied one is applied. Watching the status after a
+/// signal heard another reload's outcome.
+#[test]
+fn in_a_reload_storm_each_reload_command_reports_its_own_file() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let scratch = Scratch::new();
+    let good = stdio_server("docs", &["--name", "docs", "--generate", "3"]);
+    let config = scratch.config(&good);
+    let daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("docs", 1);
+    // A long file makes each reload take a while to read, so reloads overlap the commands.
+    let good = format!(
+        "{good}{}",
+        "# a comment that makes the file long\n".repeat(40_000)
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let pid = daemon.child.id() as libc::pid_t;
+    let signals = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: kill(2) only sends a signal.
+                unsafe { libc::kill(pid, libc::SIGHUP) };
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        })
+    };
+    let requests = {
+        let (stop, socket) = (stop.clone(), daemon.socket.clone());
+        std::thread::spawn(move || {
+            let mut client = SocketClient::connect(&socket);
+            let mut answered = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let answer = client.request("daemon/reload", json!({}));
+                assert!(answer["result"]["outcome"].is_string(), "{answer}");
+                answered += 1;
+            }
+            answered
+        })
+    };
+    for round in 0..16 {
+        let broken = format!("servers.broken{round}.url");
+        let text = match round % 2 {
+            0 => good.clone(),
+            _ => format!("{good}[servers.broken{round}]\nurl = \"not a url\"\n"),
+        };
+        scratch.config(&text);
+        let output = Command::new(MIRROR)
+            .arg("reload")
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .arg("--json")
+            .output()
+            .expect("mcp-mirror reload");
+        let said = String::from_utf8_lossy(&output.stdout);
+        if round % 2 == 0 {
+            assert!(output.status.success(), "round {round}: {output:?}");
+            assert!(said.contains("\"reloaded\""), "round {round}: {said}");
+        } else {
+            assert_eq!(output.status.code(), Some(1), "round {round}: {output:?}");
+            assert!(said.contains(&broken), "round {round}: {said}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    signals.join().expect("signals");
+    assert!(requests.join().expect("requests") > 0);
+    // Asked on the socket, as `socat` would (the HTTP face never answers it:
+    // `tests/it/scope.rs` asks every method there).
+    scratch.config(&good);
+    let answer = SocketClient::connect(&daemon.socket).request("daemon/reload", json!({}));
+    assert_eq!(answer["result"]["outcome"], "applied", "{answer}");
+}
+
 #[test]
 fn a_deleted_socket_file_stops_the_watchdog_so_systemd_restarts_the_daemon() {
     let scratch = Scratch::new();
