@@ -58,10 +58,24 @@ impl<K: Hash + Eq + Clone> Shares<K> {
             return None;
         }
         *count += 1;
-        Some(ShareGuard {
+        Some(self.guard(key))
+    }
+
+    /// One more unit for `key`, whatever it holds (a count that another bound limits).
+    pub fn take(&self, key: &K) -> ShareGuard<K> {
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *held.entry(key.clone()).or_insert(0) += 1;
+        self.guard(key)
+    }
+
+    fn guard(&self, key: &K) -> ShareGuard<K> {
+        ShareGuard {
             held: self.held.clone(),
             key: key.clone(),
-        })
+        }
     }
 
     /// The most units any one key holds now.
@@ -74,7 +88,6 @@ impl<K: Hash + Eq + Clone> Shares<K> {
     }
 
     /// Units `key` holds now.
-    #[cfg(test)]
     pub fn held(&self, key: &K) -> usize {
         let held = self
             .held
@@ -82,6 +95,14 @@ impl<K: Hash + Eq + Clone> Shares<K> {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         held.get(key).copied().unwrap_or(0)
     }
+}
+
+/// The streams of `max_streams` kept for identities (a token over every address it comes
+/// from, else an address) that hold none: a token spread over many addresses has a share per
+/// address, and without a reserve it could hold every stream and leave a downstream none.
+/// `max_streams_per_client`, at most a quarter of `max_streams`.
+pub(super) fn stream_reserve(max_streams: usize, max_streams_per_client: usize) -> usize {
+    max_streams_per_client.min(max_streams / 4)
 }
 
 /// One unit of a key's share, given back when dropped.

@@ -34,7 +34,7 @@ use crate::answer::DaemonContext;
 use crate::config::{Config, HttpConfig};
 use crate::search::gate::SearchClient;
 
-use access::SearchIdentity;
+use access::ClientIdentity;
 use limits::{ClientKey, Refusal, RefusalLog, Shares};
 use sessions::Sessions;
 
@@ -77,6 +77,9 @@ pub struct HttpFace {
     streams: Arc<Semaphore>,
     /// Each client's open streams, bounded by `max_streams_per_client`.
     client_streams: Shares<ClientKey>,
+    /// Each identity's open streams over all its addresses: one that holds any may not take
+    /// the last `stream_reserve` of `max_streams`.
+    identity_streams: Shares<ClientIdentity>,
     connections: Arc<Semaphore>,
     /// Each peer's open connections, bounded by `max_connections_per_peer`.
     peer_connections: Shares<IpAddr>,
@@ -85,7 +88,7 @@ pub struct HttpFace {
     /// HTTP connections open now.
     clients: AtomicUsize,
     /// Each identity's share of the search gate, and when it last asked.
-    search_clients: std::sync::Mutex<HashMap<SearchIdentity, (SearchClient, Instant)>>,
+    search_clients: std::sync::Mutex<HashMap<ClientIdentity, (SearchClient, Instant)>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -99,6 +102,7 @@ impl HttpFace {
             api,
             streams: Arc::new(Semaphore::new(config.http.max_streams)),
             client_streams: Shares::default(),
+            identity_streams: Shares::default(),
             connections: Arc::new(Semaphore::new(config.http.max_connections)),
             peer_connections: Shares::default(),
             refusals: RefusalLog::default(),
@@ -136,7 +140,7 @@ impl HttpFace {
     /// The search gate's client for every request of `identity`, so the gate's fairness
     /// (least recent search time first, heavy clients kept off one slot, a bounded share of
     /// the queue) holds it back like one socket connection.
-    fn search_client(&self, identity: SearchIdentity) -> SearchClient {
+    fn search_client(&self, identity: ClientIdentity) -> SearchClient {
         let now = Instant::now();
         let mut known = self
             .search_clients

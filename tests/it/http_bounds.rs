@@ -501,6 +501,23 @@ fn one_token_cannot_take_every_stream_and_the_host_is_checked() {
         assert_eq!(status, 200, "{text}");
         held.push(stream);
     }
+    // More hosts of the same token take what is left but the reserve (the last 3 of 12, a
+    // quarter), which is kept for tokens that hold no stream yet.
+    let mut kept_back = 0;
+    for source in ["127.0.0.4", "127.0.0.5"] {
+        for _ in 0..4 {
+            let (status, text, stream) = listen(source, &address, "tok-abuser-0b1e");
+            match status {
+                200 => held.push(stream),
+                503 => {
+                    assert!(text.contains("are kept for tokens"), "{text}");
+                    kept_back += 1;
+                }
+                other => panic!("listen answered {other}: {text}"),
+            }
+        }
+    }
+    assert_eq!((held.len(), kept_back), (9, 7));
     // A downstream's listen still gets its stream, acknowledged.
     let (status, text, _good_stream) = listen("127.0.0.1", &address, "tok-fleet-77aa");
     assert_eq!(status, 200, "{text}");

@@ -36,8 +36,8 @@ use crate::protocol::{
 use crate::socket::{self, ConnectionState};
 use crate::store::now_ms;
 
-use super::access::{admit, Client};
-use super::limits::{ClientKey, Refusal, ShareGuard};
+use super::access::{admit, Client, ClientIdentity};
+use super::limits::{stream_reserve, ClientKey, Refusal, ShareGuard};
 use super::sessions::{Opened, SessionBounds};
 use super::stream::{self, message_event, sse_response, StreamPlan};
 use super::{HttpFace, PeerAddress};
@@ -456,7 +456,8 @@ impl HttpFace {
     }
 
     /// A stream's place: a permit of `max_streams` and one of its client's
-    /// `max_streams_per_client`; the refusal to send when either is used up.
+    /// `max_streams_per_client`; the refusal to send when either is used up, or when only the
+    /// reserve is left and the client's identity already holds a stream (`stream_reserve`).
     fn stream_place(
         &self,
         client: &Client,
@@ -481,12 +482,20 @@ impl HttpFace {
                 None,
             )));
         };
+        let identity = client.identity();
+        let reserve = stream_reserve(self.config.max_streams, self.config.max_streams_per_client);
+        if self.identity_streams.held(&identity) > 0 && self.streams.available_permits() <= reserve
+        {
+            return Err(Box::new(too_many_streams(self, headers, id, reserve)));
+        }
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
-            return Err(Box::new(too_many_streams(self, headers, id)));
+            return Err(Box::new(too_many_streams(self, headers, id, 0)));
         };
+        let identity_share = self.identity_streams.take(&identity);
         Ok(StreamPlace {
             _permit: permit,
             _share: share,
+            _identity_share: identity_share,
             _session: None,
         })
     }
@@ -496,6 +505,7 @@ impl HttpFace {
 struct StreamPlace {
     _permit: tokio::sync::OwnedSemaphorePermit,
     _share: ShareGuard<ClientKey>,
+    _identity_share: ShareGuard<ClientIdentity>,
     _session: Option<SessionStream>,
 }
 
@@ -565,10 +575,8 @@ async fn answer(
     // Each HTTP request is its own connection state: `catalog/watch` and the `initialize`
     // flag mean nothing without a socket to push on (the GET stream and listen do that). Its
     // searches are its identity's, so the gate holds a client of many requests back as one.
-    let mut state = ConnectionState::searching_as(
-        face.search_client(client.search_identity()),
-        audience.view.clone(),
-    );
+    let mut state =
+        ConnectionState::searching_as(face.search_client(client.identity()), audience.view.clone());
     let Some(response) = socket::answer_request(request, &face.api, &mut state).await else {
         return Answered {
             outcome: None,
@@ -591,12 +599,20 @@ fn message_text(message: &impl Serialize) -> String {
     serde_json::to_string(message).unwrap_or_default()
 }
 
-fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value) -> Response {
+/// A stream refused by `max_streams`; `reserve` when the streams left are kept for identities
+/// that hold none (`stream_reserve`).
+fn too_many_streams(face: &HttpFace, headers: &HeaderMap, id: &Value, reserve: usize) -> Response {
     face.refusals.refused(Refusal::Streams);
-    let message = format!(
-        "too many open streams ([http] max_streams = {})",
-        face.config.max_streams
-    );
+    let message = match reserve {
+        0 => format!(
+            "too many open streams ([http] max_streams = {})",
+            face.config.max_streams
+        ),
+        _ => format!(
+            "too many open streams: the last {reserve} of [http] max_streams = {} are kept for tokens (or, without tokens, addresses) that hold none",
+            face.config.max_streams
+        ),
+    };
     error_answer(
         headers,
         StatusCode::SERVICE_UNAVAILABLE,
