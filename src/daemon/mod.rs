@@ -137,7 +137,13 @@ pub async fn run_with(
         .filter(|server| server.share)
         .map(|server| server.name.clone())
         .collect();
-    let publishers = crate::publish::spawn(&config.nats, shared_servers, &store, &stopping);
+    let publishers = crate::publish::spawn(
+        &config.nats,
+        shared_servers,
+        config.daemon.timings.upstream_load_wait,
+        &store,
+        &stopping,
+    );
     let max_clients = client_budget(config.daemon.socket_limits.max_clients);
     let (reloads, mut reload_requests) = reload::reload_queue();
     let context = Arc::new(DaemonContext {

@@ -47,6 +47,16 @@ pub struct FollowProgress {
     pub deltas: u64,
 }
 
+/// The publisher's place in the bucket (`FEED_KEY`): absent until its first whole publish of
+/// the view has ended, so a bucket without one holds part of a view at most.
+pub async fn feed_mark(kv: &kv::Store) -> Result<Option<FeedMark>, FollowError> {
+    let value = kv
+        .get(FEED_KEY)
+        .await
+        .map_err(|error| FollowError::Watch(error.to_string()))?;
+    Ok(value.and_then(|bytes| serde_json::from_slice(&bytes).ok()))
+}
+
 /// One server following one bucket.
 pub struct Follower {
     server: String,
@@ -117,12 +127,7 @@ impl Follower {
     }
 
     async fn feed_mark(&self) -> Result<Option<FeedMark>, FollowError> {
-        let value = self
-            .kv
-            .get(FEED_KEY)
-            .await
-            .map_err(|error| FollowError::Watch(error.to_string()))?;
-        Ok(value.and_then(|bytes| serde_json::from_slice(&bytes).ok()))
+        feed_mark(&self.kv).await
     }
 
     /// Reads every current value of the bucket into one walk and swaps it in; the cursor is

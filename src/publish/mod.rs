@@ -6,6 +6,12 @@
 //! server says `share = true`. The publisher tails the change feed by seq and keeps its place
 //! in the bucket (`nats::FEED_KEY`), so a restart resumes there; a place it cannot resume from
 //! (another database, a pruned feed, a first load too large to list) republishes the view.
+//!
+//! A republish waits until every server of the view has committed a first load (up to
+//! `[daemon] upstream_load_wait`): an upstream restarted on an empty database would otherwise
+//! publish an emptier view and delete every other key, and each follower would follow the
+//! deletes, emptying the fleet. Puts go out `PUTS_IN_FLIGHT` at a time: one at a time, each
+//! waiting for JetStream's acknowledgement, a view of 100,000 entries took minutes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
@@ -31,6 +37,10 @@ const MAX_VALUE_BYTES: u64 = 512 * 1024;
 const KEYS_PER_READ: usize = 500;
 /// How often the feed is looked at when no change was announced (a missed broadcast).
 const TAIL_INTERVAL: Duration = Duration::from_secs(5);
+/// Puts awaiting JetStream's acknowledgement at once.
+const PUTS_IN_FLIGHT: usize = 256;
+/// How often a republish waiting for first loads looks again.
+const LOAD_POLL: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 enum PublishError {
@@ -43,9 +53,11 @@ enum PublishError {
 }
 
 /// Starts one publisher per view; each ends when `stopping` turns true.
+/// `load_wait` is `[daemon] upstream_load_wait`.
 pub(crate) fn spawn(
     config: &NatsConfig,
     shared: BTreeSet<String>,
+    load_wait: Duration,
     store: &Store,
     stopping: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -61,6 +73,7 @@ pub(crate) fn spawn(
                 credentials: config.credentials.clone(),
                 view: view.clone(),
                 shared: shared.clone(),
+                load_wait,
                 store: store.clone(),
             };
             let mut stopping = stopping.clone();
@@ -79,6 +92,8 @@ struct Publisher {
     credentials: Option<std::path::PathBuf>,
     view: PublishView,
     shared: BTreeSet<String>,
+    /// How long a republish waits for the view's servers' first loads.
+    load_wait: Duration,
     store: Store,
 }
 
@@ -223,10 +238,15 @@ impl Publisher {
                         })
                         .await?;
                     let mut gone: BTreeSet<&String> = chunk.iter().collect();
-                    for row in read.found.iter().filter(|row| view.sees(&row.server, kind)) {
+                    let seen: Vec<&CatalogRow> = read
+                        .found
+                        .iter()
+                        .filter(|row| view.sees(&row.server, kind))
+                        .collect();
+                    for row in &seen {
                         gone.remove(&row.key);
-                        self.put(bucket, kind, row).await?;
                     }
+                    self.put_all(bucket, kind, &seen).await?;
                     for key in gone {
                         bucket
                             .delete(bucket_key(kind, key))
@@ -249,6 +269,7 @@ impl Publisher {
     /// Puts every entry the view sees, deletes every other key, and returns the seq the
     /// bucket now reflects (read first: a change after it is tailed again).
     async fn republish(&self, bucket: &kv::Store) -> Result<i64, PublishError> {
+        self.wait_for_first_loads().await?;
         let seq = self.store.read(|reader| reader.latest_change_seq()).await?;
         let view = self.view().await?;
         let mut published: BTreeSet<String> = BTreeSet::new();
@@ -261,10 +282,12 @@ impl Publisher {
                     .store
                     .read(move |reader| page_of(reader, kind, from.as_deref(), &reading_view))
                     .await?;
-                for row in rows.iter().filter(|row| view.sees(&row.server, kind)) {
-                    self.put(bucket, kind, row).await?;
-                    published.insert(bucket_key(kind, &row.key));
-                }
+                let seen: Vec<&CatalogRow> = rows
+                    .iter()
+                    .filter(|row| view.sees(&row.server, kind))
+                    .collect();
+                self.put_all(bucket, kind, &seen).await?;
+                published.extend(seen.iter().map(|row| bucket_key(kind, &row.key)));
                 match next_after {
                     Some(key) => after = Some(key),
                     None => break,
@@ -293,18 +316,77 @@ impl Publisher {
         Ok(seq)
     }
 
-    async fn put(
+    /// Waits until no server of the view is still to commit its first load, or `load_wait`
+    /// has passed (then it says which servers it publishes without).
+    async fn wait_for_first_loads(&self) -> Result<(), PublishError> {
+        let started = std::time::Instant::now();
+        let mut said = false;
+        loop {
+            let view = self.view().await?;
+            let loading: Vec<String> = self
+                .store
+                .read(|reader| reader.loading_servers())
+                .await?
+                .into_iter()
+                .filter(|server| view.sees_server(server))
+                .collect();
+            if loading.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() >= self.load_wait {
+                tracing::warn!(bucket = %self.view.bucket, ?loading, wait = ?self.load_wait, "publishing the whole view although these servers have not loaded yet ([daemon] upstream_load_wait)");
+                return Ok(());
+            }
+            if !said {
+                said = true;
+                tracing::info!(bucket = %self.view.bucket, ?loading, "waiting for the first loads before publishing the whole view (the bucket keeps what it holds)");
+            }
+            tokio::time::sleep(LOAD_POLL).await;
+        }
+    }
+
+    /// Puts `rows`, `PUTS_IN_FLIGHT` awaiting their acknowledgement at once; the first error
+    /// ends it.
+    async fn put_all(
+        &self,
+        bucket: &kv::Store,
+        kind: Kind,
+        rows: &[&CatalogRow],
+    ) -> Result<(), PublishError> {
+        let mut in_flight = futures_util::stream::FuturesUnordered::new();
+        for row in rows {
+            if in_flight.len() >= PUTS_IN_FLIGHT {
+                if let Some(done) = in_flight.next().await {
+                    done?;
+                }
+            }
+            in_flight.push(self.owned_put(bucket, kind, row)?);
+        }
+        while let Some(done) = in_flight.next().await {
+            done?;
+        }
+        Ok(())
+    }
+
+    /// One put as a future that owns what it sends (so many can wait at once).
+    fn owned_put(
         &self,
         bucket: &kv::Store,
         kind: Kind,
         row: &CatalogRow,
-    ) -> Result<(), PublishError> {
+    ) -> Result<impl std::future::Future<Output = Result<(), PublishError>>, PublishError> {
         let value = entry_value(kind, row).map_err(|error| self.bucket_error(error))?;
-        bucket
-            .put(bucket_key(kind, &row.key), value.into())
-            .await
-            .map_err(|error| self.bucket_error(error))?;
-        Ok(())
+        let (bucket, key) = (bucket.clone(), bucket_key(kind, &row.key));
+        let name = self.view.bucket.clone();
+        Ok(async move {
+            match bucket.put(key, value.into()).await {
+                Ok(_) => Ok(()),
+                Err(error) => Err(PublishError::Bucket {
+                    bucket: name,
+                    reason: error.to_string(),
+                }),
+            }
+        })
     }
 
     async fn mark(&self, bucket: &kv::Store, seq: i64) -> Result<(), PublishError> {

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{LiveStatus, ReadError, Refreshed, SessionCommand};
 use crate::config::ServerConfig;
-use crate::nats::follow::{FollowError, FollowProgress, Follower, MAX_BATCH_ENTRIES};
+use crate::nats::follow::{feed_mark, FollowError, FollowProgress, Follower, MAX_BATCH_ENTRIES};
 use crate::protocol::FleetStatus;
 use crate::store::{now_ms, ServerUpdate, Store};
 use crate::upstream::Backoff;
@@ -26,6 +26,12 @@ pub(super) struct BucketSource {
     pub bucket: String,
     pub credentials: Option<PathBuf>,
 }
+
+/// How often a follower waiting for a bucket's first whole publish looks again.
+const MARK_POLL: Duration = Duration::from_millis(250);
+/// The status line of a follower waiting for that.
+const FIRST_PUBLISH_PENDING: &str =
+    "the bucket has no publisher's mark yet: its first whole publish is under way";
 
 struct Run<'a> {
     config: &'a ServerConfig,
@@ -121,6 +127,20 @@ async fn follow(
     )
     .await?;
     let kv = crate::nats::open_bucket(&client, &run.source.bucket).await?;
+    // A bucket without the publisher's mark is in its first publish: loading it now would
+    // adopt part of the view. The snapshot stays as it is, and the status says why.
+    let mut said = false;
+    while feed_mark(&kv).await?.is_none() {
+        if !said {
+            said = true;
+            tracing::info!(server = %run.config.name, bucket = %run.source.bucket, "waiting for the publisher's first whole publish of the bucket");
+            run.publish(Some(FIRST_PUBLISH_PENDING.into()));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(MARK_POLL) => {}
+            Some(command) = commands.recv() => answer(run.config, command),
+        }
+    }
     let mut follower = Follower::start(
         run.store,
         &run.config.name,

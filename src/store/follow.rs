@@ -153,7 +153,7 @@ pub(super) fn keyed_entries(
 }
 
 /// The servers with no committed snapshot of any kind: their first load is still to come.
-fn loading_servers(transaction: &Connection) -> Result<Vec<String>, StoreError> {
+pub(super) fn loading_servers(transaction: &Connection) -> Result<Vec<String>, StoreError> {
     let mut statement = transaction.prepare_cached(
         "SELECT s.name FROM servers s
          WHERE s.snapshot_at IS NULL AND s.state != ?1

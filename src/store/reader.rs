@@ -65,6 +65,11 @@ impl Reader {
         follow::follow_cursor(&self.connection, server)
     }
 
+    /// The servers with no committed snapshot of any kind: their first load is still to come.
+    pub fn loading_servers(&self) -> Result<Vec<String>, StoreError> {
+        follow::loading_servers(&self.connection)
+    }
+
     /// True when the server's snapshot holds an entry of any kind.
     pub fn holds_entries(&self, server: &str) -> Result<bool, StoreError> {
         follow::holds_entries(&self.connection, server)

@@ -655,7 +655,7 @@ fn a_followed_delta_takes_its_cache_scope_as_a_walk_does() {
 
 /// Removes a stopped daemon's database and everything derived from it beside it (its log, its
 /// search index), so its next start makes a new database: a new instance.
-fn remove_database(daemon: &Daemon) {
+pub(crate) fn remove_database(daemon: &Daemon) {
     let directory = daemon.database.parent().expect("the database's directory");
     let name = daemon
         .database

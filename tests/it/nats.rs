@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::fleet::{latest_seq, Churn};
+use crate::fleet::{latest_seq, remove_database, Churn};
 use crate::http_face::{catalog_without_via, free_port, more_daemon_settings};
 use crate::support::{
     open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
@@ -794,4 +794,71 @@ fn refused_credentials_are_a_status_line_and_the_read_only_fleet_user_follows() 
         || same_catalog(&follower, &upstream).then_some(()),
     );
     assert_eq!(fleet_number(&follower, "reloads"), 1);
+}
+
+/// The downstream's resources (0 before its first sync).
+fn held_resources(mirror: &Daemon) -> u64 {
+    mirror.server_status("fleet")["resources"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_new_upstream_still_loading_never_empties_the_bucket_nor_its_fleet() {
+    // 3,000 resources in 60 pages of 100 ms: a first load of about 6 s.
+    let nats = NatsServer::start();
+    let origin = Scratch::new();
+    let slow = json!({"generate": 3000, "page_size": 50, "faults": {"page_delay_ms": 100}});
+    let path = origin.write_scenario("demo.json", &slow);
+    let servers = stdio_server(
+        "demo",
+        &["--name", "demo", "--scenario", &path.display().to_string()],
+    );
+    let up_scratch = Scratch::new();
+    let mut upstream = upstream(&up_scratch, &nats, &servers, "");
+    // A follower started on a bucket still in its first publish waits for the whole view,
+    // saying so, and never holds part of it.
+    let down_scratch = Scratch::new();
+    let mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+    let mut said_waiting = false;
+    let mut partial = Vec::new();
+    wait_for_every(
+        "the first sync",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let held = held_resources(&mirror);
+            if held != 0 && held != 3000 {
+                partial.push(held);
+            }
+            said_waiting |= fleet_status(&mirror)["error"]
+                .as_str()
+                .is_some_and(|error| error.contains("first whole publish"));
+            (held == 3000).then_some(())
+        },
+    );
+    assert!(said_waiting, "{}", mirror.log_text());
+    assert!(partial.is_empty(), "partial snapshots: {partial:?}");
+
+    // The upstream starts over on an empty database (a new instance) and loads its origin
+    // again, slowly: until that load commits its catalog is empty, and the bucket must keep
+    // what it holds.
+    upstream.stop();
+    remove_database(&upstream);
+    upstream = Daemon::start(&up_scratch, &up_scratch.path("daemon.toml"));
+    let mut fewest = u64::MAX;
+    wait_for_every(
+        "the new upstream's whole publish",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            fewest = fewest.min(held_resources(&mirror));
+            let published = upstream.log_text().contains("published the whole view");
+            (published && same_catalog(&mirror, &upstream)).then_some(())
+        },
+    );
+    assert_eq!(fewest, 3000, "{}", upstream.log_text());
+    assert!(upstream
+        .log_text()
+        .contains("waiting for the first loads before publishing the whole view"));
 }
