@@ -16,7 +16,10 @@ use serde_json::value::RawValue;
 use super::{bucket_key, bucket_state, kind_of_bucket_key, FeedMark, NatsError, FEED_KEY};
 use crate::config::WalkLimits;
 use crate::protocol::Kind;
-use crate::store::{now_ms, EntryRow, FollowCursor, StagedWalk, Store, StoreError, WalkReport};
+use crate::store::{
+    now_ms, EntryRow, FollowCursor, ResourceRow, StagedWalk, Store, StoreError, TemplateRow,
+    WalkReport,
+};
 use crate::walk::kinds::followed_entry_row;
 use crate::walk::{resource_row, template_row};
 
@@ -55,6 +58,36 @@ pub async fn feed_mark(kv: &kv::Store) -> Result<Option<FeedMark>, FollowError> 
         .await
         .map_err(|error| FollowError::Watch(error.to_string()))?;
     Ok(value.and_then(|bytes| serde_json::from_slice(&bytes).ok()))
+}
+
+/// Resources and templates read from the bucket, staged `STAGE_ROWS` at a time (one writer
+/// operation a row made a first load of 100,000 entries a minute long); tools and prompts,
+/// staged whole after the resources' swap.
+#[derive(Default)]
+struct ReadRows {
+    resources: Vec<ResourceRow>,
+    templates: Vec<TemplateRow>,
+    entries: BTreeMap<Kind, Vec<EntryRow>>,
+}
+
+/// Rows of one kind sent to the writer at once.
+const STAGE_ROWS: usize = 1_000;
+
+impl ReadRows {
+    /// Stages what is buffered once `STAGE_ROWS` wait (everything with `all`).
+    async fn flush(&mut self, staged: &StagedWalk, all: bool) -> Result<(), StoreError> {
+        if !self.resources.is_empty() && (all || self.resources.len() >= STAGE_ROWS) {
+            staged
+                .add_resources(std::mem::take(&mut self.resources))
+                .await?;
+        }
+        if !self.templates.is_empty() && (all || self.templates.len() >= STAGE_ROWS) {
+            staged
+                .add_templates(std::mem::take(&mut self.templates))
+                .await?;
+        }
+        Ok(())
+    }
 }
 
 /// One server following one bucket.
@@ -138,7 +171,7 @@ impl Follower {
         let staged = self.store.begin_walk(&self.server);
         // Tools and prompts are staged after the resources' swap, as a walk of an upstream
         // mirror does (a kind's staging is keyed by name alone, and a first load's by server).
-        let mut entry_rows: BTreeMap<Kind, Vec<EntryRow>> = BTreeMap::new();
+        let mut rows = ReadRows::default();
         let mut keys = HashMap::new();
         let mut revision = bucket_state(&self.kv, &self.bucket).await?.last_revision;
         if values > 0 {
@@ -154,15 +187,18 @@ impl Follower {
                 revision = revision.max(entry.revision);
                 let last = entry.delta == 0;
                 if entry.operation == kv::Operation::Put {
-                    if let Some((kind, key)) = self.stage(&entry, &staged, &mut entry_rows).await? {
+                    if let Some((kind, key)) = self.read_row(&entry, &mut rows) {
                         keys.insert(entry.key.clone(), (kind, key));
                     }
+                    rows.flush(&staged, false).await?;
                 }
                 if last {
                     break;
                 }
             }
         }
+        rows.flush(&staged, true).await?;
+        let mut entry_rows = rows.entries;
         let report = WalkReport {
             started_at_ms,
             duration_ms: started.elapsed().as_millis() as i64,
@@ -203,51 +239,40 @@ impl Follower {
         Ok(())
     }
 
-    /// Stages the entry of one `Put`, when its value is an entry of the kind its key names
-    /// and its key's digest is that key (a value under another entry's key is left out).
-    async fn stage(
-        &self,
-        entry: &kv::Entry,
-        staged: &StagedWalk,
-        entry_rows: &mut BTreeMap<Kind, Vec<EntryRow>>,
-    ) -> Result<Option<(Kind, String)>, FollowError> {
-        let Some(kind) = kind_of_bucket_key(&entry.key) else {
-            return Ok(None);
-        };
-        let Ok(raw) = serde_json::from_slice::<Box<RawValue>>(&entry.value) else {
-            return Ok(None);
-        };
-        let Ok(item) = crate::walk::take_entry(raw, self.upstream.as_deref()) else {
-            return Ok(None);
-        };
+    /// Reads the entry of one `Put` into `rows`, when its value is an entry of the kind its key
+    /// names and its key's digest is that key (a value under another entry's key is left out).
+    fn read_row(&self, entry: &kv::Entry, rows: &mut ReadRows) -> Option<(Kind, String)> {
+        let kind = kind_of_bucket_key(&entry.key)?;
+        let raw = serde_json::from_slice::<Box<RawValue>>(&entry.value).ok()?;
+        let item = crate::walk::take_entry(raw, self.upstream.as_deref()).ok()?;
         let max_bytes = self.limits.max_entry_bytes;
         let key = match kind {
             Kind::Resource => match resource_row(item, max_bytes) {
                 Some(row) if bucket_key(kind, &row.uri) == entry.key => {
                     let key = row.uri.clone();
-                    staged.add_resources(vec![row]).await?;
+                    rows.resources.push(row);
                     key
                 }
-                _ => return Ok(None),
+                _ => return None,
             },
             Kind::Template => match template_row(&item, &self.limits).ok().flatten() {
                 Some(row) if bucket_key(kind, &row.uri_template) == entry.key => {
                     let key = row.uri_template.clone();
-                    staged.add_templates(vec![row]).await?;
+                    rows.templates.push(row);
                     key
                 }
-                _ => return Ok(None),
+                _ => return None,
             },
             Kind::Tool | Kind::Prompt => match followed_entry_row(kind, item, max_bytes) {
                 Some(row) if bucket_key(kind, &row.name) == entry.key => {
                     let key = row.name.clone();
-                    entry_rows.entry(kind).or_default().push(row);
+                    rows.entries.entry(kind).or_default().push(row);
                     key
                 }
-                _ => return Ok(None),
+                _ => return None,
             },
         };
-        Ok(Some((kind, key)))
+        Some((kind, key))
     }
 
     /// The watch of every update after the snapshot's revision.
@@ -278,14 +303,14 @@ impl Follower {
             latest.insert(entry.key.clone(), entry);
         }
         let staged = self.store.begin_walk(&self.server);
-        let mut entry_rows: BTreeMap<Kind, Vec<EntryRow>> = BTreeMap::new();
+        let mut rows = ReadRows::default();
         let mut removed = Vec::new();
         let mut touched: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
         let mut now_known = Vec::new();
         for (bucket_key, entry) in &latest {
             let old = self.keys.get(bucket_key).cloned();
             let new = match entry.operation {
-                kv::Operation::Put => self.stage(entry, &staged, &mut entry_rows).await?,
+                kv::Operation::Put => self.read_row(entry, &mut rows),
                 kv::Operation::Delete | kv::Operation::Purge => None,
             };
             if let Some((kind, key)) = &old {
@@ -302,6 +327,8 @@ impl Follower {
             }
             now_known.push((bucket_key.clone(), new));
         }
+        rows.flush(&staged, true).await?;
+        let mut entry_rows = rows.entries;
         let templates = touched.remove(&Kind::Template);
         let mut entry_deltas = Vec::new();
         for (kind, keys) in touched {
