@@ -13,6 +13,7 @@ mod params;
 mod record;
 mod resource;
 mod results;
+mod since;
 mod state;
 pub mod uri_flags;
 pub(crate) mod wire;
@@ -63,6 +64,10 @@ pub use results::{
     ResourcesCapability, SearchEngine, SearchHit, SearchMode, SearchResult, ServerCapabilities,
     ServerListEntry, ServerListResult, ServerStatus, SocketActivity, StatusResult, SwapSummary,
     ToolsCapability, VectorsState, VectorsStatus, WalStatus, WalkProgress, WatchResult,
+};
+pub use since::{
+    feed_time, ChangeCounts, ChangesSummary, FeedStart, ServerChangeCounts, Since,
+    MAX_SINCE_AGE_MS, MAX_SINCE_BYTES, SINCE_FORMS,
 };
 pub use state::{
     CacheScope, ChangeKind, ConnectedTransport, Era, FallbackReason, Kind, PushChannel,

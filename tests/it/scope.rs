@@ -75,7 +75,11 @@ fn probes(method: &str) -> Vec<Value> {
             .iter()
             .map(|server| json!({"server": server}))
             .collect(),
-        "catalog/changes" => vec![json!({}), json!({"kinds": ["tool", "template"]})],
+        "catalog/changes" => vec![
+            json!({}),
+            json!({"kinds": ["tool", "template"]}),
+            json!({"since": "1d"}),
+        ],
         "catalog/entries" => vec![
             json!({"kind": "resource", "keys": reads}),
             json!({"kind": "template", "keys": ["fixture://kinds/docs/{id}.md", "fixture://secret/docs/{id}.md"]}),
