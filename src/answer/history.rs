@@ -158,6 +158,68 @@ pub fn diff(
     })
 }
 
+/// `tool_changes`, the MCP face's question "what changed in this tool": its kept versions and
+/// the diff of its last change, or (with `since_ms`) of everything since the version current
+/// then; `None` when nothing changed. The same view rule as `catalog/history`.
+pub(crate) fn changes_of_tool(
+    reader: &Reader,
+    arguments: &wire::ToolChangesArguments,
+    since_ms: Option<i64>,
+    view: &View,
+) -> Result<wire::ToolChangesResult, ErrorObject> {
+    let page = history(
+        reader,
+        &wire::HistoryParams {
+            kind: Kind::Tool,
+            server: arguments.server.clone(),
+            key: arguments.name.clone(),
+            cursor: None,
+            limit: Some(wire::MAX_HISTORY_PAGE),
+            include_definitions: false,
+        },
+        view,
+    )?;
+    let mut versions = page.versions;
+    let newest = versions.first().map(|version| version.version);
+    // The version the caller saw at `since`: the newest first seen by then (else the oldest
+    // kept one, when every kept version is younger).
+    let from = since_ms.and_then(|since| {
+        versions
+            .iter()
+            .find(|version| version.first_seen_ms <= since)
+            .or(versions.last())
+            .map(|version| version.version)
+    });
+    if let Some(since) = since_ms {
+        versions.retain(|version| version.last_seen_ms.is_none_or(|last| last >= since));
+    }
+    versions.truncate(wire::MAX_TOOL_CHANGES_VERSIONS);
+    let unchanged = match since_ms {
+        Some(_) => from == newest,
+        None => versions.len() < 2,
+    };
+    let diff = match unchanged {
+        true => None,
+        false => Some(diff(
+            reader,
+            &wire::DiffParams {
+                kind: Kind::Tool,
+                server: arguments.server.clone(),
+                key: arguments.name.clone(),
+                from,
+                to: None,
+            },
+            view,
+        )?),
+    };
+    Ok(wire::ToolChangesResult {
+        server: arguments.server.clone(),
+        name: arguments.name.clone(),
+        versions,
+        diff,
+    })
+}
+
 /// A JSON Pointer segment (RFC 6901 escapes).
 fn pointer_segment(segment: &str) -> String {
     segment.replace('~', "~0").replace('/', "~1")

@@ -1,4 +1,4 @@
-//! `catalog/changes` from a time on (issue 34): `since` as an RFC 3339 time or an age reads exactly the feed entries written from then on, with their summary per server and kind within the caller's view; a wrong `since` is `-32602` on a connection that lives on; `mcp-mirror changes --since` prints the summary, then the rows.
+//! `catalog/changes` from a time on, and the MCP face's `tool_changes` (issue 34): `since` as an RFC 3339 time or an age reads exactly the feed entries written from then on, with their summary per server and kind within the caller's view; a wrong `since` is `-32602` on a connection that lives on; `mcp-mirror changes --since` prints the summary, then the rows.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -325,4 +325,128 @@ fn changes_since_a_time_are_exactly_the_newer_entries_summed_up_within_the_view(
         String::from_utf8_lossy(&output.stderr).contains("RFC 3339"),
         "{output:?}"
     );
+}
+
+/// `tools/call` of `tool_changes` as `token` over the HTTP face: the call's result.
+fn tool_changes(mirror: &TwoToolServers, token: &str, arguments: Value) -> Value {
+    let answer = mirror.ask_as(
+        token,
+        "tools/call",
+        json!({"name": "tool_changes", "arguments": arguments}),
+    );
+    answer
+        .get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("tool_changes {arguments}: {answer}"))
+}
+
+#[test]
+fn tool_changes_tells_an_agent_what_changed_in_a_tool_it_used_within_its_view() {
+    let mirror = TwoToolServers::start();
+    let listed = mirror.ask_as(NARROW_TOKEN, "tools/list", json!({}));
+    let tool = listed["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|tool| tool["name"] == "tool_changes")
+        .cloned()
+        .unwrap_or_else(|| panic!("no tool_changes: {listed}"));
+    assert_eq!(tool["inputSchema"]["required"], json!(["server", "name"]));
+    assert_eq!(tool["inputSchema"]["properties"]["since"]["maxLength"], 64);
+
+    // Before any change: one version, nothing changed.
+    let unchanged = tool_changes(
+        &mirror,
+        NARROW_TOKEN,
+        json!({"server": "pub", "name": "weather"}),
+    );
+    assert_eq!(unchanged["isError"], false, "{unchanged}");
+    let structured = &unchanged["structuredContent"];
+    assert_eq!(structured["versions"].as_array().map(Vec::len), Some(1));
+    assert!(structured.get("diff").is_none(), "{unchanged}");
+
+    std::thread::sleep(Duration::from_millis(50));
+    let used_at = jiff::Timestamp::from_millisecond(now_ms())
+        .expect("a time")
+        .to_string();
+    std::thread::sleep(Duration::from_millis(50));
+    let days = json!({"city": {"type": "string"}, "days": {"type": "integer"}});
+    mirror.change_tool("pub", &weather("Forecasts", days));
+
+    // The last change, in a client's words and as paths; and the same since the time of use.
+    for arguments in [
+        json!({"server": "pub", "name": "weather"}),
+        json!({"server": "pub", "name": "weather", "since": used_at}),
+        json!({"server": "pub", "name": "weather", "since": "1h"}),
+    ] {
+        let answer = tool_changes(&mirror, NARROW_TOKEN, arguments.clone());
+        assert_eq!(answer["isError"], false, "{answer}");
+        let structured = &answer["structuredContent"];
+        let versions = structured["versions"].as_array().expect("versions");
+        assert_eq!(versions.len(), 2, "{arguments}: {answer}");
+        assert_eq!(versions[0]["current"], true, "{answer}");
+        let diff = &structured["diff"];
+        assert_eq!(
+            diff["toolChanges"],
+            json!([{"change": "parameterAdded", "parameter": "days", "required": false}]),
+            "{arguments}: {answer}"
+        );
+        assert_eq!(diff["to"]["version"], versions[0]["version"]);
+        assert_eq!(diff["from"]["version"], versions[1]["version"]);
+        assert_eq!(diff["added"][0]["path"], "/inputSchema/properties/days");
+        let text = answer["content"][0]["text"].as_str().expect("text");
+        assert!(
+            text.contains("parameter `days` added (optional)")
+                && text.contains("+ /inputSchema/properties/days"),
+            "{text}"
+        );
+    }
+
+    // Since after the change: nothing changed, only the current version listed.
+    std::thread::sleep(Duration::from_millis(50));
+    let later = jiff::Timestamp::from_millisecond(now_ms())
+        .expect("a time")
+        .to_string();
+    let answer = tool_changes(
+        &mirror,
+        NARROW_TOKEN,
+        json!({"server": "pub", "name": "weather", "since": later}),
+    );
+    assert!(
+        answer["structuredContent"].get("diff").is_none(),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["structuredContent"]["versions"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "{answer}"
+    );
+    assert!(answer["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .contains("no change since then"));
+
+    // Outside the token's view a tool has no history (the owner's token sees it).
+    let hidden = tool_changes(
+        &mirror,
+        NARROW_TOKEN,
+        json!({"server": "sec", "name": "weather"}),
+    );
+    assert_eq!(hidden["isError"], true, "{hidden}");
+    assert!(hidden.get("structuredContent").is_none(), "{hidden}");
+    let seen = tool_changes(&mirror, TOKEN, json!({"server": "sec", "name": "weather"}));
+    assert_eq!(seen["isError"], false, "{seen}");
+    // A wrong `since` is the tool's error, naming the forms it takes.
+    let wrong = tool_changes(
+        &mirror,
+        NARROW_TOKEN,
+        json!({"server": "pub", "name": "weather", "since": "last week"}),
+    );
+    assert_eq!(wrong["isError"], true, "{wrong}");
+    assert!(wrong["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .contains("RFC 3339"));
 }

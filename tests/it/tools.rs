@@ -168,7 +168,7 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
         .iter()
         .filter_map(|tool| tool["name"].as_str())
         .collect();
-    assert_eq!(names, ["search_catalog", "describe_entry"]);
+    assert_eq!(names, ["search_catalog", "describe_entry", "tool_changes"]);
 
     let found = call_tool(&daemon, "search_catalog", json!({"query": "zephyr"}));
     assert_eq!(found["isError"], false, "{found}");
@@ -417,7 +417,10 @@ fn the_python_sdk_client_searches_and_describes_through_the_bridge() {
     );
     let seen: Value = serde_json::from_slice(&output.stdout).expect("the client's JSON");
     assert_eq!(seen["toolsCapability"], true, "{seen}");
-    assert_eq!(seen["tools"], json!(["search_catalog", "describe_entry"]));
+    assert_eq!(
+        seen["tools"],
+        json!(["search_catalog", "describe_entry", "tool_changes"])
+    );
     let hits = &seen["search"]["structuredContent"]["hits"];
     assert_eq!(hits.as_array().map(Vec::len), Some(1), "{seen}");
     assert_eq!(hits[0]["name"], "weather");
