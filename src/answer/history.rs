@@ -134,12 +134,7 @@ pub fn diff(
     let parse = |row: &VersionRow| -> Result<Value, ErrorObject> {
         serde_json::from_str(row.body.as_deref().unwrap_or("null")).map_err(internal)
     };
-    let (before, after) = (parse(&from)?, parse(&to)?);
-    let (added, removed, changed) = json_diff(&before, &after);
-    let tool_changes = match kind {
-        Kind::Tool => tool_changes(&before, &after),
-        Kind::Resource | Kind::Template | Kind::Prompt => Vec::new(),
-    };
+    let structural = structural_diff(kind, &parse(&from)?, &parse(&to)?);
     let side = |row: &VersionRow| wire::DiffSide {
         version: row.version,
         digest: row.digest.clone(),
@@ -151,11 +146,24 @@ pub fn diff(
         key: key.clone(),
         from: side(&from),
         to: side(&to),
+        structural,
+    })
+}
+
+/// Two definitions of one entry compared: the paths, and for a tool its contract's changes
+/// named. The one diff of `catalog/diff` and of `catalog/drift` (against the accepted one).
+pub(crate) fn structural_diff(kind: Kind, before: &Value, after: &Value) -> wire::StructuralDiff {
+    let (added, removed, changed) = json_diff(before, after);
+    let tool_changes = match kind {
+        Kind::Tool => tool_changes(before, after),
+        Kind::Resource | Kind::Template | Kind::Prompt => Vec::new(),
+    };
+    wire::StructuralDiff {
         added,
         removed,
         changed,
         tool_changes,
-    })
+    }
 }
 
 /// `tool_changes`, the MCP face's question "what changed in this tool": its kept versions and

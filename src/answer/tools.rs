@@ -239,14 +239,16 @@ fn tool_changes_text(result: &wire::ToolChangesResult, asked_since: bool) -> Str
         "changes from version {} to version {}:",
         diff.from.version, diff.to.version
     ));
+    let paths = &diff.structural;
     lines.extend(
-        diff.tool_changes
+        paths
+            .tool_changes
             .iter()
             .map(|change| format!("* {}", change.sentence())),
     );
-    lines.extend(diff.removed.iter().map(|path| format!("- {}", path.path)));
-    lines.extend(diff.added.iter().map(|path| format!("+ {}", path.path)));
-    lines.extend(diff.changed.iter().map(|path| format!("~ {}", path.path)));
+    lines.extend(paths.removed.iter().map(|path| format!("- {}", path.path)));
+    lines.extend(paths.added.iter().map(|path| format!("+ {}", path.path)));
+    lines.extend(paths.changed.iter().map(|path| format!("~ {}", path.path)));
     lines.join("\n")
 }
 

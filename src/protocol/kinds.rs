@@ -129,6 +129,16 @@ pub struct DriftEntry {
     /// The whole current definition (absent for `removed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<Value>,
+    /// For `changed`: the current definition diffed against the accepted version, the same
+    /// structural diff as `catalog/diff` makes of two versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<super::StructuralDiff>,
+    /// The history's version numbers of the accepted and the current definition (`catalog/diff`'s
+    /// `from` and `to`), when it keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_version: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -32,7 +32,7 @@ pub use envelope::{
 };
 pub use history::{
     DiffParams, DiffResult, DiffSide, HistoryParams, HistoryResult, HistoryVersion, PathChange,
-    PathValue, ToolChange, DEFAULT_HISTORY_PAGE, MAX_HISTORY_PAGE,
+    PathValue, StructuralDiff, ToolChange, DEFAULT_HISTORY_PAGE, MAX_HISTORY_PAGE,
 };
 pub use index::{IndexPhase, IndexStatus, MatchMode};
 pub use kinds::{

@@ -151,6 +151,35 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
         entries[0]["fields"]["description"],
         json!({"accepted": "Forecasts the weather", "current": "Predicts the zephyr and rain"})
     );
+    // Drift is a diff against the accepted version: catalog/diff's own, between the history's
+    // accepted and current versions.
+    let (accepted, current) = (
+        entries[0]["acceptedVersion"]
+            .as_i64()
+            .expect("the accepted version"),
+        entries[0]["currentVersion"]
+            .as_i64()
+            .expect("the current version"),
+    );
+    assert!(accepted < current, "{drift}");
+    let diff = daemon.call(
+        "catalog/diff",
+        json!({"kind": "tool", "server": "fx", "key": "weather", "from": accepted, "to": current}),
+    );
+    for part in ["added", "removed", "changed", "toolChanges"] {
+        assert_eq!(
+            entries[0]["diff"][part], diff[part],
+            "{part}: {drift} {diff}"
+        );
+    }
+    assert_eq!(
+        entries[0]["diff"]["changed"],
+        json!([{"path": "/description", "from": "Forecasts the weather", "to": "Predicts the zephyr and rain"}])
+    );
+    assert_eq!(
+        entries[0]["diff"]["toolChanges"][0]["change"],
+        "descriptionChanged"
+    );
     let status = daemon.server_status("fx");
     assert_eq!(status["kinds"]["tool"]["drift"]["changed"], 1, "{status}");
 
@@ -237,9 +266,21 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
     assert!(shown.contains("Predicts the zephyr and rain"), "{shown}");
     assert!(shown.contains("inputSchema:"), "{shown}");
     let drifted = cli(&["drift", "--server", "fx"]);
-    assert!(drifted.contains("changed tool fx/weather"), "{drifted}");
     assert!(
-        drifted.contains("accepted: \"Forecasts the weather\""),
+        drifted.starts_with("drift: each tool and prompt diffed against its accepted version"),
+        "{drifted}"
+    );
+    assert!(
+        drifted.contains(&format!(
+            "changed tool fx/weather (accepted version {accepted}, current version {current})"
+        )),
+        "{drifted}"
+    );
+    assert!(
+        drifted.contains("  * description changed")
+            && drifted.contains(
+                "  ~ /description: \"Forecasts the weather\" -> \"Predicts the zephyr and rain\""
+            ),
         "{drifted}"
     );
     let accepted: Value =
