@@ -199,7 +199,7 @@ pub(crate) fn changes_of_tool(
             .map(|version| version.version)
     });
     if let Some(since) = since_ms {
-        versions.retain(|version| version.last_seen_ms.is_none_or(|last| last >= since));
+        versions.retain(|version| version.last_seen_ms.map_or(true, |last| last >= since));
     }
     versions.truncate(wire::MAX_TOOL_CHANGES_VERSIONS);
     let unchanged = match since_ms {
