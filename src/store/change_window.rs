@@ -95,3 +95,93 @@ pub fn window_counts(
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A feed of entries `seq` 1..=`last` written at `10 * seq` ms, of which `kept` remain.
+    fn feed(last: i64, kept: impl Fn(i64) -> bool) -> Connection {
+        let mut connection = Connection::open_in_memory().expect("open");
+        crate::store::schema::migrate(std::path::Path::new(":memory:"), &mut connection)
+            .expect("migrate");
+        for seq in 1..=last {
+            let kind = if seq % 3 == 0 { "changed" } else { "added" };
+            connection
+                .execute(
+                    "INSERT INTO changes (seq, at, server, kind, uri, entry_kind)
+                     VALUES (?1, ?2, ?3, ?4, 'u', 'resource')",
+                    params![seq, 10 * seq, if seq % 2 == 0 { "a" } else { "b" }, kind],
+                )
+                .expect("insert");
+        }
+        connection
+            .execute(
+                "DELETE FROM changes WHERE seq NOT IN (SELECT value FROM json_each(?1))",
+                [
+                    serde_json::to_string(&(1..=last).filter(|seq| kept(*seq)).collect::<Vec<_>>())
+                        .expect("json"),
+                ],
+            )
+            .expect("delete");
+        connection
+    }
+
+    #[test]
+    fn a_time_starts_at_the_first_entry_written_then_across_gaps_and_pruning() {
+        let whole = feed(1000, |_| true);
+        let at = |at_ms| feed_position_at(&whole, at_ms).expect("position");
+        assert_eq!(
+            at(0),
+            FeedPosition {
+                after_seq: 0,
+                pruned: false
+            }
+        );
+        assert_eq!(at(10).after_seq, 0);
+        assert_eq!(at(11).after_seq, 1);
+        assert_eq!(at(5000).after_seq, 499);
+        assert_eq!(at(10_000).after_seq, 999);
+        assert_eq!(at(10_001).after_seq, 1000, "none as young: the newest");
+        // Gaps (every seq not divisible by 7 gone) and the oldest pruned.
+        let sparse = feed(1000, |seq| seq % 7 == 0 && seq > 100);
+        let at = |at_ms| feed_position_at(&sparse, at_ms).expect("position");
+        assert_eq!(
+            at(5000).after_seq,
+            503,
+            "the first kept entry at 5000 ms or later is 504"
+        );
+        assert_eq!(at(5040).after_seq, 503);
+        assert_eq!(at(5041).after_seq, 510);
+        assert_eq!(
+            at(0),
+            FeedPosition {
+                after_seq: 104,
+                pruned: true
+            }
+        );
+        assert!(!at(2000).pruned, "the pruned entries were older");
+    }
+
+    #[test]
+    fn a_window_counts_per_server_entry_kind_and_kind_of_change() {
+        let connection = feed(12, |_| true);
+        let counts = window_counts(&connection, 6, 12, None).expect("counts");
+        let summed: Vec<(String, ChangeKind, u64)> = counts
+            .into_iter()
+            .map(|count| (count.server, count.kind, count.changes))
+            .collect();
+        // 7..=12: a has 8, 10, 12 (12 changed), b has 7, 9, 11 (9 changed).
+        assert_eq!(
+            summed,
+            [
+                ("a".to_string(), ChangeKind::Added, 2),
+                ("a".to_string(), ChangeKind::Changed, 1),
+                ("b".to_string(), ChangeKind::Added, 2),
+                ("b".to_string(), ChangeKind::Changed, 1),
+            ]
+        );
+        let tools = window_counts(&connection, 0, 12, Some(&[Kind::Tool])).expect("counts");
+        assert!(tools.is_empty());
+    }
+}

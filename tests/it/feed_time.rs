@@ -325,6 +325,28 @@ fn changes_since_a_time_are_exactly_the_newer_entries_summed_up_within_the_view(
         String::from_utf8_lossy(&output.stderr).contains("RFC 3339"),
         "{output:?}"
     );
+
+    // With no daemon, the same answer from the database file.
+    let mut mirror = mirror;
+    mirror.daemon.stop();
+    let database = mirror.daemon.database.display().to_string();
+    let output = run_cli(
+        &mirror.daemon.socket,
+        &[
+            "changes",
+            "--since",
+            "1h",
+            "--json",
+            "--database",
+            &database,
+        ],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let offline: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(seqs(&offline["changes"]), seqs(&hour["changes"]));
+    for part in ["servers", "total"] {
+        assert_eq!(offline["summary"][part], hour["summary"][part], "{offline}");
+    }
 }
 
 /// `tools/call` of `tool_changes` as `token` over the HTTP face: the call's result.
