@@ -168,7 +168,7 @@ pub(crate) fn structural_diff(kind: Kind, before: &Value, after: &Value) -> wire
 
 /// `tool_changes`, the MCP face's question "what changed in this tool": its kept versions and
 /// the diff of its last change, or (with `since_ms`) of everything since the version current
-/// then; `None` when nothing changed. The same view rule as `catalog/history`.
+/// then; no diff when nothing changed. The same view rule as `catalog/history`.
 pub(crate) fn changes_of_tool(
     reader: &Reader,
     arguments: &wire::ToolChangesArguments,
