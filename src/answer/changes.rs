@@ -1,30 +1,91 @@
-//! `catalog/changes` and where `catalog/watch` starts: the change feed from a `Reader`.
+//! `catalog/changes` and where `catalog/watch` starts: the change feed from a `Reader`, after a sequence number or from a time on, with the summary of a time's window.
 
-use crate::protocol::{self as wire, ChangesParams, ErrorObject};
-use crate::store::{ChangePage, Reader};
+use std::collections::BTreeMap;
+
+use crate::protocol::{self as wire, ChangeKind, ChangesParams, ErrorObject, FeedStart, Kind};
+use crate::store::{now_ms, ChangePage, Reader, WindowCount};
 
 use super::{internal, invalid_params, View};
 
-/// The feed after `since` (only the entries of `kinds` when given, and those the view sees),
+/// The feed after `since` (a sequence number, or the entries written from a time on, then
+/// with their summary), only the entries of `kinds` when given, and those the view sees,
 /// oldest first.
 pub fn changes(
     reader: &Reader,
     params: &ChangesParams,
     view: &View,
 ) -> Result<wire::ChangesResult, ErrorObject> {
-    let (since, limit) = params.checked().map_err(invalid_params)?;
-    let page = reader
-        .changes(since, limit, params.kinds.as_deref())
-        .map_err(internal)?;
+    let (start, limit) = params.checked(now_ms()).map_err(invalid_params)?;
+    let (since, window) = match start {
+        None => (None, None),
+        Some(FeedStart::After(sequence)) => (Some(sequence), None),
+        Some(FeedStart::AtOrAfterMs(at_ms)) => {
+            let position = reader.feed_position_at(at_ms).map_err(internal)?;
+            (Some(position.after_seq), Some((at_ms, position)))
+        }
+    };
+    let kinds = params.kinds.as_deref();
+    let page = reader.changes(since, limit, kinds).map_err(internal)?;
     let mut result = changes_result(page);
     result
         .changes
         .retain(|change| view.sees(&change.server, change.entry_kind));
+    if let Some((since_ms, position)) = window {
+        result.truncated |= position.pruned;
+        let counts = reader
+            .feed_window_counts(position.after_seq, result.latest_seq, kinds)
+            .map_err(internal)?;
+        result.summary = Some(summary(since_ms, position.after_seq, counts, view));
+    }
     Ok(result)
+}
+
+/// A window's counts as the client's view sees them: per (server, entry kind), and in all.
+fn summary(
+    since_ms: i64,
+    after_seq: i64,
+    counts: Vec<WindowCount>,
+    view: &View,
+) -> wire::ChangesSummary {
+    let mut per_server: BTreeMap<(String, Kind), wire::ChangeCounts> = BTreeMap::new();
+    let mut total = wire::ChangeCounts::default();
+    for count in counts
+        .into_iter()
+        .filter(|count| view.sees(&count.server, count.entry_kind))
+    {
+        let tally = per_server
+            .entry((count.server, count.entry_kind))
+            .or_default();
+        for counts in [tally, &mut total] {
+            match count.kind {
+                ChangeKind::Added => counts.added += count.changes,
+                ChangeKind::Removed => counts.removed += count.changes,
+                ChangeKind::Changed => counts.changed += count.changes,
+                ChangeKind::Truncated => counts.unlisted += count.changes,
+            }
+        }
+    }
+    wire::ChangesSummary {
+        since_ms,
+        after_seq,
+        total,
+        servers: per_server
+            .into_iter()
+            .map(|((server, entry_kind), counts)| wire::ServerChangeCounts {
+                server,
+                entry_kind,
+                counts,
+            })
+            .collect(),
+    }
 }
 
 /// A page of the feed as the socket answers it (and as `catalog/watch` notifies it).
 pub fn changes_result(page: ChangePage) -> wire::ChangesResult {
+    let next_since = match page.more {
+        true => page.changes.last().map(|change| change.seq),
+        false => None,
+    };
     wire::ChangesResult {
         changes: page
             .changes
@@ -45,5 +106,7 @@ pub fn changes_result(page: ChangePage) -> wire::ChangesResult {
         truncated: page.truncated,
         more: page.more,
         instance: None,
+        next_since,
+        summary: None,
     }
 }

@@ -229,6 +229,13 @@ pub fn drift(
                     (name.clone(), change)
                 })
                 .collect();
+            // Drift is a diff against the accepted version: the one diff of `catalog/diff`.
+            let diff = match (&row.accepted, &row.current) {
+                (Some(accepted), Some(current)) => {
+                    Some(super::history::structural_diff(row.kind, accepted, current))
+                }
+                _ => None,
+            };
             wire::DriftEntry {
                 server: row.server,
                 kind: row.kind,
@@ -237,6 +244,9 @@ pub fn drift(
                 fields,
                 accepted: row.accepted,
                 current: row.current,
+                diff,
+                accepted_version: row.accepted_version,
+                current_version: row.current_version,
             }
         })
         .collect();

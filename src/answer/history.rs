@@ -134,12 +134,7 @@ pub fn diff(
     let parse = |row: &VersionRow| -> Result<Value, ErrorObject> {
         serde_json::from_str(row.body.as_deref().unwrap_or("null")).map_err(internal)
     };
-    let (before, after) = (parse(&from)?, parse(&to)?);
-    let (added, removed, changed) = json_diff(&before, &after);
-    let tool_changes = match kind {
-        Kind::Tool => tool_changes(&before, &after),
-        Kind::Resource | Kind::Template | Kind::Prompt => Vec::new(),
-    };
+    let structural = structural_diff(kind, &parse(&from)?, &parse(&to)?);
     let side = |row: &VersionRow| wire::DiffSide {
         version: row.version,
         digest: row.digest.clone(),
@@ -151,10 +146,85 @@ pub fn diff(
         key: key.clone(),
         from: side(&from),
         to: side(&to),
+        structural,
+    })
+}
+
+/// Two definitions of one entry compared: the paths, and for a tool its contract's changes
+/// named. The one diff of `catalog/diff` and of `catalog/drift` (against the accepted one).
+pub(crate) fn structural_diff(kind: Kind, before: &Value, after: &Value) -> wire::StructuralDiff {
+    let (added, removed, changed) = json_diff(before, after);
+    let tool_changes = match kind {
+        Kind::Tool => tool_changes(before, after),
+        Kind::Resource | Kind::Template | Kind::Prompt => Vec::new(),
+    };
+    wire::StructuralDiff {
         added,
         removed,
         changed,
         tool_changes,
+    }
+}
+
+/// `tool_changes`, the MCP face's question "what changed in this tool": its kept versions and
+/// the diff of its last change, or (with `since_ms`) of everything since the version current
+/// then; no diff when nothing changed. The same view rule as `catalog/history`.
+pub(crate) fn changes_of_tool(
+    reader: &Reader,
+    arguments: &wire::ToolChangesArguments,
+    since_ms: Option<i64>,
+    view: &View,
+) -> Result<wire::ToolChangesResult, ErrorObject> {
+    let page = history(
+        reader,
+        &wire::HistoryParams {
+            kind: Kind::Tool,
+            server: arguments.server.clone(),
+            key: arguments.name.clone(),
+            cursor: None,
+            limit: Some(wire::MAX_HISTORY_PAGE),
+            include_definitions: false,
+        },
+        view,
+    )?;
+    let mut versions = page.versions;
+    let newest = versions.first().map(|version| version.version);
+    // The version the caller saw at `since`: the newest first seen by then (else the oldest
+    // kept one, when every kept version is younger).
+    let from = since_ms.and_then(|since| {
+        versions
+            .iter()
+            .find(|version| version.first_seen_ms <= since)
+            .or(versions.last())
+            .map(|version| version.version)
+    });
+    if let Some(since) = since_ms {
+        versions.retain(|version| version.last_seen_ms.map_or(true, |last| last >= since));
+    }
+    versions.truncate(wire::MAX_TOOL_CHANGES_VERSIONS);
+    let unchanged = match since_ms {
+        Some(_) => from == newest,
+        None => versions.len() < 2,
+    };
+    let diff = match unchanged {
+        true => None,
+        false => Some(diff(
+            reader,
+            &wire::DiffParams {
+                kind: Kind::Tool,
+                server: arguments.server.clone(),
+                key: arguments.name.clone(),
+                from,
+                to: None,
+            },
+            view,
+        )?),
+    };
+    Ok(wire::ToolChangesResult {
+        server: arguments.server.clone(),
+        name: arguments.name.clone(),
+        versions,
+        diff,
     })
 }
 

@@ -1,4 +1,4 @@
-//! `catalog/accept`, and the MCP face's own tools: `search_catalog` (through `catalog/search`'s path) and `describe_entry`.
+//! `catalog/accept`, and the MCP face's own tools: `search_catalog` (through `catalog/search`'s path), `describe_entry` and `tool_changes` (through `catalog/history` and `catalog/diff`).
 
 use serde_json::Value;
 
@@ -146,12 +146,110 @@ pub(crate) async fn call_tool(
             let text = serde_json::to_string_pretty(&definition).map_err(internal)?;
             Ok(wire::CallToolResult::text(text, definition))
         }
+        wire::TOOL_CHANGES_TOOL => {
+            let arguments: wire::ToolChangesArguments =
+                parse_params(arguments).map_err(|error| invalid(error.0))?;
+            tool_changes(context, arguments, view).await
+        }
         other => Err(invalid(format!(
-            "unknown tool {other}: this mirror offers only {} and {}; call other tools on their own servers",
+            "unknown tool {other}: this mirror offers only {}, {} and {}; call other tools on their own servers",
             wire::SEARCH_CATALOG_TOOL,
-            wire::DESCRIBE_ENTRY_TOOL
+            wire::DESCRIBE_ENTRY_TOOL,
+            wire::TOOL_CHANGES_TOOL
         ))),
     }
+}
+
+/// `tool_changes`: the tool's versions and its last change (or every change since `since`), as
+/// text and structured; a wrong `since` or a tool without history is the tool's error, which
+/// the agent reads.
+async fn tool_changes(
+    context: &DaemonContext,
+    arguments: wire::ToolChangesArguments,
+    view: &View,
+) -> Result<wire::CallToolResult, ErrorObject> {
+    let since_ms = match arguments.since.as_deref() {
+        None => None,
+        Some(since) => match wire::feed_time(since, crate::store::now_ms()) {
+            Ok(at_ms) => Some(at_ms),
+            Err(error) => return Ok(wire::CallToolResult::error(error.0)),
+        },
+    };
+    let view = view.clone();
+    let answer = context
+        .store
+        .read(move |reader| {
+            Ok(crate::answer::history::changes_of_tool(
+                reader, &arguments, since_ms, &view,
+            ))
+        })
+        .await
+        .map_err(internal)?;
+    let result = match answer {
+        Ok(result) => result,
+        // As describe_entry's "no such entry": the names asked are not echoed, so an answer
+        // outside the view says nothing a client did not know.
+        Err(error) if error.code == wire::RESOURCE_NOT_FOUND => {
+            return Ok(wire::CallToolResult::error(
+                "no history of such a tool (none is mirrored here, or it is outside your view)"
+                    .into(),
+            ))
+        }
+        Err(error) => return Err(error),
+    };
+    let text = tool_changes_text(&result, since_ms.is_some());
+    let structured = serde_json::to_value(&result).map_err(internal)?;
+    Ok(wire::CallToolResult::text(text, structured))
+}
+
+/// A time for an agent to read: RFC 3339 in UTC.
+fn rfc3339(at_ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(at_ms)
+        .map(|at| at.to_string())
+        .unwrap_or_else(|_| format!("{at_ms} ms"))
+}
+
+/// `tool_changes` in words: the versions, then what changed.
+fn tool_changes_text(result: &wire::ToolChangesResult, asked_since: bool) -> String {
+    let mut lines = vec![format!(
+        "tool {}/{}: {} version(s) listed, newest first",
+        result.server,
+        result.name,
+        result.versions.len()
+    )];
+    for version in &result.versions {
+        let until = match version.last_seen_ms {
+            None => "current".to_string(),
+            Some(at) => format!("until {}", rfc3339(at)),
+        };
+        lines.push(format!(
+            "version {}: first seen {}, {until}",
+            version.version,
+            rfc3339(version.first_seen_ms)
+        ));
+    }
+    let Some(diff) = &result.diff else {
+        lines.push(match asked_since {
+            true => "no change since then".to_string(),
+            false => "no change kept: one version".to_string(),
+        });
+        return lines.join("\n");
+    };
+    lines.push(format!(
+        "changes from version {} to version {}:",
+        diff.from.version, diff.to.version
+    ));
+    let paths = &diff.structural;
+    lines.extend(
+        paths
+            .tool_changes
+            .iter()
+            .map(|change| format!("* {}", change.sentence())),
+    );
+    lines.extend(paths.removed.iter().map(|path| format!("- {}", path.path)));
+    lines.extend(paths.added.iter().map(|path| format!("+ {}", path.path)));
+    lines.extend(paths.changed.iter().map(|path| format!("~ {}", path.path)));
+    lines.join("\n")
 }
 
 /// The whole definition of one entry of any kind, with its server in `_meta`.

@@ -209,7 +209,22 @@ enum Command {
         #[command(flatten)]
         reading: ReadingFlags,
     },
-    /// Show the tools and prompts that differ from the accepted definitions.
+    /// What changed in the catalog since a time or a change: counts per server and kind,
+    /// then each change (`changes --since 1d`).
+    Changes {
+        /// From this time on: an age (90s, 30m, 12h, 7d), an RFC 3339 time
+        /// (2026-12-04T10:00:00Z), or after a change's sequence number (digits); default 1d.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only these kinds: resource, template, tool or prompt (repeat the flag for several;
+        /// every kind by default).
+        #[arg(long = "kind", value_name = "KIND")]
+        kinds: Vec<mcp_mirror::protocol::Kind>,
+        #[command(flatten)]
+        reading: ReadingFlags,
+    },
+    /// Show the tools and prompts that differ from the accepted definitions, each diffed
+    /// against its accepted version.
     Drift {
         /// Only this server's drift.
         #[arg(long)]
@@ -292,6 +307,7 @@ impl Command {
             Command::Prompts { .. } => "prompts",
             Command::History { .. } => "history",
             Command::Diff { .. } => "diff",
+            Command::Changes { .. } => "changes",
             Command::Drift { .. } => "drift",
             Command::Accept { .. } => "accept",
             Command::Read { .. } => "read",
@@ -327,6 +343,7 @@ impl Command {
             | Command::Show { reading, .. }
             | Command::History { reading, .. }
             | Command::Diff { reading, .. }
+            | Command::Changes { reading, .. }
             | Command::Tools { reading, .. }
             | Command::Prompts { reading, .. } => (
                 reading.clone(),
@@ -511,6 +528,9 @@ fn main() -> ExitCode {
             to,
             ..
         } => cli::diff(&socket, &database, kind, entry, (*from, *to), json),
+        Command::Changes { since, kinds, .. } => {
+            cli::changes(&socket, &database, since.as_deref(), kinds, json)
+        }
         Command::Drift { server, .. } => cli::drift(&socket, server.as_deref(), json),
         Command::Accept { server, .. } => cli::accept(&socket, server.as_deref(), json),
         Command::Read { uri, output, .. } => cli::read(&socket, uri, output.as_deref(), json),

@@ -348,11 +348,7 @@ impl HttpTransport {
             ));
         };
         loop {
-            let params = ChangesParams {
-                since: Some(since),
-                limit: None,
-                kinds: None,
-            };
+            let params = ChangesParams::after(since, None);
             let request = Request::new::<CatalogChanges>(id, &params);
             let body = serde_json::to_vec(&request)
                 .map_err(|error| ClientError::Protocol(error.to_string()))?;

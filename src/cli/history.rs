@@ -107,27 +107,34 @@ pub fn diff(
         result.to.version,
         utc_timestamp(result.to.first_seen_ms)
     );
-    if result.added.is_empty() && result.removed.is_empty() && result.changed.is_empty() {
+    if result.structural.is_empty() {
         println!("no differences");
         return Ok(());
     }
-    for change in &result.tool_changes {
-        println!("* {}", escaped(&change.sentence()));
+    print_structural_diff(&result.structural, "");
+    Ok(())
+}
+
+/// A structural diff for a terminal, each line after `indent`: the tool's changes in words,
+/// then the paths removed (-), added (+) and changed (~) with their values. `drift` prints its
+/// entries' diffs against the accepted version the same way.
+pub fn print_structural_diff(diff: &wire::StructuralDiff, indent: &str) {
+    for change in &diff.tool_changes {
+        println!("{indent}* {}", escaped(&change.sentence()));
     }
     let shown = |value: &serde_json::Value| escaped(&value.to_string()).into_owned();
-    for path in &result.removed {
-        println!("- {}: {}", escaped(&path.path), shown(&path.value));
+    for path in &diff.removed {
+        println!("{indent}- {}: {}", escaped(&path.path), shown(&path.value));
     }
-    for path in &result.added {
-        println!("+ {}: {}", escaped(&path.path), shown(&path.value));
+    for path in &diff.added {
+        println!("{indent}+ {}: {}", escaped(&path.path), shown(&path.value));
     }
-    for path in &result.changed {
+    for path in &diff.changed {
         println!(
-            "~ {}: {} -> {}",
+            "{indent}~ {}: {} -> {}",
             escaped(&path.path),
             shown(&path.from),
             shown(&path.to)
         );
     }
-    Ok(())
 }

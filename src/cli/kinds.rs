@@ -1,10 +1,11 @@
-//! The commands for tools and prompts: `tools`, `prompts`, `show tool|prompt SERVER/NAME`, `drift`, `accept`.
+//! The commands for tools and prompts: `tools`, `prompts`, `show tool|prompt SERVER/NAME`, `drift` (a diff against the accepted version), `accept`.
 
 use std::path::Path;
 
 use serde_json::Value;
 
 use super::client::Client;
+use super::history::print_structural_diff;
 use super::offline::{Catalog, DatabaseChoice};
 use super::render::{escaped, print_fields, print_json, print_table};
 use super::ClientError;
@@ -135,7 +136,8 @@ pub fn accept(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), 
     Ok(())
 }
 
-/// `mcp-mirror drift`: what differs from the accepted definitions, field by field, every page.
+/// `mcp-mirror drift`: each tool and prompt that differs from its accepted definition, diffed
+/// against that version as `diff` compares two versions, every page.
 pub fn drift(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), ClientError> {
     let mut client = Client::connect(socket)?;
     let mut params = wire::DriftParams {
@@ -162,22 +164,28 @@ pub fn drift(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), C
         println!("no drift from the accepted definitions");
         return Ok(());
     }
+    println!(
+        "drift: each tool and prompt diffed against its accepted version (`mcp-mirror diff` compares any two kept versions)"
+    );
     for entry in &result.drift {
+        let versions = match (entry.accepted_version, entry.current_version) {
+            (Some(accepted), Some(current)) => {
+                format!(" (accepted version {accepted}, current version {current})")
+            }
+            (Some(accepted), None) => format!(" (accepted version {accepted})"),
+            (None, Some(current)) => format!(" (current version {current})"),
+            (None, None) => String::new(),
+        };
         println!(
-            "{} {} {}/{}",
+            "{} {} {}/{}{versions}",
             entry.change,
             entry.kind,
             entry.server,
             escaped(&entry.name)
         );
-        for (field, change) in &entry.fields {
-            let show = |value: &Option<Value>| match value {
-                None => "(absent)".to_string(),
-                Some(value) => escaped(&value.to_string()).into_owned(),
-            };
-            println!("  {}:", escaped(field));
-            println!("    accepted: {}", show(&change.accepted));
-            println!("    current:  {}", show(&change.current));
+        // Only a changed entry has two sides to diff; an added or removed one is the line above.
+        if let Some(diff) = &entry.diff {
+            print_structural_diff(diff, "  ");
         }
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! daemon runs, the database file read-only) and print tables or JSON.
 
 mod bridge;
+mod changes;
 mod client;
 mod commands;
 mod history;
@@ -18,6 +19,7 @@ use crate::protocol::{ErrorData, INVALID_PARAMS, RESOURCE_NOT_FOUND};
 use crate::store::StoreError;
 
 pub use bridge::bridge;
+pub use changes::changes;
 pub use client::{use_remote, Client, Remote};
 pub use commands::{ls, read, refresh, search, show, templates, watch, SearchArgs};
 pub use history::{diff, history};

@@ -9,12 +9,13 @@ use super::client::Client;
 use super::ClientError;
 use crate::answer::{self, View};
 use crate::protocol::{
-    socket_record_path, CatalogDiff, CatalogHistory, CatalogList, CatalogPrompt, CatalogPrompts,
-    CatalogResource, CatalogSearch, CatalogTool, CatalogTools, DiffParams, DiffResult,
-    EntriesParams, EntryDetails, EntryParams, ErrorObject, HistoryParams, HistoryResult, Kind,
-    ListParams, ListResources, ListResourcesResult, ListTemplates, ListTemplatesResult,
-    ResourceDetails, SearchParams, SearchResult, ServerListParams, ServerListResult, SocketRecord,
-    UriParams, INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND,
+    socket_record_path, CatalogChanges, CatalogDiff, CatalogHistory, CatalogList, CatalogPrompt,
+    CatalogPrompts, CatalogResource, CatalogSearch, CatalogTool, CatalogTools, ChangesParams,
+    ChangesResult, DiffParams, DiffResult, EntriesParams, EntryDetails, EntryParams, ErrorObject,
+    HistoryParams, HistoryResult, Kind, ListParams, ListResources, ListResourcesResult,
+    ListTemplates, ListTemplatesResult, ResourceDetails, SearchParams, SearchResult,
+    ServerListParams, ServerListResult, SocketRecord, UriParams, INTERNAL_ERROR, INVALID_PARAMS,
+    RESOURCE_NOT_FOUND,
 };
 use crate::store::Reader;
 
@@ -194,6 +195,16 @@ impl Catalog {
 }
 
 impl Catalog {
+    /// A page of the change feed (`catalog/changes`).
+    pub fn changes(&mut self, params: &ChangesParams) -> Result<ChangesResult, ClientError> {
+        match self {
+            Catalog::Daemon(client) => client.call::<CatalogChanges>(params, Some(QUERY_TIMEOUT)),
+            Catalog::Database(reader) => {
+                answer::changes::changes(reader, params, &View::owner()).map_err(offline)
+            }
+        }
+    }
+
     /// A page of one entry's kept versions (`catalog/history`).
     pub fn history(&mut self, params: &HistoryParams) -> Result<HistoryResult, ClientError> {
         match self {

@@ -89,15 +89,31 @@ pub struct DiffResult {
     pub key: String,
     pub from: DiffSide,
     pub to: DiffSide,
-    /// JSON Pointer paths present only in `to`, with their values.
+    /// What differs from `from` to `to`.
+    #[serde(flatten)]
+    pub structural: StructuralDiff,
+}
+
+/// What differs between two definitions, path by path and (for tools) in a client's words:
+/// `catalog/diff`'s answer, and each changed entry of `catalog/drift` against its accepted one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StructuralDiff {
+    /// JSON Pointer paths present only in the newer definition, with their values.
     pub added: Vec<PathValue>,
-    /// Paths present only in `from`, with their values.
+    /// Paths present only in the older one, with their values.
     pub removed: Vec<PathValue>,
     /// Paths in both whose values differ.
     pub changed: Vec<PathChange>,
     /// For tools: what a client cares about, named plainly.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_changes: Vec<ToolChange>,
+}
+
+impl StructuralDiff {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
 }
 
 /// One side of a diff: which version, and when it was first seen.

@@ -1,4 +1,4 @@
-//! The socket protocol of every kind beside resources: `catalog/tools`, `catalog/prompts`, one entry, accept and drift, per-kind status, and the mirror's own MCP tools (`search_catalog`, `describe_entry`).
+//! The socket protocol of every kind beside resources: `catalog/tools`, `catalog/prompts`, one entry, accept and drift, per-kind status, and the mirror's own MCP tools (`search_catalog`, `describe_entry`, `tool_changes`).
 
 use std::collections::BTreeMap;
 
@@ -129,6 +129,16 @@ pub struct DriftEntry {
     /// The whole current definition (absent for `removed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<Value>,
+    /// For `changed`: the current definition diffed against the accepted version, the same
+    /// structural diff as `catalog/diff` makes of two versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<super::StructuralDiff>,
+    /// The history's version numbers of the accepted and the current definition (`catalog/diff`'s
+    /// `from` and `to`), when it keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_version: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -262,8 +272,42 @@ pub struct DescribeEntryArguments {
     pub uri: Option<String>,
 }
 
+/// `tool_changes`' arguments: one tool, and optionally the time the caller last used it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolChangesArguments {
+    #[serde(deserialize_with = "bounded::<_, MAX_NAME_BYTES>")]
+    pub server: String,
+    #[serde(deserialize_with = "bounded::<_, MAX_KEY_BYTES>")]
+    pub name: String,
+    /// An age (`1d`) or an RFC 3339 time, as `catalog/changes` takes it: what changed since.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_option::<_, { super::MAX_SINCE_BYTES }>"
+    )]
+    pub since: Option<String>,
+}
+
+/// `tool_changes`' structured result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolChangesResult {
+    pub server: String,
+    pub name: String,
+    /// The kept versions, newest first (with `since`: those listed at or after it), at most
+    /// `MAX_TOOL_CHANGES_VERSIONS`.
+    pub versions: Vec<super::HistoryVersion>,
+    /// The version current at `since` (else the one before the newest) against the newest,
+    /// as `catalog/diff` answers it; absent when nothing changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<super::DiffResult>,
+}
+
 /// The mirror's search tool.
 pub const SEARCH_CATALOG_TOOL: &str = "search_catalog";
+/// The mirror's tool that says what changed in a tool.
+pub const TOOL_CHANGES_TOOL: &str = "tool_changes";
+/// The most versions `tool_changes` lists.
+pub const MAX_TOOL_CHANGES_VERSIONS: usize = 20;
 /// The mirror's tool that returns one whole definition.
 pub const DESCRIBE_ENTRY_TOOL: &str = "describe_entry";
 /// The most hits `search_catalog` returns.
@@ -352,6 +396,24 @@ pub fn mirror_tools() -> Vec<Tool> {
                     "uri": {"type": "string", "description": "A resource's URI"}
                 },
                 "required": ["kind", "server"]
+            },
+            "annotations": {"readOnlyHint": true, "openWorldHint": false}
+        }),
+        serde_json::json!({
+            "name": TOOL_CHANGES_TOOL,
+            "title": "What changed in a tool",
+            "description": "What changed in one mirrored tool: its kept versions (newest first, with when each was first and last seen) and a diff naming changed parameters plainly (added, removed, made required or optional, type changed; description changed) with the JSON paths that differ. By default the last change (the previous version against the current one); with since (an age such as 1d or 12h, or an RFC 3339 time), everything since then: the version current at that time against the current one. Use it before calling again a tool you used earlier.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "server": {"type": "string", "maxLength": MAX_NAME_BYTES, "description": "The tool's server"},
+                    "name": {"type": "string", "maxLength": MAX_KEY_BYTES, "description": "The tool's name"},
+                    "since": {
+                        "type": "string", "maxLength": super::MAX_SINCE_BYTES,
+                        "description": "When you last used the tool: an age (90s, 30m, 12h, 7d; at most 3650d) or an RFC 3339 time (2026-12-04T10:00:00Z)"
+                    }
+                },
+                "required": ["server", "name"]
             },
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         }),

@@ -13,6 +13,7 @@ mod params;
 mod record;
 mod resource;
 mod results;
+mod since;
 mod state;
 pub mod uri_flags;
 pub(crate) mod wire;
@@ -31,15 +32,16 @@ pub use envelope::{
 };
 pub use history::{
     DiffParams, DiffResult, DiffSide, HistoryParams, HistoryResult, HistoryVersion, PathChange,
-    PathValue, ToolChange, DEFAULT_HISTORY_PAGE, MAX_HISTORY_PAGE,
+    PathValue, StructuralDiff, ToolChange, DEFAULT_HISTORY_PAGE, MAX_HISTORY_PAGE,
 };
 pub use index::{IndexPhase, IndexStatus, MatchMode};
 pub use kinds::{
     mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
     DriftCount, DriftEntry, DriftParams, DriftResult, EntriesParams, EntryDetails, EntryParams,
     FieldChange, KindStatus, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
-    SearchCatalogResult, ServerParams, DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL,
-    HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS, SEARCH_CATALOG_TOOL,
+    SearchCatalogResult, ServerParams, ToolChangesArguments, ToolChangesResult,
+    DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL, HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS,
+    MAX_TOOL_CHANGES_VERSIONS, SEARCH_CATALOG_TOOL, TOOL_CHANGES_TOOL,
 };
 pub use listen::{
     AcknowledgedParams, ListenNotifications, ListenParams, ListenPromptsListChanged,
@@ -64,6 +66,10 @@ pub use results::{
     ServerCapabilities, ServerListEntry, ServerListResult, ServerStatus, SocketActivity,
     StatusResult, SwapSummary, ToolsCapability, VectorsState, VectorsStatus, WalStatus,
     WalkProgress, WatchResult,
+};
+pub use since::{
+    feed_time, ChangeCounts, ChangesSummary, FeedStart, ServerChangeCounts, Since,
+    MAX_SINCE_AGE_MS, MAX_SINCE_BYTES, SINCE_FORMS,
 };
 pub use state::{
     CacheScope, ChangeKind, ConnectedTransport, Era, FallbackReason, Kind, PushChannel,
@@ -116,7 +122,7 @@ pub const PROTOCOL_VERSION: &str = LEGACY_VERSIONS[0];
 /// The name the socket gives in `serverInfo`.
 pub const SERVER_NAME: &str = "mcp-mirror";
 pub const INSTRUCTIONS: &str =
-    "A local mirror of the resource catalogs of the configured MCP servers. Its tools search_catalog and describe_entry find the tools, prompts and resources of every mirrored server; call a tool on its own server.";
+    "A local mirror of the resource catalogs of the configured MCP servers. Its tools search_catalog and describe_entry find the tools, prompts and resources of every mirrored server, and tool_changes says what changed in a tool since you last used it; call a tool on its own server.";
 
 /// MCP's "resource not found" (handshake era).
 pub const RESOURCE_NOT_FOUND: i64 = -32002;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::cursor::decode_cursor;
+use super::since::{FeedStart, Since};
 use super::Kind;
 use super::{
     DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT, MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES, MAX_KEY_BYTES,
@@ -216,8 +217,10 @@ fn since(since: Option<i64>) -> Result<Option<i64>, InvalidParams> {
 /// `catalog/changes`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangesParams {
+    /// After a sequence number, or from a time on (an RFC 3339 timestamp or an age such as
+    /// `1d`); the whole kept feed when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<i64>,
+    pub since: Option<Since>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
     /// Only changes of these entry kinds (`resource`, `tool`, `prompt`); every kind when absent.
@@ -226,10 +229,24 @@ pub struct ChangesParams {
 }
 
 impl ChangesParams {
-    /// `since` and the page size, checked and capped.
-    pub fn checked(&self) -> Result<(Option<i64>, usize), InvalidParams> {
+    /// After a sequence number (a follower's cursor), the usual params.
+    pub fn after(since: i64, limit: Option<u64>) -> ChangesParams {
+        ChangesParams {
+            since: Some(Since::Sequence(since)),
+            limit,
+            kinds: None,
+        }
+    }
+
+    /// Where the read starts (a time resolved against `now_ms`) and the page size, checked
+    /// and capped.
+    pub fn checked(&self, now_ms: i64) -> Result<(Option<FeedStart>, usize), InvalidParams> {
+        let start = match &self.since {
+            None => None,
+            Some(since) => Some(since.check(now_ms)?),
+        };
         Ok((
-            since(self.since)?,
+            start,
             page_limit(self.limit, DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT)?,
         ))
     }

@@ -190,6 +190,13 @@ pub struct ChangesResult {
     /// whose cursor came from another database lists again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// With `more`: the `since` of the next page (the last entry read, which the client's
+    /// view may have left out of `changes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_since: Option<i64>,
+    /// When `since` was a time: what changed from then up to `latestSeq`, within the view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<super::ChangesSummary>,
 }
 
 /// `catalog/entries`: the merged entries of the given keys as `resources/list` shows them

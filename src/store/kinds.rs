@@ -82,7 +82,18 @@ pub struct DriftRow {
     pub current: Option<Value>,
     /// The top-level fields that differ (for `changed`).
     pub fields: Vec<String>,
+    /// The kept history's version of the accepted definition (the newest with its body) and
+    /// of the current one, when the history holds them.
+    pub accepted_version: Option<i64>,
+    pub current_version: Option<i64>,
 }
+
+/// The kept version whose body is the accepted definition `x.raw` (the newest, after a
+/// flip-flop), of the accepted entry `x`: drift is a diff against this version.
+const ACCEPTED_VERSION: &str = "(SELECT v.id FROM history_versions v
+        JOIN history_bodies b ON b.digest = v.digest
+        WHERE v.server_id = x.server_id AND v.kind = x.kind AND v.key = x.name AND b.body = x.raw
+        ORDER BY v.id DESC LIMIT 1)";
 
 /// The top-level fields whose values differ between two stored objects, sorted.
 pub fn changed_fields(before: &str, after: &str) -> Vec<String> {
@@ -304,10 +315,13 @@ pub fn drift(
         Some((server, kind, name)) => (server, Some(kind), name),
         None => ("", None, ""),
     };
-    let mut statement = connection.prepare_cached(
-        "SELECT server, kind, name, current, accepted FROM (
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT server, kind, name, current, accepted, accepted_version, current_version FROM (
              SELECT s.name AS server, e.kind AS kind, e.name AS name, e.raw AS current,
-                    x.raw AS accepted
+                    x.raw AS accepted, {ACCEPTED_VERSION} AS accepted_version,
+                    (SELECT v.id FROM history_versions v
+                     WHERE v.server_id = e.server_id AND v.kind = e.kind AND v.key = e.name
+                       AND v.last_seen IS NULL) AS current_version
              FROM entries e
              JOIN servers s ON s.id = e.server_id
              JOIN accepted_servers a ON a.server_id = e.server_id
@@ -315,15 +329,16 @@ pub fn drift(
                ON x.server_id = e.server_id AND x.kind = e.kind AND x.name = e.name
              WHERE x.raw IS NULL OR x.raw != e.raw
              UNION ALL
-             SELECT s.name, x.kind, x.name, NULL, x.raw FROM accepted_entries x
+             SELECT s.name, x.kind, x.name, NULL, x.raw, {ACCEPTED_VERSION}, NULL
+             FROM accepted_entries x
              JOIN servers s ON s.id = x.server_id
              WHERE NOT EXISTS (SELECT 1 FROM entries e
                                WHERE e.server_id = x.server_id AND e.kind = x.kind
                                  AND e.name = x.name))
          WHERE (?1 IS NULL OR server = ?1)
            AND (?3 IS NULL OR (server, kind, name) > (?2, ?3, ?4))
-         ORDER BY server, kind, name LIMIT ?5",
-    )?;
+         ORDER BY server, kind, name LIMIT ?5"
+    ))?;
     let mut found = statement.query(params![
         server,
         after_server,
@@ -358,6 +373,8 @@ pub fn drift(
             accepted: parse(&accepted),
             current: parse(&current),
             fields,
+            accepted_version: row.get(5)?,
+            current_version: row.get(6)?,
         });
     }
     Ok((rows, more))

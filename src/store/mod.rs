@@ -1,5 +1,6 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
+mod change_window;
 pub(crate) mod entry;
 mod follow;
 mod full_text_search;
@@ -27,6 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
+pub use change_window::{FeedPosition, WindowCount};
 pub use follow::{FollowCursor, KeyedEntries};
 pub use history::VersionRow;
 pub use index_source::{

@@ -188,6 +188,22 @@ impl Reader {
         }
     }
 
+    /// Where the feed's entries written at or after `at_ms` start.
+    pub fn feed_position_at(&self, at_ms: i64) -> Result<super::FeedPosition, StoreError> {
+        super::change_window::feed_position_at(&self.connection, at_ms)
+    }
+
+    /// The feed entries after `after_seq` up to `up_to_seq`, counted per server, entry kind
+    /// and kind of change.
+    pub fn feed_window_counts(
+        &self,
+        after_seq: i64,
+        up_to_seq: i64,
+        kinds: Option<&[Kind]>,
+    ) -> Result<Vec<super::WindowCount>, StoreError> {
+        super::change_window::window_counts(&self.connection, after_seq, up_to_seq, kinds)
+    }
+
     pub fn latest_change_seq(&self) -> Result<i64, StoreError> {
         queries::latest_change_seq(&self.connection)
     }

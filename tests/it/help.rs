@@ -61,6 +61,7 @@ fn each_subcommand_lists_only_the_flags_it_takes() {
         ("show", &[], READING),
         ("tools", &["server"], READING),
         ("prompts", &["server"], READING),
+        ("changes", &["since", "kind"], READING),
         ("drift", &["server"], CLIENT),
         ("accept", &["server"], CLIENT),
         ("read", &["output"], CLIENT),

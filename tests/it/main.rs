@@ -18,6 +18,7 @@ mod endpoint;
 mod era;
 mod etag;
 mod faults;
+mod feed_time;
 mod fleet;
 mod fleet_kinds;
 mod help;

@@ -76,7 +76,11 @@ fn probes(method: &str) -> Vec<Value> {
             .iter()
             .map(|server| json!({"server": server}))
             .collect(),
-        "catalog/changes" => vec![json!({}), json!({"kinds": ["tool", "template"]})],
+        "catalog/changes" => vec![
+            json!({}),
+            json!({"kinds": ["tool", "template"]}),
+            json!({"since": "1d"}),
+        ],
         "daemon/reload" => vec![json!({})],
         "catalog/entries" => vec![
             json!({"kind": "resource", "keys": reads}),
@@ -100,6 +104,8 @@ fn probes(method: &str) -> Vec<Value> {
             json!({"name": "describe_entry", "arguments": {"kind": "tool", "server": "kinds", "name": "kinds_private_tool"}}),
             json!({"name": "describe_entry", "arguments": {"kind": "resource", "server": "secret", "uri": "fixture://secret/docs/000001.md"}}),
             json!({"name": "describe_entry", "arguments": {"kind": "resource", "server": "paged", "uri": "fixture://paged/docs/000004.md"}}),
+            json!({"name": "tool_changes", "arguments": {"server": "kinds", "name": "kinds_private_tool"}}),
+            json!({"name": "tool_changes", "arguments": {"server": "kinds", "name": "kinds_private_tool", "since": "1d"}}),
         ],
         other => panic!(
             "the method {other} is in the protocol's table but this test has no probe for it: \

@@ -151,6 +151,35 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
         entries[0]["fields"]["description"],
         json!({"accepted": "Forecasts the weather", "current": "Predicts the zephyr and rain"})
     );
+    // Drift is a diff against the accepted version: catalog/diff's own, between the history's
+    // accepted and current versions.
+    let (accepted, current) = (
+        entries[0]["acceptedVersion"]
+            .as_i64()
+            .expect("the accepted version"),
+        entries[0]["currentVersion"]
+            .as_i64()
+            .expect("the current version"),
+    );
+    assert!(accepted < current, "{drift}");
+    let diff = daemon.call(
+        "catalog/diff",
+        json!({"kind": "tool", "server": "fx", "key": "weather", "from": accepted, "to": current}),
+    );
+    for part in ["added", "removed", "changed", "toolChanges"] {
+        assert_eq!(
+            entries[0]["diff"][part], diff[part],
+            "{part}: {drift} {diff}"
+        );
+    }
+    assert_eq!(
+        entries[0]["diff"]["changed"],
+        json!([{"path": "/description", "from": "Forecasts the weather", "to": "Predicts the zephyr and rain"}])
+    );
+    assert_eq!(
+        entries[0]["diff"]["toolChanges"][0]["change"],
+        "descriptionChanged"
+    );
     let status = daemon.server_status("fx");
     assert_eq!(status["kinds"]["tool"]["drift"]["changed"], 1, "{status}");
 
@@ -168,7 +197,7 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
         .iter()
         .filter_map(|tool| tool["name"].as_str())
         .collect();
-    assert_eq!(names, ["search_catalog", "describe_entry"]);
+    assert_eq!(names, ["search_catalog", "describe_entry", "tool_changes"]);
 
     let found = call_tool(&daemon, "search_catalog", json!({"query": "zephyr"}));
     assert_eq!(found["isError"], false, "{found}");
@@ -237,9 +266,21 @@ fn fixture_tools_are_mirrored_fed_drift_checked_and_searchable() {
     assert!(shown.contains("Predicts the zephyr and rain"), "{shown}");
     assert!(shown.contains("inputSchema:"), "{shown}");
     let drifted = cli(&["drift", "--server", "fx"]);
-    assert!(drifted.contains("changed tool fx/weather"), "{drifted}");
     assert!(
-        drifted.contains("accepted: \"Forecasts the weather\""),
+        drifted.starts_with("drift: each tool and prompt diffed against its accepted version"),
+        "{drifted}"
+    );
+    assert!(
+        drifted.contains(&format!(
+            "changed tool fx/weather (accepted version {accepted}, current version {current})"
+        )),
+        "{drifted}"
+    );
+    assert!(
+        drifted.contains("  * description changed")
+            && drifted.contains(
+                "  ~ /description: \"Forecasts the weather\" -> \"Predicts the zephyr and rain\""
+            ),
         "{drifted}"
     );
     let accepted: Value =
@@ -417,7 +458,10 @@ fn the_python_sdk_client_searches_and_describes_through_the_bridge() {
     );
     let seen: Value = serde_json::from_slice(&output.stdout).expect("the client's JSON");
     assert_eq!(seen["toolsCapability"], true, "{seen}");
-    assert_eq!(seen["tools"], json!(["search_catalog", "describe_entry"]));
+    assert_eq!(
+        seen["tools"],
+        json!(["search_catalog", "describe_entry", "tool_changes"])
+    );
     let hits = &seen["search"]["structuredContent"]["hits"];
     assert_eq!(hits.as_array().map(Vec::len), Some(1), "{seen}");
     assert_eq!(hits[0]["name"], "weather");

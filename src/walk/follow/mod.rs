@@ -297,11 +297,7 @@ async fn follow(
     let mut key_bytes = 0usize;
     let mut scope = None;
     loop {
-        let asked = ChangesParams {
-            since: Some(since),
-            limit: Some(MAX_CHANGES_LIMIT as u64),
-            kinds: None,
-        };
+        let asked = ChangesParams::after(since, Some(MAX_CHANGES_LIMIT as u64));
         let page = request::<CatalogChanges>(session, &asked, &mut scope).await?;
         pages += 1;
         if page.instance.as_deref() != Some(cursor.instance.as_str()) {
