@@ -1,8 +1,6 @@
 //! `catalog/changes` and where `catalog/watch` starts: the change feed from a `Reader`, after a sequence number or from a time on, with the summary of a time's window.
 
-use std::collections::BTreeMap;
-
-use crate::protocol::{self as wire, ChangeKind, ChangesParams, ErrorObject, FeedStart, Kind};
+use crate::protocol::{self as wire, ChangesParams, ErrorObject, FeedStart};
 use crate::store::{now_ms, ChangePage, Reader, WindowCount};
 
 use super::{internal, invalid_params, View};
@@ -47,37 +45,11 @@ fn summary(
     counts: Vec<WindowCount>,
     view: &View,
 ) -> wire::ChangesSummary {
-    let mut per_server: BTreeMap<(String, Kind), wire::ChangeCounts> = BTreeMap::new();
-    let mut total = wire::ChangeCounts::default();
-    for count in counts
+    let seen = counts
         .into_iter()
         .filter(|count| view.sees(&count.server, count.entry_kind))
-    {
-        let tally = per_server
-            .entry((count.server, count.entry_kind))
-            .or_default();
-        for counts in [tally, &mut total] {
-            match count.kind {
-                ChangeKind::Added => counts.added += count.changes,
-                ChangeKind::Removed => counts.removed += count.changes,
-                ChangeKind::Changed => counts.changed += count.changes,
-                ChangeKind::Truncated => counts.unlisted += count.changes,
-            }
-        }
-    }
-    wire::ChangesSummary {
-        since_ms,
-        after_seq,
-        total,
-        servers: per_server
-            .into_iter()
-            .map(|((server, entry_kind), counts)| wire::ServerChangeCounts {
-                server,
-                entry_kind,
-                counts,
-            })
-            .collect(),
-    }
+        .map(|count| (count.server, count.entry_kind, count.kind, count.changes));
+    wire::ChangesSummary::tallied(since_ms, after_seq, seen)
 }
 
 /// A page of the feed as the socket answers it (and as `catalog/watch` notifies it).

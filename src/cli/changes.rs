@@ -1,6 +1,5 @@
 //! `mcp-mirror changes [--since 1d | --since SEQ] [--kind K]`: what changed, summed up per server and kind, then change by change; from the database when no daemon runs.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::offline::{Catalog, DatabaseChoice};
@@ -56,35 +55,11 @@ pub fn changes(
 
 /// The counts of rows read, as the mirror's summary counts a time's window.
 fn tally(changes: &[wire::Change]) -> wire::ChangesSummary {
-    let mut per_server: BTreeMap<(String, Kind), wire::ChangeCounts> = BTreeMap::new();
-    let mut total = wire::ChangeCounts::default();
-    for change in changes {
-        let tally = per_server
-            .entry((change.server.clone(), change.entry_kind))
-            .or_default();
+    let counts = changes.iter().map(|change| {
         let count = change.count.max(0) as u64;
-        for counts in [tally, &mut total] {
-            match change.kind {
-                ChangeKind::Added => counts.added += count,
-                ChangeKind::Removed => counts.removed += count,
-                ChangeKind::Changed => counts.changed += count,
-                ChangeKind::Truncated => counts.unlisted += count,
-            }
-        }
-    }
-    wire::ChangesSummary {
-        since_ms: 0,
-        after_seq: 0,
-        total,
-        servers: per_server
-            .into_iter()
-            .map(|((server, entry_kind), counts)| wire::ServerChangeCounts {
-                server,
-                entry_kind,
-                counts,
-            })
-            .collect(),
-    }
+        (change.server.clone(), change.entry_kind, change.kind, count)
+    });
+    wire::ChangesSummary::tallied(0, 0, counts)
 }
 
 fn print_summary(since: &Since, summary: &wire::ChangesSummary, result: &wire::ChangesResult) {

@@ -172,6 +172,50 @@ impl ChangeCounts {
     pub fn all(&self) -> u64 {
         self.added + self.removed + self.changed + self.unlisted
     }
+
+    fn add(&mut self, kind: super::ChangeKind, count: u64) {
+        use super::ChangeKind;
+        match kind {
+            ChangeKind::Added => self.added += count,
+            ChangeKind::Removed => self.removed += count,
+            ChangeKind::Changed => self.changed += count,
+            ChangeKind::Truncated => self.unlisted += count,
+        }
+    }
+}
+
+impl ChangesSummary {
+    /// The summary of `counts`: (server, entry kind, kind of change, how many), in any order
+    /// and any number of times each.
+    pub fn tallied(
+        since_ms: i64,
+        after_seq: i64,
+        counts: impl IntoIterator<Item = (String, Kind, super::ChangeKind, u64)>,
+    ) -> ChangesSummary {
+        let mut per_server: std::collections::BTreeMap<(String, Kind), ChangeCounts> =
+            std::collections::BTreeMap::new();
+        let mut total = ChangeCounts::default();
+        for (server, entry_kind, kind, count) in counts {
+            per_server
+                .entry((server, entry_kind))
+                .or_default()
+                .add(kind, count);
+            total.add(kind, count);
+        }
+        ChangesSummary {
+            since_ms,
+            after_seq,
+            total,
+            servers: per_server
+                .into_iter()
+                .map(|((server, entry_kind), counts)| ServerChangeCounts {
+                    server,
+                    entry_kind,
+                    counts,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
