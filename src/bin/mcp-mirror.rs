@@ -273,11 +273,11 @@ enum Command {
         #[command(flatten)]
         client: ClientFlags,
     },
-    /// Make the daemon re-read its configuration (SIGHUP), then wait until it applied or
-    /// refused it (what `systemctl reload` runs; a refused file exits 1).
+    /// Make the daemon re-read its configuration and wait until it applied or refused it
+    /// (what `systemctl reload` runs; a refused file exits 1).
     Reload {
-        /// The daemon's process id (default: the pid the socket's daemon reports). Without
-        /// access to the socket, the signal is sent and not waited on.
+        /// The daemon's process id (default: the socket's daemon). When the socket cannot be
+        /// asked (no access, or another process), SIGHUP is sent and not waited on.
         #[arg(long)]
         pid: Option<u32>,
         #[command(flatten)]
