@@ -216,32 +216,14 @@ pub async fn run_with(
         notifier: notifier.as_deref(),
         http: http.as_ref().map(|(face, _)| face.as_ref()),
     };
-    let mut current = config;
-    let mut fatal = None;
-    loop {
-        tokio::select! {
-            control = controls.recv() => match control {
-                Some(ControlEvent::Reload) => {
-                    (current, _) = reload_and_notify(current, &reloader).await;
-                }
-                // A closed channel (every sender gone) stops the daemon like a Shutdown event.
-                Some(ControlEvent::Shutdown) | None => break,
-            },
-            Some(first) = reload_requests.recv() => {
-                let requests = reload::waiting_requests(first, &mut reload_requests);
-                let outcome;
-                (current, outcome) = reload_and_notify(current, &reloader).await;
-                for request in requests {
-                    let _ = request.send(outcome.clone());
-                }
-            }
-            Some(problem) = database_lost_events.recv() => {
-                fatal = Some(problem);
-                break;
-            }
-        }
-    }
-    drop(current);
+    let fatal = serve_controls(
+        config,
+        &mut controls,
+        &mut reload_requests,
+        &mut database_lost_events,
+        &reloader,
+    )
+    .await;
 
     // The one shutdown path, in a fixed order: stop accepting on the socket, cancel walks and
     // close sessions (stdio children stopped, HTTP sessions deleted), close the store, and
@@ -468,6 +450,38 @@ fn adopt_tcp_listener(
     tracing::info!(%address, "serving HTTP on the socket systemd passed, not binding [http] listen");
     tokio::net::TcpListener::from_std(listener)
         .context("while adopting the TCP socket systemd passed")
+}
+
+/// The daemon's loop once it serves: reloads on SIGHUP and on `daemon/reload` (one reload
+/// answers every request waiting), until a `Shutdown` event, every sender gone, or the
+/// database file lost; returns the loss, when that is why it ended.
+async fn serve_controls(
+    mut current: Config,
+    controls: &mut mpsc::Receiver<ControlEvent>,
+    reload_requests: &mut mpsc::Receiver<reload::ReloadRequest>,
+    database_lost: &mut mpsc::Receiver<String>,
+    reloader: &Reloader<'_>,
+) -> Option<String> {
+    loop {
+        tokio::select! {
+            control = controls.recv() => match control {
+                Some(ControlEvent::Reload) => {
+                    (current, _) = reload_and_notify(current, reloader).await;
+                }
+                // A closed channel (every sender gone) stops the daemon like a Shutdown event.
+                Some(ControlEvent::Shutdown) | None => return None,
+            },
+            Some(first) = reload_requests.recv() => {
+                let requests = reload::waiting_requests(first, reload_requests);
+                let outcome;
+                (current, outcome) = reload_and_notify(current, reloader).await;
+                for request in requests {
+                    let _ = request.send(outcome.clone());
+                }
+            }
+            Some(problem) = database_lost.recv() => return Some(problem),
+        }
+    }
 }
 
 /// What a reload touches besides the configuration: the sessions, the status record, systemd

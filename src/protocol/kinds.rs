@@ -318,6 +318,18 @@ pub const HIT_DESCRIPTION_CHARS: usize = 200;
 
 /// The mirror's own tools, as `tools/list` lists them.
 pub fn mirror_tools() -> Vec<Tool> {
+    [
+        search_catalog_tool(),
+        describe_entry_tool(),
+        tool_changes_tool(),
+    ]
+    .into_iter()
+    .map(|tool| Tool::deserialize(tool).expect("the mirror's own tools are objects with a name"))
+    .collect()
+}
+
+/// `search_catalog`: the catalog's search, bounded as the socket's.
+fn search_catalog_tool() -> serde_json::Value {
     let kinds = serde_json::json!({
         "type": "array",
         "items": {"type": "string", "enum": ["resource", "template", "tool", "prompt"]}
@@ -327,98 +339,101 @@ pub fn mirror_tools() -> Vec<Tool> {
         .map(|flag| flag.as_str())
         .chain(["none"])
         .collect();
-    vec![
-        serde_json::json!({
-            "name": SEARCH_CATALOG_TOOL,
-            "title": "Search the catalog",
-            "description": "Search the tools, prompts and resources of every mirrored MCP server by words (and by meaning when the mirror has a local model). Returns hits with kind, server, name (or URI), title, a one-line description and a score; with definitions: true, each tool's whole definition (inputSchema, annotations) to register it. Call the tool on its own server; this mirror only tells you what exists.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "Words to search for"},
-                    "kinds": kinds,
-                    "server": {"type": "string", "description": "Only this server"},
-                    "limit": {
-                        "type": "integer", "minimum": 1, "maximum": MAX_CATALOG_HITS,
-                        "description": "At most this many hits (default 10). A host registering the found tools keeps its total under its client's tool cap (Copilot 128, Cursor 40 to 80, Windsurf 50)"
-                    },
-                    "definitions": {
-                        "type": "boolean",
-                        "description": "Include each tool or prompt hit's whole definition (inputSchema, outputSchema, annotations; a prompt's arguments)"
-                    },
-                    "mode": {
-                        "type": "string", "enum": ["lexical", "semantic", "hybrid"],
-                        "description": "Rank by words, by meaning, or both (the default when the mirror has a model)"
-                    },
-                    "uriFlags": {
-                        "type": "array",
-                        "items": {"type": "string", "enum": uri_flag_names},
-                        "description": "Only hits whose URI carries one of these flags; \"none\" keeps the hits whose URI points at no local file, loopback, link-local or private address (and every tool and prompt)"
+    serde_json::json!({
+        "name": SEARCH_CATALOG_TOOL,
+        "title": "Search the catalog",
+        "description": "Search the tools, prompts and resources of every mirrored MCP server by words (and by meaning when the mirror has a local model). Returns hits with kind, server, name (or URI), title, a one-line description and a score; with definitions: true, each tool's whole definition (inputSchema, annotations) to register it. Call the tool on its own server; this mirror only tells you what exists.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Words to search for"},
+                "kinds": kinds,
+                "server": {"type": "string", "description": "Only this server"},
+                "limit": {
+                    "type": "integer", "minimum": 1, "maximum": MAX_CATALOG_HITS,
+                    "description": "At most this many hits (default 10). A host registering the found tools keeps its total under its client's tool cap (Copilot 128, Cursor 40 to 80, Windsurf 50)"
+                },
+                "definitions": {
+                    "type": "boolean",
+                    "description": "Include each tool or prompt hit's whole definition (inputSchema, outputSchema, annotations; a prompt's arguments)"
+                },
+                "mode": {
+                    "type": "string", "enum": ["lexical", "semantic", "hybrid"],
+                    "description": "Rank by words, by meaning, or both (the default when the mirror has a model)"
+                },
+                "uriFlags": {
+                    "type": "array",
+                    "items": {"type": "string", "enum": uri_flag_names},
+                    "description": "Only hits whose URI carries one of these flags; \"none\" keeps the hits whose URI points at no local file, loopback, link-local or private address (and every tool and prompt)"
+                }
+            },
+            "required": ["query"]
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {
+                "hits": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "kind": {"type": "string"},
+                            "server": {"type": "string"},
+                            "name": {"type": "string"},
+                            "uri": {"type": "string"},
+                            "title": {"type": "string"},
+                            "description": {"type": "string"},
+                            "score": {"type": "number"},
+                            "definition": {"type": "object"}
+                        },
+                        "required": ["kind", "server", "name", "score"]
                     }
-                },
-                "required": ["query"]
+                }
             },
-            "outputSchema": {
-                "type": "object",
-                "properties": {
-                    "hits": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "kind": {"type": "string"},
-                                "server": {"type": "string"},
-                                "name": {"type": "string"},
-                                "uri": {"type": "string"},
-                                "title": {"type": "string"},
-                                "description": {"type": "string"},
-                                "score": {"type": "number"},
-                                "definition": {"type": "object"}
-                            },
-                            "required": ["kind", "server", "name", "score"]
-                        }
-                    }
-                },
-                "required": ["hits"]
+            "required": ["hits"]
+        },
+        "annotations": {"readOnlyHint": true, "openWorldHint": false}
+    })
+}
+
+/// `describe_entry`: one entry's whole definition.
+fn describe_entry_tool() -> serde_json::Value {
+    serde_json::json!({
+        "name": DESCRIBE_ENTRY_TOOL,
+        "title": "Describe a catalog entry",
+        "description": "The whole definition of one tool (its schemas), prompt (its arguments) or resource (its fields) of a mirrored server.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "enum": ["resource", "tool", "prompt"]},
+                "server": {"type": "string"},
+                "name": {"type": "string", "description": "A tool's or prompt's name"},
+                "uri": {"type": "string", "description": "A resource's URI"}
             },
-            "annotations": {"readOnlyHint": true, "openWorldHint": false}
-        }),
-        serde_json::json!({
-            "name": DESCRIBE_ENTRY_TOOL,
-            "title": "Describe a catalog entry",
-            "description": "The whole definition of one tool (its schemas), prompt (its arguments) or resource (its fields) of a mirrored server.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "kind": {"type": "string", "enum": ["resource", "tool", "prompt"]},
-                    "server": {"type": "string"},
-                    "name": {"type": "string", "description": "A tool's or prompt's name"},
-                    "uri": {"type": "string", "description": "A resource's URI"}
-                },
-                "required": ["kind", "server"]
+            "required": ["kind", "server"]
+        },
+        "annotations": {"readOnlyHint": true, "openWorldHint": false}
+    })
+}
+
+/// `tool_changes`: what changed in one tool, from its history.
+fn tool_changes_tool() -> serde_json::Value {
+    serde_json::json!({
+        "name": TOOL_CHANGES_TOOL,
+        "title": "What changed in a tool",
+        "description": "What changed in one mirrored tool: its kept versions (newest first, with when each was first and last seen) and a diff naming changed parameters plainly (added, removed, made required or optional, type changed; description changed) with the JSON paths that differ. By default the last change (the previous version against the current one); with since (an age such as 1d or 12h, or an RFC 3339 time), everything since then: the version current at that time against the current one. Use it before calling again a tool you used earlier.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "server": {"type": "string", "maxLength": MAX_NAME_BYTES, "description": "The tool's server"},
+                "name": {"type": "string", "maxLength": MAX_KEY_BYTES, "description": "The tool's name"},
+                "since": {
+                    "type": "string", "maxLength": super::MAX_SINCE_BYTES,
+                    "description": "When you last used the tool: an age (90s, 30m, 12h, 7d; at most 3650d) or an RFC 3339 time (2026-12-04T10:00:00Z)"
+                }
             },
-            "annotations": {"readOnlyHint": true, "openWorldHint": false}
-        }),
-        serde_json::json!({
-            "name": TOOL_CHANGES_TOOL,
-            "title": "What changed in a tool",
-            "description": "What changed in one mirrored tool: its kept versions (newest first, with when each was first and last seen) and a diff naming changed parameters plainly (added, removed, made required or optional, type changed; description changed) with the JSON paths that differ. By default the last change (the previous version against the current one); with since (an age such as 1d or 12h, or an RFC 3339 time), everything since then: the version current at that time against the current one. Use it before calling again a tool you used earlier.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "server": {"type": "string", "maxLength": MAX_NAME_BYTES, "description": "The tool's server"},
-                    "name": {"type": "string", "maxLength": MAX_KEY_BYTES, "description": "The tool's name"},
-                    "since": {
-                        "type": "string", "maxLength": super::MAX_SINCE_BYTES,
-                        "description": "When you last used the tool: an age (90s, 30m, 12h, 7d; at most 3650d) or an RFC 3339 time (2026-12-04T10:00:00Z)"
-                    }
-                },
-                "required": ["server", "name"]
-            },
-            "annotations": {"readOnlyHint": true, "openWorldHint": false}
-        }),
-    ]
-    .into_iter()
-    .map(|tool| Tool::deserialize(tool).expect("the mirror's own tools are objects with a name"))
-    .collect()
+            "required": ["server", "name"]
+        },
+        "annotations": {"readOnlyHint": true, "openWorldHint": false}
+    })
 }
