@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::Kind;
+use crate::store::SearchRequest;
 use tantivy::collector::DocSetCollector;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::IndexRecordOption;
@@ -45,7 +46,7 @@ use tokio::sync::watch;
 pub use crate::protocol::{IndexPhase as Phase, IndexStatus, MatchMode};
 pub use crate::store::IndexEntry as Entry;
 use files::{create, directory_bytes, open_existing, read_payload, reset};
-pub use query::{Hit, Page, SearchQuery, MAX_MARKER_BYTES};
+pub use query::{Page, MAX_MARKER_BYTES};
 use schema::{Fields, Flags, SCHEMA_VERSION};
 use slots::SearcherSlots;
 
@@ -59,6 +60,8 @@ const WRITER_HEAP_BYTES: usize = 16 * 1024 * 1024;
 const MAX_DOCS_BEFORE_MERGE: usize = 200_000;
 /// How often a rebuild reports its progress, in entries.
 const PROGRESS_EVERY: u64 = 10_000;
+/// How long a search of a request without a deadline may take, waiting for a slot included.
+pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
@@ -347,13 +350,23 @@ impl SearchIndex {
         });
     }
 
-    /// One page of hits for `query`; waits for a free search slot until its time limit.
-    pub fn search(&self, query: &SearchQuery) -> Result<Page, SearchError> {
-        let deadline = Instant::now() + query.time_limit;
+    /// One page of hits for `request`; waits for a free search slot until its deadline
+    /// (`DEFAULT_TIME_LIMIT` from now when it has none).
+    pub fn search(&self, request: &SearchRequest) -> Result<Page, SearchError> {
+        let started = Instant::now();
+        let deadline = request.deadline.unwrap_or(started + DEFAULT_TIME_LIMIT);
+        let time_limit = deadline.saturating_duration_since(started);
         let _slot = self.slots.enter(deadline)?;
         let searcher = self.reader.searcher();
         let generation = lock(&self.committed).generation.unwrap_or(0);
-        query::run(&searcher, &self.fields, query, deadline, generation)
+        query::run(
+            &searcher,
+            &self.fields,
+            request,
+            deadline,
+            time_limit,
+            generation,
+        )
     }
 }
 

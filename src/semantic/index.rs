@@ -24,7 +24,7 @@ use super::vectors::VectorFile;
 use super::{Encoder, SemanticError};
 use crate::protocol::{Kind, VectorsState, VectorsStatus};
 use crate::search::Entry;
-use crate::store::{IndexSource, Store};
+use crate::store::{IndexSource, SearchRequest, Store};
 
 /// How often the status's `count` moves while embedding, in entries.
 const PROGRESS_EVERY: usize = 64;
@@ -45,13 +45,6 @@ struct Snapshot {
     documents: Vec<Document>,
     /// `documents.len() x dimensions`, row by row.
     matrix: Vec<f32>,
-}
-
-/// What a semantic search is restricted to.
-pub struct Filter<'a> {
-    pub kinds: &'a [Kind],
-    pub server: Option<&'a str>,
-    pub mime_type: Option<&'a str>,
 }
 
 pub struct SemanticIndex {
@@ -244,13 +237,14 @@ impl SemanticIndex {
         }
     }
 
-    /// The `depth` documents nearest to `query` (a vector of the model's) that pass `filter`,
+    /// The `depth` documents nearest to `query` (a vector of the model's) that `filter` asks
+    /// for (its kinds, server and MIME type; without a server, the merged view's winners),
     /// best first, with their cosine similarity (the model's vectors are unit length). Ties go
     /// to the lower (kind, server, identity), so the order is total.
     pub fn nearest(
         &self,
         query: &[f32],
-        filter: &Filter<'_>,
+        filter: &SearchRequest,
         depth: usize,
     ) -> Vec<(f32, Document)> {
         let snapshot = self
@@ -268,13 +262,13 @@ impl SemanticIndex {
             if !filter.kinds.is_empty() && !filter.kinds.contains(&entry.kind) {
                 continue;
             }
-            match filter.server {
-                Some(server) if entry.server != server => continue,
+            match &filter.server {
+                Some(server) if entry.server != *server => continue,
                 None if !document.wins => continue,
                 _ => {}
             }
-            if let Some(mime_type) = filter.mime_type {
-                if entry.mime_type.as_deref() != Some(mime_type) {
+            if let Some(mime_type) = &filter.mime_type {
+                if entry.mime_type.as_ref() != Some(mime_type) {
                     continue;
                 }
             }

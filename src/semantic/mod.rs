@@ -11,7 +11,7 @@ mod vectors;
 use std::path::PathBuf;
 
 pub use encoder::Encoder;
-pub use index::{entry_text, Document, Filter, SemanticIndex, MAX_EMBEDDING_WORKERS};
+pub use index::{entry_text, Document, SemanticIndex, MAX_EMBEDDING_WORKERS};
 pub use kernel::Isa;
 pub use questions::{QUESTION_CACHE_ENTRIES, QUESTION_CACHE_TEXT_BYTES};
 

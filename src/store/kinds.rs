@@ -9,7 +9,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::full_text_search::{self, FullTextQuery};
-use super::{now_ms, SearchHit, StoreError};
+use super::{now_ms, SearchHit, SearchRequest, StoreError};
 use crate::protocol::{ChangeKind, Kind};
 
 /// One tool or prompt as the store keeps it; built from the server's JSON by the walk.
@@ -380,30 +380,17 @@ pub fn drift(
     Ok((rows, more))
 }
 
-/// A search of tools and prompts: the kinds among `Tool` and `Prompt` that take part, the
-/// server filter, and the page (`offset`, `limit`) of the ranking.
-#[derive(Debug, Clone)]
-pub struct EntrySearch {
-    pub query: String,
-    /// Take `query` as FTS5 syntax instead of plain words.
-    pub raw: bool,
-    pub kinds: Vec<Kind>,
-    pub server: Option<String>,
-    pub limit: usize,
-    pub offset: usize,
-    /// When set, the query is cancelled (`StoreError::SearchTimedOut`) once this passes.
-    pub deadline: Option<std::time::Instant>,
-}
-
 /// Ranked tools and prompts matching `query` (plain words, the last one a prefix; or FTS5
-/// syntax with `raw`), through the one FTS5 search of every kind (`full_text_search`).
+/// syntax with `raw`), through the one FTS5 search of every kind (`full_text_search`): at most
+/// `limit` from `offset`, of the kinds asked among tools and prompts. Neither has a MIME type,
+/// so a search with a `mime_type` filter finds none.
 pub fn search_entries(
     connection: &Connection,
-    search: &EntrySearch,
+    search: &SearchRequest,
 ) -> Result<Vec<SearchHit>, StoreError> {
     let wants = |kind: Kind| search.kinds.is_empty() || search.kinds.contains(&kind);
     let (tools, prompts) = (wants(Kind::Tool), wants(Kind::Prompt));
-    if !tools && !prompts {
+    if !tools && !prompts || search.mime_type.is_some() {
         return Ok(Vec::new());
     }
     let query = FullTextQuery {

@@ -34,7 +34,7 @@ pub use history::VersionRow;
 pub use index_source::{
     Entry as IndexEntry, FeedGroups, IndexSource, LoadEvent, LoadFeed, SourceSnapshot,
 };
-pub use kinds::{EntryListing, EntryRow, EntrySearch, EntrySwap, KindCounts};
+pub use kinds::{EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use queries::ChangePage;
 pub use reader::Reader;
 pub use resource_search::SearchRequest;

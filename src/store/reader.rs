@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use super::follow::{self, CountMemo, KeyedEntries};
-use super::kinds::{self, DriftRow, EntryListing, EntrySearch, KindCounts};
+use super::kinds::{self, DriftRow, EntryListing, KindCounts};
 use super::queries::{self, ChangePage, ReadTarget};
 use super::resource_search::{self, SearchRequest};
 use super::views::{self, SnapshotRow, TemplateTarget};
@@ -142,7 +142,7 @@ impl Reader {
     /// Ranked tools and prompts from their FTS5 table.
     pub fn search_entries(
         &self,
-        search: &EntrySearch,
+        search: &SearchRequest,
     ) -> Result<Vec<super::SearchHit>, StoreError> {
         kinds::search_entries(&self.connection, search)
     }

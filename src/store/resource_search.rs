@@ -10,13 +10,15 @@ use super::snippet::{snippet, SNIPPET_WORDS};
 use super::{SearchHit, StoreError};
 use crate::protocol::DEFAULT_HIGHLIGHT;
 
-/// A `catalog/search` request, after the API has checked its params.
+/// A `catalog/search` request, after the API has checked its params: the one request every
+/// engine reads (SQLite's resource and entry searches, the search index, the semantic index).
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
     pub query: String,
     pub server: Option<String>,
     pub mime_type: Option<String>,
-    /// The kinds the search index searches (SQLite's resource search finds resources only).
+    /// The kinds searched; every kind when empty. SQLite's resource search finds resources
+    /// only, its entry search tools and prompts only.
     pub kinds: Vec<crate::protocol::Kind>,
     /// Use the query as raw FTS5 syntax instead of plain words.
     pub raw: bool,
@@ -38,7 +40,7 @@ impl SearchRequest {
             query: query.into(),
             server: None,
             mime_type: None,
-            kinds: vec![crate::protocol::Kind::Resource],
+            kinds: Vec::new(),
             raw: false,
             limit,
             offset: 0,

@@ -212,8 +212,8 @@ pub struct FullTextPage {
     pub note: Option<String>,
 }
 
-/// One search result.
-#[derive(Debug, Clone)]
+/// One search result, from any engine.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SearchHit {
     /// A resource, unless the search index found another kind.
     pub kind: crate::protocol::Kind,

@@ -8,7 +8,6 @@ use crate::answer::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, VectorsState, BUSY};
 use crate::search::SearchIndex;
 use crate::semantic::fusion::{fuse, HitKey, Ranked, DEFAULT_FUSION, FUSION_DEPTH};
-use crate::semantic::Filter;
 use crate::store;
 
 /// How long a search waits for the vectors to follow a change its caller may already have
@@ -94,14 +93,9 @@ pub(crate) async fn semantic_search(
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let vector = semantic.question_vector(&request.query)?;
-            let filter = Filter {
-                kinds: &request.kinds,
-                server: request.server.as_deref(),
-                mime_type: request.mime_type.as_deref(),
-            };
             Ok::<_, crate::semantic::SemanticError>(semantic.nearest(
                 &vector,
-                &filter,
+                &request,
                 FUSION_DEPTH,
             ))
         })

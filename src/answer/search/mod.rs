@@ -22,7 +22,7 @@ use crate::protocol::{
     SEARCH_TIMED_OUT,
 };
 use crate::search::gate::SearchPermit;
-use crate::search::{SearchError, SearchIndex, SearchQuery};
+use crate::search::{SearchError, SearchIndex};
 use crate::store::{self, Reader, StoreError};
 
 /// `catalog/search`: a search of several kinds (`search_kinds`), or of resources alone from the
@@ -93,10 +93,11 @@ fn sqlite_result(page: store::FullTextPage) -> wire::SearchResult {
 
 /// How many resources and entries the pages before a search of several kinds showed.
 fn kinds_offsets(search: &KindsSearch) -> (usize, usize) {
-    let resources = search.resources.as_ref();
+    let offset =
+        |request: Option<&store::SearchRequest>| request.map_or(0, |request| request.offset);
     (
-        resources.map_or(0, |request| request.offset),
-        search.entries.offset,
+        offset(search.resources.as_ref()),
+        offset(search.entries.as_ref()),
     )
 }
 
@@ -266,10 +267,10 @@ async fn search_index_as(
     stale: bool,
 ) -> Result<Result<IndexAnswer, String>, ErrorObject> {
     let mut note = None;
-    let mut query = index_query(request);
+    let mut query = request.clone();
     // The same gate as SQLite's searches: a bounded number at once, each with a deadline.
     let permit = admitted(context).await?;
-    query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
+    query.deadline = Some(permit.deadline);
     // Usually one hop off the async threads: the newest generation a reader sees in SQLite,
     // then the search, if the index reflects it (and the in-memory version, which moves on
     // only after the commit that SQLite already shows).
@@ -333,7 +334,7 @@ async fn search_index_as(
                 )));
             }
             let permit = admitted(context).await?;
-            query.time_limit = permit.deadline.saturating_duration_since(Instant::now());
+            query.deadline = Some(permit.deadline);
             let index = index.clone();
             tokio::task::spawn_blocking(move || searched_within(&index, &query, permit))
                 .await
@@ -358,17 +359,6 @@ async fn search_index_as(
     Ok(Ok(index_answer(page, note)))
 }
 
-/// The index's query for a search request.
-fn index_query(request: &store::SearchRequest) -> SearchQuery {
-    let mut query = SearchQuery::new(request.query.clone(), request.limit);
-    query.server = request.server.clone();
-    query.mime_type = request.mime_type.clone();
-    query.kinds = request.kinds.clone();
-    query.offset = request.offset;
-    query.highlight = request.highlight.clone();
-    query
-}
-
 /// What the index is doing while it cannot answer, for the answer's note.
 fn index_phase_text(phase: crate::protocol::IndexPhase) -> String {
     match phase {
@@ -384,23 +374,8 @@ fn index_phase_text(phase: crate::protocol::IndexPhase) -> String {
 
 /// The index's page of hits as every engine's hits, with the answer's note.
 fn index_answer(page: crate::search::Page, note: Option<String>) -> IndexAnswer {
-    let hits = page
-        .hits
-        .into_iter()
-        .map(|hit| store::SearchHit {
-            kind: hit.kind,
-            server: hit.server,
-            uri: hit.uri,
-            name: hit.name,
-            title: hit.title,
-            mime_type: hit.mime_type,
-            description: hit.description,
-            score: f64::from(hit.score),
-            snippet: hit.snippet,
-        })
-        .collect();
     IndexAnswer {
-        hits,
+        hits: page.hits,
         next: page.next_offset,
         mode: Some(page.mode),
         search_mode: wire::SearchMode::Lexical,
@@ -411,7 +386,7 @@ fn index_answer(page: crate::search::Page, note: Option<String>) -> IndexAnswer 
 /// Runs one search of the index under `permit`, counting a timeout, and gives the slot back.
 fn searched_within(
     index: &SearchIndex,
-    query: &SearchQuery,
+    query: &store::SearchRequest,
     permit: SearchPermit,
 ) -> Result<crate::search::Page, SearchError> {
     let outcome = index.search(query);
@@ -576,7 +551,9 @@ async fn sqlite_kinds_search(
     if let Some(request) = &mut search.resources {
         request.limit = limit;
     }
-    search.entries.limit = limit + 1;
+    if let Some(request) = &mut search.entries {
+        request.limit = limit + 1;
+    }
     let offsets = kinds_offsets(&search);
     let resources = match search.resources {
         Some(request) => Some(gated_search(request, context).await?),
@@ -589,14 +566,14 @@ async fn sqlite_kinds_search(
 }
 
 /// Runs a search of tools and prompts once the gate admits it, cancelled at the permit's
-/// deadline.
+/// deadline; none when neither is searched.
 async fn gated_entry_search(
-    mut search: crate::store::EntrySearch,
+    search: Option<store::SearchRequest>,
     context: &DaemonContext,
 ) -> Result<Vec<store::SearchHit>, ErrorObject> {
-    if search.kinds.is_empty() {
+    let Some(mut search) = search else {
         return Ok(Vec::new());
-    }
+    };
     gated_read(context, None, move |reader, deadline| {
         search.deadline = Some(deadline);
         reader.search_entries(&search)
@@ -633,9 +610,9 @@ fn sqlite_search_page(
         Some(request) => Some(reader.search(request).map_err(searched)?),
         None => None,
     };
-    let entries = match search.entries.kinds.is_empty() {
-        true => Vec::new(),
-        false => reader.search_entries(&search.entries).map_err(searched)?,
+    let entries = match &search.entries {
+        Some(request) => reader.search_entries(request).map_err(searched)?,
+        None => Vec::new(),
     };
     Ok(merge_search_pages(
         resources,

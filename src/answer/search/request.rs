@@ -6,7 +6,7 @@ use crate::protocol::{
     InvalidParams, Kind, SearchParams, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT, MAX_QUERY_BYTES,
     MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET,
 };
-use crate::store::{EntrySearch, SearchRequest};
+use crate::store::SearchRequest;
 
 impl SearchParams {
     /// A search of several kinds: the whole request as the search index takes it (every kind
@@ -37,27 +37,23 @@ impl SearchParams {
         let (resource_offset, entry_offset) = sqlite_cursor.unwrap_or((0, 0));
         let kinds = self.kinds.take().unwrap_or_else(|| Kind::ALL.to_vec());
         let searches_resources = kinds.contains(&Kind::Resource);
-        // Tools and prompts have no MIME type: a `mimeType` filter leaves only resources.
-        let entries_match = self.mime_type.is_none();
+        let entry_kinds: Vec<Kind> = kinds
+            .iter()
+            .copied()
+            .filter(|kind| matches!(kind, Kind::Tool | Kind::Prompt))
+            .collect();
         let mut request = self.into_request()?;
         let mut index = request.clone();
-        index.kinds = kinds.clone();
+        index.kinds = kinds;
         index.offset = index_offset.unwrap_or(0);
-        request.offset = resource_offset;
-        let entries = EntrySearch {
-            query: request.query.clone(),
-            raw: request.raw,
-            kinds: kinds
-                .iter()
-                .copied()
-                .filter(|kind| entries_match && matches!(kind, Kind::Tool | Kind::Prompt))
-                .collect(),
-            server: request.server.clone(),
+        let entries = (!entry_kinds.is_empty()).then(|| SearchRequest {
+            kinds: entry_kinds,
             // One more than the page shows, to know whether more follow.
             limit: request.limit + 1,
             offset: entry_offset,
-            deadline: None,
-        };
+            ..request.clone()
+        });
+        request.offset = resource_offset;
         Ok(KindsSearch {
             limit: request.limit,
             index,
@@ -78,7 +74,8 @@ pub struct KindsSearch {
     pub sqlite_cursor: bool,
     /// SQLite's resource part; `None` when resources are not searched.
     pub resources: Option<SearchRequest>,
-    pub entries: EntrySearch,
+    /// SQLite's tool and prompt part; `None` when neither is searched.
+    pub entries: Option<SearchRequest>,
     pub limit: usize,
 }
 
@@ -136,6 +133,7 @@ impl SearchParams {
             query.truncate(end);
         }
         let mut request = SearchRequest::new(query, limit);
+        request.kinds = vec![Kind::Resource];
         request.server = self.server;
         request.mime_type = self.mime_type;
         request.raw = raw;

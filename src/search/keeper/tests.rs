@@ -1,8 +1,9 @@
 //! The keeper's tests: repair, catch-up from the feed, first loads built during their walk.
 
 use super::*;
-use crate::search::SearchQuery;
+use crate::store::SearchRequest;
 use crate::store::{RemovedServers, ResourceRow, ServerEntry, ServerSync, Store, WalkReport};
+use std::time::Instant;
 
 fn row(uri: &str, name: &str, description: &str) -> ResourceRow {
     let raw =
@@ -39,8 +40,8 @@ async fn walk(store: &Store, server: &str, rows: Vec<ResourceRow>) {
 }
 
 fn found(index: &SearchIndex, text: &str) -> Vec<(String, String)> {
-    let mut query = SearchQuery::new(text, 5000);
-    query.time_limit = Duration::from_secs(30);
+    let mut query = SearchRequest::new(text, 5000);
+    query.deadline = Some(Instant::now() + Duration::from_secs(30));
     let mut hits: Vec<(String, String)> = index
         .search(&query)
         .expect("search")
@@ -268,8 +269,8 @@ fn tool(name: &str, description: &str, inputs: &str) -> crate::store::EntryRow {
 }
 
 fn kinds_found(index: &SearchIndex, text: &str) -> Vec<(crate::protocol::Kind, String)> {
-    let mut query = SearchQuery::new(text, 100);
-    query.time_limit = Duration::from_secs(30);
+    let mut query = SearchRequest::new(text, 100);
+    query.deadline = Some(Instant::now() + Duration::from_secs(30));
     let mut hits: Vec<(crate::protocol::Kind, String)> = index
         .search(&query)
         .expect("search")

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tantivy::collector::TopDocs;
 use tantivy::query::{
     BooleanQuery, EnableScoring, Explanation, FuzzyTermQuery, InvertedIndexRangeQuery, Occur,
@@ -18,6 +17,7 @@ use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, Tantivy
 use super::schema::{analyzer, snippet_analyzer, words_with_spans, Fields};
 use super::SearchError;
 use crate::protocol::MatchMode;
+use crate::store::{SearchHit, SearchRequest};
 
 mod deadline;
 mod snippet;
@@ -49,56 +49,9 @@ const TYPO_MAX_CHARS: usize = 24;
 /// How many documents pass between two looks at the clock.
 const DEADLINE_CHECK_EVERY: u32 = 1024;
 
-/// A search as the caller asks it.
-#[derive(Debug, Clone)]
-pub struct SearchQuery {
-    pub text: String,
-    pub server: Option<String>,
-    pub mime_type: Option<String>,
-    /// The kinds searched; every kind when empty.
-    pub kinds: Vec<crate::protocol::Kind>,
-    pub limit: usize,
-    /// How many ranked hits to skip: the position a cursor encodes.
-    pub offset: usize,
-    /// Put around matched words in snippets; at most `MAX_MARKER_BYTES` each.
-    pub highlight: (String, String),
-    /// The search gives up after this long, waiting for a slot included.
-    pub time_limit: Duration,
-}
-
-impl SearchQuery {
-    pub fn new(text: impl Into<String>, limit: usize) -> SearchQuery {
-        SearchQuery {
-            text: text.into(),
-            server: None,
-            mime_type: None,
-            kinds: Vec::new(),
-            limit,
-            offset: 0,
-            highlight: ("\u{ab}".into(), "\u{bb}".into()),
-            time_limit: Duration::from_secs(2),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Hit {
-    pub server: String,
-    pub uri: String,
-    pub name: String,
-    pub title: Option<String>,
-    pub description: Option<String>,
-    pub mime_type: Option<String>,
-    pub kind: crate::protocol::Kind,
-    pub score: f32,
-    /// The query equals the entry's name or URI.
-    pub exact: bool,
-    pub snippet: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Page {
-    pub hits: Vec<Hit>,
+    pub hits: Vec<SearchHit>,
     /// The offset of the next page, when there is one.
     pub next_offset: Option<usize>,
     pub mode: MatchMode,
@@ -106,21 +59,24 @@ pub struct Page {
     pub generation: u64,
 }
 
+/// One page of `request`'s hits from `searcher`, given up at `deadline` (`time_limit` after
+/// the search began, for the error).
 pub fn run(
     searcher: &Searcher,
     fields: &Fields,
-    query: &SearchQuery,
+    request: &SearchRequest,
     deadline: Instant,
+    time_limit: Duration,
     generation: u64,
 ) -> Result<Page, SearchError> {
-    for marker in [&query.highlight.0, &query.highlight.1] {
+    for marker in [&request.highlight.0, &request.highlight.1] {
         if marker.len() > MAX_MARKER_BYTES {
             return Err(SearchError::InvalidQuery(format!(
                 "a highlight marker is at most {MAX_MARKER_BYTES} bytes"
             )));
         }
     }
-    let mut words: Vec<String> = words_with_spans(&mut analyzer(), &query.text)
+    let mut words: Vec<String> = words_with_spans(&mut analyzer(), &request.query)
         .into_iter()
         .map(|(word, _, _)| word)
         .collect();
@@ -144,15 +100,15 @@ pub fn run(
     let mut filters = Vec::new();
     // Some kinds: one term for the kinds with the server or the merged view.
     match (
-        fields.kinds_term(&query.kinds, query.server.as_deref()),
-        &query.server,
+        fields.kinds_term(&request.kinds, request.server.as_deref()),
+        &request.server,
     ) {
         (Some(kinds), _) => filters.push(kinds),
         (None, Some(server)) => filters.push(Term::from_field_text(fields.server, server)),
         // The merged catalog: one listing per URI, the winner's.
         (None, None) => filters.push(fields.flag_term(fields.wins)),
     }
-    if let Some(mime_type) = &query.mime_type {
+    if let Some(mime_type) = &request.mime_type {
         filters.push(Term::from_field_text(fields.mime_type, mime_type));
     }
     let search = Search {
@@ -161,11 +117,11 @@ pub fn run(
         filters,
         deadline,
         expired: Arc::new(AtomicBool::new(false)),
-        time_limit: query.time_limit,
+        time_limit,
     };
 
-    let exact = search.exact(query.text.trim())?;
-    let wanted = query.offset + query.limit + 1 + exact.len();
+    let exact = search.exact(request.query.trim())?;
+    let wanted = request.offset + request.limit + 1 + exact.len();
 
     // 1. Every word; the last one as a prefix.
     // A question, not a search box's few words: no typo stage, and its words are looked up
@@ -243,32 +199,32 @@ pub fn run(
         }
     }
     if search.expired.load(Ordering::Relaxed) {
-        return Err(SearchError::TimedOut(query.time_limit));
+        return Err(SearchError::TimedOut(time_limit));
     }
 
     let top_score = ranked.first().map(|(score, _)| *score).unwrap_or(0.0);
     let exact_set: HashSet<DocAddress> = exact.iter().copied().collect();
-    let ordered: Vec<(Score, DocAddress, bool)> = exact
+    // An exact name or URI comes first, whatever its score.
+    let ordered: Vec<(Score, DocAddress)> = exact
         .iter()
-        .map(|address| (top_score + 1.0, *address, true))
+        .map(|address| (top_score + 1.0, *address))
         .chain(
             ranked
                 .into_iter()
-                .filter(|(_, address)| !exact_set.contains(address))
-                .map(|(score, address)| (score, address, false)),
+                .filter(|(_, address)| !exact_set.contains(address)),
         )
         .collect();
-    let end = query.offset + query.limit;
+    let end = request.offset + request.limit;
     let next_offset = (ordered.len() > end).then_some(end);
     let mut matcher = Matcher::default();
     for clause in &clauses {
         matcher.add(clause);
     }
     let mut hits = Vec::new();
-    for (score, address, exact) in ordered.into_iter().skip(query.offset).take(query.limit) {
+    for (score, address) in ordered.into_iter().skip(request.offset).take(request.limit) {
         let document: TantivyDocument = searcher.doc(address)?;
         let (entry, _) = fields.entry(&document);
-        let mut hit = Hit {
+        let mut hit = SearchHit {
             server: entry.server,
             uri: entry.uri,
             name: entry.name,
@@ -276,11 +232,10 @@ pub fn run(
             description: entry.description,
             mime_type: entry.mime_type,
             kind: entry.kind,
-            score,
-            exact,
+            score: f64::from(score),
             snippet: None,
         };
-        hit.snippet = snippet(&hit, &matcher, &query.highlight);
+        hit.snippet = snippet(&hit, &matcher, &request.highlight);
         hits.push(hit);
     }
     Ok(Page {

@@ -31,7 +31,7 @@ impl Matcher {
 /// The first of title, description, name and URI that holds a matched word, through the one
 /// snippet builder (`store::snippet`), the words split by the index's own snippet analyzer.
 pub(super) fn snippet(
-    hit: &Hit,
+    hit: &crate::store::SearchHit,
     matcher: &Matcher,
     highlight: &(String, String),
 ) -> Option<String> {

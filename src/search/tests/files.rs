@@ -69,14 +69,15 @@ fn searches_beyond_the_limit_wait_and_time_out() {
     let held: Vec<SearcherSlot<'_>> = (0..4)
         .map(|_| slots.enter(Instant::now()).expect("a free slot"))
         .collect();
-    let mut query = SearchQuery::new("readme", 10);
-    query.time_limit = Duration::from_millis(50);
+    let mut query = SearchRequest::new("readme", 10);
+    query.deadline = Some(Instant::now() + Duration::from_millis(50));
     let started = Instant::now();
     assert!(matches!(index.search(&query), Err(SearchError::Busy)));
     assert!(started.elapsed() >= Duration::from_millis(50));
     drop(held);
+    query.deadline = Some(Instant::now() + Duration::from_secs(2));
     assert_eq!(index.search(&query).expect("search").hits.len(), 3);
-    query.time_limit = Duration::ZERO;
+    query.deadline = Some(Instant::now() + Duration::ZERO);
     assert!(matches!(
         index.search(&query),
         Err(SearchError::TimedOut(_) | SearchError::Busy)

@@ -58,7 +58,7 @@ fn load(index: &SearchIndex, generation: u64, server: &str, entries: Vec<Entry>)
         .expect("apply");
 }
 
-fn uris(index: &SearchIndex, query: SearchQuery) -> Vec<String> {
+fn uris(index: &SearchIndex, query: SearchRequest) -> Vec<String> {
     index
         .search(&query)
         .expect("search")
@@ -69,7 +69,7 @@ fn uris(index: &SearchIndex, query: SearchQuery) -> Vec<String> {
 }
 
 fn find(index: &SearchIndex, text: &str) -> Vec<String> {
-    uris(index, SearchQuery::new(text, 50))
+    uris(index, SearchRequest::new(text, 50))
 }
 
 /// A small catalog of one server.

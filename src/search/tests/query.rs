@@ -21,7 +21,7 @@ fn words_all_match_and_the_last_is_a_prefix() {
     );
     assert_eq!(find(&index, "-32602"), vec!["file:///api/errors.md"]);
     let page = index
-        .search(&SearchQuery::new("error codes", 10))
+        .search(&SearchRequest::new("error codes", 10))
         .expect("search");
     assert_eq!(page.mode, MatchMode::All);
     assert_eq!(page.generation, 1);
@@ -34,9 +34,9 @@ fn exact_names_and_uris_rank_first_and_names_outrank_descriptions() {
     let found = find(&index, "readme");
     assert_eq!(found[0], "file:///guide/readme.md");
     let page = index
-        .search(&SearchQuery::new("README", 10))
+        .search(&SearchRequest::new("README", 10))
         .expect("search");
-    assert!(page.hits[0].exact);
+    assert_eq!(page.hits[0].name, "readme", "an exact name comes first");
     let found = find(&index, "file:///deep/document.md");
     assert_eq!(
         found.first().map(String::as_str),
@@ -51,7 +51,7 @@ fn nothing_for_all_words_falls_back_to_typos_then_to_any_word() {
     let directory = tempfile::tempdir().expect("tempdir");
     let index = catalog(&directory.path().join("catalog.search"));
     let page = index
-        .search(&SearchQuery::new("erorrs", 10))
+        .search(&SearchRequest::new("erorrs", 10))
         .expect("search");
     assert_eq!(page.mode, MatchMode::Typo);
     assert!(page
@@ -59,15 +59,17 @@ fn nothing_for_all_words_falls_back_to_typos_then_to_any_word() {
         .iter()
         .any(|hit| hit.uri == "file:///api/errors.md"));
     // Short words get no typo tolerance.
-    let page = index.search(&SearchQuery::new("nots", 10)).expect("search");
+    let page = index
+        .search(&SearchRequest::new("nots", 10))
+        .expect("search");
     assert!(page.hits.is_empty(), "{page:?}");
     let page = index
-        .search(&SearchQuery::new("readme zebra", 10))
+        .search(&SearchRequest::new("readme zebra", 10))
         .expect("search");
     assert_eq!(page.mode, MatchMode::Any);
     assert_eq!(page.hits.len(), 3);
     let page = index
-        .search(&SearchQuery::new("zebra", 10))
+        .search(&SearchRequest::new("zebra", 10))
         .expect("search");
     assert!(page.hits.is_empty());
     assert_eq!(page.mode, MatchMode::All);
@@ -103,7 +105,7 @@ fn hostile_text_is_plain_words() {
         "$^",
         "x{2}",
     ] {
-        if let Err(error) = index.search(&SearchQuery::new(query, 10)) {
+        if let Err(error) = index.search(&SearchRequest::new(query, 10)) {
             panic!("{query:?} failed: {error}");
         }
     }
@@ -111,7 +113,7 @@ fn hostile_text_is_plain_words() {
     assert_eq!(find(&index, "NEAR"), vec!["file:///api/errors.md"]);
     // "title" is no word of the catalog, so this finds entries with any of the words.
     let page = index
-        .search(&SearchQuery::new("title:readme", 10))
+        .search(&SearchRequest::new("title:readme", 10))
         .expect("search");
     assert_eq!((page.mode, page.hits.len()), (MatchMode::Any, 3));
     assert_eq!(find(&index, "read*").len(), 3);
@@ -121,7 +123,7 @@ fn hostile_text_is_plain_words() {
 fn snippets_mark_matches_with_bounded_markers_and_cursors_page() {
     let directory = tempfile::tempdir().expect("tempdir");
     let index = catalog(&directory.path().join("catalog.search"));
-    let mut query = SearchQuery::new("error", 10);
+    let mut query = SearchRequest::new("error", 10);
     query.highlight = ("<".into(), ">".into());
     let page = index.search(&query).expect("search");
     let snippet = page.hits[0].snippet.clone().expect("a snippet");
@@ -135,7 +137,7 @@ fn snippets_mark_matches_with_bounded_markers_and_cursors_page() {
     let everything = find(&index, "file");
     assert_eq!(everything.len(), 5);
     let mut paged = Vec::new();
-    let mut query = SearchQuery::new("file", 2);
+    let mut query = SearchRequest::new("file", 2);
     loop {
         let page = index.search(&query).expect("search");
         paged.extend(page.hits.into_iter().map(|hit| hit.uri));

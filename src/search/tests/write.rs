@@ -42,7 +42,7 @@ fn filters_and_the_merged_view() {
             "from gamma",
         )],
     );
-    let servers_of = |query: SearchQuery| -> Vec<(String, String)> {
+    let servers_of = |query: SearchRequest| -> Vec<(String, String)> {
         index
             .search(&query)
             .expect("search")
@@ -53,10 +53,10 @@ fn filters_and_the_merged_view() {
     };
     // Merged: one hit per URI, beta wins by priority.
     assert_eq!(
-        servers_of(SearchQuery::new("shared", 10)),
+        servers_of(SearchRequest::new("shared", 10)),
         vec![("beta".into(), "shared://one".into())]
     );
-    let mut only_alpha = SearchQuery::new("shared", 10);
+    let mut only_alpha = SearchRequest::new("shared", 10);
     only_alpha.server = Some("alpha".into());
     assert_eq!(
         servers_of(only_alpha.clone()),
@@ -64,7 +64,7 @@ fn filters_and_the_merged_view() {
     );
     // A loser's own words do not find the URI in the merged view.
     assert_eq!(
-        servers_of(SearchQuery::new("alpha", 10)),
+        servers_of(SearchRequest::new("alpha", 10)),
         vec![("alpha".into(), "alpha://only".into())]
     );
     // Beta stops listing it: alpha and gamma tie on priority, the lower name wins.
@@ -79,7 +79,7 @@ fn filters_and_the_merged_view() {
         })
         .expect("apply");
     assert_eq!(
-        servers_of(SearchQuery::new("shared", 10)),
+        servers_of(SearchRequest::new("shared", 10)),
         vec![("alpha".into(), "shared://one".into())]
     );
     // Priorities change: gamma now wins.
@@ -87,7 +87,7 @@ fn filters_and_the_merged_view() {
         .set_priorities(&priorities(&[("alpha", 10), ("beta", 5), ("gamma", 1)]))
         .expect("priorities");
     assert_eq!(
-        servers_of(SearchQuery::new("shared", 10)),
+        servers_of(SearchRequest::new("shared", 10)),
         vec![("gamma".into(), "shared://one".into())]
     );
     // Gamma is dropped from the configuration: alpha wins again.
@@ -95,18 +95,18 @@ fn filters_and_the_merged_view() {
         .set_priorities(&priorities(&[("alpha", 10), ("beta", 5)]))
         .expect("priorities");
     assert_eq!(
-        servers_of(SearchQuery::new("shared", 10)),
+        servers_of(SearchRequest::new("shared", 10)),
         vec![("alpha".into(), "shared://one".into())]
     );
     assert_eq!(index.generation(), Some(4));
     // Filters by MIME type and kind are index terms too.
-    let mut json_only = SearchQuery::new("alpha", 10);
+    let mut json_only = SearchRequest::new("alpha", 10);
     json_only.mime_type = Some("application/json".into());
     assert!(servers_of(json_only).is_empty());
-    let mut resources = SearchQuery::new("alpha", 10);
+    let mut resources = SearchRequest::new("alpha", 10);
     resources.kinds = vec![Kind::Resource];
     assert_eq!(servers_of(resources).len(), 2);
-    let mut tools = SearchQuery::new("alpha", 10);
+    let mut tools = SearchRequest::new("alpha", 10);
     tools.kinds = vec![Kind::Tool];
     assert!(servers_of(tools).is_empty());
 }
@@ -180,8 +180,8 @@ fn diffs_and_a_rebuild_agree() {
         "synthetic 1",
     ] {
         let everything = |index: &SearchIndex| {
-            let mut query = SearchQuery::new(text, 1000);
-            query.time_limit = Duration::from_secs(30);
+            let mut query = SearchRequest::new(text, 1000);
+            query.deadline = Some(Instant::now() + Duration::from_secs(30));
             let mut found: Vec<(String, String)> = index
                 .search(&query)
                 .expect("search")
@@ -195,7 +195,7 @@ fn diffs_and_a_rebuild_agree() {
         assert_eq!(everything(&incremental), everything(&rebuilt), "{text}");
     }
     // 250..300 came from b alone after a removed them; 200..250 are shared and a wins.
-    let found = uris(&incremental, SearchQuery::new("from b", 1000));
+    let found = uris(&incremental, SearchRequest::new("from b", 1000));
     assert_eq!(found.len(), 150);
     let unordered = vec![
         entry("a", "z://1", "z", "", ""),
@@ -274,7 +274,7 @@ fn every_kind_in_one_index_with_kinds_as_a_filter() {
     assert_eq!(index.status().documents, 44);
 
     let found = |text: &str, kinds: &[Kind], limit: usize| -> Vec<(Kind, String)> {
-        let mut query = SearchQuery::new(text, limit);
+        let mut query = SearchRequest::new(text, limit);
         query.kinds = kinds.to_vec();
         index
             .search(&query)
@@ -326,7 +326,7 @@ fn every_kind_in_one_index_with_kinds_as_a_filter() {
         vec![(Kind::Template, "page-by-title".to_string())]
     );
     let hit = &index
-        .search(&SearchQuery::new("forecast", 10))
+        .search(&SearchRequest::new("forecast", 10))
         .expect("search")
         .hits[0];
     assert_eq!((hit.uri.as_str(), hit.server.as_str()), ("", "tools"));
@@ -391,7 +391,7 @@ fn every_kind_in_one_index_with_kinds_as_a_filter() {
     copy.kind = Kind::Template;
     load(&index, 8, "docs", vec![copy]);
     let pages = index
-        .search(&SearchQuery::new("page", 10))
+        .search(&SearchRequest::new("page", 10))
         .expect("search")
         .hits;
     assert_eq!(pages.len(), 1, "{pages:?}");
@@ -447,7 +447,7 @@ fn every_kind_in_one_index_with_kinds_as_a_filter() {
     for text in ["weather", "forecast", "town", "page", "title"] {
         let everything = |index: &SearchIndex| {
             let mut hits: Vec<(Kind, String, String, String)> = index
-                .search(&SearchQuery::new(text, 100))
+                .search(&SearchRequest::new(text, 100))
                 .expect("search")
                 .hits
                 .into_iter()
@@ -521,8 +521,8 @@ fn a_load_built_beside_the_index_is_adopted_whole_and_changes_like_any_other() {
         .clone()
         .run(index.clone(), events, &database);
     assert_eq!(room.available_permits(), 12, "every page's room given back");
-    let mut all = SearchQuery::new("gamma", 20_000);
-    all.time_limit = Duration::from_secs(30);
+    let mut all = SearchRequest::new("gamma", 20_000);
+    all.deadline = Some(Instant::now() + Duration::from_secs(30));
     assert!(
         uris(&index, all.clone()).is_empty(),
         "seen before its commit"
