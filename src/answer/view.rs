@@ -115,6 +115,35 @@ impl View {
         })
     }
 
+    /// The servers a search in this view reads listings of, among `names` (every configured
+    /// server), for a search of `kinds`: those it sees any of the kinds of. `None` when it sees
+    /// every server's resources and templates among the kinds (the kinds whose keys several
+    /// servers list): each key's winner is then the merged catalog's.
+    pub(crate) fn searched_servers(
+        &self,
+        names: &[String],
+        kinds: &[Kind],
+    ) -> Option<BTreeSet<String>> {
+        self.restriction.as_ref()?;
+        let merged = [Kind::Resource, Kind::Template];
+        let sees_merged = |server: &String| {
+            kinds
+                .iter()
+                .filter(|kind| merged.contains(kind))
+                .all(|kind| self.sees(server, *kind))
+        };
+        if names.iter().all(sees_merged) {
+            return None;
+        }
+        Some(
+            names
+                .iter()
+                .filter(|server| kinds.iter().any(|kind| self.sees(server, *kind)))
+                .cloned()
+                .collect(),
+        )
+    }
+
     /// Whether a read result the server marked `private` may be served to this view: the
     /// owner's, or a shared server's.
     pub(crate) fn sees_private_reads_of(&self, server: &str) -> bool {
@@ -243,6 +272,35 @@ mod tests {
         );
         assert!(!narrow.sees_server("other"));
         assert!(View::owner().sees("anything", Kind::Prompt));
+    }
+
+    #[test]
+    fn a_search_reads_the_servers_a_view_sees_when_it_does_not_see_every_listing() {
+        let names = ["docs".to_string(), "other".to_string()];
+        let every = [Kind::Resource, Kind::Tool];
+        let public = [
+            ("docs", Kind::Resource, CacheScope::Public),
+            ("other", Kind::Resource, CacheScope::Public),
+        ];
+        assert_eq!(View::owner().searched_servers(&names, &every), None);
+        // Sees every server's resources: the merged catalog's winners are its own, although
+        // it sees no tools (their keys are one server's each).
+        assert_eq!(
+            View::restricted(view(&public)).searched_servers(&names, &every),
+            None
+        );
+        let narrow = View::restricted(Restriction {
+            servers: Some(["docs".to_string()].into()),
+            ..view(&public)
+        });
+        let docs: BTreeSet<String> = ["docs".to_string()].into();
+        assert_eq!(narrow.searched_servers(&names, &every), Some(docs.clone()));
+        // A private snapshot is not seen either: its server's listings do not win in the view.
+        let private = View::restricted(view(&[
+            ("docs", Kind::Resource, CacheScope::Public),
+            ("other", Kind::Resource, CacheScope::Private),
+        ]));
+        assert_eq!(private.searched_servers(&names, &every), Some(docs));
     }
 
     #[test]

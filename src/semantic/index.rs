@@ -238,7 +238,7 @@ impl SemanticIndex {
     }
 
     /// The `depth` documents nearest to `query` (a vector of the model's) that `filter` asks
-    /// for (its kinds, server and MIME type; without a server, the merged view's winners),
+    /// for (its kinds, server or servers and MIME type; else the merged view's winners),
     /// best first, with their cosine similarity (the model's vectors are unit length). Ties go
     /// to the lower (kind, server, identity), so the order is total.
     pub fn nearest(
@@ -262,10 +262,13 @@ impl SemanticIndex {
             if !filter.kinds.is_empty() && !filter.kinds.contains(&entry.kind) {
                 continue;
             }
-            match &filter.server {
-                Some(server) if entry.server != *server => continue,
-                None if !document.wins => continue,
-                _ => {}
+            let listed = match (&filter.server, &filter.servers) {
+                (Some(server), _) => entry.server == *server,
+                (None, Some(servers)) => servers.contains(&entry.server),
+                (None, None) => document.wins,
+            };
+            if !listed {
+                continue;
             }
             if let Some(mime_type) = &filter.mime_type {
                 if entry.mime_type.as_ref() != Some(mime_type) {

@@ -409,6 +409,8 @@ pub fn search_entries(
                  FROM entries_fts f JOIN entries e ON e.id = f.rowid
                  JOIN servers s ON s.id = e.server_id
                  WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.name = ?2)
+                   AND (?2 IS NOT NULL OR ?8 IS NULL
+                        OR s.name IN (SELECT value FROM json_each(?8)))
                    AND ((?3 AND e.kind = 'tool') OR (?4 AND e.kind = 'prompt'))
                  ORDER BY f.rank, s.name, e.name, e.kind LIMIT ?5 OFFSET ?6",
             )
@@ -422,7 +424,8 @@ pub fn search_entries(
                     prompts,
                     search.limit as i64,
                     search.offset as i64,
-                    super::resource_search::MAX_HIT_TEXT_BYTES as i64
+                    super::resource_search::MAX_HIT_TEXT_BYTES as i64,
+                    super::resource_search::servers_json(search)
                 ],
                 |row| {
                     // One hit type for every kind: a tool or prompt has no URI or MIME type.

@@ -47,6 +47,22 @@ impl Reader {
         Reader::open(path, Arc::default())
     }
 
+    /// Every configured server's name, in name order.
+    pub fn server_names(&self) -> Result<Vec<String>, StoreError> {
+        views::server_names(&self.connection)
+    }
+
+    /// The server that wins each of `keys` of a kind among the servers `sees` lets in (what a
+    /// view's merged catalog shows); a key none of them lists is left out.
+    pub fn winners_among(
+        &self,
+        kind: Kind,
+        keys: &[&str],
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        views::winners_among(&self.connection, kind, keys, sees)
+    }
+
     /// The merged entries of `keys` of a kind (what an upstream answers a follower's
     /// `catalog/entries`), each key's winner among the servers `sees` lets in, the keys none of
     /// them lists, the feed's newest seq and the merged count, in one read transaction.

@@ -16,6 +16,10 @@ use crate::protocol::DEFAULT_HIGHLIGHT;
 pub struct SearchRequest {
     pub query: String,
     pub server: Option<String>,
+    /// Without `server`: search the listings of these servers only (a view's), every listing,
+    /// winning or not; the caller keeps each key's winner among them. `None`: every server,
+    /// the merged catalog's winner of each key.
+    pub servers: Option<std::collections::BTreeSet<String>>,
     pub mime_type: Option<String>,
     /// The kinds searched; every kind when empty. SQLite's resource search finds resources
     /// only, its entry search tools and prompts only.
@@ -39,6 +43,7 @@ impl SearchRequest {
         SearchRequest {
             query: query.into(),
             server: None,
+            servers: None,
             mime_type: None,
             kinds: Vec::new(),
             raw: false,
@@ -97,6 +102,12 @@ pub fn search_noting_backlog(
     })
 }
 
+/// A request's `servers` as the JSON array its statements read with `json_each`.
+pub(super) fn servers_json(request: &SearchRequest) -> Option<String> {
+    let servers = request.servers.as_ref()?;
+    Some(serde_json::to_string(servers).unwrap_or_else(|_| "[]".to_string()))
+}
+
 /// Resources' statement: `resources_fts`, the server and MIME type filters, the merged view
 /// (a URI once, from the server that wins it), ties by row id; then the page's snippets.
 fn resources_page(
@@ -119,9 +130,11 @@ fn resources_page(
                    WHERE resources_fts MATCH ?1
                      AND (?2 IS NULL OR fs.name = ?2)
                      AND (?3 IS NULL OR fr.mime_type = ?3)
+                     AND (?2 IS NOT NULL OR ?6 IS NULL
+                          OR fs.name IN (SELECT value FROM json_each(?6)))
                      -- Without a server filter, search the merged catalog: a URI listed by
                      -- several servers is found once, from the server that wins it.
-                     AND (?2 IS NOT NULL OR NOT EXISTS (
+                     AND (?2 IS NOT NULL OR ?6 IS NOT NULL OR NOT EXISTS (
                          SELECT 1 FROM resources r2 JOIN servers s2 ON s2.id = r2.server_id
                          WHERE r2.uri = fr.uri AND r2.server_id != fr.server_id
                            AND (s2.priority < fs.priority
@@ -139,7 +152,8 @@ fn resources_page(
                 request.server,
                 request.mime_type,
                 (request.limit + 1) as i64,
-                request.offset as i64
+                request.offset as i64,
+                servers_json(request)
             ],
             |row| {
                 Ok((

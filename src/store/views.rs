@@ -130,3 +130,50 @@ pub fn merged_resource_count(connection: &Connection) -> Result<u64, StoreError>
     )?;
     Ok(count.max(0) as u64)
 }
+
+/// Every configured server's name, in name order.
+pub fn server_names(connection: &Connection) -> Result<Vec<String>, StoreError> {
+    let mut statement = connection.prepare_cached("SELECT name FROM servers ORDER BY name")?;
+    let names = statement
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<Vec<String>, _>>()?;
+    Ok(names)
+}
+
+/// The server that wins each of `keys` (URIs of resources, or URI templates) among the servers
+/// `sees` lets in: the lowest priority, then the lowest name, as the merged catalog chooses
+/// among every server. A key none of them lists is left out. Tools and prompts are one
+/// server's each and have no winner to choose: none.
+pub fn winners_among(
+    connection: &Connection,
+    kind: crate::protocol::Kind,
+    keys: &[&str],
+    sees: &dyn Fn(&str) -> bool,
+) -> Result<std::collections::HashMap<String, String>, StoreError> {
+    use crate::protocol::Kind;
+    let sql = match kind {
+        Kind::Resource => {
+            "SELECT s.name FROM resources r CROSS JOIN servers s ON s.id = r.server_id
+             WHERE r.uri = ?1 ORDER BY s.priority, s.name"
+        }
+        Kind::Template => {
+            "SELECT s.name FROM resource_templates t CROSS JOIN servers s
+             ON s.id = t.server_id WHERE t.uri_template = ?1 ORDER BY s.priority, s.name"
+        }
+        Kind::Tool | Kind::Prompt => return Ok(Default::default()),
+    };
+    let mut listings = connection.prepare_cached(sql)?;
+    let mut winners = std::collections::HashMap::new();
+    for key in keys {
+        // A key has a listing per server listing it: a few rows at most.
+        let mut rows = listings.query([key])?;
+        while let Some(row) = rows.next()? {
+            let server: String = row.get(0)?;
+            if sees(&server) {
+                winners.insert(key.to_string(), server);
+                break;
+            }
+        }
+    }
+    Ok(winners)
+}

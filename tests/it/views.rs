@@ -205,4 +205,35 @@ fn a_view_chooses_each_uris_winner_among_the_servers_it_sees() {
     );
     assert_eq!(shared_listings(&entries["entries"]), pubs, "{entries}");
     assert_eq!(entries["missing"], json!([]), "{entries}");
+
+    // Search answers like the list, whichever engine answers: the search index for plain
+    // words (of every kind, or of resources alone), SQLite's FTS5 for raw syntax.
+    let secs: Vec<(String, String)> = pubs
+        .iter()
+        .map(|(uri, text)| (uri.clone(), text.replacen("pub", "sec", 1)))
+        .collect();
+    for params in [
+        json!({"query": "lists doc", "limit": 50}),
+        json!({"query": "lists doc", "kinds": ["resource"], "limit": 50}),
+        json!({"query": "lists", "raw": true, "limit": 50}),
+        json!({"query": "lists", "raw": true, "kinds": ["resource"], "limit": 50}),
+    ] {
+        let owner = mirror.daemon.call("catalog/search", params.clone());
+        assert_eq!(shared_hits(&owner), secs, "owner, {params}: {owner}");
+        let everything = mirror.ask(TOKEN, "catalog/search", params.clone());
+        assert_eq!(
+            shared_hits(&everything),
+            secs,
+            "fleet, {params}: {everything}"
+        );
+        let narrow = mirror.ask(NARROW_TOKEN, "catalog/search", params.clone());
+        assert_eq!(shared_hits(&narrow), pubs, "narrow, {params}: {narrow}");
+    }
+}
+
+/// The (uri, description) pairs of a search's hits of shared URIs, in URI order.
+fn shared_hits(result: &Value) -> Vec<(String, String)> {
+    let mut hits = shared_listings(&result["results"]);
+    hits.sort();
+    hits
 }

@@ -39,14 +39,94 @@ pub(crate) async fn catalog_search(
     let started = std::time::Instant::now();
     let cut = params.cut_words_note();
     let uri_flags = params.uri_flags.take();
-    let outcome = search_for_params(context, params).await;
+    let outcome = search_in_view(context, params, view).await;
     crate::metrics::observe_search(started.elapsed());
     let mut result = outcome?;
     result.note = joined_notes(result.note.take(), cut);
     result
         .results
-        .retain(|hit| view_sees_hit(view, hit) && has_uri_flags(uri_flags.as_ref(), hit));
+        .retain(|hit| has_uri_flags(uri_flags.as_ref(), hit));
     Ok(result)
+}
+
+/// A search as the view sees it. A view that does not see every server searches the listings
+/// of those it does (`SearchRequest::servers`), and of each URI or URI template keeps the
+/// listing of the server that wins it among them, as its merged catalog does (`catalog/search`
+/// answers like `resources/list`); every hit is one the view sees.
+async fn search_in_view(
+    context: &DaemonContext,
+    params: SearchParams,
+    view: &View,
+) -> Result<wire::SearchResult, ErrorObject> {
+    let kinds = params
+        .kinds
+        .clone()
+        .unwrap_or_else(|| wire::Kind::ALL.to_vec());
+    let one_server = params.server.is_some();
+    let mut search = parsed(params)?;
+    let within = match view.is_owner() || one_server {
+        true => None,
+        false => {
+            let names = context
+                .store
+                .read(|reader| reader.server_names())
+                .await
+                .map_err(internal)?;
+            view.searched_servers(&names, &kinds)
+        }
+    };
+    if let Some(servers) = &within {
+        search.within(servers);
+    }
+    let mut result = search_for_params(context, search).await?;
+    result.results.retain(|hit| view_sees_hit(view, hit));
+    if within.is_some() {
+        keep_view_winners(context, view, &mut result.results).await?;
+    }
+    Ok(result)
+}
+
+/// Keeps of each resource's URI and template's URI template the hit of the server that wins it
+/// among the servers the view sees (hits of tools and prompts, one server's each, all stay).
+async fn keep_view_winners(
+    context: &DaemonContext,
+    view: &View,
+    hits: &mut Vec<wire::SearchHit>,
+) -> Result<(), ErrorObject> {
+    use wire::Kind;
+    let keys = |kind: Kind| -> Vec<String> {
+        hits.iter()
+            .filter(|hit| hit.kind == kind)
+            .filter_map(|hit| hit.uri.clone())
+            .collect()
+    };
+    let (resources, templates) = (keys(Kind::Resource), keys(Kind::Template));
+    let view = view.clone();
+    let winners = context
+        .store
+        .read(move |reader| {
+            let winners_of = |kind: Kind, keys: &[String]| {
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                reader.winners_among(kind, &keys, &|server| view.sees(server, kind))
+            };
+            Ok((
+                winners_of(Kind::Resource, &resources)?,
+                winners_of(Kind::Template, &templates)?,
+            ))
+        })
+        .await
+        .map_err(internal)?;
+    hits.retain(|hit| {
+        let winner = |winners: &std::collections::HashMap<String, String>| {
+            hit.uri.as_ref().and_then(|uri| winners.get(uri)) == Some(&hit.server)
+        };
+        match hit.kind {
+            Kind::Resource => winner(&winners.0),
+            Kind::Template => winner(&winners.1),
+            Kind::Tool | Kind::Prompt => true,
+        }
+    });
+    Ok(())
 }
 
 /// Whether a hit passes the request's `uriFlags` filter (every hit when there is none). Like
@@ -66,9 +146,33 @@ enum ParsedSearch {
     /// Resources alone; `sqlite_cursor` when its cursor is SQLite's (it stays with SQLite:
     /// the two rank differently).
     Resources {
-        request: store::SearchRequest,
+        request: Box<store::SearchRequest>,
         sqlite_cursor: bool,
     },
+}
+
+impl ParsedSearch {
+    /// Searches the listings of `servers` only, each listing (`SearchRequest::servers`).
+    fn within(&mut self, servers: &BTreeSet<String>) {
+        let requests: Vec<&mut store::SearchRequest> = match self {
+            ParsedSearch::Kinds(search) => {
+                let KindsSearch {
+                    index,
+                    resources,
+                    entries,
+                    ..
+                } = search.as_mut();
+                std::iter::once(index)
+                    .chain(resources.as_mut())
+                    .chain(entries.as_mut())
+                    .collect()
+            }
+            ParsedSearch::Resources { request, .. } => vec![request.as_mut()],
+        };
+        for request in requests {
+            request.servers = Some(servers.clone());
+        }
+    }
 }
 
 fn parsed(params: SearchParams) -> Result<ParsedSearch, ErrorObject> {
@@ -79,7 +183,7 @@ fn parsed(params: SearchParams) -> Result<ParsedSearch, ErrorObject> {
     }
     let sqlite_cursor = params.cursor.as_deref().map(wire::is_index_cursor) == Some(false);
     Ok(ParsedSearch::Resources {
-        request: params.into_request().map_err(invalid_params)?,
+        request: Box::new(params.into_request().map_err(invalid_params)?),
         sqlite_cursor,
     })
 }
@@ -101,18 +205,18 @@ fn kinds_offsets(search: &KindsSearch) -> (usize, usize) {
     )
 }
 
-/// The engine a search's params ask for: several kinds, or resources alone.
+/// The engine a parsed search asks for: several kinds, or resources alone.
 async fn search_for_params(
     context: &DaemonContext,
-    params: SearchParams,
+    search: ParsedSearch,
 ) -> Result<wire::SearchResult, ErrorObject> {
-    match parsed(params)? {
+    match search {
         ParsedSearch::Kinds(search) => search_kinds(*search, context).await,
         ParsedSearch::Resources {
             request,
             sqlite_cursor: true,
-        } => Ok(sqlite_result(gated_search(request, context).await?)),
-        ParsedSearch::Resources { request, .. } => resource_search(request, context).await,
+        } => Ok(sqlite_result(gated_search(*request, context).await?)),
+        ParsedSearch::Resources { request, .. } => resource_search(*request, context).await,
     }
 }
 

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use tantivy::collector::TopDocs;
 use tantivy::query::{
-    BooleanQuery, EnableScoring, Explanation, FuzzyTermQuery, InvertedIndexRangeQuery, Occur,
-    Query, Scorer, TermQuery, Weight,
+    BooleanQuery, ConstScoreQuery, EnableScoring, Explanation, FuzzyTermQuery,
+    InvertedIndexRangeQuery, Occur, Query, Scorer, TermQuery, Weight,
 };
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, TantivyDocument, Term};
@@ -59,6 +59,23 @@ pub struct Page {
     pub generation: u64,
 }
 
+/// Which listings a request searches, as any of these terms: one server's listings; else the
+/// listings of the servers named in `servers`, each listing, winning or not (the caller keeps
+/// each key's winner among them); else the merged catalog's, the winner of each URI. A search
+/// of some kinds has one term of the kinds with the server or the merged view.
+fn server_filter(fields: &Fields, request: &SearchRequest) -> Vec<Term> {
+    let one = |server: Option<&str>| match (fields.kinds_term(&request.kinds, server), server) {
+        (Some(kinds), _) => kinds,
+        (None, Some(server)) => Term::from_field_text(fields.server, server),
+        (None, None) => fields.flag_term(fields.wins),
+    };
+    match (&request.server, &request.servers) {
+        (Some(server), _) => vec![one(Some(server))],
+        (None, Some(servers)) => servers.iter().map(|server| one(Some(server))).collect(),
+        (None, None) => vec![one(None)],
+    }
+}
+
 /// One page of `request`'s hits from `searcher`, given up at `deadline` (`time_limit` after
 /// the search began, for the error).
 pub fn run(
@@ -97,19 +114,9 @@ pub fn run(
         typed.push(last.clone());
     }
 
-    let mut filters = Vec::new();
-    // Some kinds: one term for the kinds with the server or the merged view.
-    match (
-        fields.kinds_term(&request.kinds, request.server.as_deref()),
-        &request.server,
-    ) {
-        (Some(kinds), _) => filters.push(kinds),
-        (None, Some(server)) => filters.push(Term::from_field_text(fields.server, server)),
-        // The merged catalog: one listing per URI, the winner's.
-        (None, None) => filters.push(fields.flag_term(fields.wins)),
-    }
+    let mut filters = vec![server_filter(fields, request)];
     if let Some(mime_type) = &request.mime_type {
-        filters.push(Term::from_field_text(fields.mime_type, mime_type));
+        filters.push(vec![Term::from_field_text(fields.mime_type, mime_type)]);
     }
     let search = Search {
         searcher,

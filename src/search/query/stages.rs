@@ -67,7 +67,8 @@ pub(super) fn sorted(mut hits: Vec<(Score, DocAddress)>) -> Vec<(Score, DocAddre
 pub(super) struct Search<'a> {
     pub(super) searcher: &'a Searcher,
     pub(super) fields: &'a Fields,
-    pub(super) filters: Vec<Term>,
+    /// Every filter must match; a filter matches when any of its terms does.
+    pub(super) filters: Vec<Vec<Term>>,
     pub(super) deadline: Instant,
     pub(super) expired: Arc<AtomicBool>,
     pub(super) time_limit: Duration,
@@ -165,12 +166,31 @@ impl Search<'_> {
     pub(super) fn filter_queries(&self) -> Vec<(Occur, Box<dyn Query>)> {
         self.filters
             .iter()
-            .map(|term| {
-                (
-                    Occur::Must,
-                    Box::new(TermQuery::new(term.clone(), IndexRecordOption::WithFreqs))
-                        as Box<dyn Query>,
-                )
+            .map(|terms| {
+                let query: Box<dyn Query> = match terms.as_slice() {
+                    [term] => Box::new(TermQuery::new(term.clone(), IndexRecordOption::WithFreqs)),
+                    // Any of several servers: scored alike whichever server matched (each
+                    // server's term has its own weight, and a listing must not rank by it).
+                    terms => Box::new(ConstScoreQuery::new(
+                        Box::new(BooleanQuery::new(
+                            terms
+                                .iter()
+                                .map(|term| {
+                                    (
+                                        Occur::Should,
+                                        Box::new(TermQuery::new(
+                                            term.clone(),
+                                            IndexRecordOption::Basic,
+                                        ))
+                                            as Box<dyn Query>,
+                                    )
+                                })
+                                .collect(),
+                        )),
+                        0.0,
+                    )),
+                };
+                (Occur::Must, query)
             })
             .collect()
     }
