@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{search_index, IndexAnswer};
+use super::index::{search_index, IndexAnswer};
 use crate::answer::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, VectorsState, BUSY};
 use crate::search::SearchIndex;

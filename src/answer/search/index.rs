@@ -1,0 +1,240 @@
+//! The search index's rung of a daemon search: the derived index when it reflects the catalog
+//! as it stands (waiting a moment for a swap the caller may have seen), ranked by words or, with
+//! the local model's vectors, by meaning (`hybrid`); its last commit when SQLite ran past its
+//! share; each search under a permit of the one gate.
+
+use std::sync::Arc;
+
+use super::{admitted, joined_notes, search_result, timed_out};
+use crate::answer::{internal, DaemonContext};
+use crate::protocol::{self as wire, encode_index_cursor, ErrorObject, BUSY, INVALID_PARAMS};
+use crate::search::gate::SearchPermit;
+use crate::search::{SearchError, SearchIndex};
+use crate::store;
+
+/// How long a search waits for the index to apply a swap its caller may already have seen
+/// (one committed before the search arrived) before SQLite answers instead.
+const INDEX_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// The same wait when the index's last commit can answer instead (a large swap, which SQLite's
+/// full-text index is behind too): a search during a first load's catch-up is not held a
+/// second for an answer that says "previous state" anyway.
+const INDEX_CATCH_UP_WAIT_WITH_STALE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Answers from the derived search index; `Ok(Err(why))` when it cannot answer for the
+/// catalog as it stands (repairing, or behind a swap it has not applied yet in time).
+pub(super) async fn search_index(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    search_index_as(index, context, request, false).await
+}
+
+/// Whether the index can answer from its last commit while it is behind.
+pub(super) fn can_answer_stale(index: &SearchIndex) -> bool {
+    let status = index.status();
+    status.phase == crate::search::Phase::Ready && status.generation.is_some()
+}
+
+/// The index's answer from its last commit, for a search SQLite could not answer within its
+/// share (`sqlite_within_share`).
+pub(super) async fn stale_search(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+) -> Result<IndexAnswer, ErrorObject> {
+    match search_index_as(index, context, request, true).await? {
+        Ok(answer) => Ok(answer),
+        Err(why) => Err(internal(why)),
+    }
+}
+
+/// `search_index`; with `stale`, from the index's last commit whatever it reflects.
+async fn search_index_as(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+    stale: bool,
+) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    let mut note = None;
+    let mut query = request.clone();
+    // The same gate as SQLite's searches: a bounded number at once, each with a deadline.
+    let permit = admitted(context).await?;
+    query.deadline = Some(permit.deadline);
+    // Usually one hop off the async threads: the newest generation a reader sees in SQLite,
+    // then the search, if the index reflects it (and the in-memory version, which moves on
+    // only after the commit that SQLite already shows).
+    let wanted = context.store.catalog_version();
+    // The permit goes with the search and is given back on the blocking thread the moment
+    // the search ends, so the next waiter's search starts without waiting for this task to be
+    // scheduled again (with 8 clients on 2 slots, that wait was part of every slot's turn).
+    let searched = {
+        let (index, query) = (index.clone(), query.clone());
+        context
+            .store
+            .read(move |reader| {
+                let generation = reader.index_generation()?;
+                Ok(if stale || index.status().serves(wanted, generation) {
+                    Ok(searched_within(&index, &query, permit))
+                } else {
+                    Err(generation)
+                })
+            })
+            .await
+            .map_err(internal)?
+    };
+    if stale {
+        note = Some(format!(
+            "the search index is still indexing a change, and SQLite's full-text search ran past its share of search_timeout; answered from the index's previous state (generation {}), without the entries that change brings",
+            index.generation().unwrap_or(0)
+        ));
+    }
+    let searched = match searched {
+        Ok(searched) => searched,
+        Err(generation) => {
+            // Behind a swap the caller may already have seen: wait for the keeper to apply it
+            // (without holding a slot: the permit was dropped with the closure), then search,
+            // or let SQLite answer.
+            let mut status = index.watch();
+            let caught_up = status.wait_for(|status| {
+                status.serves(wanted, generation)
+                    || status.phase != crate::protocol::IndexPhase::Ready
+            });
+            let wait = match can_answer_stale(index) && context.store.full_text_note().is_some() {
+                true => INDEX_CATCH_UP_WAIT_WITH_STALE,
+                false => INDEX_CATCH_UP_WAIT,
+            };
+            let _ = tokio::time::timeout(wait, caught_up).await;
+            let now = index.status();
+            // Behind while SQLite's full-text index is behind a large swap too (SQLite's
+            // answer would lack rows as well, and be slow for common words): the index's last
+            // commit, a consistent earlier catalog, answers, and says so.
+            let stale = !now.serves(wanted, generation)
+                && can_answer_stale(index)
+                && context.store.full_text_note().is_some();
+            if stale {
+                note = Some(format!(
+                    "the search index is still indexing a change; answered from its previous state (generation {}), without the entries that change brings",
+                    now.generation.unwrap_or(0)
+                ));
+            } else if !now.serves(wanted, generation) {
+                let state = index_phase_text(now.phase);
+                return Ok(Err(format!(
+                    "the search index is {state}; answered by SQLite full-text search"
+                )));
+            }
+            let permit = admitted(context).await?;
+            query.deadline = Some(permit.deadline);
+            let index = index.clone();
+            tokio::task::spawn_blocking(move || searched_within(&index, &query, permit))
+                .await
+                .map_err(internal)?
+        }
+    };
+    let page = match searched {
+        Ok(page) => page,
+        Err(error @ SearchError::InvalidQuery(_)) => {
+            return Err(ErrorObject::new(INVALID_PARAMS, error.to_string()))
+        }
+        Err(SearchError::TimedOut(_)) => return Err(timed_out(context)),
+        Err(error @ SearchError::Busy) => return Err(ErrorObject::new(BUSY, error.to_string())),
+        // A damaged index must not cost an answer: SQLite has the same catalog.
+        Err(error) => {
+            tracing::warn!(%error, "the search index failed a search; SQLite answered");
+            return Ok(Err(format!(
+                "the search index failed ({error}); answered by SQLite full-text search"
+            )));
+        }
+    };
+    Ok(Ok(index_answer(page, note)))
+}
+
+/// What the index is doing while it cannot answer, for the answer's note.
+fn index_phase_text(phase: crate::protocol::IndexPhase) -> String {
+    match phase {
+        crate::protocol::IndexPhase::Ready => "catching up with the latest change".to_string(),
+        crate::protocol::IndexPhase::Opening => "opening".to_string(),
+        crate::protocol::IndexPhase::CatchingUp => "catching up".to_string(),
+        crate::protocol::IndexPhase::Rebuilding { percent } => {
+            format!("rebuilding ({percent}%)")
+        }
+        crate::protocol::IndexPhase::Failed => "unavailable (see the log)".to_string(),
+    }
+}
+
+/// The index's page of hits as every engine's hits, with the answer's note.
+fn index_answer(page: crate::search::Page, note: Option<String>) -> IndexAnswer {
+    IndexAnswer {
+        hits: page.hits,
+        next: page.next_offset,
+        mode: Some(page.mode),
+        search_mode: wire::SearchMode::Lexical,
+        note,
+    }
+}
+
+/// Runs one search of the index under `permit`, counting a timeout, and gives the slot back.
+fn searched_within(
+    index: &SearchIndex,
+    query: &store::SearchRequest,
+    permit: SearchPermit,
+) -> Result<crate::search::Page, SearchError> {
+    let outcome = index.search(query);
+    if matches!(outcome, Err(SearchError::TimedOut(_))) {
+        permit.timed_out();
+    }
+    outcome
+}
+
+/// A page of resources from the derived search index.
+pub(super) struct IndexAnswer {
+    pub hits: Vec<store::SearchHit>,
+    pub next: Option<usize>,
+    /// How the words matched; `None` for a semantic answer.
+    pub mode: Option<crate::protocol::MatchMode>,
+    /// Which ranking answered.
+    pub search_mode: wire::SearchMode,
+    /// Why the ranking asked for did not answer (vectors not ready, no model), and why the
+    /// index answered from an earlier state, when it did.
+    pub note: Option<String>,
+}
+
+/// The index's answer ranked as the search asks (`mode`): by words alone, or with the local
+/// model's vectors (`semantic`, `hybrid`; see `crate::semantic`) when they are ready for the
+/// catalog as it stands; else by words, with the reason in `note`.
+pub(super) async fn ranked_search(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    request: &store::SearchRequest,
+) -> Result<Result<IndexAnswer, String>, ErrorObject> {
+    #[cfg(feature = "semantic")]
+    let note = match super::hybrid::semantic_search(index, context, request).await? {
+        super::hybrid::Outcome::Answered(answer) => return Ok(answer),
+        super::hybrid::Outcome::Lexical(note) => note,
+    };
+    #[cfg(not(feature = "semantic"))]
+    let note = match request.mode {
+        Some(wire::SearchMode::Semantic | wire::SearchMode::Hybrid) => Some(
+            "this mcp-mirror was built without semantic search; answered lexically".to_string(),
+        ),
+        _ => None,
+    };
+    let mut answer = search_index(index, context, request).await?;
+    if let Ok(answer) = &mut answer {
+        answer.note = joined_notes(note, answer.note.take());
+    }
+    Ok(answer)
+}
+
+impl IndexAnswer {
+    /// The index's page as the socket answers it, its cursor the index's.
+    pub(super) fn into_result(self) -> wire::SearchResult {
+        let mut result = search_result(self.hits, None);
+        result.next_cursor = self.next.map(encode_index_cursor);
+        result.engine = Some(wire::SearchEngine::Index);
+        result.match_mode = self.mode;
+        result.mode = Some(self.search_mode);
+        result.note = self.note;
+        result
+    }
+}
