@@ -149,8 +149,7 @@ pub enum PageFault {
 /// One immutable version of the served catalog; a scenario change swaps in a new one.
 pub struct Catalog {
     pub version: u64,
-    pub resources: Vec<Value>,
-    pub index_by_uri: HashMap<String, usize>,
+    pub resources: Resources,
     pub templates: Vec<Value>,
     pub page_size: usize,
     pub resources_capability: bool,
@@ -179,26 +178,22 @@ impl Catalog {
         if page_size == 0 {
             bail!("page_size must be at least 1");
         }
-        let generate = scenario.generate.unwrap_or(args.generate);
-        let prefix = scenario.prefix.as_deref();
-        let mut resources: Vec<Value> = (0..generate)
-            .map(|index| generated_resource(&args.name, endpoint, index, prefix))
-            .collect();
+        let mut listed = Vec::new();
         if let Some(bytes) = scenario.huge_description_bytes {
-            resources.push(json!({
+            listed.push(json!({
                 "uri": format!("fixture://{}/huge", args.name),
                 "name": "huge",
                 "description": "x".repeat(bytes),
             }));
         }
-        resources.extend(scenario.resources.iter().cloned());
-        let mut index_by_uri = HashMap::new();
-        for (position, resource) in resources.iter().enumerate() {
-            let Some(uri) = resource.get("uri").and_then(Value::as_str) else {
-                bail!("resource {position} has no string \"uri\"");
-            };
-            index_by_uri.entry(uri.to_owned()).or_insert(position);
-        }
+        listed.extend(scenario.resources.iter().cloned());
+        let resources = Resources::new(
+            &args.name,
+            endpoint,
+            scenario.generate.unwrap_or(args.generate),
+            scenario.prefix.clone(),
+            listed,
+        )?;
         let templates = match &scenario.templates {
             Some(templates) => templates.clone(),
             None => default_templates(&args.name),
@@ -206,7 +201,6 @@ impl Catalog {
         Ok(Self {
             version,
             resources,
-            index_by_uri,
             templates,
             page_size,
             resources_capability: scenario.capabilities_resources.unwrap_or(true),
@@ -288,15 +282,15 @@ impl Catalog {
             items.extend(
                 previous
                     .filter(duplicated)
-                    .map(|i| self.resources[i].clone()),
+                    .map(|i| self.resources.get(i)),
             );
         }
-        items.extend_from_slice(&self.resources[start..end]);
+        items.extend((start..end).map(|i| self.resources.get(i)));
         if next_offset.is_none() {
             items.extend(
                 (start..end)
                     .filter(duplicated)
-                    .map(|i| self.resources[i].clone()),
+                    .map(|i| self.resources.get(i)),
             );
         }
         let mut result = json!({ "resources": items });
@@ -305,6 +299,90 @@ impl Catalog {
         }
         result
     }
+}
+
+/// A catalog's resources: the generated ones made on demand from their number (a catalog of
+/// 1,000,000 held as JSON trees took gigabytes, twice while the next version was built), then
+/// the scenario's own. Equal when they list the same resources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resources {
+    name: String,
+    endpoint: Option<usize>,
+    generated: usize,
+    prefix: Option<String>,
+    listed: Vec<Value>,
+    /// Each listed URI's first position among `listed`.
+    listed_by_uri: HashMap<String, usize>,
+}
+
+impl Resources {
+    fn new(
+        name: &str,
+        endpoint: Option<usize>,
+        generated: usize,
+        prefix: Option<String>,
+        listed: Vec<Value>,
+    ) -> anyhow::Result<Resources> {
+        let mut listed_by_uri = HashMap::new();
+        for (position, resource) in listed.iter().enumerate() {
+            let Some(uri) = resource.get("uri").and_then(Value::as_str) else {
+                bail!("resource {} has no string \"uri\"", generated + position);
+            };
+            listed_by_uri.entry(uri.to_owned()).or_insert(position);
+        }
+        Ok(Resources {
+            name: name.to_string(),
+            endpoint,
+            generated,
+            prefix,
+            listed,
+            listed_by_uri,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.generated + self.listed.len()
+    }
+
+    /// The resource at `position` (below `len`).
+    pub fn get(&self, position: usize) -> Value {
+        match position.checked_sub(self.generated) {
+            None => generated_resource(
+                &self.name,
+                self.endpoint,
+                position,
+                self.prefix.as_deref(),
+            ),
+            Some(listed) => self.listed[listed].clone(),
+        }
+    }
+
+    /// The first position listing `uri`.
+    pub fn position(&self, uri: &str) -> Option<usize> {
+        self.generated_position(uri).or_else(|| {
+            self.listed_by_uri
+                .get(uri)
+                .map(|position| self.generated + position)
+        })
+    }
+
+    /// The number of the generated resource whose URI is `uri`.
+    fn generated_position(&self, uri: &str) -> Option<usize> {
+        let number = uri
+            .strip_prefix(&generated_uri_start(&self.name, self.endpoint))?
+            .strip_suffix(".md")?;
+        let index: usize = number.parse().ok()?;
+        (index < self.generated && format!("{index:06}") == number).then_some(index)
+    }
+}
+
+/// What every generated resource's URI starts with; then its number, six digits at least, and
+/// `.md`.
+fn generated_uri_start(name: &str, endpoint: Option<usize>) -> String {
+    let endpoint_segment = endpoint
+        .map(|endpoint| format!("{endpoint}/"))
+        .unwrap_or_default();
+    format!("fixture://{name}/{endpoint_segment}docs/")
 }
 
 /// Synthesizes resource `index`, filling in every optional Resource field.
@@ -317,13 +395,10 @@ fn generated_resource(
     let suffix = prefix
         .map(|prefix| format!(" {prefix}"))
         .unwrap_or_default();
-    let endpoint_segment = endpoint
-        .map(|endpoint| format!("{endpoint}/"))
-        .unwrap_or_default();
     let topic = index % 37;
     let audience = if index % 2 == 0 { "user" } else { "assistant" };
     json!({
-        "uri": format!("fixture://{name}/{endpoint_segment}docs/{index:06}.md"),
+        "uri": format!("{}{index:06}.md", generated_uri_start(name, endpoint)),
         "name": format!("doc-{index:06}"),
         "title": format!("Document {index}{suffix}"),
         "description": format!("Synthetic document number {index} about topic-{topic}{suffix}"),

@@ -306,7 +306,7 @@ impl Server {
             .and_then(|params| params.get("uri"))
             .and_then(Value::as_str)
             .ok_or_else(|| RpcError::invalid_params("uri must be a string"))?;
-        let Some(&position) = catalog.index_by_uri.get(uri) else {
+        let Some(position) = catalog.resources.position(uri) else {
             // A URI under one of our templates is served too, as template-backed servers do;
             // the check is deliberately loose (the template's text before its first `{`), so
             // the mirror's own matching decides what reaches us.
@@ -330,7 +330,8 @@ impl Server {
             let content = json!({"uri": uri, "mimeType": "application/octet-stream", "blob": blob});
             return Ok(Handled::Result(json!({ "contents": [content] })));
         }
-        let mime_type = catalog.resources[position]
+        let resource = catalog.resources.get(position);
+        let mime_type = resource
             .get("mimeType")
             .and_then(Value::as_str)
             .unwrap_or("text/plain");
