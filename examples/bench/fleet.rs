@@ -311,26 +311,7 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
     let spawned = Instant::now();
     let spawned_us = now_us();
     for index in 0..options.downstreams {
-        let files = DaemonFiles::fresh(&format!("fleet/down-{index:03}"))?;
-        let token = files.path("upstream.token");
-        std::fs::write(&token, format!("{TOKEN}\n"))?;
-        let table = match &nats {
-            Some(nats) => format!(
-                "[servers.upstream]\nnats = {:?}\nbucket = \"fleet\"\n\n",
-                nats.url
-            ),
-            None => format!(
-                "[servers.upstream]\nurl = {url:?}\nbearer_token_file = {:?}\n\n",
-                token.display().to_string()
-            ),
-        };
-        let config = files.config("", &table)?;
-        let process = spawn_daemon(&files, &config)?;
-        downstreams.push(Downstream {
-            process,
-            files,
-            client: None,
-        });
+        downstreams.push(spawn_downstream(&format!("down-{index:03}"), &url, nats.as_ref())?);
     }
     let outcome = measure(
         report,
@@ -356,6 +337,60 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
     }
     drop(upstream);
     drop(nats);
+    outcome
+}
+
+/// One downstream mirror of the upstream's face at `url`, or of its bucket through `nats`,
+/// spawned in its own directory `fleet/NAME`.
+fn spawn_downstream(
+    name: &str,
+    url: &str,
+    nats: Option<&NatsServer>,
+) -> anyhow::Result<Downstream> {
+    let files = DaemonFiles::fresh(&format!("fleet/{name}"))?;
+    let token = files.path("upstream.token");
+    std::fs::write(&token, format!("{TOKEN}\n"))?;
+    let table = match nats {
+        Some(nats) => format!(
+            "[servers.upstream]\nnats = {:?}\nbucket = \"fleet\"\n\n",
+            nats.url
+        ),
+        None => format!(
+            "[servers.upstream]\nurl = {url:?}\nbearer_token_file = {:?}\n\n",
+            token.display().to_string()
+        ),
+    };
+    let config = files.config("", &table)?;
+    let process = spawn_daemon(&files, &config)?;
+    Ok(Downstream {
+        process,
+        files,
+        client: None,
+    })
+}
+
+/// The first sync of one more downstream, started alone once the fleet holds the catalog (a
+/// host joining a warm fleet: the bucket is published, the upstream idle), from spawning to
+/// showing `marker`, in seconds.
+fn late_join(address: &str, nats: Option<&NatsServer>, marker: &str) -> anyhow::Result<f64> {
+    let url = format!("http://{address}/mcp");
+    let spawned = Instant::now();
+    let mut joiner = spawn_downstream("late-joiner", &url, nats)?;
+    let outcome = loop {
+        if let Some(status) = joiner.process.child.try_wait()? {
+            break Err(anyhow::anyhow!("the late joiner exited with {status}"));
+        }
+        if joiner.files.socket().exists() && shows(joiner.client()?, marker)? {
+            break Ok(spawned.elapsed().as_secs_f64());
+        }
+        if spawned.elapsed() > FIRST_SYNC_LIMIT {
+            break Err(anyhow::anyhow!("the late joiner had not synced after {FIRST_SYNC_LIMIT:?}"));
+        }
+        std::thread::sleep(POLL_PAUSE);
+    };
+    joiner.client = None;
+    joiner.process.stop();
+    remove_database(&joiner.files.dir);
     outcome
 }
 
@@ -458,6 +493,8 @@ fn measure(
         }
         Ok(sums)
     };
+    let late_join_s = late_join(address, nats, &marker_uri(0))?;
+    eprintln!("fleet: one more downstream joined the warm fleet in {late_join_s:.1} s");
     let (walks_before, deltas_before) = walks_and_deltas(downstreams)?;
     let downstream_status = downstreams[0].client()?.call("catalog/status", json!({}))?;
     let live = &downstream_status["servers"][0];
@@ -687,6 +724,10 @@ fn measure(
         vec![
             "first sync per downstream, p50 / p99 / max".into(),
             format!("{} s", quantiles(&first_sync, 1)),
+        ],
+        vec![
+            "first sync of one more downstream, started alone into the warm fleet".into(),
+            format!("{late_join_s:.1} s"),
         ],
         vec![
             "upstream during the first syncs: CPU, written, peak RSS".into(),
