@@ -311,7 +311,11 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
     let spawned = Instant::now();
     let spawned_us = now_us();
     for index in 0..options.downstreams {
-        downstreams.push(spawn_downstream(&format!("down-{index:03}"), &url, nats.as_ref())?);
+        downstreams.push(spawn_downstream(
+            &format!("down-{index:03}"),
+            &url,
+            nats.as_ref(),
+        )?);
     }
     let outcome = measure(
         report,
@@ -384,7 +388,9 @@ fn late_join(address: &str, nats: Option<&NatsServer>, marker: &str) -> anyhow::
             break Ok(spawned.elapsed().as_secs_f64());
         }
         if spawned.elapsed() > FIRST_SYNC_LIMIT {
-            break Err(anyhow::anyhow!("the late joiner had not synced after {FIRST_SYNC_LIMIT:?}"));
+            break Err(anyhow::anyhow!(
+                "the late joiner had not synced after {FIRST_SYNC_LIMIT:?}"
+            ));
         }
         std::thread::sleep(POLL_PAUSE);
     };

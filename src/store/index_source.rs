@@ -347,7 +347,9 @@ impl SourceSnapshot<'_> {
                 .or_insert(FeedGroup {
                     everything: false,
                     keys: 0,
+                    changed_after_everything: false,
                 });
+            group.changed_after_everything |= group.everything;
             match change.identity {
                 Some(_) => group.keys += 1,
                 None => group.everything = true,
@@ -390,6 +392,9 @@ pub struct FeedGroup {
     pub everything: bool,
     /// How many rows of the feed name one key each (a key changed twice is counted twice).
     pub keys: u64,
+    /// A row of the feed came after the first one that left changes out: the catalog moved on
+    /// after that swap (a first load's index built during its walk is older than it).
+    pub changed_after_everything: bool,
 }
 
 /// Per (server, kind), what changed since a generation.

@@ -279,11 +279,7 @@ impl Catalog {
         let mut items: Vec<Value> = Vec::new();
         if start > 0 {
             let previous = start.saturating_sub(self.page_size)..start;
-            items.extend(
-                previous
-                    .filter(duplicated)
-                    .map(|i| self.resources.get(i)),
-            );
+            items.extend(previous.filter(duplicated).map(|i| self.resources.get(i)));
         }
         items.extend((start..end).map(|i| self.resources.get(i)));
         if next_offset.is_none() {
@@ -347,12 +343,7 @@ impl Resources {
     /// The resource at `position` (below `len`).
     pub fn get(&self, position: usize) -> Value {
         match position.checked_sub(self.generated) {
-            None => generated_resource(
-                &self.name,
-                self.endpoint,
-                position,
-                self.prefix.as_deref(),
-            ),
+            None => generated_resource(&self.name, self.endpoint, position, self.prefix.as_deref()),
             Some(listed) => self.listed[listed].clone(),
         }
     }

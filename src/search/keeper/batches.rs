@@ -18,8 +18,14 @@ pub const CATCH_UP_BATCH_BYTES: usize = 8 * 1024 * 1024;
 
 /// One commit of a catch-up.
 pub(super) enum Work {
-    /// Every entry of `kind` of `server`, read again and streamed into one commit.
-    Everything { server: String, kind: Kind },
+    /// Every entry of `kind` of `server`, read again and streamed into one commit; a first
+    /// load's index built during its walk is taken instead when it is `built_current` (no
+    /// swap of the server came after that load).
+    Everything {
+        server: String,
+        kind: Kind,
+        built_current: bool,
+    },
     /// The changed entries of one server's kinds. `cut` when the batch bound split the
     /// server's changes (more of them follow in the next commit).
     Keys {
@@ -198,7 +204,11 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
                 self.index.apply_kinds(diffs)?;
                 Ok(())
             }
-            Work::Everything { server, kind } => self.apply_everything(&server, kind, generation),
+            Work::Everything {
+                server,
+                kind,
+                built_current,
+            } => self.apply_everything(&server, kind, built_current, generation),
         }
     }
 
@@ -208,6 +218,7 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
         &mut self,
         server: &str,
         kind: Kind,
+        built_current: bool,
         generation: u64,
     ) -> Result<(), KeepError> {
         let index = self.index;
@@ -225,7 +236,11 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
             }
             _ => None,
         };
-        if let Some(load) = built {
+        if built.is_some() && !built_current {
+            // Taken (and dropped) all the same: the builder's segments are not kept for it.
+            tracing::info!(server, "the first load's index built during its walk is older than the catalog (the server swapped again before the index took it); indexing it again");
+        }
+        if let Some(load) = built.filter(|_| built_current) {
             let documents = load.documents;
             let adopted = index.adopt_load(load, generation);
             if matches!(adopted, Ok(true)) {

@@ -210,6 +210,7 @@ fn catch_up(
             commits.push(batches::Work::Everything {
                 server: server.clone(),
                 kind: *kind,
+                built_current: !group.changed_after_everything,
             })?;
         }
     }

@@ -166,11 +166,14 @@ async fn the_feed_brings_the_index_up_to_date() {
     store.close().await;
 }
 
-/// A first load whose walk stops waiting for the index (its hold used up: here at once,
-/// the builder not running yet) is still adopted whole: the builder reads the pages it had
-/// no room for from the database after the commit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole() {
+/// A store with one server `big`, its empty index, and the first loads' page events for the
+/// index's builder; walks wait for no builder (the first load's hold is zero).
+async fn big_server() -> (
+    tempfile::TempDir,
+    Store,
+    Arc<SearchIndex>,
+    std::sync::mpsc::Receiver<crate::store::LoadEvent>,
+) {
     let directory = tempfile::tempdir().expect("tempdir");
     let database = directory.path().join("catalog.db");
     let store = Store::open(&database).expect("store");
@@ -190,19 +193,32 @@ async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole()
     let (feed, events) = std::sync::mpsc::channel();
     store.feed_first_loads(feed);
     store.set_first_load_index_hold(Duration::ZERO);
-    // Pages of 5,000: the first four have room (enough to start the build), the rest go
-    // without while no builder runs.
+    (directory, store, index, events)
+}
+
+/// One walk of `big`'s 40,000 resources in pages of 5,000, resource `i` described by
+/// `description(i)`.
+async fn walk_big(store: &Store, description: impl Fn(usize) -> &'static str) {
     let walk = store.begin_walk("big");
     for page in 0..8 {
         walk.add_resources(
             (page * 5000..(page + 1) * 5000)
-                .map(|i| row(&format!("b://{i:06}"), &format!("b{i}"), "gamma"))
+                .map(|i| row(&format!("b://{i:06}"), &format!("b{i}"), description(i)))
                 .collect(),
         )
         .await
         .expect("stage");
     }
     walk.commit(WalkReport::default()).await.expect("commit");
+}
+
+/// The index's builder started on the first loads' `events`, then one catch-up to the end.
+async fn build_and_catch_up(
+    index: &Arc<SearchIndex>,
+    directory: &tempfile::TempDir,
+    events: std::sync::mpsc::Receiver<crate::store::LoadEvent>,
+) -> std::thread::JoinHandle<()> {
+    let database = directory.path().join("catalog.db");
     let builder = {
         let (index, database) = (index.clone(), database.clone());
         std::thread::spawn(move || {
@@ -213,10 +229,23 @@ async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole()
         })
     };
     let kept = {
-        let (index, database) = (index.clone(), database.clone());
+        let index = index.clone();
         tokio::task::spawn_blocking(move || keep_up(&index, &database, false))
     };
     kept.await.expect("join").expect("catch up");
+    builder
+}
+
+/// A first load whose walk stops waiting for the index (its hold used up: here at once,
+/// the builder not running yet) is still adopted whole: the builder reads the pages it had
+/// no room for from the database after the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole() {
+    let (directory, store, index, events) = big_server().await;
+    // Pages of 5,000: the first four have room (enough to start the build), the rest go
+    // without while no builder runs.
+    walk_big(&store, |_| "gamma").await;
+    let builder = build_and_catch_up(&index, &directory, events).await;
     let (read_back, handed_out) = index.prebuilder.counts();
     assert_eq!(read_back, 20_000, "the four pages without room");
     assert_eq!(handed_out, 1, "the load's segments were adopted");
@@ -235,6 +264,27 @@ async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole()
                 .await
                 .expect("seq") as u64
         )
+    );
+    store.close().await;
+    drop(store);
+    builder.join().expect("builder");
+}
+
+/// A server that swaps again before the index takes its first load's index built during the
+/// walk: that index is older than the catalog, so the catalog is read again (issue 32.3: the
+/// second swap's change was lost, the search index adopting the first load as current).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_load_built_during_its_walk_is_not_taken_after_a_second_swap() {
+    let (directory, store, index, events) = big_server().await;
+    walk_big(&store, |_| "gamma").await;
+    // The second walk lists the same 40,000, one of them described anew.
+    walk_big(&store, |i| if i == 7 { "delta" } else { "gamma" }).await;
+    let builder = build_and_catch_up(&index, &directory, events).await;
+    assert_eq!(index.status().documents, 40_000);
+    assert_eq!(
+        found(&index, "delta"),
+        vec![("big".to_string(), "b://000007".to_string())],
+        "the second swap's change is in the index"
     );
     store.close().await;
     drop(store);
