@@ -23,6 +23,9 @@ const BASE64_ALPHABET: &[u8; 64] =
 pub struct Scenario {
     pub generate: Option<usize>,
     pub prefix: Option<String>,
+    /// The `prefix` goes only on every Nth generated resource (index % N == 0): a new prefix
+    /// then changes that share of the catalog (10 changes a tenth).
+    pub prefix_every: Option<usize>,
     pub resources: Vec<Value>,
     pub templates: Option<Vec<Value>>,
     pub page_size: Option<usize>,
@@ -40,6 +43,9 @@ pub struct Scenario {
     pub huge_tool_schema_bytes: Option<usize>,
     /// Prompts served by `prompts/list` (declared when present).
     pub prompts: Option<Vec<Value>>,
+    /// Every `tools/list` first page revises the tools: each description ends with the number
+    /// of first pages served so far, so every walk sees a new version of every tool.
+    pub revise_tools_per_list: bool,
     /// Every catalog change sends this many `list_changed` notifications back to back.
     pub notify_burst: Option<usize>,
     /// The `cacheScope` of every `resources/list` page (else `--cache-scope`): a scenario
@@ -157,6 +163,8 @@ pub struct Catalog {
     pub tools: Vec<Value>,
     pub tools_declared: bool,
     pub tools_page_size: usize,
+    /// `revise_tools_per_list`: the first pages of `tools/list` served so far, when set.
+    pub tool_revisions: Option<std::sync::atomic::AtomicU64>,
     pub prompts: Vec<Value>,
     pub prompts_declared: bool,
     pub notify_burst: usize,
@@ -180,9 +188,12 @@ impl Catalog {
             bail!("page_size must be at least 1");
         }
         let generate = scenario.generate.unwrap_or(args.generate);
-        let prefix = scenario.prefix.as_deref();
+        let every = scenario.prefix_every.unwrap_or(1).max(1);
         let mut resources: Vec<Value> = (0..generate)
-            .map(|index| generated_resource(&args.name, endpoint, index, prefix))
+            .map(|index| {
+                let prefix = scenario.prefix.as_deref().filter(|_| index % every == 0);
+                generated_resource(&args.name, endpoint, index, prefix)
+            })
             .collect();
         if let Some(bytes) = scenario.huge_description_bytes {
             resources.push(json!({
@@ -215,6 +226,9 @@ impl Catalog {
                 || scenario.generate_tools.is_some()
                 || scenario.huge_tools.is_some(),
             tools_page_size: scenario.tools_page_size.unwrap_or(100).max(1),
+            tool_revisions: scenario
+                .revise_tools_per_list
+                .then(|| std::sync::atomic::AtomicU64::new(0)),
             prompts: scenario.prompts.clone().unwrap_or_default(),
             prompts_declared: scenario.prompts.is_some(),
             notify_burst: scenario.notify_burst.unwrap_or(1).max(1),
