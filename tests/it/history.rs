@@ -357,7 +357,7 @@ fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stor
             "SELECT count(*),
                     sum(b.body = (SELECT e.raw FROM entries e
                                   WHERE e.server_id = v.server_id AND e.kind = 'tool' AND e.name = v.key))
-             FROM history_versions v JOIN history_bodies b ON b.digest = v.digest
+             FROM history_versions v JOIN history_bodies b ON b.id = v.body_id
              WHERE v.kind = 'tool' AND v.key = 'weather' AND v.last_seen IS NULL",
             [],
             |row| Ok((row.get(0)?, row.get(1)?)),
@@ -368,4 +368,47 @@ fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stor
         (1, 1),
         "one current version, equal to the stored entry"
     );
+}
+
+#[test]
+fn pruning_by_bytes_keeps_up_with_a_walk_that_changes_more_than_a_batch() {
+    let scratch = Scratch::new();
+    // 600 tools, each a new version at every walk: more than one prune batch (500) per swap.
+    let path = scratch.write_scenario(
+        "scenario.json",
+        &json!({"generate_tools": 600, "revise_tools_per_list": true}),
+    );
+    let server = stdio_server(
+        "fx",
+        &["--name", "fx", "--scenario", &path.display().to_string()],
+    );
+    let config = scratch.write(
+        "daemon.toml",
+        &format!(
+            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\nhistory_max_bytes = \"1\"\n\n{server}",
+            scratch.path("catalog.db").display(),
+            scratch.path("mirror.sock").display(),
+        ),
+    );
+    let daemon = Daemon::start(&scratch, &config);
+    let versions = |daemon: &Daemon| -> (i64, i64) {
+        open_database(&daemon.database)
+            .query_row(
+                "SELECT count(*), coalesce(sum(last_seen IS NULL), 0) FROM history_versions
+                 WHERE kind = 'tool'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .expect("count the versions")
+    };
+    wait_for("the first walk's versions", Duration::from_secs(60), || {
+        (versions(&daemon) == (600, 600)).then_some(())
+    });
+    for walk in 0..2 {
+        let answer = daemon.call("catalog/refresh", json!({"server": "fx", "wait": true}));
+        assert_eq!(answer["servers"]["fx"]["ok"], true, "{answer}");
+        // Over the bytes bound every replaced version goes in the swap that replaced it,
+        // the 600 current ones stay.
+        assert_eq!(versions(&daemon), (600, 600), "after walk {walk}");
+    }
 }
