@@ -371,7 +371,7 @@ fn reads_of_a_long_history(report: &mut Report) -> anyhow::Result<()> {
     }
     let kept = count_versions(&files.path("catalog.db"), Some("tool_000000"))?;
     report.line(format!(
-        "One stdio fixture tool (`tool_000000`, 8 described properties, about 1.3 kB) whose \
+        "One stdio fixture tool (`tool_000000`, 8 described properties, about 1.8 kB) whose \
          description carries a revision number that every `tools/list` raises; \
          `history_versions_per_key = {VERSIONS}` and {kept} versions kept ({VERSIONS} built by \
          `catalog/refresh {{wait}}` in {building:.0} s; the first page listed {listed}, versions \
