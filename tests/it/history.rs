@@ -330,14 +330,25 @@ fn pruning_never_removes_the_accepted_version() {
 fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stored_entry() {
     let scratch = Scratch::new();
     let mut daemon = daemon_with_bounds(&scratch, "");
-    // Changes written faster than walks finish, then SIGKILL while one may be swapping.
-    for round in 0..8 {
+    // Changes written faster than walks finish, then SIGKILL while one may be swapping. On a
+    // loaded host the first changes may all wait for one walk: the kill comes once one of
+    // them is recorded (else the test would prove nothing), two changes later.
+    let change = |round: usize| {
         let name = format!("p{round}");
         scratch.write_scenario(
             "scenario.json",
             &weather(json!({name.clone(): {"type": "string"}}), json!([name])),
         );
         std::thread::sleep(Duration::from_millis(150));
+    };
+    for round in 0..6 {
+        change(round);
+    }
+    wait_for("a change recorded", Duration::from_secs(30), || {
+        (history(&daemon).len() >= 2).then_some(())
+    });
+    for round in 6..8 {
+        change(round);
     }
     daemon.child.kill().expect("SIGKILL");
     let _ = daemon.child.wait();
