@@ -38,6 +38,28 @@ pub fn changes(
     Ok(result)
 }
 
+/// `catalog/watch`: the sequence number a watch sends the changes after (`since`'s own, the
+/// last one written before `since`'s time, or the newest when `since` is absent), and the
+/// newest.
+pub fn watch_start(
+    reader: &Reader,
+    params: &wire::WatchParams,
+) -> Result<wire::WatchResult, ErrorObject> {
+    let start = params.checked_since(now_ms()).map_err(invalid_params)?;
+    let latest_seq = reader.latest_change_seq().map_err(internal)?;
+    let since_seq = match start {
+        None => latest_seq,
+        Some(FeedStart::After(sequence)) => sequence,
+        Some(FeedStart::AtOrAfterMs(at_ms)) => {
+            reader.feed_position_at(at_ms).map_err(internal)?.after_seq
+        }
+    };
+    Ok(wire::WatchResult {
+        latest_seq,
+        since_seq,
+    })
+}
+
 /// A window's counts as the client's view sees them: per (server, entry kind), and in all.
 fn summary(
     since_ms: i64,

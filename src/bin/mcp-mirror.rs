@@ -252,9 +252,10 @@ enum Command {
     },
     /// Print catalog changes as they happen.
     Watch {
-        /// Start after this change sequence number (default: from now on).
+        /// Start from this time: an age (90s, 30m, 12h, 7d), an RFC 3339 time
+        /// (2026-12-04T10:00:00Z), or after a change's sequence number (digits); default: now.
         #[arg(long)]
-        since: Option<i64>,
+        since: Option<String>,
         #[command(flatten)]
         client: ClientFlags,
     },
@@ -534,7 +535,7 @@ fn main() -> ExitCode {
         Command::Drift { server, .. } => cli::drift(&socket, server.as_deref(), json),
         Command::Accept { server, .. } => cli::accept(&socket, server.as_deref(), json),
         Command::Read { uri, output, .. } => cli::read(&socket, uri, output.as_deref(), json),
-        Command::Watch { since, .. } => cli::watch(&socket, *since, json),
+        Command::Watch { since, .. } => cli::watch(&socket, since.as_deref(), json),
         Command::Mcp { .. } => cli::bridge(&socket),
         Command::Refresh { server, wait, .. } => {
             cli::refresh(&socket, server.as_deref(), *wait, json)

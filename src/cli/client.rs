@@ -8,12 +8,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
-use serde_json::Value;
 
 use super::ClientError;
 use crate::protocol::{
     CatalogChanged, CatalogChanges, CatalogWatch, ChangesParams, Method, Notification, Request,
-    ServerMessage, WatchParams,
+    ServerMessage, Since, WatchParams, WatchResult,
 };
 
 /// How long connecting to a remote mirror may take before it counts as unreachable.
@@ -328,15 +327,24 @@ impl HttpTransport {
         if M::NAME != CatalogWatch::NAME {
             return;
         }
-        let params = serde_json::to_value(params).ok();
-        let result = serde_json::to_value(result).ok();
-        let since = params
+        let asked = serde_json::to_value(params)
+            .ok()
             .and_then(|params| serde_json::from_value::<WatchParams>(params).ok())
             .and_then(|params| params.since);
-        let latest = result
-            .and_then(|result| result.get("latestSeq").and_then(Value::as_i64))
-            .unwrap_or(0);
-        self.watch_since = Some(since.unwrap_or(latest));
+        let Some(result) = serde_json::to_value(result)
+            .ok()
+            .and_then(|result| serde_json::from_value::<WatchResult>(result).ok())
+        else {
+            return;
+        };
+        // A sequence number or none means the same to every daemon; a time only the daemon
+        // resolves (to `sinceSeq`).
+        let since = match asked {
+            None => result.latest_seq,
+            Some(Since::Sequence(sequence)) => sequence,
+            Some(Since::Time(_)) => result.since_seq,
+        };
+        self.watch_since = Some(since);
     }
 
     /// Polls `catalog/changes` until the feed moves past `watch_since`, and hands the new

@@ -21,7 +21,7 @@ use crate::protocol::uri_flags::URI_FLAGS_META_KEY;
 use crate::protocol::{
     CatalogChanged, CatalogRefresh, CatalogWatch, ChangeKind, Kind, ListParams, ReadResource,
     RefreshOutcome, RefreshParams, RefreshState, ResourceTemplate, SearchParams, ServerListParams,
-    UriParams, WatchParams,
+    Since, UriParams, WatchParams,
 };
 
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
@@ -520,13 +520,17 @@ pub fn refresh(
 }
 
 /// Prints change feed entries as they are committed, until the daemon goes away.
-pub fn watch(socket: &Path, since: Option<i64>, as_json: bool) -> Result<(), ClientError> {
+pub fn watch(socket: &Path, since: Option<&str>, as_json: bool) -> Result<(), ClientError> {
+    let since = since
+        .map(Since::from_command_line)
+        .transpose()
+        .map_err(|error| ClientError::Usage(format!("--since: {}", error.0)))?;
     let mut client = Client::connect(socket)?;
     let answer = client.call::<CatalogWatch>(&WatchParams { since }, Some(STATUS_TIMEOUT))?;
     if !as_json {
         eprintln!(
-            "mcp-mirror: watching the catalog from change {} on; stop with Ctrl-C",
-            since.unwrap_or(answer.latest_seq)
+            "mcp-mirror: watching the catalog after change {}; stop with Ctrl-C",
+            answer.since_seq
         );
     }
     client

@@ -204,16 +204,6 @@ pub fn page_limit(
     }
 }
 
-/// A change feed position: 0 or more.
-fn since(since: Option<i64>) -> Result<Option<i64>, InvalidParams> {
-    match since {
-        Some(since) if since < 0 => Err(InvalidParams(
-            "`since` must be a sequence number (0 or more)".into(),
-        )),
-        other => Ok(other),
-    }
-}
-
 /// `catalog/changes`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangesParams {
@@ -283,13 +273,19 @@ impl KeysParams {
 /// `catalog/watch`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchParams {
+    /// After a sequence number, or from a time on (an RFC 3339 timestamp or an age such as
+    /// `1h`), as `catalog/changes` takes it; from now on when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<i64>,
+    pub since: Option<Since>,
 }
 
 impl WatchParams {
-    pub fn checked_since(&self) -> Result<Option<i64>, InvalidParams> {
-        since(self.since)
+    /// Where the watch starts, checked (a time resolved against `now_ms`); now when `None`.
+    pub fn checked_since(&self, now_ms: i64) -> Result<Option<FeedStart>, InvalidParams> {
+        self.since
+            .as_ref()
+            .map(|since| since.check(now_ms))
+            .transpose()
     }
 }
 
@@ -360,7 +356,7 @@ mod tests {
         assert!(zero.0.contains("`limit`"), "{zero}");
         let negative = parse_params::<WatchParams>(json!({"since": -1}))
             .expect("parses")
-            .checked_since()
+            .checked_since(0)
             .expect_err("negative");
         assert!(negative.0.contains("`since`"), "{negative}");
     }

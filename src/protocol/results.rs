@@ -256,6 +256,10 @@ fn resource_kind() -> Kind {
 #[serde(rename_all = "camelCase")]
 pub struct WatchResult {
     pub latest_seq: i64,
+    /// The watch sends the changes after this sequence number: `since`'s own, the last one
+    /// written before `since`'s time, or `latestSeq` when no `since` was given.
+    #[serde(default)]
+    pub since_seq: i64,
 }
 
 /// `daemon/reload`: the outcome of the reload that read the configuration file after the

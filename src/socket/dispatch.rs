@@ -162,16 +162,13 @@ async fn dispatch(
             }
         }
         CatalogWatch::NAME => {
-            let since = params::<CatalogWatch>(raw)?
-                .checked_since()
-                .map_err(invalid_params)?;
-            let latest_seq = context
-                .store
-                .read(|reader| reader.latest_change_seq())
-                .await
-                .map_err(internal)?;
-            state.watching = Some(since.unwrap_or(latest_seq));
-            answer::<CatalogWatch>(wire::WatchResult { latest_seq })
+            let params = params::<CatalogWatch>(raw)?;
+            let started = on_reader(context, move |reader| {
+                crate::answer::changes::watch_start(reader, &params)
+            })
+            .await?;
+            state.watching = Some(started.since_seq);
+            answer::<CatalogWatch>(started)
         }
         wire::DaemonReload::NAME => {
             params::<wire::DaemonReload>(raw)?;

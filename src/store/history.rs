@@ -43,7 +43,7 @@ pub(super) fn versions(
     let mut statement = connection.prepare_cached(&format!(
         "SELECT {VERSION_COLUMNS}, b.body FROM history_versions v
          JOIN servers s ON s.id = v.server_id
-         JOIN history_bodies b ON b.digest = v.digest
+         JOIN history_bodies b ON b.id = v.body_id
          WHERE s.name = ?1 AND v.kind = ?2 AND v.key = ?3 AND v.id < ?4
          ORDER BY v.id DESC LIMIT ?5"
     ))?;
@@ -74,7 +74,7 @@ pub(super) fn version(
     let mut statement = connection.prepare_cached(&format!(
         "SELECT {VERSION_COLUMNS}, b.body FROM history_versions v
          JOIN servers s ON s.id = v.server_id
-         JOIN history_bodies b ON b.digest = v.digest
+         JOIN history_bodies b ON b.id = v.body_id
          WHERE s.name = ?1 AND v.kind = ?2 AND v.key = ?3 AND v.id <= ?4
          ORDER BY v.id DESC LIMIT 1"
     ))?;

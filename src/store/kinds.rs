@@ -91,7 +91,7 @@ pub struct DriftRow {
 /// The kept version whose body is the accepted definition `x.raw` (the newest, after a
 /// flip-flop), of the accepted entry `x`: drift is a diff against this version.
 const ACCEPTED_VERSION: &str = "(SELECT v.id FROM history_versions v
-        JOIN history_bodies b ON b.digest = v.digest
+        JOIN history_bodies b ON b.id = v.body_id
         WHERE v.server_id = x.server_id AND v.kind = x.kind AND v.key = x.name AND b.body = x.raw
         ORDER BY v.id DESC LIMIT 1)";
 

@@ -1,4 +1,4 @@
-//! `catalog/changes` from a time on, and the MCP face's `tool_changes` (issue 34): `since` as an RFC 3339 time or an age reads exactly the feed entries written from then on, with their summary per server and kind within the caller's view; a wrong `since` is `-32602` on a connection that lives on; `mcp-mirror changes --since` prints the summary, then the rows.
+//! `catalog/changes` and `catalog/watch` from a time on, and the MCP face's `tool_changes` (issue 34): `since` as an RFC 3339 time or an age reads exactly the feed entries written from then on (changes with their summary per server and kind within the caller's view; a watch sends them at once, then what follows); a wrong `since` is `-32602` on a connection that lives on; `mcp-mirror changes --since` prints the summary, then the rows.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -471,4 +471,78 @@ fn tool_changes_tells_an_agent_what_changed_in_a_tool_it_used_within_its_view() 
         .as_str()
         .expect("text")
         .contains("RFC 3339"));
+}
+
+/// Reads `catalog/changed` notifications until one reaches `latest`: their changes' seqs.
+fn watched_seqs(client: &mut crate::support::SocketClient, latest: i64) -> Vec<i64> {
+    let mut seen = Vec::new();
+    while seen.last().copied().unwrap_or(i64::MIN) < latest {
+        let message = client.read_message().expect("the watch stays open");
+        if message["method"] == "notifications/catalog/changed" {
+            seen.extend(seqs(&message["params"]["changes"]));
+        }
+    }
+    seen
+}
+
+#[test]
+fn watch_since_a_time_sends_exactly_the_changes_written_from_then_on() {
+    let mirror = TwoToolServers::start();
+    std::thread::sleep(Duration::from_millis(50));
+    let boundary = now_ms();
+    std::thread::sleep(Duration::from_millis(50));
+    let days = json!({"city": {"type": "string"}, "days": {"type": "integer"}});
+    mirror.change_tool("pub", &weather("Forecasts", days));
+    let feed = mirror.feed();
+    let newer: Vec<i64> = feed
+        .iter()
+        .filter(|change| change["atMs"].as_i64().expect("atMs") >= boundary)
+        .map(|change| change["seq"].as_i64().expect("seq"))
+        .collect();
+    let everything = seqs(&Value::Array(feed.clone()));
+    assert!(
+        !newer.is_empty() && newer.len() < everything.len(),
+        "{feed:?}"
+    );
+
+    // An RFC 3339 time: the watch starts before the first change written from then on, and
+    // sends exactly those changes at once, without waiting for another swap.
+    let since = jiff::Timestamp::from_millisecond(boundary)
+        .expect("a time")
+        .to_string();
+    let mut watcher = mirror.daemon.connect();
+    let answer = watcher.request("catalog/watch", json!({"since": since}));
+    let latest = answer["result"]["latestSeq"].as_i64().expect("latestSeq");
+    assert_eq!(
+        answer["result"]["sinceSeq"].as_i64(),
+        Some(newer[0] - 1),
+        "{answer}"
+    );
+    assert_eq!(watched_seqs(&mut watcher, latest), newer);
+
+    // An age reaching back past the first loads: every change kept.
+    let mut watcher = mirror.daemon.connect();
+    let answer = watcher.request("catalog/watch", json!({"since": "1h"}));
+    assert_eq!(watched_seqs(&mut watcher, latest), everything, "{answer}");
+
+    // A sequence number as before, and a wrong time refused on a connection that lives on.
+    let mut watcher = mirror.daemon.connect();
+    let answer = watcher.request("catalog/watch", json!({"since": newer[0] - 1}));
+    assert_eq!(answer["result"]["sinceSeq"].as_i64(), Some(newer[0] - 1));
+    assert_eq!(watched_seqs(&mut watcher, latest), newer);
+    let mut watcher = mirror.daemon.connect();
+    let refused = watcher.request("catalog/watch", json!({"since": "last tuesday"}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("RFC 3339")),
+        "{refused}"
+    );
+    let still = watcher.request("catalog/watch", json!({}));
+    assert_eq!(
+        still["result"]["sinceSeq"].as_i64(),
+        Some(latest),
+        "{still}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Tools and prompts travel through a fleet: a downstream of an mcp-mirror holds the origin
 //! servers' tools and prompts (each under its origin-qualified key, so one name on two origin
 //! servers stays two entries), follows their changes as deltas of the feed, sees only its
-//! token's view, ends as a fresh walk would, and keeps the path of keys through two levels.
+//! token's view, ends as a fresh walk would, and keeps the path of keys through two levels;
+//! it keeps its own history of what it follows and answers it cut off (issue 34).
 
 use std::time::Duration;
 
@@ -386,4 +387,74 @@ fn a_tool_keeps_its_path_through_two_levels_of_mirrors() {
     );
     assert_eq!(status_number(&last, "walksOk"), walks);
     assert_eq!(status_number(&middle.daemon, "walksOk"), 1);
+}
+
+/// `catalog/history` of one of a downstream's tools (`key`: the upstream's key), with
+/// definitions: the versions, newest first.
+fn downstream_history(mirror: &Daemon, key: &str) -> Vec<Value> {
+    let answer = mirror.connect().request(
+        "catalog/history",
+        json!({"kind": "tool", "server": "upstream", "key": key, "includeDefinitions": true}),
+    );
+    answer["result"]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_downstream_keeps_its_own_history_of_what_it_follows_and_answers_it_cut_off() {
+    let origin = Scratch::new();
+    let mut upstream = upstream_of_two(&origin);
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &upstream, "modern");
+    wait_for_kinds(&mirror, 3, 2);
+    wait_for_listen(&mirror);
+    wait_for(
+        "the first version downstream",
+        Duration::from_secs(30),
+        || (downstream_history(&mirror, "alpha/echo").len() == 1).then_some(()),
+    );
+
+    // The origin's tool changes: the downstream records the new version from the followed
+    // feed (a delta, not a walk), beside the one it had.
+    let deltas = status_number(&mirror, "deltasApplied");
+    origin.write_scenario(
+        "alpha.json",
+        &origin_scenario("alpha", "v2", &["echo", "only_alpha"], &["greet"]),
+    );
+    let versions = wait_for(
+        "the second version downstream",
+        Duration::from_secs(30),
+        || {
+            let versions = downstream_history(&mirror, "alpha/echo");
+            (versions.len() == 2).then_some(versions)
+        },
+    );
+    assert!(status_number(&mirror, "deltasApplied") > deltas);
+    assert_eq!(
+        versions[0]["definition"]["description"], "echo of alpha, v2",
+        "{versions:?}"
+    );
+    assert_eq!(
+        versions[1]["definition"]["description"], "echo of alpha, v1",
+        "{versions:?}"
+    );
+    assert_eq!(versions[0]["current"], true, "{versions:?}");
+    assert_eq!(
+        downstream_history(&mirror, "beta/echo").len(),
+        1,
+        "the other origin's echo did not change"
+    );
+
+    // Cut off from its upstream, the downstream still answers from its own history.
+    upstream.daemon.stop();
+    assert_eq!(downstream_history(&mirror, "alpha/echo"), versions);
+    let diff = mirror.call(
+        "catalog/diff",
+        json!({"kind": "tool", "server": "upstream", "key": "alpha/echo"}),
+    );
+    let changes = diff["toolChanges"].as_array().expect("toolChanges");
+    assert_eq!(changes.len(), 1, "{diff}");
+    assert_eq!(changes[0]["change"], "descriptionChanged", "{diff}");
 }

@@ -330,14 +330,25 @@ fn pruning_never_removes_the_accepted_version() {
 fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stored_entry() {
     let scratch = Scratch::new();
     let mut daemon = daemon_with_bounds(&scratch, "");
-    // Changes written faster than walks finish, then SIGKILL while one may be swapping.
-    for round in 0..8 {
+    // Changes written faster than walks finish, then SIGKILL while one may be swapping. On a
+    // loaded host the first changes may all wait for one walk: the kill comes once one of
+    // them is recorded (else the test would prove nothing), two changes later.
+    let change = |round: usize| {
         let name = format!("p{round}");
         scratch.write_scenario(
             "scenario.json",
             &weather(json!({name.clone(): {"type": "string"}}), json!([name])),
         );
         std::thread::sleep(Duration::from_millis(150));
+    };
+    for round in 0..6 {
+        change(round);
+    }
+    wait_for("a change recorded", Duration::from_secs(30), || {
+        (history(&daemon).len() >= 2).then_some(())
+    });
+    for round in 6..8 {
+        change(round);
     }
     daemon.child.kill().expect("SIGKILL");
     let _ = daemon.child.wait();
@@ -357,7 +368,7 @@ fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stor
             "SELECT count(*),
                     sum(b.body = (SELECT e.raw FROM entries e
                                   WHERE e.server_id = v.server_id AND e.kind = 'tool' AND e.name = v.key))
-             FROM history_versions v JOIN history_bodies b ON b.digest = v.digest
+             FROM history_versions v JOIN history_bodies b ON b.id = v.body_id
              WHERE v.kind = 'tool' AND v.key = 'weather' AND v.last_seen IS NULL",
             [],
             |row| Ok((row.get(0)?, row.get(1)?)),
@@ -368,4 +379,47 @@ fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stor
         (1, 1),
         "one current version, equal to the stored entry"
     );
+}
+
+#[test]
+fn pruning_by_bytes_keeps_up_with_a_walk_that_changes_more_than_a_batch() {
+    let scratch = Scratch::new();
+    // 600 tools, each a new version at every walk: more than one prune batch (500) per swap.
+    let path = scratch.write_scenario(
+        "scenario.json",
+        &json!({"generate_tools": 600, "revise_tools_per_list": true}),
+    );
+    let server = stdio_server(
+        "fx",
+        &["--name", "fx", "--scenario", &path.display().to_string()],
+    );
+    let config = scratch.write(
+        "daemon.toml",
+        &format!(
+            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\nhistory_max_bytes = \"1\"\n\n{server}",
+            scratch.path("catalog.db").display(),
+            scratch.path("mirror.sock").display(),
+        ),
+    );
+    let daemon = Daemon::start(&scratch, &config);
+    let versions = |daemon: &Daemon| -> (i64, i64) {
+        open_database(&daemon.database)
+            .query_row(
+                "SELECT count(*), coalesce(sum(last_seen IS NULL), 0) FROM history_versions
+                 WHERE kind = 'tool'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .expect("count the versions")
+    };
+    wait_for("the first walk's versions", Duration::from_secs(60), || {
+        (versions(&daemon) == (600, 600)).then_some(())
+    });
+    for walk in 0..2 {
+        let answer = daemon.call("catalog/refresh", json!({"server": "fx", "wait": true}));
+        assert_eq!(answer["servers"]["fx"]["ok"], true, "{answer}");
+        // Over the bytes bound every replaced version goes in the swap that replaced it,
+        // the 600 current ones stay.
+        assert_eq!(versions(&daemon), (600, 600), "after walk {walk}");
+    }
 }

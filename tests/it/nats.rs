@@ -6,7 +6,8 @@
 //! resumes from the stored revision; a purged history costs exactly one reload; nothing
 //! private and nothing outside the view reaches the bucket; a missing bucket, refused
 //! credentials or a server that is not there is a status line of that server alone, and the
-//! documented read-only fleet user follows.
+//! documented read-only fleet user follows; a downstream keeps its own history of the tools
+//! it follows and answers it cut off (issue 34).
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -861,4 +862,104 @@ fn a_new_upstream_still_loading_never_empties_the_bucket_nor_its_fleet() {
     assert!(upstream
         .log_text()
         .contains("waiting for the first loads before publishing the whole view"));
+}
+
+/// The origin's scenario with the tool `weather` described by `description`.
+fn weather_scenario(description: &str) -> Value {
+    json!({
+        "generate": 5,
+        "tools": [{
+            "name": "weather",
+            "description": description,
+            "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }],
+    })
+}
+
+/// The key of the downstream's one tool with a history (`None` before it has one).
+fn tool_key(mirror: &Daemon) -> Option<String> {
+    let keys: Vec<String> = open_database(&mirror.database)
+        .prepare("SELECT DISTINCT key FROM history_versions WHERE kind = 'tool'")
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<Vec<String>, _>>()
+        })
+        .unwrap_or_default();
+    match keys.as_slice() {
+        [key] => {
+            assert!(key.ends_with("weather"), "{key}");
+            Some(key.clone())
+        }
+        _ => None,
+    }
+}
+
+/// The downstream's kept versions of its one tool, newest first, with definitions.
+fn tool_history(mirror: &Daemon) -> Vec<Value> {
+    let Some(key) = tool_key(mirror) else {
+        return Vec::new();
+    };
+    let answer = mirror.connect().request(
+        "catalog/history",
+        json!({"kind": "tool", "server": "fleet", "key": key, "includeDefinitions": true}),
+    );
+    answer["result"]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_downstream_keeps_its_own_history_of_the_bucket_and_answers_it_cut_off() {
+    let nats = NatsServer::start();
+    let origin = Scratch::new();
+    let path = origin.write_scenario("demo.json", &weather_scenario("Forecasts"));
+    let server = stdio_server(
+        "demo",
+        &["--name", "demo", "--scenario", &path.display().to_string()],
+    );
+    let up_scratch = Scratch::new();
+    let mut upstream = upstream(&up_scratch, &nats, &server, "");
+    upstream.wait_for_walks("demo", 1);
+    let down_scratch = Scratch::new();
+    let mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+    wait_for(
+        "the first version downstream",
+        Duration::from_secs(30),
+        || (tool_history(&mirror).len() == 1).then_some(()),
+    );
+
+    origin.write_scenario("demo.json", &weather_scenario("Predicts the rain"));
+    let versions = wait_for(
+        "the second version downstream",
+        Duration::from_secs(30),
+        || {
+            let versions = tool_history(&mirror);
+            (versions.len() == 2).then_some(versions)
+        },
+    );
+    assert_eq!(
+        versions[0]["definition"]["description"],
+        "Predicts the rain"
+    );
+    assert_eq!(versions[1]["definition"]["description"], "Forecasts");
+    assert_eq!(
+        fleet_status(&mirror)["reloads"],
+        1,
+        "the change came as an update"
+    );
+
+    // Cut off from the bucket and the upstream, the downstream answers from its own history.
+    upstream.stop();
+    drop(nats);
+    assert_eq!(tool_history(&mirror), versions);
+    let diff = mirror.call(
+        "catalog/diff",
+        json!({"kind": "tool", "server": "fleet", "key": tool_key(&mirror)}),
+    );
+    assert_eq!(
+        diff["toolChanges"][0]["change"], "descriptionChanged",
+        "{diff}"
+    );
 }

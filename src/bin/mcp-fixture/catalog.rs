@@ -23,6 +23,9 @@ const BASE64_ALPHABET: &[u8; 64] =
 pub struct Scenario {
     pub generate: Option<usize>,
     pub prefix: Option<String>,
+    /// The `prefix` goes only on every Nth generated resource (index % N == 0): a new prefix
+    /// then changes that share of the catalog (10 changes a tenth).
+    pub prefix_every: Option<usize>,
     pub resources: Vec<Value>,
     pub templates: Option<Vec<Value>>,
     pub page_size: Option<usize>,
@@ -40,6 +43,9 @@ pub struct Scenario {
     pub huge_tool_schema_bytes: Option<usize>,
     /// Prompts served by `prompts/list` (declared when present).
     pub prompts: Option<Vec<Value>>,
+    /// Every `tools/list` first page revises the tools: each description ends with the number
+    /// of first pages served so far, so every walk sees a new version of every tool.
+    pub revise_tools_per_list: bool,
     /// Every catalog change sends this many `list_changed` notifications back to back.
     pub notify_burst: Option<usize>,
     /// The `cacheScope` of every `resources/list` page (else `--cache-scope`): a scenario
@@ -156,6 +162,8 @@ pub struct Catalog {
     pub tools: Vec<Value>,
     pub tools_declared: bool,
     pub tools_page_size: usize,
+    /// `revise_tools_per_list`: the first pages of `tools/list` served so far, when set.
+    pub tool_revisions: Option<std::sync::atomic::AtomicU64>,
     pub prompts: Vec<Value>,
     pub prompts_declared: bool,
     pub notify_burst: usize,
@@ -191,7 +199,10 @@ impl Catalog {
             &args.name,
             endpoint,
             scenario.generate.unwrap_or(args.generate),
-            scenario.prefix.clone(),
+            scenario
+                .prefix
+                .clone()
+                .map(|prefix| (prefix, scenario.prefix_every.unwrap_or(1).max(1))),
             listed,
         )?;
         let templates = match &scenario.templates {
@@ -209,6 +220,9 @@ impl Catalog {
                 || scenario.generate_tools.is_some()
                 || scenario.huge_tools.is_some(),
             tools_page_size: scenario.tools_page_size.unwrap_or(100).max(1),
+            tool_revisions: scenario
+                .revise_tools_per_list
+                .then(|| std::sync::atomic::AtomicU64::new(0)),
             prompts: scenario.prompts.clone().unwrap_or_default(),
             prompts_declared: scenario.prompts.is_some(),
             notify_burst: scenario.notify_burst.unwrap_or(1).max(1),
@@ -305,7 +319,8 @@ pub struct Resources {
     name: String,
     endpoint: Option<usize>,
     generated: usize,
-    prefix: Option<String>,
+    /// The prefix of every `n`th generated resource (`prefix_every`, 1: every one).
+    prefix: Option<(String, usize)>,
     listed: Vec<Value>,
     /// Each listed URI's first position among `listed`.
     listed_by_uri: HashMap<String, usize>,
@@ -316,7 +331,7 @@ impl Resources {
         name: &str,
         endpoint: Option<usize>,
         generated: usize,
-        prefix: Option<String>,
+        prefix: Option<(String, usize)>,
         listed: Vec<Value>,
     ) -> anyhow::Result<Resources> {
         let mut listed_by_uri = HashMap::new();
@@ -343,7 +358,14 @@ impl Resources {
     /// The resource at `position` (below `len`).
     pub fn get(&self, position: usize) -> Value {
         match position.checked_sub(self.generated) {
-            None => generated_resource(&self.name, self.endpoint, position, self.prefix.as_deref()),
+            None => {
+                let prefix = self
+                    .prefix
+                    .as_ref()
+                    .filter(|(_, every)| position % every == 0)
+                    .map(|(prefix, _)| prefix.as_str());
+                generated_resource(&self.name, self.endpoint, position, prefix)
+            }
             Some(listed) => self.listed[listed].clone(),
         }
     }

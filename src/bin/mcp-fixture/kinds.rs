@@ -17,6 +17,20 @@ pub fn list_tools(catalog: &Catalog, params: Option<&Value>) -> Result<Value, Rp
     };
     let end = (offset + catalog.tools_page_size).min(catalog.tools.len());
     let mut result = json!({ "tools": catalog.tools[offset..end] });
+    if let Some(revisions) = &catalog.tool_revisions {
+        // A walk's later pages carry the revision its first page started.
+        let revision = match offset {
+            0 => revisions.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1,
+            _ => revisions.load(std::sync::atomic::Ordering::SeqCst),
+        };
+        if let Some(tools) = result["tools"].as_array_mut() {
+            for tool in tools {
+                if let Some(Value::String(description)) = tool.get_mut("description") {
+                    description.push_str(&format!(" (revision {revision})"));
+                }
+            }
+        }
+    }
     if end < catalog.tools.len() {
         let cursor = format!("{TOOLS_CURSOR_PREFIX}{}:{end}", catalog.version);
         result["nextCursor"] = json!(base64_encode(cursor.as_bytes()));

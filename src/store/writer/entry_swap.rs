@@ -205,7 +205,7 @@ pub(super) fn swap_entries_in(
             ],
         )?;
     }
-    history::prune_batch(transaction, now)?;
+    history::prune_batch(transaction, now, swap.added + swap.changed)?;
     transaction.execute(
         "INSERT INTO entry_snapshots (server_id, kind, snapshot_at, count) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (server_id, kind) DO UPDATE SET snapshot_at = excluded.snapshot_at, count = excluded.count",

@@ -3,8 +3,10 @@
 //! The swaps call in with small hooks: `record_version` for an added or changed entry (with
 //! `seed_version` first when a changed entry has no history yet, so its first change already
 //! has a previous version to compare with), and `close_version` for a removed one. A body is
-//! stored once per digest (XXH3-128 of its text), so a flip-flop back to an old body adds a
-//! version row pointing at the body already kept. `prune_batch` runs once per swap.
+//! stored once per entry and digest (XXH3-128 of its text), so a flip-flop back to an old body
+//! adds a version row pointing at the body already kept. A version costs its swap one read of
+//! the entry's versions (all in the `history_by_key` index) and two appends: no write to a
+//! page chosen by a digest (the 1.1x budget of a re-walk). `prune_batch` runs once per swap.
 
 use rusqlite::{params, OptionalExtension, Transaction};
 use xxhash_rust::xxh3::xxh3_128;
@@ -13,14 +15,14 @@ use crate::config::HistoryBounds;
 use crate::protocol::Kind;
 use crate::store::StoreError;
 
-/// The most versions one prune statement deletes: a swap's share of pruning stays small, and
-/// what remains goes with the next swaps.
+/// The most versions one prune statement deletes beyond those its swap added: a swap's share
+/// of pruning stays small, and what remains goes with the next swaps.
 const PRUNE_BATCH: i64 = 500;
 
 /// A version that pruning may remove: not the entry's current one, nor the body a user
 /// accepted for it (`catalog/accept`, drift's reference).
 const DELETABLE: &str = "v.last_seen IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM accepted_entries a JOIN history_bodies b ON b.digest = v.digest
+        SELECT 1 FROM accepted_entries a JOIN history_bodies b ON b.id = v.body_id
         WHERE a.server_id = v.server_id AND a.kind = v.kind AND a.name = v.key AND a.raw = b.body)";
 
 /// The digest a body is kept under: 32 hex digits of its XXH3-128.
@@ -28,8 +30,46 @@ fn body_digest(body: &str) -> String {
     format!("{:032x}", xxh3_128(body.as_bytes()))
 }
 
+/// One kept version of an entry as a swap sees it (every field is in `history_by_key`).
+struct KeptVersion {
+    id: i64,
+    digest: String,
+    body_id: i64,
+    current: bool,
+}
+
+/// The entry's kept versions, newest first (at most `history_versions_per_key`, and the
+/// accepted one), and that bound.
+fn kept_versions(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    kind: Kind,
+    key: &str,
+) -> Result<(Vec<KeptVersion>, usize), StoreError> {
+    let mut bound = usize::MAX;
+    let mut statement = transaction.prepare_cached(
+        "SELECT id, digest, body_id, last_seen IS NULL,
+                (SELECT versions_per_key FROM history_settings WHERE id = 1)
+         FROM history_versions INDEXED BY history_by_key
+         WHERE server_id = ?1 AND kind = ?2 AND key = ?3 ORDER BY id DESC",
+    )?;
+    let mut rows = statement.query(params![server_id, kind, key])?;
+    let mut versions = Vec::new();
+    while let Some(row) = rows.next()? {
+        bound = usize::try_from(row.get::<_, i64>(4)?).unwrap_or(usize::MAX);
+        versions.push(KeptVersion {
+            id: row.get(0)?,
+            digest: row.get(1)?,
+            body_id: row.get(2)?,
+            current: row.get(3)?,
+        });
+    }
+    Ok((versions, bound))
+}
+
 /// Records `body` as the current version of (server, kind, key) at `now`, unless it already
-/// is: the previous current version is closed, the body stored if its digest is new.
+/// is: the previous current version is closed, the body stored unless a kept version of the
+/// entry has its digest.
 pub(super) fn record_version(
     transaction: &Transaction<'_>,
     server_id: i64,
@@ -39,26 +79,34 @@ pub(super) fn record_version(
     now: i64,
 ) -> Result<(), StoreError> {
     let digest = body_digest(body);
-    let current: Option<(i64, String)> = transaction
-        .prepare_cached(
-            "SELECT id, digest FROM history_versions
-             WHERE server_id = ?1 AND kind = ?2 AND key = ?3 AND last_seen IS NULL
-             ORDER BY id DESC LIMIT 1",
-        )?
-        .query_row(params![server_id, kind, key], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()?;
-    if let Some((id, current_digest)) = current {
-        if current_digest == digest {
-            return Ok(());
-        }
+    let (versions, bound) = kept_versions(transaction, server_id, kind, key)?;
+    if versions
+        .first()
+        .is_some_and(|newest| newest.current && newest.digest == digest)
+    {
+        return Ok(());
+    }
+    for open in versions.iter().filter(|version| version.current) {
         transaction
             .prepare_cached("UPDATE history_versions SET last_seen = ?2 WHERE id = ?1")?
-            .execute(params![id, now])?;
+            .execute(params![open.id, now])?;
     }
-    insert_version(transaction, server_id, kind, key, &digest, body, now)?;
-    prune_key(transaction, server_id, kind, key)
+    let kept_body = versions
+        .iter()
+        .find(|version| version.digest == digest)
+        .map(|version| version.body_id);
+    insert_version(
+        transaction,
+        server_id,
+        kind,
+        key,
+        (&digest, body, kept_body),
+        now,
+    )?;
+    if versions.len() >= bound {
+        prune_key(transaction, server_id, kind, key)?;
+    }
+    Ok(())
 }
 
 /// Records `body` as the entry's current version when the entry has no history at all (it
@@ -78,40 +126,45 @@ pub(super) fn seed_version(
         )?
         .query_row(params![server_id, kind, key], |row| row.get(0))?;
     if !known {
+        let digest = body_digest(body);
         insert_version(
             transaction,
             server_id,
             kind,
             key,
-            &body_digest(body),
-            body,
+            (&digest, body, None),
             now,
         )?;
     }
     Ok(())
 }
 
+/// Appends a version of (server, kind, key) pointing at `kept_body`, else at `body` appended.
 fn insert_version(
     transaction: &Transaction<'_>,
     server_id: i64,
     kind: Kind,
     key: &str,
-    digest: &str,
-    body: &str,
+    (digest, body, kept_body): (&str, &str, Option<i64>),
     now: i64,
 ) -> Result<(), StoreError> {
+    let body_id = match kept_body {
+        Some(body_id) => body_id,
+        None => {
+            transaction
+                .prepare_cached(
+                    "INSERT INTO history_bodies (digest, body, bytes) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![digest, body, body.len() as i64])?;
+            transaction.last_insert_rowid()
+        }
+    };
     transaction
         .prepare_cached(
-            "INSERT INTO history_bodies (digest, body, bytes) VALUES (?1, ?2, ?3)
-             ON CONFLICT (digest) DO NOTHING",
+            "INSERT INTO history_versions (server_id, kind, key, digest, body_id, first_seen)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?
-        .execute(params![digest, body, body.len() as i64])?;
-    transaction
-        .prepare_cached(
-            "INSERT INTO history_versions (server_id, kind, key, digest, first_seen)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?
-        .execute(params![server_id, kind, key, digest, now])?;
+        .execute(params![server_id, kind, key, digest, body_id, now])?;
     Ok(())
 }
 
@@ -154,10 +207,15 @@ pub(super) fn resources_before(
     now: i64,
     removed_kind: i64,
 ) -> Result<(), StoreError> {
+    // A changed resource with a history needs nothing here: only the removed ones and the
+    // changed ones never recorded are read.
     let mut rows = transaction.prepare_cached(
-        "SELECT x.kind, r.uri, r.raw FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id",
+        "SELECT x.kind, r.uri, r.raw FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
+         WHERE x.kind = ?2 OR NOT EXISTS (
+             SELECT 1 FROM history_versions v INDEXED BY history_by_key
+             WHERE v.server_id = ?1 AND v.kind = ?3 AND v.key = r.uri)",
     )?;
-    let mut rows = rows.query([])?;
+    let mut rows = rows.query(params![server_id, removed_kind, Kind::Resource])?;
     while let Some(row) = rows.next()? {
         let uri: String = row.get(1)?;
         if row.get::<_, i64>(0)? == removed_kind {
@@ -215,8 +273,16 @@ fn prune_key(
 }
 
 /// One bounded batch of pruning by age and by the bodies' total size, oldest first; called
-/// once per swap, in its transaction. Returns how many versions went.
-pub(super) fn prune_batch(transaction: &Transaction<'_>, now: i64) -> Result<u64, StoreError> {
+/// once per swap, in its transaction, with `recorded`, the versions the swap may have added.
+/// Each bound deletes at most `PRUNE_BATCH` more than that: a swap's share of pruning follows
+/// its own size, and a swap adding more versions than `PRUNE_BATCH` still removes as many as
+/// it added while over the bytes bound, so the bound holds. Returns how many versions went.
+pub(super) fn prune_batch(
+    transaction: &Transaction<'_>,
+    now: i64,
+    recorded: u64,
+) -> Result<u64, StoreError> {
+    let batch = PRUNE_BATCH.saturating_add(i64::try_from(recorded).unwrap_or(i64::MAX));
     let by_age = transaction
         .prepare_cached(&format!(
             "DELETE FROM history_versions WHERE id IN (
@@ -226,7 +292,7 @@ pub(super) fn prune_batch(transaction: &Transaction<'_>, now: i64) -> Result<u64
                    AND {DELETABLE}
                  LIMIT ?2)"
         ))?
-        .execute(params![now, PRUNE_BATCH])? as u64;
+        .execute(params![now, batch])? as u64;
     let over: bool = transaction
         .prepare_cached("SELECT total_bytes > max_bytes FROM history_settings WHERE id = 1")?
         .query_row([], |row| row.get(0))?;
@@ -238,7 +304,7 @@ pub(super) fn prune_batch(transaction: &Transaction<'_>, now: i64) -> Result<u64
                      WHERE v.last_seen IS NOT NULL AND {DELETABLE}
                      ORDER BY v.last_seen LIMIT ?1)"
             ))?
-            .execute([PRUNE_BATCH])? as u64
+            .execute([batch])? as u64
     } else {
         0
     };

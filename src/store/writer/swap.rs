@@ -249,7 +249,10 @@ pub(super) fn apply_diff(
     if kept {
         history::resources_after(transaction, diff.server_id, now, CHANGED, highest_old_id)?;
     }
-    history::prune_batch(transaction, now)?;
+    // Versions recorded: the kept server's added and changed resources (a seed adds one more
+    // for a changed entry's first change, left to the next swaps).
+    let recorded = if kept { diff.added + diff.changed } else { 0 };
+    history::prune_batch(transaction, now, recorded)?;
     index_new_text(transaction, diff, highest_old_id)?;
     let recorded_added = record_added(transaction, server, now, recorded_before, highest_old_id)?;
     record_truncated(
