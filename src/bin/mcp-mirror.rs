@@ -416,14 +416,22 @@ enum LogFormat {
 /// themselves and given back to the kernel when freed. glibc's default raises this threshold
 /// after each large free, up to 32 MiB, so such buffers stay in the heap afterwards: in the soak
 /// run's hostile mix the heap (RssAnon) grew to 363 MB after 2 minutes; with the threshold fixed
-/// it stays at 105 MB and flat. Called before any thread exists.
+/// it stays at 105 MB and flat. Threads share at most `HEAP_ARENAS` heaps: glibc gives up to
+/// eight per core, each keeping what its threads freed, so the many threads of a big swap's
+/// stream (the writer, readers, the index keeper, the runtime's workers) held the same bytes
+/// several times over. Called before any thread exists.
 fn bound_heap_retention() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter; no thread exists yet.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_ARENA_MAX, HEAP_ARENAS);
     }
 }
+
+/// The most heaps (glibc arenas) the daemon's threads share.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const HEAP_ARENAS: i32 = 4;
 
 fn main() -> ExitCode {
     let arguments = Arguments::parse();
