@@ -199,15 +199,15 @@ impl Store {
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
-                writer::run(
-                    connection,
-                    receiver,
-                    writer_changes,
-                    writer_version,
-                    writer_behind,
-                    writer_load_feed,
-                    writer_wal,
-                )
+                let channels = writer::Channels {
+                    operations: receiver,
+                    changes: writer_changes,
+                    catalog_version: writer_version,
+                    full_text_behind: writer_behind,
+                    load_feed: writer_load_feed,
+                    wal_watch: writer_wal,
+                };
+                writer::Writer::new(connection, channels).run();
             })
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the writer thread: {error}"))

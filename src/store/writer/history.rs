@@ -23,6 +23,29 @@ const DELETABLE: &str = "v.last_seen IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM accepted_entries a JOIN history_bodies b ON b.digest = v.digest
         WHERE a.server_id = v.server_id AND a.kind = v.kind AND a.name = v.key AND a.raw = b.body)";
 
+/// Which entry a version is of: a server's entry of one kind, by its key (a resource's URI,
+/// a template's URI template, a tool's or prompt's name).
+#[derive(Clone, Copy)]
+pub(super) struct VersionKey<'a> {
+    server_id: i64,
+    kind: Kind,
+    key: &'a str,
+}
+
+impl<'a> VersionKey<'a> {
+    pub(super) fn new(server_id: i64, kind: Kind, key: &'a str) -> VersionKey<'a> {
+        VersionKey {
+            server_id,
+            kind,
+            key,
+        }
+    }
+
+    fn resource(server_id: i64, uri: &'a str) -> VersionKey<'a> {
+        VersionKey::new(server_id, Kind::Resource, uri)
+    }
+}
+
 /// The digest a body is kept under: 32 hex digits of its XXH3-128.
 fn body_digest(body: &str) -> String {
     format!("{:032x}", xxh3_128(body.as_bytes()))
@@ -32,9 +55,7 @@ fn body_digest(body: &str) -> String {
 /// is: the previous current version is closed, the body stored if its digest is new.
 pub(super) fn record_version(
     transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
+    entry: VersionKey<'_>,
     body: &str,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -45,7 +66,7 @@ pub(super) fn record_version(
              WHERE server_id = ?1 AND kind = ?2 AND key = ?3 AND last_seen IS NULL
              ORDER BY id DESC LIMIT 1",
         )?
-        .query_row(params![server_id, kind, key], |row| {
+        .query_row(params![entry.server_id, entry.kind, entry.key], |row| {
             Ok((row.get(0)?, row.get(1)?))
         })
         .optional()?;
@@ -57,17 +78,15 @@ pub(super) fn record_version(
             .prepare_cached("UPDATE history_versions SET last_seen = ?2 WHERE id = ?1")?
             .execute(params![id, now])?;
     }
-    insert_version(transaction, server_id, kind, key, &digest, body, now)?;
-    prune_key(transaction, server_id, kind, key)
+    insert_version(transaction, entry, &digest, body, now)?;
+    prune_key(transaction, entry)
 }
 
 /// Records `body` as the entry's current version when the entry has no history at all (it
 /// was stored before history was kept): its change, recorded next, then closes it.
 pub(super) fn seed_version(
     transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
+    entry: VersionKey<'_>,
     body: &str,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -76,26 +95,18 @@ pub(super) fn seed_version(
             "SELECT EXISTS (SELECT 1 FROM history_versions
                             WHERE server_id = ?1 AND kind = ?2 AND key = ?3)",
         )?
-        .query_row(params![server_id, kind, key], |row| row.get(0))?;
+        .query_row(params![entry.server_id, entry.kind, entry.key], |row| {
+            row.get(0)
+        })?;
     if !known {
-        insert_version(
-            transaction,
-            server_id,
-            kind,
-            key,
-            &body_digest(body),
-            body,
-            now,
-        )?;
+        insert_version(transaction, entry, &body_digest(body), body, now)?;
     }
     Ok(())
 }
 
 fn insert_version(
     transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
+    entry: VersionKey<'_>,
     digest: &str,
     body: &str,
     now: i64,
@@ -111,16 +122,14 @@ fn insert_version(
             "INSERT INTO history_versions (server_id, kind, key, digest, first_seen)
              VALUES (?1, ?2, ?3, ?4, ?5)",
         )?
-        .execute(params![server_id, kind, key, digest, now])?;
+        .execute(params![entry.server_id, entry.kind, entry.key, digest, now])?;
     Ok(())
 }
 
 /// The entry is no longer listed: its current version is closed at `now`.
 pub(super) fn close_version(
     transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
+    entry: VersionKey<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
     transaction
@@ -128,7 +137,7 @@ pub(super) fn close_version(
             "UPDATE history_versions SET last_seen = ?4
              WHERE server_id = ?1 AND kind = ?2 AND key = ?3 AND last_seen IS NULL",
         )?
-        .execute(params![server_id, kind, key, now])?;
+        .execute(params![entry.server_id, entry.kind, entry.key, now])?;
     Ok(())
 }
 
@@ -160,11 +169,12 @@ pub(super) fn resources_before(
     let mut rows = rows.query([])?;
     while let Some(row) = rows.next()? {
         let uri: String = row.get(1)?;
+        let version = VersionKey::resource(server_id, &uri);
         if row.get::<_, i64>(0)? == removed_kind {
-            close_version(transaction, server_id, Kind::Resource, &uri, now)?;
+            close_version(transaction, version, now)?;
         } else {
             let body: String = row.get(2)?;
-            seed_version(transaction, server_id, Kind::Resource, &uri, &body, now)?;
+            seed_version(transaction, version, &body, now)?;
         }
     }
     Ok(())
@@ -189,18 +199,18 @@ pub(super) fn resources_after(
     while let Some(row) = rows.next()? {
         let uri: String = row.get(0)?;
         let body: String = row.get(1)?;
-        record_version(transaction, server_id, Kind::Resource, &uri, &body, now)?;
+        record_version(
+            transaction,
+            VersionKey::resource(server_id, &uri),
+            &body,
+            now,
+        )?;
     }
     Ok(())
 }
 
 /// Keeps the newest `versions_per_key` versions of one entry (and any older protected one).
-fn prune_key(
-    transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
-) -> Result<(), StoreError> {
+fn prune_key(transaction: &Transaction<'_>, entry: VersionKey<'_>) -> Result<(), StoreError> {
     transaction
         .prepare_cached(&format!(
             "DELETE FROM history_versions WHERE id IN (
@@ -210,7 +220,7 @@ fn prune_key(
                                    OFFSET (SELECT versions_per_key FROM history_settings WHERE id = 1)) v
                  WHERE {DELETABLE} LIMIT ?4)"
         ))?
-        .execute(params![server_id, kind, key, PRUNE_BATCH])?;
+        .execute(params![entry.server_id, entry.kind, entry.key, PRUNE_BATCH])?;
     Ok(())
 }
 
