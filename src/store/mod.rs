@@ -1,12 +1,12 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
 mod change_window;
+mod definitions;
 pub(crate) mod entry;
 mod follow;
 mod full_text_search;
 mod history;
 mod index_source;
-mod kinds;
 #[cfg(test)]
 mod merged_page_tests;
 mod queries;
@@ -29,12 +29,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use change_window::{FeedPosition, WindowCount};
+pub use definitions::{EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use follow::{FollowCursor, KeyedEntries};
 pub use history::VersionRow;
 pub use index_source::{
     Entry as IndexEntry, FeedGroups, IndexSource, LoadEvent, LoadFeed, SourceSnapshot,
 };
-pub use kinds::{EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use queries::ChangePage;
 pub use reader::Reader;
 pub use resource_search::SearchRequest;

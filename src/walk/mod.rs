@@ -1,7 +1,7 @@
 //! One walk of a server's resources and templates, and the one cursor walk with its guards (`ListWalk`) that every kind goes through.
 
+pub(crate) mod definitions;
 pub(crate) mod follow;
-pub(crate) mod kinds;
 pub(crate) mod progress;
 
 use std::collections::HashSet;
@@ -57,7 +57,7 @@ pub struct WalkSummary {
     pub scopes: Vec<(Kind, CacheScope)>,
     /// Entries left out because they came through this mirror already (a mirror loop).
     pub looped: u64,
-    /// The swaps of the other kinds walked with it (`walk/kinds.rs`).
+    /// The swaps of the other kinds walked with it (`walk/definitions.rs`).
     pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
     /// Set when nothing was swapped on purpose: the upstream mirror's servers that have not
     /// committed a first load, whose catalog a follower does not take yet (`walk/follow.rs`).

@@ -148,11 +148,11 @@ pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
                     Ok(Push::ListChanged(count)) => count,
                     Ok(Push::EntriesChanged(method)) => {
                         if legacy_session {
-                            send(crate::kinds::notification(method, None));
+                            send(crate::definitions::notification(method, None));
                         }
                         for listen in &listens {
-                            if crate::kinds::listen_wants(&listen.honoured, method) {
-                                send(crate::kinds::notification(method, Some(&listen.id)));
+                            if crate::definitions::listen_wants(&listen.honoured, method) {
+                                send(crate::definitions::notification(method, Some(&listen.id)));
                             }
                         }
                         continue;

@@ -22,7 +22,7 @@ use crate::upstream::{
     event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
 };
 use crate::walk::progress::WalkMeter;
-use crate::walk::{follow, kinds};
+use crate::walk::{definitions, follow};
 use crate::walk::{WalkError, WalkSummary};
 
 mod walks;

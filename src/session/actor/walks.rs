@@ -128,7 +128,9 @@ impl Actor {
                         follow::walk_or_follow(&session, &store, &server, limits, &walked, may_hold)
                             .await
                     }
-                    false => kinds::walk_kinds(&session, &store, &server, limits, &walked).await,
+                    false => {
+                        definitions::walk_kinds(&session, &store, &server, limits, &walked).await
+                    }
                 }
             };
             tokio::join!(walking, meter.measure(walk)).1

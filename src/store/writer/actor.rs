@@ -214,7 +214,8 @@ impl Writer {
                 let _ = reply.send(outcome);
             }
             WriteOp::Accept { server, reply } => {
-                let outcome = crate::store::kinds::accept(&mut self.connection, server.as_deref());
+                let outcome =
+                    crate::store::definitions::accept(&mut self.connection, server.as_deref());
                 let _ = reply.send(outcome);
             }
             WriteOp::CacheContents {

@@ -11,7 +11,7 @@ use rusqlite::{params, CachedStatement, Transaction};
 use super::history::{self, VersionKey};
 use super::{advance_generation, execute, prune_changes, query_one, server_id, CHANGES_PER_SWAP};
 use crate::protocol::{ChangeKind, Kind, ServerState};
-use crate::store::kinds::changed_fields;
+use crate::store::definitions::changed_fields;
 use crate::store::{now_ms, EntrySwap, StoreError};
 
 /// Removes an entry's row from the full-text index.

@@ -17,7 +17,7 @@ use crate::protocol::{
 };
 use crate::store::{now_ms, DeltaOutcome, FollowCursor, ScopeUpdate, StagedWalk, Store};
 use crate::upstream::Session;
-use crate::walk::kinds::followed_entry_row;
+use crate::walk::definitions::followed_entry_row;
 use crate::walk::{self, resource_row, template_row, WalkError, WalkSummary};
 
 mod answers;
@@ -114,7 +114,8 @@ pub async fn walk_or_follow(
         true => walk::walk(session, store, server, limits).await?,
         false => WalkSummary::empty(now_ms()),
     };
-    super::kinds::walk_entry_kinds(session, store, server, limits, kinds, &mut summary).await?;
+    super::definitions::walk_entry_kinds(session, store, server, limits, kinds, &mut summary)
+        .await?;
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
     summary.listed = true;
     summary.fallback = Some(reason);
