@@ -32,6 +32,8 @@ struct Listen {
 }
 
 /// Serves stdin and stdout until stdin closes.
+// Over 100 lines on purpose (test server): the fixture's stdio loop, its reader and writer threads
+// and the listens they share, as one loop a scenario's faults read through.
 pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
     if let Some(delay) = server.args.start_delay_ms {
         // A slow starter: nothing is read, so nothing is answered, until it is ready.
