@@ -217,6 +217,8 @@ pub struct HttpConnections {
 /// The text exposition of `status` (what `catalog/status` answers now, restricted to the
 /// scraper's view: nothing is said of a server it does not list), the HTTP face's
 /// connections, and the histograms.
+// Over 100 lines on purpose: the exposition is a flat list of metric families, each a few lines
+// from `StatusResult`, in the order a scraper reads them.
 pub fn render(status: &StatusResult, http: HttpConnections) -> String {
     let mut registry = Registry::with_prefix(PREFIX);
     let entries = gauge_family();

@@ -6,6 +6,7 @@
 pub(crate) mod changes;
 mod context;
 pub(crate) mod entries;
+mod errors;
 pub(crate) mod history;
 pub(crate) mod list;
 pub(crate) mod read;
@@ -21,18 +22,4 @@ pub(crate) use context::{on_one_read, on_reader};
 pub use context::{ConfigLoad, DaemonContext, IntervalLog};
 pub(crate) use view::{Restriction, View};
 
-use crate::protocol::{ErrorObject, InvalidParams, INTERNAL_ERROR, INVALID_PARAMS};
-
-/// An error of ours (the database, a stored text that no longer parses), as `-32603`.
-pub(crate) fn internal(error: impl std::fmt::Display) -> ErrorObject {
-    ErrorObject::new(INTERNAL_ERROR, error.to_string())
-}
-
-/// Params that do not fit, as `-32602`.
-pub(crate) fn invalid(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, message.into())
-}
-
-pub(crate) fn invalid_params(error: InvalidParams) -> ErrorObject {
-    invalid(error.0)
-}
+pub(crate) use errors::{internal, invalid, invalid_params};

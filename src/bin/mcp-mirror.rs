@@ -433,6 +433,8 @@ fn bound_heap_retention() {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const HEAP_ARENAS: i32 = 4;
 
+// Over 100 lines on purpose: the binary's one table of subcommands, each an arm calling its library
+// function, and the exit codes.
 fn main() -> ExitCode {
     let arguments = Arguments::parse();
     if matches!(arguments.command, Command::Serve { .. }) {

@@ -9,6 +9,8 @@ use super::render::{age, escaped, interval, megabytes, print_json, print_table, 
 use super::ClientError;
 use crate::protocol::{CatalogStatus, Era, Kind, LiveStatus, NoParams, PushChannel, ServerState};
 
+// Over 100 lines on purpose: the status table, one block per section of `catalog/status` in the
+// order it prints.
 pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
     let status =
         Client::connect(socket)?.call::<CatalogStatus>(&NoParams {}, Some(STATUS_TIMEOUT))?;

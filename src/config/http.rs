@@ -154,6 +154,8 @@ impl fmt::Debug for HttpConfig {
     }
 }
 
+// Over 100 lines on purpose: `[http]` validated key by key in one pass (tokens and their files'
+// modes, addresses, bounds), each error naming its key from the one table's spans.
 pub(super) fn http_config(
     source: &SourceFile,
     raw: &RawHttp,

@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// How long a self-probe of the socket may take before we call the daemon stuck.
+const PROBE_BOUND: Duration = Duration::from_secs(5);
+
+/// How often `STATUS=` is refreshed when systemd set no watchdog.
+const STATUS_INTERVAL: Duration = Duration::from_secs(10);
+
 /// One JSON-RPC `ping` through the socket's accept loop on a connection the daemon makes to
 /// itself (one end of a socket pair handed to the loop): proves the loop and dispatch are
 /// alive. It never opens the socket's file: a socket unit's file belongs to root with mode

@@ -1,20 +1,18 @@
 //! `run_with`: wire config, store, supervisor and socket together, reload on request, stop in order.
 
 mod health;
+mod socket_file;
 
 use health::*;
 
-use std::io;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 
 use crate::answer::{reload, ConfigLoad, DaemonContext, IntervalLog};
@@ -29,16 +27,13 @@ use crate::socket;
 use crate::store::{now_ms, RemovedServers, ServerSync, Store};
 use crate::supervisor::{server_entry, Supervisor};
 use crate::systemd::{Notifier, ServiceEnvironment};
+use socket_file::SocketFile;
 
-/// How often `STATUS=` is refreshed when systemd set no watchdog.
-const STATUS_INTERVAL: Duration = Duration::from_secs(10);
 /// How long the search index keeper gets to stop at shutdown (a rebuild stops at its next
 /// batch of entries).
 const KEEPER_STOP_BOUND: Duration = Duration::from_secs(5);
 /// How long the socket's accept loop gets to wind down at shutdown.
 const API_STOP_BOUND: Duration = Duration::from_secs(2);
-/// How long a self-probe of the socket may take before we call the daemon stuck.
-const PROBE_BOUND: Duration = Duration::from_secs(5);
 /// How often the database path is checked to still name the file we opened (one stat).
 const DATABASE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -95,6 +90,9 @@ pub enum ControlEvent {
 
 /// Runs the daemon until a `Shutdown` event arrives (or every sender is gone), reloading the
 /// configuration on `Reload`, and speaking the systemd protocol through `service`.
+// Over 100 lines on purpose: the start in its fixed order (store, index, sessions, socket, HTTP
+// face, READY) and the one shutdown path in the reverse order; the order is the point, each step
+// one call.
 pub async fn run_with(
     config: Config,
     mut controls: mpsc::Receiver<ControlEvent>,
@@ -614,89 +612,4 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Where the listening socket came from, and whether its file is ours to remove.
-#[derive(Clone)]
-struct SocketFile {
-    /// The socket's path, when it has one (a passed socket may be abstract).
-    path: Option<PathBuf>,
-    passed: bool,
-    /// Device and inode of the file we bound; `None` when systemd owns the file.
-    bound_file: Option<(u64, u64)>,
-}
-
-impl SocketFile {
-    /// Listens on the socket systemd passed, if any, else binds `path`.
-    fn open(path: &Path, passed: Option<OwnedFd>) -> anyhow::Result<(UnixListener, SocketFile)> {
-        let Some(descriptor) = passed else {
-            let listener = socket::bind(path)?;
-            let bound_file = std::fs::metadata(path)
-                .map(|metadata| (metadata.dev(), metadata.ino()))
-                .ok();
-            let file = SocketFile {
-                path: Some(path.to_path_buf()),
-                passed: false,
-                bound_file,
-            };
-            return Ok((listener, file));
-        };
-        let adopt = || -> io::Result<(UnixListener, Option<PathBuf>)> {
-            let listener = std::os::unix::net::UnixListener::from(descriptor);
-            // Fails unless the descriptor is a Unix socket, which is what we need to know.
-            let address = listener.local_addr()?;
-            listener.set_nonblocking(true)?;
-            let path = address.as_pathname().map(Path::to_path_buf);
-            Ok((UnixListener::from_std(listener)?, path))
-        };
-        let (listener, passed_path) = adopt().context(
-            "systemd passed a file descriptor that is not a listening Unix socket (check ListenStream= in mcp-mirror.socket)",
-        )?;
-        if passed_path.as_deref() != Some(path) {
-            tracing::info!(
-                passed = ?passed_path,
-                configured = %path.display(),
-                "serving on the socket systemd passed, not the configured path"
-            );
-        }
-        let file = SocketFile {
-            path: passed_path,
-            passed: true,
-            bound_file: None,
-        };
-        Ok((listener, file))
-    }
-
-    /// Why clients can no longer reach us through the file we bound, if they cannot: it was
-    /// deleted (a tmp cleaner, an operator's `rm`) or another process bound the path. A passed
-    /// socket's file is systemd's, and is not checked.
-    fn lost(&self) -> Option<String> {
-        let (Some(path), Some(identity)) = (&self.path, self.bound_file) else {
-            return None;
-        };
-        match std::fs::metadata(path) {
-            Ok(metadata) if (metadata.dev(), metadata.ino()) == identity => None,
-            Ok(_) => Some(format!(
-                "the socket file {} was replaced by another; clients no longer reach this daemon",
-                path.display()
-            )),
-            Err(error) => Some(format!(
-                "the socket file {} is gone ({error}); clients can no longer connect",
-                path.display()
-            )),
-        }
-    }
-
-    /// Removes the socket file only if it is still the one we created: never one systemd made,
-    /// nor one a newer daemon bound after ours went stale.
-    fn remove_file_if_ours(&self) {
-        let (Some(path), Some(_)) = (&self.path, self.bound_file) else {
-            return;
-        };
-        if self.lost().is_none() {
-            if let Err(error) = std::fs::remove_file(path) {
-                tracing::warn!(%error, path = %path.display(), "cannot remove the socket file");
-            }
-        }
-    }
 }

@@ -44,8 +44,6 @@ pub use limits::REFUSAL_LOG_INTERVAL;
 pub const MAX_HEADER_BYTES: usize = 64 << 10;
 /// How long a client may take to send a request head (a slow client holds one task only).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Keep-alive comments on open streams, so a vanished client is noticed.
-pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long open connections get to finish at shutdown.
 const CONNECTION_STOP_BOUND: Duration = Duration::from_secs(2);
 /// Search identities remembered at most; past it the ones idle longest are forgotten.

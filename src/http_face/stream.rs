@@ -16,7 +16,8 @@ use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 use crate::answer::View;
 use crate::store::CatalogChanged;
 
-use super::STREAM_KEEP_ALIVE;
+/// Keep-alive comments on open streams, so a vanished client is noticed.
+const STREAM_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// One SSE `message` event carrying `json`.
 pub(super) fn message_event(json: &str) -> String {

@@ -20,7 +20,7 @@ use crate::store::{
     now_ms, EntryRow, FollowCursor, ResourceRow, StagedWalk, Store, StoreError, TemplateRow,
     WalkReport,
 };
-use crate::walk::kinds::followed_entry_row;
+use crate::walk::definitions::followed_entry_row;
 use crate::walk::{resource_row, template_row};
 
 /// Updates applied as one delta at most: a backlog is applied in batches of this many.

@@ -3,10 +3,10 @@
 //! (online and offline) and the bridge.
 
 mod cursor;
+mod definitions;
 mod envelope;
 mod history;
 mod index;
-mod kinds;
 pub(crate) mod lines;
 mod listen;
 mod params;
@@ -26,6 +26,14 @@ pub use cursor::{
     encode_cursor, encode_index_cursor, encode_kinds_search_cursor, encode_search_cursor,
     is_index_cursor,
 };
+pub use definitions::{
+    mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
+    DriftCount, DriftEntry, DriftParams, DriftResult, EntriesParams, EntryDetails, EntryParams,
+    FieldChange, KindStatus, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
+    SearchCatalogResult, ServerParams, ToolChangesArguments, ToolChangesResult,
+    DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL, HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS,
+    MAX_TOOL_CHANGES_VERSIONS, SEARCH_CATALOG_TOOL, TOOL_CHANGES_TOOL,
+};
 pub use envelope::{
     CheckedRequest, ErrorData, ErrorObject, IncomingRequest, NotificationMessage, Request,
     Response, ServerMessage, JSONRPC_VERSION,
@@ -35,14 +43,6 @@ pub use history::{
     PathValue, StructuralDiff, ToolChange, DEFAULT_HISTORY_PAGE, MAX_HISTORY_PAGE,
 };
 pub use index::{IndexPhase, IndexStatus, MatchMode};
-pub use kinds::{
-    mirror_tools, AcceptResult, CallToolParams, CallToolResult, CatalogHit, DescribeEntryArguments,
-    DriftCount, DriftEntry, DriftParams, DriftResult, EntriesParams, EntryDetails, EntryParams,
-    FieldChange, KindStatus, ListPromptsResult, ListToolsResult, SearchCatalogArguments,
-    SearchCatalogResult, ServerParams, ToolChangesArguments, ToolChangesResult,
-    DEFAULT_CATALOG_HITS, DESCRIBE_ENTRY_TOOL, HIT_DESCRIPTION_CHARS, MAX_CATALOG_HITS,
-    MAX_TOOL_CHANGES_VERSIONS, SEARCH_CATALOG_TOOL, TOOL_CHANGES_TOOL,
-};
 pub use listen::{
     AcknowledgedParams, ListenNotifications, ListenParams, ListenPromptsListChanged,
     ListenResourcesListChanged, ListenResult, ListenToolsListChanged, SubscriptionMeta,

@@ -574,7 +574,7 @@ pub struct ServerStatus {
     pub live: Option<LiveStatus>,
     /// Tools and prompts: counts and drift per kind (resources are counted above).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub kinds: BTreeMap<Kind, super::kinds::KindStatus>,
+    pub kinds: BTreeMap<Kind, super::definitions::KindStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

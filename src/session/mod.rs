@@ -5,93 +5,23 @@
 //! poll jitter); the reconnect backoff is the crate's one `upstream::Backoff`.
 
 mod actor;
+mod commands;
 mod fleet;
 mod pacing;
 mod state;
 
 use std::sync::Arc;
 
-use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::config::ServerConfig;
-use crate::store::{Store, SwapOutcome, WalkReport};
+use crate::store::Store;
 use crate::walk::progress::WalkMeter;
-use crate::walk::WalkSummary;
 
-pub type RefreshReply = oneshot::Sender<Result<Refreshed, String>>;
-pub type ReadReply = oneshot::Sender<Result<Value, ReadError>>;
-
-pub enum SessionCommand {
-    /// Walk again now; with a reply, answer after that walk's swap committed (or failed).
-    Refresh { reply: Option<RefreshReply> },
-    /// `resources/read` through the live session.
-    Read { uri: String, reply: ReadReply },
-}
-
-/// Why a read through a session failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ReadError {
-    #[error("server {server} is not connected ({reason})")]
-    Offline { server: String, reason: String },
-    #[error("server {server} answered error {code}: {message}")]
-    Server {
-        server: String,
-        code: i64,
-        message: String,
-    },
-    #[error("reading from server {server} failed: {reason}")]
-    Failed { server: String, reason: String },
-}
-
-/// What a refresh found once it settled: the server's state, and what the walk changed (all
-/// zero when there was nothing to walk).
-#[derive(Debug, Clone, Copy)]
-pub struct Refreshed {
-    pub state: SettledState,
-    pub swap: SwapOutcome,
-    pub report: WalkReport,
-}
-
-/// The states a refresh may settle in without failing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SettledState {
-    /// A walk committed its swap.
-    Synced,
-    /// The server declares no resources capability: nothing to walk, and not an error.
-    NoResources,
-}
-
-impl Refreshed {
-    fn walked(summary: &WalkSummary) -> Refreshed {
-        Refreshed {
-            state: SettledState::Synced,
-            swap: summary.swap,
-            report: summary.report,
-        }
-    }
-
-    /// A server followed through a bucket: its updates arrive as published, nothing to walk.
-    fn followed() -> Refreshed {
-        Refreshed {
-            state: SettledState::Synced,
-            swap: SwapOutcome::default(),
-            report: WalkReport::default(),
-        }
-    }
-
-    fn no_resources() -> Refreshed {
-        Refreshed {
-            state: SettledState::NoResources,
-            swap: SwapOutcome::default(),
-            report: WalkReport::default(),
-        }
-    }
-}
+pub use commands::{ReadError, ReadReply, RefreshReply, Refreshed, SessionCommand, SettledState};
 
 /// The supervisor's handle on one session actor; the actor ends when told to stop.
 pub struct SessionHandle {

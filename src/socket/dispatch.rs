@@ -59,6 +59,8 @@ fn to_text(result: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject>
 /// to each answer function, which applies it to its typed result before it is serialized, as
 /// the method's `ScopeRule` says. The list methods are answered in one read transaction, and
 /// `state.answered_generation` is the catalog generation read in it.
+// Over 100 lines on purpose: a flat table, one arm per method (params in, its `answer` function,
+// the result out); split, it would no longer read as one table.
 async fn dispatch(
     method: &str,
     raw: Value,

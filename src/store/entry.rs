@@ -98,31 +98,14 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
     let key = kind.identity_field();
     let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
     if text.len() <= max_bytes {
-        let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(text) else {
-            return None;
-        };
-        let flags = match object.get(key) {
-            Some(Value::String(identity)) if !identity.is_empty() => uri_flags(kind, identity),
-            _ => return None,
-        };
-        // The text as sent, unless its flags change it: the parse above is the only one.
-        let raw = match set_uri_flags(&mut object, flags, text) {
-            false => text.to_string(),
-            true => serde_json::to_string(&object).ok()?,
-        };
-        if raw.len() <= max_bytes {
-            return Some(FittedEntry {
-                object,
-                hash: content_hash(raw.as_bytes()),
-                raw,
-                oversized: false,
-            });
+        if let Some(whole) = fit_whole(text, kind, max_bytes)? {
+            return Some(whole);
         }
         // The flags took it over the bound: it is trimmed below like any larger entry.
     }
     // Borrowed from `text`: the fields cost no copy of the entry.
     let borrowed: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
-    let mut fields: BTreeMap<String, Cow<'_, RawValue>> = borrowed
+    let mut fields: Fields<'_> = borrowed
         .into_iter()
         .map(|(field, value)| (field, Cow::Borrowed(value)))
         .collect();
@@ -148,15 +131,70 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
             .map(|(field, value)| 1 + json_string(field).len() + 1 + value.len())
             .sum::<usize>();
     let target = max_bytes.saturating_sub(reserved);
-    let field_len =
-        |field: &str, value: &RawValue| json_string(field).len() + 1 + value.get().len();
     // `{}` and the commas between fields, and each field.
-    let mut size = 2
+    let size = 2
         + fields.len().saturating_sub(1)
         + fields
             .iter()
             .map(|(field, value)| field_len(field, value))
             .sum::<usize>();
+    let size = drop_fields(&mut fields, key, size, target);
+    if cut_name(&mut fields, key, size, target)? > target {
+        return None;
+    }
+    mark_oversized(&mut fields, kind, flags)?;
+    let raw = serde_json::to_string(&fields).ok()?;
+    if raw.len() > max_bytes {
+        return None;
+    }
+    drop(fields);
+    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(&raw) else {
+        return None;
+    };
+    Some(FittedEntry {
+        object,
+        raw,
+        hash,
+        oversized: true,
+    })
+}
+
+/// An entry's top-level fields, each its JSON text, borrowed from the entry's text until one
+/// is changed.
+type Fields<'a> = BTreeMap<String, Cow<'a, RawValue>>;
+
+/// A field's share of an object's text: its name, the colon and its value.
+fn field_len(field: &str, value: &RawValue) -> usize {
+    json_string(field).len() + 1 + value.get().len()
+}
+
+/// An entry within the bound as sent: kept as sent but for its URI flags. `None` when it is
+/// not an object with a non-empty string key; `Some(None)` when its flags take it over the
+/// bound.
+fn fit_whole(text: &str, kind: Kind, max_bytes: usize) -> Option<Option<FittedEntry>> {
+    let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(text) else {
+        return None;
+    };
+    let flags = match object.get(kind.identity_field()) {
+        Some(Value::String(identity)) if !identity.is_empty() => uri_flags(kind, identity),
+        _ => return None,
+    };
+    // The text as sent, unless its flags change it: the parse above is the only one.
+    let raw = match set_uri_flags(&mut object, flags, text) {
+        false => text.to_string(),
+        true => serde_json::to_string(&object).ok()?,
+    };
+    Some((raw.len() <= max_bytes).then(|| FittedEntry {
+        object,
+        hash: content_hash(raw.as_bytes()),
+        raw,
+        oversized: false,
+    }))
+}
+
+/// Drops optional fields, `DROPPED_FIRST` and then the largest, until the entry's text
+/// (`size`) is within `target`; never the key nor the name. Returns the size left.
+fn drop_fields(fields: &mut Fields<'_>, key: &str, mut size: usize, target: usize) -> usize {
     let mut droppable: Vec<String> = DROPPED_FIRST
         .iter()
         .filter(|field| fields.contains_key(**field))
@@ -181,8 +219,14 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
             size -= field_len(&field, &value) + usize::from(!fields.is_empty());
         }
     }
+    size
+}
+
+/// Cuts the name (when it is not the key) until the entry's text is within `target`, or the
+/// name is empty. Returns the size left; `None` when the cut name cannot be written.
+fn cut_name(fields: &mut Fields<'_>, key: &str, mut size: usize, target: usize) -> Option<usize> {
     // JSON escapes make the text longer than the string; each round cuts at least the excess,
-    // so a few rounds always converge. The name is cut only when it is not the key.
+    // so a few rounds always converge.
     while size > target && key != "name" {
         let Some(value) = fields.get("name") else {
             break;
@@ -203,9 +247,12 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         size = size - before + field_len("name", &value);
         fields.insert("name".into(), Cow::Owned(value));
     }
-    if size > target {
-        return None;
-    }
+    Some(size)
+}
+
+/// Marks a trimmed entry: a required field it lost gets its stand-in, and its `_meta` says
+/// `"io.mcp-mirror/oversized": true` and holds its URI flags (ours alone).
+fn mark_oversized(fields: &mut Fields<'_>, kind: Kind, flags: Option<Value>) -> Option<()> {
     for (field, value) in stand_ins(kind) {
         if !fields.contains_key(*field) {
             fields.insert(
@@ -214,7 +261,7 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
             );
         }
     }
-    let meta = match fields.remove("_meta") {
+    let mut meta = match fields.remove("_meta") {
         Some(meta) => match serde_json::from_str::<Map<String, Value>>(meta.get()) {
             Ok(mut meta) => {
                 meta.insert(OVERSIZED_META_KEY.into(), Value::Bool(true));
@@ -224,7 +271,6 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         },
         None => oversized_meta(),
     };
-    let mut meta = meta;
     meta.remove(URI_FLAGS_META_KEY);
     if let Some(flags) = flags {
         meta.insert(URI_FLAGS_META_KEY.into(), flags);
@@ -233,20 +279,7 @@ pub fn fit_entry(text: &str, kind: Kind, max_bytes: u64) -> Option<FittedEntry> 
         "_meta".into(),
         Cow::Owned(RawValue::from_string(serde_json::to_string(&meta).ok()?).ok()?),
     );
-    let raw = serde_json::to_string(&fields).ok()?;
-    if raw.len() > max_bytes {
-        return None;
-    }
-    drop(fields);
-    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(&raw) else {
-        return None;
-    };
-    Some(FittedEntry {
-        object,
-        raw,
-        hash,
-        oversized: true,
-    })
+    Some(())
 }
 
 /// The URI flags of an entry of `kind` keyed by `identity` (a resource's URI, a template's

@@ -36,6 +36,26 @@ pub struct KeyedEntries {
 #[derive(Debug, Default)]
 pub(super) struct CountMemo(Mutex<Option<(i64, u64)>>);
 
+impl CountMemo {
+    /// The merged resource count at feed seq `seq`, counted once per seq.
+    fn merged_resources(&self, transaction: &Connection, seq: i64) -> Result<u64, StoreError> {
+        // Held while counting: the followers of one change ask at once, and all but the
+        // first wait for its count instead of each counting the catalog again.
+        let mut known = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match *known {
+            Some((at, count)) if at == seq => Ok(count),
+            _ => {
+                let count = super::views::merged_resource_count(transaction)?;
+                *known = Some((seq, count));
+                Ok(count)
+            }
+        }
+    }
+}
+
 /// This database's id (migration 0007 makes it once).
 pub(super) fn instance_id(connection: &Connection) -> Result<String, StoreError> {
     Ok(
@@ -61,87 +81,42 @@ pub(super) fn keyed_entries(
         transaction.query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |row| {
             row.get(0)
         })?;
-    let (mut found, mut missing) = (Vec::new(), Vec::new());
-    let total = match kind {
+    let (found, missing) = match kind {
         Kind::Tool | Kind::Prompt => {
             // A tool's or prompt's key is `<server>/<name>`: server names hold no '/'.
             let mut entry = transaction.prepare_cached(
                 "SELECT e.raw FROM entries e CROSS JOIN servers s ON s.id = e.server_id
                  WHERE s.name = ?1 AND e.kind = ?2 AND e.name = ?3",
             )?;
-            for key in keys {
-                let raw = match key.split_once('/') {
-                    Some((server, name)) if sees(server) => entry
-                        .query_row(params![server, kind, name], |row| row.get::<_, String>(0))
-                        .optional()?
-                        .map(|raw| (server.to_string(), raw)),
-                    _ => None,
-                };
-                match raw {
-                    Some((server, raw)) => found.push(CatalogRow {
-                        server,
-                        key: key.clone(),
-                        raw,
-                    }),
-                    None => missing.push(key.clone()),
-                }
-            }
-            transaction
-                .query_row(
-                    "SELECT count(*) FROM entries WHERE kind = ?1
-                     AND server_id IN (SELECT id FROM servers)",
-                    [kind],
-                    |row| row.get::<_, i64>(0),
-                )?
-                .max(0) as u64
+            keyed_rows(keys, |key| match key.split_once('/') {
+                Some((server, name)) if sees(server) => Ok(entry
+                    .query_row(params![server, kind, name], |row| row.get::<_, String>(0))
+                    .optional()?
+                    .map(|raw| (server.to_string(), raw))),
+                _ => Ok(None),
+            })?
         }
-        Kind::Template => {
-            winners(
-                &transaction,
-                "SELECT s.name, t.raw FROM resource_templates t CROSS JOIN servers s
-                 ON s.id = t.server_id WHERE t.uri_template = ?1
-                 ORDER BY s.priority, s.name",
-                keys,
-                sees,
-                &mut found,
-                &mut missing,
-            )?;
-            transaction
-                .query_row(
-                    "SELECT COUNT(DISTINCT t.uri_template) FROM resource_templates t
-                     WHERE t.server_id IN (SELECT id FROM servers)",
-                    [],
-                    |row| row.get::<_, i64>(0),
-                )?
-                .max(0) as u64
-        }
-        Kind::Resource => {
-            winners(
-                &transaction,
-                "SELECT s.name, r.raw FROM resources r CROSS JOIN servers s
-                 ON s.id = r.server_id WHERE r.uri = ?1
-                 ORDER BY s.priority, s.name",
-                keys,
-                sees,
-                &mut found,
-                &mut missing,
-            )?;
-            // Held while counting: the followers of one change ask at once, and all but the
-            // first wait for its count instead of each counting the catalog again.
-            let mut known = memo
-                .0
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            match *known {
-                Some((at, count)) if at == seq => count,
-                _ => {
-                    let count = super::views::merged_resource_count(&transaction)?;
-                    *known = Some((seq, count));
-                    count
-                }
-            }
-        }
+        Kind::Template => winners(&transaction, TEMPLATE_LISTINGS, keys, sees)?,
+        Kind::Resource => winners(&transaction, RESOURCE_LISTINGS, keys, sees)?,
     };
+    let total = match kind {
+        Kind::Tool | Kind::Prompt => transaction.query_row(
+            "SELECT count(*) FROM entries WHERE kind = ?1
+             AND server_id IN (SELECT id FROM servers)",
+            [kind],
+            |row| row.get::<_, i64>(0),
+        )?,
+        Kind::Template => transaction.query_row(
+            "SELECT COUNT(DISTINCT t.uri_template) FROM resource_templates t
+             WHERE t.server_id IN (SELECT id FROM servers)",
+            [],
+            |row| row.get::<_, i64>(0),
+        )?,
+        Kind::Resource => {
+            i64::try_from(memo.merged_resources(&transaction, seq)?).unwrap_or(i64::MAX)
+        }
+    }
+    .max(0) as u64;
     let loading = loading_servers(&transaction)?;
     Ok(KeyedEntries {
         seq,
@@ -166,29 +141,47 @@ pub(super) fn loading_servers(transaction: &Connection) -> Result<Vec<String>, S
     Ok(names)
 }
 
+/// Every listing of a template's URI template, the winner first.
+const TEMPLATE_LISTINGS: &str =
+    "SELECT s.name, t.raw FROM resource_templates t CROSS JOIN servers s
+     ON s.id = t.server_id WHERE t.uri_template = ?1
+     ORDER BY s.priority, s.name";
+
+/// Every listing of a resource's URI, the winner first.
+const RESOURCE_LISTINGS: &str = "SELECT s.name, r.raw FROM resources r CROSS JOIN servers s
+     ON s.id = r.server_id WHERE r.uri = ?1
+     ORDER BY s.priority, s.name";
+
 /// The winner of each key: the first listing by `listings_sql` (every listing of the key,
-/// the winner first) of a server `sees` lets in, as its server and text; or the key in
-/// `missing`. A key has a listing per server listing it, so this reads a few rows at most.
+/// the winner first) of a server `sees` lets in, as its server and text. A key has a listing
+/// per server listing it, so this reads a few rows at most.
 fn winners(
     transaction: &Connection,
     listings_sql: &str,
     keys: &[String],
     sees: &dyn Fn(&str) -> bool,
-    found: &mut Vec<CatalogRow>,
-    missing: &mut Vec<String>,
-) -> Result<(), StoreError> {
+) -> Result<(Vec<CatalogRow>, Vec<String>), StoreError> {
     let mut listings = transaction.prepare_cached(listings_sql)?;
-    for key in keys {
+    keyed_rows(keys, |key| {
         let mut rows = listings.query([key])?;
-        let mut won = None;
         while let Some(row) = rows.next()? {
             let server: String = row.get(0)?;
             if sees(&server) {
-                won = Some((server, row.get::<_, String>(1)?));
-                break;
+                return Ok(Some((server, row.get::<_, String>(1)?)));
             }
         }
-        match won {
+        Ok(None)
+    })
+}
+
+/// Each key's row as `lookup` finds it (its server and text), or the key among the missing.
+fn keyed_rows(
+    keys: &[String],
+    mut lookup: impl FnMut(&str) -> Result<Option<(String, String)>, StoreError>,
+) -> Result<(Vec<CatalogRow>, Vec<String>), StoreError> {
+    let (mut found, mut missing) = (Vec::new(), Vec::new());
+    for key in keys {
+        match lookup(key)? {
             Some((server, raw)) => found.push(CatalogRow {
                 server,
                 key: key.clone(),
@@ -197,7 +190,7 @@ fn winners(
             None => missing.push(key.clone()),
         }
     }
-    Ok(())
+    Ok((found, missing))
 }
 
 pub(super) fn follow_cursor(

@@ -1,12 +1,14 @@
 //! The SQLite store: migrations, one writer thread that swaps snapshots, read-only query connections.
 
 mod change_window;
+mod clock;
+mod definitions;
 pub(crate) mod entry;
+mod error;
 mod follow;
 mod full_text_search;
 mod history;
 mod index_source;
-mod kinds;
 #[cfg(test)]
 mod merged_page_tests;
 mod queries;
@@ -24,17 +26,16 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use change_window::{FeedPosition, WindowCount};
+pub use definitions::{EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use follow::{FollowCursor, KeyedEntries};
 pub use history::VersionRow;
 pub use index_source::{
     Entry as IndexEntry, FeedGroups, IndexSource, LoadEvent, LoadFeed, SourceSnapshot,
 };
-pub use kinds::{EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use queries::ChangePage;
 pub use reader::Reader;
 pub use resource_search::SearchRequest;
@@ -46,65 +47,15 @@ pub use rows::{
 pub use scopes::ScopeUpdate;
 
 use crate::protocol::Kind;
+pub use clock::now_ms;
+pub use error::StoreError;
 use writer::{Batch, WriteOp};
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("cannot open the database {path}: {source}")]
-    Open {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
-    #[error("cannot create the directory {path}: {source}")]
-    Directory {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot create the database file {path}: {source}")]
-    File {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "the database {path} has schema version {found}, newer than this mcp-mirror knows ({known}); use a newer mcp-mirror or another database"
-    )]
-    TooNew {
-        path: PathBuf,
-        found: i64,
-        known: i64,
-    },
-    #[error("database error: {0}")]
-    Sql(#[from] rusqlite::Error),
-    #[error("the store's writer has stopped")]
-    WriterGone,
-    #[error("{0}")]
-    Walk(String),
-    #[error("invalid full-text query: {0}")]
-    InvalidQuery(String),
-    #[error("the search ran out of time and was cancelled (search_timeout); narrow the query")]
-    SearchTimedOut,
-}
-
-impl StoreError {
-    /// True when SQLite stopped the statement on request (a progress handler or interrupt).
-    pub(crate) fn is_interrupted(&self) -> bool {
-        matches!(self, StoreError::Sql(error)
-            if error.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted))
-    }
-}
 
 /// Device and inode of the file at `path`.
 fn file_identity(path: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let metadata = std::fs::metadata(path)?;
     Ok((metadata.dev(), metadata.ino()))
-}
-
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// How many pages of one walk may wait for the writer before the walk waits too.
@@ -199,15 +150,15 @@ impl Store {
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
-                writer::run(
-                    connection,
-                    receiver,
-                    writer_changes,
-                    writer_version,
-                    writer_behind,
-                    writer_load_feed,
-                    writer_wal,
-                )
+                let channels = writer::Channels {
+                    operations: receiver,
+                    changes: writer_changes,
+                    catalog_version: writer_version,
+                    full_text_behind: writer_behind,
+                    load_feed: writer_load_feed,
+                    wal_watch: writer_wal,
+                };
+                writer::Writer::new(connection, channels).run();
             })
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the writer thread: {error}"))

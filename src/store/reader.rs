@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 
+use super::definitions::{self, DriftRow, EntryListing, KindCounts};
 use super::follow::{self, CountMemo, KeyedEntries};
-use super::kinds::{self, DriftRow, EntryListing, KindCounts};
 use super::queries::{self, ChangePage, ReadTarget};
 use super::resource_search::{self, SearchRequest};
 use super::views::{self, SnapshotRow, TemplateTarget};
@@ -160,7 +160,7 @@ impl Reader {
         &self,
         search: &SearchRequest,
     ) -> Result<Vec<super::SearchHit>, StoreError> {
-        kinds::search_entries(&self.connection, search)
+        definitions::search_entries(&self.connection, search)
     }
 
     /// The server a read of `uri` goes to; `None` when no server lists it.
@@ -199,7 +199,7 @@ impl Reader {
         kinds: Option<&[Kind]>,
     ) -> Result<ChangePage, StoreError> {
         match kinds {
-            Some(kinds) => kinds::changes_of_kinds(&self.connection, since, limit, kinds),
+            Some(kinds) => definitions::changes_of_kinds(&self.connection, since, limit, kinds),
             None => queries::changes_since(&self.connection, since, limit),
         }
     }
@@ -239,7 +239,7 @@ impl Reader {
         after: Option<(&str, &str)>,
         limit: usize,
     ) -> Result<(Vec<EntryListing>, bool), StoreError> {
-        kinds::list_entries(&self.connection, kind, server, after, limit)
+        definitions::list_entries(&self.connection, kind, server, after, limit)
     }
 
     pub fn entry(
@@ -248,12 +248,12 @@ impl Reader {
         server: &str,
         name: &str,
     ) -> Result<Option<EntryListing>, StoreError> {
-        kinds::entry(&self.connection, kind, server, name)
+        definitions::entry(&self.connection, kind, server, name)
     }
 
     /// Per server, per kind: the entry count and the drift from the accepted definitions.
     pub fn kind_counts(&self) -> Result<BTreeMap<String, BTreeMap<Kind, KindCounts>>, StoreError> {
-        kinds::kind_counts(&self.connection)
+        definitions::kind_counts(&self.connection)
     }
 
     /// A page of the drift from the accepted definitions, after `after`; `true` when more follow.
@@ -263,7 +263,7 @@ impl Reader {
         after: Option<(&str, Kind, &str)>,
         limit: usize,
     ) -> Result<(Vec<DriftRow>, bool), StoreError> {
-        kinds::drift(&self.connection, server, after, limit)
+        definitions::drift(&self.connection, server, after, limit)
     }
 
     /// Up to `limit` kept versions of an entry older than version `before`, newest first

@@ -86,6 +86,8 @@ fn shorten_line(text: &str, limit: usize) -> String {
 }
 
 impl StdioConnection {
+    // Over 100 lines: the child's start (its process group and parent-death signal), its stdin
+    // writer, stdout reader and stderr logger tasks, which share the channels made here.
     pub fn spawn(
         server: &str,
         command: &Path,

@@ -1,8 +1,10 @@
 //! One walk of a server's resources and templates, and the one cursor walk with its guards (`ListWalk`) that every kind goes through.
 
+pub(crate) mod definitions;
+mod error;
 pub(crate) mod follow;
-pub(crate) mod kinds;
 pub(crate) mod progress;
+mod rows;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -13,38 +15,14 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::WalkLimits;
-use crate::protocol::uri_flags::{classify, URI_FLAGS_META_KEY};
-use crate::protocol::{CacheScope, Kind, MAX_KEY_BYTES};
+use crate::protocol::{CacheScope, Kind};
 use crate::protocol::{INVALID_PARAMS, METHOD_NOT_FOUND};
-use crate::store::entry::{fit_entry, whole_entry_hash};
-use crate::store::uri_template::{TemplateError, UriTemplate};
-use crate::store::{
-    now_ms, ResourceRow, ScopeUpdate, Store, StoreError, SwapOutcome, TemplateRow, WalkReport,
-};
+use crate::store::uri_template::TemplateError;
+use crate::store::{now_ms, ScopeUpdate, Store, StoreError, SwapOutcome, WalkReport};
 use crate::upstream::{McpError, Session};
-
-/// Why a walk did not complete.
-#[derive(Debug, thiserror::Error)]
-pub enum WalkError {
-    /// The connection broke; the session must reconnect before walking again.
-    #[error("{0}")]
-    Connection(McpError),
-    /// The server answered, but the walk could not complete (an error, a guard tripped).
-    #[error("{0}")]
-    Failed(String),
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-}
-
-impl From<McpError> for WalkError {
-    fn from(error: McpError) -> Self {
-        if error.is_connection_lost() {
-            WalkError::Connection(error)
-        } else {
-            WalkError::Failed(error.to_string())
-        }
-    }
-}
+pub use error::WalkError;
+pub use rows::resource_row;
+pub(crate) use rows::{take_entry, template_row, usable_key, Listed};
 
 /// The result of a complete walk.
 #[derive(Debug, Clone)]
@@ -57,7 +35,7 @@ pub struct WalkSummary {
     pub scopes: Vec<(Kind, CacheScope)>,
     /// Entries left out because they came through this mirror already (a mirror loop).
     pub looped: u64,
-    /// The swaps of the other kinds walked with it (`walk/kinds.rs`).
+    /// The swaps of the other kinds walked with it (`walk/definitions.rs`).
     pub entries: Vec<(crate::protocol::Kind, crate::store::EntrySwap)>,
     /// Set when nothing was swapped on purpose: the upstream mirror's servers that have not
     /// committed a first load, whose catalog a follower does not take yet (`walk/follow.rs`).
@@ -226,43 +204,6 @@ where
     }
 }
 
-/// A row of any kind, as the cursor walk tells entries apart.
-pub(crate) trait Listed {
-    /// What identifies the entry in its list (a URI, a URI template, a name).
-    fn identity(&self) -> &str;
-}
-
-impl Listed for ResourceRow {
-    fn identity(&self) -> &str {
-        &self.uri
-    }
-}
-
-impl Listed for TemplateRow {
-    fn identity(&self) -> &str {
-        &self.uri_template
-    }
-}
-
-/// A listed entry as it enters the mirror, whichever way it comes (a walk, a followed feed):
-/// `Err` with the item untouched when it came through this mirror already (a mirror never takes
-/// back its own entries through a loop of mirrors); else with its upstream mirror, if any,
-/// recorded in its chain, and scrubbed of configured secrets, whatever a server reflects. Its
-/// URI flags are set as it is made storable (`store::entry::fit_entry`, which parses it anyway).
-pub(crate) fn take_entry(
-    item: Box<RawValue>,
-    upstream_mirror: Option<&str>,
-) -> Result<Box<RawValue>, Box<RawValue>> {
-    if crate::protocol::came_through_us(item.get()) {
-        return Err(item);
-    }
-    let item = match upstream_mirror {
-        Some(upstream) => crate::protocol::through_mirror(item.get(), upstream).unwrap_or(item),
-        None => item,
-    };
-    Ok(crate::redact::scrub_entry(item))
-}
-
 /// What one pass over a list saw.
 #[derive(Debug, Default)]
 pub(crate) struct ListOutcome {
@@ -312,6 +253,9 @@ impl<'a> ListWalk<'a> {
     /// Walks the list to its end: `to_row` turns each item into a row (`None`: skipped),
     /// `keep` takes each page's new rows. A server without templates (-32601 on the first
     /// page) has an empty list of them.
+    // Over 100 lines: the one cursor walk's loop with all its guards (page and item caps, cursor
+    // loops, duplicates, our own entries coming back, the stale-cursor restart) over state they
+    // share per page; a candidate for a page step.
     pub(crate) async fn run<Row, Kept>(
         &self,
         mut to_row: impl FnMut(Box<RawValue>) -> Option<Row>,
@@ -448,139 +392,4 @@ impl<'a> ListWalk<'a> {
             with_cursor = true;
         }
     }
-}
-
-fn text_field(object: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
-    object.get(key).and_then(Value::as_str).map(str::to_string)
-}
-
-fn json_field(object: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
-    object
-        .get(key)
-        .filter(|value| !value.is_null())
-        .map(Value::to_string)
-}
-
-/// The fields of a listed Resource the store keeps in columns, borrowed from its text.
-/// Anything this cannot take (a field of another type, a repeated key) goes the long way.
-#[derive(serde::Deserialize)]
-struct ListedResource<'a> {
-    #[serde(default)]
-    uri: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    title: Option<String>,
-    #[serde(default)]
-    description: Option<String>,
-    #[serde(default, rename = "mimeType")]
-    mime_type: Option<String>,
-    #[serde(default)]
-    size: Option<Value>,
-    #[serde(borrow, default)]
-    annotations: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    icons: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "_meta")]
-    meta: Option<&'a RawValue>,
-}
-
-/// Whether a listed entry's key (a URI, a tool's or prompt's name, a followed mirror's key)
-/// can be stored: not empty and within `MAX_KEY_BYTES`. A longer one could be neither asked
-/// for by its key nor paged past (a list cursor holds the last key of its page), so its entry
-/// is left out and counted in `lastWalk.skipped`.
-pub(crate) fn usable_key(key: &str) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_BYTES
-}
-
-/// Builds a store row from a listed Resource; `None` when it has no usable `uri`
-/// (`usable_key`) or is longer than `max_entry_bytes`. An entry within the bound is stored as the server sent it
-/// (`entry::whole_entry_hash`); one over the bound is stored trimmed and flagged.
-pub fn resource_row(item: Box<RawValue>, max_entry_bytes: u64) -> Option<ResourceRow> {
-    let text = item.get();
-    if let Some(hash) = whole_entry_hash(text, max_entry_bytes) {
-        let listed = serde_json::from_str::<ListedResource<'_>>(text)
-            .ok()
-            // An entry to flag, or whose server wrote our flags' key, is rewritten: `fit_entry`.
-            .filter(|listed| {
-                let flagged = listed
-                    .uri
-                    .as_deref()
-                    .is_some_and(|uri| !classify(uri).is_empty());
-                !flagged && !text.contains(URI_FLAGS_META_KEY)
-            });
-        if let Some(listed) = listed {
-            let uri = listed.uri.filter(|uri| usable_key(uri))?;
-            let json = |field: Option<&RawValue>| field.map(|value| value.get().to_string());
-            return Some(ResourceRow {
-                // `name` is required by the schema; a server that omits it still gets its URI shown.
-                name: listed.name.unwrap_or_else(|| uri.clone()),
-                title: listed.title,
-                description: listed.description,
-                mime_type: listed.mime_type,
-                size: listed.size.as_ref().and_then(Value::as_i64),
-                annotations: json(listed.annotations),
-                icons: json(listed.icons),
-                meta: json(listed.meta),
-                hash,
-                oversized: false,
-                raw: Box::<str>::from(item).into_string(),
-                uri,
-            });
-        }
-    }
-    let fitted = fit_entry(item.get(), Kind::Resource, max_entry_bytes)?;
-    drop(item);
-    let object = &fitted.object;
-    let uri = text_field(object, "uri").filter(|uri| usable_key(uri))?;
-    Some(ResourceRow {
-        // `name` is required by the schema; a server that omits it still gets its URI shown.
-        name: text_field(object, "name").unwrap_or_else(|| uri.clone()),
-        title: text_field(object, "title"),
-        description: text_field(object, "description"),
-        mime_type: text_field(object, "mimeType"),
-        size: object.get("size").and_then(Value::as_i64),
-        annotations: json_field(object, "annotations"),
-        icons: json_field(object, "icons"),
-        meta: json_field(object, "_meta"),
-        hash: fitted.hash,
-        oversized: fitted.oversized,
-        raw: fitted.raw,
-        uri,
-    })
-}
-
-/// Builds a store row from a listed ResourceTemplate: `Ok(None)` when it has no usable
-/// `uriTemplate`, an error when the template is over `max_template_bytes` or
-/// `max_template_expressions` (it would cost every read of an unlisted URI).
-pub(crate) fn template_row(
-    item: &RawValue,
-    limits: &WalkLimits,
-) -> Result<Option<TemplateRow>, TemplateError> {
-    let Some(fitted) = fit_entry(item.get(), Kind::Template, limits.max_entry_bytes) else {
-        return Ok(None);
-    };
-    let object = &fitted.object;
-    let Some(uri_template) = text_field(object, "uriTemplate") else {
-        return Ok(None);
-    };
-    // A template that does not parse for other reasons is stored as listed; it routes nothing.
-    if let Err(error @ (TemplateError::TooLong { .. } | TemplateError::TooManyExpressions { .. })) =
-        UriTemplate::parse_within(
-            &uri_template,
-            usize::try_from(limits.max_template_bytes).unwrap_or(usize::MAX),
-            usize::try_from(limits.max_template_expressions).unwrap_or(usize::MAX),
-        )
-    {
-        return Err(error);
-    }
-    Ok(Some(TemplateRow {
-        name: text_field(object, "name").unwrap_or_else(|| uri_template.clone()),
-        title: text_field(object, "title"),
-        description: text_field(object, "description"),
-        mime_type: text_field(object, "mimeType"),
-        oversized: fitted.oversized,
-        raw: fitted.raw,
-        uri_template,
-    }))
 }

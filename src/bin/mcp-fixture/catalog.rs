@@ -215,7 +215,7 @@ impl Catalog {
             templates,
             page_size,
             resources_capability: scenario.capabilities_resources.unwrap_or(true),
-            tools: crate::kinds::scenario_tools(scenario),
+            tools: crate::definitions::scenario_tools(scenario),
             tools_declared: scenario.tools.is_some()
                 || scenario.generate_tools.is_some()
                 || scenario.huge_tools.is_some(),

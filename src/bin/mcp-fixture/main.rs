@@ -13,8 +13,8 @@
 //! framing and long-lived streams), `rpc` (JSON-RPC framing), `stats`.
 
 mod catalog;
+mod definitions;
 mod http;
-mod kinds;
 mod legacy_sse;
 mod rpc;
 mod server;

@@ -351,8 +351,8 @@ impl ListenStream {
             "notifications/tools/list_changed",
             "notifications/prompts/list_changed",
         ] {
-            if crate::kinds::listen_wants(&self.honoured, method) {
-                let message = crate::kinds::notification(method, Some(&self.id));
+            if crate::definitions::listen_wants(&self.honoured, method) {
+                let message = crate::definitions::notification(method, Some(&self.id));
                 events.push_str(&message_event(None, &message));
             }
         }
@@ -379,8 +379,8 @@ impl Driver for ListenStream {
                         return Some(Ok(self.list_changed_chunk(count)));
                     }
                     // A listen gets the tools and prompts list changes it asked for, like stdio.
-                    Ok(Push::EntriesChanged(method)) if crate::kinds::listen_wants(&self.honoured, method) => {
-                        let event = message_event(None, &crate::kinds::notification(method, Some(&self.id)));
+                    Ok(Push::EntriesChanged(method)) if crate::definitions::listen_wants(&self.honoured, method) => {
+                        let event = message_event(None, &crate::definitions::notification(method, Some(&self.id)));
                         return Some(Ok(Bytes::from(event)));
                     }
                     // Missed pushes still mean the lists changed; one notification of each

@@ -32,6 +32,8 @@ struct Listen {
 }
 
 /// Serves stdin and stdout until stdin closes.
+// Over 100 lines on purpose (test server): the fixture's stdio loop, its reader and writer threads
+// and the listens they share, as one loop a scenario's faults read through.
 pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
     if let Some(delay) = server.args.start_delay_ms {
         // A slow starter: nothing is read, so nothing is answered, until it is ready.
@@ -148,11 +150,11 @@ pub async fn serve_stdio(server: Arc<Server>) -> anyhow::Result<()> {
                     Ok(Push::ListChanged(count)) => count,
                     Ok(Push::EntriesChanged(method)) => {
                         if legacy_session {
-                            send(crate::kinds::notification(method, None));
+                            send(crate::definitions::notification(method, None));
                         }
                         for listen in &listens {
-                            if crate::kinds::listen_wants(&listen.honoured, method) {
-                                send(crate::kinds::notification(method, Some(&listen.id)));
+                            if crate::definitions::listen_wants(&listen.honoured, method) {
+                                send(crate::definitions::notification(method, Some(&listen.id)));
                             }
                         }
                         continue;

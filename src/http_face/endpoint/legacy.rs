@@ -5,6 +5,9 @@ use super::*;
 
 /// A handshake-era request: `initialize` opens a session; a request naming an unknown
 /// session is answered 404 so the client starts a new one.
+// Over 100 lines: a handshake-era request in order (the version header, `initialize` opening a
+// session within the per-client cap, evicting the least recent, a known session for the rest, the
+// answer and its session header); a candidate for named steps.
 pub(super) async fn legacy_request(
     face: &Arc<HttpFace>,
     asked: &Asked<'_>,

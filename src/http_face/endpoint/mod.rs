@@ -227,6 +227,9 @@ fn new_session_id() -> std::io::Result<String> {
     Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
+// Over 100 lines: one POST of the modern era from its body deadline to its answer (the body, the
+// version, the view, the validator, the caching hints) in the order HTTP asks them; a candidate for
+// named steps.
 pub(super) async fn post_message(
     State(face): State<Arc<HttpFace>>,
     Extension(PeerAddress(peer)): Extension<PeerAddress>,

@@ -22,14 +22,12 @@ use crate::upstream::{
     event_channel, Backoff, Era, EventStream, McpError, PushChannel, ServerEvent, Session,
 };
 use crate::walk::progress::WalkMeter;
-use crate::walk::{follow, kinds};
+use crate::walk::{definitions, follow};
 use crate::walk::{WalkError, WalkSummary};
 
 mod walks;
 use walks::AskedBy;
 
-/// Walks a stream of changes may abandon in a row before one is let finish.
-const MAX_RESTARTS_IN_A_ROW: u32 = 3;
 /// Listen streams that may end unacknowledged in a row before we fall back to polling.
 const MAX_LISTEN_FAILURES: u32 = 5;
 

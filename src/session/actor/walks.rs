@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// Walks a stream of changes may abandon in a row before one is let finish.
+const MAX_RESTARTS_IN_A_ROW: u32 = 3;
+
 /// The quiet period before following an upstream mirror's feed (`debounce`, when shorter).
 pub(super) const FOLLOW_DEBOUNCE: Duration = Duration::from_millis(10);
 /// How soon a follower asks again whether its upstream mirror's servers have loaded (their
@@ -128,7 +131,9 @@ impl Actor {
                         follow::walk_or_follow(&session, &store, &server, limits, &walked, may_hold)
                             .await
                     }
-                    false => kinds::walk_kinds(&session, &store, &server, limits, &walked).await,
+                    false => {
+                        definitions::walk_kinds(&session, &store, &server, limits, &walked).await
+                    }
                 }
             };
             tokio::join!(walking, meter.measure(walk)).1
@@ -196,6 +201,9 @@ impl Actor {
         State::Connected(link)
     }
 
+    // Over 100 lines: a walk's outcome taken in order over the one link it updates (its cost for
+    // the pace, a failure, the fallback and the upstream's load noted, the change logged, a mirror
+    // loop, the push stream, the next walk's delay); a candidate for named steps.
     pub(super) async fn on_walked(
         &mut self,
         mut link: Box<Link>,

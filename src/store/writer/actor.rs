@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use super::index_tee::{self, PendingPage};
+use super::staged::WalkToCommit;
 use super::*;
 
 /// What the writer knows of one staged walk.
@@ -30,13 +31,9 @@ struct Announcement {
 
 /// The writer thread's state: the connection, the operations' queue, what the writer tells of
 /// commits, and the state of every walk in flight.
-pub(super) struct Writer {
+pub(in crate::store) struct Writer {
     connection: Connection,
-    operations: mpsc::UnboundedReceiver<WriteOp>,
-    changes: broadcast::Sender<CatalogChanged>,
-    catalog_version: Arc<AtomicU64>,
-    full_text_behind: Arc<AtomicU64>,
-    load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
+    channels: Channels,
     /// Every walk that staged a page (or failed to) and has not committed or aborted yet.
     walks: HashMap<u64, StagedWalk>,
     /// The full-text backlog has ids left to index between operations.
@@ -47,19 +44,21 @@ pub(super) struct Writer {
 }
 
 /// Where the writer reads operations from and what it tells of its commits.
-pub(super) struct Channels {
-    pub(super) operations: mpsc::UnboundedReceiver<WriteOp>,
-    pub(super) changes: broadcast::Sender<CatalogChanged>,
-    pub(super) catalog_version: Arc<AtomicU64>,
-    pub(super) full_text_behind: Arc<AtomicU64>,
-    pub(super) load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
-    pub(super) wal_watch: Arc<WalWatch>,
+pub(in crate::store) struct Channels {
+    pub(in crate::store) operations: mpsc::UnboundedReceiver<WriteOp>,
+    pub(in crate::store) changes: broadcast::Sender<CatalogChanged>,
+    pub(in crate::store) catalog_version: Arc<AtomicU64>,
+    /// How many ids the full-text backlog still lists (the answer notes of SQLite searches
+    /// read it).
+    pub(in crate::store) full_text_behind: Arc<AtomicU64>,
+    pub(in crate::store) load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
+    pub(in crate::store) wal_watch: Arc<WalWatch>,
 }
 
 impl Writer {
     /// Prepares the staging tables and picks up what the last run left: a full-text backlog
     /// (a crash, or a stop before it was done) and first loads it left unfinished.
-    pub(super) fn new(connection: Connection, channels: Channels) -> Writer {
+    pub(in crate::store) fn new(connection: Connection, channels: Channels) -> Writer {
         if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
             tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
         }
@@ -82,14 +81,10 @@ impl Writer {
                 "discarding the rows of first loads the last run left unfinished"
             );
         }
-        let wal = WriteAheadLog::watched(&connection, WAL_LIMIT_BYTES, channels.wal_watch);
+        let wal = WriteAheadLog::watched(&connection, WAL_LIMIT_BYTES, channels.wal_watch.clone());
         Writer {
             connection,
-            operations: channels.operations,
-            changes: channels.changes,
-            catalog_version: channels.catalog_version,
-            full_text_behind: channels.full_text_behind,
-            load_feed: channels.load_feed,
+            channels,
             walks: HashMap::new(),
             indexing: behind > 0,
             discarding,
@@ -97,8 +92,10 @@ impl Writer {
         }
     }
 
-    /// Handles operations until `Close` or until every sender is gone.
-    pub(super) fn run(mut self) {
+    /// Handles operations until `Close` or until every sender is gone. Between operations,
+    /// when none is waiting, it works off the backlogs (`next_op`), so a large swap's indexing
+    /// never holds up another operation for more than one batch.
+    pub(in crate::store) fn run(mut self) {
         while let Some(operation) = self.next_op() {
             // Pages of one walk share a transaction; anything else (a page of a walk that
             // failed too: its pages are skipped) commits it first.
@@ -118,9 +115,9 @@ impl Writer {
     fn next_op(&mut self) -> Option<WriteOp> {
         loop {
             if !self.indexing && self.discarding.is_empty() {
-                return self.operations.blocking_recv();
+                return self.channels.operations.blocking_recv();
             }
-            match self.operations.try_recv() {
+            match self.channels.operations.try_recv() {
                 Ok(operation) => return Some(operation),
                 Err(TryRecvError::Empty) => self.work_off_backlog(),
                 Err(TryRecvError::Disconnected) => return None,
@@ -144,7 +141,8 @@ impl Writer {
                 }
             }
         } else {
-            self.indexing = index_full_text_batch(&mut self.connection, &self.full_text_behind);
+            self.indexing =
+                index_full_text_batch(&mut self.connection, &self.channels.full_text_behind);
         }
         self.wal.after_write(&self.connection, self.loading());
     }
@@ -216,7 +214,8 @@ impl Writer {
                 let _ = reply.send(outcome);
             }
             WriteOp::Accept { server, reply } => {
-                let outcome = crate::store::kinds::accept(&mut self.connection, server.as_deref());
+                let outcome =
+                    crate::store::definitions::accept(&mut self.connection, server.as_deref());
                 let _ = reply.send(outcome);
             }
             WriteOp::CacheContents {
@@ -265,7 +264,7 @@ impl Writer {
         {
             return;
         }
-        let tee_without_room = index_permit.is_none() && self.load_feed.get().is_some();
+        let tee_without_room = index_permit.is_none() && self.channels.load_feed.get().is_some();
         match self.stage_page(walk_id, server, batch, tee_without_room) {
             Err(error) => {
                 tracing::warn!(server, walk_id, %error, "staging a page failed");
@@ -274,7 +273,7 @@ impl Writer {
             Ok(Some(page)) => {
                 // A first load's page goes to the search index too, once staged.
                 if let (Batch::Resources(rows), Some(feed), Some(room)) =
-                    (batch, self.load_feed.get(), index_permit)
+                    (batch, self.channels.load_feed.get(), index_permit)
                 {
                     index_tee::send_page(feed, page, server, rows, room);
                 }
@@ -338,18 +337,20 @@ impl Writer {
             Some(error) => Err(staging_failed(&error)),
             None => commit_walk(
                 &mut self.connection,
-                walk_id,
-                &counts,
-                server,
-                report,
-                &self.full_text_behind,
+                &WalkToCommit {
+                    walk_id,
+                    counts: &counts,
+                    server,
+                    report,
+                    full_text_behind: &self.channels.full_text_behind,
+                },
             ),
         };
         drop(restarts_held);
         if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
             self.discarding.push_back(pending.id);
         }
-        if let Some(feed) = self.load_feed.get() {
+        if let Some(feed) = self.channels.load_feed.get() {
             index_tee::send_end(feed, &counts, outcome.is_ok());
         }
         self.note_backlog();
@@ -387,7 +388,7 @@ impl Writer {
                 &counts,
                 server,
                 delta,
-                &self.full_text_behind,
+                &self.channels.full_text_behind,
             ),
         };
         self.note_backlog();
@@ -452,16 +453,18 @@ impl Writer {
     /// feed in the database has it all.
     fn announce(&self, announcement: Announcement) {
         if announcement.catalog_changed {
-            self.catalog_version.fetch_add(1, Ordering::Release);
+            self.channels
+                .catalog_version
+                .fetch_add(1, Ordering::Release);
         }
         for event in announcement.events {
-            let _ = self.changes.send(event);
+            let _ = self.channels.changes.send(event);
         }
     }
 
     /// A swap that left rows to the full-text backlog starts (or extends) the indexing.
     fn note_backlog(&mut self) {
-        self.indexing |= self.full_text_behind.load(Ordering::Acquire) > 0;
+        self.indexing |= self.channels.full_text_behind.load(Ordering::Acquire) > 0;
     }
 
     /// Whether a first load is in flight and making progress: the log is not checkpointed
@@ -497,7 +500,7 @@ impl Writer {
     fn close(self, reply: oneshot::Sender<()>) {
         let Writer {
             connection,
-            operations,
+            channels,
             mut wal,
             ..
         } = self;
@@ -507,7 +510,7 @@ impl Writer {
         wal.close(&connection);
         drop(connection);
         let _ = reply.send(());
-        drop(operations);
+        drop(channels);
     }
 }
 
@@ -554,29 +557,10 @@ fn entries_swapped(
 /// other walk is swapped in by its diff.
 pub(super) fn commit_walk(
     connection: &mut Connection,
-    walk_id: u64,
-    counts: &StagedCounts,
-    server: &str,
-    report: &WalkReport,
-    full_text_behind: &AtomicU64,
+    commit: &WalkToCommit<'_>,
 ) -> Result<(SwapOutcome, i64), StoreError> {
-    match &counts.pending {
-        Some(pending) => promote(
-            connection,
-            walk_id,
-            counts,
-            pending,
-            server,
-            report,
-            full_text_behind,
-        ),
-        None => swap(
-            connection,
-            walk_id,
-            counts,
-            server,
-            report,
-            full_text_behind,
-        ),
+    match &commit.counts.pending {
+        Some(pending) => promote(connection, commit, pending),
+        None => swap(connection, commit),
     }
 }

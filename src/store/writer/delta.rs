@@ -8,15 +8,18 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, Transaction};
 
 use super::entry_swap::swap_entries_in;
 use super::full_text::{full_text_backlog, FullText, BULK_INDEX_MIN_ROWS};
 use super::staged::StagedCounts;
-use super::swap::{apply_diff, log_swap, replace_templates, SnapshotDiff, CHANGED, REMOVED};
+use super::swap::{
+    apply_diff, clear_swap_tables, log_swap, note_staged_added, note_staged_changes,
+    replace_templates, SnapshotDiff, REMOVED,
+};
 use super::{advance_generation, execute, prune_changes, query_one, server_id, Delta};
-use crate::protocol::ServerState;
-use crate::store::{now_ms, DeltaOutcome, FollowCursor, StoreError, SwapOutcome};
+use crate::protocol::{Kind, ServerState};
+use crate::store::{now_ms, DeltaOutcome, EntrySwap, FollowCursor, StoreError, SwapOutcome};
 
 /// Applies the staged rows of `walk_id` (added or changed entries) and removes the delta's
 /// `removed` keys from `server`'s snapshot, swaps the tools and prompts it touched; moves its
@@ -29,7 +32,7 @@ pub(super) fn apply_delta(
     delta: &Delta,
     full_text_behind: &AtomicU64,
 ) -> Result<(DeltaOutcome, i64), StoreError> {
-    let (removed, cursor) = (&delta.removed, &delta.cursor);
+    let cursor = &delta.cursor;
     let started = std::time::Instant::now();
     let walk = walk_id as i64;
     let transaction = connection.transaction()?;
@@ -40,92 +43,15 @@ pub(super) fn apply_delta(
             "server {server} has no snapshot to apply a delta to; it is walked instead"
         )));
     }
-    execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
-    execute(&transaction, "DELETE FROM temp.swap_added", [])?;
-    // The server's row keeps its count with each swap and delta (in their transactions):
-    // counting a 100,000-entry snapshot again would cost every one-entry delta milliseconds.
-    let before: i64 = query_one(
-        &transaction,
-        "SELECT resource_count FROM servers WHERE id = ?1",
-        [server_id],
-    )?;
-    let changed = execute(
-        &transaction,
-        "INSERT INTO temp.swap_ids (id, kind)
-         SELECT id, ?2 FROM temp.staging_changed WHERE walk_id = ?1",
-        params![walk, CHANGED],
-    )? as u64;
-    let mut gone = 0u64;
-    {
-        let mut remove = transaction.prepare_cached(
-            "INSERT OR IGNORE INTO temp.swap_ids (id, kind)
-             SELECT id, ?3 FROM resources WHERE server_id = ?1 AND uri = ?2",
-        )?;
-        for uri in removed {
-            gone += remove.execute(params![server_id, uri, REMOVED])? as u64;
-        }
-    }
-    let added = execute(
-        &transaction,
-        "INSERT INTO temp.swap_added (uri) SELECT uri FROM temp.staging_added WHERE walk_id = ?1",
-        [walk],
-    )? as u64;
-    let diff = SnapshotDiff {
-        server_id,
-        walk,
-        before,
-        added,
-        removed: gone,
-        changed,
-        first_load: false,
-        full_text: match added >= BULK_INDEX_MIN_ROWS {
-            true => FullText::DeferAdded,
-            false => FullText::Inline,
-        },
-    };
+    let diff = delta_diff(&transaction, walk, server_id, &delta.removed)?;
     let hold_started = std::time::Instant::now();
     let now = now_ms();
     let applied = apply_diff(&transaction, &diff, server, now)?;
-    let mut templates = None;
-    if let Some(touched) = &delta.templates {
-        // The staged templates are the touched ones still listed; the untouched ones are
-        // carried over, so the swap's own comparison sees the whole new set.
-        let touched = serde_json::to_string(touched)
-            .map_err(|error| StoreError::Walk(format!("the delta's templates: {error}")))?;
-        execute(
-            &transaction,
-            "INSERT OR IGNORE INTO temp.staging_templates
-                 (walk_id, uri_template, name, title, description, mime_type, raw, oversized)
-             SELECT ?2, uri_template, name, title, description, mime_type, raw, oversized
-             FROM resource_templates
-             WHERE server_id = ?1 AND uri_template NOT IN (SELECT value FROM json_each(?3))",
-            params![server_id, walk, touched],
-        )?;
-        templates = Some(replace_templates(&transaction, &diff, server, now)?);
-    }
-    let mut entries = Vec::new();
-    for touched in &delta.entries {
-        // The staged entries are the touched ones still listed; the untouched ones are
-        // carried over as light rows (as a walk stages an unchanged entry).
-        let keys = serde_json::to_string(&touched.touched)
-            .map_err(|error| StoreError::Walk(format!("the delta's keys: {error}")))?;
-        execute(
-            &transaction,
-            "INSERT OR IGNORE INTO temp.staging_entries (walk_id, name, hash, oversized, rehash)
-             SELECT ?2, name, hash, oversized, 0 FROM entries
-             WHERE server_id = ?1 AND kind = ?3
-               AND name NOT IN (SELECT value FROM json_each(?4))",
-            params![server_id, touched.walk_id as i64, touched.kind, keys],
-        )?;
-        let swap = swap_entries_in(
-            &transaction,
-            touched.walk_id,
-            server_id,
-            server,
-            touched.kind,
-        )?;
-        entries.push((touched.kind, swap));
-    }
+    let templates = match &delta.templates {
+        Some(touched) => Some(delta_templates(&transaction, &diff, server, touched, now)?),
+        None => None,
+    };
+    let entries = delta_entries(&transaction, server_id, server, delta)?;
     execute(
         &transaction,
         "UPDATE servers SET state = ?2, stale = 0, last_error = NULL, last_error_at = NULL,
@@ -142,8 +68,7 @@ pub(super) fn apply_delta(
             templates.map(|(count, _)| count as i64)
         ],
     )?;
-    execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
-    execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+    clear_swap_tables(&transaction)?;
     if diff.full_text != FullText::Inline {
         full_text_behind.store(full_text_backlog(&transaction)?, Ordering::Release);
     }
@@ -179,6 +104,106 @@ pub(super) fn apply_delta(
         },
         latest_seq,
     ))
+}
+
+/// The delta's diff against the snapshot, in the swap's temp tables: the staged changed rows,
+/// the removed keys the snapshot holds and the staged added URIs.
+fn delta_diff(
+    transaction: &Transaction<'_>,
+    walk: i64,
+    server_id: i64,
+    removed: &[String],
+) -> Result<SnapshotDiff, StoreError> {
+    clear_swap_tables(transaction)?;
+    // The server's row keeps its count with each swap and delta (in their transactions):
+    // counting a 100,000-entry snapshot again would cost every one-entry delta milliseconds.
+    let before: i64 = query_one(
+        transaction,
+        "SELECT resource_count FROM servers WHERE id = ?1",
+        [server_id],
+    )?;
+    let changed = note_staged_changes(transaction, walk)?;
+    let mut gone = 0u64;
+    {
+        let mut remove = transaction.prepare_cached(
+            "INSERT OR IGNORE INTO temp.swap_ids (id, kind)
+             SELECT id, ?3 FROM resources WHERE server_id = ?1 AND uri = ?2",
+        )?;
+        for uri in removed {
+            gone += remove.execute(params![server_id, uri, REMOVED])? as u64;
+        }
+    }
+    let added = note_staged_added(transaction, walk)?;
+    Ok(SnapshotDiff {
+        server_id,
+        walk,
+        before,
+        added,
+        removed: gone,
+        changed,
+        first_load: false,
+        full_text: match added >= BULK_INDEX_MIN_ROWS {
+            true => FullText::DeferAdded,
+            false => FullText::Inline,
+        },
+    })
+}
+
+/// The delta's templates: the staged templates are the touched ones still listed; the
+/// untouched ones are carried over, so the swap's own comparison sees the whole new set.
+/// Returns the templates' count and how many changed.
+fn delta_templates(
+    transaction: &Transaction<'_>,
+    diff: &SnapshotDiff,
+    server: &str,
+    touched: &[String],
+    now: i64,
+) -> Result<(u64, u64), StoreError> {
+    let touched = serde_json::to_string(touched)
+        .map_err(|error| StoreError::Walk(format!("the delta's templates: {error}")))?;
+    execute(
+        transaction,
+        "INSERT OR IGNORE INTO temp.staging_templates
+             (walk_id, uri_template, name, title, description, mime_type, raw, oversized)
+         SELECT ?2, uri_template, name, title, description, mime_type, raw, oversized
+         FROM resource_templates
+         WHERE server_id = ?1 AND uri_template NOT IN (SELECT value FROM json_each(?3))",
+        params![diff.server_id, diff.walk, touched],
+    )?;
+    replace_templates(transaction, diff, server, now)
+}
+
+/// The tools and prompts the delta touched, each kind swapped: the staged entries are the
+/// touched ones still listed; the untouched ones are carried over as light rows (as a walk
+/// stages an unchanged entry).
+fn delta_entries(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    server: &str,
+    delta: &Delta,
+) -> Result<Vec<(Kind, EntrySwap)>, StoreError> {
+    let mut entries = Vec::new();
+    for touched in &delta.entries {
+        let keys = serde_json::to_string(&touched.touched)
+            .map_err(|error| StoreError::Walk(format!("the delta's keys: {error}")))?;
+        execute(
+            transaction,
+            "INSERT OR IGNORE INTO temp.staging_entries (walk_id, name, hash, oversized, rehash)
+             SELECT ?2, name, hash, oversized, 0 FROM entries
+             WHERE server_id = ?1 AND kind = ?3
+               AND name NOT IN (SELECT value FROM json_each(?4))",
+            params![server_id, touched.walk_id as i64, touched.kind, keys],
+        )?;
+        let swap = swap_entries_in(
+            transaction,
+            touched.walk_id,
+            server_id,
+            server,
+            touched.kind,
+        )?;
+        entries.push((touched.kind, swap));
+    }
+    Ok(entries)
 }
 
 /// Moves (or forgets) a followed server's cursor, after a full walk committed.

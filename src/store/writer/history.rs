@@ -25,6 +25,29 @@ const DELETABLE: &str = "v.last_seen IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM accepted_entries a JOIN history_bodies b ON b.id = v.body_id
         WHERE a.server_id = v.server_id AND a.kind = v.kind AND a.name = v.key AND a.raw = b.body)";
 
+/// Which entry a version is of: a server's entry of one kind, by its key (a resource's URI,
+/// a template's URI template, a tool's or prompt's name).
+#[derive(Clone, Copy)]
+pub(super) struct VersionKey<'a> {
+    server_id: i64,
+    kind: Kind,
+    key: &'a str,
+}
+
+impl<'a> VersionKey<'a> {
+    pub(super) fn new(server_id: i64, kind: Kind, key: &'a str) -> VersionKey<'a> {
+        VersionKey {
+            server_id,
+            kind,
+            key,
+        }
+    }
+
+    fn resource(server_id: i64, uri: &'a str) -> VersionKey<'a> {
+        VersionKey::new(server_id, Kind::Resource, uri)
+    }
+}
+
 /// The digest a body is kept under: 32 hex digits of its XXH3-128.
 fn body_digest(body: &str) -> String {
     format!("{:032x}", xxh3_128(body.as_bytes()))
@@ -72,14 +95,12 @@ fn kept_versions(
 /// entry has its digest.
 pub(super) fn record_version(
     transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
+    entry: VersionKey<'_>,
     body: &str,
     now: i64,
 ) -> Result<(), StoreError> {
     let digest = body_digest(body);
-    let (versions, bound) = kept_versions(transaction, server_id, kind, key)?;
+    let (versions, bound) = kept_versions(transaction, entry.server_id, entry.kind, entry.key)?;
     if versions
         .first()
         .is_some_and(|newest| newest.current && newest.digest == digest)
@@ -95,16 +116,9 @@ pub(super) fn record_version(
         .iter()
         .find(|version| version.digest == digest)
         .map(|version| version.body_id);
-    insert_version(
-        transaction,
-        server_id,
-        kind,
-        key,
-        (&digest, body, kept_body),
-        now,
-    )?;
+    insert_version(transaction, entry, (&digest, body, kept_body), now)?;
     if versions.len() >= bound {
-        prune_key(transaction, server_id, kind, key)?;
+        prune_key(transaction, entry)?;
     }
     Ok(())
 }
@@ -113,9 +127,7 @@ pub(super) fn record_version(
 /// was stored before history was kept): its change, recorded next, then closes it.
 pub(super) fn seed_version(
     transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
+    entry: VersionKey<'_>,
     body: &str,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -124,17 +136,12 @@ pub(super) fn seed_version(
             "SELECT EXISTS (SELECT 1 FROM history_versions
                             WHERE server_id = ?1 AND kind = ?2 AND key = ?3)",
         )?
-        .query_row(params![server_id, kind, key], |row| row.get(0))?;
+        .query_row(params![entry.server_id, entry.kind, entry.key], |row| {
+            row.get(0)
+        })?;
     if !known {
         let digest = body_digest(body);
-        insert_version(
-            transaction,
-            server_id,
-            kind,
-            key,
-            (&digest, body, None),
-            now,
-        )?;
+        insert_version(transaction, entry, (&digest, body, None), now)?;
     }
     Ok(())
 }
@@ -142,9 +149,7 @@ pub(super) fn seed_version(
 /// Appends a version of (server, kind, key) pointing at `kept_body`, else at `body` appended.
 fn insert_version(
     transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
+    entry: VersionKey<'_>,
     (digest, body, kept_body): (&str, &str, Option<i64>),
     now: i64,
 ) -> Result<(), StoreError> {
@@ -164,16 +169,21 @@ fn insert_version(
             "INSERT INTO history_versions (server_id, kind, key, digest, body_id, first_seen)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?
-        .execute(params![server_id, kind, key, digest, body_id, now])?;
+        .execute(params![
+            entry.server_id,
+            entry.kind,
+            entry.key,
+            digest,
+            body_id,
+            now
+        ])?;
     Ok(())
 }
 
 /// The entry is no longer listed: its current version is closed at `now`.
 pub(super) fn close_version(
     transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
+    entry: VersionKey<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
     transaction
@@ -181,7 +191,7 @@ pub(super) fn close_version(
             "UPDATE history_versions SET last_seen = ?4
              WHERE server_id = ?1 AND kind = ?2 AND key = ?3 AND last_seen IS NULL",
         )?
-        .execute(params![server_id, kind, key, now])?;
+        .execute(params![entry.server_id, entry.kind, entry.key, now])?;
     Ok(())
 }
 
@@ -218,11 +228,12 @@ pub(super) fn resources_before(
     let mut rows = rows.query(params![server_id, removed_kind, Kind::Resource])?;
     while let Some(row) = rows.next()? {
         let uri: String = row.get(1)?;
+        let version = VersionKey::resource(server_id, &uri);
         if row.get::<_, i64>(0)? == removed_kind {
-            close_version(transaction, server_id, Kind::Resource, &uri, now)?;
+            close_version(transaction, version, now)?;
         } else {
             let body: String = row.get(2)?;
-            seed_version(transaction, server_id, Kind::Resource, &uri, &body, now)?;
+            seed_version(transaction, version, &body, now)?;
         }
     }
     Ok(())
@@ -247,18 +258,18 @@ pub(super) fn resources_after(
     while let Some(row) = rows.next()? {
         let uri: String = row.get(0)?;
         let body: String = row.get(1)?;
-        record_version(transaction, server_id, Kind::Resource, &uri, &body, now)?;
+        record_version(
+            transaction,
+            VersionKey::resource(server_id, &uri),
+            &body,
+            now,
+        )?;
     }
     Ok(())
 }
 
 /// Keeps the newest `versions_per_key` versions of one entry (and any older protected one).
-fn prune_key(
-    transaction: &Transaction<'_>,
-    server_id: i64,
-    kind: Kind,
-    key: &str,
-) -> Result<(), StoreError> {
+fn prune_key(transaction: &Transaction<'_>, entry: VersionKey<'_>) -> Result<(), StoreError> {
     transaction
         .prepare_cached(&format!(
             "DELETE FROM history_versions WHERE id IN (
@@ -268,7 +279,7 @@ fn prune_key(
                                    OFFSET (SELECT versions_per_key FROM history_settings WHERE id = 1)) v
                  WHERE {DELETABLE} LIMIT ?4)"
         ))?
-        .execute(params![server_id, kind, key, PRUNE_BATCH])?;
+        .execute(params![entry.server_id, entry.kind, entry.key, PRUNE_BATCH])?;
     Ok(())
 }
 

@@ -33,7 +33,7 @@ mod wal;
 
 #[cfg(test)]
 use actor::commit_walk;
-use actor::{Channels, Writer};
+pub(super) use actor::{Channels, Writer};
 use entry_swap::swap_entries;
 pub(super) use feed::advance_generation;
 use feed::{prune_changes, record_truncated};
@@ -55,30 +55,6 @@ use swap::swap;
 
 pub use wal::WalWatch;
 use wal::{WriteAheadLog, WAL_LIMIT_BYTES};
-
-/// Runs the writer (`actor.rs`) until `Close`. Between operations, when none is waiting, it
-/// indexes the full-text backlog a batch at a time (`index_full_text_batch`), so a large swap's
-/// indexing never holds up another operation for more than one batch; `full_text_behind` is how
-/// many ids the backlog still lists (the answer notes of SQLite searches read it).
-pub fn run(
-    connection: Connection,
-    operations: mpsc::UnboundedReceiver<WriteOp>,
-    changes: broadcast::Sender<CatalogChanged>,
-    catalog_version: Arc<AtomicU64>,
-    full_text_behind: Arc<AtomicU64>,
-    load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
-    wal_watch: Arc<WalWatch>,
-) {
-    let channels = Channels {
-        operations,
-        changes,
-        catalog_version,
-        full_text_behind,
-        load_feed,
-        wal_watch,
-    };
-    Writer::new(connection, channels).run();
-}
 
 #[cfg(test)]
 mod tests;

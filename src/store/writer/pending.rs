@@ -1,20 +1,21 @@
 //! A first load staged straight into `resources` under a pending id, its discard, and its promotion to the server's id.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, Transaction};
 
 use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
-use super::staged::{PendingLoad, StagedCounts};
-use super::swap::{log_swap, record_walk, replace_templates, SnapshotDiff};
+use super::sql::{insert_resource, RESOURCE_COLUMNS};
+use super::staged::{PendingLoad, StagedCounts, WalkToCommit};
+use super::swap::{clear_swap_tables, log_swap, record_walk, replace_templates, SnapshotDiff};
 use super::{
     advance_generation, execute, prune_changes, query_one, record_truncated, server_id,
     CHANGES_PER_FIRST_LOAD,
 };
 use crate::protocol::ChangeKind;
-use crate::store::{now_ms, ResourceRow, StoreError, SwapOutcome, WalkReport};
+use crate::store::{now_ms, ResourceRow, StoreError, SwapOutcome};
 
 /// Runs `write` with foreign keys off: pending rows name a server id no `servers` row has
 /// until `promote` gives it to the server. (The pragma is a no-op inside a transaction, so
@@ -49,27 +50,12 @@ pub(super) fn stage_pending(
         let mut inserted = 0u64;
         let mut range: Option<(i64, i64)> = None;
         {
-            let mut insert = transaction.prepare_cached(
-                "INSERT OR IGNORE INTO resources (server_id, uri, name, title, description,
-                     mime_type, size, annotations, icons, meta, raw, hash, oversized)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            )?;
+            let mut insert = transaction.prepare_cached(&format!(
+                "INSERT OR IGNORE INTO resources (server_id, {RESOURCE_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+            ))?;
             for row in rows {
-                let added = insert.execute(params![
-                    pending_id,
-                    row.uri,
-                    row.name,
-                    row.title,
-                    row.description,
-                    row.mime_type,
-                    row.size,
-                    row.annotations,
-                    row.icons,
-                    row.meta,
-                    row.raw,
-                    row.hash,
-                    row.oversized
-                ])?;
+                let added = insert_resource(&mut insert, pending_id, row)?;
                 if added > 0 {
                     inserted += 1;
                     let id = transaction.last_insert_rowid();
@@ -155,52 +141,20 @@ const SERVER_TABLES: &[&str] = &[
 /// visible at once. A server recorded anew, or given resources, since the load began fails it.
 pub(super) fn promote(
     connection: &mut Connection,
-    walk_id: u64,
-    counts: &StagedCounts,
+    commit: &WalkToCommit<'_>,
     pending: &PendingLoad,
-    server: &str,
-    report: &WalkReport,
-    full_text_behind: &AtomicU64,
 ) -> Result<(SwapOutcome, i64), StoreError> {
+    let server = commit.server;
     let hold_started = std::time::Instant::now();
-    let (diff, templates, templates_touched, latest_seq) = without_foreign_keys(
-        connection,
-        |connection| {
+    let (diff, templates, templates_touched, latest_seq) =
+        without_foreign_keys(connection, |connection| {
             let transaction =
                 connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let old_id = server_id(&transaction, server)?.ok_or_else(|| {
-                StoreError::Walk(format!("server {server} is not in the database"))
-            })?;
-            if counts.snapshot != Some(old_id) {
-                return Err(StoreError::Walk(format!(
-                    "server {server} was recorded anew while it was walked; the walk is discarded"
-                )));
-            }
-            if query_one::<bool, _>(
-                &transaction,
-                "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
-                [old_id],
-            )? {
-                return Err(StoreError::Walk(format!(
-                    "server {server} gained resources while its first load was walked; the walk is discarded"
-                )));
-            }
-            execute(
-                &transaction,
-                "UPDATE servers SET id = ?2 WHERE id = ?1",
-                params![old_id, pending.id],
-            )?;
-            for table in SERVER_TABLES {
-                execute(
-                    &transaction,
-                    &format!("UPDATE {table} SET server_id = ?2 WHERE server_id = ?1"),
-                    params![old_id, pending.id],
-                )?;
-            }
-            let added = counts.staged;
+            take_server_id(&transaction, commit, pending)?;
+            let added = commit.counts.staged;
             let diff = SnapshotDiff {
                 server_id: pending.id,
-                walk: walk_id as i64,
+                walk: commit.walk_id as i64,
                 before: 0,
                 added,
                 removed: 0,
@@ -213,51 +167,14 @@ pub(super) fn promote(
                 },
             };
             let now = now_ms();
-            execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
-            execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+            clear_swap_tables(&transaction)?;
             let (templates, templates_touched) =
                 replace_templates(&transaction, &diff, server, now)?;
-            if diff.full_text == FullText::DeferAdded {
-                for &(first, last) in &pending.ranges {
-                    defer_full_text(&transaction, first, last)?;
-                }
-            } else {
-                // Rows a backlog range holds (ids it lists were freed and handed out again)
-                // are left to its batch.
-                execute(
-                    &transaction,
-                    &format!(
-                        "INSERT INTO resources_fts (rowid, uri, name, title, description)
-                         SELECT r.id, r.uri, r.name, r.title, r.description
-                         FROM resources r WHERE r.server_id = ?1 AND {INDEXED}"
-                    ),
-                    [pending.id],
-                )?;
-            }
-            let mut recorded = 0;
-            for &(first, last) in &pending.ranges {
-                if recorded >= CHANGES_PER_FIRST_LOAD {
-                    break;
-                }
-                recorded += execute(
-                    &transaction,
-                    "INSERT INTO changes (at, server, kind, uri)
-                     SELECT ?1, ?2, ?6, r.uri FROM resources r
-                     WHERE r.id BETWEEN ?3 AND ?4 AND r.server_id = ?5 ORDER BY r.id LIMIT ?7",
-                    params![
-                        now,
-                        server,
-                        first,
-                        last,
-                        pending.id,
-                        ChangeKind::Added,
-                        (CHANGES_PER_FIRST_LOAD - recorded) as i64
-                    ],
-                )? as u64;
-            }
+            index_first_load(&transaction, &diff, pending)?;
+            let recorded = record_first_load_changes(&transaction, server, pending, now)?;
             record_truncated(&transaction, now, server, added, recorded)?;
             let latest_seq = prune_changes(&transaction)?;
-            record_walk(&transaction, &diff, report, now, templates)?;
+            record_walk(&transaction, &diff, commit.report, now, templates)?;
             advance_generation(&transaction)?;
             execute(
                 &transaction,
@@ -265,12 +182,13 @@ pub(super) fn promote(
                 [-pending.id],
             )?;
             if diff.full_text != FullText::Inline {
-                full_text_behind.store(full_text_backlog(&transaction)?, Ordering::Release);
+                commit
+                    .full_text_behind
+                    .store(full_text_backlog(&transaction)?, Ordering::Release);
             }
             transaction.commit()?;
             Ok((diff, templates, templates_touched, latest_seq))
-        },
-    )?;
+        })?;
     crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, hold_started);
     Ok((
@@ -284,4 +202,102 @@ pub(super) fn promote(
         },
         latest_seq,
     ))
+}
+
+/// Gives the server the load's pending id, with the few rows keyed by its old one; a server
+/// recorded anew, or given resources, since the load began fails the load.
+fn take_server_id(
+    transaction: &Transaction<'_>,
+    commit: &WalkToCommit<'_>,
+    pending: &PendingLoad,
+) -> Result<(), StoreError> {
+    let server = commit.server;
+    let old_id = server_id(transaction, server)?
+        .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
+    if commit.counts.snapshot != Some(old_id) {
+        return Err(StoreError::Walk(format!(
+            "server {server} was recorded anew while it was walked; the walk is discarded"
+        )));
+    }
+    if query_one::<bool, _>(
+        transaction,
+        "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
+        [old_id],
+    )? {
+        return Err(StoreError::Walk(format!(
+            "server {server} gained resources while its first load was walked; the walk is discarded"
+        )));
+    }
+    execute(
+        transaction,
+        "UPDATE servers SET id = ?2 WHERE id = ?1",
+        params![old_id, pending.id],
+    )?;
+    for table in SERVER_TABLES {
+        execute(
+            transaction,
+            &format!("UPDATE {table} SET server_id = ?2 WHERE server_id = ?1"),
+            params![old_id, pending.id],
+        )?;
+    }
+    Ok(())
+}
+
+/// The load's rows into FTS5: inline when few, else as backlog ranges for the writer's
+/// batches between operations.
+fn index_first_load(
+    transaction: &Transaction<'_>,
+    diff: &SnapshotDiff,
+    pending: &PendingLoad,
+) -> Result<(), StoreError> {
+    if diff.full_text == FullText::DeferAdded {
+        for &(first, last) in &pending.ranges {
+            defer_full_text(transaction, first, last)?;
+        }
+        return Ok(());
+    }
+    // Rows a backlog range holds (ids it lists were freed and handed out again) are left to
+    // its batch.
+    execute(
+        transaction,
+        &format!(
+            "INSERT INTO resources_fts (rowid, uri, name, title, description)
+             SELECT r.id, r.uri, r.name, r.title, r.description
+             FROM resources r WHERE r.server_id = ?1 AND {INDEXED}"
+        ),
+        [pending.id],
+    )?;
+    Ok(())
+}
+
+/// The feed's rows of a first load: its first `CHANGES_PER_FIRST_LOAD` URIs in id order; how
+/// many were recorded (the caller adds the `truncated` row past them).
+fn record_first_load_changes(
+    transaction: &Transaction<'_>,
+    server: &str,
+    pending: &PendingLoad,
+    now: i64,
+) -> Result<u64, StoreError> {
+    let mut recorded = 0;
+    for &(first, last) in &pending.ranges {
+        if recorded >= CHANGES_PER_FIRST_LOAD {
+            break;
+        }
+        recorded += execute(
+            transaction,
+            "INSERT INTO changes (at, server, kind, uri)
+             SELECT ?1, ?2, ?6, r.uri FROM resources r
+             WHERE r.id BETWEEN ?3 AND ?4 AND r.server_id = ?5 ORDER BY r.id LIMIT ?7",
+            params![
+                now,
+                server,
+                first,
+                last,
+                pending.id,
+                ChangeKind::Added,
+                (CHANGES_PER_FIRST_LOAD - recorded) as i64
+            ],
+        )? as u64;
+    }
+    Ok(recorded)
 }

@@ -1,9 +1,10 @@
 //! The writer's statement helpers: `execute` and `query_one` (each counting its statement's
-//! full-scan steps for the tests' guard, `full_scans`) and a server's id by name.
+//! full-scan steps for the tests' guard, `full_scans`), a server's id by name, and a resource
+//! row's one insert.
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
-use crate::store::StoreError;
+use crate::store::{ResourceRow, StoreError};
 
 /// Runs one statement of a swap or of a server record. In the crate's tests it also counts
 /// the statement's full-scan steps (`full_scans`), so a test can show that a small swap beside
@@ -38,6 +39,36 @@ pub(super) fn server_id(connection: &Connection, server: &str) -> Result<Option<
             row.get(0)
         })
         .optional()?)
+}
+
+/// The columns of a whole resource row after its owner (a server's id or a walk's), in the
+/// order `insert_resource` binds them: the snapshot's `resources` and the walk's
+/// `staging_resources` are written through the one binding.
+pub(super) const RESOURCE_COLUMNS: &str =
+    "uri, name, title, description, mime_type, size, annotations, icons, meta, raw, hash, oversized";
+
+/// Inserts one whole resource row through `statement`, an `INSERT` of the owner's column and
+/// then `RESOURCE_COLUMNS`; the number of rows inserted (0 when an `OR IGNORE` refused it).
+pub(super) fn insert_resource(
+    statement: &mut CachedStatement<'_>,
+    owner: i64,
+    row: &ResourceRow,
+) -> rusqlite::Result<usize> {
+    statement.execute(params![
+        owner,
+        row.uri,
+        row.name,
+        row.title,
+        row.description,
+        row.mime_type,
+        row.size,
+        row.annotations,
+        row.icons,
+        row.meta,
+        row.raw,
+        row.hash,
+        row.oversized
+    ])
 }
 
 /// Full-scan steps of the writer's statements on this thread, for the tests' guard.

@@ -1,13 +1,14 @@
 //! What a walk has staged so far (`StagedCounts`): the snapshot it is compared with, its
 //! counts, and, for a first load, the pending load its rows went to (`PendingLoad`).
 
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use rusqlite::Connection;
 
 use super::sql::server_id;
 use super::wal::{FIRST_LOAD_DEFER_MAX, FIRST_LOAD_IDLE};
-use crate::store::StoreError;
+use crate::store::{StoreError, WalkReport};
 
 /// A first load in flight: its rows are in `resources` under `id`, a negative id no `servers`
 /// row has (`pending_loads`), so no reader sees them until `promote` gives the server that id.
@@ -21,6 +22,18 @@ pub(super) struct PendingLoad {
     /// Pages staged without room in the search index's hand-off (the walk waited
     /// `FIRST_LOAD_INDEX_HOLD` for it): the index reads them after the commit.
     pub(super) unsent_pages: u64,
+}
+
+/// A staged walk of resources to commit: what the swap and a first load's promotion both
+/// read (`actor::commit_walk` picks which).
+#[derive(Clone, Copy)]
+pub(super) struct WalkToCommit<'a> {
+    pub(super) walk_id: u64,
+    pub(super) counts: &'a StagedCounts,
+    pub(super) server: &'a str,
+    pub(super) report: &'a WalkReport,
+    /// Raised when the commit leaves rows to the full-text backlog.
+    pub(super) full_text_behind: &'a AtomicU64,
 }
 
 /// What one walk has staged, and the snapshot it was compared with.

@@ -1,9 +1,10 @@
 //! Staging a walk's pages: the temp tables, what a walk staged, and discarding them.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
 use super::pending::stage_pending;
 use super::server_id;
+use super::sql::{insert_resource, RESOURCE_COLUMNS};
 use super::staged::StagedCounts;
 use crate::protocol::Kind;
 use crate::store::entry::same_entry;
@@ -84,19 +85,9 @@ pub(super) fn stage_entries(
                     .optional()?,
                 None => None,
             };
-            let unchanged = match stored {
-                Some((_, hash)) if hash == row.hash => Some(false),
-                Some((id, hash)) => {
-                    let (text, oversized) = stored_text.query_row([id], |found| {
-                        Ok((found.get::<_, String>(0)?, found.get::<_, bool>(1)?))
-                    })?;
-                    // A trimmed entry is compared by hash only: its text lacks what changed.
-                    let same = (hash == 0 && text == row.raw)
-                        || (!oversized && !row.oversized && same_entry(&text, &row.raw));
-                    same.then_some(true)
-                }
-                None => None,
-            };
+            let unchanged =
+                stored_unchanged(&mut stored_text, stored, &row.raw, row.hash, row.oversized)?
+                    .map(|(_, rehash)| rehash);
             match unchanged {
                 Some(rehash) => insert_light.execute(params![
                     walk_id as i64,
@@ -145,12 +136,10 @@ pub(super) fn stage_resources(
         let mut stored_text =
             transaction.prepare_cached("SELECT raw, oversized FROM resources WHERE id = ?1")?;
         // The walk never sends a URI twice; the index refuses an exact repeat all the same.
-        let mut insert = transaction.prepare_cached(
-            "INSERT OR IGNORE INTO temp.staging_resources
-                 (walk_id, uri, hash, oversized, name, title, description, mime_type, size,
-                  annotations, icons, meta, raw)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        )?;
+        let mut insert = transaction.prepare_cached(&format!(
+            "INSERT OR IGNORE INTO temp.staging_resources (walk_id, {RESOURCE_COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+        ))?;
         let mut insert_light = transaction.prepare_cached(
             "INSERT OR IGNORE INTO temp.staging_resources (walk_id, uri, hash, oversized)
              VALUES (?1, ?2, ?3, ?4)",
@@ -172,38 +161,14 @@ pub(super) fn stage_resources(
                 None => None,
             };
             // The hash the light row carries, and the listed hash to store, when unchanged.
-            let unchanged = match stored {
-                Some((_, hash)) if hash == row.hash => Some((hash, None)),
-                Some((id, hash)) => {
-                    let (text, oversized) = stored_text.query_row([id], |found| {
-                        Ok((found.get::<_, String>(0)?, found.get::<_, bool>(1)?))
-                    })?;
-                    // A trimmed entry is compared by hash only: its text lacks what changed.
-                    let same = (hash == 0 && text == row.raw)
-                        || (!oversized && !row.oversized && same_entry(&text, &row.raw));
-                    same.then_some((hash, Some(row.hash)))
-                }
-                None => None,
-            };
+            let unchanged =
+                stored_unchanged(&mut stored_text, stored, &row.raw, row.hash, row.oversized)?
+                    .map(|(hash, rehash)| (hash, rehash.then_some(row.hash)));
             let inserted = match unchanged {
                 Some((hash, _)) => {
                     insert_light.execute(params![walk, row.uri, hash, row.oversized])?
                 }
-                None => insert.execute(params![
-                    walk,
-                    row.uri,
-                    row.hash,
-                    row.oversized,
-                    row.name,
-                    row.title,
-                    row.description,
-                    row.mime_type,
-                    row.size,
-                    row.annotations,
-                    row.icons,
-                    row.meta,
-                    row.raw
-                ])?,
+                None => insert_resource(&mut insert, walk, row)?,
             } > 0;
             if !inserted {
                 continue;
@@ -228,6 +193,31 @@ pub(super) fn stage_resources(
     }
     transaction.commit()?;
     Ok(())
+}
+
+/// Whether a listed row is unchanged against the snapshot's row `stored` (its id and hash):
+/// the stored hash, and whether that hash is to become the listed one (the text holds the same
+/// JSON in another form); `None` when the row is new or changed.
+fn stored_unchanged(
+    stored_text: &mut CachedStatement<'_>,
+    stored: Option<(i64, i64)>,
+    listed_raw: &str,
+    listed_hash: i64,
+    listed_oversized: bool,
+) -> Result<Option<(i64, bool)>, StoreError> {
+    match stored {
+        Some((_, hash)) if hash == listed_hash => Ok(Some((hash, false))),
+        Some((id, hash)) => {
+            let (text, oversized) = stored_text.query_row([id], |found| {
+                Ok((found.get::<_, String>(0)?, found.get::<_, bool>(1)?))
+            })?;
+            // A trimmed entry is compared by hash only: its text lacks what changed.
+            let same = (hash == 0 && text == listed_raw)
+                || (!oversized && !listed_oversized && same_entry(&text, listed_raw));
+            Ok(same.then_some((hash, true)))
+        }
+        None => Ok(None),
+    }
 }
 
 pub(super) fn stage_templates(

@@ -1,7 +1,7 @@
 //! The hash-compared swap of a staged walk: computing the diff and applying it in one transaction.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use rusqlite::{params, Connection};
 
@@ -9,8 +9,8 @@ use super::entry_swap::OVERSIZED_ENTRIES;
 use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
-use super::history;
-use super::staged::StagedCounts;
+use super::history::{self, VersionKey};
+use super::staged::{StagedCounts, WalkToCommit};
 use super::{
     advance_generation, execute, prune_changes, query_one, record_truncated, server_id,
     CHANGES_PER_SWAP,
@@ -39,33 +39,31 @@ pub(super) const CHANGED: i64 = 1;
 /// another connection holds the lock, without waiting.
 pub(super) fn swap(
     connection: &mut Connection,
-    walk_id: u64,
-    counts: &StagedCounts,
-    server: &str,
-    report: &WalkReport,
-    full_text_behind: &AtomicU64,
+    commit: &WalkToCommit<'_>,
 ) -> Result<(SwapOutcome, i64), StoreError> {
+    let server = commit.server;
     let swap_started = std::time::Instant::now();
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)?;
     // 1. The diff, read-only as far as the snapshot goes.
-    let diff = compute_diff(&transaction, walk_id as i64, counts, server)?;
+    let diff = compute_diff(&transaction, commit.walk_id as i64, commit.counts, server)?;
     // 2. Applying it: the write lock is held from here to the commit.
     let hold_started = std::time::Instant::now();
     let now = now_ms();
     // Templates first: their feed rows are in before `apply_diff` reads the newest seq.
     let (templates, templates_touched) = replace_templates(&transaction, &diff, server, now)?;
     let applied = apply_diff(&transaction, &diff, server, now)?;
-    record_walk(&transaction, &diff, report, now, templates)?;
-    execute(&transaction, "DELETE FROM temp.swap_ids", [])?;
-    execute(&transaction, "DELETE FROM temp.swap_added", [])?;
+    record_walk(&transaction, &diff, commit.report, now, templates)?;
+    clear_swap_tables(&transaction)?;
     if diff.touched() + templates_touched > 0 {
         advance_generation(&transaction)?;
     }
     if diff.full_text != FullText::Inline {
         // Raised before the commit and lowered after each batch's: a search may say the
         // index is behind a moment too long, never miss rows without saying so.
-        full_text_behind.store(full_text_backlog(&transaction)?, Ordering::Release);
+        commit
+            .full_text_behind
+            .store(full_text_backlog(&transaction)?, Ordering::Release);
     }
     transaction.commit()?;
     crate::metrics::observe_swap_hold(hold_started.elapsed());
@@ -81,6 +79,39 @@ pub(super) fn swap(
         },
         applied.latest_seq,
     ))
+}
+
+/// Empties the swap's temp tables (`SnapshotDiff`) before a diff is noted in them, and after
+/// it is applied.
+pub(super) fn clear_swap_tables(transaction: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
+    execute(transaction, "DELETE FROM temp.swap_ids", [])?;
+    execute(transaction, "DELETE FROM temp.swap_added", [])?;
+    Ok(())
+}
+
+/// The snapshot rows staging found changed (`staging_changed`) into the diff; how many.
+pub(super) fn note_staged_changes(
+    transaction: &rusqlite::Transaction<'_>,
+    walk: i64,
+) -> Result<u64, StoreError> {
+    Ok(execute(
+        transaction,
+        "INSERT INTO temp.swap_ids (id, kind)
+         SELECT id, ?2 FROM temp.staging_changed WHERE walk_id = ?1",
+        params![walk, CHANGED],
+    )? as u64)
+}
+
+/// The URIs staging found added (`staging_added`) into the diff; how many.
+pub(super) fn note_staged_added(
+    transaction: &rusqlite::Transaction<'_>,
+    walk: i64,
+) -> Result<u64, StoreError> {
+    Ok(execute(
+        transaction,
+        "INSERT INTO temp.swap_added (uri) SELECT uri FROM temp.staging_added WHERE walk_id = ?1",
+        [walk],
+    )? as u64)
 }
 
 /// What a staged walk changes in its server's snapshot. The rows themselves are in temp
@@ -134,8 +165,7 @@ fn compute_diff(
             "server {server} was recorded anew while it was walked; the walk is discarded"
         )));
     }
-    execute(transaction, "DELETE FROM temp.swap_ids", [])?;
-    execute(transaction, "DELETE FROM temp.swap_added", [])?;
+    clear_swap_tables(transaction)?;
     let before: i64 = query_one(
         transaction,
         "SELECT count(*) FROM resources WHERE server_id = ?1",
@@ -144,57 +174,14 @@ fn compute_diff(
     let first_load = before == 0;
     let saw_every_row = counts.snapshot == Some(server_id) && counts.matched == before as u64;
     let (removed, changed, added) = if first_load || saw_every_row {
-        let changed = execute(
-            transaction,
-            "INSERT INTO temp.swap_ids (id, kind)
-             SELECT id, ?2 FROM temp.staging_changed WHERE walk_id = ?1",
-            params![walk, CHANGED],
-        )? as u64;
+        let changed = note_staged_changes(transaction, walk)?;
         let added = staged.saturating_sub(counts.matched);
         if added > 0 && !first_load {
-            execute(
-                transaction,
-                "INSERT INTO temp.swap_added (uri)
-                 SELECT uri FROM temp.staging_added WHERE walk_id = ?1",
-                [walk],
-            )?;
+            note_staged_added(transaction, walk)?;
         }
         (0, changed, added)
     } else {
-        // One pass over the snapshot finds the removed rows (no staged row) and the changed ones.
-        execute(
-            transaction,
-            "INSERT INTO temp.swap_ids (id, kind)
-             SELECT r.id, CASE WHEN s.uri IS NULL THEN ?3 ELSE ?4 END
-             FROM resources r
-             LEFT JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = r.uri
-             WHERE r.server_id = ?1
-               AND (s.uri IS NULL OR (s.hash != r.hash AND (r.hash != 0 OR s.raw IS NOT r.raw)))",
-            params![server_id, walk, REMOVED, CHANGED],
-        )?;
-        let count_kind = |kind: i64| -> Result<i64, StoreError> {
-            query_one(
-                transaction,
-                "SELECT count(*) FROM temp.swap_ids WHERE kind = ?1",
-                [kind],
-            )
-        };
-        let removed = count_kind(REMOVED)? as u64;
-        let changed = count_kind(CHANGED)? as u64;
-        // Every snapshot row that was not removed matched one staged row; the staged rows left
-        // over are the added ones, so a walk that added nothing needs no pass to find them.
-        let added = staged.saturating_sub(before as u64 - removed);
-        if added > 0 {
-            execute(
-        transaction,
-                "INSERT INTO temp.swap_added (uri)
-                 SELECT s.uri FROM temp.staging_resources s
-                 WHERE s.walk_id = ?2
-                   AND NOT EXISTS (SELECT 1 FROM resources r WHERE r.server_id = ?1 AND r.uri = s.uri)",
-                params![server_id, walk],
-            )?;
-        }
-        (removed, changed, added)
+        diff_by_pass(transaction, server_id, walk, staged, before)?
     };
     let mut diff = SnapshotDiff {
         server_id,
@@ -220,6 +207,52 @@ fn compute_diff(
         FullText::Inline
     };
     Ok(diff)
+}
+
+/// The diff of a walk that did not see every snapshot row: one pass over the snapshot finds
+/// the removed rows (no staged row) and the changed ones; the staged rows left over are the
+/// added ones. Returns (removed, changed, added).
+fn diff_by_pass(
+    transaction: &rusqlite::Transaction<'_>,
+    server_id: i64,
+    walk: i64,
+    staged: u64,
+    before: i64,
+) -> Result<(u64, u64, u64), StoreError> {
+    // One pass over the snapshot finds the removed rows (no staged row) and the changed ones.
+    execute(
+        transaction,
+        "INSERT INTO temp.swap_ids (id, kind)
+         SELECT r.id, CASE WHEN s.uri IS NULL THEN ?3 ELSE ?4 END
+         FROM resources r
+         LEFT JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = r.uri
+         WHERE r.server_id = ?1
+           AND (s.uri IS NULL OR (s.hash != r.hash AND (r.hash != 0 OR s.raw IS NOT r.raw)))",
+        params![server_id, walk, REMOVED, CHANGED],
+    )?;
+    let count_kind = |kind: i64| -> Result<i64, StoreError> {
+        query_one(
+            transaction,
+            "SELECT count(*) FROM temp.swap_ids WHERE kind = ?1",
+            [kind],
+        )
+    };
+    let removed = count_kind(REMOVED)? as u64;
+    let changed = count_kind(CHANGED)? as u64;
+    // Every snapshot row that was not removed matched one staged row; the staged rows left
+    // over are the added ones, so a walk that added nothing needs no pass to find them.
+    let added = staged.saturating_sub(before as u64 - removed);
+    if added > 0 {
+        execute(
+            transaction,
+            "INSERT INTO temp.swap_added (uri)
+             SELECT s.uri FROM temp.staging_resources s
+             WHERE s.walk_id = ?2
+               AND NOT EXISTS (SELECT 1 FROM resources r WHERE r.server_id = ?1 AND r.uri = s.uri)",
+            params![server_id, walk],
+        )?;
+    }
+    Ok((removed, changed, added))
 }
 
 /// What applying a diff left in the change feed.
@@ -545,31 +578,14 @@ pub(super) fn replace_templates(
     }
     changes.sort_by(|a, b| a.1.cmp(b.1));
     for (change, uri_template, _) in &changes {
-        let server_id = diff.server_id;
+        let version = VersionKey::new(diff.server_id, Kind::Template, uri_template);
         match (change, after.get(*uri_template), before.get(*uri_template)) {
-            (ChangeKind::Removed, _, _) => {
-                history::close_version(transaction, server_id, Kind::Template, uri_template, now)?
-            }
+            (ChangeKind::Removed, _, _) => history::close_version(transaction, version, now)?,
             (_, Some((_, body)), previous) => {
                 if let Some((_, previous_body)) = previous {
-                    let key = *uri_template;
-                    history::seed_version(
-                        transaction,
-                        server_id,
-                        Kind::Template,
-                        key,
-                        previous_body,
-                        now,
-                    )?;
+                    history::seed_version(transaction, version, previous_body, now)?;
                 }
-                history::record_version(
-                    transaction,
-                    server_id,
-                    Kind::Template,
-                    uri_template,
-                    body,
-                    now,
-                )?
+                history::record_version(transaction, version, body, now)?
             }
             _ => {}
         }

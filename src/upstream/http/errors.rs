@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// How much of an error body we read at most.
+const ERROR_BODY_READ_LIMIT: usize = 8 << 10;
+/// How much of an error body we keep for status and logs.
+const ERROR_BODY_LIMIT: usize = 300;
+
 /// The `Retry-After` of a 429 or 503 answer, the only ones where we honour it.
 pub(super) fn retry_after(response: &reqwest::Response) -> Option<Duration> {
     if !matches!(

@@ -28,10 +28,6 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 const METHOD_HEADER: &str = "mcp-method";
 const NAME_HEADER: &str = "mcp-name";
 const LAST_EVENT_HEADER: &str = "last-event-id";
-/// How much of an error body we read at most.
-const ERROR_BODY_READ_LIMIT: usize = 8 << 10;
-/// How much of an error body we keep for status and logs.
-const ERROR_BODY_LIMIT: usize = 300;
 /// The slowest a GET stream that keeps failing is reopened.
 const MAX_STREAM_RETRY: Duration = Duration::from_secs(30);
 /// A GET stream that stayed open this long was healthy: its end is not a failure.

@@ -15,9 +15,9 @@ use crate::protocol::{
     self as wire, CacheScope, CatalogChanges, CatalogEntries, ChangeKind, ChangesParams,
     FallbackReason, KeysParams, Kind, Method, MAX_CHANGES_LIMIT,
 };
-use crate::store::{now_ms, FollowCursor, ScopeUpdate, StagedWalk, Store};
+use crate::store::{now_ms, DeltaOutcome, FollowCursor, ScopeUpdate, StagedWalk, Store};
 use crate::upstream::Session;
-use crate::walk::kinds::followed_entry_row;
+use crate::walk::definitions::followed_entry_row;
 use crate::walk::{self, resource_row, template_row, WalkError, WalkSummary};
 
 mod answers;
@@ -114,7 +114,8 @@ pub async fn walk_or_follow(
         true => walk::walk(session, store, server, limits).await?,
         false => WalkSummary::empty(now_ms()),
     };
-    super::kinds::walk_entry_kinds(session, store, server, limits, kinds, &mut summary).await?;
+    super::definitions::walk_entry_kinds(session, store, server, limits, kinds, &mut summary)
+        .await?;
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
     summary.listed = true;
     summary.fallback = Some(reason);
@@ -184,72 +185,81 @@ struct Reads {
     requests: u64,
 }
 
-/// Asks the upstream for the entries of `keys` (of any kind), stages those it lists, and
-/// returns the keys it no longer lists. Only the keys asked count: an entry of another key in
-/// the answer is left out, as a walk leaves out a duplicate.
-#[allow(clippy::too_many_arguments)]
-async fn fetch_keys(
-    session: &Session,
-    staged: &StagedWalk,
-    cursor: &FollowCursor,
-    kind: Kind,
-    keys: &[String],
+/// What fetching one delta's entries needs and gathers: the upstream, the cursor its answers
+/// must match, the walk's bounds, what the reads saw and the scope their answers declared.
+struct Fetcher<'a> {
+    session: &'a Session,
+    cursor: &'a FollowCursor,
     limits: WalkLimits,
-    reads: &mut Reads,
-    scope: &mut Option<CacheScope>,
-) -> Result<Vec<String>, Fallback> {
-    let mut gone = Vec::new();
-    for chunk in keys.chunks(KEYS_PER_REQUEST) {
-        let read = entries_request(session, kind, chunk, scope).await?;
-        reads.requests += 1;
-        if read.instance != cursor.instance {
-            return Err(Fallback::walk(
-                FallbackReason::AnotherDatabase,
-                "the upstream's database is another one",
-            ));
+    reads: Reads,
+    scope: Option<CacheScope>,
+}
+
+impl Fetcher<'_> {
+    /// Asks the upstream for the entries of `keys` (of any kind), stages those it lists, and
+    /// returns the keys it no longer lists. Only the keys asked count: an entry of another key
+    /// in the answer is left out, as a walk leaves out a duplicate.
+    async fn fetch_keys(
+        &mut self,
+        staged: &StagedWalk,
+        kind: Kind,
+        keys: &[String],
+    ) -> Result<Vec<String>, Fallback> {
+        let (session, cursor, limits) = (self.session, self.cursor, self.limits);
+        let (reads, scope) = (&mut self.reads, &mut self.scope);
+        let mut gone = Vec::new();
+        for chunk in keys.chunks(KEYS_PER_REQUEST) {
+            let read = entries_request(session, kind, chunk, scope).await?;
+            reads.requests += 1;
+            if read.instance != cursor.instance {
+                return Err(Fallback::walk(
+                    FallbackReason::AnotherDatabase,
+                    "the upstream's database is another one",
+                ));
+            }
+            // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
+            let entries = read
+                .entries
+                .into_iter()
+                .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)).ok());
+            let asked: BTreeSet<&str> = chunk.iter().map(String::as_str).collect();
+            let mut found = BTreeSet::new();
+            match kind {
+                Kind::Template => {
+                    let rows: Vec<_> = entries
+                        .filter_map(|entry| template_row(&entry, &limits).ok().flatten())
+                        .filter(|row| asked_once(&asked, &mut found, &row.uri_template))
+                        .collect();
+                    if !rows.is_empty() {
+                        staged.add_templates(rows).await?;
+                    }
+                }
+                Kind::Tool | Kind::Prompt => {
+                    let rows: Vec<_> = entries
+                        .filter_map(|entry| followed_entry_row(kind, entry, limits.max_entry_bytes))
+                        .filter(|row| asked_once(&asked, &mut found, &row.name))
+                        .collect();
+                    if !rows.is_empty() {
+                        staged.add_entries(kind, rows).await?;
+                    }
+                }
+                Kind::Resource => {
+                    let rows: Vec<_> = entries
+                        .filter_map(|entry| resource_row(entry, limits.max_entry_bytes))
+                        .filter(|row| asked_once(&asked, &mut found, &row.uri))
+                        .collect();
+                    if !rows.is_empty() {
+                        staged.add_resources(rows).await?;
+                    }
+                }
+            }
+            gone.extend(chunk.iter().filter(|key| !found.contains(*key)).cloned());
+            reads.seqs.push(read.seq);
+            reads.totals.retain(|(read_kind, _)| *read_kind != kind);
+            reads.totals.extend(read.total.map(|total| (kind, total)));
         }
-        // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
-        let entries = read
-            .entries
-            .into_iter()
-            .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)).ok());
-        let asked: BTreeSet<&str> = chunk.iter().map(String::as_str).collect();
-        let mut found = BTreeSet::new();
-        match kind {
-            Kind::Template => {
-                let rows: Vec<_> = entries
-                    .filter_map(|entry| template_row(&entry, &limits).ok().flatten())
-                    .filter(|row| asked_once(&asked, &mut found, &row.uri_template))
-                    .collect();
-                if !rows.is_empty() {
-                    staged.add_templates(rows).await?;
-                }
-            }
-            Kind::Tool | Kind::Prompt => {
-                let rows: Vec<_> = entries
-                    .filter_map(|entry| followed_entry_row(kind, entry, limits.max_entry_bytes))
-                    .filter(|row| asked_once(&asked, &mut found, &row.name))
-                    .collect();
-                if !rows.is_empty() {
-                    staged.add_entries(kind, rows).await?;
-                }
-            }
-            Kind::Resource => {
-                let rows: Vec<_> = entries
-                    .filter_map(|entry| resource_row(entry, limits.max_entry_bytes))
-                    .filter(|row| asked_once(&asked, &mut found, &row.uri))
-                    .collect();
-                if !rows.is_empty() {
-                    staged.add_resources(rows).await?;
-                }
-            }
-        }
-        gone.extend(chunk.iter().filter(|key| !found.contains(*key)).cloned());
-        reads.seqs.push(read.seq);
-        reads.totals.retain(|(read_kind, _)| *read_kind != kind);
-        reads.totals.extend(read.total.map(|total| (kind, total)));
+        Ok(gone)
     }
-    Ok(gone)
 }
 
 /// True the first time an answer holds an entry of `key` when `key` was asked for; an entry
@@ -281,6 +291,10 @@ fn feed_key(change: &wire::Change, kinds: &[Kind]) -> Option<(Kind, String)> {
     }
 }
 
+/// Brings the server's snapshot up to date from the upstream's feed in three steps: reading
+/// the feed from the cursor (`read_feed`), fetching the changed keys' entries into one delta
+/// (`fetch_delta`, committed with the new cursor), and verifying the counts after it
+/// (`verify_counts`). Anything it cannot account for is a `Fallback` to one full walk.
 async fn follow(
     session: &Session,
     store: &Store,
@@ -291,14 +305,78 @@ async fn follow(
 ) -> Result<WalkSummary, Fallback> {
     let started = Instant::now();
     let started_at_ms = now_ms();
+    let mut fetcher = Fetcher {
+        session,
+        cursor,
+        limits,
+        reads: Reads::default(),
+        scope: None,
+    };
     // 1. The keys changed since the cursor, page by page, by kind.
+    let feed = read_feed(&mut fetcher, kinds).await?;
+    let since = feed.since;
+    // 2. Their entries, as the upstream's catalog shows them now.
+    let delta = fetch_delta(&mut fetcher, store, server, feed.keys).await?;
+    let pages = feed.pages + fetcher.reads.requests;
+    // The scope goes with the snapshot as a walk's does: the more private of the old and the
+    // new one while the delta is applied, then the new. An upstream whose answers declare no
+    // scope leaves the stored one (its last walk's). The hints are the view's, whatever kind.
+    let scopes: Vec<(Kind, CacheScope)> = fetcher
+        .scope
+        .map(|scope| {
+            let mut touched = vec![(Kind::Resource, scope), (Kind::Template, scope)];
+            touched.extend(delta.entries.iter().map(|(kind, _, _)| (*kind, scope)));
+            touched
+        })
+        .unwrap_or_default();
+    store
+        .record_scopes(server, scopes.clone(), ScopeUpdate::Tighten)
+        .await?;
+    // The cursor moves to where the feed was listed, not to where the entries were read: a
+    // change after it to a key not fetched here must still be replayed (a key fetched here
+    // and changed again is fetched again then, which costs only its entry).
+    let new_cursor = FollowCursor {
+        instance: cursor.instance.clone(),
+        seq: since,
+    };
+    let outcome = delta
+        .staged
+        .commit_delta(delta.removed, delta.templates, delta.entries, new_cursor)
+        .await?;
+    store
+        .record_scopes(server, scopes.clone(), ScopeUpdate::Set)
+        .await?;
+    // 3. The snapshot must now count what the upstream counted.
+    verify_counts(&fetcher.reads, since, &outcome)?;
+    let mut summary = WalkSummary::empty(started_at_ms);
+    summary.swap = outcome.swap;
+    summary.entries = outcome.entries;
+    summary.scopes = scopes;
+    summary.report.pages = pages;
+    summary.report.duration_ms = started.elapsed().as_millis() as i64;
+    Ok(summary)
+}
+
+/// What the feed named since the cursor: the changed keys by kind, the seq it was listed to
+/// and how many pages that took.
+struct FeedKeys {
+    keys: BTreeMap<Kind, BTreeSet<String>>,
+    since: i64,
+    pages: u64,
+}
+
+/// Reads the feed from the cursor to its end, page by page, gathering the changed keys of the
+/// kinds mirrored here. A feed page of another database, a pruned feed, a page that moves the
+/// cursor back or names more changes than asked, a swap too large to list, too many keys or
+/// key bytes, a feed that says more and lists nothing or never ends: each is a `Fallback`.
+async fn read_feed(fetcher: &mut Fetcher<'_>, kinds: &[Kind]) -> Result<FeedKeys, Fallback> {
+    let (session, cursor, limits) = (fetcher.session, fetcher.cursor, fetcher.limits);
     let (mut since, mut pages) = (cursor.seq, 0u64);
     let mut keys: BTreeMap<Kind, BTreeSet<String>> = BTreeMap::new();
     let mut key_bytes = 0usize;
-    let mut scope = None;
     loop {
         let asked = ChangesParams::after(since, Some(MAX_CHANGES_LIMIT as u64));
-        let page = request::<CatalogChanges>(session, &asked, &mut scope).await?;
+        let page = request::<CatalogChanges>(session, &asked, &mut fetcher.scope).await?;
         pages += 1;
         if page.instance.as_deref() != Some(cursor.instance.as_str()) {
             return Err(Fallback::walk(
@@ -377,8 +455,30 @@ async fn follow(
             ));
         }
     }
-    // 2. Their entries, as the upstream's catalog shows them now. Tools and prompts are staged
-    // by walks of their own (a kind's staging is keyed by name alone).
+    Ok(FeedKeys { keys, since, pages })
+}
+
+/// A delta's entries fetched and staged, ready to commit with the cursor.
+struct FetchedDelta {
+    /// The walk the resources and templates are staged in.
+    staged: StagedWalk,
+    /// The resource keys the upstream no longer lists.
+    removed: Vec<String>,
+    /// The template keys the feed named, when it named any.
+    templates: Option<Vec<String>>,
+    /// Each touched kind of tools and prompts, its walk and the keys the feed named.
+    entries: Vec<(Kind, StagedWalk, Vec<String>)>,
+}
+
+/// Fetches the entries of the keys the feed named, as the upstream's catalog shows them now,
+/// and stages them. Tools and prompts are staged by walks of their own (a kind's staging is
+/// keyed by name alone).
+async fn fetch_delta(
+    fetcher: &mut Fetcher<'_>,
+    store: &Store,
+    server: &str,
+    mut keys: BTreeMap<Kind, BTreeSet<String>>,
+) -> Result<FetchedDelta, Fallback> {
     let mut take = |kind: Kind| -> Vec<String> {
         keys.remove(&kind)
             .map(|keys| keys.into_iter().collect())
@@ -391,105 +491,55 @@ async fn follow(
         .filter(|(_, keys)| !keys.is_empty())
         .collect();
     let staged = store.begin_walk(server);
-    let mut reads = Reads::default();
-    let removed = fetch_keys(
-        session,
-        &staged,
-        cursor,
-        Kind::Resource,
-        &resource_keys,
-        limits,
-        &mut reads,
-        &mut scope,
-    )
-    .await?;
-    if !template_keys.is_empty() {
-        fetch_keys(
-            session,
-            &staged,
-            cursor,
-            Kind::Template,
-            &template_keys,
-            limits,
-            &mut reads,
-            &mut scope,
-        )
+    let removed = fetcher
+        .fetch_keys(&staged, Kind::Resource, &resource_keys)
         .await?;
+    if !template_keys.is_empty() {
+        fetcher
+            .fetch_keys(&staged, Kind::Template, &template_keys)
+            .await?;
     }
-    let mut entry_deltas = Vec::new();
+    let mut entries = Vec::new();
     for (kind, keys) in entry_keys {
         let entry_staged = store.begin_walk(server);
-        fetch_keys(
-            session,
-            &entry_staged,
-            cursor,
-            kind,
-            &keys,
-            limits,
-            &mut reads,
-            &mut scope,
-        )
-        .await?;
-        entry_deltas.push((kind, entry_staged, keys));
+        fetcher.fetch_keys(&entry_staged, kind, &keys).await?;
+        entries.push((kind, entry_staged, keys));
     }
-    pages += reads.requests;
-    // The scope goes with the snapshot as a walk's does: the more private of the old and the
-    // new one while the delta is applied, then the new. An upstream whose answers declare no
-    // scope leaves the stored one (its last walk's). The hints are the view's, whatever kind.
-    let scopes: Vec<(Kind, CacheScope)> = scope
-        .map(|scope| {
-            let mut touched = vec![(Kind::Resource, scope), (Kind::Template, scope)];
-            touched.extend(entry_deltas.iter().map(|(kind, _, _)| (*kind, scope)));
-            touched
-        })
-        .unwrap_or_default();
-    store
-        .record_scopes(server, scopes.clone(), ScopeUpdate::Tighten)
-        .await?;
-    // The cursor moves to where the feed was listed, not to where the entries were read: a
-    // change after it to a key not fetched here must still be replayed (a key fetched here
-    // and changed again is fetched again then, which costs only its entry).
-    let new_cursor = FollowCursor {
-        instance: cursor.instance.clone(),
-        seq: since,
-    };
-    let touched_templates = (!template_keys.is_empty()).then_some(template_keys);
-    let outcome = staged
-        .commit_delta(removed, touched_templates, entry_deltas, new_cursor)
-        .await?;
-    store
-        .record_scopes(server, scopes.clone(), ScopeUpdate::Set)
-        .await?;
-    // 3. The snapshot must now count what the upstream counted, when every read saw the
-    // catalog exactly as the feed was listed (else a count could differ by a later change).
-    if reads.seqs.iter().all(|seq| *seq == since) {
-        for (kind, total) in &reads.totals {
-            let held = match kind {
-                Kind::Template => outcome.swap.templates,
-                Kind::Resource => outcome.swap.resources,
-                entry_kind => outcome
-                    .entries
-                    .iter()
-                    .find(|(swapped, _)| swapped == entry_kind)
-                    .map_or(0, |(_, swap)| swap.entries),
-            };
-            if held != *total {
-                return Err(Fallback::walk(
-                    FallbackReason::CountsDiffer,
-                    format!(
-                        "after the delta this mirror holds {held} {kind}s and the upstream {total}"
-                    ),
-                ));
-            }
+    Ok(FetchedDelta {
+        staged,
+        removed,
+        templates: (!template_keys.is_empty()).then_some(template_keys),
+        entries,
+    })
+}
+
+/// After the delta the snapshot must count what the upstream counted, when every read saw the
+/// catalog exactly as the feed was listed (`since`; else a count could differ by a later
+/// change).
+fn verify_counts(reads: &Reads, since: i64, outcome: &DeltaOutcome) -> Result<(), Fallback> {
+    if !reads.seqs.iter().all(|seq| *seq == since) {
+        return Ok(());
+    }
+    for (kind, total) in &reads.totals {
+        let held = match kind {
+            Kind::Template => outcome.swap.templates,
+            Kind::Resource => outcome.swap.resources,
+            entry_kind @ (Kind::Tool | Kind::Prompt) => outcome
+                .entries
+                .iter()
+                .find(|(swapped, _)| swapped == entry_kind)
+                .map_or(0, |(_, swap)| swap.entries),
+        };
+        if held != *total {
+            return Err(Fallback::walk(
+                FallbackReason::CountsDiffer,
+                format!(
+                    "after the delta this mirror holds {held} {kind}s and the upstream {total}"
+                ),
+            ));
         }
     }
-    let mut summary = WalkSummary::empty(started_at_ms);
-    summary.swap = outcome.swap;
-    summary.entries = outcome.entries;
-    summary.scopes = scopes;
-    summary.report.pages = pages;
-    summary.report.duration_ms = started.elapsed().as_millis() as i64;
-    Ok(summary)
+    Ok(())
 }
 
 #[cfg(test)]

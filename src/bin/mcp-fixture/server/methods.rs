@@ -28,11 +28,11 @@ impl Server {
             "resources/templates/list" => self.list_templates(),
             "resources/read" => self.read_resource(params, modern),
             "tools/list" if self.catalog().tools_declared => Ok(Handled::Result(
-                crate::kinds::list_tools(&self.catalog(), params)?,
+                crate::definitions::list_tools(&self.catalog(), params)?,
             )),
-            "prompts/list" if self.catalog().prompts_declared => {
-                Ok(Handled::Result(crate::kinds::list_prompts(&self.catalog())))
-            }
+            "prompts/list" if self.catalog().prompts_declared => Ok(Handled::Result(
+                crate::definitions::list_prompts(&self.catalog()),
+            )),
             _ if self.answers_unknown_methods() => {
                 info!(method, "answering an unknown method with a bare result");
                 self.stats.update(|counters| counters.bare_results += 1);
@@ -130,7 +130,7 @@ impl Server {
         if catalog.resources_capability {
             capabilities["resources"] = json!({"listChanged": true, "subscribe": false});
         }
-        crate::kinds::declare(&catalog, &mut capabilities);
+        crate::definitions::declare(&catalog, &mut capabilities);
         json!({
             "protocolVersion": version,
             "capabilities": capabilities,
@@ -167,7 +167,7 @@ impl Server {
             // Without listen the server has no way to send list_changed in this era.
             capabilities["resources"] = json!({"listChanged": !self.args.no_listen});
         }
-        crate::kinds::declare(&catalog, &mut capabilities);
+        crate::definitions::declare(&catalog, &mut capabilities);
         Ok(Handled::Result(json!({
             "resultType": "complete",
             "supportedVersions": self.modern_versions(),
@@ -192,7 +192,7 @@ impl Server {
         } else {
             json!({})
         };
-        crate::kinds::honour(&self.catalog(), requested, &mut honoured);
+        crate::definitions::honour(&self.catalog(), requested, &mut honoured);
         Ok(Handled::Listen(honoured))
     }
 

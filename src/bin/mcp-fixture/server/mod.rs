@@ -319,7 +319,7 @@ impl Server {
         let (version, sessions, (entry_notifications, resources_notify)) = {
             let mut state = self.state();
             catalog.version = state.catalog.version + 1;
-            let notify = crate::kinds::notifications_for(&state.catalog, &catalog);
+            let notify = crate::definitions::notifications_for(&state.catalog, &catalog);
             state.catalog = Arc::new(catalog);
             let sessions: Vec<Arc<Session>> = state.sessions.values().cloned().collect();
             (state.catalog.version, sessions, notify)
@@ -328,7 +328,7 @@ impl Server {
             let _ = self.pushes.send(Push::EntriesChanged(method));
             for session in sessions.iter().filter(|session| session.is_initialized()) {
                 if session.kind == SessionKind::StreamableHttp && !self.args.no_get_stream {
-                    session.push_messages([crate::kinds::notification(method, None)]);
+                    session.push_messages([crate::definitions::notification(method, None)]);
                 }
             }
         }

@@ -4,6 +4,7 @@ use std::ops::AsyncFnMut;
 use std::time::{Duration, Instant};
 
 use super::full_text::BULK_INDEX_MIN_ROWS;
+use super::staged::WalkToCommit;
 use super::*;
 use crate::protocol::TransportKind;
 use crate::store::{schema, SearchRequest, ServerEntry, Store};
@@ -111,8 +112,14 @@ fn walk(
     let mut counts = StagedCounts::against(connection, server).expect("counts");
     stage_pages(connection, walk_id, &mut counts, rows);
     let report = WalkReport::default();
-    let (outcome, _) =
-        commit_walk(connection, walk_id, &counts, server, &report, behind).expect("swap");
+    let commit = WalkToCommit {
+        walk_id,
+        counts: &counts,
+        server,
+        report: &report,
+        full_text_behind: behind,
+    };
+    let (outcome, _) = commit_walk(connection, &commit).expect("swap");
     discard_staging(connection, walk_id);
     outcome
 }
