@@ -195,6 +195,18 @@ fn semantic_daemon(scratch: &Scratch, model: &Path) -> Daemon {
     Daemon::start(scratch, &config)
 }
 
+/// `catalog/search` for "email" among tools, once the fixture's tools are in: `walksOk` counts
+/// the resource walk's swap, and the tools' swap comes after it.
+fn email_tool_search(daemon: &Daemon) -> Value {
+    wait_for("the tools in search", Duration::from_secs(30), || {
+        let answer = daemon.call(
+            "catalog/search",
+            json!({"query": "email", "kinds": ["tool"]}),
+        );
+        (!names(&answer).is_empty()).then_some(answer)
+    })
+}
+
 fn vectors(daemon: &Daemon) -> Value {
     daemon.call("catalog/status", json!({}))["daemon"]["vectors"].clone()
 }
@@ -326,10 +338,7 @@ fn search_stays_lexical_and_says_why_when_the_model_cannot_load() {
         .as_str()
         .expect("error")
         .contains("config.json"));
-    let answer = daemon.call(
-        "catalog/search",
-        json!({"query": "email", "kinds": ["tool"]}),
-    );
+    let answer = email_tool_search(&daemon);
     assert_eq!(answer["mode"], "lexical");
     assert!(answer["note"]
         .as_str()
@@ -452,10 +461,7 @@ fn a_model_claiming_terabytes_leaves_the_daemon_up_and_search_lexical() {
     });
     let error = status["error"].as_str().expect("error");
     assert!(error.contains("past the end of the file"), "{error}");
-    let answer = daemon.call(
-        "catalog/search",
-        json!({"query": "email", "kinds": ["tool"]}),
-    );
+    let answer = email_tool_search(&daemon);
     assert_eq!(answer["mode"], "lexical");
     assert_eq!(names(&answer), ["send_email"]);
 }
@@ -485,13 +491,7 @@ fn model_failure(daemon: &Daemon) -> String {
     // A model that fails at once (a 1 ms deadline) can fail before the first walk: the search
     // is asked once the tools are there, and must answer lexically.
     daemon.wait_for_walks("fx", 1);
-    let answer = wait_for("the tools in search", Duration::from_secs(30), || {
-        let answer = daemon.call(
-            "catalog/search",
-            json!({"query": "email", "kinds": ["tool"]}),
-        );
-        (!names(&answer).is_empty()).then_some(answer)
-    });
+    let answer = email_tool_search(daemon);
     assert_eq!(answer["mode"], "lexical");
     assert_eq!(names(&answer), ["send_email"]);
     let said = daemon
