@@ -38,12 +38,9 @@ fn change_to(daemon: &Daemon, scratch: &Scratch, scenario: &Value, versions: usi
     })
 }
 
-#[test]
-fn a_changing_tool_keeps_its_versions_reuses_bodies_prunes_by_count_and_diffs_plainly() {
-    let scratch = Scratch::new();
-    let city = json!({"city": {"type": "string"}});
-    let first = weather(city.clone(), json!(["city"]));
-    let path = scratch.write_scenario("scenario.json", &first);
+/// Starts a daemon mirroring the fixture `fx` with `scenario`, and these extra `[daemon]` lines.
+fn fixture_daemon(scratch: &Scratch, scenario: &Value, daemon_lines: &str) -> Daemon {
+    let path = scratch.write_scenario("scenario.json", scenario);
     let server = stdio_server(
         "fx",
         &["--name", "fx", "--scenario", &path.display().to_string()],
@@ -51,12 +48,20 @@ fn a_changing_tool_keeps_its_versions_reuses_bodies_prunes_by_count_and_diffs_pl
     let config = scratch.write(
         "daemon.toml",
         &format!(
-            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\nhistory_versions_per_key = 4\n\n{server}",
+            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\n{daemon_lines}\n\n{server}",
             scratch.path("catalog.db").display(),
             scratch.path("mirror.sock").display(),
         ),
     );
-    let daemon = Daemon::start(&scratch, &config);
+    Daemon::start(scratch, &config)
+}
+
+#[test]
+fn a_changing_tool_keeps_its_versions_reuses_bodies_prunes_by_count_and_diffs_plainly() {
+    let scratch = Scratch::new();
+    let city = json!({"city": {"type": "string"}});
+    let first = weather(city.clone(), json!(["city"]));
+    let daemon = fixture_daemon(&scratch, &first, "history_versions_per_key = 4");
     let versions = wait_for("the first version", Duration::from_secs(30), || {
         let versions = history(&daemon);
         (versions.len() == 1).then_some(versions)
@@ -259,23 +264,8 @@ fn resources_keep_a_history_only_where_history_is_on() {
 
 /// Starts a daemon over the `weather` fixture with these extra `[daemon]` lines.
 fn daemon_with_bounds(scratch: &Scratch, bounds: &str) -> Daemon {
-    let path = scratch.write_scenario(
-        "scenario.json",
-        &weather(json!({"city": {"type": "string"}}), json!(["city"])),
-    );
-    let server = stdio_server(
-        "fx",
-        &["--name", "fx", "--scenario", &path.display().to_string()],
-    );
-    let config = scratch.write(
-        "daemon.toml",
-        &format!(
-            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\n{bounds}\n\n{server}",
-            scratch.path("catalog.db").display(),
-            scratch.path("mirror.sock").display(),
-        ),
-    );
-    let daemon = Daemon::start(scratch, &config);
+    let city = weather(json!({"city": {"type": "string"}}), json!(["city"]));
+    let daemon = fixture_daemon(scratch, &city, bounds);
     wait_for("the first version", Duration::from_secs(30), || {
         (history(&daemon).len() == 1).then_some(())
     });
@@ -385,23 +375,11 @@ fn sigkill_while_definitions_change_leaves_the_current_version_equal_to_the_stor
 fn pruning_by_bytes_keeps_up_with_a_walk_that_changes_more_than_a_batch() {
     let scratch = Scratch::new();
     // 600 tools, each a new version at every walk: more than one prune batch (500) per swap.
-    let path = scratch.write_scenario(
-        "scenario.json",
+    let daemon = fixture_daemon(
+        &scratch,
         &json!({"generate_tools": 600, "revise_tools_per_list": true}),
+        "history_max_bytes = \"1\"",
     );
-    let server = stdio_server(
-        "fx",
-        &["--name", "fx", "--scenario", &path.display().to_string()],
-    );
-    let config = scratch.write(
-        "daemon.toml",
-        &format!(
-            "[daemon]\ndatabase = \"{}\"\nsocket = \"{}\"\nrequest_timeout = \"5s\"\nhistory_max_bytes = \"1\"\n\n{server}",
-            scratch.path("catalog.db").display(),
-            scratch.path("mirror.sock").display(),
-        ),
-    );
-    let daemon = Daemon::start(&scratch, &config);
     let versions = |daemon: &Daemon| -> (i64, i64) {
         open_database(&daemon.database)
             .query_row(
