@@ -181,6 +181,20 @@ fn resources_page(
         hits.truncate(kept);
         next = Some(request.offset + kept);
     }
+    Ok((
+        with_snippets(connection, request, query, hits, blame)?,
+        next,
+    ))
+}
+
+/// The page's hits with their snippets, each hit's texts bounded.
+fn with_snippets(
+    connection: &Connection,
+    request: &SearchRequest,
+    query: &str,
+    hits: Vec<(SearchHit, i64)>,
+    blame: &dyn Fn(rusqlite::Error) -> StoreError,
+) -> Result<Vec<SearchHit>, StoreError> {
     // Snippets only for the rows returned. For plain words they are built here from the hit's
     // own fields: asking FTS5 per hit re-runs the match (and re-expands a prefix) every time,
     // which profiled at 100 ms and more per hit for common prefixes. Raw FTS5 syntax can mean
@@ -195,7 +209,7 @@ fn resources_page(
                 hit
             })
             .collect();
-        return Ok((page, next));
+        return Ok(page);
     }
     let mut snippet = connection
         .prepare_cached(
@@ -222,7 +236,7 @@ fn resources_page(
         bound_hit_text(&mut hit);
         page.push(hit);
     }
-    Ok((page, next))
+    Ok(page)
 }
 
 /// `text` cut to `MAX_HIT_TEXT_BYTES` at a character boundary, ending in "…" when cut.

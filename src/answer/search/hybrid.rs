@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::admitted;
 use super::index::{search_index, IndexAnswer};
 use crate::answer::{internal, DaemonContext};
-use crate::protocol::{self as wire, ErrorObject, VectorsState, BUSY};
+use crate::protocol::{self as wire, ErrorObject, VectorsState};
 use crate::search::SearchIndex;
 use crate::semantic::fusion::{fuse, HitKey, Ranked, DEFAULT_FUSION, FUSION_DEPTH};
+use crate::semantic::SemanticIndex;
 use crate::store;
 
 /// How long a search waits for the vectors to follow a change its caller may already have
@@ -82,60 +84,10 @@ pub(crate) async fn semantic_search(
         }
         _ => None,
     };
-    let permit = context
-        .search_gate
-        .acquire()
-        .await
-        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))?;
-    let nearest = {
-        let semantic = semantic.clone();
-        let request = request.clone();
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let vector = semantic.question_vector(&request.query)?;
-            Ok::<_, crate::semantic::SemanticError>(semantic.nearest(
-                &vector,
-                &request,
-                FUSION_DEPTH,
-            ))
-        })
-        .await
-        .map_err(internal)?
-        .map_err(internal)?
-    };
-    let semantic_list: Vec<Ranked<store::SearchHit>> = nearest
-        .into_iter()
-        .map(|(similarity, document)| {
-            let entry = document.entry;
-            let hit = store::SearchHit {
-                kind: entry.kind,
-                server: entry.server,
-                uri: entry.uri,
-                name: entry.name,
-                title: entry.title,
-                mime_type: entry.mime_type,
-                description: entry.description,
-                score: f64::from(similarity),
-                snippet: None,
-            };
-            Ranked {
-                key: key_of(&hit),
-                score: hit.score,
-                hit,
-            }
-        })
-        .collect();
+    let semantic_list = nearest_hits(context, semantic, request).await?;
     let (ranked, match_mode, note) = match lexical {
         Some(lexical) => {
-            let lexical_list = lexical
-                .hits
-                .into_iter()
-                .map(|hit| Ranked {
-                    key: key_of(&hit),
-                    score: hit.score,
-                    hit,
-                })
-                .collect();
+            let lexical_list = lexical.hits.into_iter().map(ranked).collect();
             (
                 fuse(lexical_list, semantic_list, DEFAULT_FUSION),
                 lexical.mode,
@@ -169,4 +121,57 @@ pub(crate) async fn semantic_search(
         search_mode: mode,
         note,
     })))
+}
+
+/// The entries nearest the question by the model's vectors, `FUSION_DEPTH` of them, as hits:
+/// the question embedded and the vectors compared on a blocking thread, under a permit of the
+/// one search gate.
+async fn nearest_hits(
+    context: &DaemonContext,
+    semantic: &Arc<SemanticIndex>,
+    request: &store::SearchRequest,
+) -> Result<Vec<Ranked<store::SearchHit>>, ErrorObject> {
+    let permit = admitted(context).await?;
+    let nearest = {
+        let semantic = semantic.clone();
+        let request = request.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let vector = semantic.question_vector(&request.query)?;
+            Ok::<_, crate::semantic::SemanticError>(semantic.nearest(
+                &vector,
+                &request,
+                FUSION_DEPTH,
+            ))
+        })
+        .await
+        .map_err(internal)?
+        .map_err(internal)?
+    };
+    Ok(nearest
+        .into_iter()
+        .map(|(similarity, document)| {
+            let entry = document.entry;
+            ranked(store::SearchHit {
+                kind: entry.kind,
+                server: entry.server,
+                uri: entry.uri,
+                name: entry.name,
+                title: entry.title,
+                mime_type: entry.mime_type,
+                description: entry.description,
+                score: f64::from(similarity),
+                snippet: None,
+            })
+        })
+        .collect())
+}
+
+/// A hit as fusion ranks it: by its key and its own score.
+fn ranked(hit: store::SearchHit) -> Ranked<store::SearchHit> {
+    Ranked {
+        key: key_of(&hit),
+        score: hit.score,
+        hit,
+    }
 }

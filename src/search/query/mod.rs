@@ -59,6 +59,107 @@ pub struct Page {
     pub generation: u64,
 }
 
+/// What the stages found: the ranked documents, the clauses that matched and how.
+struct Staged {
+    ranked: Vec<(Score, DocAddress)>,
+    clauses: Vec<Clause>,
+    mode: MatchMode,
+}
+
+/// The top `wanted` documents by the three stages, with the clauses that matched (for
+/// snippets) and how the words matched: every word with the last one a prefix; then, for a
+/// search box's few words that found nothing (not even an `exact` name), long words with one
+/// typo; then any of the words typed.
+fn ranked_by_stages(
+    search: &Search<'_>,
+    words: &[String],
+    last: &str,
+    typed: &[String],
+    exact: &[DocAddress],
+    wanted: usize,
+) -> Result<Staged, SearchError> {
+    // 1. Every word; the last one as a prefix.
+    // A question, not a search box's few words: no typo stage, and its words are looked up
+    // only until one is in no entry (a pasted blob is hundreds of words).
+    let question = words.len() + 1 > MAX_TYPO_QUERY_WORDS;
+    let mut clauses: Vec<Clause> = Vec::with_capacity(words.len() + 1);
+    let mut missing = false;
+    for word in words {
+        let clause = search.word(word)?;
+        missing |= clause.is_empty();
+        clauses.push(clause);
+        if missing && question {
+            break;
+        }
+    }
+    if !(missing && question) {
+        clauses.push(search.prefix(last)?);
+    }
+    let mut mode = MatchMode::All;
+    let mut ranked = if missing || clauses.iter().any(Clause::is_empty) {
+        Vec::new()
+    } else {
+        search.conjunction(&clauses, wanted)?
+    };
+    // 2. Every word, long words with one typo: for what a person types in a search box, not
+    // for a question, whose every word would open up a typo automaton.
+    if ranked.is_empty() && exact.is_empty() && !question {
+        let mut tolerant: Vec<Clause> = words
+            .iter()
+            .zip(&clauses)
+            .map(|(word, clause)| search.with_typos(word, clause, false))
+            .collect::<Result<_, _>>()?;
+        let last_clause = clauses.last().cloned().unwrap_or(Clause::Terms(Vec::new()));
+        tolerant.push(search.with_typos(last, &last_clause, true)?);
+        let typos_found = tolerant
+            .iter()
+            .zip(&clauses)
+            .any(|(tolerant, exact)| tolerant.documents() != exact.documents());
+        if typos_found {
+            clauses = tolerant;
+            if !clauses.iter().any(Clause::is_empty) {
+                ranked = search.conjunction(&clauses, wanted)?;
+                mode = MatchMode::Typo;
+            }
+        }
+    }
+    // 3. Any word: one ranked disjunction of the exact words typed (no typos, no prefix),
+    // stopwords and one-character words left out unless every word is one, so the order of
+    // the hits is one order whatever page is asked for.
+    if ranked.is_empty() && exact.is_empty() && typed.len() > 1 {
+        // One letter or digit says as little as a stopword ("a", "b", the parts of `x2Y`).
+        let content: Vec<&String> = typed
+            .iter()
+            .filter(|word| !is_stopword(word) && word.chars().count() > 1)
+            .collect();
+        let chosen: Vec<&String> = if content.is_empty() {
+            typed.iter().collect()
+        } else {
+            content
+        };
+        let mut terms = Vec::new();
+        for word in chosen {
+            if let Clause::Terms(found) = search.word(word)? {
+                terms.extend(found);
+            }
+        }
+        ranked = search.disjunction(&terms, wanted)?;
+        clauses = terms
+            .into_iter()
+            .map(|term| Clause::Terms(vec![term]))
+            .collect();
+        // "Any word" only says something when it found something.
+        if !ranked.is_empty() {
+            mode = MatchMode::Any;
+        }
+    }
+    Ok(Staged {
+        ranked,
+        clauses,
+        mode,
+    })
+}
+
 /// Which listings a request searches, as any of these terms: one server's listings; else the
 /// listings of the servers named in `servers`, each listing, winning or not (the caller keeps
 /// each key's winner among them); else the merged catalog's, the winner of each URI. A search
@@ -130,81 +231,11 @@ pub fn run(
     let exact = search.exact(request.query.trim())?;
     let wanted = request.offset + request.limit + 1 + exact.len();
 
-    // 1. Every word; the last one as a prefix.
-    // A question, not a search box's few words: no typo stage, and its words are looked up
-    // only until one is in no entry (a pasted blob is hundreds of words).
-    let question = words.len() + 1 > MAX_TYPO_QUERY_WORDS;
-    let mut clauses: Vec<Clause> = Vec::with_capacity(words.len() + 1);
-    let mut missing = false;
-    for word in &words {
-        let clause = search.word(word)?;
-        missing |= clause.is_empty();
-        clauses.push(clause);
-        if missing && question {
-            break;
-        }
-    }
-    if !(missing && question) {
-        clauses.push(search.prefix(&last)?);
-    }
-    let mut mode = MatchMode::All;
-    let mut ranked = if missing || clauses.iter().any(Clause::is_empty) {
-        Vec::new()
-    } else {
-        search.conjunction(&clauses, wanted)?
-    };
-    // 2. Every word, long words with one typo: for what a person types in a search box, not
-    // for a question, whose every word would open up a typo automaton.
-    if ranked.is_empty() && exact.is_empty() && !question {
-        let mut tolerant: Vec<Clause> = words
-            .iter()
-            .zip(&clauses)
-            .map(|(word, clause)| search.with_typos(word, clause, false))
-            .collect::<Result<_, _>>()?;
-        let last_clause = clauses.last().cloned().unwrap_or(Clause::Terms(Vec::new()));
-        tolerant.push(search.with_typos(&last, &last_clause, true)?);
-        let typos_found = tolerant
-            .iter()
-            .zip(&clauses)
-            .any(|(tolerant, exact)| tolerant.documents() != exact.documents());
-        if typos_found {
-            clauses = tolerant;
-            if !clauses.iter().any(Clause::is_empty) {
-                ranked = search.conjunction(&clauses, wanted)?;
-                mode = MatchMode::Typo;
-            }
-        }
-    }
-    // 3. Any word: one ranked disjunction of the exact words typed (no typos, no prefix),
-    // stopwords and one-character words left out unless every word is one, so the order of
-    // the hits is one order whatever page is asked for.
-    if ranked.is_empty() && exact.is_empty() && typed.len() > 1 {
-        // One letter or digit says as little as a stopword ("a", "b", the parts of `x2Y`).
-        let content: Vec<&String> = typed
-            .iter()
-            .filter(|word| !is_stopword(word) && word.chars().count() > 1)
-            .collect();
-        let chosen: Vec<&String> = if content.is_empty() {
-            typed.iter().collect()
-        } else {
-            content
-        };
-        let mut terms = Vec::new();
-        for word in chosen {
-            if let Clause::Terms(found) = search.word(word)? {
-                terms.extend(found);
-            }
-        }
-        ranked = search.disjunction(&terms, wanted)?;
-        clauses = terms
-            .into_iter()
-            .map(|term| Clause::Terms(vec![term]))
-            .collect();
-        // "Any word" only says something when it found something.
-        if !ranked.is_empty() {
-            mode = MatchMode::Any;
-        }
-    }
+    let Staged {
+        ranked,
+        clauses,
+        mode,
+    } = ranked_by_stages(&search, &words, &last, &typed, &exact, wanted)?;
     if search.expired.load(Ordering::Relaxed) {
         return Err(SearchError::TimedOut(time_limit));
     }
