@@ -4,7 +4,7 @@
 //!
 //! Run it with `bench/run [SCENARIO...]` (it builds the release binaries, the benchmark-only
 //! crates under bench/ and the Python SDK venv first); scenarios are `walk`, `swap`,
-//! `change`, `query`, `start`, `idle`, `fleet`, `kinds`, `semantic`, `rewalk`, `history`, or `all`. `bench bare-walk CONFIG ROUNDS`
+//! `change`, `query`, `start`, `idle`, `fleet`, `kinds`, `semantic`, `rewalk`, `history`, `index`, or `all`. `bench bare-walk CONFIG ROUNDS`
 //! is the bare loop: our own transport (`upstream::Session`) fetching every page and discarding it,
 //! the floor a mirror is compared with. One file per scenario; the child-process and socket helpers are
 //! tests/common/process.rs, shared with the integration tests. Nothing here is part of the
@@ -15,6 +15,7 @@ mod daemon;
 mod fleet;
 mod history;
 mod idle;
+mod index;
 mod kinds;
 mod measure;
 mod paths;
@@ -135,9 +136,9 @@ fn main() -> anyhow::Result<()> {
         .map(String::as_str)
         .filter(|argument| !argument.starts_with("--"))
         .collect();
-    const ALL: [&str; 11] = [
+    const ALL: [&str; 12] = [
         "walk", "swap", "change", "query", "start", "idle", "fleet", "kinds", "semantic", "rewalk",
-        "history",
+        "history", "index",
     ];
     if scenarios.is_empty() || scenarios.contains(&"all") {
         scenarios = ALL.to_vec();
@@ -193,6 +194,7 @@ fn main() -> anyhow::Result<()> {
             "walk" => walk::run(&mut report, &bench, &walk_options),
             "swap" => swap::run(&mut report),
             "rewalk" => rewalk::run(&mut report),
+            "index" => index::run(&mut report),
             "history" => history::run(&mut report),
             "change" => change::run(&mut report),
             "query" | "start" => (|| {

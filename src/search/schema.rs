@@ -14,8 +14,10 @@ use crate::protocol::Kind;
 
 /// Bumped whenever the fields, the analyzer or what goes into them change: an index with
 /// another version is rebuilt from the store. 2: every kind (templates, tools, prompts). 3: the
-/// parts of camelCase words, and the server's name among the words.
-pub const SCHEMA_VERSION: u32 = 3;
+/// parts of camelCase words, and the server's name among the words. 4: one `kinds` term per
+/// kind (not per set of kinds), no `uri_exact` (the group term is the URI's), no `group` for
+/// tools and prompts (their key is their group): 4 terms fewer a resource, 13 fewer filter terms.
+pub const SCHEMA_VERSION: u32 = 4;
 /// The analyzer's name in tantivy's tokenizer registry.
 const WORDS: &str = "mcp_words";
 /// Words longer than this many bytes are not indexed (nobody types them).
@@ -172,30 +174,28 @@ pub struct Fields {
     /// `kind \0 server \0 identity`: one document per listing, the handle for deleting it.
     pub key: Field,
     /// The listings the merged view chooses one of: `kind \0 uri` for resources and
-    /// templates (every server's listing of one URI or URI template); a tool or prompt is its
-    /// own group (`kind \0 server \0 name`), since each server's is a different one.
+    /// templates (every server's listing of one URI or URI template), also the exact-URI
+    /// lookup. A tool or prompt is its own group, since each server's is a different one: its
+    /// group term is its `key` term, and the document has no `group`.
     pub group: Field,
     pub server: Field,
     pub uri: Field,
-    pub uri_exact: Field,
     pub name: Field,
     pub name_exact: Field,
     pub title: Field,
     pub description: Field,
     pub mime_type: Field,
     pub kind: Field,
-    /// For every set of one to three kinds that holds this entry's kind (`tool+prompt`, ...):
-    /// the set with the server (`s:server\0tool+prompt`), and the set alone when this listing
-    /// wins (`w:tool+prompt`). A search of some kinds filters on one such term in place of the
-    /// server or `wins` filter: the query keeps as many terms as a search of every kind, a
-    /// pure intersection (block-max pruning), where a union of kind terms, or one more filter
-    /// term, would rank the top k less exactly or less fast.
+    /// The entry's kind with its server (`s:server\0tool`), and the kind alone when this
+    /// listing wins (`w:tool`). A search of one kind filters on one such term in place of the
+    /// server or `wins` filter: the query keeps as many terms as a search of every kind, a pure
+    /// intersection (block-max pruning). A search of two or three kinds filters on any of
+    /// their terms (a union, scored alike): rarer, and cheaper than a term for every set of
+    /// kinds in every document (14 a resource, which cost a first load a fifth of its
+    /// indexing time).
     pub kinds: Field,
     /// "1" when this listing is the one the merged catalog shows for its URI.
     pub wins: Field,
-    /// Per kind, the sets of kinds holding it and each set's merged-view term, computed once
-    /// (a first load of a million entries writes them a million times).
-    kind_sets: Vec<(Kind, Vec<(String, String)>)>,
     /// "1" when more than one server lists this URI.
     pub shared: Field,
     /// Every searchable word: name and title twice (they outrank URI and description), then
@@ -231,7 +231,6 @@ impl Fields {
         let group = builder.add_text_field("group", lookup.clone());
         let server = builder.add_text_field("server", filter.clone());
         let uri = builder.add_text_field("uri", STORED);
-        let uri_exact = builder.add_text_field("uri_exact", lookup.clone());
         let name = builder.add_text_field("name", STORED);
         let name_exact = builder.add_text_field("name_exact", lookup.clone());
         let title = builder.add_text_field("title", STORED);
@@ -248,7 +247,6 @@ impl Fields {
             group,
             server,
             uri,
-            uri_exact,
             name,
             name_exact,
             title,
@@ -257,19 +255,6 @@ impl Fields {
             kind,
             kinds,
             wins,
-            kind_sets: Kind::ALL
-                .iter()
-                .map(|kind| {
-                    let sets = kind_sets_holding(*kind)
-                        .into_iter()
-                        .map(|set| {
-                            let merged = scope(&set, None);
-                            (set, merged)
-                        })
-                        .collect();
-                    (*kind, sets)
-                })
-                .collect(),
             shared,
             all,
         }
@@ -286,30 +271,37 @@ impl Fields {
 
     /// Every listing the merged view chooses among with the listing of `identity` by `server`.
     pub fn group_term(&self, kind: Kind, server: &str, identity: &str) -> Term {
-        Term::from_field_text(self.group, &key_text(&group(kind, server, identity)))
+        match kind {
+            Kind::Resource | Kind::Template => {
+                Term::from_field_text(self.group, &key_text(&format!("{kind}\0{identity}")))
+            }
+            Kind::Tool | Kind::Prompt => self.key_term(kind, server, identity),
+        }
     }
 
     pub fn kind_term(&self, kind: Kind) -> Term {
         Term::from_field_text(self.kind, kind.as_str())
     }
 
-    /// The one filter term of a search of `kinds` on `server` (or the merged view); `None`
-    /// when every kind is searched, and the server or `wins` term filters alone.
-    pub fn kinds_term(&self, kinds: &[Kind], server: Option<&str>) -> Option<Term> {
+    /// The filter terms of a search of `kinds` on `server` (or the merged view), any of which
+    /// a listing holds; empty when every kind is searched, and the server or `wins` term
+    /// filters alone.
+    pub fn kinds_terms(&self, kinds: &[Kind], server: Option<&str>) -> Vec<Term> {
         let mut wanted: Vec<Kind> = kinds.to_vec();
         wanted.sort();
         wanted.dedup();
-        if wanted.is_empty() || wanted.len() >= Kind::ALL.len() {
-            return None;
+        if wanted.len() >= Kind::ALL.len() {
+            return Vec::new();
         }
-        Some(Term::from_field_text(
-            self.kinds,
-            &scope(&kind_set(&wanted), server),
-        ))
+        wanted
+            .into_iter()
+            .map(|kind| Term::from_field_text(self.kinds, &scope(kind, server)))
+            .collect()
     }
 
-    pub fn uri_term(&self, uri: &str) -> Term {
-        Term::from_field_text(self.uri_exact, &key_text(uri))
+    /// The listings of a resource or a template at exactly `uri`.
+    pub fn uri_terms(&self, uri: &str) -> [Term; 2] {
+        [Kind::Resource, Kind::Template].map(|kind| self.group_term(kind, "", uri))
     }
 
     /// The exact-name key: names match whatever their case.
@@ -328,14 +320,12 @@ impl Fields {
             self.key,
             key_text(&key(entry.kind, &entry.server, identity)),
         );
-        document.add_text(
-            self.group,
-            key_text(&group(entry.kind, &entry.server, identity)),
-        );
+        if matches!(entry.kind, Kind::Resource | Kind::Template) {
+            document.add_text(self.group, key_text(&format!("{}\0{identity}", entry.kind)));
+        }
         document.add_text(self.server, &entry.server);
         if !entry.uri.is_empty() {
             document.add_text(self.uri, &entry.uri);
-            document.add_text(self.uri_exact, key_text(&entry.uri));
         }
         document.add_text(self.name, &entry.name);
         document.add_text(self.name_exact, key_text(&entry.name.trim().to_lowercase()));
@@ -349,13 +339,9 @@ impl Fields {
             document.add_text(self.mime_type, mime_type);
         }
         document.add_text(self.kind, entry.kind.as_str());
-        if let Some((_, sets)) = self.kind_sets.iter().find(|(kind, _)| *kind == entry.kind) {
-            for (set, merged) in sets {
-                document.add_text(self.kinds, scope(set, Some(&entry.server)));
-                if flags.wins {
-                    document.add_text(self.kinds, merged);
-                }
-            }
+        document.add_text(self.kinds, scope(entry.kind, Some(&entry.server)));
+        if flags.wins {
+            document.add_text(self.kinds, scope(entry.kind, None));
         }
         document.add_text(self.wins, if flags.wins { "1" } else { "0" });
         document.add_text(self.shared, if flags.shared { "1" } else { "0" });
@@ -435,46 +421,12 @@ pub fn group_prefix_range(kind: Kind) -> (Vec<u8>, Vec<u8>) {
     (first, after)
 }
 
-fn group(kind: Kind, server: &str, identity: &str) -> String {
-    match kind {
-        Kind::Resource | Kind::Template => format!("{kind}\0{identity}"),
-        Kind::Tool | Kind::Prompt => key(kind, server, identity),
-    }
-}
-
-/// A set of kinds with a server, or in the merged view (`None`).
-fn scope(set: &str, server: Option<&str>) -> String {
+/// A kind with a server, or in the merged view (`None`).
+fn scope(kind: Kind, server: Option<&str>) -> String {
     match server {
-        Some(server) => key_text(&format!("s:{server}\0{set}")),
-        None => format!("w:{set}"),
+        Some(server) => key_text(&format!("s:{server}\0{kind}")),
+        None => format!("w:{kind}"),
     }
-}
-
-/// The term of a set of kinds, given sorted and without duplicates.
-fn kind_set(kinds: &[Kind]) -> String {
-    kinds
-        .iter()
-        .map(|kind| kind.as_str())
-        .collect::<Vec<_>>()
-        .join("+")
-}
-
-/// The terms of every set of one to three kinds that holds `kind`.
-fn kind_sets_holding(kind: Kind) -> Vec<String> {
-    let all = Kind::ALL;
-    // Every subset of the kinds as a bit mask, kept when it has 1 to 3 members and `kind`.
-    (1u32..(1 << all.len()))
-        .filter(|mask| (mask.count_ones() as usize) < all.len())
-        .map(|mask| {
-            all.iter()
-                .enumerate()
-                .filter(|(position, _)| mask & (1 << position) != 0)
-                .map(|(_, kind)| *kind)
-                .collect::<Vec<Kind>>()
-        })
-        .filter(|set| set.contains(&kind))
-        .map(|set| kind_set(&set))
-        .collect()
 }
 
 fn cut_at_char_boundary(text: &str, max_bytes: usize) -> &str {
@@ -542,27 +494,25 @@ mod tests {
     }
 
     #[test]
-    fn every_set_of_kinds_is_one_term_each_entry_holds() {
+    fn a_search_of_some_kinds_filters_on_a_term_of_each_kind() {
         let fields = Fields::new();
-        // A tool is in its own set, the three pairs and the three triples that hold tools.
-        let sets = kind_sets_holding(Kind::Tool);
-        assert_eq!(sets.len(), 7, "{sets:?}");
-        assert!(sets.contains(&"tool".to_string()), "{sets:?}");
-        assert!(sets.contains(&"tool+prompt".to_string()), "{sets:?}");
-        // The filter of a set names the same term, whatever the order asked in.
-        let asked = fields
-            .kinds_term(&[Kind::Prompt, Kind::Tool], None)
-            .expect("term");
-        let again = fields
-            .kinds_term(&[Kind::Tool, Kind::Prompt, Kind::Tool], None)
-            .expect("term");
+        let values = |terms: Vec<Term>| -> Vec<String> {
+            terms
+                .iter()
+                .filter_map(|term| term.value().as_str().map(str::to_string))
+                .collect()
+        };
+        // The same terms whatever the order asked in, each kind once.
+        let asked = values(fields.kinds_terms(&[Kind::Prompt, Kind::Tool], None));
+        let again = values(fields.kinds_terms(&[Kind::Tool, Kind::Prompt, Kind::Tool], None));
         assert_eq!(asked, again);
-        assert_eq!(asked.value().as_str(), Some("w:tool+prompt"));
-        let on_server = fields.kinds_term(&[Kind::Tool], Some("fx")).expect("term");
-        assert_eq!(on_server.value().as_str(), Some("s:fx\0tool"));
-        assert_eq!(fields.kinds_term(Kind::ALL, None), None);
-        assert_eq!(fields.kinds_term(&[], Some("fx")), None);
-        // A winning tool holds the merged view's terms, a losing one only its server's.
+        assert_eq!(asked, ["w:tool", "w:prompt"]);
+        let on_server = values(fields.kinds_terms(&[Kind::Tool], Some("fx")));
+        assert_eq!(on_server, ["s:fx\0tool"]);
+        assert!(fields.kinds_terms(Kind::ALL, None).is_empty());
+        assert!(fields.kinds_terms(&[], Some("fx")).is_empty());
+        // A winning tool holds the merged view's term and its server's, a losing one only its
+        // server's; a tool has no group field (its key is its group).
         let entry = Entry {
             kind: Kind::Tool,
             server: "fx".into(),
@@ -584,15 +534,14 @@ mod tests {
             wins: true,
             shared: false,
         });
-        assert!(wins.contains(&"w:tool+prompt".to_string()), "{wins:?}");
-        assert!(wins.contains(&"s:fx\0tool".to_string()), "{wins:?}");
-        assert!(
-            !wins.contains(&"w:resource+template".to_string()),
-            "{wins:?}"
+        assert_eq!(wins, ["s:fx\0tool", "w:tool"]);
+        assert_eq!(terms(Flags::default()), ["s:fx\0tool"]);
+        let document = fields.document(&entry, Flags::default());
+        assert_eq!(document.get_all(fields.group).count(), 0);
+        assert_eq!(
+            fields.group_term(Kind::Tool, "fx", "t"),
+            fields.key_term(Kind::Tool, "fx", "t")
         );
-        let loses = terms(Flags::default());
-        assert_eq!(loses.len(), 7, "{loses:?}");
-        assert!(loses.iter().all(|term| term.starts_with("s:")), "{loses:?}");
     }
 
     #[test]

@@ -163,17 +163,25 @@ fn ranked_by_stages(
 /// Which listings a request searches, as any of these terms: one server's listings; else the
 /// listings of the servers named in `servers`, each listing, winning or not (the caller keeps
 /// each key's winner among them); else the merged catalog's, the winner of each URI. A search
-/// of some kinds has one term of the kinds with the server or the merged view.
+/// of some kinds has a term of each kind with the server or the merged view.
 fn server_filter(fields: &Fields, request: &SearchRequest) -> Vec<Term> {
-    let one = |server: Option<&str>| match (fields.kinds_term(&request.kinds, server), server) {
-        (Some(kinds), _) => kinds,
-        (None, Some(server)) => Term::from_field_text(fields.server, server),
-        (None, None) => fields.flag_term(fields.wins),
+    let one = |server: Option<&str>| {
+        let kinds = fields.kinds_terms(&request.kinds, server);
+        if !kinds.is_empty() {
+            return kinds;
+        }
+        vec![match server {
+            Some(server) => Term::from_field_text(fields.server, server),
+            None => fields.flag_term(fields.wins),
+        }]
     };
     match (&request.server, &request.servers) {
-        (Some(server), _) => vec![one(Some(server))],
-        (None, Some(servers)) => servers.iter().map(|server| one(Some(server))).collect(),
-        (None, None) => vec![one(None)],
+        (Some(server), _) => one(Some(server)),
+        (None, Some(servers)) => servers
+            .iter()
+            .flat_map(|server| one(Some(server)))
+            .collect(),
+        (None, None) => one(None),
     }
 }
 

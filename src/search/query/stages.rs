@@ -200,22 +200,17 @@ impl Search<'_> {
         if text.is_empty() {
             return Ok(Vec::new());
         }
-        let either = BooleanQuery::new(vec![
-            (
-                Occur::Should,
-                Box::new(TermQuery::new(
-                    self.fields.name_term(text),
-                    IndexRecordOption::Basic,
-                )) as Box<dyn Query>,
-            ),
-            (
-                Occur::Should,
-                Box::new(TermQuery::new(
-                    self.fields.uri_term(text),
-                    IndexRecordOption::Basic,
-                )),
-            ),
-        ]);
+        let either = BooleanQuery::new(
+            std::iter::once(self.fields.name_term(text))
+                .chain(self.fields.uri_terms(text))
+                .map(|term| {
+                    (
+                        Occur::Should,
+                        Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+                    )
+                })
+                .collect(),
+        );
         let mut clauses = self.filter_queries();
         clauses.push((Occur::Must, Box::new(either)));
         let found = self.searcher.search(
