@@ -126,6 +126,16 @@ fn entries_sql(kind: Kind) -> &'static str {
     }
 }
 
+/// A server's resources with ids in a range. `+r.server_id`: the id range must drive the
+/// statement. Left to itself SQLite searched the server's index and visited every row of the
+/// server for each range (a first load's 613,000 rows read back at 52 µs a row, 32 s).
+fn resources_with_ids_sql() -> String {
+    format!(
+        "{} WHERE +r.server_id = ?1 AND r.id BETWEEN ?2 AND ?3 ORDER BY r.id",
+        entries_sql(Kind::Resource)
+    )
+}
+
 /// The column a kind's rows are found by (with the server), and ordered by in a rebuild.
 fn identity_column(kind: Kind) -> &'static str {
     match kind {
@@ -201,11 +211,7 @@ impl SourceSnapshot<'_> {
         first: i64,
         last: i64,
     ) -> Result<Vec<Entry>, StoreError> {
-        let sql = format!(
-            "{} WHERE r.server_id = ?1 AND r.id BETWEEN ?2 AND ?3 ORDER BY r.id",
-            entries_sql(Kind::Resource)
-        );
-        let mut statement = self.transaction.prepare_cached(&sql)?;
+        let mut statement = self.transaction.prepare_cached(&resources_with_ids_sql())?;
         let rows = statement.query_map(params![server_id, first, last], |row| {
             entry(Kind::Resource, row)
         })?;
@@ -456,4 +462,30 @@ fn entry(kind: Kind, row: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
         mime_type: row.get(5)?,
         inputs: row.get(6)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A range of a server's rows is read by its ids, not by the server's index (which
+    /// visits every row the server has, for every range of a million-row read-back).
+    #[test]
+    fn a_range_of_ids_is_read_by_the_ids() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let connection = schema::open_writer(&directory.path().join("catalog.db")).expect("open");
+        let mut statement = connection
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", resources_with_ids_sql()))
+            .expect("plan");
+        let plan: Vec<String> = statement
+            .query_map(params![1, 1, 5000], |row| row.get::<_, String>(3))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert!(
+            plan.iter()
+                .any(|step| step.starts_with("SEARCH r USING INTEGER PRIMARY KEY")),
+            "{plan:?}"
+        );
+    }
 }

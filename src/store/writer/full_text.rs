@@ -19,6 +19,15 @@ pub(super) const BULK_INDEX_MIN_ROWS: u64 = 10_000;
 /// take 200 commits.
 const FULL_TEXT_BATCH_IDS: i64 = 5_000;
 
+/// One backlog batch: the rows of ids `?1..=?2` that belong to a server (a pending first load's
+/// do not). `+server_id`: the id range drives it. Left to itself SQLite searched the servers'
+/// index and visited every row of each server for every batch: 12.5 s of the writer's time
+/// after a first load of 1,000,000 (3 s with the range).
+pub(super) const BACKLOG_BATCH_SQL: &str =
+    "INSERT INTO resources_fts (rowid, uri, name, title, description)
+     SELECT id, uri, name, title, description FROM resources
+     WHERE id BETWEEN ?1 AND ?2 AND +server_id IN (SELECT id FROM servers)";
+
 /// SQL that is true when resource `r` is in the full-text index, i.e. in no range of the
 /// backlog. The ranges never overlap, so the one that starts last at or before `r.id` is the
 /// only one that can hold it: one seek, whatever the number of ranges.
@@ -106,12 +115,7 @@ fn index_backlog_batch(connection: &mut Connection) -> Result<u64, StoreError> {
         return Ok(0);
     };
     let upto = last.min(first.saturating_add(FULL_TEXT_BATCH_IDS - 1));
-    transaction.execute(
-        "INSERT INTO resources_fts (rowid, uri, name, title, description)
-         SELECT id, uri, name, title, description FROM resources
-         WHERE id BETWEEN ?1 AND ?2 AND server_id IN (SELECT id FROM servers)",
-        params![first, upto],
-    )?;
+    transaction.execute(BACKLOG_BATCH_SQL, params![first, upto])?;
     if upto == last {
         transaction.execute("DELETE FROM full_text_backlog WHERE first_id = ?1", [first])?;
     } else {

@@ -239,6 +239,14 @@ pub(super) fn resources_before(
     Ok(())
 }
 
+/// The changed resources of a swap and the added ones. `+server_id`: the added rows' id range
+/// drives the second part, not the server's index (which visits every row the server has).
+pub(super) const RESOURCES_AFTER_SQL: &str =
+    "SELECT r.uri, r.raw FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
+     WHERE x.kind = ?1
+     UNION ALL
+     SELECT uri, raw FROM resources WHERE id > ?2 AND +server_id = ?3";
+
 /// After a swap changed a kept server's resources: the changed ones (`swap_ids` rows of kind
 /// `changed_kind`) and the added ones (ids above `highest_old_id`) are recorded.
 pub(super) fn resources_after(
@@ -248,12 +256,7 @@ pub(super) fn resources_after(
     changed_kind: i64,
     highest_old_id: i64,
 ) -> Result<(), StoreError> {
-    let mut rows = transaction.prepare_cached(
-        "SELECT r.uri, r.raw FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
-         WHERE x.kind = ?1
-         UNION ALL
-         SELECT uri, raw FROM resources WHERE id > ?2 AND server_id = ?3",
-    )?;
+    let mut rows = transaction.prepare_cached(RESOURCES_AFTER_SQL)?;
     let mut rows = rows.query(params![changed_kind, highest_old_id, server_id])?;
     while let Some(row) = rows.next()? {
         let uri: String = row.get(0)?;

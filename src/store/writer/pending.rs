@@ -270,6 +270,12 @@ fn index_first_load(
     Ok(())
 }
 
+/// A first load's feed rows of one range of ids. `+r.server_id`: the id range drives it, not
+/// the server's index (which visits every row the server has, then sorts them).
+pub(super) const FIRST_LOAD_FEED_SQL: &str = "INSERT INTO changes (at, server, kind, uri)
+     SELECT ?1, ?2, ?6, r.uri FROM resources r
+     WHERE r.id BETWEEN ?3 AND ?4 AND +r.server_id = ?5 ORDER BY r.id LIMIT ?7";
+
 /// The feed's rows of a first load: its first `CHANGES_PER_FIRST_LOAD` URIs in id order; how
 /// many were recorded (the caller adds the `truncated` row past them).
 fn record_first_load_changes(
@@ -285,9 +291,7 @@ fn record_first_load_changes(
         }
         recorded += execute(
             transaction,
-            "INSERT INTO changes (at, server, kind, uri)
-             SELECT ?1, ?2, ?6, r.uri FROM resources r
-             WHERE r.id BETWEEN ?3 AND ?4 AND r.server_id = ?5 ORDER BY r.id LIMIT ?7",
+            FIRST_LOAD_FEED_SQL,
             params![
                 now,
                 server,
