@@ -38,7 +38,11 @@ pub(super) struct CountMemo(Mutex<Option<(i64, u64)>>);
 
 impl CountMemo {
     /// The merged resource count at feed seq `seq`, counted once per seq.
-    fn merged_resources(&self, transaction: &Connection, seq: i64) -> Result<u64, StoreError> {
+    pub(super) fn merged_resources(
+        &self,
+        transaction: &Connection,
+        seq: i64,
+    ) -> Result<u64, StoreError> {
         // Held while counting: the followers of one change ask at once, and all but the
         // first wait for its count instead of each counting the catalog again.
         let mut known = self
