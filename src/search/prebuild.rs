@@ -4,11 +4,12 @@
 //! of the load's generation (`SearchIndex::adopt_load`) instead of reading a million entries
 //! back from the database and indexing them then.
 //!
-//! Every page reaches the builder: a page carries its walk's room for it, given back once
-//! the page is written here, so the walk (that walk only, never the writer) waits for a slow
-//! builder, for at most `FIRST_LOAD_INDEX_HOLD` in all. Past that the walk's pages come
-//! without the builder; it reads them from the database after the commit, by the ids their
-//! rows took, and adds them to the load's segments before the keeper takes them.
+//! A page carries its walk's room for it, given back once the page is written here. A page
+//! without room comes without the builder (up to `FIRST_LOAD_INDEX_LAG_ROWS` rows a walk, and
+//! any page once the walk has waited `FIRST_LOAD_INDEX_HOLD` in all; between the two the
+//! walk, that walk only, never the writer, waits for room): the builder reads those from the
+//! database after the commit, by the ids their rows took, and adds them to the load's
+//! segments before the keeper takes them.
 //!
 //! Bounded: one load is built at a time, and a load is built only once it has staged
 //! `BUILD_FROM` entries (smaller ones are quick to index after their commit); its segments are

@@ -14,8 +14,9 @@ pub(super) struct PendingPage {
 
 /// Notes a staged page of a first load (`inserted` rows, the last ids of the load's ranges) and
 /// returns where it went, or `None` when it added no rows. `tee_without_room` says the index
-/// listens but the walk no longer waits for it (`FIRST_LOAD_INDEX_HOLD`): the page is counted as
-/// unsent, and the index reads it from the database after the commit.
+/// listens but had no room for this page and the walk did not wait for it
+/// (`FIRST_LOAD_INDEX_LAG_ROWS`, `FIRST_LOAD_INDEX_HOLD`): the page is counted as unsent, and
+/// the index reads it from the database after the commit.
 pub(super) fn note_page(
     pending: &mut staged::PendingLoad,
     server: &str,
@@ -26,7 +27,7 @@ pub(super) fn note_page(
     let ids = (last - inserted + 1, last);
     if tee_without_room {
         if pending.unsent_pages == 0 {
-            tracing::info!(server, held_s = crate::store::FIRST_LOAD_INDEX_HOLD.as_secs(), "the search index cannot keep up with this first load and the walk waited for it as long as it may (FIRST_LOAD_INDEX_HOLD); the index reads the pages it had no room for from the database after the commit");
+            tracing::info!(server, lag_rows = crate::store::FIRST_LOAD_INDEX_LAG_ROWS, hold_s = crate::store::FIRST_LOAD_INDEX_HOLD.as_secs(), "the search index is behind this first load: the walk goes on without it, and the index reads the pages it had no room for from the database after the commit (the walk waits for it only past FIRST_LOAD_INDEX_LAG_ROWS such rows, and at most FIRST_LOAD_INDEX_HOLD in all)");
         }
         pending.unsent_pages += 1;
     }
