@@ -127,6 +127,8 @@ struct WalkResult {
     bare: ClientRounds,
     mirror: Samples,
     first_load: Samples,
+    /// Seconds from the first load visible to the search index holding it.
+    searchable_after: Samples,
     python: ClientRounds,
     rmcp: ClientRounds,
     swap_hold_ms: Samples,
@@ -243,6 +245,9 @@ fn client_command(
     command
 }
 
+/// The daemon's `min_walk_interval` in these runs; refreshes are spaced past it.
+const MIN_WALK_INTERVAL_S: f64 = 0.5;
+
 fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
     let name = format!("w{}", case.size);
     let work = format!(
@@ -272,7 +277,50 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
     let rounds = case.runs + 1;
     let limit = Duration::from_secs(1800);
 
-    // 1. The bare loop, in its own process so the harness's memory and threads stay out of it.
+    // 1. The mirror's first sync: fresh daemons, each timed from process start to the
+    //    snapshot visible on the socket, then to the search index holding it.
+    let mut first_load = Samples::default();
+    let mut searchable_after = Samples::default();
+    let mut daemon = None;
+    let mut daemon_files = None;
+    for _ in 0..case.first_loads.max(1) {
+        drop(daemon.take());
+        let files = DaemonFiles::fresh(&format!("{work}-daemon"))?;
+        let config = files.config(
+            &format!(
+                "min_walk_interval = \"{}ms\"\n",
+                (MIN_WALK_INTERVAL_S * 1000.0) as u64
+            ),
+            &server_table,
+        )?;
+        let started = Instant::now();
+        let started_daemon = start_daemon(&files, &config)?;
+        started_daemon.wait_for_walks(1, limit)?;
+        let visible = Instant::now();
+        first_load.push(started.elapsed().as_secs_f64());
+        let mut client = started_daemon.client()?;
+        poll_until(
+            "the search index holds the first load",
+            limit,
+            Duration::from_millis(20),
+            || {
+                let status = client.call("catalog/status", json!({}))?;
+                Ok(crate::query::index_caught_up(&status, case.size as u64).then_some(()))
+            },
+        )?;
+        searchable_after.push(visible.elapsed().as_secs_f64());
+        daemon = Some(started_daemon);
+        daemon_files = Some(files);
+    }
+    let daemon = daemon.context("no daemon started")?;
+    // The steady state: the derived search index and the FTS5 backlog of the first load
+    // are brought up to date after its commit; re-walks are timed once they are.
+    let files = daemon_files.context("no daemon started")?;
+    wait_for_derived_state(&daemon, &files.path("catalog.db"), case.size as u64, limit)?;
+    // 2. The bare loop, in its own process so the harness's memory and threads stay out of it,
+    //    and the SDK clients: while the daemon is connected and idle, the condition its own
+    //    walks meet (the rmcp peer serves every client 2-2.5x slower while another session,
+    //    such as the daemon's listening stream, is open).
     let bare_config = files.path("bare.toml");
     std::fs::write(
         &bare_config,
@@ -285,7 +333,6 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
         .arg(rounds.to_string());
     let bare = client_rounds(&mut bare_command, limit)?;
 
-    // 2. The SDK clients, when this case includes them.
     let none = || ClientRounds {
         seconds: Samples::default(),
         cpu_seconds: Samples::default(),
@@ -308,27 +355,11 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
         )?;
     }
 
-    // 3. The mirror: fresh daemons' first sync (process start to the snapshot visible on the
-    //    socket), then re-walks of the last one with `catalog/refresh {wait: true}`.
-    let mut first_load = Samples::default();
-    let mut daemon = None;
-    let mut daemon_files = None;
-    for _ in 0..case.first_loads.max(1) {
-        drop(daemon.take());
-        let files = DaemonFiles::fresh(&format!("{work}-daemon"))?;
-        let config = files.config("", &server_table)?;
-        let started = Instant::now();
-        let started_daemon = start_daemon(&files, &config)?;
-        started_daemon.wait_for_walks(1, limit)?;
-        first_load.push(started.elapsed().as_secs_f64());
-        daemon = Some(started_daemon);
-        daemon_files = Some(files);
-    }
-    let daemon = daemon.context("no daemon started")?;
-    // The steady state: the derived search index and the FTS5 backlog of the first load
-    // are brought up to date after its commit; re-walks are timed once they are.
-    let files = daemon_files.context("no daemon started")?;
-    wait_for_derived_state(&daemon, &files.path("catalog.db"), case.size as u64, limit)?;
+    // 3. Re-walks of the last daemon with `catalog/refresh {wait: true}`, each spaced past the
+    //    walk pace (`max(min_walk_interval, the last walk's duration)` after the last walk):
+    //    timed back to back, a refresh would include that hold, which is not the walk's cost.
+    //    The daemon's `walksThrottled` must not move while they run.
+    let throttled_before = daemon.server_status(&name)?["walksThrottled"].as_u64();
     let daemon_pid = daemon.process.pid();
     let server_pid = match &http {
         Some(server) => Some(server.process.pid()),
@@ -350,6 +381,16 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
         if round > 0 {
             mirror.push(seconds);
         }
+        std::thread::sleep(Duration::from_secs_f64(
+            seconds.max(MIN_WALK_INTERVAL_S) * 1.1 + 0.2,
+        ));
+    }
+    let throttled_after = daemon.server_status(&name)?["walksThrottled"].as_u64();
+    if throttled_after != throttled_before {
+        bail!(
+            "a timed re-walk was held by the walk pace: walksThrottled \
+             {throttled_before:?} -> {throttled_after:?}"
+        );
     }
     let per_walk = |before: Option<f64>, after: Option<f64>| {
         Some((after? - before?) / case.runs.max(1) as f64)
@@ -377,6 +418,7 @@ fn run_walk_case(case: &WalkCase, bench: &Path) -> anyhow::Result<WalkResult> {
         bare,
         mirror,
         first_load,
+        searchable_after,
         python,
         rmcp,
         swap_hold_ms,
@@ -552,7 +594,11 @@ fn run_table(
          bare and mirror), median (min–max) after one warm-up round. *bare* = our transport \
          fetching and dropping every page; *mirror* = `catalog/refresh {wait:true}` on the \
          running daemon (walk, staging, diff, swap, visible on the socket; the catalog is \
-         unchanged, so this is the steady-state re-walk); *first sync* = fresh daemon process \
+         unchanged, so this is the steady-state re-walk), each spaced past the walk pace so \
+         no hold is timed (the run fails if `walksThrottled` moves); bare and the SDK clients \
+         run while the daemon is connected and idle, as the mirror's own walks do (the rmcp \
+         peer serves every client 2-2.5x slower while another session is open); *index s \
+         after visible* = from the first sync visible to the search index holding it; *first sync* = fresh daemon process \
          start to the whole catalog visible on the socket (walk + insert; the search indexes follow); \
          *python* = `mcp` 2.3.0 `ClientSession.list_resources` cursor loop; *rmcp* = `rmcp` \
          3.11 `Peer::list_resources` cursor loop (bench/rmcp-walk); for both SDKs the \
@@ -591,6 +637,7 @@ fn run_table(
             ratio(result.mirror.median(), result.bare.seconds.median()),
             result.first_load.summary(3),
             ratio(result.first_load.median(), result.bare.seconds.median()),
+            result.searchable_after.summary(2),
             result.python.seconds.summary(3),
             ratio(result.python.seconds.median(), result.mirror.median()),
             result.rmcp.seconds.summary(3),
@@ -622,6 +669,7 @@ fn run_table(
             "mirror/bare",
             "first sync s",
             "first/bare",
+            "index s after visible",
             "python s",
             "python/mirror",
             "rmcp s",
