@@ -204,7 +204,17 @@ impl SearchIndex {
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
-        let writer: IndexWriter = index.writer_with_num_threads(1, WRITER_HEAP_BYTES)?;
+        // Made on a thread of lowered priority, so tantivy's indexing, merge and docstore
+        // threads (started now, and by them later) inherit it: searches come first.
+        let writer: IndexWriter = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    crate::background::lower_this_threads_priority(crate::background::INDEX_NICE);
+                    index.writer_with_num_threads(1, WRITER_HEAP_BYTES)
+                })
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })?;
         writer.set_merge_policy(merge_policy());
         let (status, _) = watch::channel(IndexStatus {
             phase: Phase::Opening,

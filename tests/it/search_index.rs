@@ -812,3 +812,63 @@ fn a_re_walk_changing_every_entry_reaches_the_index_in_bounded_batches() {
         "largest batch {largest}, {answer:.300}"
     );
 }
+
+/// The nice value of each of `pid`'s threads by name (field 19 of /proc/PID/task/TID/stat,
+/// after the parenthesised name).
+fn thread_nice_values(pid: u32) -> Vec<(String, i64)> {
+    let mut threads = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let Some((_, after_name)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        // After the name: state is field 3, nice field 19.
+        if let Some(nice) = after_name
+            .split_whitespace()
+            .nth(16)
+            .and_then(|nice| nice.parse().ok())
+        {
+            threads.push((name.trim().to_string(), nice));
+        }
+    }
+    threads
+}
+
+/// The search index's background work (the first-load builder, the keeper's passes, tantivy's
+/// indexing and merge threads) runs at a lower CPU priority than the threads that answer, so a
+/// search takes a busy core first.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_index_threads_run_at_a_lower_priority_than_the_answering_ones() {
+    let scratch = Scratch::new();
+    let server = stdio_server("fx", &["--name", "fx", "--generate", "50"]);
+    let daemon = Daemon::start(&scratch, &scratch.config(&server));
+    wait_for_ready_index(&daemon, 50 + TEMPLATES / 2, Duration::from_secs(30));
+    let threads = thread_nice_values(daemon.child.id());
+    let nice_of = |prefix: &str| -> Vec<i64> {
+        threads
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(_, nice)| *nice)
+            .collect()
+    };
+    let answering = nice_of("tokio-rt-worker");
+    assert!(!answering.is_empty(), "{threads:?}");
+    let base = answering[0];
+    assert!(answering.iter().all(|nice| *nice == base), "{threads:?}");
+    for background in [
+        "search-keeper",
+        "search-prebuild",
+        "merge_thread",
+        "thrd-tantivy",
+    ] {
+        let values = nice_of(background);
+        assert!(!values.is_empty(), "no {background} thread: {threads:?}");
+        assert!(
+            values.iter().all(|nice| *nice > base),
+            "{background} runs at the answering threads' priority: {threads:?}"
+        );
+    }
+}

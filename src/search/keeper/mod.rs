@@ -41,6 +41,47 @@ pub enum KeepError {
     Index(#[from] super::SearchError),
 }
 
+/// A keeper pass that panicked, or whose thread could not start.
+struct Panicked;
+
+/// What one keeper pass is asked: whether it is the first, the catalog version read before it,
+/// and where its outcome goes.
+type PassRequest = (
+    bool,
+    u64,
+    tokio::sync::oneshot::Sender<Result<Result<(), KeepError>, Panicked>>,
+);
+
+/// The keeper's passes run on one thread of lowered priority (`background::INDEX_NICE`): the
+/// index's commits start tantivy's indexing threads from the committing thread, so they
+/// inherit it, and searches come first on a busy host. A pass that panics is reported and the
+/// thread goes on.
+fn pass_thread(
+    index: Arc<SearchIndex>,
+    database: PathBuf,
+) -> Option<std::sync::mpsc::Sender<PassRequest>> {
+    let (requests, passes) = std::sync::mpsc::channel::<PassRequest>();
+    let started = std::thread::Builder::new()
+        .name("search-keeper".into())
+        .spawn(move || {
+            crate::background::lower_this_threads_priority(crate::background::INDEX_NICE);
+            for (first, version, reply) in passes {
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    keep_up(&index, &database, first).map(|()| index.mark_caught_up(version))
+                }))
+                .map_err(|_| Panicked);
+                let _ = reply.send(outcome);
+            }
+        });
+    match started {
+        Ok(_) => Some(requests),
+        Err(error) => {
+            tracing::warn!(%error, "cannot start the search index keeper's thread");
+            None
+        }
+    }
+}
+
 /// Starts keeping `index` up to date with `store` until `stopping` says so.
 pub fn spawn(
     index: Arc<SearchIndex>,
@@ -56,24 +97,29 @@ pub fn spawn(
         let database = store.path().to_path_buf();
         std::thread::Builder::new()
             .name("search-prebuild".into())
-            .spawn(move || index.prebuilder.clone().run(index, pages, &database))
+            .spawn(move || {
+                crate::background::lower_this_threads_priority(crate::background::INDEX_NICE);
+                index.prebuilder.clone().run(index, pages, &database)
+            })
     };
     if let Err(error) = builder {
         tracing::warn!(%error, "cannot start the thread that indexes first loads during their walk");
     }
-    let database: PathBuf = store.path().to_path_buf();
+    let passes = pass_thread(index.clone(), store.path().to_path_buf());
     tokio::spawn(async move {
         let mut first = true;
         loop {
             let pass = {
-                let index = index.clone();
-                let database = database.clone();
                 // Read before the pass: whatever the pass sees is at least this new.
                 let version = store.catalog_version();
-                tokio::task::spawn_blocking(move || {
-                    keep_up(&index, &database, first).map(|()| index.mark_caught_up(version))
-                })
-                .await
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                match passes
+                    .as_ref()
+                    .map(|passes| passes.send((first, version, reply)))
+                {
+                    Some(Ok(())) => answer.await.unwrap_or(Err(Panicked)),
+                    _ => Err(Panicked),
+                }
             };
             let pause = match pass {
                 Ok(Ok(())) => {
@@ -86,8 +132,8 @@ pub fn spawn(
                     index.set_phase(Phase::Failed);
                     RETRY_AFTER_FAILURE
                 }
-                Err(error) => {
-                    tracing::error!(%error, "the search index keeper panicked; searches use SQLite");
+                Err(Panicked) => {
+                    tracing::error!("the search index keeper panicked (or could not start its thread); searches use SQLite");
                     index.set_phase(Phase::Failed);
                     RETRY_AFTER_FAILURE
                 }

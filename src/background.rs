@@ -1,0 +1,60 @@
+//! Background threads' CPU priority: work that keeps derived state (the search index's
+//! builder, its indexing and merge threads) runs at a lower priority than answering, so on a
+//! busy host a search takes the core and the index waits, never the other way round.
+
+/// The nice value of the search index's threads: on a core both want, a nice-0 thread gets
+/// about three times the time of a nice-5 one (the kernel's weights 1024 and 335), so searches
+/// and walks come first, and the index still keeps a steady share: idle cores are its whole.
+pub const INDEX_NICE: i32 = 5;
+
+/// Lowers the calling thread's priority to `nice` (Linux's setpriority takes a thread id);
+/// threads it starts later inherit it. A thread can lower its own priority, never raise it
+/// back: call this only on threads that do background work for good.
+pub fn lower_this_threads_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: neither call takes a pointer; PRIO_PROCESS with a thread id changes only
+        // that thread's nice value.
+        let result = unsafe {
+            let thread = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, nice)
+        };
+        if result != 0 {
+            tracing::debug!(nice, "a background thread's priority could not be lowered");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lowered_thread_and_the_threads_it_starts_run_at_the_lower_priority() {
+        let nice_of_this_thread = || {
+            // SAFETY: getpriority takes no pointer; errno is not consulted (0 is a valid
+            // answer, and these threads are ours).
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+        };
+        let before = nice_of_this_thread();
+        let (lowered, inherited) = std::thread::spawn(move || {
+            lower_this_threads_priority(INDEX_NICE.max(before));
+            let lowered = nice_of_this_thread();
+            let inherited = std::thread::spawn(nice_of_this_thread)
+                .join()
+                .expect("join");
+            (lowered, inherited)
+        })
+        .join()
+        .expect("join");
+        assert_eq!(lowered, INDEX_NICE.max(before));
+        assert_eq!(inherited, lowered);
+        assert_eq!(
+            nice_of_this_thread(),
+            before,
+            "only that thread was lowered"
+        );
+    }
+}
