@@ -1,6 +1,6 @@
-//! Background threads' CPU priority: work that keeps derived state (the search index's
-//! builder, its indexing and merge threads) runs at a lower priority than answering, so on a
-//! busy host a search takes the core and the index waits, never the other way round.
+//! Background threads' CPU priority: work that keeps derived state (the search index keeper's
+//! passes, tantivy's indexing and merge threads) runs at a lower priority than answering, so on
+//! a busy host a search takes the core and the index waits, never the other way round.
 
 /// The nice value of the search index's threads: on a core both want, a nice-0 thread gets
 /// about three times the time of a nice-5 one (the kernel's weights 1024 and 335), so searches
