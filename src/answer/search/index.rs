@@ -100,9 +100,15 @@ async fn search_index_as(
                 status.serves(wanted, generation)
                     || status.phase != crate::protocol::IndexPhase::Ready
             });
-            let wait = match can_answer_stale(index) && context.store.full_text_note().is_some() {
-                true => INDEX_CATCH_UP_WAIT_WITH_STALE,
-                false => INDEX_CATCH_UP_WAIT,
+            // No wait while the keeper replaces a whole list (a first load, a re-walk that
+            // changed much): that takes seconds, and every search waited its whole wait (each
+            // search of the 4.5 s after a 1,000,000 first load took 52 ms).
+            let wait = if index.status().replacing {
+                std::time::Duration::ZERO
+            } else if can_answer_stale(index) && context.store.full_text_note().is_some() {
+                INDEX_CATCH_UP_WAIT_WITH_STALE
+            } else {
+                INDEX_CATCH_UP_WAIT
             };
             let _ = tokio::time::timeout(wait, caught_up).await;
             let now = index.status();
