@@ -4,12 +4,13 @@
 //!
 //! Run it with `bench/run [SCENARIO...]` (it builds the release binaries, the benchmark-only
 //! crates under bench/ and the Python SDK venv first); scenarios are `walk`, `swap`,
-//! `change`, `query`, `start`, `idle`, `fleet`, `kinds`, `semantic`, `rewalk`, `history`, `index`, or `all`. `bench bare-walk CONFIG ROUNDS`
+//! `change`, `query`, `start`, `idle`, `fleet`, `kinds`, `semantic`, `rewalk`, `history`, `index`, `aftermath`, or `all`. `bench bare-walk CONFIG ROUNDS`
 //! is the bare loop: our own transport (`upstream::Session`) fetching every page and discarding it,
 //! the floor a mirror is compared with. One file per scenario; the child-process and socket helpers are
 //! tests/common/process.rs, shared with the integration tests. Nothing here is part of the
 //! daemon or of `cargo test`.
 
+mod aftermath;
 mod change;
 mod daemon;
 mod fleet;
@@ -136,9 +137,20 @@ fn main() -> anyhow::Result<()> {
         .map(String::as_str)
         .filter(|argument| !argument.starts_with("--"))
         .collect();
-    const ALL: [&str; 12] = [
-        "walk", "swap", "change", "query", "start", "idle", "fleet", "kinds", "semantic", "rewalk",
-        "history", "index",
+    const ALL: [&str; 13] = [
+        "walk",
+        "swap",
+        "change",
+        "query",
+        "start",
+        "idle",
+        "fleet",
+        "kinds",
+        "semantic",
+        "rewalk",
+        "history",
+        "index",
+        "aftermath",
     ];
     if scenarios.is_empty() || scenarios.contains(&"all") {
         scenarios = ALL.to_vec();
@@ -157,7 +169,7 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
-    if scenarios.contains(&"walk") {
+    if scenarios.contains(&"walk") || scenarios.contains(&"aftermath") {
         if !python_binary().exists() {
             bail!(
                 "{} is missing: run `bench/run`, which creates the venv",
@@ -195,6 +207,7 @@ fn main() -> anyhow::Result<()> {
             "swap" => swap::run(&mut report),
             "rewalk" => rewalk::run(&mut report),
             "index" => index::run(&mut report),
+            "aftermath" => aftermath::run(&mut report),
             "history" => history::run(&mut report),
             "change" => change::run(&mut report),
             "query" | "start" => (|| {

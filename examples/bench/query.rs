@@ -338,13 +338,13 @@ fn fts5_and_of_words(text: &str) -> String {
 }
 
 /// One query class: its label and the i-th query's text and server filter.
-struct QueryClass {
-    label: &'static str,
+pub(crate) struct QueryClass {
+    pub(crate) label: &'static str,
     make: fn(usize) -> (String, Option<String>),
 }
 
 impl QueryClass {
-    fn params(&self, i: usize, raw: bool) -> Value {
+    pub(crate) fn params(&self, i: usize, raw: bool) -> Value {
         let (text, server) = (self.make)(i);
         let mut params = if raw {
             json!({"query": fts5_and_of_words(&text), "raw": true, "limit": 10})
@@ -359,7 +359,7 @@ impl QueryClass {
 }
 
 /// The classes on the one-server catalog of 1,000,000; the first three are the selective mix.
-fn million_classes() -> Vec<QueryClass> {
+pub(crate) fn million_classes() -> Vec<QueryClass> {
     vec![
         QueryClass {
             label: "one word, rare (a 6-digit id, 1 match)",
