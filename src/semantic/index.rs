@@ -31,6 +31,9 @@ const PROGRESS_EVERY: usize = 64;
 
 /// The most threads that embed a catalog at once: one per core up to this.
 pub const MAX_EMBEDDING_WORKERS: usize = 4;
+/// The nice value of every embedding worker after the first: they run on what the host's
+/// other threads leave idle (`background::lower_this_threads_priority`).
+const SECOND_WORKERS_NICE: i32 = 19;
 
 /// One embedded listing, with what a hit shows.
 #[derive(Debug, Clone)]
@@ -571,7 +574,7 @@ fn embed_in_parallel(
                     // A nice-19 thread gets about 1.5% of a core that a normal one wants: the
                     // first worker keeps the daemon's priority so the vectors always progress.
                     if worker > 0 {
-                        lower_this_threads_priority();
+                        crate::background::lower_this_threads_priority(SECOND_WORKERS_NICE);
                     }
                     while !stopped() {
                         let Some((key, text)) = texts.get(next.fetch_add(1, Ordering::Relaxed))
@@ -598,23 +601,6 @@ fn embed_in_parallel(
         }
         Ok(received == texts.len())
     })
-}
-
-/// Nice 19 for the calling thread alone (Linux's setpriority takes a thread id): it then runs
-/// on what the host's other threads leave idle.
-fn lower_this_threads_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: neither call takes a pointer; PRIO_PROCESS with a thread id changes only
-        // that thread's nice value.
-        let result = unsafe {
-            let thread = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, 19)
-        };
-        if result != 0 {
-            tracing::debug!("the embedding thread's priority could not be lowered");
-        }
-    }
 }
 
 #[cfg(test)]
