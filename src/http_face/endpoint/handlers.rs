@@ -18,10 +18,11 @@ use super::legacy::legacy_request;
 use super::modern::modern_request;
 use crate::answer::{Restriction, View};
 use crate::http_face::access::{admit, Client, ClientIdentity};
+use crate::http_face::face::PeerAddress;
 use crate::http_face::limits::{stream_reserve, ClientKey, Refusal, ShareGuard};
 use crate::http_face::sessions::SessionBounds;
 use crate::http_face::stream::{message_event, sse_response};
-use crate::http_face::{HttpFace, PeerAddress};
+use crate::http_face::HttpFace;
 use crate::protocol::{
     self as wire, CacheScope, CatalogList, CatalogPrompts, CatalogTools, CheckedRequest,
     IncomingRequest, Kind, ListResources, ListTemplates, Method, INVALID_REQUEST, PARSE_ERROR,

@@ -16,10 +16,11 @@ use super::handlers::{
 };
 use super::modern::{discover, modern_result};
 use crate::http_face::access::{admit, Client};
+use crate::http_face::face::PeerAddress;
 use crate::http_face::limits::Refusal;
 use crate::http_face::sessions::Opened;
 use crate::http_face::stream::{self, StreamPlan};
-use crate::http_face::{HttpFace, PeerAddress};
+use crate::http_face::HttpFace;
 use crate::protocol::{
     self as wire, CheckedRequest, Initialize, Method, DISCOVER, INVALID_REQUEST,
 };
