@@ -30,7 +30,8 @@ use tantivy::index::SegmentMeta;
 use tantivy::indexer::{AddOperation, SegmentWriter};
 use tantivy::Segment;
 
-use super::{lock, Entry, SearchIndex};
+use super::index::lock;
+use super::{Entry, SearchIndex};
 use crate::store::{IndexSource, LoadEvent};
 
 /// A first load is built during its walk once it has staged this many entries.
@@ -399,7 +400,7 @@ impl Load {
             // the segments only when that holds.
             let document = index.fields.document(
                 &entry,
-                super::Flags {
+                super::schema::Flags {
                     wins: true,
                     shared: false,
                 },

@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{KeepError, BUILT_LOAD_WAIT};
+use super::keep_up::BUILT_LOAD_WAIT;
+use super::KeepError;
 use crate::protocol::Kind;
 use crate::search::{Entry, Phase, SearchIndex, ServerDiff};
 use crate::store::SourceSnapshot;

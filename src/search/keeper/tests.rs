@@ -1,9 +1,14 @@
 //! The keeper's tests: repair, catch-up from the feed, first loads built during their walk.
 
-use super::*;
-use crate::store::SearchRequest;
-use crate::store::{RemovedServers, ResourceRow, ServerEntry, ServerSync, Store, WalkReport};
+use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
+
+use super::*;
+use crate::search::SearchIndex;
+use crate::store::SearchRequest;
+use crate::store::Store;
+use crate::store::{RemovedServers, ResourceRow, ServerEntry, ServerSync, WalkReport};
 
 fn row(uri: &str, name: &str, description: &str) -> ResourceRow {
     let raw =
