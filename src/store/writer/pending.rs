@@ -225,17 +225,7 @@ pub(super) fn promote(
         })?;
     crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, hold_started);
-    Ok((
-        SwapOutcome {
-            added: diff.added,
-            removed: 0,
-            changed: 0,
-            resources: diff.resources() as u64,
-            templates,
-            templates_touched,
-        },
-        latest_seq,
-    ))
+    Ok((diff.outcome(templates, templates_touched), latest_seq))
 }
 
 /// Gives the server the load's pending id, with the few rows keyed by its old one; a server

@@ -211,17 +211,7 @@ impl Reload {
         )?;
         crate::metrics::observe_swap_hold(hold_started.elapsed());
         log_swap(server, &diff, hold_started, hold_started);
-        Ok((
-            SwapOutcome {
-                added: diff.added,
-                removed: diff.removed,
-                changed: diff.changed,
-                resources: diff.resources() as u64,
-                templates,
-                templates_touched,
-            },
-            latest_seq,
-        ))
+        Ok((diff.outcome(templates, templates_touched), latest_seq))
     }
 
     /// The new rows go to the full-text backlog. When the old ones are a third of the catalog

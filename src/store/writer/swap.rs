@@ -84,14 +84,7 @@ pub(super) fn swap(
     crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, swap_started);
     Ok(Committed::Swapped(
-        SwapOutcome {
-            added: diff.added,
-            removed: diff.removed,
-            changed: diff.changed,
-            resources: diff.resources() as u64,
-            templates,
-            templates_touched,
-        },
+        diff.outcome(templates, templates_touched),
         applied.latest_seq,
     ))
 }
@@ -149,6 +142,18 @@ impl SnapshotDiff {
     /// Resources in the snapshot after the swap.
     pub(super) fn resources(&self) -> i64 {
         self.before - self.removed as i64 + self.added as i64
+    }
+
+    /// What the swap of this diff tells its walk, with the templates it swapped.
+    pub(super) fn outcome(&self, templates: u64, templates_touched: u64) -> SwapOutcome {
+        SwapOutcome {
+            added: self.added,
+            removed: self.removed,
+            changed: self.changed,
+            resources: self.resources() as u64,
+            templates,
+            templates_touched,
+        }
     }
 
     pub(super) fn touched(&self) -> u64 {
