@@ -344,6 +344,8 @@ impl Load {
                     .resources_with_ids(server_id, from, to)
                     .map_err(read)?;
                 self.write(index, entries)?;
+                // No snapshot pinned for the whole read-back (`SourceSnapshot`).
+                snapshot.renew().map_err(read)?;
                 from = to + 1;
             }
         }

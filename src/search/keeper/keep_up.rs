@@ -257,7 +257,7 @@ fn catch_up(
     let mut cursor = from;
     let mut more = keyed;
     while more {
-        let (rows, last) = snapshot.changes_page(cursor, CATCH_UP_BATCH_ENTRIES)?;
+        let (rows, last) = snapshot.changes_page(cursor, target, CATCH_UP_BATCH_ENTRIES)?;
         let Some(last) = last else {
             more = false;
             continue;
