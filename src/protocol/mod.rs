@@ -14,6 +14,7 @@ mod listen;
 mod meta;
 mod method;
 mod params;
+mod parse;
 mod record;
 mod resource;
 mod results;
@@ -71,10 +72,10 @@ pub use method::{
     PromptsListChanged, ReadResource, ResourcesListChanged, ScopeRule, ToolsListChanged, METHODS,
 };
 pub use params::{
-    page_limit, parse_params, ChangesParams, InitializeParams, InvalidParams, KeysParams,
-    ListParams, NoParams, RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
-    MAX_KEYS,
+    page_limit, ChangesParams, InitializeParams, KeysParams, ListParams, NoParams, RefreshParams,
+    SearchParams, ServerListParams, UriParams, WatchParams, MAX_KEYS,
 };
+pub use parse::{parse_params, InvalidParams};
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
     CacheNote, Definition, ListedFields, MirrorMeta, Prompt, ReadResourceResult, Resource,

@@ -52,7 +52,7 @@ pub struct Store {
     /// Where the writer sends the pages of large first loads (`feed_first_loads`).
     load_feed: Arc<std::sync::OnceLock<LoadFeed>>,
     /// This database's id (`mirror_identity`), named in answers to followers.
-    pub(super) instance: String,
+    instance: String,
     merged_count_memo: Arc<follow::CountMemo>,
     /// The write-ahead log's checkpoints (the writer's and its checkpointer's).
     wal: Arc<writer::WalWatch>,
@@ -176,6 +176,11 @@ impl Store {
     /// search index uses it to know whether it has seen everything a caller may have seen.
     pub fn catalog_version(&self) -> u64 {
         self.catalog_version.load(Ordering::Acquire)
+    }
+
+    /// This database's id, as `catalog/changes` and `catalog/entries` name it.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     pub fn path(&self) -> &Path {

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use super::{admitted, joined_notes, search_result, timed_out};
+use super::hits::{joined_notes, search_result};
+use super::permit::{admitted, timed_out};
 use crate::answer::{internal, DaemonContext};
 use crate::protocol::{self as wire, encode_index_cursor, ErrorObject, BUSY, INVALID_PARAMS};
 use crate::search::gate::SearchPermit;

@@ -19,23 +19,6 @@ pub const MAX_MARKER_BYTES: usize = 32;
 /// Queries of at most this many words also try one typo per long word when the exact words
 /// find nothing.
 const MAX_TYPO_QUERY_WORDS: usize = 8;
-/// The most words a prefix or a typo expands to, each scored as a term of its own; a prefix
-/// with more becomes one match-only clause.
-pub(super) const MAX_EXPANSIONS: usize = 64;
-/// The most combinations of expanded words searched one by one as pure intersections (which
-/// rank the top k without scoring every match).
-pub(super) const MAX_COMBINATIONS: usize = 16;
-/// Below this many candidate documents one plain query that scores them all is cheaper.
-pub(super) const FEW_CANDIDATES: u64 = 20_000;
-/// The most exact name or URI matches put first.
-pub(super) const MAX_EXACT: usize = 100;
-/// Words this long or longer tolerate one typo when the exact words find nothing.
-pub(super) const TYPO_MIN_CHARS: usize = 5;
-/// Words longer than this tolerate no typo (nobody types them; their automata cost most).
-pub(super) const TYPO_MAX_CHARS: usize = 24;
-/// How many documents pass between two looks at the clock.
-pub(super) const DEADLINE_CHECK_EVERY: u32 = 1024;
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page {
     pub hits: Vec<SearchHit>,

@@ -2,11 +2,53 @@
 
 use std::path::Path;
 
-use super::sentence_encoder::{Activation, BertConfig};
+use serde::Deserialize;
+
 use crate::semantic::kernel::Packed;
 use crate::semantic::kernel::{attention, gelu, layer_norm, AttentionShape, Isa};
 use crate::semantic::tensors::TensorFile;
 use crate::semantic::SemanticError;
+
+/// The feed-forward activation config.json names (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Activation {
+    /// The exact GELU, with erf (BERT's `gelu`).
+    Gelu,
+    /// The tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`).
+    GeluTanh,
+    Relu,
+}
+
+/// The model's config.json: its sizes, norms' epsilon, activation and kind.
+#[derive(Deserialize)]
+pub(super) struct BertConfig {
+    pub(super) hidden_size: usize,
+    pub(super) num_attention_heads: usize,
+    pub(super) num_hidden_layers: usize,
+    pub(super) intermediate_size: usize,
+    pub(super) vocab_size: usize,
+    pub(super) max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab_size")]
+    pub(super) type_vocab_size: usize,
+    #[serde(default = "default_layer_norm_eps")]
+    pub(super) layer_norm_eps: f64,
+    #[serde(default = "default_hidden_act")]
+    pub(super) hidden_act: String,
+    #[serde(default)]
+    pub(super) position_embedding_type: Option<String>,
+    #[serde(default)]
+    pub(super) model_type: Option<String>,
+}
+
+fn default_type_vocab_size() -> usize {
+    2
+}
+fn default_layer_norm_eps() -> f64 {
+    1e-12
+}
+fn default_hidden_act() -> String {
+    "gelu".to_string()
+}
 
 /// A linear layer, its weight packed at load for the product (see [`crate::semantic::kernel`]).
 pub(super) type Linear = Packed;

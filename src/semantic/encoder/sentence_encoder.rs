@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::bert::Bert;
+use super::bert::{Activation, Bert, BertConfig};
 use crate::semantic::kernel::Isa;
 use crate::semantic::tensors::{open_regular_file, TensorFile};
 use crate::semantic::SemanticError;
@@ -36,45 +36,6 @@ pub struct Encoder {
 enum Pooling {
     Mean,
     Cls,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Activation {
-    /// The exact GELU, with erf (BERT's `gelu`).
-    Gelu,
-    /// The tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`).
-    GeluTanh,
-    Relu,
-}
-
-#[derive(Deserialize)]
-pub(super) struct BertConfig {
-    pub(super) hidden_size: usize,
-    pub(super) num_attention_heads: usize,
-    pub(super) num_hidden_layers: usize,
-    pub(super) intermediate_size: usize,
-    pub(super) vocab_size: usize,
-    pub(super) max_position_embeddings: usize,
-    #[serde(default = "default_type_vocab_size")]
-    pub(super) type_vocab_size: usize,
-    #[serde(default = "default_layer_norm_eps")]
-    pub(super) layer_norm_eps: f64,
-    #[serde(default = "default_hidden_act")]
-    hidden_act: String,
-    #[serde(default)]
-    position_embedding_type: Option<String>,
-    #[serde(default)]
-    model_type: Option<String>,
-}
-
-fn default_type_vocab_size() -> usize {
-    2
-}
-fn default_layer_norm_eps() -> f64 {
-    1e-12
-}
-fn default_hidden_act() -> String {
-    "gelu".to_string()
 }
 
 #[derive(Deserialize)]
