@@ -2,9 +2,9 @@
 //! defaults and caps every caller gets (the daemon and the CLI reading the database alike).
 
 use crate::protocol::{
-    decode_index_cursor, decode_kinds_search_cursor, decode_search_cursor, page_limit,
-    InvalidParams, Kind, SearchParams, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT, MAX_QUERY_BYTES,
-    MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET,
+    cut_at_char_boundary, decode_index_cursor, decode_kinds_search_cursor, decode_search_cursor,
+    page_limit, InvalidParams, Kind, SearchParams, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT,
+    MAX_QUERY_BYTES, MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET,
 };
 use std::collections::BTreeSet;
 
@@ -91,10 +91,7 @@ impl SearchParams {
         if self.raw.unwrap_or(false) || self.query.len() <= MAX_QUERY_BYTES {
             return None;
         }
-        let mut end = MAX_QUERY_BYTES;
-        while !self.query.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = cut_at_char_boundary(&self.query, MAX_QUERY_BYTES).len();
         // A word the cut splits counts as dropped: only its start was searched.
         let start = self.query[..end]
             .rfind(|letter: char| !letter.is_alphanumeric())
@@ -131,10 +128,7 @@ impl SearchParams {
                     query.len()
                 )));
             }
-            let mut end = MAX_QUERY_BYTES;
-            while !query.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = cut_at_char_boundary(&query, MAX_QUERY_BYTES).len();
             query.truncate(end);
         }
         let mut request = SearchRequest::new(query, limit);

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use super::bert::{Activation, Bert, BertConfig};
+use crate::protocol::cut_at_char_boundary;
 use crate::semantic::kernel::Isa;
 use crate::semantic::tensors::{open_regular_file, TensorFile};
 use crate::semantic::SemanticError;
@@ -195,18 +196,6 @@ impl Encoder {
         }
         pooled
     }
-}
-
-/// The longest prefix of `text` of at most `limit` bytes that ends on a character boundary.
-fn cut_at_char_boundary(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// The activation `config` names, once its model type, position embeddings and sizes are
