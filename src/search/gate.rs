@@ -30,11 +30,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+// Nothing panics while holding the gate's locks; a poisoned one still holds consistent counts.
+use super::error::lock;
 use crate::config::SearchLimits;
 
 /// How many searches may wait for a slot for every one allowed to run.
@@ -175,14 +177,6 @@ struct Waiter {
     heavy: bool,
     grant: oneshot::Sender<Slot>,
 }
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing panics while holding these locks; a poisoned one still holds consistent counts.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Shared {
     /// Whether a search of this weight may take a free slot now.
     fn may_run(&self, queue: &Queue, heavy: bool) -> bool {

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::hits::{merge_search_pages, search_result, searched};
 use super::index::can_answer_stale;
-use super::{
-    admitted, has_uri_flags, merge_search_pages, parsed, search_result, searched, timed_out,
-    KindsSearch, ParsedSearch,
-};
+use super::permit::{admitted, timed_out};
+use super::request::{has_uri_flags, parsed, KindsSearch, ParsedSearch};
 use crate::answer::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, SearchParams, INVALID_PARAMS, SEARCH_TIMED_OUT};
 use crate::search::SearchIndex;

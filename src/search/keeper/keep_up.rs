@@ -10,24 +10,14 @@ use tokio::task::JoinHandle;
 use super::batches;
 use super::batches::CATCH_UP_BATCH_ENTRIES;
 use super::batches::{Commits, KeyBatch};
+use super::error::KeepError;
 use crate::search::{Phase, Repair, SearchIndex};
-use crate::store::{CatalogChanged, FeedGroups, IndexSource, Store, StoreError};
+use crate::store::{CatalogChanged, FeedGroups, IndexSource, Store};
 
 /// How often the keeper looks for priority changes when no swap happens.
 const QUIET_CHECK: Duration = Duration::from_secs(2);
-/// How long the keeper waits for the segments of a first load built during its walk to be
-/// finished (the builder is at most a channel's pages behind the writer).
-pub(super) const BUILT_LOAD_WAIT: Duration = Duration::from_secs(10);
 /// How long the keeper waits before trying again after a failed pass.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
-
-#[derive(Debug, thiserror::Error)]
-pub enum KeepError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Index(#[from] crate::search::SearchError),
-}
 
 /// A keeper pass that panicked, or whose thread could not start.
 struct Panicked;
