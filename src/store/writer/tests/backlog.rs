@@ -238,11 +238,6 @@ async fn another_servers_swap_commits_while_a_large_first_load_is_indexed() {
         .hits;
     assert_eq!(hits.len(), 10, "a small swap is indexed in its own commit");
 
-    wait_until(
-        "the backlog to be indexed",
-        Duration::from_secs(300),
-        async || store.full_text_note().is_none(),
-    )
-    .await;
+    backlog_indexed(&store).await;
     store.close().await;
 }

@@ -145,6 +145,16 @@ pub(super) fn assert_full_text_is_exact(connection: &Connection) {
 }
 
 /// Polls `ready` until it holds, failing after `limit`.
+/// Waits (up to 300 s) until the full-text backlog is indexed.
+pub(super) async fn backlog_indexed(store: &Store) {
+    wait_until(
+        "the backlog to be indexed",
+        Duration::from_secs(300),
+        async || store.full_text_note().is_none(),
+    )
+    .await;
+}
+
 pub(super) async fn wait_until(what: &str, limit: Duration, mut ready: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !ready().await {
