@@ -239,19 +239,51 @@ fn change_rounds(origin: &Scratch, upstream: &Daemon, rounds: std::ops::RangeInc
     }
 }
 
+/// An upstream of `demo` publishing every kind, and one downstream that has synced its bucket
+/// (the scratch directories live as long as this).
+struct DemoFleet {
+    nats: NatsServer,
+    origin: Scratch,
+    _up_scratch: Scratch,
+    upstream: Daemon,
+    down_scratch: Scratch,
+    mirror: Daemon,
+}
+
+impl DemoFleet {
+    fn synced() -> DemoFleet {
+        let nats = NatsServer::start();
+        let origin = Scratch::new();
+        let up_scratch = Scratch::new();
+        let upstream = upstream(&up_scratch, &nats, &demo_server(&origin), "");
+        upstream.wait_for_walks("demo", 1);
+        let down_scratch = Scratch::new();
+        let mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+        wait_for("the first sync", Duration::from_secs(30), || {
+            same_catalog(&mirror, &upstream).then_some(())
+        });
+        DemoFleet {
+            nats,
+            origin,
+            _up_scratch: up_scratch,
+            upstream,
+            down_scratch,
+            mirror,
+        }
+    }
+}
+
 #[test]
 fn a_downstream_follows_the_bucket_and_ends_with_the_upstream_catalog_then_resumes() {
-    let nats = NatsServer::start();
-    let origin = Scratch::new();
-    let up_scratch = Scratch::new();
-    let upstream = upstream(&up_scratch, &nats, &demo_server(&origin), "");
-    upstream.wait_for_walks("demo", 1);
-
-    let down_scratch = Scratch::new();
-    let mut mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
-    wait_for("the first sync", Duration::from_secs(30), || {
-        same_catalog(&mirror, &upstream).then_some(())
-    });
+    // Every field bound: a field left to `..` of a temporary is dropped at once.
+    let DemoFleet {
+        nats: _nats,
+        origin,
+        _up_scratch,
+        upstream,
+        down_scratch,
+        mut mirror,
+    } = DemoFleet::synced();
     assert_eq!(mirror.list_all().len(), 50);
 
     change_rounds(&origin, &upstream, 1..=12);
@@ -413,22 +445,18 @@ fn a_restart_of_nats_server_mid_stream_loses_nothing() {
     assert_eq!(status["reloads"], 1, "{status}");
 }
 
-/// The downstream's own record of its follow, read from its database file: the bucket
-/// revision it has applied (`None` before its first sync).
 /// A round of the publisher (a swap's puts and deletes, then its mark) is one delta at a
 /// downstream: one writer transaction and one index commit per change, not one per update.
 #[test]
 fn each_round_of_the_publisher_is_one_delta_downstream() {
-    let nats = NatsServer::start();
-    let origin = Scratch::new();
-    let up_scratch = Scratch::new();
-    let upstream = upstream(&up_scratch, &nats, &demo_server(&origin), "");
-    upstream.wait_for_walks("demo", 1);
-    let down_scratch = Scratch::new();
-    let mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
-    wait_for("the first sync", Duration::from_secs(30), || {
-        same_catalog(&mirror, &upstream).then_some(())
-    });
+    let DemoFleet {
+        nats: _nats,
+        origin,
+        _up_scratch,
+        upstream,
+        down_scratch: _down_scratch,
+        mirror,
+    } = DemoFleet::synced();
     // Rounds 1-3 put one, two and three entries (the extras, each described anew).
     for round in 1..=3 {
         let deltas = fleet_number(&mirror, "deltas");
@@ -452,6 +480,8 @@ fn each_round_of_the_publisher_is_one_delta_downstream() {
     }
 }
 
+/// The downstream's own record of its follow, read from its database file: the bucket
+/// revision it has applied (`None` before its first sync).
 fn stored_revision(mirror: &Daemon) -> Option<i64> {
     open_database(&mirror.database)
         .query_row(
