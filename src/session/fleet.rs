@@ -28,8 +28,8 @@ pub(super) struct BucketSource {
     pub credentials: Option<PathBuf>,
 }
 
-/// How long updates without the publisher's closing mark wait for more before they are
-/// applied (a publisher that stopped mid-round). A round (a swap's puts and deletes, then the
+/// How long after a batch's first update it is applied without the publisher's closing mark
+/// (a publisher that stopped mid-round). A round (a swap's puts and deletes, then the
 /// mark) is applied as one delta at its mark: applied as each update came, one change of one
 /// resource at the origin (a put, a delete and the mark) was three deltas here, three writer
 /// transactions and three index commits, about 20 ms of CPU per change in each downstream.
@@ -162,6 +162,9 @@ async fn follow(
     backoff.reset();
     let mut watch = follower.watch().await?;
     let mut batch = Vec::new();
+    // When the batch must be applied without its mark: set by its first update, so nothing
+    // else (a client's reads of this server are commands here) moves it.
+    let mut apply_by = tokio::time::Instant::now();
     loop {
         let waiting = !batch.is_empty();
         let apply = tokio::select! {
@@ -176,10 +179,13 @@ async fn follow(
                 };
                 // The publisher's mark ends each round of its puts: a round is one delta here.
                 let round_ends = entry.key == FEED_KEY && entry.delta == 0;
+                if batch.is_empty() {
+                    apply_by = tokio::time::Instant::now() + UNMARKED_ROUND_WAIT;
+                }
                 batch.push(entry);
                 round_ends || batch.len() >= MAX_BATCH_ENTRIES
             }
-            () = tokio::time::sleep(UNMARKED_ROUND_WAIT), if waiting => true,
+            () = tokio::time::sleep_until(apply_by), if waiting => true,
         };
         if apply {
             follower.apply(std::mem::take(&mut batch)).await?;
