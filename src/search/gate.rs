@@ -89,11 +89,24 @@ pub struct GateActivity {
 
 /// One client of the gate (a socket connection; on the HTTP face a request or a session): the
 /// search time it used lately. Cheap to clone; a new one has used nothing.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct SearchClient(Arc<Mutex<Usage>>);
+
+impl Default for SearchClient {
+    fn default() -> Self {
+        static NEXT_NUMBER: AtomicU64 = AtomicU64::new(1);
+        SearchClient(Arc::new(Mutex::new(Usage {
+            number: NEXT_NUMBER.fetch_add(1, Ordering::Relaxed),
+            ..Usage::default()
+        })))
+    }
+}
 
 #[derive(Default)]
 struct Usage {
+    /// Names the client in the log (`client 12`), so the searches a refused one waited
+    /// behind can be told apart.
+    number: u64,
     /// Decayed seconds of search time as of `at`.
     seconds: f64,
     at: Option<Instant>,
@@ -112,6 +125,12 @@ impl Usage {
             }
             None => 0.0,
         }
+    }
+}
+
+impl std::fmt::Display for SearchClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "client {}", lock(&self.0).number)
     }
 }
 
@@ -174,8 +193,51 @@ struct Shared {
 struct Queue {
     running: usize,
     heavy_running: usize,
+    /// The searches holding slots, oldest first: what a refused search waited behind.
+    holders: Vec<Holder>,
     waiters: VecDeque<Waiter>,
     next_ticket: u64,
+}
+
+/// A search holding a slot.
+struct Holder {
+    ticket: u64,
+    client: SearchClient,
+    heavy: bool,
+    since: Instant,
+}
+
+impl Queue {
+    fn take_slot(&mut self, ticket: u64, client: &SearchClient, heavy: bool) {
+        self.running += 1;
+        self.heavy_running += usize::from(heavy);
+        self.holders.push(Holder {
+            ticket,
+            client: client.clone(),
+            heavy,
+            since: Instant::now(),
+        });
+    }
+
+    fn give_back(&mut self, ticket: u64, heavy: bool) {
+        self.running -= 1;
+        self.heavy_running -= usize::from(heavy);
+        self.holders.retain(|holder| holder.ticket != ticket);
+    }
+
+    /// The searches holding slots, for the log: `client 7 (heavy, 1.93 s), client 3 (0.41 s)`.
+    fn holders_text(&self, now: Instant) -> String {
+        let holders: Vec<String> = self
+            .holders
+            .iter()
+            .map(|holder| {
+                let held = now.saturating_duration_since(holder.since).as_secs_f64();
+                let heavy = if holder.heavy { "heavy, " } else { "" };
+                format!("{} ({heavy}{held:.2} s)", holder.client)
+            })
+            .collect();
+        holders.join(", ")
+    }
 }
 
 struct Waiter {
@@ -211,18 +273,17 @@ impl Shared {
             let Some(waiter) = chosen.and_then(|position| queue.waiters.remove(position)) else {
                 return;
             };
-            queue.running += 1;
-            queue.heavy_running += usize::from(waiter.heavy);
+            queue.take_slot(waiter.ticket, &waiter.client, waiter.heavy);
             self.peak_running.fetch_max(queue.running, Ordering::AcqRel);
             let slot = Slot {
                 shared: Some(self.clone()),
+                ticket: waiter.ticket,
                 heavy: waiter.heavy,
             };
             // A waiter that gave up before its grant: take the slot back and try the next.
             if let Err(mut slot) = waiter.grant.send(slot) {
                 slot.shared = None;
-                queue.running -= 1;
-                queue.heavy_running -= usize::from(waiter.heavy);
+                queue.give_back(waiter.ticket, waiter.heavy);
             }
         }
     }
@@ -232,6 +293,7 @@ impl Shared {
 /// it is dropped unreceived inside a grant whose waiter went away.
 struct Slot {
     shared: Option<Arc<Shared>>,
+    ticket: u64,
     heavy: bool,
 }
 
@@ -239,8 +301,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
             let mut queue = lock(&shared.queue);
-            queue.running -= 1;
-            queue.heavy_running -= usize::from(self.heavy);
+            queue.give_back(self.ticket, self.heavy);
             shared.dispatch(&mut queue);
         }
     }
@@ -266,6 +327,23 @@ impl SearchPermit {
     /// Records that the search ran past its deadline and was cancelled.
     pub fn timed_out(&self) {
         self.shared.timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Says what a search refused after waiting `search_timeout` waited behind: a well-behaved
+/// client's refusal is a warning (the gate is to keep a slot for it), a heavy or new one's is
+/// the gate doing its job.
+fn log_waited_too_long(shared: &Shared, client: &SearchClient, heavy: bool) {
+    let queue = lock(&shared.queue);
+    let holders = queue.holders_text(Instant::now());
+    let average_ms = lock(&client.0)
+        .average_search
+        .map_or(-1.0, |average| average * 1000.0);
+    let waiting = queue.waiters.len();
+    if heavy {
+        tracing::debug!(%client, heavy, average_ms, %holders, waiting, "a search waited past search_timeout for a slot and was refused busy");
+    } else {
+        tracing::warn!(%client, average_ms, %holders, waiting, "a well-behaved client's search waited past search_timeout for a slot and was refused busy");
     }
 }
 
@@ -382,6 +460,7 @@ impl SearchGate {
                     // the caller may try again.
                     Ok(Err(_)) | Err(_) => {
                         shared.refused_busy.fetch_add(1, Ordering::Relaxed);
+                        log_waited_too_long(shared, &client, heavy);
                         return Err(GateError::WaitedTooLong(self.limits.timeout));
                     }
                 }
@@ -444,7 +523,8 @@ mod tests {
         waiter.await.expect("join").expect("admitted after waiting");
         assert_eq!(gate.activity().peak_running, 2);
         // With both slots held, a waiter gives up after the timeout.
-        let _third = gate.acquire_for(established()).await.expect("third");
+        let third = established();
+        let _third = gate.acquire_for(third.clone()).await.expect("third");
         let refused = gate
             .acquire_for(established())
             .await
@@ -453,6 +533,10 @@ mod tests {
         assert!(matches!(refused, GateError::WaitedTooLong(_)), "{refused}");
         assert_eq!(gate.activity().waiting, 0);
         assert_eq!(gate.activity().running, 2);
+        // What the refused search waited behind, as the log says it: the two holders.
+        let holders = lock(&gate.shared.queue).holders_text(Instant::now());
+        assert_eq!(holders.matches("client ").count(), 2, "{holders}");
+        assert!(holders.contains(&format!("{third} (")), "{holders}");
     }
 
     #[tokio::test]
