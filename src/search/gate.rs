@@ -11,10 +11,10 @@
 //! one; what a first-come queue lacks is a share. Four connections looping searches that run
 //! into `search_timeout` held every slot and every place ahead in the queue, and a client's
 //! plain search waited behind them. So the gate remembers, for each client (`SearchClient`,
-//! one per connection), how much search time it used lately (decaying with `USAGE_HALF_LIFE`)
-//! and how long its searches take (a moving average): a free slot goes to the waiter whose
-//! client used the least, and clients whose searches take more than `HEAVY_SEARCH` (or half the
-//! `search_timeout`) on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
+//! one per connection), how much slot time it used lately (decaying with `USAGE_HALF_LIFE`)
+//! and how much CPU its searches cost (a moving average; `SearchWork`): a free slot goes to the
+//! waiter whose client used the least, and clients whose searches cost more than `HEAVY_SEARCH`
+//! (or half the `search_timeout`) on average (the soak's abusers ran into it) together hold at most `max_concurrent - 1`
 //! slots, so one slot is always left for everyone else. A busy client of quick searches is not
 //! heavy: many searches are not what holds slots. A client that has finished no search yet (a
 //! fresh connection) has no average to judge, and sixteen fresh connections each sending one
@@ -147,15 +147,17 @@ impl SearchClient {
             .map_or(true, |average| average > threshold)
     }
 
-    fn add(&self, used: Duration) {
+    /// Counts one search: it held a slot for `held`, and its work cost `cost` (the CPU time
+    /// of the thread that ran it, where measured: `SearchPermit::measure`).
+    fn add(&self, held: Duration, cost: Duration) {
         let now = Instant::now();
-        let used = used.as_secs_f64();
+        let cost = cost.as_secs_f64();
         let mut usage = lock(&self.0);
-        usage.seconds = usage.decayed(now) + used;
+        usage.seconds = usage.decayed(now) + held.as_secs_f64();
         usage.at = Some(now);
         usage.average_search = Some(match usage.average_search {
-            Some(average) => average + (used - average) * NEW_SEARCH_WEIGHT,
-            None => used,
+            Some(average) => average + (cost - average) * NEW_SEARCH_WEIGHT,
+            None => cost,
         });
     }
 
@@ -311,6 +313,7 @@ impl Drop for Slot {
 pub struct SearchPermit {
     pub deadline: Instant,
     started: Instant,
+    work: SearchWork,
     client: SearchClient,
     shared: Arc<Shared>,
     _slot: Slot,
@@ -318,32 +321,85 @@ pub struct SearchPermit {
 
 impl Drop for SearchPermit {
     fn drop(&mut self) {
-        // Counted before the slot is given back, so the next choice sees it.
-        self.client.add(self.started.elapsed());
+        // Counted before the slot is given back, so the next choice sees it. A search whose
+        // work was not measured costs the time it held the slot.
+        let held = self.started.elapsed();
+        let cost = self.work.cpu().unwrap_or(held);
+        self.client.add(held, cost);
     }
 }
 
+/// The CPU time a search's work took, summed over the threads that ran it
+/// (`SearchWork::measure`); cheap to clone into the closure that runs the search.
+///
+/// A client is heavy by what its searches cost, not by how long they took: on a loaded host
+/// (the soak at load 12 on 2 cores) a plain search that costs 5 ms of CPU took up to 1 s, the
+/// well-behaved client's average by time passed `HEAVY_SEARCH`, and it waited with the raw
+/// searchers for the heavy clients' slot (3 of 2,547 refused busy). Its CPU time stayed small;
+/// a raw FTS5 query's or a common word's over a million rows does not.
+#[derive(Clone, Default)]
+pub struct SearchWork(Arc<Mutex<Option<Duration>>>);
+
+impl SearchWork {
+    /// Runs `work` on this thread and adds the CPU time it took.
+    pub fn measure<T>(&self, work: impl FnOnce() -> T) -> T {
+        let before = thread_cpu_time();
+        let outcome = work();
+        let used = thread_cpu_time().saturating_sub(before);
+        let mut cpu = lock(&self.0);
+        *cpu = Some(cpu.unwrap_or_default() + used);
+        outcome
+    }
+
+    fn cpu(&self) -> Option<Duration> {
+        *lock(&self.0)
+    }
+}
+
+/// The CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
+    if status != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(time.tv_sec as u64, time.tv_nsec as u32)
+}
+
 impl SearchPermit {
+    /// Where the search's work is measured (`SearchWork::measure`), to be moved into the
+    /// closure that runs it.
+    pub fn work(&self) -> SearchWork {
+        self.work.clone()
+    }
+
     /// Records that the search ran past its deadline and was cancelled.
     pub fn timed_out(&self) {
         self.shared.timed_out.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Says what a search refused after waiting `search_timeout` waited behind: a well-behaved
-/// client's refusal is a warning (the gate is to keep a slot for it), a heavy or new one's is
-/// the gate doing its job.
-fn log_waited_too_long(shared: &Shared, client: &SearchClient, heavy: bool) {
+/// Says what a search refused after waiting `search_timeout` waited behind. An established
+/// client's plain search is a warning (heavy or not: a well-behaved client judged heavy is what
+/// the gate is to avoid); a raw query's or a new client's is the gate doing its job (debug).
+fn log_waited_too_long(shared: &Shared, client: &SearchClient, raw: bool) {
     let queue = lock(&shared.queue);
     let holders = queue.holders_text(Instant::now());
-    let average_ms = lock(&client.0)
-        .average_search
-        .map_or(-1.0, |average| average * 1000.0);
     let waiting = queue.waiters.len();
-    if heavy {
-        tracing::debug!(%client, heavy, average_ms, %holders, waiting, "a search waited past search_timeout for a slot and was refused busy");
+    let Some(average) = lock(&client.0).average_search else {
+        tracing::debug!(%client, %holders, waiting, "a new client's search waited past search_timeout for a slot and was refused busy");
+        return;
+    };
+    let average_ms = average * 1000.0;
+    let heavy = average > shared.heavy_search;
+    if raw {
+        tracing::debug!(%client, average_ms, heavy, %holders, waiting, "a raw search waited past search_timeout for a slot and was refused busy");
     } else {
-        tracing::warn!(%client, average_ms, %holders, waiting, "a well-behaved client's search waited past search_timeout for a slot and was refused busy");
+        tracing::warn!(%client, average_ms, heavy, %holders, waiting, "a search waited past search_timeout for a slot and was refused busy");
     }
 }
 
@@ -460,7 +516,7 @@ impl SearchGate {
                     // the caller may try again.
                     Ok(Err(_)) | Err(_) => {
                         shared.refused_busy.fetch_add(1, Ordering::Relaxed);
-                        log_waited_too_long(shared, &client, heavy);
+                        log_waited_too_long(shared, &client, raw);
                         return Err(GateError::WaitedTooLong(self.limits.timeout));
                     }
                 }
@@ -470,6 +526,7 @@ impl SearchGate {
         Ok(SearchPermit {
             deadline: started + self.limits.timeout,
             started,
+            work: SearchWork::default(),
             client,
             shared: shared.clone(),
             _slot: slot,
@@ -497,7 +554,7 @@ mod tests {
     /// A client that has finished one quick search, so neither new nor heavy.
     fn established() -> SearchClient {
         let client = SearchClient::default();
-        client.add(Duration::from_millis(1));
+        client.add(Duration::from_millis(1), Duration::from_millis(1));
         client
     }
 
@@ -779,26 +836,66 @@ mod tests {
         let threshold = HEAVY_SEARCH.as_secs_f64();
         let quick = SearchClient::default();
         for _ in 0..8 {
-            quick.add(Duration::from_millis(5));
+            quick.add(Duration::from_millis(5), Duration::from_millis(5));
         }
-        quick.add(Duration::from_millis(1600));
+        quick.add(Duration::from_millis(1600), Duration::from_millis(1600));
         assert!(
             !quick.is_limited(threshold),
             "one slow search made it heavy"
         );
-        quick.add(Duration::from_millis(5));
+        quick.add(Duration::from_millis(5), Duration::from_millis(5));
         assert!(!quick.is_limited(threshold));
         // A client whose searches keep running long is heavy from its first.
         let slow = SearchClient::default();
-        slow.add(Duration::from_millis(900));
+        slow.add(Duration::from_millis(900), Duration::from_millis(900));
         assert!(slow.is_limited(threshold));
         for _ in 0..4 {
-            slow.add(Duration::from_millis(5));
+            slow.add(Duration::from_millis(5), Duration::from_millis(5));
         }
         assert!(
             slow.is_limited(threshold),
             "four quick searches hid a slow client"
         );
+    }
+
+    #[tokio::test]
+    async fn a_client_is_heavy_by_the_cpu_its_searches_cost_not_by_how_long_they_took() {
+        let gate = SearchGate::new(SearchLimits {
+            timeout: Duration::from_secs(2),
+            max_concurrent: 2,
+        });
+        let threshold = gate.shared.heavy_search;
+        // Slow because the host made it wait (here: asleep), cheap in CPU: light.
+        let waited = SearchClient::default();
+        let permit = gate.acquire_for(waited.clone()).await.expect("admitted");
+        permit
+            .work()
+            .measure(|| std::thread::sleep(Duration::from_millis(600)));
+        drop(permit);
+        assert!(
+            !waited.is_limited(threshold),
+            "a search asleep made it heavy"
+        );
+        // The same time spent working: heavy.
+        let working = SearchClient::default();
+        let permit = gate.acquire_for(working.clone()).await.expect("admitted");
+        permit.work().measure(|| {
+            let start = thread_cpu_time();
+            while thread_cpu_time() - start < Duration::from_millis(600) {
+                std::hint::black_box(0u64);
+            }
+        });
+        drop(permit);
+        assert!(working.is_limited(threshold), "600 ms of CPU left it light");
+        // Work not measured costs the time the slot was held.
+        let unmeasured = SearchClient::default();
+        let permit = gate
+            .acquire_for(unmeasured.clone())
+            .await
+            .expect("admitted");
+        std::thread::sleep(Duration::from_millis(600));
+        drop(permit);
+        assert!(unmeasured.is_limited(threshold));
     }
 
     #[tokio::test]

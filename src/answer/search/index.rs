@@ -221,7 +221,7 @@ fn searched_within(
     query: &store::SearchRequest,
     permit: SearchPermit,
 ) -> Result<crate::search::Page, SearchError> {
-    let outcome = index.search(query);
+    let outcome = permit.work().measure(|| index.search(query));
     if matches!(outcome, Err(SearchError::TimedOut(_))) {
         permit.timed_out();
     }

@@ -29,9 +29,10 @@ where
 {
     let permit = admitted_as(context, raw).await?;
     let deadline = share.map_or(permit.deadline, |share| share.min(permit.deadline));
+    let work = permit.work();
     context
         .store
-        .read(move |reader| run(reader, deadline))
+        .read(move |reader| work.measure(|| run(reader, deadline)))
         .await
         .map_err(|error| match error {
             StoreError::InvalidQuery(_) => ErrorObject::new(INVALID_PARAMS, error.to_string()),
