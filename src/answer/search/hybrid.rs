@@ -136,13 +136,14 @@ async fn nearest_hits(
         let semantic = semantic.clone();
         let request = request.clone();
         tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let vector = semantic.question_vector(&request.query)?;
-            Ok::<_, crate::semantic::SemanticError>(semantic.nearest(
-                &vector,
-                &request,
-                FUSION_DEPTH,
-            ))
+            permit.work().measure(|| {
+                let vector = semantic.question_vector(&request.query)?;
+                Ok::<_, crate::semantic::SemanticError>(semantic.nearest(
+                    &vector,
+                    &request,
+                    FUSION_DEPTH,
+                ))
+            })
         })
         .await
         .map_err(internal)?
