@@ -44,6 +44,11 @@ CREATE TEMP TABLE IF NOT EXISTS staging_entries (
 CREATE UNIQUE INDEX IF NOT EXISTS temp.staging_entries_key ON staging_entries (walk_id, name);
 CREATE TEMP TABLE IF NOT EXISTS swap_ids (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL);
 CREATE TEMP TABLE IF NOT EXISTS swap_added (uri TEXT NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS history_pending (
+    seq INTEGER PRIMARY KEY, resource_id INTEGER NOT NULL, key TEXT NOT NULL,
+    digest TEXT NOT NULL, body_id INTEGER, new_body INTEGER NOT NULL DEFAULT 0,
+    kept INTEGER NOT NULL DEFAULT 0
+);
 ";
 
 /// Stages one page of tools or prompts (`kind`) as `stage_resources` stages resources: a row
