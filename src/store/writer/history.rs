@@ -382,15 +382,15 @@ fn record_pending(
         [],
     )?;
     if bound >= 0 {
-        let full: Vec<String> = {
-            let mut statement = transaction.prepare_cached(
-                "SELECT key FROM temp.history_pending WHERE kept > 0 AND kept >= ?1 ORDER BY seq",
-            )?;
-            let keys = statement.query_map([bound], |row| row.get(0))?;
-            keys.collect::<Result<_, _>>()?
-        };
-        for key in &full {
-            prune_key(transaction, VersionKey::resource(server_id, key))?;
+        // Read one at a time, never held together (a large swap at the bound lists most of
+        // its entries here).
+        let mut full = transaction.prepare_cached(
+            "SELECT key FROM temp.history_pending WHERE kept > 0 AND kept >= ?1 ORDER BY seq",
+        )?;
+        let mut keys = full.query([bound])?;
+        while let Some(row) = keys.next()? {
+            let key: String = row.get(0)?;
+            prune_key(transaction, VersionKey::resource(server_id, &key))?;
         }
     }
     execute(transaction, "DELETE FROM temp.history_pending", [])?;
