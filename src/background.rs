@@ -13,11 +13,19 @@ pub const INDEX_NICE: i32 = 5;
 pub fn lower_this_threads_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: neither call takes a pointer; PRIO_PROCESS with a thread id changes only
-        // that thread's nice value.
+        // SAFETY: none of the calls takes a pointer; PRIO_PROCESS with a thread id reads or
+        // changes only that thread's nice value. Never a raise: a daemon started at nice 10
+        // (systemd's `Nice=`) keeps its background threads at 10 or lower, not at `nice`
+        // (as root, setpriority would raise them above the answering threads).
         let result = unsafe {
-            let thread = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, nice)
+            let thread = libc::gettid() as libc::id_t;
+            *libc::__errno_location() = 0;
+            let current = libc::getpriority(libc::PRIO_PROCESS, thread);
+            let current = match *libc::__errno_location() {
+                0 => current,
+                _ => 0,
+            };
+            libc::setpriority(libc::PRIO_PROCESS, thread, nice.max(current))
         };
         if result != 0 {
             tracing::debug!(nice, "a background thread's priority could not be lowered");
@@ -40,7 +48,7 @@ mod tests {
         };
         let before = nice_of_this_thread();
         let (lowered, inherited) = std::thread::spawn(move || {
-            lower_this_threads_priority(INDEX_NICE.max(before));
+            lower_this_threads_priority(INDEX_NICE);
             let lowered = nice_of_this_thread();
             let inherited = std::thread::spawn(nice_of_this_thread)
                 .join()
@@ -56,5 +64,22 @@ mod tests {
             before,
             "only that thread was lowered"
         );
+    }
+
+    #[test]
+    fn a_thread_already_lower_than_asked_is_never_raised() {
+        let nice_of_this_thread = || {
+            // SAFETY: as above.
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+        };
+        let kept = std::thread::spawn(move || {
+            // As a daemon started with systemd's `Nice=` above INDEX_NICE would be.
+            lower_this_threads_priority(INDEX_NICE + 5);
+            lower_this_threads_priority(INDEX_NICE);
+            nice_of_this_thread()
+        })
+        .join()
+        .expect("join");
+        assert!(kept >= INDEX_NICE + 5, "raised to {kept}");
     }
 }

@@ -4,8 +4,15 @@ use std::path::{Path, PathBuf};
 
 pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The product's release binaries (`mcp-mirror`, `mcp-fixture`).
+/// The product's release binaries (`mcp-mirror`, `mcp-fixture`). `BENCH_MIRROR_BIN=PATH`
+/// times another build of the daemon (an earlier revision's, say) under this same harness and
+/// fixture, so two revisions are measured by one yardstick.
 pub fn release_binary(name: &str) -> PathBuf {
+    if name == "mcp-mirror" {
+        if let Some(path) = std::env::var_os("BENCH_MIRROR_BIN") {
+            return PathBuf::from(path);
+        }
+    }
     Path::new(ROOT).join("target/release").join(name)
 }
 

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use secrecy::ExposeSecret;
+
 use super::values::{parse_duration, parse_size};
 use super::*;
 

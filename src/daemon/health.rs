@@ -2,7 +2,19 @@
 //! writer and the socket for the watchdog, checks the socket file it bound (`SocketFile`), and
 //! logs a status line.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, watch};
+
+use super::socket_file::SocketFile;
+use crate::protocol::ServerState;
+use crate::protocol::ServerStatus;
+use crate::store::Store;
+use crate::systemd::Notifier;
 
 /// How long a self-probe of the socket may take before we call the daemon stuck.
 const PROBE_BOUND: Duration = Duration::from_secs(5);

@@ -1,6 +1,12 @@
 //! The index's directory on disk: open an existing index (checking its schema and payload),
 //! create one in a directory marked ours, reset it, read its payload and size.
 
+use std::path::Path;
+
+use tantivy::Index;
+
+use super::index::{Payload, MARKER_FILE};
+use super::schema::{Fields, SCHEMA_VERSION};
 use super::*;
 
 pub(super) fn open_existing(directory: &Path, fields: &Fields) -> Result<Option<Index>, String> {

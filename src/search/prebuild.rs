@@ -30,7 +30,8 @@ use tantivy::index::SegmentMeta;
 use tantivy::indexer::{AddOperation, SegmentWriter};
 use tantivy::Segment;
 
-use super::{lock, Entry, SearchIndex};
+use super::index::lock;
+use super::{Entry, SearchIndex};
 use crate::store::{IndexSource, LoadEvent};
 
 /// A first load is built during its walk once it has staged this many entries.
@@ -343,6 +344,8 @@ impl Load {
                     .resources_with_ids(server_id, from, to)
                     .map_err(read)?;
                 self.write(index, entries)?;
+                // No snapshot pinned for the whole read-back (`SourceSnapshot`).
+                snapshot.renew().map_err(read)?;
                 from = to + 1;
             }
         }
@@ -399,7 +402,7 @@ impl Load {
             // the segments only when that holds.
             let document = index.fields.document(
                 &entry,
-                super::Flags {
+                super::schema::Flags {
                     wins: true,
                     shared: false,
                 },

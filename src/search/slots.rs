@@ -1,5 +1,9 @@
 //! A bound on direct searches of the index.
 
+use std::sync::{Condvar, Mutex};
+use std::time::Instant;
+
+use super::index::lock;
 use super::*;
 
 /// At most a fixed number of searches of the index at once, the others waiting until their

@@ -2,7 +2,20 @@
 //! the one index writer and committed with its payload (or rolled back whole); the merged
 //! view's `wins`/`shared` flags recomputed from the listings of each group a change touches.
 
+use std::collections::{HashMap, HashSet};
+
+use tantivy::collector::DocSetCollector;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{IndexWriter, Searcher, TantivyDocument};
+
+use super::index::lock;
+use super::index::{merge_policy, Payload, PROGRESS_EVERY};
+use super::prebuild;
+use super::schema::{Flags, SCHEMA_VERSION};
 use super::*;
+use crate::protocol::IndexPhase as Phase;
+use crate::protocol::Kind;
 
 /// The priority of a server the caller did not name: it loses to every named one.
 const UNKNOWN_PRIORITY: i64 = i64::MAX;

@@ -1,6 +1,7 @@
 //! Hybrid search with a local sentence-transformers model: the encoder, the vectors kept beside the search index, and the fusion of their ranking with the lexical one.
 
 pub mod encoder;
+mod error;
 pub mod fusion;
 mod index;
 pub mod kernel;
@@ -8,21 +9,8 @@ mod questions;
 mod tensors;
 mod vectors;
 
-use std::path::PathBuf;
-
 pub use encoder::Encoder;
+pub use error::SemanticError;
 pub use index::{entry_text, Document, SemanticIndex, MAX_EMBEDDING_WORKERS};
 pub use kernel::Isa;
 pub use questions::{QUESTION_CACHE_ENTRIES, QUESTION_CACHE_TEXT_BYTES};
-
-#[derive(Debug, thiserror::Error)]
-pub enum SemanticError {
-    #[error("cannot {action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("semantic model: {0}")]
-    Model(String),
-}

@@ -9,8 +9,9 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use super::{answer_request, DaemonContext};
+use super::answer_request;
 use crate::answer::changes::changes_result;
+use crate::answer::DaemonContext;
 use crate::protocol::lines::{self, Line};
 use crate::protocol::{
     CatalogChanged, ErrorObject, IncomingRequest, NotificationMessage, ResourcesListChanged,

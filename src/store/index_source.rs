@@ -100,9 +100,26 @@ pub struct IndexSource {
     connection: Connection,
 }
 
-/// One read transaction: everything read through it is from one committed state.
+/// A read transaction the index reads through, renewed between the pages of a long read.
+///
+/// Between renewals everything read is from one committed state. A renewal (`renew`, and
+/// between the pages `with_entries` streams) moves it to the newest state: a read
+/// transaction held for the minutes a reload's million entries take to index pinned the
+/// write-ahead log, which then grew by everything written meanwhile (2 GB in the soak) since
+/// no checkpoint may pass a reader's snapshot. A pass reads forward from the generation it
+/// started at and commits at that generation, so what a later state adds is applied again by
+/// the next pass (the feed after that generation names it): the index converges.
 pub struct SourceSnapshot<'a> {
-    transaction: rusqlite::Transaction<'a>,
+    connection: &'a Connection,
+}
+
+/// The rows one page of `with_entries` reads between two renewals: resources and templates
+/// are small; a tool's or prompt's inputs may be up to `max_entry_bytes`, so fewer of them.
+fn page_rows(kind: Kind) -> i64 {
+    match kind {
+        Kind::Resource | Kind::Template => 1_000,
+        Kind::Tool | Kind::Prompt => 32,
+    }
 }
 
 /// Each kind's rows as the index reads them, one statement per kind: kind, server, URI (or
@@ -163,18 +180,41 @@ impl IndexSource {
 
     /// Starts a read transaction and pins its snapshot with a first read.
     pub fn snapshot(&mut self) -> Result<SourceSnapshot<'_>, StoreError> {
-        let transaction = self.connection.transaction()?;
-        transaction.query_row("SELECT count(*) FROM servers", [], |_| Ok(()))?;
-        Ok(SourceSnapshot { transaction })
+        let snapshot = SourceSnapshot {
+            connection: &self.connection,
+        };
+        snapshot.begin()?;
+        Ok(snapshot)
+    }
+}
+
+impl Drop for SourceSnapshot<'_> {
+    fn drop(&mut self) {
+        // Read only: nothing to lose. An error leaves the connection to be dropped with it.
+        let _ = self.connection.execute_batch("ROLLBACK");
     }
 }
 
 impl SourceSnapshot<'_> {
+    fn begin(&self) -> Result<(), StoreError> {
+        self.connection.execute_batch("BEGIN DEFERRED")?;
+        self.connection
+            .query_row("SELECT count(*) FROM servers", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    /// Ends this read and starts one at the newest committed state (no statement of it may
+    /// be running).
+    pub fn renew(&self) -> Result<(), StoreError> {
+        self.connection.execute_batch("ROLLBACK")?;
+        self.begin()
+    }
+
     /// The store generation: the change feed's newest sequence number, which every swap that
     /// changed something and every dropped server moves on.
     pub fn generation(&self) -> Result<u64, StoreError> {
         let seq: i64 =
-            self.transaction
+            self.connection
                 .query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |row| {
                     row.get(0)
                 })?;
@@ -183,7 +223,7 @@ impl SourceSnapshot<'_> {
 
     pub fn priorities(&self) -> Result<BTreeMap<String, i64>, StoreError> {
         let mut statement = self
-            .transaction
+            .connection
             .prepare_cached("SELECT name, priority FROM servers")?;
         let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -192,7 +232,7 @@ impl SourceSnapshot<'_> {
     /// The id of `server` and how many resources it has, when it is recorded.
     pub fn server_resources(&self, server: &str) -> Result<Option<(i64, u64)>, StoreError> {
         Ok(self
-            .transaction
+            .connection
             .query_row(
                 "SELECT s.id, (SELECT count(*) FROM resources r WHERE r.server_id = s.id)
                  FROM servers s WHERE s.name = ?1",
@@ -211,7 +251,7 @@ impl SourceSnapshot<'_> {
         first: i64,
         last: i64,
     ) -> Result<Vec<Entry>, StoreError> {
-        let mut statement = self.transaction.prepare_cached(&resources_with_ids_sql())?;
+        let mut statement = self.connection.prepare_cached(&resources_with_ids_sql())?;
         let rows = statement.query_map(params![server_id, first, last], |row| {
             entry(Kind::Resource, row)
         })?;
@@ -220,7 +260,7 @@ impl SourceSnapshot<'_> {
 
     /// Stored entries of every kind (a first load's pending rows belong to no server yet).
     pub fn entry_count(&self) -> Result<u64, StoreError> {
-        let count: i64 = self.transaction.query_row(
+        let count: i64 = self.connection.query_row(
             "SELECT (SELECT count(*) FROM resources WHERE server_id IN (SELECT id FROM servers))
                     + (SELECT count(*) FROM resource_templates)
                     + (SELECT count(*) FROM entries)",
@@ -262,49 +302,65 @@ impl SourceSnapshot<'_> {
         server: Option<&str>,
         use_them: impl FnOnce(&mut dyn Iterator<Item = Entry>) -> R,
     ) -> Result<R, StoreError> {
-        let scope = server;
-        let mut statements = Vec::with_capacity(kinds.len());
-        for kind in kinds {
-            let sql = match scope {
-                None => format!(
-                    "{} WHERE {} ORDER BY {}, s.name",
-                    entries_sql(*kind),
-                    kind_condition(*kind),
-                    identity_column(*kind)
-                ),
-                Some(_) => format!(
-                    "{} WHERE {} AND s.name = ?1",
-                    entries_sql(*kind),
-                    kind_condition(*kind)
-                ),
-            };
-            statements.push((*kind, self.transaction.prepare(&sql)?));
-        }
-        let mut streams = Vec::with_capacity(statements.len());
-        for (kind, statement) in &mut statements {
-            let kind = *kind;
-            let read = move |row: &rusqlite::Row<'_>| entry(kind, row);
-            let rows = match scope {
-                None => statement.query_map([], read)?,
-                Some(server) => statement.query_map([server], read)?,
-            };
-            streams.push(rows);
-        }
-        // The first error ends the stream; it is returned once the consumer is done.
-        let mut failure = None;
-        let mut entries = streams.into_iter().flatten().map_while(|row| match row {
-            Ok(entry) => Some(entry),
-            Err(error) => {
-                failure = Some(error);
-                None
-            }
-        });
-        let outcome = use_them(&mut entries);
-        drop(entries);
-        match failure {
-            Some(error) => Err(error.into()),
+        let mut pages = Pages {
+            snapshot: self,
+            kinds: kinds.iter().copied().collect(),
+            server,
+            after: None,
+            page: Vec::new().into_iter(),
+            failure: None,
+        };
+        let outcome = use_them(&mut pages);
+        match pages.failure {
+            Some(error) => Err(error),
             None => Ok(outcome),
         }
+    }
+
+    /// The next page of `kind`'s entries after the key `after` (identity, then server; one
+    /// server's, or every server's in the rebuild's order), in a statement finished before it
+    /// returns.
+    fn entries_page(
+        &self,
+        kind: Kind,
+        server: Option<&str>,
+        after: Option<&(String, String)>,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let identity = identity_column(kind);
+        let select = match server {
+            Some(_) => entries_sql(kind).to_string(),
+            // Every server's: the rows drive the statement, in their identity index's order,
+            // so a page reads its rows and no more. Left to itself SQLite loops over the
+            // servers and sorts every row of the kind for each page.
+            None => entries_sql(kind).replacen(" JOIN servers s", " CROSS JOIN servers s", 1),
+        };
+        let mut sql = format!("{select} WHERE {}", kind_condition(kind));
+        if server.is_some() {
+            sql.push_str(" AND s.name = ?1");
+        }
+        if after.is_some() {
+            // The first term is a range of the kind's identity index; the second skips the
+            // listings of the last identity already read.
+            sql.push_str(&format!(
+                " AND {identity} >= ?2 AND ({identity} > ?2 OR s.name > ?3)"
+            ));
+        }
+        sql.push_str(&format!(" ORDER BY {identity}, s.name LIMIT ?4"));
+        let mut statement = self.connection.prepare_cached(&sql)?;
+        let (identity, last_server) = after
+            .map(|(identity, server)| (identity.as_str(), server.as_str()))
+            .unwrap_or_default();
+        let mut rows = statement.query(params![
+            server.unwrap_or_default(),
+            identity,
+            last_server,
+            page_rows(kind)
+        ])?;
+        let mut page = Vec::new();
+        while let Some(row) = rows.next()? {
+            page.push(entry(kind, row)?);
+        }
+        Ok(page)
     }
 
     /// The entry of `kind` that `server` lists under `identity`, if it still does.
@@ -320,7 +376,7 @@ impl SourceSnapshot<'_> {
             kind_condition(kind),
             identity_column(kind)
         );
-        let mut statement = self.transaction.prepare_cached(&sql)?;
+        let mut statement = self.connection.prepare_cached(&sql)?;
         Ok(statement
             .query_row(params![server, identity], |row| entry(kind, row))
             .optional()?)
@@ -334,12 +390,12 @@ impl SourceSnapshot<'_> {
     pub fn changed_groups(&self, after: u64) -> Result<Option<FeedGroups>, StoreError> {
         let after = after.min(i64::MAX as u64) as i64;
         let oldest: Option<i64> =
-            self.transaction
+            self.connection
                 .query_row("SELECT min(seq) FROM changes", [], |row| row.get(0))?;
         if oldest.is_some_and(|oldest| oldest > after + 1) {
             return Ok(None);
         }
-        let mut statement = self.transaction.prepare(
+        let mut statement = self.connection.prepare(
             "SELECT seq, server, kind, entry_kind, uri, name FROM changes WHERE seq > ?1 ORDER BY seq",
         )?;
         let mut rows = statement.query([after])?;
@@ -364,20 +420,24 @@ impl SourceSnapshot<'_> {
         Ok(Some(groups))
     }
 
-    /// At most `limit` rows of the change feed after sequence number `after`, oldest first,
-    /// and the sequence number of the last row read (rows of kinds this code does not know
-    /// are read and skipped); `None` when no row is left.
+    /// At most `limit` rows of the change feed after sequence number `after` up to `until`
+    /// (both sequence numbers), oldest first, and the sequence number of the last row read
+    /// (rows of kinds this code does not know are read and skipped); `None` when no row is
+    /// left.
     pub fn changes_page(
         &self,
         after: u64,
+        until: u64,
         limit: usize,
     ) -> Result<(Vec<FeedRow>, Option<u64>), StoreError> {
         let after = after.min(i64::MAX as u64) as i64;
-        let mut statement = self.transaction.prepare_cached(
-            "SELECT seq, server, kind, entry_kind, uri, name FROM changes WHERE seq > ?1
-             ORDER BY seq LIMIT ?2",
+        let until = until.min(i64::MAX as u64) as i64;
+        let mut statement = self.connection.prepare_cached(
+            "SELECT seq, server, kind, entry_kind, uri, name FROM changes
+             WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3",
         )?;
-        let mut rows = statement.query(params![after, limit.min(i64::MAX as usize) as i64])?;
+        let mut rows =
+            statement.query(params![after, until, limit.min(i64::MAX as usize) as i64])?;
         let mut page = Vec::new();
         let mut last = None;
         while let Some(row) = rows.next()? {
@@ -387,6 +447,55 @@ impl SourceSnapshot<'_> {
             }
         }
         Ok((page, last))
+    }
+}
+
+/// The entries `with_entries` hands out, read a page at a time, the read renewed between
+/// pages. The first error ends the stream; it is returned once the consumer is done.
+struct Pages<'a, 'b> {
+    snapshot: &'b SourceSnapshot<'a>,
+    kinds: std::collections::VecDeque<Kind>,
+    server: Option<&'b str>,
+    /// The key of the last entry handed out (identity, server).
+    after: Option<(String, String)>,
+    page: std::vec::IntoIter<Entry>,
+    failure: Option<StoreError>,
+}
+
+impl Iterator for Pages<'_, '_> {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        loop {
+            if let Some(entry) = self.page.next() {
+                self.after = Some((entry.identity().to_string(), entry.server.clone()));
+                return Some(entry);
+            }
+            let kind = *self.kinds.front()?;
+            if self.failure.is_some() {
+                return None;
+            }
+            let read = match self.after {
+                // Between two pages: the newest state, so no page pins the log for long.
+                Some(_) => self.snapshot.renew(),
+                None => Ok(()),
+            }
+            .and_then(|()| {
+                self.snapshot
+                    .entries_page(kind, self.server, self.after.as_ref())
+            });
+            match read {
+                Ok(page) if page.is_empty() => {
+                    self.kinds.pop_front();
+                    self.after = None;
+                }
+                Ok(page) => self.page = page.into_iter(),
+                Err(error) => {
+                    self.failure = Some(error);
+                    return None;
+                }
+            }
+        }
     }
 }
 

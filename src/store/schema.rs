@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0010_catalog_generation.sql"),
     include_str!("../../migrations/0011_history.sql"),
     include_str!("../../migrations/0012_history_bodies_by_key.sql"),
+    include_str!("../../migrations/0013_retired_snapshots.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {

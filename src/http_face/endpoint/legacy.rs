@@ -1,7 +1,29 @@
 //! The handshake era of `/mcp`: `initialize` opens a session (`Mcp-Session-Id`), the GET
 //! stream of a session, and DELETE of a session.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use serde_json::Value;
+
+use super::handlers::{
+    answer, deliver, error_answer, header_text, message_text, new_session_id, Asked, SessionStream,
+    Validator, SESSION_HEADER, VERSION_HEADER,
+};
+use super::modern::{discover, modern_result};
+use crate::http_face::access::{admit, Client};
+use crate::http_face::face::PeerAddress;
+use crate::http_face::limits::Refusal;
+use crate::http_face::sessions::Opened;
+use crate::http_face::stream::{self, StreamPlan};
+use crate::http_face::HttpFace;
+use crate::protocol::{
+    self as wire, CheckedRequest, Initialize, Method, DISCOVER, INVALID_REQUEST,
+};
 
 /// A handshake-era request: `initialize` opens a session; a request naming an unknown
 /// session is answered 404 so the client starts a new one.

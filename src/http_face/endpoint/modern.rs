@@ -1,7 +1,26 @@
 //! The 2026-07-28 era of `/mcp`: a request's headers checked against its body, no session;
 //! `server/discover`, `subscriptions/listen`, and results with their caching hints.
 
-use super::*;
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::handlers::{
+    answer, deliver, error_answer, header_text, message_text, Asked, Audience, CachingHints,
+    Validator, LISTEN, METHOD_HEADER, NAME_HEADER, VERSION_HEADER,
+};
+use crate::answer::View;
+use crate::http_face::access::Client;
+use crate::http_face::stream::{self, StreamPlan};
+use crate::http_face::HttpFace;
+use crate::protocol::{
+    self as wire, CacheScope, CatalogChanges, CatalogEntries, CatalogPrompts, CatalogTools,
+    CheckedRequest, DiscoverResult, ListResources, ListTemplates, Method, ReadResource,
+    UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION,
+};
 
 /// A 2026-07-28 request: headers checked against the body, no session.
 pub(super) async fn modern_request(

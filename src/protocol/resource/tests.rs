@@ -1,7 +1,9 @@
 //! Resources, templates, tools and prompts: every field kept, our `_meta` added, both directions.
 
-use super::*;
 use serde_json::json;
+use serde_json::Value;
+
+use super::*;
 
 /// Written from its text, an entry is the same JSON as the typed `Resource` writes: for
 /// every shape of `_meta` (none, theirs, ours from an upstream mirror, not an object), line

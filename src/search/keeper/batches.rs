@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{KeepError, BUILT_LOAD_WAIT};
+use super::keep_up::BUILT_LOAD_WAIT;
+use super::KeepError;
 use crate::protocol::Kind;
 use crate::search::{Entry, Phase, SearchIndex, ServerDiff};
 use crate::store::SourceSnapshot;
@@ -158,6 +159,9 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
     pub(super) fn push(&mut self, work: Work) -> Result<(), KeepError> {
         if let Some(previous) = self.pending.replace(work) {
             self.apply(previous, self.from)?;
+            // The feed is read up to the pass's target; the entries from the newest state,
+            // so the pass pins no snapshot for its whole length (`SourceSnapshot`).
+            self.snapshot.renew()?;
         }
         Ok(())
     }

@@ -1,6 +1,13 @@
 //! A query that stops at its deadline, noting so, without losing block-max pruning.
 
-use super::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tantivy::query::{EnableScoring, Explanation, Query, Scorer, Weight};
+use tantivy::{DocId, DocSet, Score, SegmentReader};
+
+use super::run::DEADLINE_CHECK_EVERY;
 
 /// A query that stops when its deadline passes, noting so in `expired`.
 #[derive(Debug)]

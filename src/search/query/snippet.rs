@@ -1,6 +1,9 @@
 //! A hit's snippet: the words a query matched, marked in a window of the first field holding one.
 
-use super::*;
+use std::collections::HashSet;
+
+use super::stages::Clause;
+use crate::search::schema::{snippet_analyzer, words_with_spans};
 
 /// Which words of a document a snippet marks.
 #[derive(Default)]

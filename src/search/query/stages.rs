@@ -2,7 +2,25 @@
 //! or one typo), then AND, typo-tolerant AND and one ranked OR of the words that are no
 //! stopwords; the exact names first.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tantivy::collector::TopDocs;
+use tantivy::query::{
+    BooleanQuery, ConstScoreQuery, FuzzyTermQuery, InvertedIndexRangeQuery, Occur, Query, TermQuery,
+};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{DocAddress, Score, Searcher, Term};
+
+use super::deadline::DeadlineQuery;
+use super::run::{
+    FEW_CANDIDATES, MAX_COMBINATIONS, MAX_EXACT, MAX_EXPANSIONS, TYPO_MAX_CHARS, TYPO_MIN_CHARS,
+};
+use crate::search::schema::Fields;
+use crate::search::SearchError;
 
 /// What one typed word may match.
 #[derive(Debug, Clone)]

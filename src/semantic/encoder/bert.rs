@@ -1,7 +1,12 @@
 //! The BERT forward pass over one text: embeddings, the layers (attention, feed-forward, norms), the activation, each through the kernels of [`crate::semantic::kernel`] on the unit chosen at load.
 
-use super::*;
+use std::path::Path;
+
+use super::sentence_encoder::{Activation, BertConfig};
+use crate::semantic::kernel::Packed;
 use crate::semantic::kernel::{attention, gelu, layer_norm, AttentionShape, Isa};
+use crate::semantic::tensors::TensorFile;
+use crate::semantic::SemanticError;
 
 /// A linear layer, its weight packed at load for the product (see [`crate::semantic::kernel`]).
 pub(super) type Linear = Packed;

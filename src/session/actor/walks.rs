@@ -2,7 +2,22 @@
 //! duration, the outcome of a walk (its waiters answered, the next one scheduled), and polling
 //! when the server cannot push.
 
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::state_machine::answer;
 use super::*;
+use crate::protocol::Kind;
+use crate::session::pacing::{with_poll_jitter, WalkCost};
+use crate::session::state::{Link, Phase, State, Waiter, Walk};
+use crate::session::Refreshed;
+use crate::store::{now_ms, ServerUpdate};
+use crate::upstream::PushChannel;
+use crate::walk::{definitions, follow};
+use crate::walk::{WalkError, WalkSummary};
 
 /// Walks a stream of changes may abandon in a row before one is let finish.
 const MAX_RESTARTS_IN_A_ROW: u32 = 3;

@@ -1,4 +1,5 @@
-use super::*;
+use super::template::*;
+use crate::config::MAX_TEMPLATE_EXPRESSIONS_CEILING;
 
 fn matches(template: &str, uri: &str) -> bool {
     UriTemplate::parse(template)
@@ -157,7 +158,7 @@ fn the_matcher_agrees_with_a_brute_force_search_on_small_cases() {
 
 /// The matcher this file had before: recursive, quadratic, and right. Small cases only.
 mod reference {
-    use super::super::{Operator, Part};
+    use super::super::template::{Operator, Part};
 
     pub fn matches(parts: &[Part], uri: &str, at: usize) -> bool {
         let Some((part, rest)) = parts.split_first() else {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use super::index_tee::{self, PendingPage};
+use super::reload::Reload;
 use super::staged::WalkToCommit;
 use super::*;
 
@@ -38,7 +39,11 @@ pub(in crate::store) struct Writer {
     walks: HashMap<u64, StagedWalk>,
     /// The full-text backlog has ids left to index between operations.
     indexing: bool,
-    /// First loads to discard (their pending ids), a batch at a time between operations.
+    /// Big re-walks whose new snapshot is copied a batch at a time, between operations and
+    /// after each one (`reload.rs`), in the order their walks committed.
+    reloads: VecDeque<Reload>,
+    /// Snapshots no server has to delete (a first load's pending id, a reload's old id), a
+    /// batch at a time between operations.
     discarding: VecDeque<i64>,
     wal: WriteAheadLog,
 }
@@ -72,16 +77,16 @@ impl Writer {
                 "resuming the full-text indexing of a large swap's rows"
             );
         }
-        let discarding: VecDeque<i64> = pending_loads(&connection)
+        let discarding: VecDeque<i64> = leftover_snapshots(&connection)
             .unwrap_or_else(|error| {
-                tracing::warn!(%error, "cannot list the pending loads left by the last run");
+                tracing::warn!(%error, "cannot list the snapshots left by the last run");
                 Vec::new()
             })
             .into();
         if !discarding.is_empty() {
             tracing::info!(
-                loads = discarding.len(),
-                "discarding the rows of first loads the last run left unfinished"
+                snapshots = discarding.len(),
+                "deleting the rows of unfinished first loads and replaced snapshots the last run left"
             );
         }
         let wal = WriteAheadLog::watched(&connection, WAL_LIMIT_BYTES, channels.wal_watch.clone());
@@ -89,6 +94,7 @@ impl Writer {
             connection,
             channels,
             walks: HashMap::new(),
+            reloads: VecDeque::new(),
             indexing: behind > 0,
             discarding,
             wal,
@@ -108,6 +114,11 @@ impl Writer {
             if let ControlFlow::Break(reply) = self.handle(operation) {
                 return self.close(reply);
             }
+            // A reload goes on after every operation too: a steady stream of them never
+            // starves it.
+            if !self.reloads.is_empty() {
+                self.reload_step();
+            }
             self.wal.after_write(&self.connection, self.loading());
         }
     }
@@ -117,7 +128,7 @@ impl Writer {
     /// holds up an operation for more than one batch.
     fn next_op(&mut self) -> Option<WriteOp> {
         loop {
-            if !self.indexing && self.discarding.is_empty() {
+            if !self.indexing && self.discarding.is_empty() && self.reloads.is_empty() {
                 return self.channels.operations.blocking_recv();
             }
             match self.channels.operations.try_recv() {
@@ -128,18 +139,21 @@ impl Writer {
         }
     }
 
-    /// One batch of the backlogs: a first load to discard first, else the full-text index.
+    /// One batch of the backlogs: a reload's copy first, then a snapshot to discard, else the
+    /// full-text index.
     fn work_off_backlog(&mut self) {
         self.commit_batch();
-        if let Some(&pending_id) = self.discarding.front() {
-            match discard_pending_batch(&mut self.connection, pending_id) {
+        if !self.reloads.is_empty() {
+            self.reload_step();
+        } else if let Some(&id) = self.discarding.front() {
+            match discard_batch(&mut self.connection, id) {
                 Ok(false) => {}
                 Ok(true) => {
                     self.discarding.pop_front();
                 }
                 Err(error) => {
                     // The next start tries again.
-                    tracing::warn!(%error, "discarding a pending load failed");
+                    tracing::warn!(%error, "deleting the rows of a snapshot no server has failed");
                     self.discarding.pop_front();
                 }
             }
@@ -153,6 +167,11 @@ impl Writer {
     /// Carries out one operation; `Close` breaks with its reply, which `close` answers once
     /// the connection is closed.
     fn handle(&mut self, operation: WriteOp) -> ControlFlow<oneshot::Sender<()>> {
+        // A server's resources change only after its reload is in: a later walk or delta
+        // never lands under a reload that would then overwrite it.
+        if let WriteOp::Commit { server, .. } | WriteOp::CommitDelta { server, .. } = &operation {
+            self.finish_reloads_of(server);
+        }
         match operation {
             WriteOp::SyncServers { sync, reply } => self.sync_servers(&sync, reply),
             WriteOp::Ping { reply } => {
@@ -350,6 +369,29 @@ impl Writer {
             ),
         };
         drop(restarts_held);
+        let outcome = match outcome {
+            Ok(Committed::Reload(diff)) => {
+                let begun = Reload::begin(
+                    &self.connection,
+                    walk_id,
+                    server,
+                    report,
+                    reply,
+                    diff,
+                    counts.staged,
+                );
+                match begun {
+                    // Its staging stays until the promotion: the copy reads it.
+                    Ok(reload) => return self.reloads.push_back(reload),
+                    Err((error, reply)) => {
+                        let _ = reply.send(Err(error));
+                        return discard_staging(&self.connection, walk_id);
+                    }
+                }
+            }
+            Ok(Committed::Swapped(swap, latest_seq)) => Ok((swap, latest_seq)),
+            Err(error) => Err(error),
+        };
         if let (Err(_), Some(pending)) = (&outcome, &counts.pending) {
             self.discarding.push_back(pending.id);
         }
@@ -365,6 +407,49 @@ impl Writer {
         });
         let _ = reply.send(outcome);
         discard_staging(&self.connection, walk_id);
+    }
+
+    /// One batch of the first reload's copy; once every row is copied, its promotion.
+    fn reload_step(&mut self) {
+        self.commit_batch();
+        let Some(reload) = self.reloads.front_mut() else {
+            return;
+        };
+        let outcome = match reload.copy_batch(&mut self.connection) {
+            Ok(false) => return,
+            Ok(true) => reload.promote(&mut self.connection, &self.channels.full_text_behind),
+            Err(error) => Err(error),
+        };
+        if let Some(reload) = self.reloads.pop_front() {
+            self.finish_reload(reload, outcome);
+        }
+    }
+
+    /// Copies and promotes every reload of `server` now (and those queued before them).
+    fn finish_reloads_of(&mut self, server: &str) {
+        while self.reloads.iter().any(|reload| reload.server == server) {
+            self.reload_step();
+        }
+    }
+
+    /// Answers a reload's walk: a promoted reload's old rows and a failed one's copies are
+    /// deleted in the background, and its staging is dropped.
+    fn finish_reload(&mut self, reload: Reload, outcome: Result<(SwapOutcome, i64), StoreError>) {
+        let left = match &outcome {
+            Ok(_) => reload.diff.server_id,
+            Err(error) => {
+                tracing::warn!(server = reload.server, %error, "a reload failed");
+                reload.pending.id
+            }
+        };
+        self.discarding.push_back(left);
+        self.note_backlog();
+        let outcome = outcome.map(|(swap, latest_seq)| {
+            self.announce(resources_swapped(&reload.server, &swap, latest_seq));
+            swap
+        });
+        let _ = reload.reply.send(outcome);
+        discard_staging(&self.connection, reload.walk_id);
     }
 
     /// Applies a followed upstream's delta with the walks of tools and prompts it names.
@@ -505,8 +590,16 @@ impl Writer {
             connection,
             channels,
             mut wal,
+            reloads,
             ..
         } = self;
+        // Their copies stay under pending ids, which the next start deletes.
+        for reload in reloads {
+            let _ = reload.reply.send(Err(StoreError::Walk(format!(
+                "the store closed before the reload of {} was in; the next start walks it again",
+                reload.server
+            ))));
+        }
         if let Err(error) = connection.execute_batch("PRAGMA optimize;") {
             tracing::debug!(%error, "PRAGMA optimize failed at close");
         }
@@ -561,9 +654,10 @@ fn entries_swapped(
 pub(super) fn commit_walk(
     connection: &mut Connection,
     commit: &WalkToCommit<'_>,
-) -> Result<(SwapOutcome, i64), StoreError> {
+) -> Result<Committed, StoreError> {
     match &commit.counts.pending {
-        Some(pending) => promote(connection, commit, pending),
+        Some(pending) => promote(connection, commit, pending)
+            .map(|(swap, latest_seq)| Committed::Swapped(swap, latest_seq)),
         None => swap(connection, commit),
     }
 }

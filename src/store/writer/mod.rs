@@ -24,6 +24,7 @@ mod index_tee;
 mod ops;
 mod pending;
 mod read_cache;
+mod reload;
 mod servers;
 mod sql;
 mod staged;
@@ -43,7 +44,7 @@ use full_text::full_text_backlog;
 use full_text::{index_full_text_batch, INDEXED};
 use ops::Reply;
 pub use ops::{Batch, Delta, EntryDelta, WriteOp};
-use pending::{discard_pending_batch, pending_loads, promote};
+use pending::{discard_batch, leftover_snapshots, promote};
 use read_cache::cache_contents;
 use servers::{sync_servers, update_server};
 #[cfg(test)]
@@ -51,7 +52,7 @@ use sql::full_scans;
 use sql::{execute, query_one, server_id};
 use staged::StagedCounts;
 use staging::{discard_staging, stage_entries, stage_resources, stage_templates, STAGING_SCHEMA};
-use swap::swap;
+use swap::{swap, Committed};
 
 pub use wal::WalWatch;
 use wal::{WriteAheadLog, WAL_LIMIT_BYTES};

@@ -20,7 +20,7 @@ use crate::store::{now_ms, ResourceRow, StoreError, SwapOutcome};
 /// Runs `write` with foreign keys off: pending rows name a server id no `servers` row has
 /// until `promote` gives it to the server. (The pragma is a no-op inside a transaction, so
 /// `write` opens its own.)
-fn without_foreign_keys<T>(
+pub(super) fn without_foreign_keys<T>(
     connection: &mut Connection,
     write: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
@@ -76,44 +76,78 @@ pub(super) fn stage_pending(
     Ok(())
 }
 
-/// The most pending rows one batch deletes (`discard_pending_batch`).
+/// The most rows one batch deletes (`discard_batch`).
 const DISCARD_BATCH_ROWS: i64 = 5_000;
 
-/// The pending loads a crash or a stop left, to discard (`discard_pending_batch`).
-pub(super) fn pending_loads(connection: &Connection) -> Result<Vec<i64>, StoreError> {
-    let mut statement = connection.prepare("SELECT id FROM pending_loads ORDER BY id")?;
+/// The row-less snapshots a crash or a stop left, to delete (`discard_batch`): first loads
+/// never promoted (their pending ids) and snapshots a reload replaced (`retired_snapshots`).
+pub(super) fn leftover_snapshots(connection: &Connection) -> Result<Vec<i64>, StoreError> {
+    let mut statement = connection.prepare(
+        "SELECT -id FROM pending_loads UNION ALL SELECT server_id FROM retired_snapshots",
+    )?;
     let ids = statement.query_map([], |row| row.get::<_, i64>(0))?;
-    Ok(ids.map(|id| id.map(|id| -id)).collect::<Result<_, _>>()?)
+    Ok(ids.collect::<Result<_, _>>()?)
 }
 
-/// Deletes up to `DISCARD_BATCH_ROWS` rows of a failed, superseded or interrupted first load,
-/// and its `pending_loads` row once none is left; returns whether it is gone. Pending rows
-/// are never in the full-text index (its batches skip rows of no server), so nothing else
-/// needs them gone.
-pub(super) fn discard_pending_batch(
-    connection: &mut Connection,
-    pending_id: i64,
-) -> Result<bool, StoreError> {
+/// Deletes up to `DISCARD_BATCH_ROWS` rows of a snapshot no server has: a failed, superseded
+/// or interrupted first load (pending rows, never in the full-text index: its batches skip
+/// rows of no server), or the snapshot a reload replaced (its rows leave the full-text index
+/// first, when they are in it). Its `pending_loads` or `retired_snapshots` row goes once no
+/// row is left; returns whether it is gone.
+pub(super) fn discard_batch(connection: &mut Connection, id: i64) -> Result<bool, StoreError> {
     without_foreign_keys(connection, |connection| {
-        let transaction =
-            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let transaction = connection.transaction()?;
         // Never a server's rows: had the load been promoted, its pending row would be gone.
         let promoted: bool = transaction.query_row(
             "SELECT EXISTS (SELECT 1 FROM servers WHERE id = ?1)",
-            [pending_id],
+            [id],
+            |row| row.get(0),
+        )?;
+        let retired: bool = transaction.query_row(
+            "SELECT EXISTS (SELECT 1 FROM retired_snapshots WHERE server_id = ?1)",
+            [id],
             |row| row.get(0),
         )?;
         let deleted = if promoted {
             0
         } else {
-            transaction.execute(
-                "DELETE FROM resources WHERE id IN
-                     (SELECT id FROM resources WHERE server_id = ?1 LIMIT ?2)",
-                params![pending_id, DISCARD_BATCH_ROWS],
-            )?
+            clear_swap_tables(&transaction)?;
+            execute(
+                &transaction,
+                "INSERT INTO temp.swap_ids (id, kind)
+                 SELECT id, 0 FROM resources WHERE server_id = ?1 LIMIT ?2",
+                params![id, DISCARD_BATCH_ROWS],
+            )?;
+            if retired {
+                execute(
+                    &transaction,
+                    &format!(
+                        "INSERT INTO resources_fts (resources_fts, rowid, uri, name, title, description)
+                         SELECT 'delete', r.id, r.uri, r.name, r.title, r.description
+                         FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id WHERE {INDEXED}"
+                    ),
+                    [],
+                )?;
+            }
+            let deleted = execute(
+                &transaction,
+                "DELETE FROM resources WHERE id IN (SELECT id FROM temp.swap_ids)",
+                [],
+            )?;
+            clear_swap_tables(&transaction)?;
+            deleted
         };
         if deleted == 0 {
-            transaction.execute("DELETE FROM pending_loads WHERE id = ?1", [-pending_id])?;
+            execute(
+                &transaction,
+                "DELETE FROM pending_loads WHERE id = ?1",
+                [-id],
+            )?;
+            execute(
+                &transaction,
+                "DELETE FROM retired_snapshots WHERE server_id = ?1",
+                [id],
+            )?;
         }
         transaction.commit()?;
         Ok(deleted == 0)
@@ -191,17 +225,7 @@ pub(super) fn promote(
         })?;
     crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, hold_started);
-    Ok((
-        SwapOutcome {
-            added: diff.added,
-            removed: 0,
-            changed: 0,
-            resources: diff.resources() as u64,
-            templates,
-            templates_touched,
-        },
-        latest_seq,
-    ))
+    Ok((diff.outcome(templates, templates_touched), latest_seq))
 }
 
 /// Gives the server the load's pending id, with the few rows keyed by its old one; a server
@@ -228,16 +252,26 @@ fn take_server_id(
             "server {server} gained resources while its first load was walked; the walk is discarded"
         )));
     }
+    move_server_rows(transaction, old_id, pending.id)
+}
+
+/// Gives the server's row id `new_id`, with the rows keyed by its old id (`SERVER_TABLES`);
+/// its resources stay where they are.
+pub(super) fn move_server_rows(
+    transaction: &Transaction<'_>,
+    old_id: i64,
+    new_id: i64,
+) -> Result<(), StoreError> {
     execute(
         transaction,
         "UPDATE servers SET id = ?2 WHERE id = ?1",
-        params![old_id, pending.id],
+        params![old_id, new_id],
     )?;
     for table in SERVER_TABLES {
         execute(
             transaction,
             &format!("UPDATE {table} SET server_id = ?2 WHERE server_id = ?1"),
-            params![old_id, pending.id],
+            params![old_id, new_id],
         )?;
     }
     Ok(())

@@ -10,6 +10,7 @@ use super::full_text::{
     defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
 use super::history::{self, VersionKey};
+use super::reload::{reindex_full_text, reloads};
 use super::staged::{StagedCounts, WalkToCommit};
 use super::{
     advance_generation, execute, prune_changes, query_one, record_truncated, server_id,
@@ -18,6 +19,13 @@ use super::{
 use crate::protocol::{ChangeKind, Kind, ServerState};
 use crate::store::entry::same_entry;
 use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
+
+/// What committing a staged walk came to: swapped in, or left to a reload (`reload.rs`), whose
+/// diff this is (read before any write; nothing is written).
+pub(super) enum Committed {
+    Swapped(SwapOutcome, i64),
+    Reload(SnapshotDiff),
+}
 
 /// Kinds in `swap_ids` (added rows are found by id instead: they are the ids above the
 /// highest one before the swap).
@@ -40,13 +48,20 @@ pub(super) const CHANGED: i64 = 1;
 pub(super) fn swap(
     connection: &mut Connection,
     commit: &WalkToCommit<'_>,
-) -> Result<(SwapOutcome, i64), StoreError> {
+) -> Result<Committed, StoreError> {
     let server = commit.server;
     let swap_started = std::time::Instant::now();
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)?;
     // 1. The diff, read-only as far as the snapshot goes.
     let diff = compute_diff(&transaction, commit.walk_id as i64, commit.counts, server)?;
+    if reloads(
+        &diff,
+        history::resources_kept(&transaction, diff.server_id)?,
+    ) {
+        // Rolled back: only temp tables were written.
+        return Ok(Committed::Reload(diff));
+    }
     // 2. Applying it: the write lock is held from here to the commit.
     let hold_started = std::time::Instant::now();
     let now = now_ms();
@@ -68,15 +83,8 @@ pub(super) fn swap(
     transaction.commit()?;
     crate::metrics::observe_swap_hold(hold_started.elapsed());
     log_swap(server, &diff, hold_started, swap_started);
-    Ok((
-        SwapOutcome {
-            added: diff.added,
-            removed: diff.removed,
-            changed: diff.changed,
-            resources: diff.resources() as u64,
-            templates,
-            templates_touched,
-        },
+    Ok(Committed::Swapped(
+        diff.outcome(templates, templates_touched),
         applied.latest_seq,
     ))
 }
@@ -136,7 +144,19 @@ impl SnapshotDiff {
         self.before - self.removed as i64 + self.added as i64
     }
 
-    fn touched(&self) -> u64 {
+    /// What the swap of this diff tells its walk, with the templates it swapped.
+    pub(super) fn outcome(&self, templates: u64, templates_touched: u64) -> SwapOutcome {
+        SwapOutcome {
+            added: self.added,
+            removed: self.removed,
+            changed: self.changed,
+            resources: self.resources() as u64,
+            templates,
+            templates_touched,
+        }
+    }
+
+    pub(super) fn touched(&self) -> u64 {
         self.added + self.removed + self.changed
     }
 }
@@ -474,13 +494,7 @@ fn index_new_text(
         )
     };
     if diff.full_text == FullText::Reindex {
-        execute(
-            transaction,
-            "INSERT INTO resources_fts (resources_fts) VALUES ('delete-all')",
-            [],
-        )?;
-        execute(transaction, "DELETE FROM full_text_backlog", [])?;
-        return defer_full_text(transaction, 1, highest_id()?);
+        return reindex_full_text(transaction);
     }
     execute(
         transaction,

@@ -1,7 +1,19 @@
 //! The era of a session: `server/discover` (the 2026-07-28 era) else `initialize` (the
 //! handshake era), the version both sides speak, and the setup requests before it is known.
 
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::session::Connection;
 use super::*;
+use crate::protocol::Era;
+use crate::protocol::{
+    DiscoverResult, UnsupportedVersionData, DISCOVER, HEADER_MISMATCH, LEGACY_VERSIONS,
+    MISSING_CLIENT_CAPABILITY, MODERN_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
+};
+use crate::upstream::backoff::Backoff;
+use crate::upstream::legacy_sse::LegacySseConnection;
+use crate::upstream::McpError;
 
 /// What the `server/discover` probe showed, when it did not end the attempt.
 pub(super) enum Probe {

@@ -1,7 +1,15 @@
 //! What an HTTP failure says: the status with the server's `Retry-After` and a bounded,
 //! shortened part of its body, and a reqwest error described by its cause.
 
-use super::*;
+use std::time::Duration;
+
+use reqwest::header::RETRY_AFTER;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::upstream::backoff::parse_retry_after;
+use crate::upstream::rpc::{self, Incoming};
+use crate::upstream::McpError;
 
 /// How much of an error body we read at most.
 const ERROR_BODY_READ_LIMIT: usize = 8 << 10;

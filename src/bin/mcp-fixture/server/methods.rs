@@ -1,7 +1,18 @@
 //! The method handlers: `dispatch` routes a request of either era to its handler (initialize,
 //! server/discover, listen, the list and read methods), after the capability and version checks.
 
+use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tracing::{info, warn};
+
+use super::endpoint::{Failure, Handled, SERVER_INFO_KEY};
 use super::*;
+use crate::catalog::base64_encode;
+use crate::rpc::RpcError;
+use crate::EraChoice;
 
 impl Server {
     pub(super) async fn dispatch(

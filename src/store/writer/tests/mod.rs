@@ -10,6 +10,7 @@ use crate::protocol::TransportKind;
 use crate::store::{schema, SearchRequest, ServerEntry, Store};
 
 mod first_load;
+mod reload;
 mod wal;
 
 fn configured(names: &[&str]) -> ServerSync {
@@ -120,7 +121,9 @@ fn walk(
         report: &report,
         full_text_behind: behind,
     };
-    let (outcome, _) = commit_walk(connection, &commit).expect("swap");
+    let Committed::Swapped(outcome, _) = commit_walk(connection, &commit).expect("swap") else {
+        panic!("a walk committed on a bare connection is swapped in, not reloaded");
+    };
     discard_staging(connection, walk_id);
     outcome
 }
