@@ -425,11 +425,8 @@ fn describe_request_error(error: &reqwest::Error) -> String {
 /// The start of a body quoted in an error, on one line.
 fn quoted_body(text: &str) -> String {
     let text = text.trim();
-    let mut end = text.len().min(MAX_QUOTED_BODY_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let quoted = text[..end].replace(['\n', '\r'], " ");
+    let quoted = crate::protocol::cut_at_char_boundary(text, MAX_QUOTED_BODY_BYTES)
+        .replace(['\n', '\r'], " ");
     if quoted.is_empty() {
         "an empty body".into()
     } else {

@@ -16,6 +16,7 @@ use super::render::{
     age, escaped, print_fields, print_json, print_table, shown_snippet, thousands, utc_timestamp,
     SNIPPET_MARKERS,
 };
+use super::status::STATUS_TIMEOUT;
 use super::ClientError;
 use crate::protocol::uri_flags::URI_FLAGS_META_KEY;
 use crate::protocol::{
@@ -23,8 +24,6 @@ use crate::protocol::{
     RefreshOutcome, RefreshParams, RefreshState, ResourceTemplate, SearchParams, ServerListParams,
     Since, UriParams, WatchParams,
 };
-
-pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 const READ_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A resource's URI flags for people: `-` when it has none.

@@ -2,12 +2,15 @@
 //! channel) and the search index, as a table or JSON.
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::client::Client;
-use super::commands::STATUS_TIMEOUT;
 use super::render::{age, escaped, interval, megabytes, print_json, print_table, thousands};
 use super::ClientError;
 use crate::protocol::{CatalogStatus, Era, Kind, LiveStatus, NoParams, PushChannel, ServerState};
+
+/// How long `status` (and `watch`, in `commands`) waits for the daemon's answer.
+pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
 // Over 100 lines on purpose: the status table, one block per section of `catalog/status` in the
 // order it prints.

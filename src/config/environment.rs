@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use super::raw::RawConfig;
+use super::source::expand_credentials;
 use super::source::SourceFile;
-use super::transport::expand_credentials;
 use super::{Config, ConfigError};
 
 /// The longest path a Unix socket may be bound at (`sun_path` is 108 bytes with its NUL).

@@ -11,8 +11,8 @@ use secrecy::{ExposeSecret, SecretString};
 use toml::Spanned;
 
 use super::raw::RawHttp;
+use super::source::expand_credentials;
 use super::source::SourceFile;
-use super::transport::expand_credentials;
 use super::values::{count, duration, optional_size};
 use super::ConfigError;
 use crate::protocol::Kind;

@@ -41,3 +41,16 @@ impl SourceFile<'_> {
         }
     }
 }
+
+/// Expands `%d` and `$CREDENTIALS_DIRECTORY` to systemd's credentials directory.
+pub(super) fn expand_credentials(
+    value: &str,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> String {
+    match lookup_env("CREDENTIALS_DIRECTORY") {
+        Some(directory) => value
+            .replace("%d", &directory)
+            .replace("$CREDENTIALS_DIRECTORY", &directory),
+        None => value.to_string(),
+    }
+}

@@ -7,7 +7,7 @@ use secrecy::SecretString;
 use toml::Spanned;
 
 use super::server_table::ServerTable;
-use super::source::SourceFile;
+use super::source::{expand_credentials, SourceFile};
 use super::{ConfigError, Transport};
 
 /// Keys that only a server with a `url` may set.
@@ -160,19 +160,6 @@ fn bearer_token(
             Ok(Some(SecretString::from(token.trim())))
         }
         (None, None) => Ok(None),
-    }
-}
-
-/// Expands `%d` and `$CREDENTIALS_DIRECTORY` to systemd's credentials directory.
-pub(super) fn expand_credentials(
-    value: &str,
-    lookup_env: &dyn Fn(&str) -> Option<String>,
-) -> String {
-    match lookup_env("CREDENTIALS_DIRECTORY") {
-        Some(directory) => value
-            .replace("%d", &directory)
-            .replace("$CREDENTIALS_DIRECTORY", &directory),
-        None => value.to_string(),
     }
 }
 

@@ -1,10 +1,9 @@
 //! `HttpFace`: the HTTP face's state, `bind` and `serve` (the accept loop with per-peer limits) and `/metrics`.
 
-use std::collections::{BTreeSet, HashMap};
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -14,19 +13,14 @@ use axum::{Extension, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
 
 use super::access;
-use super::access::ClientIdentity;
 use super::endpoint;
+use super::face_state::{HttpFace, PeerAddress};
 use super::limits;
+use super::limits::Refusal;
 use super::limits::REFUSAL_LOG_INTERVAL;
-use super::limits::{ClientKey, Refusal, RefusalLog, Shares};
-use super::sessions::Sessions;
 use super::stall;
-use crate::answer::DaemonContext;
-use crate::config::{Config, HttpConfig};
-use crate::search::gate::SearchClient;
 
 /// The largest request head (request line and headers) a client may send.
 pub const MAX_HEADER_BYTES: usize = 64 << 10;
@@ -34,16 +28,6 @@ pub const MAX_HEADER_BYTES: usize = 64 << 10;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long open connections get to finish at shutdown.
 const CONNECTION_STOP_BOUND: Duration = Duration::from_secs(2);
-/// Search identities remembered at most; past it the ones idle longest are forgotten.
-const MAX_SEARCH_IDENTITIES: usize = 4096;
-/// An identity idle this long has used next to nothing lately (six of the gate's 10 s
-/// half-lives): forgetting it loses nothing.
-const SEARCH_IDENTITY_IDLE: Duration = Duration::from_secs(60);
-
-/// The address a request's connection comes from, put on every request of the connection.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct PeerAddress(pub(super) IpAddr);
-
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {address} for the HTTP face: {source}")]
 pub struct HttpBindError {
@@ -51,106 +35,7 @@ pub struct HttpBindError {
     pub source: std::io::Error,
 }
 
-/// What the HTTP handlers share.
-pub struct HttpFace {
-    pub(super) api: Arc<DaemonContext>,
-    pub(super) config: HttpConfig,
-    /// Servers whose config says `share = true`; replaced on reload.
-    pub(super) shared: std::sync::RwLock<BTreeSet<String>>,
-    /// Handshake-era sessions (`Mcp-Session-Id`), bounded by `max_sessions`,
-    /// `max_sessions_per_client` and `session_idle_timeout`.
-    pub(super) sessions: std::sync::Mutex<Sessions>,
-    pub(super) streams: Arc<Semaphore>,
-    /// Each client's open streams, bounded by `max_streams_per_client`.
-    pub(super) client_streams: Shares<ClientKey>,
-    /// Each identity's open streams over all its addresses: one that holds any may not take
-    /// the last `stream_reserve` of `max_streams`.
-    pub(super) identity_streams: Shares<ClientIdentity>,
-    connections: Arc<Semaphore>,
-    /// Each peer's open connections, bounded by `max_connections_per_peer`.
-    peer_connections: Shares<IpAddr>,
-    /// Refusals, said once per interval with their count.
-    pub(super) refusals: RefusalLog,
-    /// HTTP connections open now.
-    clients: AtomicUsize,
-    /// Each identity's share of the search gate, and when it last asked.
-    search_clients: std::sync::Mutex<HashMap<ClientIdentity, (SearchClient, Instant)>>,
-    pub(super) shutdown: watch::Receiver<bool>,
-}
-
 impl HttpFace {
-    pub fn new(
-        api: Arc<DaemonContext>,
-        config: &Config,
-        shutdown: watch::Receiver<bool>,
-    ) -> HttpFace {
-        let face = HttpFace {
-            api,
-            streams: Arc::new(Semaphore::new(config.http.max_streams)),
-            client_streams: Shares::default(),
-            identity_streams: Shares::default(),
-            connections: Arc::new(Semaphore::new(config.http.max_connections)),
-            peer_connections: Shares::default(),
-            refusals: RefusalLog::default(),
-            config: config.http.clone(),
-            shared: std::sync::RwLock::new(BTreeSet::new()),
-            sessions: std::sync::Mutex::new(Sessions::default()),
-            clients: AtomicUsize::new(0),
-            search_clients: std::sync::Mutex::new(HashMap::new()),
-            shutdown,
-        };
-        face.apply(config);
-        face
-    }
-
-    /// Takes the reloadable part of a (re)loaded configuration: which servers are shared.
-    /// Listening addresses and tokens change only at the next start.
-    pub fn apply(&self, config: &Config) {
-        let shared = config
-            .servers
-            .iter()
-            .filter(|server| server.share)
-            .map(|server| server.name.clone())
-            .collect();
-        *self
-            .shared
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = shared;
-    }
-
-    /// HTTP connections open now.
-    pub fn clients(&self) -> usize {
-        self.clients.load(Ordering::Relaxed)
-    }
-
-    /// The search gate's client for every request of `identity`, so the gate's fairness
-    /// (least recent search time first, heavy clients kept off one slot, a bounded share of
-    /// the queue) holds it back like one socket connection.
-    pub(super) fn search_client(&self, identity: ClientIdentity) -> SearchClient {
-        let now = Instant::now();
-        let mut known = self
-            .search_clients
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !known.contains_key(&identity) && known.len() >= MAX_SEARCH_IDENTITIES {
-            known.retain(|_, (_, last)| now.duration_since(*last) < SEARCH_IDENTITY_IDLE);
-            if known.len() >= MAX_SEARCH_IDENTITIES {
-                let oldest = known
-                    .iter()
-                    .min_by_key(|(_, (_, last))| *last)
-                    .map(|(identity, _)| identity.clone());
-                if let Some(oldest) = oldest {
-                    known.remove(&oldest);
-                }
-            }
-        }
-        let (client, last) = known
-            .entry(identity)
-            .or_insert_with(|| (SearchClient::default(), now));
-        *last = now;
-        client.clone()
-    }
-
     fn router(self: &Arc<Self>, face: Face) -> Router {
         let router = Router::new().route("/metrics", get(metrics));
         let router = match face {

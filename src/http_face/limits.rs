@@ -278,6 +278,20 @@ impl RefusalLog {
     }
 }
 
+/// Whose share of the search gate a request's searches use (every request of one identity is
+/// one client of the gate, as a socket connection is), and who holds streams against the
+/// reserve of `max_streams` (`HttpFace::stream_place`).
+///
+/// The token when the face has tokens: a client cannot make new ones, and whoever holds one
+/// token is one principal. Else the peer's address, without the port: a new connection (a
+/// new port) or a new `Mcp-Session-Id` (minted by any `initialize`; the 2026-07-28 era has
+/// none) costs nothing, so neither may start a fresh share.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum ClientIdentity {
+    Token(String),
+    Address(IpAddr),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,9 +10,11 @@
 mod access;
 mod endpoint;
 mod face;
+mod face_state;
 mod limits;
 mod sessions;
 mod stall;
 mod stream;
 
-pub use face::{bind, serve, Face, HttpFace};
+pub use face::{bind, serve, Face};
+pub use face_state::HttpFace;

@@ -1,5 +1,6 @@
 //! The socket's bounds and defaults: line and page sizes, search and change limits, the
-//! longest keys, URIs, names and cursors a client may send, the default highlight.
+//! longest keys, URIs, names and cursors a client may send, the default highlight; and the one
+//! cut of a text to a byte bound on a character boundary (`cut_at_char_boundary`).
 
 /// The longest request line the socket accepts; longer ones get an error and the connection closes.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
@@ -34,3 +35,15 @@ pub const MAX_URI_BYTES: usize = 64 << 10;
 pub const MAX_NAME_BYTES: usize = 1 << 10;
 /// The markers around matched words in snippets unless the caller chooses others.
 pub const DEFAULT_HIGHLIGHT: (&str, &str) = ("\u{ab}", "\u{bb}");
+
+/// The longest prefix of `text` of at most `limit` bytes that ends on a character boundary.
+pub fn cut_at_char_boundary(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

@@ -14,6 +14,7 @@ mod listen;
 mod meta;
 mod method;
 mod params;
+mod parse;
 mod record;
 mod resource;
 mod results;
@@ -49,9 +50,10 @@ pub use history::{
 };
 pub use index::{IndexPhase, IndexStatus, MatchMode};
 pub use limits::{
-    DEFAULT_CHANGES_LIMIT, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT, MAX_CHANGES_LIMIT,
-    MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES, MAX_KEY_BYTES, MAX_LINE_BYTES, MAX_LIST_CURSOR_BYTES,
-    MAX_NAME_BYTES, MAX_QUERY_BYTES, MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET, MAX_URI_BYTES, PAGE_SIZE,
+    cut_at_char_boundary, DEFAULT_CHANGES_LIMIT, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT,
+    MAX_CHANGES_LIMIT, MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES, MAX_KEY_BYTES, MAX_LINE_BYTES,
+    MAX_LIST_CURSOR_BYTES, MAX_NAME_BYTES, MAX_QUERY_BYTES, MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET,
+    MAX_URI_BYTES, PAGE_SIZE,
 };
 pub use listen::{
     AcknowledgedParams, ListenNotifications, ListenParams, ListenPromptsListChanged,
@@ -71,10 +73,10 @@ pub use method::{
     PromptsListChanged, ReadResource, ResourcesListChanged, ScopeRule, ToolsListChanged, METHODS,
 };
 pub use params::{
-    page_limit, parse_params, ChangesParams, InitializeParams, InvalidParams, KeysParams,
-    ListParams, NoParams, RefreshParams, SearchParams, ServerListParams, UriParams, WatchParams,
-    MAX_KEYS,
+    page_limit, ChangesParams, InitializeParams, KeysParams, ListParams, NoParams, RefreshParams,
+    SearchParams, ServerListParams, UriParams, WatchParams, MAX_KEYS,
 };
+pub use parse::{parse_params, InvalidParams};
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
     CacheNote, Definition, ListedFields, MirrorMeta, Prompt, ReadResourceResult, Resource,

@@ -1,38 +1,17 @@
 //! The params of every socket method, deserialized by serde (a wrong type or a missing field
 //! is an error naming the field) and checked against the limits in one place.
 
-use serde::de::{DeserializeOwned, Error as _};
+use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
 
 use super::cursor::decode_cursor;
+use super::parse::InvalidParams;
 use super::since::{FeedStart, Since};
 use super::Kind;
 use super::{
     DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT, MAX_CURSOR_BYTES, MAX_HIGHLIGHT_BYTES, MAX_KEY_BYTES,
     MAX_LIST_CURSOR_BYTES, MAX_NAME_BYTES, MAX_URI_BYTES,
 };
-
-/// Params that do not fit their method; the message names the field (JSON-RPC `-32602`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidParams(pub String);
-
-/// Deserializes a method's params; absent params are an empty object.
-pub fn parse_params<P: DeserializeOwned>(params: Value) -> Result<P, InvalidParams> {
-    let params = match params {
-        Value::Null => Value::Object(serde_json::Map::new()),
-        other => other,
-    };
-    serde_path_to_error::deserialize(params).map_err(|error| {
-        let path = error.path().to_string();
-        match path.as_str() {
-            // A missing field is reported on the object, and the message names it.
-            "." => InvalidParams(error.into_inner().to_string()),
-            _ => InvalidParams(format!("`{path}`: {}", error.into_inner())),
-        }
-    })
-}
 
 // Every string a client sends is bounded as it is parsed, so the error names the field
 // (`-32602`) and nothing downstream ever sees an oversized value.
@@ -336,7 +315,7 @@ impl ServerListParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::MAX_QUERY_BYTES;
+    use crate::protocol::{parse_params, MAX_QUERY_BYTES};
     use serde_json::json;
 
     #[test]

@@ -3,7 +3,7 @@
 use serde::de::Visitor;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::params::InvalidParams;
+use super::parse::InvalidParams;
 use super::state::Kind;
 
 /// The longest `since` text: an RFC 3339 timestamp with nanoseconds and an offset fits.

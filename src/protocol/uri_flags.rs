@@ -94,7 +94,7 @@ const MAX_URI_BYTES: usize = 4096;
 
 /// The flags of a listed URI, sorted, none for an ordinary public one.
 pub fn classify(uri: &str) -> Vec<UriFlag> {
-    let uri = cut(uri.trim_start(), MAX_URI_BYTES);
+    let uri = super::cut_at_char_boundary(uri.trim_start(), MAX_URI_BYTES);
     let Some((scheme, rest)) = uri.split_once(':') else {
         return Vec::new();
     };
@@ -197,17 +197,6 @@ pub fn template_base(uri_template: &str) -> &str {
     uri_template
         .split_once('{')
         .map_or(uri_template, |(base, _)| base)
-}
-
-fn cut(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// The host of `rest` (the URI after `scheme:`), decoded and lowercased; `None` without an

@@ -30,11 +30,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+// Nothing panics while holding the gate's locks; a poisoned one still holds consistent counts.
+use super::error::lock;
 use crate::config::SearchLimits;
 
 /// How many searches may wait for a slot for every one allowed to run.
@@ -45,6 +47,13 @@ const QUEUED_PER_SLOT: usize = 4;
 /// (1 s), the soak's raw FTS5 queries (about 1 s each under load) were not heavy, and the
 /// well-behaved client waited up to 1.7 s for a slot.
 const HEAVY_SEARCH: Duration = Duration::from_millis(250);
+/// How much a client's newest search weighs in its average duration. An eighth judges a client
+/// by about its last eight searches: a client that searches in milliseconds stays light through
+/// one slow search (a common word while the index was behind took the soak's well-behaved
+/// client 1-1.6 s; weighing half, that one search made it heavy, and its next searches waited
+/// past the timeout behind the raw searchers), and a client whose searches are slow is heavy
+/// from its first.
+const NEW_SEARCH_WEIGHT: f64 = 1.0 / 8.0;
 /// A client's recent search time halves over this long.
 const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
 
@@ -88,7 +97,8 @@ struct Usage {
     /// Decayed seconds of search time as of `at`.
     seconds: f64,
     at: Option<Instant>,
-    /// A moving average of its searches' durations, in seconds (each new one weighs half).
+    /// A moving average of its searches' durations, in seconds (each new one weighs
+    /// `NEW_SEARCH_WEIGHT`).
     average_search: Option<f64>,
 }
 
@@ -125,7 +135,7 @@ impl SearchClient {
         usage.seconds = usage.decayed(now) + used;
         usage.at = Some(now);
         usage.average_search = Some(match usage.average_search {
-            Some(average) => (average + used) / 2.0,
+            Some(average) => average + (used - average) * NEW_SEARCH_WEIGHT,
             None => used,
         });
     }
@@ -175,14 +185,6 @@ struct Waiter {
     heavy: bool,
     grant: oneshot::Sender<Slot>,
 }
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing panics while holding these locks; a poisoned one still holds consistent counts.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Shared {
     /// Whether a search of this weight may take a free slot now.
     fn may_run(&self, queue: &Queue, heavy: bool) -> bool {
@@ -672,6 +674,33 @@ mod tests {
         drop(other);
         waiting.await.expect("join").expect("admitted");
         fresh_waiting.iter().for_each(|waiter| waiter.abort());
+    }
+
+    #[test]
+    fn one_slow_search_does_not_make_a_quick_client_heavy_but_slow_searches_do() {
+        let threshold = HEAVY_SEARCH.as_secs_f64();
+        let quick = SearchClient::default();
+        for _ in 0..8 {
+            quick.add(Duration::from_millis(5));
+        }
+        quick.add(Duration::from_millis(1600));
+        assert!(
+            !quick.is_limited(threshold),
+            "one slow search made it heavy"
+        );
+        quick.add(Duration::from_millis(5));
+        assert!(!quick.is_limited(threshold));
+        // A client whose searches keep running long is heavy from its first.
+        let slow = SearchClient::default();
+        slow.add(Duration::from_millis(900));
+        assert!(slow.is_limited(threshold));
+        for _ in 0..4 {
+            slow.add(Duration::from_millis(5));
+        }
+        assert!(
+            slow.is_limited(threshold),
+            "four quick searches hid a slow client"
+        );
     }
 
     #[tokio::test]

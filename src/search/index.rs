@@ -3,13 +3,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy};
 use tokio::sync::watch;
 
+use super::error::{lock, SearchError};
 use super::files::{create, directory_bytes, open_existing, read_payload, reset};
 use super::prebuild;
 use super::query;
@@ -33,34 +34,6 @@ const MAX_DOCS_BEFORE_MERGE: usize = 200_000;
 pub(super) const PROGRESS_EVERY: u64 = 10_000;
 /// How long a search of a request without a deadline may take, waiting for a slot included.
 pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(2);
-
-#[derive(Debug, thiserror::Error)]
-pub enum SearchError {
-    #[error("search index error: {0}")]
-    Index(#[from] tantivy::TantivyError),
-    #[error("cannot {action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "{path} is not empty and is not a search index made by mcp-mirror; refusing to touch it"
-    )]
-    NotOurs { path: PathBuf },
-    #[error("rebuild entries must come ordered by kind and URI or name ({later:?} came after {earlier:?})")]
-    Unordered { earlier: String, later: String },
-    #[error("the search took longer than its limit of {0:?}")]
-    TimedOut(Duration),
-    #[error("too many searches are running; try again")]
-    Busy,
-    #[error("{0}")]
-    InvalidQuery(String),
-    #[error("the search index is shutting down")]
-    Cancelled,
-    #[error("building a first load's index during its walk: {0}")]
-    Source(String),
-}
 
 /// One swap's effect on one server's listings of one kind, as the writer committed it.
 pub struct ServerDiff<I> {
@@ -136,12 +109,6 @@ pub struct SearchIndex {
 /// The directory the index of database `database` lives in: `catalog.db` -> `catalog.search`.
 pub fn directory_for(database: &Path) -> PathBuf {
     database.with_extension("search")
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl SearchIndex {

@@ -18,6 +18,7 @@
 //! `wins`, as an index term, so the filter takes part in top-k pruning like a word does.
 
 mod directory;
+mod error;
 mod files;
 pub(crate) mod gate;
 mod index;
@@ -32,8 +33,8 @@ mod write;
 
 pub use crate::protocol::{IndexPhase as Phase, IndexStatus, MatchMode};
 pub use crate::store::IndexEntry as Entry;
+pub use error::SearchError;
 pub use index::{
-    directory_for, Opened, Priorities, Repair, SearchError, SearchIndex, ServerDiff,
-    DEFAULT_TIME_LIMIT,
+    directory_for, Opened, Priorities, Repair, SearchIndex, ServerDiff, DEFAULT_TIME_LIMIT,
 };
 pub use query::{Page, MAX_MARKER_BYTES};

@@ -30,7 +30,7 @@ use tantivy::index::SegmentMeta;
 use tantivy::indexer::{AddOperation, SegmentWriter};
 use tantivy::Segment;
 
-use super::index::lock;
+use super::error::lock;
 use super::{Entry, SearchIndex};
 use crate::store::{IndexSource, LoadEvent};
 

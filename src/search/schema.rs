@@ -10,7 +10,7 @@ use tantivy::tokenizer::{
 use tantivy::{TantivyDocument, Term};
 
 use super::Entry;
-use crate::protocol::Kind;
+use crate::protocol::{cut_at_char_boundary, Kind};
 
 /// Bumped whenever the fields, the analyzer or what goes into them change: an index with
 /// another version is rebuilt from the store. 2: every kind (templates, tools, prompts). 3: the
@@ -427,17 +427,6 @@ fn scope(kind: Kind, server: Option<&str>) -> String {
         Some(server) => key_text(&format!("s:{server}\0{kind}")),
         None => format!("w:{kind}"),
     }
-}
-
-fn cut_at_char_boundary(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// `text` itself when short, else its start and a hash of the whole (FNV-1a, stable forever).

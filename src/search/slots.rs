@@ -3,7 +3,7 @@
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use super::index::lock;
+use super::error::lock;
 use super::*;
 
 /// At most a fixed number of searches of the index at once, the others waiting until their

@@ -9,7 +9,7 @@ use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::IndexRecordOption;
 use tantivy::{IndexWriter, Searcher, TantivyDocument};
 
-use super::index::lock;
+use super::error::lock;
 use super::index::{merge_policy, Payload, PROGRESS_EVERY};
 use super::prebuild;
 use super::schema::{Flags, SCHEMA_VERSION};

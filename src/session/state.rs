@@ -229,3 +229,12 @@ async fn until(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+/// Who asked for a paced walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AskedBy {
+    /// The server said its list changed.
+    Change,
+    /// A client asked (`catalog/refresh`).
+    Refresh,
+}

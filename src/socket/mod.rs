@@ -4,9 +4,10 @@
 //! `dispatch` answers one request.
 
 mod connection;
+mod connection_state;
 mod dispatch;
 mod serve;
 
-pub(crate) use connection::ConnectionState;
+pub(crate) use connection_state::ConnectionState;
 pub(crate) use dispatch::answer_request;
 pub use serve::{bind, record_socket_database, serve};

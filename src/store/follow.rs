@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{CatalogRow, Store, StoreError};
+use super::{CatalogRow, StoreError};
 use crate::protocol::{Kind, ServerState};
 
 /// Where a downstream stands in an upstream's change feed: the upstream database's id and the
@@ -227,13 +227,6 @@ pub(super) fn holds_entries(connection: &Connection, server: &str) -> Result<boo
         )
         .optional()?
         .unwrap_or(false))
-}
-
-impl Store {
-    /// This database's id, as `catalog/changes` and `catalog/entries` name it.
-    pub fn instance(&self) -> &str {
-        &self.instance
-    }
 }
 
 /// Every key of `server`'s own snapshot, with its kind: resources by URI, templates by URI

@@ -456,7 +456,8 @@ struct Pages<'a, 'b> {
     snapshot: &'b SourceSnapshot<'a>,
     kinds: std::collections::VecDeque<Kind>,
     server: Option<&'b str>,
-    /// The key of the last entry handed out (identity, server).
+    /// The key of the last entry of the page being handed out (identity, server): where
+    /// the next page starts.
     after: Option<(String, String)>,
     page: std::vec::IntoIter<Entry>,
     failure: Option<StoreError>,
@@ -468,7 +469,6 @@ impl Iterator for Pages<'_, '_> {
     fn next(&mut self) -> Option<Entry> {
         loop {
             if let Some(entry) = self.page.next() {
-                self.after = Some((entry.identity().to_string(), entry.server.clone()));
                 return Some(entry);
             }
             let kind = *self.kinds.front()?;
@@ -489,7 +489,12 @@ impl Iterator for Pages<'_, '_> {
                     self.kinds.pop_front();
                     self.after = None;
                 }
-                Ok(page) => self.page = page.into_iter(),
+                Ok(page) => {
+                    self.after = page
+                        .last()
+                        .map(|last| (last.identity().to_string(), last.server.clone()));
+                    self.page = page.into_iter();
+                }
                 Err(error) => {
                     self.failure = Some(error);
                     return None;

@@ -244,10 +244,7 @@ fn bound_text(text: &mut String) {
     if text.len() <= MAX_HIT_TEXT_BYTES {
         return;
     }
-    let mut end = MAX_HIT_TEXT_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = crate::protocol::cut_at_char_boundary(text, MAX_HIT_TEXT_BYTES).len();
     text.truncate(end);
     text.push('\u{2026}');
 }

@@ -78,11 +78,8 @@ fn shorten_line(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_string();
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes more)", &text[..end], text.len() - end)
+    let kept = crate::protocol::cut_at_char_boundary(text, limit);
+    format!("{kept}… ({} bytes more)", text.len() - kept.len())
 }
 
 impl StdioConnection {

@@ -1,15 +1,11 @@
 //! `catalog_search`: the params parsed once, the view's servers put in the request, the ladder run under the gate, the hits the view sees.
 
-use std::collections::BTreeSet;
-
+use super::hits::joined_notes;
 use super::index::{ranked_search, stale_search};
-use super::request::KindsSearch;
+use super::request::{has_uri_flags, parsed, ParsedSearch};
 use super::sqlite::{gated_read, sqlite_page, sqlite_within_share};
-use crate::answer::{internal, invalid_params, DaemonContext, View};
-use crate::protocol::uri_flags::{flags_of_listing, UriFlagFilter};
-use crate::protocol::{self as wire, ErrorObject, SearchParams, BUSY, SEARCH_TIMED_OUT};
-use crate::search::gate::SearchPermit;
-use crate::store;
+use crate::answer::{internal, DaemonContext, View};
+use crate::protocol::{self as wire, ErrorObject, SearchParams};
 
 /// `catalog/search`: a search of several kinds, or of resources alone, from the derived index
 /// when it can answer for the catalog as it stands, else from SQLite (a cursor
@@ -115,68 +111,6 @@ async fn keep_view_winners(
     Ok(())
 }
 
-/// Whether a hit passes the request's `uriFlags` filter (every hit when there is none). Like
-/// the view, it filters the ranked page: a page may hold fewer hits than `limit`, and the
-/// cursor goes on past what it left out.
-pub(in crate::answer) fn has_uri_flags(
-    filters: Option<&BTreeSet<UriFlagFilter>>,
-    hit: &wire::SearchHit,
-) -> bool {
-    filters.map_or(true, |filters| {
-        let flags = flags_of_listing(hit.kind, hit.uri.as_deref().unwrap_or_default());
-        UriFlagFilter::keeps(filters, &flags)
-    })
-}
-
-/// A search's params read once, for the daemon and the offline CLI alike.
-pub(in crate::answer) enum ParsedSearch {
-    /// Tools, prompts or templates among the kinds.
-    Kinds(Box<KindsSearch>),
-    /// Resources alone; `sqlite_cursor` when its cursor is SQLite's (it stays with SQLite:
-    /// the two rank differently).
-    Resources {
-        request: Box<store::SearchRequest>,
-        sqlite_cursor: bool,
-    },
-}
-
-impl ParsedSearch {
-    /// Searches the listings of `servers` only, each listing (`SearchRequest::servers`).
-    fn within(&mut self, servers: &BTreeSet<String>) {
-        let requests: Vec<&mut store::SearchRequest> = match self {
-            ParsedSearch::Kinds(search) => {
-                let KindsSearch {
-                    index,
-                    resources,
-                    entries,
-                    ..
-                } = search.as_mut();
-                std::iter::once(index)
-                    .chain(resources.as_mut())
-                    .chain(entries.as_mut())
-                    .collect()
-            }
-            ParsedSearch::Resources { request, .. } => vec![request.as_mut()],
-        };
-        for request in requests {
-            request.servers = Some(servers.clone());
-        }
-    }
-}
-
-pub(in crate::answer) fn parsed(params: SearchParams) -> Result<ParsedSearch, ErrorObject> {
-    if params.searches_entries() {
-        return Ok(ParsedSearch::Kinds(Box::new(
-            params.into_kinds_request().map_err(invalid_params)?,
-        )));
-    }
-    let sqlite_cursor = params.cursor.as_deref().map(wire::is_index_cursor) == Some(false);
-    Ok(ParsedSearch::Resources {
-        request: Box::new(params.into_request().map_err(invalid_params)?),
-        sqlite_cursor,
-    })
-}
-
 /// The one ladder of every daemon search: the derived index when it can answer for the catalog
 /// as it stands (not for raw syntax, nor for a cursor of SQLite's, whose ranking is another);
 /// else SQLite, within a share of the budget when the index's last commit can answer instead;
@@ -215,38 +149,6 @@ async fn daemon_search(
         (None, Some(index)) => Ok(stale_search(index, context, &request).await?.into_result()),
         (None, None) => Err(internal("no search engine answered")),
     }
-}
-
-/// Two notes as one, either or both absent.
-pub(in crate::answer) fn joined_notes(
-    first: Option<String>,
-    second: Option<String>,
-) -> Option<String> {
-    match (first, second) {
-        (Some(first), Some(second)) => Some(format!("{first}; {second}")),
-        (first, second) => first.or(second),
-    }
-}
-
-/// A place in the gate as an answer's error: refused or waited too long is `BUSY`.
-pub(in crate::answer) async fn admitted(
-    context: &DaemonContext,
-) -> Result<SearchPermit, ErrorObject> {
-    context
-        .search_gate
-        .acquire()
-        .await
-        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))
-}
-
-/// The answer to a search cancelled at its deadline (the engine counts it in the gate's
-/// activity through its permit).
-pub(in crate::answer) fn timed_out(context: &DaemonContext) -> ErrorObject {
-    let limit = context.search_gate.limits().timeout;
-    ErrorObject::new(
-        SEARCH_TIMED_OUT,
-        format!("the search ran longer than {limit:?} (search_timeout) and was cancelled; narrow the query"),
-    )
 }
 
 /// The view's rule for one hit: its server and kind, and its URI when the view hides

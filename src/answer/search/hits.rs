@@ -108,6 +108,17 @@ pub fn merge_search_pages(
     }
 }
 
+/// Two notes as one, either or both absent.
+pub(in crate::answer) fn joined_notes(
+    first: Option<String>,
+    second: Option<String>,
+) -> Option<String> {
+    match (first, second) {
+        (Some(first), Some(second)) => Some(format!("{first}; {second}")),
+        (first, second) => first.or(second),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

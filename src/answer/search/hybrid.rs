@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::admitted;
 use super::index::{search_index, IndexAnswer};
+use super::permit::admitted;
 use crate::answer::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, VectorsState};
 use crate::search::SearchIndex;

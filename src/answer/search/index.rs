@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use super::{admitted, joined_notes, search_result, timed_out};
+use super::hits::{joined_notes, search_result};
+use super::permit::{admitted, timed_out};
 use crate::answer::{internal, DaemonContext};
 use crate::protocol::{self as wire, encode_index_cursor, ErrorObject, BUSY, INVALID_PARAMS};
 use crate::search::gate::SearchPermit;
@@ -92,67 +93,95 @@ async fn search_index_as(
     let searched = match searched {
         Ok(searched) => searched,
         Err(generation) => {
-            // Behind a swap the caller may already have seen: wait for the keeper to apply it
-            // (without holding a slot: the permit was dropped with the closure), then search,
-            // or let SQLite answer.
-            let mut status = index.watch();
-            let caught_up = status.wait_for(|status| {
-                status.serves(wanted, generation)
-                    || status.phase != crate::protocol::IndexPhase::Ready
-            });
-            // No wait while the keeper replaces a whole list (a first load, a re-walk that
-            // changed much): that takes seconds, and every search waited its whole wait (each
-            // search of the 4.5 s after a 1,000,000 first load took 52 ms).
-            let wait = if index.status().replacing {
-                std::time::Duration::ZERO
-            } else if can_answer_stale(index) && context.store.full_text_note().is_some() {
-                INDEX_CATCH_UP_WAIT_WITH_STALE
-            } else {
-                INDEX_CATCH_UP_WAIT
-            };
-            let _ = tokio::time::timeout(wait, caught_up).await;
-            let now = index.status();
-            // Behind while SQLite's full-text index is behind a large swap too (SQLite's
-            // answer would lack rows as well, and be slow for common words): the index's last
-            // commit, a consistent earlier catalog, answers, and says so.
-            let stale = !now.serves(wanted, generation)
-                && can_answer_stale(index)
-                && context.store.full_text_note().is_some();
-            if stale {
-                note = Some(format!(
-                    "the search index is still indexing a change; answered from its previous state (generation {}), without the entries that change brings",
-                    now.generation.unwrap_or(0)
-                ));
-            } else if !now.serves(wanted, generation) {
-                let state = index_phase_text(now.phase);
-                return Ok(Err(format!(
-                    "the search index is {state}; answered by SQLite full-text search"
-                )));
+            match search_after_catch_up(index, context, query, wanted, generation).await? {
+                Ok((searched, stale_note)) => {
+                    note = stale_note.or(note);
+                    searched
+                }
+                Err(why) => return Ok(Err(why)),
             }
-            let permit = admitted(context).await?;
-            query.deadline = Some(permit.deadline);
-            let index = index.clone();
-            tokio::task::spawn_blocking(move || searched_within(&index, &query, permit))
-                .await
-                .map_err(internal)?
         }
     };
-    let page = match searched {
-        Ok(page) => page,
+    Ok(page_or_why(searched, context)?.map(|page| index_answer(page, note)))
+}
+
+/// The index's search after a catch-up, and the note when its last commit answered.
+type CaughtUp = (Result<crate::search::Page, SearchError>, Option<String>);
+
+/// Behind a swap the caller may already have seen: waits a moment for the keeper to apply it
+/// (without holding a slot), then searches with a new permit; the note when the index's last
+/// commit answers; `Err(why)` when SQLite answers instead.
+async fn search_after_catch_up(
+    index: &Arc<SearchIndex>,
+    context: &DaemonContext,
+    mut query: store::SearchRequest,
+    wanted: u64,
+    generation: u64,
+) -> Result<Result<CaughtUp, String>, ErrorObject> {
+    let mut note = None;
+    // No slot is held while waiting: the first permit was dropped with the read's closure.
+    let mut status = index.watch();
+    let caught_up = status.wait_for(|status| {
+        status.serves(wanted, generation) || status.phase != crate::protocol::IndexPhase::Ready
+    });
+    // No wait while the keeper replaces a whole list (a first load, a re-walk that
+    // changed much): that takes seconds, and every search waited its whole wait (each
+    // search of the 4.5 s after a 1,000,000 first load took 52 ms).
+    let wait = if index.status().replacing {
+        std::time::Duration::ZERO
+    } else if can_answer_stale(index) && context.store.full_text_note().is_some() {
+        INDEX_CATCH_UP_WAIT_WITH_STALE
+    } else {
+        INDEX_CATCH_UP_WAIT
+    };
+    let _ = tokio::time::timeout(wait, caught_up).await;
+    let now = index.status();
+    // Behind while SQLite's full-text index is behind a large swap too (SQLite's
+    // answer would lack rows as well, and be slow for common words): the index's last
+    // commit, a consistent earlier catalog, answers, and says so.
+    let stale = !now.serves(wanted, generation)
+        && can_answer_stale(index)
+        && context.store.full_text_note().is_some();
+    if stale {
+        note = Some(format!(
+            "the search index is still indexing a change; answered from its previous state (generation {}), without the entries that change brings",
+            now.generation.unwrap_or(0)
+        ));
+    } else if !now.serves(wanted, generation) {
+        let state = index_phase_text(now.phase);
+        return Ok(Err(format!(
+            "the search index is {state}; answered by SQLite full-text search"
+        )));
+    }
+    let permit = admitted(context).await?;
+    query.deadline = Some(permit.deadline);
+    let index = index.clone();
+    let searched = tokio::task::spawn_blocking(move || searched_within(&index, &query, permit))
+        .await
+        .map_err(internal)?;
+    Ok(Ok((searched, note)))
+}
+
+/// The index's page, or why SQLite answers (a damaged index), or the error the client gets.
+fn page_or_why(
+    searched: Result<crate::search::Page, SearchError>,
+    context: &DaemonContext,
+) -> Result<Result<crate::search::Page, String>, ErrorObject> {
+    match searched {
+        Ok(page) => Ok(Ok(page)),
         Err(error @ SearchError::InvalidQuery(_)) => {
-            return Err(ErrorObject::new(INVALID_PARAMS, error.to_string()))
+            Err(ErrorObject::new(INVALID_PARAMS, error.to_string()))
         }
-        Err(SearchError::TimedOut(_)) => return Err(timed_out(context)),
-        Err(error @ SearchError::Busy) => return Err(ErrorObject::new(BUSY, error.to_string())),
+        Err(SearchError::TimedOut(_)) => Err(timed_out(context)),
+        Err(error @ SearchError::Busy) => Err(ErrorObject::new(BUSY, error.to_string())),
         // A damaged index must not cost an answer: SQLite has the same catalog.
         Err(error) => {
             tracing::warn!(%error, "the search index failed a search; SQLite answered");
-            return Ok(Err(format!(
+            Ok(Err(format!(
                 "the search index failed ({error}); answered by SQLite full-text search"
-            )));
+            )))
         }
-    };
-    Ok(Ok(index_answer(page, note)))
+    }
 }
 
 /// What the index is doing while it cannot answer, for the answer's note.

@@ -9,13 +9,9 @@ mod hits;
 #[cfg(feature = "semantic")]
 mod hybrid;
 mod index;
+mod permit;
 mod request;
 mod sqlite;
 
 pub(crate) use catalog_search::catalog_search;
-pub(super) use catalog_search::{
-    admitted, has_uri_flags, joined_notes, parsed, timed_out, ParsedSearch,
-};
-pub use hits::{merge_search_pages, search_result, searched};
-pub use request::KindsSearch;
 pub use sqlite::sqlite_search;

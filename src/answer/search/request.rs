@@ -2,11 +2,16 @@
 //! defaults and caps every caller gets (the daemon and the CLI reading the database alike).
 
 use crate::protocol::{
-    decode_index_cursor, decode_kinds_search_cursor, decode_search_cursor, page_limit,
-    InvalidParams, Kind, SearchParams, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT, MAX_QUERY_BYTES,
-    MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET,
+    cut_at_char_boundary, decode_index_cursor, decode_kinds_search_cursor, decode_search_cursor,
+    page_limit, InvalidParams, Kind, SearchParams, DEFAULT_HIGHLIGHT, DEFAULT_SEARCH_LIMIT,
+    MAX_QUERY_BYTES, MAX_SEARCH_LIMIT, MAX_SEARCH_OFFSET,
 };
-use crate::store::SearchRequest;
+use std::collections::BTreeSet;
+
+use crate::answer::invalid_params;
+use crate::protocol::uri_flags::{flags_of_listing, UriFlagFilter};
+use crate::protocol::{self as wire, ErrorObject};
+use crate::store::{self, SearchRequest};
 
 impl SearchParams {
     /// A search of several kinds: the whole request as the search index takes it (every kind
@@ -86,10 +91,7 @@ impl SearchParams {
         if self.raw.unwrap_or(false) || self.query.len() <= MAX_QUERY_BYTES {
             return None;
         }
-        let mut end = MAX_QUERY_BYTES;
-        while !self.query.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = cut_at_char_boundary(&self.query, MAX_QUERY_BYTES).len();
         // A word the cut splits counts as dropped: only its start was searched.
         let start = self.query[..end]
             .rfind(|letter: char| !letter.is_alphanumeric())
@@ -126,10 +128,7 @@ impl SearchParams {
                     query.len()
                 )));
             }
-            let mut end = MAX_QUERY_BYTES;
-            while !query.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = cut_at_char_boundary(&query, MAX_QUERY_BYTES).len();
             query.truncate(end);
         }
         let mut request = SearchRequest::new(query, limit);
@@ -151,6 +150,68 @@ impl SearchParams {
         });
         Ok(request)
     }
+}
+
+/// Whether a hit passes the request's `uriFlags` filter (every hit when there is none). Like
+/// the view, it filters the ranked page: a page may hold fewer hits than `limit`, and the
+/// cursor goes on past what it left out.
+pub(in crate::answer) fn has_uri_flags(
+    filters: Option<&BTreeSet<UriFlagFilter>>,
+    hit: &wire::SearchHit,
+) -> bool {
+    filters.map_or(true, |filters| {
+        let flags = flags_of_listing(hit.kind, hit.uri.as_deref().unwrap_or_default());
+        UriFlagFilter::keeps(filters, &flags)
+    })
+}
+
+/// A search's params read once, for the daemon and the offline CLI alike.
+pub(in crate::answer) enum ParsedSearch {
+    /// Tools, prompts or templates among the kinds.
+    Kinds(Box<KindsSearch>),
+    /// Resources alone; `sqlite_cursor` when its cursor is SQLite's (it stays with SQLite:
+    /// the two rank differently).
+    Resources {
+        request: Box<store::SearchRequest>,
+        sqlite_cursor: bool,
+    },
+}
+
+impl ParsedSearch {
+    /// Searches the listings of `servers` only, each listing (`SearchRequest::servers`).
+    pub(super) fn within(&mut self, servers: &BTreeSet<String>) {
+        let requests: Vec<&mut store::SearchRequest> = match self {
+            ParsedSearch::Kinds(search) => {
+                let KindsSearch {
+                    index,
+                    resources,
+                    entries,
+                    ..
+                } = search.as_mut();
+                std::iter::once(index)
+                    .chain(resources.as_mut())
+                    .chain(entries.as_mut())
+                    .collect()
+            }
+            ParsedSearch::Resources { request, .. } => vec![request.as_mut()],
+        };
+        for request in requests {
+            request.servers = Some(servers.clone());
+        }
+    }
+}
+
+pub(in crate::answer) fn parsed(params: SearchParams) -> Result<ParsedSearch, ErrorObject> {
+    if params.searches_entries() {
+        return Ok(ParsedSearch::Kinds(Box::new(
+            params.into_kinds_request().map_err(invalid_params)?,
+        )));
+    }
+    let sqlite_cursor = params.cursor.as_deref().map(wire::is_index_cursor) == Some(false);
+    Ok(ParsedSearch::Resources {
+        request: Box::new(params.into_request().map_err(invalid_params)?),
+        sqlite_cursor,
+    })
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::handlers::{
 };
 use super::modern::{discover, modern_result};
 use crate::http_face::access::{admit, Client};
-use crate::http_face::face::PeerAddress;
+use crate::http_face::face_state::PeerAddress;
 use crate::http_face::limits::Refusal;
 use crate::http_face::sessions::Opened;
 use crate::http_face::stream::{self, StreamPlan};

@@ -2,11 +2,14 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::keep_up::BUILT_LOAD_WAIT;
-use super::KeepError;
+use super::error::KeepError;
 use crate::protocol::Kind;
 use crate::search::{Entry, Phase, SearchIndex, ServerDiff};
 use crate::store::SourceSnapshot;
+
+/// How long the keeper waits for the segments of a first load built during its walk to be
+/// finished (the builder is at most a channel's pages behind the writer).
+const BUILT_LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The most changed entries (and feed rows read at once) the keeper holds and applies in one
 /// commit. A re-walk that changes a million entries is applied in batches of this many, so

@@ -12,9 +12,11 @@
 //! SQLite's full-text index.
 
 mod batches;
+mod error;
 mod keep_up;
 #[cfg(test)]
 mod tests;
 
 pub use batches::{CATCH_UP_BATCH_BYTES, CATCH_UP_BATCH_ENTRIES};
-pub use keep_up::{keep_up, spawn, KeepError};
+pub use error::KeepError;
+pub use keep_up::{keep_up, spawn};

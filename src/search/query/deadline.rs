@@ -7,7 +7,8 @@ use std::time::Instant;
 use tantivy::query::{EnableScoring, Explanation, Query, Scorer, Weight};
 use tantivy::{DocId, DocSet, Score, SegmentReader};
 
-use super::run::DEADLINE_CHECK_EVERY;
+/// How many documents pass between two looks at the clock.
+const DEADLINE_CHECK_EVERY: u32 = 1024;
 
 /// A query that stops when its deadline passes, noting so in `expired`.
 #[derive(Debug)]

@@ -19,23 +19,6 @@ pub const MAX_MARKER_BYTES: usize = 32;
 /// Queries of at most this many words also try one typo per long word when the exact words
 /// find nothing.
 const MAX_TYPO_QUERY_WORDS: usize = 8;
-/// The most words a prefix or a typo expands to, each scored as a term of its own; a prefix
-/// with more becomes one match-only clause.
-pub(super) const MAX_EXPANSIONS: usize = 64;
-/// The most combinations of expanded words searched one by one as pure intersections (which
-/// rank the top k without scoring every match).
-pub(super) const MAX_COMBINATIONS: usize = 16;
-/// Below this many candidate documents one plain query that scores them all is cheaper.
-pub(super) const FEW_CANDIDATES: u64 = 20_000;
-/// The most exact name or URI matches put first.
-pub(super) const MAX_EXACT: usize = 100;
-/// Words this long or longer tolerate one typo when the exact words find nothing.
-pub(super) const TYPO_MIN_CHARS: usize = 5;
-/// Words longer than this tolerate no typo (nobody types them; their automata cost most).
-pub(super) const TYPO_MAX_CHARS: usize = 24;
-/// How many documents pass between two looks at the clock.
-pub(super) const DEADLINE_CHECK_EVERY: u32 = 1024;
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page {
     pub hits: Vec<SearchHit>,
@@ -182,33 +165,16 @@ pub fn run(
     time_limit: Duration,
     generation: u64,
 ) -> Result<Page, SearchError> {
-    for marker in [&request.highlight.0, &request.highlight.1] {
-        if marker.len() > MAX_MARKER_BYTES {
-            return Err(SearchError::InvalidQuery(format!(
-                "a highlight marker is at most {MAX_MARKER_BYTES} bytes"
-            )));
-        }
-    }
-    let mut words: Vec<String> = words_with_spans(&mut analyzer(), &request.query)
-        .into_iter()
-        .map(|(word, _, _)| word)
-        .collect();
+    check_markers(&request.highlight)?;
     let empty = Page {
         hits: Vec::new(),
         next_offset: None,
         mode: MatchMode::All,
         generation,
     };
-    let Some(last) = words.pop() else {
+    let Some(QueryWords { words, last, typed }) = query_words(&request.query) else {
         return Ok(empty);
     };
-    let mut seen = HashSet::new();
-    words.retain(|word| seen.insert(word.clone()));
-    // Every distinct word once, in the order typed (the last one too).
-    let mut typed: Vec<String> = words.clone();
-    if !seen.contains(&last) {
-        typed.push(last.clone());
-    }
 
     let mut filters = vec![server_filter(fields, request)];
     if let Some(mime_type) = &request.mime_type {
@@ -235,10 +201,61 @@ pub fn run(
         return Err(SearchError::TimedOut(time_limit));
     }
 
+    let ordered = exact_first(&exact, ranked);
+    let end = request.offset + request.limit;
+    let next_offset = (ordered.len() > end).then_some(end);
+    let page = ordered.into_iter().skip(request.offset).take(request.limit);
+    let hits = page_hits(searcher, fields, page, &clauses, &request.highlight)?;
+    Ok(Page {
+        hits,
+        next_offset,
+        mode,
+        generation,
+    })
+}
+
+/// Refuses a highlight marker longer than `MAX_MARKER_BYTES`.
+fn check_markers(highlight: &(String, String)) -> Result<(), SearchError> {
+    for marker in [&highlight.0, &highlight.1] {
+        if marker.len() > MAX_MARKER_BYTES {
+            return Err(SearchError::InvalidQuery(format!(
+                "a highlight marker is at most {MAX_MARKER_BYTES} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A query's words as the index folds them: the distinct words before the last, the last
+/// (searched as a prefix), and every distinct word once in the order typed.
+struct QueryWords {
+    words: Vec<String>,
+    last: String,
+    typed: Vec<String>,
+}
+
+/// `query`'s words, or `None` when it has none.
+fn query_words(query: &str) -> Option<QueryWords> {
+    let mut words: Vec<String> = words_with_spans(&mut analyzer(), query)
+        .into_iter()
+        .map(|(word, _, _)| word)
+        .collect();
+    let last = words.pop()?;
+    let mut seen = HashSet::new();
+    words.retain(|word| seen.insert(word.clone()));
+    // Every distinct word once, in the order typed (the last one too).
+    let mut typed: Vec<String> = words.clone();
+    if !seen.contains(&last) {
+        typed.push(last.clone());
+    }
+    Some(QueryWords { words, last, typed })
+}
+
+/// The ranked documents with the `exact` name or URI matches first, whatever their score.
+fn exact_first(exact: &[DocAddress], ranked: Vec<(Score, DocAddress)>) -> Vec<(Score, DocAddress)> {
     let top_score = ranked.first().map(|(score, _)| *score).unwrap_or(0.0);
     let exact_set: HashSet<DocAddress> = exact.iter().copied().collect();
-    // An exact name or URI comes first, whatever its score.
-    let ordered: Vec<(Score, DocAddress)> = exact
+    exact
         .iter()
         .map(|address| (top_score + 1.0, *address))
         .chain(
@@ -246,15 +263,23 @@ pub fn run(
                 .into_iter()
                 .filter(|(_, address)| !exact_set.contains(address)),
         )
-        .collect();
-    let end = request.offset + request.limit;
-    let next_offset = (ordered.len() > end).then_some(end);
+        .collect()
+}
+
+/// The hits of one page of documents, each with its snippet of the matched `clauses`.
+fn page_hits(
+    searcher: &Searcher,
+    fields: &Fields,
+    page: impl Iterator<Item = (Score, DocAddress)>,
+    clauses: &[Clause],
+    highlight: &(String, String),
+) -> Result<Vec<SearchHit>, SearchError> {
     let mut matcher = Matcher::default();
-    for clause in &clauses {
+    for clause in clauses {
         matcher.add(clause);
     }
     let mut hits = Vec::new();
-    for (score, address) in ordered.into_iter().skip(request.offset).take(request.limit) {
+    for (score, address) in page {
         let document: TantivyDocument = searcher.doc(address)?;
         let (entry, _) = fields.entry(&document);
         let mut hit = SearchHit {
@@ -268,13 +293,8 @@ pub fn run(
             score: f64::from(score),
             snippet: None,
         };
-        hit.snippet = snippet(&hit, &matcher, &request.highlight);
+        hit.snippet = snippet(&hit, &matcher, highlight);
         hits.push(hit);
     }
-    Ok(Page {
-        hits,
-        next_offset,
-        mode,
-        generation,
-    })
+    Ok(hits)
 }

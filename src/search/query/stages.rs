@@ -16,11 +16,23 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, Score, Searcher, Term};
 
 use super::deadline::DeadlineQuery;
-use super::run::{
-    FEW_CANDIDATES, MAX_COMBINATIONS, MAX_EXACT, MAX_EXPANSIONS, TYPO_MAX_CHARS, TYPO_MIN_CHARS,
-};
 use crate::search::schema::Fields;
 use crate::search::SearchError;
+
+/// The most words a prefix or a typo expands to, each scored as a term of its own; a prefix
+/// with more becomes one match-only clause.
+const MAX_EXPANSIONS: usize = 64;
+/// The most combinations of expanded words searched one by one as pure intersections (which
+/// rank the top k without scoring every match).
+const MAX_COMBINATIONS: usize = 16;
+/// Below this many candidate documents one plain query that scores them all is cheaper.
+const FEW_CANDIDATES: u64 = 20_000;
+/// The most exact name or URI matches put first.
+const MAX_EXACT: usize = 100;
+/// Words this long or longer tolerate one typo when the exact words find nothing.
+const TYPO_MIN_CHARS: usize = 5;
+/// Words longer than this tolerate no typo (nobody types them; their automata cost most).
+const TYPO_MAX_CHARS: usize = 24;
 
 /// What one typed word may match.
 #[derive(Debug, Clone)]
@@ -394,7 +406,7 @@ impl Search<'_> {
 }
 
 #[cfg(test)]
-mod prefix_tests {
+mod tests {
     use super::{prefix_end, STOPWORDS};
 
     #[test]

@@ -2,11 +2,53 @@
 
 use std::path::Path;
 
-use super::sentence_encoder::{Activation, BertConfig};
+use serde::Deserialize;
+
 use crate::semantic::kernel::Packed;
 use crate::semantic::kernel::{attention, gelu, layer_norm, AttentionShape, Isa};
 use crate::semantic::tensors::TensorFile;
 use crate::semantic::SemanticError;
+
+/// The feed-forward activation config.json names (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Activation {
+    /// The exact GELU, with erf (BERT's `gelu`).
+    Gelu,
+    /// The tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`).
+    GeluTanh,
+    Relu,
+}
+
+/// The model's config.json: its sizes, norms' epsilon, activation and kind.
+#[derive(Deserialize)]
+pub(super) struct BertConfig {
+    pub(super) hidden_size: usize,
+    pub(super) num_attention_heads: usize,
+    pub(super) num_hidden_layers: usize,
+    pub(super) intermediate_size: usize,
+    pub(super) vocab_size: usize,
+    pub(super) max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab_size")]
+    pub(super) type_vocab_size: usize,
+    #[serde(default = "default_layer_norm_eps")]
+    pub(super) layer_norm_eps: f64,
+    #[serde(default = "default_hidden_act")]
+    pub(super) hidden_act: String,
+    #[serde(default)]
+    pub(super) position_embedding_type: Option<String>,
+    #[serde(default)]
+    pub(super) model_type: Option<String>,
+}
+
+fn default_type_vocab_size() -> usize {
+    2
+}
+fn default_layer_norm_eps() -> f64 {
+    1e-12
+}
+fn default_hidden_act() -> String {
+    "gelu".to_string()
+}
 
 /// A linear layer, its weight packed at load for the product (see [`crate::semantic::kernel`]).
 pub(super) type Linear = Packed;
@@ -52,36 +94,12 @@ impl Bert {
         isa: Isa,
     ) -> Result<Bert, SemanticError> {
         let hidden = config.hidden_size;
-        // Some exports prefix every tensor with the model's name.
-        let prefix = ["", "bert.", "roberta.", "model."]
-            .into_iter()
-            .find(|prefix| {
-                tensors
-                    .find(&[&format!("{prefix}embeddings.word_embeddings.weight")])
-                    .is_some()
-            })
-            .ok_or_else(|| {
-                SemanticError::Model(format!(
-                    "{}: no embeddings.word_embeddings.weight tensor",
-                    path.display()
-                ))
-            })?;
-        let epsilon = config.layer_norm_eps as f32;
-        let norm = |tensors: &mut TensorFile, name: String| -> Result<Norm, SemanticError> {
-            Ok(Norm {
-                weight: tensors.read(&format!("{name}.weight"), &[hidden])?,
-                bias: tensors.read(&format!("{name}.bias"), &[hidden])?,
-                epsilon,
-            })
-        };
-        let linear = |tensors: &mut TensorFile,
-                      name: String,
-                      outputs: usize,
-                      inputs: usize|
-         -> Result<Linear, SemanticError> {
-            let weight = tensors.read(&format!("{name}.weight"), &[outputs, inputs])?;
-            let bias = tensors.read(&format!("{name}.bias"), &[outputs])?;
-            Ok(Packed::new(&weight, &bias, outputs, inputs, isa))
+        let prefix = tensor_prefix(tensors, path)?;
+        let shape = LayerShape {
+            hidden,
+            intermediate: config.intermediate_size,
+            epsilon: config.layer_norm_eps as f32,
+            isa,
         };
         let words = tensors.read(
             &format!("{prefix}embeddings.word_embeddings.weight"),
@@ -96,41 +114,12 @@ impl Bert {
             &[config.type_vocab_size, hidden],
         )?;
         token_type.truncate(hidden);
-        let embedding_norm = norm(tensors, format!("{prefix}embeddings.LayerNorm"))?;
+        let embedding_norm = shape.norm(tensors, format!("{prefix}embeddings.LayerNorm"))?;
         // No capacity from config.json's numbers: each layer's tensors are read (and checked
         // against the file) before its memory is taken.
         let mut layers = Vec::new();
         for number in 0..config.num_hidden_layers {
-            let layer = format!("{prefix}encoder.layer.{number}");
-            let (mut weight, mut bias) = (Vec::new(), Vec::new());
-            for part in ["query", "key", "value"] {
-                let name = format!("{layer}.attention.self.{part}");
-                weight.extend(tensors.read(&format!("{name}.weight"), &[hidden, hidden])?);
-                bias.extend(tensors.read(&format!("{name}.bias"), &[hidden])?);
-            }
-            layers.push(Layer {
-                query_key_value: Packed::new(&weight, &bias, 3 * hidden, hidden, isa),
-                attention_output: linear(
-                    tensors,
-                    format!("{layer}.attention.output.dense"),
-                    hidden,
-                    hidden,
-                )?,
-                attention_norm: norm(tensors, format!("{layer}.attention.output.LayerNorm"))?,
-                intermediate: linear(
-                    tensors,
-                    format!("{layer}.intermediate.dense"),
-                    config.intermediate_size,
-                    hidden,
-                )?,
-                output: linear(
-                    tensors,
-                    format!("{layer}.output.dense"),
-                    hidden,
-                    config.intermediate_size,
-                )?,
-                output_norm: norm(tensors, format!("{layer}.output.LayerNorm"))?,
-            });
+            layers.push(shape.layer(tensors, &format!("{prefix}encoder.layer.{number}"))?);
         }
         Ok(Bert {
             hidden,
@@ -222,5 +211,91 @@ impl Norm {
     /// Layer normalization of each row, in place.
     fn apply(&self, isa: Isa, values: &mut [f32]) {
         layer_norm(isa, values, &self.weight, &self.bias, self.epsilon);
+    }
+}
+
+/// The prefix of every tensor's name in the file: some exports prefix them with the model's
+/// name.
+fn tensor_prefix(tensors: &TensorFile, path: &Path) -> Result<&'static str, SemanticError> {
+    ["", "bert.", "roberta.", "model."]
+        .into_iter()
+        .find(|prefix| {
+            tensors
+                .find(&[&format!("{prefix}embeddings.word_embeddings.weight")])
+                .is_some()
+        })
+        .ok_or_else(|| {
+            SemanticError::Model(format!(
+                "{}: no embeddings.word_embeddings.weight tensor",
+                path.display()
+            ))
+        })
+}
+
+/// How a layer's tensors are read: their sizes, the norms' epsilon and the unit the products
+/// run on.
+struct LayerShape {
+    hidden: usize,
+    intermediate: usize,
+    epsilon: f32,
+    isa: Isa,
+}
+
+impl LayerShape {
+    /// The norm `name` (its weight and bias).
+    fn norm(&self, tensors: &mut TensorFile, name: String) -> Result<Norm, SemanticError> {
+        Ok(Norm {
+            weight: tensors.read(&format!("{name}.weight"), &[self.hidden])?,
+            bias: tensors.read(&format!("{name}.bias"), &[self.hidden])?,
+            epsilon: self.epsilon,
+        })
+    }
+
+    /// The linear layer `name`, its weight packed for the product.
+    fn linear(
+        &self,
+        tensors: &mut TensorFile,
+        name: String,
+        outputs: usize,
+        inputs: usize,
+    ) -> Result<Linear, SemanticError> {
+        let weight = tensors.read(&format!("{name}.weight"), &[outputs, inputs])?;
+        let bias = tensors.read(&format!("{name}.bias"), &[outputs])?;
+        Ok(Packed::new(&weight, &bias, outputs, inputs, self.isa))
+    }
+
+    /// The encoder layer named `layer`: attention (query, key and value stacked), its output
+    /// and norm, the feed-forward pair and its norm, read in that order.
+    fn layer(&self, tensors: &mut TensorFile, layer: &str) -> Result<Layer, SemanticError> {
+        let hidden = self.hidden;
+        let (mut weight, mut bias) = (Vec::new(), Vec::new());
+        for part in ["query", "key", "value"] {
+            let name = format!("{layer}.attention.self.{part}");
+            weight.extend(tensors.read(&format!("{name}.weight"), &[hidden, hidden])?);
+            bias.extend(tensors.read(&format!("{name}.bias"), &[hidden])?);
+        }
+        Ok(Layer {
+            query_key_value: Packed::new(&weight, &bias, 3 * hidden, hidden, self.isa),
+            attention_output: self.linear(
+                tensors,
+                format!("{layer}.attention.output.dense"),
+                hidden,
+                hidden,
+            )?,
+            attention_norm: self.norm(tensors, format!("{layer}.attention.output.LayerNorm"))?,
+            intermediate: self.linear(
+                tensors,
+                format!("{layer}.intermediate.dense"),
+                self.intermediate,
+                hidden,
+            )?,
+            output: self.linear(
+                tensors,
+                format!("{layer}.output.dense"),
+                hidden,
+                self.intermediate,
+            )?,
+            output_norm: self.norm(tensors, format!("{layer}.output.LayerNorm"))?,
+        })
     }
 }

@@ -6,7 +6,8 @@ use std::path::Path;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::bert::Bert;
+use super::bert::{Activation, Bert, BertConfig};
+use crate::protocol::cut_at_char_boundary;
 use crate::semantic::kernel::Isa;
 use crate::semantic::tensors::{open_regular_file, TensorFile};
 use crate::semantic::SemanticError;
@@ -36,45 +37,6 @@ pub struct Encoder {
 enum Pooling {
     Mean,
     Cls,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Activation {
-    /// The exact GELU, with erf (BERT's `gelu`).
-    Gelu,
-    /// The tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`).
-    GeluTanh,
-    Relu,
-}
-
-#[derive(Deserialize)]
-pub(super) struct BertConfig {
-    pub(super) hidden_size: usize,
-    pub(super) num_attention_heads: usize,
-    pub(super) num_hidden_layers: usize,
-    pub(super) intermediate_size: usize,
-    pub(super) vocab_size: usize,
-    pub(super) max_position_embeddings: usize,
-    #[serde(default = "default_type_vocab_size")]
-    pub(super) type_vocab_size: usize,
-    #[serde(default = "default_layer_norm_eps")]
-    pub(super) layer_norm_eps: f64,
-    #[serde(default = "default_hidden_act")]
-    hidden_act: String,
-    #[serde(default)]
-    position_embedding_type: Option<String>,
-    #[serde(default)]
-    model_type: Option<String>,
-}
-
-fn default_type_vocab_size() -> usize {
-    2
-}
-fn default_layer_norm_eps() -> f64 {
-    1e-12
-}
-fn default_hidden_act() -> String {
-    "gelu".to_string()
 }
 
 #[derive(Deserialize)]
@@ -147,119 +109,16 @@ impl Encoder {
     /// [`Encoder::load`] with the arithmetic on `isa` (one of [`Isa::available`]): the parity
     /// tests load one encoder per path.
     pub fn load_with(directory: &Path, isa: Isa) -> Result<Encoder, SemanticError> {
+        // The fingerprint takes each file in this order: config, pooling, modules, sentence
+        // config, tokenizer, the weights' header.
         let mut fingerprint = xxhash_rust::xxh3::Xxh3::new();
         let (config, bytes): (BertConfig, _) = read_json(&directory.join("config.json"))?;
         fingerprint.update(&bytes);
-        if let Some(kind) = &config.model_type {
-            if !matches!(kind.as_str(), "bert" | "roberta" | "xlm-roberta") {
-                return Err(SemanticError::Model(format!(
-                    "{}: model_type {kind:?} is not a BERT-family encoder",
-                    directory.display()
-                )));
-            }
-        }
-        if let Some(kind) = &config.position_embedding_type {
-            if kind != "absolute" {
-                return Err(SemanticError::Model(format!(
-                    "{}: position_embedding_type {kind:?} is not supported (absolute is)",
-                    directory.display()
-                )));
-            }
-        }
-        if config.hidden_size == 0
-            || config.num_attention_heads == 0
-            || config.hidden_size % config.num_attention_heads != 0
-        {
-            return Err(SemanticError::Model(format!(
-                "{}: hidden_size {} is not a multiple of num_attention_heads {}",
-                directory.display(),
-                config.hidden_size,
-                config.num_attention_heads
-            )));
-        }
-        let activation = match config.hidden_act.as_str() {
-            "gelu" => Activation::Gelu,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
-            "relu" => Activation::Relu,
-            other => {
-                return Err(SemanticError::Model(format!(
-                    "{}: hidden_act {other:?} is not supported",
-                    directory.display()
-                )))
-            }
-        };
-
-        let pooling_path = directory.join("1_Pooling").join("config.json");
-        let pooling = if pooling_path.exists() {
-            let (pooling, bytes): (PoolingConfig, _) = read_json(&pooling_path)?;
-            fingerprint.update(&bytes);
-            if pooling.pooling_mode_max_tokens || pooling.pooling_mode_mean_sqrt_len_tokens {
-                return Err(SemanticError::Model(format!(
-                    "{}: only mean and CLS pooling are supported",
-                    pooling_path.display()
-                )));
-            }
-            match (
-                pooling.pooling_mode_mean_tokens,
-                pooling.pooling_mode_cls_token,
-            ) {
-                (true, false) => Pooling::Mean,
-                (false, true) => Pooling::Cls,
-                _ => {
-                    return Err(SemanticError::Model(format!(
-                        "{}: exactly one of mean and CLS pooling must be on",
-                        pooling_path.display()
-                    )))
-                }
-            }
-        } else {
-            Pooling::Mean
-        };
-        let modules_path = directory.join("modules.json");
-        let normalize = if modules_path.exists() {
-            let (modules, bytes): (Vec<ModuleEntry>, _) = read_json(&modules_path)?;
-            fingerprint.update(&bytes);
-            modules
-                .iter()
-                .any(|module| module.module_type.ends_with("models.Normalize"))
-        } else {
-            false
-        };
-        let sentence_path = directory.join("sentence_bert_config.json");
-        let max_seq_length = if sentence_path.exists() {
-            let (sentence, bytes): (SentenceConfig, _) = read_json(&sentence_path)?;
-            fingerprint.update(&bytes);
-            sentence.max_seq_length
-        } else {
-            None
-        };
-        let max_tokens = max_seq_length
-            .unwrap_or(config.max_position_embeddings)
-            .min(config.max_position_embeddings);
-        if max_tokens < MIN_TOKENS {
-            return Err(SemanticError::Model(format!(
-                "{}: reads at most {max_tokens} tokens (max_position_embeddings, max_seq_length); a sentence encoder reads {MIN_TOKENS} at least",
-                directory.display()
-            )));
-        }
-
-        let tokenizer_path = directory.join("tokenizer.json");
-        let tokenizer_bytes = read_bounded(&tokenizer_path)?;
-        fingerprint.update(&tokenizer_bytes);
-        let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes).map_err(|error| {
-            SemanticError::Model(format!("{}: {error}", tokenizer_path.display()))
-        })?;
-        // sentence-transformers cuts at max_seq_length whatever tokenizer.json says, and one
-        // text at a time needs no padding.
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_tokens,
-                ..TruncationParams::default()
-            }))
-            .map_err(|error| {
-                SemanticError::Model(format!("{}: {error}", tokenizer_path.display()))
-            })?;
-        tokenizer.with_padding(None);
+        let activation = checked_activation(&config, directory)?;
+        let pooling = read_pooling(directory, &mut fingerprint)?;
+        let normalize = read_normalize(directory, &mut fingerprint)?;
+        let max_tokens = read_max_tokens(directory, &config, &mut fingerprint)?;
+        let tokenizer = read_tokenizer(directory, max_tokens, &mut fingerprint)?;
 
         let weights_path = directory.join("model.safetensors");
         let mut tensors = TensorFile::open(&weights_path)?;
@@ -339,16 +198,141 @@ impl Encoder {
     }
 }
 
-/// The longest prefix of `text` of at most `limit` bytes that ends on a character boundary.
-fn cut_at_char_boundary(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
+/// The activation `config` names, once its model type, position embeddings and sizes are
+/// ones this encoder runs.
+fn checked_activation(config: &BertConfig, directory: &Path) -> Result<Activation, SemanticError> {
+    if let Some(kind) = &config.model_type {
+        if !matches!(kind.as_str(), "bert" | "roberta" | "xlm-roberta") {
+            return Err(SemanticError::Model(format!(
+                "{}: model_type {kind:?} is not a BERT-family encoder",
+                directory.display()
+            )));
+        }
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    if let Some(kind) = &config.position_embedding_type {
+        if kind != "absolute" {
+            return Err(SemanticError::Model(format!(
+                "{}: position_embedding_type {kind:?} is not supported (absolute is)",
+                directory.display()
+            )));
+        }
     }
-    &text[..end]
+    if config.hidden_size == 0
+        || config.num_attention_heads == 0
+        || config.hidden_size % config.num_attention_heads != 0
+    {
+        return Err(SemanticError::Model(format!(
+            "{}: hidden_size {} is not a multiple of num_attention_heads {}",
+            directory.display(),
+            config.hidden_size,
+            config.num_attention_heads
+        )));
+    }
+    match config.hidden_act.as_str() {
+        "gelu" => Ok(Activation::Gelu),
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
+        "relu" => Ok(Activation::Relu),
+        other => Err(SemanticError::Model(format!(
+            "{}: hidden_act {other:?} is not supported",
+            directory.display()
+        ))),
+    }
+}
+
+/// The pooling 1_Pooling/config.json asks for (mean or CLS), mean without the file.
+fn read_pooling(
+    directory: &Path,
+    fingerprint: &mut xxhash_rust::xxh3::Xxh3,
+) -> Result<Pooling, SemanticError> {
+    let pooling_path = directory.join("1_Pooling").join("config.json");
+    if !pooling_path.exists() {
+        return Ok(Pooling::Mean);
+    }
+    let (pooling, bytes): (PoolingConfig, _) = read_json(&pooling_path)?;
+    fingerprint.update(&bytes);
+    if pooling.pooling_mode_max_tokens || pooling.pooling_mode_mean_sqrt_len_tokens {
+        return Err(SemanticError::Model(format!(
+            "{}: only mean and CLS pooling are supported",
+            pooling_path.display()
+        )));
+    }
+    match (
+        pooling.pooling_mode_mean_tokens,
+        pooling.pooling_mode_cls_token,
+    ) {
+        (true, false) => Ok(Pooling::Mean),
+        (false, true) => Ok(Pooling::Cls),
+        _ => Err(SemanticError::Model(format!(
+            "{}: exactly one of mean and CLS pooling must be on",
+            pooling_path.display()
+        ))),
+    }
+}
+
+/// Whether modules.json ends the pipeline with a `Normalize` module (no file: no).
+fn read_normalize(
+    directory: &Path,
+    fingerprint: &mut xxhash_rust::xxh3::Xxh3,
+) -> Result<bool, SemanticError> {
+    let modules_path = directory.join("modules.json");
+    if !modules_path.exists() {
+        return Ok(false);
+    }
+    let (modules, bytes): (Vec<ModuleEntry>, _) = read_json(&modules_path)?;
+    fingerprint.update(&bytes);
+    Ok(modules
+        .iter()
+        .any(|module| module.module_type.ends_with("models.Normalize")))
+}
+
+/// How many tokens the encoder reads: sentence_bert_config.json's `max_seq_length` within
+/// the model's positions, at least `MIN_TOKENS`.
+fn read_max_tokens(
+    directory: &Path,
+    config: &BertConfig,
+    fingerprint: &mut xxhash_rust::xxh3::Xxh3,
+) -> Result<usize, SemanticError> {
+    let sentence_path = directory.join("sentence_bert_config.json");
+    let max_seq_length = if sentence_path.exists() {
+        let (sentence, bytes): (SentenceConfig, _) = read_json(&sentence_path)?;
+        fingerprint.update(&bytes);
+        sentence.max_seq_length
+    } else {
+        None
+    };
+    let max_tokens = max_seq_length
+        .unwrap_or(config.max_position_embeddings)
+        .min(config.max_position_embeddings);
+    if max_tokens < MIN_TOKENS {
+        return Err(SemanticError::Model(format!(
+            "{}: reads at most {max_tokens} tokens (max_position_embeddings, max_seq_length); a sentence encoder reads {MIN_TOKENS} at least",
+            directory.display()
+        )));
+    }
+    Ok(max_tokens)
+}
+
+/// tokenizer.json, cut at `max_tokens` and without padding.
+fn read_tokenizer(
+    directory: &Path,
+    max_tokens: usize,
+    fingerprint: &mut xxhash_rust::xxh3::Xxh3,
+) -> Result<Tokenizer, SemanticError> {
+    let tokenizer_path = directory.join("tokenizer.json");
+    let tokenizer_bytes = read_bounded(&tokenizer_path)?;
+    fingerprint.update(&tokenizer_bytes);
+    let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes)
+        .map_err(|error| SemanticError::Model(format!("{}: {error}", tokenizer_path.display())))?;
+    // sentence-transformers cuts at max_seq_length whatever tokenizer.json says, and one
+    // text at a time needs no padding.
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: max_tokens,
+            ..TruncationParams::default()
+        }))
+        .map_err(|error| SemanticError::Model(format!("{}: {error}", tokenizer_path.display())))?;
+    tokenizer.with_padding(None);
+    Ok(tokenizer)
 }
 
 #[cfg(test)]

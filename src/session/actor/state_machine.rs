@@ -7,11 +7,10 @@ use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::walks::AskedBy;
 use crate::config::ServerConfig;
 use crate::protocol::Kind;
 use crate::session::pacing::{listen_retry_delay, PollPace, WalkPace};
-use crate::session::state::{Event, Link, Phase, Ping, Push, State, Waiter};
+use crate::session::state::{AskedBy, Event, Link, Phase, Ping, Push, State, Waiter};
 use crate::session::{LiveStatus, ReadError, ReadReply, Refreshed, SessionCommand};
 use crate::store::{now_ms, ServerUpdate, Store};
 use crate::upstream::{

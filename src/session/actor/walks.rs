@@ -12,7 +12,7 @@ use super::state_machine::answer;
 use super::*;
 use crate::protocol::Kind;
 use crate::session::pacing::{with_poll_jitter, WalkCost};
-use crate::session::state::{Link, Phase, State, Waiter, Walk};
+use crate::session::state::{AskedBy, Link, Phase, State, Waiter, Walk};
 use crate::session::Refreshed;
 use crate::store::{now_ms, ServerUpdate};
 use crate::upstream::PushChannel;
@@ -27,15 +27,6 @@ pub(super) const FOLLOW_DEBOUNCE: Duration = Duration::from_millis(10);
 /// How soon a follower asks again whether its upstream mirror's servers have loaded (their
 /// first load's commit also notifies it, which comes sooner).
 const UPSTREAM_LOADING_RETRY: Duration = Duration::from_secs(2);
-
-/// Who asked for a paced walk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum AskedBy {
-    /// The server said its list changed.
-    Change,
-    /// A client asked (`catalog/refresh`).
-    Refresh,
-}
 
 impl Actor {
     /// One kind's list changed: that kind alone is walked (with any other already pending).

@@ -338,7 +338,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_staged_walk_of_tools_is_swapped_by_hash_and_another_key_order_is_no_change() {
         let directory = tempfile::tempdir().expect("tempdir");
-        let store = super::super::tests::open_store(&directory.path().join("c.db"), &["fx"]).await;
+        let store =
+            super::super::tests::support::open_store(&directory.path().join("c.db"), &["fx"]).await;
         let a = r#"{"name":"a","description":"one","inputSchema":{"type":"object"}}"#;
         let b = r#"{"name":"b","description":"two","inputSchema":{"type":"object"}}"#;
         let swap = |rows: Vec<EntryRow>| store.swap_entries("fx", Kind::Tool, rows);

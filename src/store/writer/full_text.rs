@@ -2,9 +2,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use super::sql::execute;
+use super::sql::{execute, query_one};
 use crate::store::StoreError;
 
 /// A swap that adds at least this many rows leaves their full-text indexing to the backlog
@@ -148,4 +148,21 @@ pub(super) fn index_full_text_batch(
             false
         }
     }
+}
+
+/// Empties the full-text index and lists every row in its backlog, whose batches index the
+/// rows that belong to a server then.
+pub(super) fn reindex_full_text(transaction: &Transaction<'_>) -> Result<(), StoreError> {
+    execute(
+        transaction,
+        "INSERT INTO resources_fts (resources_fts) VALUES ('delete-all')",
+        [],
+    )?;
+    execute(transaction, "DELETE FROM full_text_backlog", [])?;
+    let highest: i64 = query_one(
+        transaction,
+        "SELECT coalesce(max(id), 0) FROM resources",
+        [],
+    )?;
+    defer_full_text(transaction, 1, highest)
 }

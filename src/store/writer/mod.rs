@@ -43,7 +43,7 @@ use feed::{CHANGES_PER_FIRST_LOAD, CHANGES_PER_SWAP};
 use full_text::full_text_backlog;
 use full_text::{index_full_text_batch, INDEXED};
 use ops::Reply;
-pub use ops::{Batch, Delta, EntryDelta, WriteOp};
+pub use ops::{Batch, Delta, DeltaOutcome, EntryDelta, WriteOp};
 use pending::{discard_batch, leftover_snapshots, promote};
 use read_cache::cache_contents;
 use servers::{sync_servers, update_server};

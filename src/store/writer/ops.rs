@@ -41,7 +41,7 @@ pub enum WriteOp {
         walk_id: u64,
         server: String,
         delta: Delta,
-        reply: Reply<crate::store::DeltaOutcome>,
+        reply: Reply<DeltaOutcome>,
     },
     Abort {
         walk_id: u64,
@@ -119,4 +119,12 @@ impl Batch {
             Batch::Entries(_, rows) => rows.iter().map(|row| row.raw.len()).sum(),
         }
     }
+}
+
+/// What a followed upstream's delta changed: its resources and templates, and each kind of
+/// tools or prompts it touched.
+#[derive(Debug, Clone, Default)]
+pub struct DeltaOutcome {
+    pub swap: SwapOutcome,
+    pub entries: Vec<(Kind, crate::store::EntrySwap)>,
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{params, Connection, Transaction};
 
-use super::full_text::{defer_full_text, full_text_backlog, FullText};
+use super::full_text::{defer_full_text, full_text_backlog, reindex_full_text, FullText};
 use super::history;
 use super::ops::Reply;
 use super::pending::{move_server_rows, without_foreign_keys};
@@ -21,26 +21,9 @@ use super::swap::{log_swap, record_walk, replace_templates, SnapshotDiff};
 use super::{advance_generation, execute, prune_changes, query_one, record_truncated, server_id};
 use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
 
-/// A diff that touches at least this many resources, and at least half as many as the
-/// snapshot will hold, is swapped in as a reload. The same number as the most keys a follower
-/// fetches as a delta (`walk::follow`'s `MAX_DELTA_KEYS`): a swap that big is followed by a
-/// walk anyway, so its feed names no key (one `truncated` row) and loses a follower nothing.
-pub(super) const RELOAD_MIN_ROWS: u64 = 50_000;
-
 /// The most staged rows one batch copies: about as long a hold of the write lock as a batch of
 /// the full-text backlog (`FULL_TEXT_BATCH_IDS`), so another server's commit waits little.
 const RELOAD_BATCH_ROWS: i64 = 5_000;
-
-/// Whether a walk's diff is swapped in as a reload rather than applied in place. Not a first
-/// load (promoted as it is), nor a server whose resources keep their history (its versions are
-/// recorded from the diff applied in place).
-pub(super) fn reloads(diff: &SnapshotDiff, history_kept: bool) -> bool {
-    let touched = diff.added + diff.removed + diff.changed;
-    !diff.first_load
-        && !history_kept
-        && touched >= RELOAD_MIN_ROWS
-        && touched.saturating_mul(2) >= diff.resources().max(0) as u64
-}
 
 /// A reload in flight: the walk it swaps in, its diff against the snapshot it replaces, and
 /// how far the copy of its staged rows has come.
@@ -228,23 +211,6 @@ impl Reload {
         }
         Ok(FullText::DeferAdded)
     }
-}
-
-/// Empties the full-text index and lists every row in its backlog, whose batches index the
-/// rows that belong to a server then.
-pub(super) fn reindex_full_text(transaction: &Transaction<'_>) -> Result<(), StoreError> {
-    execute(
-        transaction,
-        "INSERT INTO resources_fts (resources_fts) VALUES ('delete-all')",
-        [],
-    )?;
-    execute(transaction, "DELETE FROM full_text_backlog", [])?;
-    let highest: i64 = query_one(
-        transaction,
-        "SELECT coalesce(max(id), 0) FROM resources",
-        [],
-    )?;
-    defer_full_text(transaction, 1, highest)
 }
 
 /// The copy of one batch of staged rows (`?4 < rowid <= ?5` of walk `?3`) under the pending id

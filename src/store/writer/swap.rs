@@ -7,10 +7,9 @@ use rusqlite::{params, Connection};
 
 use super::entry_swap::OVERSIZED_ENTRIES;
 use super::full_text::{
-    defer_full_text, full_text_backlog, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
+    defer_full_text, full_text_backlog, reindex_full_text, FullText, BULK_INDEX_MIN_ROWS, INDEXED,
 };
 use super::history::{self, VersionKey};
-use super::reload::{reindex_full_text, reloads};
 use super::staged::{StagedCounts, WalkToCommit};
 use super::{
     advance_generation, execute, prune_changes, query_one, record_truncated, server_id,
@@ -19,6 +18,23 @@ use super::{
 use crate::protocol::{ChangeKind, Kind, ServerState};
 use crate::store::entry::same_entry;
 use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
+
+/// A diff that touches at least this many resources, and at least half as many as the
+/// snapshot will hold, is swapped in as a reload. The same number as the most keys a follower
+/// fetches as a delta (`walk::follow`'s `MAX_DELTA_KEYS`): a swap that big is followed by a
+/// walk anyway, so its feed names no key (one `truncated` row) and loses a follower nothing.
+pub(super) const RELOAD_MIN_ROWS: u64 = 50_000;
+
+/// Whether a walk's diff is swapped in as a reload rather than applied in place. Not a first
+/// load (promoted as it is), nor a server whose resources keep their history (its versions are
+/// recorded from the diff applied in place).
+pub(super) fn reloads(diff: &SnapshotDiff, history_kept: bool) -> bool {
+    let touched = diff.added + diff.removed + diff.changed;
+    !diff.first_load
+        && !history_kept
+        && touched >= RELOAD_MIN_ROWS
+        && touched.saturating_mul(2) >= diff.resources().max(0) as u64
+}
 
 /// What committing a staged walk came to: swapped in, or left to a reload (`reload.rs`), whose
 /// diff this is (read before any write; nothing is written).

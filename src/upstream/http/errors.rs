@@ -94,11 +94,10 @@ pub fn shorten(text: &str) -> String {
     if text.len() <= ERROR_BODY_LIMIT {
         return text.to_string();
     }
-    let mut end = ERROR_BODY_LIMIT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    format!(
+        "{}…",
+        crate::protocol::cut_at_char_boundary(text, ERROR_BODY_LIMIT)
+    )
 }
 
 /// Describes a reqwest error without its URL query (which may hold a secret someone put there).

@@ -115,12 +115,7 @@ async fn a_first_load_in_flight_is_seen_by_no_reader_and_holds_up_no_other_commi
         .expect("tools");
     assert_eq!(tools.len(), 1, "the server's tools were lost at the swap");
     assert_eq!(tools[0].name, "lookup");
-    wait_until(
-        "the backlog to be indexed",
-        Duration::from_secs(300),
-        async || store.full_text_note().is_none(),
-    )
-    .await;
+    backlog_indexed(&store).await;
     let hits = store
         .read(move |reader| reader.search(&alpha))
         .await
@@ -239,12 +234,7 @@ async fn pending_rows_left_by_a_crash_are_discarded_at_start_and_the_walk_repeat
         12_010
     );
     assert_eq!(foreign_key_violations(&path), 0);
-    wait_until(
-        "the backlog to be indexed",
-        Duration::from_secs(300),
-        async || store.full_text_note().is_none(),
-    )
-    .await;
+    backlog_indexed(&store).await;
     store.close().await;
     let connection = schema::open_writer(&path).expect("writer");
     assert_full_text_is_exact(&connection);

@@ -2,7 +2,7 @@
 //! seen whole or not at all, and leaves no row behind, through a stop as well.
 
 use super::*;
-use crate::store::writer::reload::RELOAD_MIN_ROWS;
+use crate::store::writer::swap::RELOAD_MIN_ROWS;
 
 /// Rows no reader sees: resources of no server, and the pending and retired snapshots' rows.
 fn rows_of_no_server(path: &std::path::Path) -> i64 {
