@@ -314,13 +314,27 @@ impl SearchGate {
     /// Waits for a slot (at most `timeout`), or refuses at once when the queue is full; the
     /// client is the current request's (`CURRENT_CLIENT`).
     pub async fn acquire(&self) -> Result<SearchPermit, GateError> {
-        self.acquire_for(SearchClient::current()).await
+        self.acquire_as(SearchClient::current(), false).await
     }
 
+    /// `acquire` for a query in SQLite's raw FTS5 syntax: it counts with the heavy searches
+    /// whatever its client's average, as a raw query's cost is the query's own (prefixes,
+    /// disjunctions), unbounded until its deadline. The soak's raw searchers averaged tens of
+    /// milliseconds, so they were not heavy; under load their searches ran to the timeout, held
+    /// both slots, and a well-behaved client's search waited past the timeout for one.
+    pub async fn acquire_raw(&self) -> Result<SearchPermit, GateError> {
+        self.acquire_as(SearchClient::current(), true).await
+    }
+
+    #[cfg(test)]
     async fn acquire_for(&self, client: SearchClient) -> Result<SearchPermit, GateError> {
+        self.acquire_as(client, false).await
+    }
+
+    async fn acquire_as(&self, client: SearchClient, raw: bool) -> Result<SearchPermit, GateError> {
         let shared = &self.shared;
         let max_waiting = self.limits.max_concurrent * QUEUED_PER_SLOT;
-        let heavy = client.is_limited(shared.heavy_search);
+        let heavy = raw || client.is_limited(shared.heavy_search);
         let (grant, mut granted) = oneshot::channel();
         let ticket = {
             let mut queue = lock(&shared.queue);
@@ -701,6 +715,29 @@ mod tests {
             slow.is_limited(threshold),
             "four quick searches hid a slow client"
         );
+    }
+
+    #[tokio::test]
+    async fn a_raw_search_of_a_quick_client_takes_only_the_heavy_clients_slot() {
+        let gate = SearchGate::new(SearchLimits {
+            timeout: Duration::from_millis(300),
+            max_concurrent: 2,
+        });
+        let quick = established();
+        let _raw = gate
+            .acquire_as(quick.clone(), true)
+            .await
+            .expect("first raw");
+        // A second raw search of the same quick client waits although a slot is free ...
+        let refused = gate
+            .acquire_as(quick.clone(), true)
+            .await
+            .map(|_| ())
+            .expect_err("the slot left is not a raw search's");
+        assert!(matches!(refused, GateError::WaitedTooLong(_)), "{refused}");
+        // ... which its plain search (and any quick client's) takes at once.
+        let _plain = gate.acquire_for(quick).await.expect("plain");
+        assert_eq!(gate.activity().running, 2);
     }
 
     #[tokio::test]

@@ -239,19 +239,51 @@ fn change_rounds(origin: &Scratch, upstream: &Daemon, rounds: std::ops::RangeInc
     }
 }
 
+/// An upstream of `demo` publishing every kind, and one downstream that has synced its bucket
+/// (the scratch directories live as long as this).
+struct DemoFleet {
+    nats: NatsServer,
+    origin: Scratch,
+    _up_scratch: Scratch,
+    upstream: Daemon,
+    down_scratch: Scratch,
+    mirror: Daemon,
+}
+
+impl DemoFleet {
+    fn synced() -> DemoFleet {
+        let nats = NatsServer::start();
+        let origin = Scratch::new();
+        let up_scratch = Scratch::new();
+        let upstream = upstream(&up_scratch, &nats, &demo_server(&origin), "");
+        upstream.wait_for_walks("demo", 1);
+        let down_scratch = Scratch::new();
+        let mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+        wait_for("the first sync", Duration::from_secs(30), || {
+            same_catalog(&mirror, &upstream).then_some(())
+        });
+        DemoFleet {
+            nats,
+            origin,
+            _up_scratch: up_scratch,
+            upstream,
+            down_scratch,
+            mirror,
+        }
+    }
+}
+
 #[test]
 fn a_downstream_follows_the_bucket_and_ends_with_the_upstream_catalog_then_resumes() {
-    let nats = NatsServer::start();
-    let origin = Scratch::new();
-    let up_scratch = Scratch::new();
-    let upstream = upstream(&up_scratch, &nats, &demo_server(&origin), "");
-    upstream.wait_for_walks("demo", 1);
-
-    let down_scratch = Scratch::new();
-    let mut mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
-    wait_for("the first sync", Duration::from_secs(30), || {
-        same_catalog(&mirror, &upstream).then_some(())
-    });
+    // Every field bound: a field left to `..` of a temporary is dropped at once.
+    let DemoFleet {
+        nats: _nats,
+        origin,
+        _up_scratch,
+        upstream,
+        down_scratch,
+        mut mirror,
+    } = DemoFleet::synced();
     assert_eq!(mirror.list_all().len(), 50);
 
     change_rounds(&origin, &upstream, 1..=12);
@@ -413,6 +445,41 @@ fn a_restart_of_nats_server_mid_stream_loses_nothing() {
     assert_eq!(status["reloads"], 1, "{status}");
 }
 
+/// A round of the publisher (a swap's puts and deletes, then its mark) is one delta at a
+/// downstream: one writer transaction and one index commit per change, not one per update.
+#[test]
+fn each_round_of_the_publisher_is_one_delta_downstream() {
+    let DemoFleet {
+        nats: _nats,
+        origin,
+        _up_scratch,
+        upstream,
+        down_scratch: _down_scratch,
+        mirror,
+    } = DemoFleet::synced();
+    // Rounds 1-3 put one, two and three entries (the extras, each described anew).
+    for round in 1..=3 {
+        let deltas = fleet_number(&mirror, "deltas");
+        change_rounds(&origin, &upstream, round..=round);
+        wait_for(
+            &format!("round {round} at the downstream"),
+            Duration::from_secs(30),
+            || same_catalog(&mirror, &upstream).then_some(()),
+        );
+        // The status is published after the delta's commit, which the catalog shows first.
+        wait_for("the status", Duration::from_secs(10), || {
+            (fleet_number(&mirror, "deltas") > deltas).then_some(())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            fleet_number(&mirror, "deltas") - deltas,
+            1,
+            "round {round}: {}",
+            fleet_status(&mirror)
+        );
+    }
+}
+
 /// The downstream's own record of its follow, read from its database file: the bucket
 /// revision it has applied (`None` before its first sync).
 fn stored_revision(mirror: &Daemon) -> Option<i64> {
@@ -531,12 +598,17 @@ fn a_thousand_single_changes_arrive_as_updates_and_end_as_a_fresh_sync() {
     assert_same_as_a_fresh_sync(&nats, &mirror);
 }
 
-/// 500 generated resources described by `round` and one that never changes (the bucket's
-/// oldest revision stays its: the history a downstream resumes from is never purged here).
+/// Resources a round of `described` describes anew: more than one delta's batch
+/// (`MAX_BATCH_ENTRIES`, 1,000), so a kill can come between two of a round's commits.
+const DESCRIBED: i64 = 2_500;
+
+/// `DESCRIBED` generated resources described by `round` and one that never changes (the
+/// bucket's oldest revision stays its: the history a downstream resumes from is never purged
+/// here).
 fn described(round: usize) -> Value {
     json!({
-        "generate": 500,
-        "page_size": 250,
+        "generate": DESCRIBED,
+        "page_size": 500,
         "prefix": format!("round-{round}-"),
         "resources": [{"uri": "fixture://demo/stable", "name": "stable"}],
     })
@@ -570,15 +642,15 @@ fn a_downstream_killed_mid_apply_ten_times_resumes_exactly() {
         let before = wait_for("the stored revision", Duration::from_secs(20), || {
             stored_revision(&mirror)
         });
-        // Each round puts 500 values; the kill comes once a tenth more of them than in the
-        // round before are applied.
-        let threshold = before + (round as i64 - 1) * 50;
+        // Each round puts DESCRIBED values, applied in batches of at most 1,000 (a round is
+        // otherwise one delta); the kill comes once the round's first batch is applied, and
+        // lands before, during or after the next.
         origin.write_scenario("demo.json", &described(round));
         wait_for_every(
             &format!("round {round}'s first applied updates"),
             Duration::from_secs(30),
             Duration::from_millis(1),
-            || stored_revision(&mirror).filter(|revision| *revision > threshold),
+            || stored_revision(&mirror).filter(|revision| *revision > before),
         );
         mirror.child.kill().expect("SIGKILL");
         mirror.child.wait().expect("reap");
@@ -586,13 +658,13 @@ fn a_downstream_killed_mid_apply_ten_times_resumes_exactly() {
         // What the database holds is exactly its revision: each of the round's revisions
         // after `before` is one resource described anew (and then the feed mark).
         let killed_at = stored_revision(&mirror).expect("a stored revision");
-        let applied = (killed_at - before).min(500);
+        let applied = (killed_at - before).min(DESCRIBED);
         assert_eq!(
             described_rows(&mirror, round),
             applied,
             "round {round}: rows and revision {killed_at} (from {before}) disagree"
         );
-        mid_apply += usize::from(applied < 500);
+        mid_apply += usize::from(applied < DESCRIBED);
 
         mirror = Daemon::start(&down_scratch, &down_scratch.path("daemon.toml"));
         wait_for(

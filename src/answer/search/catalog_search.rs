@@ -136,8 +136,9 @@ async fn daemon_search(
             Err(why) => why_not_index = Some(why),
         }
     }
+    let raw = request.raw;
     let sqlite = |share| {
-        gated_read(context, share, move |reader, deadline| {
+        gated_read(context, share, raw, move |reader, deadline| {
             sqlite_page(reader, search, Some(deadline))
         })
     };

@@ -75,8 +75,12 @@ async fn search_index_as(
             .store
             .read(move |reader| {
                 let generation = reader.index_generation()?;
-                Ok(if stale || index.status().serves(wanted, generation) {
-                    Ok(searched_within(&index, &query, permit))
+                let current = || index.status().serves(wanted, generation);
+                let before = current();
+                Ok(if stale || before {
+                    let page = searched_within(&index, &query, permit);
+                    // Caught up by the end of the search: its searcher may have been either.
+                    Ok((page, before || current()))
                 } else {
                     Err(generation)
                 })
@@ -84,14 +88,17 @@ async fn search_index_as(
             .await
             .map_err(internal)?
     };
-    if stale {
+    // Asked for the last commit, the index may have caught up meanwhile (the longer SQLite
+    // tried, the likelier): then it answered for the catalog as it stands, and says nothing of
+    // a previous state.
+    if stale && matches!(searched, Ok((_, false))) {
         note = Some(format!(
             "the search index is still indexing a change, and SQLite's full-text search ran past its share of search_timeout; answered from the index's previous state (generation {}), without the entries that change brings",
             index.generation().unwrap_or(0)
         ));
     }
     let searched = match searched {
-        Ok(searched) => searched,
+        Ok((searched, _)) => searched,
         Err(generation) => {
             match search_after_catch_up(index, context, query, wanted, generation).await? {
                 Ok((searched, stale_note)) => {

@@ -9,11 +9,20 @@ use crate::search::gate::SearchPermit;
 pub(in crate::answer) async fn admitted(
     context: &DaemonContext,
 ) -> Result<SearchPermit, ErrorObject> {
-    context
-        .search_gate
-        .acquire()
-        .await
-        .map_err(|error| ErrorObject::new(BUSY, error.to_string()))
+    admitted_as(context, false).await
+}
+
+/// `admitted` for a query in raw FTS5 syntax when `raw` (`SearchGate::acquire_raw`).
+pub(in crate::answer) async fn admitted_as(
+    context: &DaemonContext,
+    raw: bool,
+) -> Result<SearchPermit, ErrorObject> {
+    let gate = &context.search_gate;
+    let permit = match raw {
+        true => gate.acquire_raw().await,
+        false => gate.acquire().await,
+    };
+    permit.map_err(|error| ErrorObject::new(BUSY, error.to_string()))
 }
 
 /// The answer to a search cancelled at its deadline (the engine counts it in the gate's

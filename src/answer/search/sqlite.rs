@@ -7,25 +7,27 @@ use std::time::{Duration, Instant};
 
 use super::hits::{merge_search_pages, search_result, searched};
 use super::index::can_answer_stale;
-use super::permit::{admitted, timed_out};
+use super::permit::{admitted_as, timed_out};
 use super::request::{has_uri_flags, parsed, KindsSearch, ParsedSearch};
 use crate::answer::{internal, DaemonContext};
 use crate::protocol::{self as wire, ErrorObject, SearchParams, INVALID_PARAMS, SEARCH_TIMED_OUT};
 use crate::search::SearchIndex;
 use crate::store::{self, Reader, StoreError};
 
-/// Runs one SQLite search through the gate: `run` gets a reader and the deadline, the
-/// permit's or an earlier one (`share`, a part of the budget: `sqlite_within_share`).
+/// Runs one SQLite search through the gate (as a raw query's when `raw`): `run` gets a reader
+/// and the deadline, the permit's or an earlier one (`share`, a part of the budget:
+/// `sqlite_within_share`).
 pub(super) async fn gated_read<T, F>(
     context: &DaemonContext,
     share: Option<Instant>,
+    raw: bool,
     run: F,
 ) -> Result<T, ErrorObject>
 where
     T: Send + 'static,
     F: FnOnce(&Reader, Instant) -> Result<T, StoreError> + Send + 'static,
 {
-    let permit = admitted(context).await?;
+    let permit = admitted_as(context, raw).await?;
     let deadline = share.map_or(permit.deadline, |share| share.min(permit.deadline));
     context
         .store
