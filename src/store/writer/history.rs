@@ -237,6 +237,10 @@ pub(super) fn resources_kept(
         .is_some_and(|kept| kept != 0))
 }
 
+/// A `swap_ids` row's URI (`x`): the one the diff noted, else its snapshot row's. A staged
+/// diff notes them, so a swap's history reads no snapshot row to find its entries' keys.
+const SWAP_URI: &str = "coalesce(x.uri, (SELECT uri FROM resources WHERE id = x.id))";
+
 /// Before a swap changes a kept server's resources: removed ones are closed, changed ones
 /// without a history get their old body as the version the change replaces (`swap_ids` rows
 /// of kind `removed_kind` are the removed ones, the others changed). Set-based: one statement
@@ -249,22 +253,26 @@ pub(super) fn resources_before(
 ) -> Result<(), StoreError> {
     execute(
         transaction,
-        "UPDATE history_versions INDEXED BY history_by_key SET last_seen = ?4
-         WHERE server_id = ?1 AND kind = ?2 AND last_seen IS NULL AND key IN (
-             SELECT r.uri FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
-             WHERE x.kind = ?3)",
+        &format!(
+            "UPDATE history_versions INDEXED BY history_by_key SET last_seen = ?4
+             WHERE server_id = ?1 AND kind = ?2 AND last_seen IS NULL AND key IN (
+                 SELECT {SWAP_URI} FROM temp.swap_ids x WHERE x.kind = ?3)"
+        ),
         params![server_id, Kind::Resource, removed_kind, now],
     )?;
     // A changed resource with a history needs nothing here: only the ones never recorded
-    // are seeded, with the text they have before the swap changes them.
+    // are seeded, with the text they have before the swap changes them (read only for them).
     let seeds = execute(
         transaction,
-        "INSERT INTO temp.history_pending (resource_id, key, digest)
-         SELECT r.id, r.uri, history_digest(r.raw)
-         FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
-         WHERE x.kind != ?3 AND NOT EXISTS (
-             SELECT 1 FROM history_versions v INDEXED BY history_by_key
-             WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = r.uri)",
+        &format!(
+            "INSERT INTO temp.history_pending (resource_id, key, digest)
+             SELECT id, key, history_digest((SELECT raw FROM resources WHERE id = s.id))
+             FROM (SELECT x.id AS id, {SWAP_URI} AS key FROM temp.swap_ids x
+                   WHERE x.kind != ?3) AS s
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM history_versions v INDEXED BY history_by_key
+                 WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = s.key)"
+        ),
         params![server_id, Kind::Resource, removed_kind],
     )?;
     if seeds > 0 {
@@ -307,72 +315,66 @@ pub(super) fn resources_after(
 }
 
 /// Records the resource versions listed in `temp.history_pending` (a resource row each, its
-/// URI and the digest of its text) as `record_version` records one, a few statements for all
-/// of them instead of four for each: an entry whose newest version is current with the same
-/// digest is left as it is; the others' open versions are closed at `now`; a body the entry
-/// already keeps under the same digest is pointed at again, else the text is appended as a new
-/// body; the versions are appended in the list's order; an entry that had `versions_per_key`
-/// versions or more is pruned (`prune_key`). A swap lists each URI at most once, so no entry
-/// has two versions in one list. The list is emptied. Returns how many versions were added.
+/// URI and the digest of its text) as `record_version` records one, in a few statements for
+/// all of them, each entry's versions read once: one statement reads, for every listed entry,
+/// how many versions it keeps, its newest version (whether it is current and has the listed
+/// digest) and the body it keeps under that digest; an entry whose newest version is current
+/// with the same digest is left as it is; the others' open versions are closed at `now` (by
+/// id: only the newest version is ever open); a body the entry already keeps under the same
+/// digest is pointed at again, else the text is appended as a new body; the versions are
+/// appended in the list's order; an entry that had `versions_per_key` versions or more is
+/// pruned (`prune_key`). A swap lists each URI at most once, so no entry has two versions in
+/// one list. The list is emptied. Returns how many versions were added.
 fn record_pending(
     transaction: &Transaction<'_>,
     server_id: i64,
     now: i64,
 ) -> Result<u64, StoreError> {
-    // Already current: nothing to record (as `record_version`'s first check).
+    // `newest` packs the newest version's id with two flags, `(id * 2 + same digest) * 2 +
+    // current`, so one `max` finds all three (NULL for an entry with no versions).
     execute(
         transaction,
-        "DELETE FROM temp.history_pending AS p WHERE (
-             SELECT v.last_seen IS NULL AND v.digest = p.digest
+        "UPDATE temp.history_pending AS p SET (kept, newest, body_id) = (
+             SELECT count(*),
+                    max(v.id * 4 + 2 * (v.digest = p.digest) + (v.last_seen IS NULL)),
+                    max(CASE WHEN v.digest = p.digest THEN v.body_id END)
              FROM history_versions v INDEXED BY history_by_key
-             WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = p.key
-             ORDER BY v.id DESC LIMIT 1)",
+             WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = p.key)",
         params![server_id, Kind::Resource],
     )?;
-    // The body kept under the digest (the newest version's of it), and how many versions
-    // the entry has before this one (the prune's condition).
+    // The newest version current with the same digest: nothing to record.
+    const RECORDED: &str = "coalesce(newest % 4, 0) != 3";
     execute(
         transaction,
-        "UPDATE temp.history_pending AS p SET
-             body_id = (SELECT v.body_id FROM history_versions v INDEXED BY history_by_key
-                        WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = p.key
-                          AND v.digest = p.digest
-                        ORDER BY v.id DESC LIMIT 1),
-             kept = (SELECT count(*) FROM history_versions v INDEXED BY history_by_key
-                     WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = p.key)",
-        params![server_id, Kind::Resource],
+        "UPDATE history_versions SET last_seen = ?1
+         WHERE id IN (SELECT newest / 4 FROM temp.history_pending WHERE newest % 4 = 1)",
+        [now],
     )?;
-    execute(
+    // New bodies get ids above the highest, in the list's order (what appending them one by
+    // one gives, gaps aside): the list's own numbers above it.
+    let base: i64 = query_one(
         transaction,
-        "UPDATE history_versions INDEXED BY history_by_key SET last_seen = ?3
-         WHERE server_id = ?1 AND kind = ?2 AND last_seen IS NULL
-           AND key IN (SELECT key FROM temp.history_pending)",
-        params![server_id, Kind::Resource, now],
-    )?;
-    // New bodies get the ids above the highest, in the list's order (what appending them one
-    // by one gives), numbered here so the versions can point at them.
-    execute(
-        transaction,
-        "UPDATE temp.history_pending AS p SET new_body = 1, body_id = n.id
-         FROM (SELECT seq, (SELECT coalesce(max(id), 0) FROM history_bodies)
-                           + row_number() OVER (ORDER BY seq) AS id
-               FROM temp.history_pending WHERE body_id IS NULL) AS n
-         WHERE p.seq = n.seq",
+        "SELECT coalesce(max(id), 0) FROM history_bodies",
         [],
     )?;
     execute(
         transaction,
-        "INSERT INTO history_bodies (id, digest, body, bytes)
-         SELECT p.body_id, p.digest, r.raw, length(CAST(r.raw AS BLOB))
-         FROM temp.history_pending p CROSS JOIN resources r ON r.id = p.resource_id
-         WHERE p.new_body ORDER BY p.seq",
-        [],
+        &format!(
+            "INSERT INTO history_bodies (id, digest, body, bytes)
+             SELECT ?1 + p.seq, p.digest, r.raw, length(CAST(r.raw AS BLOB))
+             FROM temp.history_pending p CROSS JOIN resources r ON r.id = p.resource_id
+             WHERE p.body_id IS NULL AND {RECORDED} ORDER BY p.seq"
+        ),
+        [base],
     )?;
     let recorded = execute(
         transaction,
-        "INSERT INTO history_versions (server_id, kind, key, digest, body_id, first_seen)
-         SELECT ?1, ?2, key, digest, body_id, ?3 FROM temp.history_pending ORDER BY seq",
-        params![server_id, Kind::Resource, now],
+        &format!(
+            "INSERT INTO history_versions (server_id, kind, key, digest, body_id, first_seen)
+             SELECT ?1, ?2, key, digest, coalesce(body_id, ?4 + seq), ?3
+             FROM temp.history_pending WHERE {RECORDED} ORDER BY seq"
+        ),
+        params![server_id, Kind::Resource, now, base],
     )? as u64;
     // `record_version` prunes an entry that had as many versions as the bound or more (and
     // reads the bound only of an entry with versions: none has none).
@@ -384,9 +386,10 @@ fn record_pending(
     if bound >= 0 {
         // Read one at a time, never held together (a large swap at the bound lists most of
         // its entries here).
-        let mut full = transaction.prepare_cached(
-            "SELECT key FROM temp.history_pending WHERE kept > 0 AND kept >= ?1 ORDER BY seq",
-        )?;
+        let mut full = transaction.prepare_cached(&format!(
+            "SELECT key FROM temp.history_pending
+             WHERE kept > 0 AND kept >= ?1 AND {RECORDED} ORDER BY seq"
+        ))?;
         let mut keys = full.query([bound])?;
         while let Some(row) = keys.next()? {
             let key: String = row.get(0)?;
