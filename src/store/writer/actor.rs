@@ -67,6 +67,9 @@ impl Writer {
         if let Err(error) = connection.execute_batch(STAGING_SCHEMA) {
             tracing::error!(%error, "cannot create staging tables; the store cannot accept walks");
         }
+        if let Err(error) = super::history::register_digest(&connection) {
+            tracing::error!(%error, "cannot register history_digest; swaps of servers keeping a resource history will fail");
+        }
         let behind = channels.full_text_behind.load(Ordering::Acquire);
         if behind > 0 {
             tracing::info!(

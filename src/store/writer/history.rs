@@ -7,9 +7,18 @@
 //! adds a version row pointing at the body already kept. A version costs its swap one read of
 //! the entry's versions (all in the `history_by_key` index) and two appends: no write to a
 //! page chosen by a digest (the 1.1x budget of a re-walk). `prune_batch` runs once per swap.
+//! A resource swap, which may record tens of thousands of versions, does the same for all of
+//! them at once (`resources_before`, `resources_after`, `record_pending`): a few statements
+//! over its temp tables instead of about four per version, the digests computed inside them
+//! (`history_digest`, registered on the writer's connection by `register_digest`). Tools,
+//! prompts and templates, a few per swap, keep the hooks.
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use xxhash_rust::xxh3::xxh3_128;
+
+use super::{execute, query_one};
 
 use crate::config::HistoryBounds;
 use crate::protocol::Kind;
@@ -50,7 +59,28 @@ impl<'a> VersionKey<'a> {
 
 /// The digest a body is kept under: 32 hex digits of its XXH3-128.
 fn body_digest(body: &str) -> String {
-    format!("{:032x}", xxh3_128(body.as_bytes()))
+    digest_of(body.as_bytes())
+}
+
+fn digest_of(bytes: &[u8]) -> String {
+    format!("{:032x}", xxh3_128(bytes))
+}
+
+/// `body_digest` in SQL, `history_digest(text)`, on the writer's connection: a swap records
+/// its resource versions in a few statements over its temp tables (`record_pending`) and
+/// digests their texts inside them. NULL for anything but text.
+pub(super) fn register_digest(connection: &Connection) -> rusqlite::Result<()> {
+    connection.create_scalar_function(
+        "history_digest",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |context| {
+            Ok(match context.get_raw(0) {
+                ValueRef::Text(text) => Some(digest_of(text)),
+                _ => None,
+            })
+        },
+    )
 }
 
 /// One kept version of an entry as a swap sees it (every field is in `history_by_key`).
@@ -207,68 +237,167 @@ pub(super) fn resources_kept(
         .is_some_and(|kept| kept != 0))
 }
 
+/// A `swap_ids` row's URI (`x`): the one the diff noted, else its snapshot row's. A staged
+/// diff notes them, so a swap's history reads no snapshot row to find its entries' keys.
+const SWAP_URI: &str = "coalesce(x.uri, (SELECT uri FROM resources WHERE id = x.id))";
+
 /// Before a swap changes a kept server's resources: removed ones are closed, changed ones
 /// without a history get their old body as the version the change replaces (`swap_ids` rows
-/// of kind `removed_kind` are the removed ones, the others changed). Rows are read one at a
-/// time, never held together.
+/// of kind `removed_kind` are the removed ones, the others changed). Set-based: one statement
+/// closes the removed ones, and the seeds go through `record_pending` as a swap's versions do.
 pub(super) fn resources_before(
     transaction: &Transaction<'_>,
     server_id: i64,
     now: i64,
     removed_kind: i64,
 ) -> Result<(), StoreError> {
-    // A changed resource with a history needs nothing here: only the removed ones and the
-    // changed ones never recorded are read.
-    let mut rows = transaction.prepare_cached(
-        "SELECT x.kind, r.uri, r.raw FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
-         WHERE x.kind = ?2 OR NOT EXISTS (
-             SELECT 1 FROM history_versions v INDEXED BY history_by_key
-             WHERE v.server_id = ?1 AND v.kind = ?3 AND v.key = r.uri)",
+    execute(
+        transaction,
+        &format!(
+            "UPDATE history_versions INDEXED BY history_by_key SET last_seen = ?4
+             WHERE server_id = ?1 AND kind = ?2 AND last_seen IS NULL AND key IN (
+                 SELECT {SWAP_URI} FROM temp.swap_ids x WHERE x.kind = ?3)"
+        ),
+        params![server_id, Kind::Resource, removed_kind, now],
     )?;
-    let mut rows = rows.query(params![server_id, removed_kind, Kind::Resource])?;
-    while let Some(row) = rows.next()? {
-        let uri: String = row.get(1)?;
-        let version = VersionKey::resource(server_id, &uri);
-        if row.get::<_, i64>(0)? == removed_kind {
-            close_version(transaction, version, now)?;
-        } else {
-            let body: String = row.get(2)?;
-            seed_version(transaction, version, &body, now)?;
-        }
+    // A changed resource with a history needs nothing here: only the ones never recorded
+    // are seeded, with the text they have before the swap changes them (read only for them).
+    let seeds = execute(
+        transaction,
+        &format!(
+            "INSERT INTO temp.history_pending (resource_id, key, digest)
+             SELECT id, key, history_digest((SELECT raw FROM resources WHERE id = s.id))
+             FROM (SELECT x.id AS id, {SWAP_URI} AS key FROM temp.swap_ids x
+                   WHERE x.kind != ?3) AS s
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM history_versions v INDEXED BY history_by_key
+                 WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = s.key)"
+        ),
+        params![server_id, Kind::Resource, removed_kind],
+    )?;
+    if seeds > 0 {
+        record_pending(transaction, server_id, now)?;
     }
     Ok(())
 }
 
-/// The changed resources of a swap and the added ones. `+server_id`: the added rows' id range
-/// drives the second part, not the server's index (which visits every row the server has).
+/// The changed resources of a swap and the added ones, into `temp.history_pending` with the
+/// digests of their texts. `+server_id`: the added rows' id range drives the second part, not
+/// the server's index (which visits every row the server has).
 pub(super) const RESOURCES_AFTER_SQL: &str =
-    "SELECT r.uri, r.raw FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
-     WHERE x.kind = ?1
-     UNION ALL
-     SELECT uri, raw FROM resources WHERE id > ?2 AND +server_id = ?3";
+    "INSERT INTO temp.history_pending (resource_id, key, digest)
+     SELECT id, uri, history_digest(raw) FROM (
+         SELECT r.id AS id, r.uri AS uri, r.raw AS raw
+         FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
+         WHERE x.kind = ?1
+         UNION ALL
+         SELECT id, uri, raw FROM resources WHERE id > ?2 AND +server_id = ?3)";
 
 /// After a swap changed a kept server's resources: the changed ones (`swap_ids` rows of kind
-/// `changed_kind`) and the added ones (ids above `highest_old_id`) are recorded.
+/// `changed_kind`) and the added ones (ids above `highest_old_id`) are recorded, all at once
+/// (`record_pending`). Returns how many versions were added.
 pub(super) fn resources_after(
     transaction: &Transaction<'_>,
     server_id: i64,
     now: i64,
     changed_kind: i64,
     highest_old_id: i64,
-) -> Result<(), StoreError> {
-    let mut rows = transaction.prepare_cached(RESOURCES_AFTER_SQL)?;
-    let mut rows = rows.query(params![changed_kind, highest_old_id, server_id])?;
-    while let Some(row) = rows.next()? {
-        let uri: String = row.get(0)?;
-        let body: String = row.get(1)?;
-        record_version(
-            transaction,
-            VersionKey::resource(server_id, &uri),
-            &body,
-            now,
-        )?;
+) -> Result<u64, StoreError> {
+    let listed = execute(
+        transaction,
+        RESOURCES_AFTER_SQL,
+        params![changed_kind, highest_old_id, server_id],
+    )?;
+    if listed == 0 {
+        return Ok(0);
     }
-    Ok(())
+    record_pending(transaction, server_id, now)
+}
+
+/// Records the resource versions listed in `temp.history_pending` (a resource row each, its
+/// URI and the digest of its text) as `record_version` records one, in a few statements for
+/// all of them, each entry's versions read once: one statement reads, for every listed entry,
+/// how many versions it keeps, its newest version (whether it is current and has the listed
+/// digest) and the body it keeps under that digest; an entry whose newest version is current
+/// with the same digest is left as it is; the others' open versions are closed at `now` (by
+/// id: only the newest version is ever open); a body the entry already keeps under the same
+/// digest is pointed at again, else the text is appended as a new body; the versions are
+/// appended in the list's order; an entry that had `versions_per_key` versions or more is
+/// pruned (`prune_key`). A swap lists each URI at most once, so no entry has two versions in
+/// one list. The list is emptied. Returns how many versions were added.
+fn record_pending(
+    transaction: &Transaction<'_>,
+    server_id: i64,
+    now: i64,
+) -> Result<u64, StoreError> {
+    // `newest` packs the newest version's id with two flags, `(id * 2 + same digest) * 2 +
+    // current`, so one `max` finds all three (NULL for an entry with no versions).
+    execute(
+        transaction,
+        "UPDATE temp.history_pending AS p SET (kept, newest, body_id) = (
+             SELECT count(*),
+                    max(v.id * 4 + 2 * (v.digest = p.digest) + (v.last_seen IS NULL)),
+                    max(CASE WHEN v.digest = p.digest THEN v.body_id END)
+             FROM history_versions v INDEXED BY history_by_key
+             WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = p.key)",
+        params![server_id, Kind::Resource],
+    )?;
+    // The newest version current with the same digest: nothing to record.
+    const RECORDED: &str = "coalesce(newest % 4, 0) != 3";
+    execute(
+        transaction,
+        "UPDATE history_versions SET last_seen = ?1
+         WHERE id IN (SELECT newest / 4 FROM temp.history_pending WHERE newest % 4 = 1)",
+        [now],
+    )?;
+    // New bodies get ids above the highest, in the list's order (what appending them one by
+    // one gives, gaps aside): the list's own numbers above it.
+    let base: i64 = query_one(
+        transaction,
+        "SELECT coalesce(max(id), 0) FROM history_bodies",
+        [],
+    )?;
+    execute(
+        transaction,
+        &format!(
+            "INSERT INTO history_bodies (id, digest, body, bytes)
+             SELECT ?1 + p.seq, p.digest, r.raw, length(CAST(r.raw AS BLOB))
+             FROM temp.history_pending p CROSS JOIN resources r ON r.id = p.resource_id
+             WHERE p.body_id IS NULL AND {RECORDED} ORDER BY p.seq"
+        ),
+        [base],
+    )?;
+    let recorded = execute(
+        transaction,
+        &format!(
+            "INSERT INTO history_versions (server_id, kind, key, digest, body_id, first_seen)
+             SELECT ?1, ?2, key, digest, coalesce(body_id, ?4 + seq), ?3
+             FROM temp.history_pending WHERE {RECORDED} ORDER BY seq"
+        ),
+        params![server_id, Kind::Resource, now, base],
+    )? as u64;
+    // `record_version` prunes an entry that had as many versions as the bound or more (and
+    // reads the bound only of an entry with versions: none has none).
+    let bound: i64 = query_one(
+        transaction,
+        "SELECT versions_per_key FROM history_settings WHERE id = 1",
+        [],
+    )?;
+    if bound >= 0 {
+        // Read one at a time, never held together (a large swap at the bound lists most of
+        // its entries here).
+        let mut full = transaction.prepare_cached(&format!(
+            "SELECT key FROM temp.history_pending
+             WHERE kept > 0 AND kept >= ?1 AND {RECORDED} ORDER BY seq"
+        ))?;
+        let mut keys = full.query([bound])?;
+        while let Some(row) = keys.next()? {
+            let key: String = row.get(0)?;
+            prune_key(transaction, VersionKey::resource(server_id, &key))?;
+        }
+    }
+    execute(transaction, "DELETE FROM temp.history_pending", [])?;
+    Ok(recorded)
 }
 
 /// Keeps the newest `versions_per_key` versions of one entry (and any older protected one).

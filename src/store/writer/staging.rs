@@ -32,7 +32,9 @@ CREATE TEMP TABLE IF NOT EXISTS staging_templates (
     description TEXT, mime_type TEXT, raw TEXT NOT NULL, oversized INTEGER NOT NULL,
     PRIMARY KEY (walk_id, uri_template)
 ) WITHOUT ROWID;
-CREATE TEMP TABLE IF NOT EXISTS staging_changed (walk_id INTEGER NOT NULL, id INTEGER NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS staging_changed (
+    walk_id INTEGER NOT NULL, id INTEGER NOT NULL, uri TEXT NOT NULL
+);
 CREATE TEMP TABLE IF NOT EXISTS staging_added (walk_id INTEGER NOT NULL, uri TEXT NOT NULL);
 CREATE TEMP TABLE IF NOT EXISTS staging_rehash (
     walk_id INTEGER NOT NULL, id INTEGER NOT NULL, hash INTEGER NOT NULL
@@ -42,8 +44,12 @@ CREATE TEMP TABLE IF NOT EXISTS staging_entries (
     rehash INTEGER NOT NULL, title TEXT, description TEXT, inputs TEXT, raw TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS temp.staging_entries_key ON staging_entries (walk_id, name);
-CREATE TEMP TABLE IF NOT EXISTS swap_ids (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS swap_ids (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, uri TEXT);
 CREATE TEMP TABLE IF NOT EXISTS swap_added (uri TEXT NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS history_pending (
+    seq INTEGER PRIMARY KEY, resource_id INTEGER NOT NULL, key TEXT NOT NULL,
+    digest TEXT NOT NULL, kept INTEGER, newest INTEGER, body_id INTEGER
+);
 ";
 
 /// Stages one page of tools or prompts (`kind`) as `stage_resources` stages resources: a row
@@ -144,8 +150,9 @@ pub(super) fn stage_resources(
             "INSERT OR IGNORE INTO temp.staging_resources (walk_id, uri, hash, oversized)
              VALUES (?1, ?2, ?3, ?4)",
         )?;
-        let mut note_changed = transaction
-            .prepare_cached("INSERT INTO temp.staging_changed (walk_id, id) VALUES (?1, ?2)")?;
+        let mut note_changed = transaction.prepare_cached(
+            "INSERT INTO temp.staging_changed (walk_id, id, uri) VALUES (?1, ?2, ?3)",
+        )?;
         let mut note_added = transaction
             .prepare_cached("INSERT INTO temp.staging_added (walk_id, uri) VALUES (?1, ?2)")?;
         let mut note_rehash = transaction.prepare_cached(
@@ -182,7 +189,7 @@ pub(super) fn stage_resources(
                 }
                 (Some((id, _)), None) => {
                     counts.matched += 1;
-                    note_changed.execute(params![walk, id])?;
+                    note_changed.execute(params![walk, id, row.uri])?;
                 }
                 (None, _) if snapshot.is_some() => {
                     note_added.execute(params![walk, row.uri])?;

@@ -120,8 +120,8 @@ pub(super) fn note_staged_changes(
 ) -> Result<u64, StoreError> {
     Ok(execute(
         transaction,
-        "INSERT INTO temp.swap_ids (id, kind)
-         SELECT id, ?2 FROM temp.staging_changed WHERE walk_id = ?1",
+        "INSERT INTO temp.swap_ids (id, kind, uri)
+         SELECT id, ?2, uri FROM temp.staging_changed WHERE walk_id = ?1",
         params![walk, CHANGED],
     )? as u64)
 }
@@ -139,7 +139,8 @@ pub(super) fn note_staged_added(
 }
 
 /// What a staged walk changes in its server's snapshot. The rows themselves are in temp
-/// tables: `swap_ids` holds the removed and changed snapshot rows, `swap_added` the URIs of
+/// tables: `swap_ids` holds the removed and changed snapshot rows (with their URIs, when the
+/// diff was read from staging or from the pass over the snapshot), `swap_added` the URIs of
 /// new ones (left empty on a first load, when every staged row is new).
 pub(super) struct SnapshotDiff {
     pub(super) server_id: i64,
@@ -258,8 +259,8 @@ fn diff_by_pass(
     // One pass over the snapshot finds the removed rows (no staged row) and the changed ones.
     execute(
         transaction,
-        "INSERT INTO temp.swap_ids (id, kind)
-         SELECT r.id, CASE WHEN s.uri IS NULL THEN ?3 ELSE ?4 END
+        "INSERT INTO temp.swap_ids (id, kind, uri)
+         SELECT r.id, CASE WHEN s.uri IS NULL THEN ?3 ELSE ?4 END, r.uri
          FROM resources r
          LEFT JOIN temp.staging_resources s ON s.walk_id = ?2 AND s.uri = r.uri
          WHERE r.server_id = ?1

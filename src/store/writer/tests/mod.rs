@@ -12,6 +12,7 @@ use crate::store::{schema, SearchRequest, ServerEntry, Store};
 mod backlog;
 mod first_load;
 mod reload;
+mod resource_history;
 pub(super) mod support;
 mod wal;
 

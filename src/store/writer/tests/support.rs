@@ -55,6 +55,7 @@ pub(super) fn resources(
 pub(super) fn writer_connection(path: &std::path::Path, servers: &[&str]) -> Connection {
     let mut connection = schema::open_writer(path).expect("open the database");
     connection.execute_batch(STAGING_SCHEMA).expect("staging");
+    super::history::register_digest(&connection).expect("history_digest");
     sync_servers(&mut connection, &configured(servers)).expect("record the servers");
     connection
 }
