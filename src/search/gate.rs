@@ -148,7 +148,7 @@ impl SearchClient {
     }
 
     /// Counts one search: it held a slot for `held`, and its work cost `cost` (the CPU time
-    /// of the thread that ran it, where measured: `SearchPermit::measure`).
+    /// of the thread that ran it, where measured: `SearchWork::measure`).
     fn add(&self, held: Duration, cost: Duration) {
         let now = Instant::now();
         let cost = cost.as_secs_f64();
