@@ -160,7 +160,6 @@ impl Bert {
             heads: self.heads,
         };
         let mut query_key_value = Vec::new();
-        let mut scores = vec![0f32; tokens];
         let mut context = vec![0f32; tokens * hidden];
         let mut projected = Vec::new();
         let mut intermediate = Vec::new();
@@ -168,7 +167,7 @@ impl Bert {
             layer
                 .query_key_value
                 .apply(&states, tokens, &mut query_key_value);
-            attention(self.isa, shape, &query_key_value, &mut scores, &mut context);
+            attention(self.isa, shape, &query_key_value, &mut context);
             layer
                 .attention_output
                 .apply(&context, tokens, &mut projected);
