@@ -319,9 +319,11 @@ pub fn drift(
         "SELECT server, kind, name, current, accepted, accepted_version, current_version FROM (
              SELECT s.name AS server, e.kind AS kind, e.name AS name, e.raw AS current,
                     x.raw AS accepted, {ACCEPTED_VERSION} AS accepted_version,
-                    (SELECT v.id FROM history_versions v
-                     WHERE v.server_id = e.server_id AND v.kind = e.kind AND v.key = e.name
-                       AND v.last_seen IS NULL) AS current_version
+                    (SELECT c.id FROM history_versions c
+                     WHERE c.last_seen IS NULL AND c.id = (
+                         SELECT max(v.id) FROM history_versions v
+                         WHERE v.server_id = e.server_id AND v.kind = e.kind
+                           AND v.key = e.name)) AS current_version
              FROM entries e
              JOIN servers s ON s.id = e.server_id
              JOIN accepted_servers a ON a.server_id = e.server_id

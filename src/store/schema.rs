@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0011_history.sql"),
     include_str!("../../migrations/0012_history_bodies_by_key.sql"),
     include_str!("../../migrations/0013_retired_snapshots.sql"),
+    include_str!("../../migrations/0014_history_index_without_last_seen.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
@@ -132,5 +133,75 @@ mod tests {
             .expect("the write waits for the lock");
         transaction.commit().expect("commit");
         release.join().expect("released");
+    }
+
+    /// A database at migration 13 with a history migrates to 14 as it was: the bodies' total
+    /// kept (now added by the writer, the insert trigger gone; a removal still subtracts),
+    /// `history_by_key` without `last_seen`, the versions and their open one unchanged.
+    #[test]
+    fn a_history_migrates_to_an_index_without_last_seen_and_keeps_its_byte_total() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let path = directory.path().join("catalog.db");
+        {
+            let connection = Connection::open(&path).expect("open");
+            for migration in &MIGRATIONS[..13] {
+                connection.execute_batch(migration).expect("migration");
+            }
+            connection
+                .execute_batch(
+                    "PRAGMA user_version = 13;
+                     INSERT INTO servers (id, name) VALUES (1, 's');
+                     INSERT INTO history_bodies (id, digest, body, bytes)
+                         VALUES (1, 'a', 'alpha', 5), (2, 'b', 'bravo!', 6);
+                     INSERT INTO history_versions
+                             (id, server_id, kind, key, digest, body_id, first_seen, last_seen)
+                         VALUES (1, 1, 'resource', 'k', 'a', 1, 10, 20),
+                                (2, 1, 'resource', 'k', 'b', 2, 20, NULL);",
+                )
+                .expect("a history");
+        }
+        let connection = open_writer(&path).expect("migrated");
+        let total = |connection: &Connection| -> i64 {
+            connection
+                .query_row("SELECT total_bytes FROM history_settings", [], |row| {
+                    row.get(0)
+                })
+                .expect("total")
+        };
+        assert_eq!(total(&connection), 11);
+        let columns: Vec<String> = connection
+            .prepare("SELECT name FROM pragma_index_info('history_by_key') ORDER BY seqno")
+            .expect("prepare")
+            .query_map([], |row| row.get(0))
+            .expect("columns")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(
+            columns,
+            ["server_id", "kind", "key", "id", "digest", "body_id"]
+        );
+        let open: Vec<(i64, Option<i64>)> = connection
+            .prepare("SELECT id, last_seen FROM history_versions ORDER BY id")
+            .expect("prepare")
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("versions")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(open, [(1, Some(20)), (2, None)]);
+        connection
+            .execute(
+                "INSERT INTO history_bodies VALUES (3, 'c', 'charlie', 7)",
+                [],
+            )
+            .expect("a body");
+        assert_eq!(
+            total(&connection),
+            11,
+            "a body's bytes are the writer's to add"
+        );
+        connection
+            .execute("DELETE FROM history_versions WHERE id = 1", [])
+            .expect("a prune");
+        assert_eq!(total(&connection), 6, "a removed body subtracts its bytes");
     }
 }

@@ -88,7 +88,6 @@ struct KeptVersion {
     id: i64,
     digest: String,
     body_id: i64,
-    current: bool,
 }
 
 /// The entry's kept versions, newest first (at most `history_versions_per_key`, and the
@@ -101,7 +100,7 @@ fn kept_versions(
 ) -> Result<(Vec<KeptVersion>, usize), StoreError> {
     let mut bound = usize::MAX;
     let mut statement = transaction.prepare_cached(
-        "SELECT id, digest, body_id, last_seen IS NULL,
+        "SELECT id, digest, body_id,
                 (SELECT versions_per_key FROM history_settings WHERE id = 1)
          FROM history_versions INDEXED BY history_by_key
          WHERE server_id = ?1 AND kind = ?2 AND key = ?3 ORDER BY id DESC",
@@ -109,20 +108,27 @@ fn kept_versions(
     let mut rows = statement.query(params![server_id, kind, key])?;
     let mut versions = Vec::new();
     while let Some(row) = rows.next()? {
-        bound = usize::try_from(row.get::<_, i64>(4)?).unwrap_or(usize::MAX);
+        bound = usize::try_from(row.get::<_, i64>(3)?).unwrap_or(usize::MAX);
         versions.push(KeptVersion {
             id: row.get(0)?,
             digest: row.get(1)?,
             body_id: row.get(2)?,
-            current: row.get(3)?,
         });
     }
     Ok((versions, bound))
 }
 
+/// Whether version `id` is open (its entry's current one; only an entry's newest version
+/// ever is): read from its row, since `last_seen` is not in `history_by_key`.
+fn is_open(transaction: &Transaction<'_>, id: i64) -> Result<bool, StoreError> {
+    Ok(transaction
+        .prepare_cached("SELECT last_seen IS NULL FROM history_versions WHERE id = ?1")?
+        .query_row([id], |row| row.get(0))?)
+}
+
 /// Records `body` as the current version of (server, kind, key) at `now`, unless it already
-/// is: the previous current version is closed, the body stored unless a kept version of the
-/// entry has its digest.
+/// is: the previous current version (the newest, if open) is closed, the body stored unless
+/// a kept version of the entry has its digest.
 pub(super) fn record_version(
     transaction: &Transaction<'_>,
     entry: VersionKey<'_>,
@@ -131,16 +137,15 @@ pub(super) fn record_version(
 ) -> Result<(), StoreError> {
     let digest = body_digest(body);
     let (versions, bound) = kept_versions(transaction, entry.server_id, entry.kind, entry.key)?;
-    if versions
-        .first()
-        .is_some_and(|newest| newest.current && newest.digest == digest)
-    {
-        return Ok(());
-    }
-    for open in versions.iter().filter(|version| version.current) {
+    if let Some(newest) = versions.first() {
+        if newest.digest == digest && is_open(transaction, newest.id)? {
+            return Ok(());
+        }
         transaction
-            .prepare_cached("UPDATE history_versions SET last_seen = ?2 WHERE id = ?1")?
-            .execute(params![open.id, now])?;
+            .prepare_cached(
+                "UPDATE history_versions SET last_seen = ?2 WHERE id = ?1 AND last_seen IS NULL",
+            )?
+            .execute(params![newest.id, now])?;
     }
     let kept_body = versions
         .iter()
@@ -191,7 +196,9 @@ fn insert_version(
                     "INSERT INTO history_bodies (digest, body, bytes) VALUES (?1, ?2, ?3)",
                 )?
                 .execute(params![digest, body, body.len() as i64])?;
-            transaction.last_insert_rowid()
+            let body_id = transaction.last_insert_rowid();
+            add_bytes(transaction, body.len() as i64)?;
+            body_id
         }
     };
     transaction
@@ -210,6 +217,24 @@ fn insert_version(
     Ok(())
 }
 
+/// Adds `bytes` of bodies appended to the kept total (`history_settings.total_bytes`, which
+/// the bytes bound reads): the writer adds them once per insert statement; a removed body
+/// subtracts its own (the trigger `history_body_gone`).
+fn add_bytes(transaction: &Transaction<'_>, bytes: i64) -> Result<(), StoreError> {
+    if bytes != 0 {
+        transaction
+            .prepare_cached(
+                "UPDATE history_settings SET total_bytes = total_bytes + ?1 WHERE id = 1",
+            )?
+            .execute([bytes])?;
+    }
+    Ok(())
+}
+
+/// The newest version of (server, kind, key), the only one that can be open.
+const NEWEST_OF_ENTRY: &str = "(SELECT max(n.id) FROM history_versions n INDEXED BY history_by_key
+      WHERE n.server_id = ?1 AND n.kind = ?2 AND n.key = ?3)";
+
 /// The entry is no longer listed: its current version is closed at `now`.
 pub(super) fn close_version(
     transaction: &Transaction<'_>,
@@ -217,10 +242,10 @@ pub(super) fn close_version(
     now: i64,
 ) -> Result<(), StoreError> {
     transaction
-        .prepare_cached(
+        .prepare_cached(&format!(
             "UPDATE history_versions SET last_seen = ?4
-             WHERE server_id = ?1 AND kind = ?2 AND key = ?3 AND last_seen IS NULL",
-        )?
+                 WHERE id = {NEWEST_OF_ENTRY} AND last_seen IS NULL"
+        ))?
         .execute(params![entry.server_id, entry.kind, entry.key, now])?;
     Ok(())
 }
@@ -254,9 +279,11 @@ pub(super) fn resources_before(
     execute(
         transaction,
         &format!(
-            "UPDATE history_versions INDEXED BY history_by_key SET last_seen = ?4
-             WHERE server_id = ?1 AND kind = ?2 AND last_seen IS NULL AND key IN (
-                 SELECT {SWAP_URI} FROM temp.swap_ids x WHERE x.kind = ?3)"
+            "UPDATE history_versions SET last_seen = ?4
+             WHERE last_seen IS NULL AND id IN (
+                 SELECT (SELECT max(n.id) FROM history_versions n INDEXED BY history_by_key
+                         WHERE n.server_id = ?1 AND n.kind = ?2 AND n.key = {SWAP_URI})
+                 FROM temp.swap_ids x WHERE x.kind = ?3)"
         ),
         params![server_id, Kind::Resource, removed_kind, now],
     )?;
@@ -265,9 +292,11 @@ pub(super) fn resources_before(
     let seeds = execute(
         transaction,
         &format!(
-            "INSERT INTO temp.history_pending (resource_id, key, digest)
-             SELECT id, key, history_digest((SELECT raw FROM resources WHERE id = s.id))
-             FROM (SELECT x.id AS id, {SWAP_URI} AS key FROM temp.swap_ids x
+            "INSERT INTO temp.history_pending (resource_id, key, digest, raw)
+             SELECT id, key, history_digest(raw), raw
+             FROM (SELECT x.id AS id, {SWAP_URI} AS key,
+                          (SELECT raw FROM resources WHERE id = x.id) AS raw
+                   FROM temp.swap_ids x
                    WHERE x.kind != ?3) AS s
              WHERE NOT EXISTS (
                  SELECT 1 FROM history_versions v INDEXED BY history_by_key
@@ -285,8 +314,8 @@ pub(super) fn resources_before(
 /// digests of their texts. `+server_id`: the added rows' id range drives the second part, not
 /// the server's index (which visits every row the server has).
 pub(super) const RESOURCES_AFTER_SQL: &str =
-    "INSERT INTO temp.history_pending (resource_id, key, digest)
-     SELECT id, uri, history_digest(raw) FROM (
+    "INSERT INTO temp.history_pending (resource_id, key, digest, raw)
+     SELECT id, uri, history_digest(raw), raw FROM (
          SELECT r.id AS id, r.uri AS uri, r.raw AS raw
          FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
          WHERE x.kind = ?1
@@ -315,12 +344,12 @@ pub(super) fn resources_after(
 }
 
 /// Records the resource versions listed in `temp.history_pending` (a resource row each, its
-/// URI and the digest of its text) as `record_version` records one, in a few statements for
+/// URI, its text as the listing read it and the text's digest) as `record_version` records one, in a few statements for
 /// all of them, each entry's versions read once: one statement reads, for every listed entry,
-/// how many versions it keeps, its newest version (whether it is current and has the listed
-/// digest) and the body it keeps under that digest; an entry whose newest version is current
-/// with the same digest is left as it is; the others' open versions are closed at `now` (by
-/// id: only the newest version is ever open); a body the entry already keeps under the same
+/// how many versions it keeps, its newest version (whether it has the listed digest, and if
+/// so whether it is current, from its row) and the body it keeps under that digest; an entry
+/// whose newest version is current with the same digest is left as it is; the others' newest
+/// versions are closed at `now` if open (by id: only the newest version is ever open); a body the entry already keeps under the same
 /// digest is pointed at again, else the text is appended as a new body; the versions are
 /// appended in the list's order; an entry that had `versions_per_key` versions or more is
 /// pruned (`prune_key`). A swap lists each URI at most once, so no entry has two versions in
@@ -331,42 +360,62 @@ fn record_pending(
     now: i64,
 ) -> Result<u64, StoreError> {
     // `newest` packs the newest version's id with two flags, `(id * 2 + same digest) * 2 +
-    // current`, so one `max` finds all three (NULL for an entry with no versions).
+    // current`: one `max` finds the id and the digest's flag (NULL for an entry with
+    // no versions) from `history_by_key` alone; the current flag, not in that index, is read
+    // from the newest version's row only where the digest is the same (whether anything is
+    // to be recorded at all).
     execute(
         transaction,
         "UPDATE temp.history_pending AS p SET (kept, newest, body_id) = (
              SELECT count(*),
-                    max(v.id * 4 + 2 * (v.digest = p.digest) + (v.last_seen IS NULL)),
+                    max(v.id * 4 + 2 * (v.digest = p.digest)),
                     max(CASE WHEN v.digest = p.digest THEN v.body_id END)
              FROM history_versions v INDEXED BY history_by_key
              WHERE v.server_id = ?1 AND v.kind = ?2 AND v.key = p.key)",
         params![server_id, Kind::Resource],
     )?;
+    execute(
+        transaction,
+        "UPDATE temp.history_pending SET newest = newest + (
+             SELECT last_seen IS NULL FROM history_versions WHERE id = newest / 4)
+         WHERE newest % 4 = 2",
+        [],
+    )?;
     // The newest version current with the same digest: nothing to record.
     const RECORDED: &str = "coalesce(newest % 4, 0) != 3";
+    // Only the newest version is ever open: a recorded entry's newest one of another digest
+    // is closed if it is (one of the same digest is closed already, flag 2).
     execute(
         transaction,
         "UPDATE history_versions SET last_seen = ?1
-         WHERE id IN (SELECT newest / 4 FROM temp.history_pending WHERE newest % 4 = 1)",
+         WHERE id IN (SELECT newest / 4 FROM temp.history_pending WHERE newest % 4 = 0)
+           AND last_seen IS NULL",
         [now],
     )?;
     // New bodies get ids above the highest, in the list's order (what appending them one by
-    // one gives, gaps aside): the list's own numbers above it.
+    // one gives, gaps aside): the list's own numbers above it. The texts are the ones listed
+    // (read from the snapshot once, by the listing), their sizes added to the total once.
     let base: i64 = query_one(
         transaction,
         "SELECT coalesce(max(id), 0) FROM history_bodies",
         [],
     )?;
-    execute(
-        transaction,
-        &format!(
+    let added_bytes: i64 = {
+        let mut insert = transaction.prepare_cached(&format!(
             "INSERT INTO history_bodies (id, digest, body, bytes)
-             SELECT ?1 + p.seq, p.digest, r.raw, length(CAST(r.raw AS BLOB))
-             FROM temp.history_pending p CROSS JOIN resources r ON r.id = p.resource_id
-             WHERE p.body_id IS NULL AND {RECORDED} ORDER BY p.seq"
-        ),
-        [base],
-    )?;
+             SELECT ?1 + seq, digest, raw, length(CAST(raw AS BLOB))
+             FROM temp.history_pending
+             WHERE body_id IS NULL AND {RECORDED} ORDER BY seq
+             RETURNING bytes"
+        ))?;
+        let mut rows = insert.query([base])?;
+        let mut sum = 0i64;
+        while let Some(row) = rows.next()? {
+            sum += row.get::<_, i64>(0)?;
+        }
+        sum
+    };
+    add_bytes(transaction, added_bytes)?;
     let recorded = execute(
         transaction,
         &format!(
