@@ -49,8 +49,11 @@ const POLL_PAUSE: Duration = Duration::from_millis(50);
 /// The upstream's idle CPU is measured over this long before the rounds (longer than the
 /// search keeper's 2 s quiet check and the publisher's 5 s tail interval).
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
-/// The pause before that measure.
-const IDLE_SETTLE: Duration = Duration::from_secs(5);
+/// That measure starts after a stretch this long in which the upstream spent at most
+/// `IDLE_SETTLED` of CPU (or after `IDLE_SETTLE_LIMIT` of waiting for one).
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+const IDLE_SETTLED: Duration = Duration::from_millis(30);
+const IDLE_SETTLE_LIMIT: Duration = Duration::from_secs(180);
 
 pub struct FleetOptions {
     pub downstreams: usize,
@@ -537,8 +540,18 @@ fn measure(
     };
     // The upstream's CPU while nothing changes (timers: the search keeper's quiet check, the
     // publisher's tail, the WAL watch), to take out of each round's window after its swap;
-    // after a pause, so what the first syncs left (checkpoints, merges) is done.
-    std::thread::sleep(IDLE_SETTLE);
+    // once what the first syncs left (checkpoints, index merges) is done: after the first
+    // stretch of `IDLE_SETTLE` in which it spent at most `IDLE_SETTLED` (with no follower the
+    // upstream's own first load is seconds old here).
+    let settling = Instant::now();
+    loop {
+        let before = cpu_seconds(upstream_pid).unwrap_or(0.0);
+        std::thread::sleep(IDLE_SETTLE);
+        let spent = cpu_seconds(upstream_pid).unwrap_or(0.0) - before;
+        if spent <= IDLE_SETTLED.as_secs_f64() || settling.elapsed() > IDLE_SETTLE_LIMIT {
+            break;
+        }
+    }
     let idle_cpu_before = cpu_seconds(upstream_pid).unwrap_or(0.0);
     let idle_threads_before = thread_ticks(upstream_pid);
     let idle_started = Instant::now();
@@ -609,8 +622,6 @@ fn measure(
         let cpu_before = cpu_seconds(upstream_pid).unwrap_or(0.0);
         let threads_before = thread_ticks(upstream_pid);
         let shown = Instant::now();
-        // The harness's own scrape of the upstream's /metrics below is taken out of its CPU.
-        let mut scrape_cpu_s = 0.0;
         let written_before = written_bytes(upstream_pid).unwrap_or(0);
         let nats_before = match nats {
             Some(nats) => Some((
@@ -621,7 +632,10 @@ fn measure(
         };
         let mut seen: Vec<Option<i64>> = vec![None; downstreams.len()];
         let mut peak_rss_kb = 0;
-        let mut scraped = false;
+        // The upstream's HTTP clients and index lag are scraped from its /metrics in the
+        // warm-up round only: a scrape costs the upstream CPU, and taking the process's CPU
+        // meanwhile out of a counted round would take out its concurrent index work too.
+        let mut scraped = round > 0;
         while seen.iter().any(Option::is_none) {
             for (index, downstream) in downstreams.iter_mut().enumerate() {
                 if seen[index].is_none() && shows(downstream.client()?, &marker)? {
@@ -632,7 +646,6 @@ fn measure(
             // Once the fan-out is under way: the upstream's HTTP clients and index lag.
             if !scraped && seen.iter().any(Option::is_some) {
                 scraped = true;
-                let scrape_started = cpu_seconds(upstream_pid).unwrap_or(0.0);
                 let scraped_values = scrape(
                     address,
                     &[
@@ -640,7 +653,6 @@ fn measure(
                         "mcp_mirror_search_index_lag_generations",
                     ],
                 )?;
-                scrape_cpu_s += cpu_seconds(upstream_pid).unwrap_or(0.0) - scrape_started;
                 for (series, value) in scraped_values {
                     if series.starts_with("mcp_mirror_clients") {
                         http_clients.push(value);
@@ -655,7 +667,7 @@ fn measure(
             }
             std::thread::sleep(POLL_PAUSE);
         }
-        let fanout_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before - scrape_cpu_s;
+        let fanout_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
         let fanout_written_bytes = written_bytes(upstream_pid).unwrap_or(0) - written_before;
         let nats_taken_in = match (nats, nats_before) {
             (Some(nats), Some(((bytes, messages), cpu))) => {
@@ -685,12 +697,12 @@ fn measure(
         );
         // The last round pauses too, so every round's window after the swap is alike.
         std::thread::sleep(gap);
-        let after_swap_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before - scrape_cpu_s;
+        let after_swap_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
         let after_swap_s = shown.elapsed().as_secs_f64();
         let mut after_swap_threads =
             thread_cpu_between(&threads_before, &thread_ticks(upstream_pid));
         let live: f64 = after_swap_threads.values().sum();
-        after_swap_threads.insert("ended".into(), after_swap_cpu_s + scrape_cpu_s - live);
+        after_swap_threads.insert("ended".into(), after_swap_cpu_s - live);
         if round == 0 {
             continue;
         }
@@ -954,7 +966,7 @@ fn measure(
             format!("{} / {}", mb(Some(peak_rss)), mb(upstream_hwm)),
         ],
         vec![
-            "upstream HTTP clients during a fan-out (`mcp_mirror_clients{face=\"http\"}`), open fds at the end".into(),
+            "upstream HTTP clients during the warm-up round's fan-out (`mcp_mirror_clients{face=\"http\"}`), open fds at the end".into(),
             format!("{} / {upstream_fds}", http_clients.summary(0)),
         ],
         vec![
@@ -962,7 +974,7 @@ fn measure(
             format!("0; push channel {channel}"),
         ],
         vec![
-            "upstream search index lag during a fan-out (generations)".into(),
+            "upstream search index lag during the warm-up round's fan-out (generations)".into(),
             index_lag.summary(0),
         ],
         vec![
@@ -999,7 +1011,7 @@ fn measure(
          downstream polled every {} ms). CPU and bytes are the upstream process's own \
          (/proc/PID/stat, /proc/PID/io `wchar`: sockets, SQLite and the log together) from \
          the upstream showing the change to the last downstream showing it, divided by {n} \
-         (the harness's one scrape of its `/metrics` per round taken out). *After its swap*: \
+         (the upstream's `/metrics` is scraped in the warm-up round only). *After its swap*: \
          the upstream's CPU from showing the change to the next round's write, less its idle \
          rate (measured over {} s before the rounds) times that window: what a change costs \
          it whatever the fleet, comparable with `--downstreams=0`.",
