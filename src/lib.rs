@@ -8,6 +8,7 @@ pub(crate) mod background;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod heap;
 pub(crate) mod http_face;
 pub(crate) mod metrics;
 pub(crate) mod nats;

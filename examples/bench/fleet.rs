@@ -17,7 +17,10 @@ use serde_json::{json, Value};
 use crate::daemon::{
     fixture_args, fixture_stdio_table, spawn_daemon, start_daemon, Daemon, DaemonFiles,
 };
-use crate::measure::{cpu_seconds, now_us, open_fds, parse_timestamp_us, proc_status_kb};
+use crate::measure::{
+    cpu_seconds, now_us, open_fds, parse_timestamp_us, proc_status_kb, thread_cpu_between,
+    thread_ticks,
+};
 use crate::process::{write_json_atomically, ChildProcess, SocketClient};
 use crate::report::{mb, Report, Samples};
 
@@ -43,6 +46,14 @@ const MAX_GAP: Duration = Duration::from_secs(60);
 const MIN_GAP: Duration = Duration::from_millis(1500);
 /// How often the harness looks at every pending downstream.
 const POLL_PAUSE: Duration = Duration::from_millis(50);
+/// The upstream's idle CPU is measured over this long before the rounds (longer than the
+/// search keeper's 2 s quiet check and the publisher's 5 s tail interval).
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+/// That measure starts after a stretch this long in which the upstream spent at most
+/// `IDLE_SETTLED` of CPU (or after `IDLE_SETTLE_LIMIT` of waiting for one).
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+const IDLE_SETTLED: Duration = Duration::from_millis(30);
+const IDLE_SETTLE_LIMIT: Duration = Duration::from_secs(180);
 
 pub struct FleetOptions {
     pub downstreams: usize,
@@ -65,7 +76,9 @@ impl FleetOptions {
                 .map(|value| value.unwrap_or(default))
         };
         Ok(FleetOptions {
-            downstreams: number("downstreams", 50)?.max(1),
+            // 0: the upstream alone (it publishes to the bucket all the same), to measure
+            // what a change costs it with no follower.
+            downstreams: number("downstreams", 50)?,
             resources: number("resources", 100_000)?.max(SERVERS),
             rounds: number("rounds", 10)?.max(1),
             nats: match arguments
@@ -226,6 +239,12 @@ struct Round {
     upstream_us: i64,
     downstream_us: Vec<i64>,
     fanout_cpu_s: f64,
+    /// The upstream's CPU from showing the change to the next round's write (the fan-out,
+    /// its own index and publish, and the pause between rounds), and how long that was.
+    after_swap_cpu_s: f64,
+    after_swap_s: f64,
+    /// The same by kind of thread (live threads; `ended` for threads that ended meanwhile).
+    after_swap_threads: std::collections::BTreeMap<String, f64>,
     fanout_written_bytes: u64,
     /// Bytes and messages the NATS server took in during the fan-out, and its CPU seconds.
     nats_taken_in: Option<(u64, u64, f64)>,
@@ -499,19 +518,51 @@ fn measure(
         }
         Ok(sums)
     };
-    let late_join_s = late_join(address, nats, &marker_uri(0))?;
+    // A fleet of none has no one to join.
+    let late_join_s = match downstreams.is_empty() {
+        true => f64::NAN,
+        false => late_join(address, nats, &marker_uri(0))?,
+    };
     eprintln!("fleet: one more downstream joined the warm fleet in {late_join_s:.1} s");
     let (walks_before, deltas_before) = walks_and_deltas(downstreams)?;
-    let downstream_status = downstreams[0].client()?.call("catalog/status", json!({}))?;
-    let live = &downstream_status["servers"][0];
-    let channel = match nats {
-        Some(_) => "a NATS JetStream bucket".to_string(),
-        None => format!(
-            "{}, {}",
-            live["protocolVersion"].as_str().unwrap_or("?"),
-            live["live"]["push"].as_str().unwrap_or("?")
-        ),
+    let channel = match (nats, downstreams.first_mut()) {
+        (Some(_), _) => "a NATS JetStream bucket".to_string(),
+        (None, None) => "-".to_string(),
+        (None, Some(first)) => {
+            let downstream_status = first.client()?.call("catalog/status", json!({}))?;
+            let live = &downstream_status["servers"][0];
+            format!(
+                "{}, {}",
+                live["protocolVersion"].as_str().unwrap_or("?"),
+                live["live"]["push"].as_str().unwrap_or("?")
+            )
+        }
     };
+    // The upstream's CPU while nothing changes (timers: the search keeper's quiet check, the
+    // publisher's tail, the WAL watch), to take out of each round's window after its swap;
+    // once what the first syncs left (checkpoints, index merges) is done: after the first
+    // stretch of `IDLE_SETTLE` in which it spent at most `IDLE_SETTLED` (with no follower the
+    // upstream's own first load is seconds old here).
+    let settling = Instant::now();
+    loop {
+        let before = cpu_seconds(upstream_pid).unwrap_or(0.0);
+        std::thread::sleep(IDLE_SETTLE);
+        let spent = cpu_seconds(upstream_pid).unwrap_or(0.0) - before;
+        if spent <= IDLE_SETTLED.as_secs_f64() || settling.elapsed() > IDLE_SETTLE_LIMIT {
+            break;
+        }
+    }
+    let idle_cpu_before = cpu_seconds(upstream_pid).unwrap_or(0.0);
+    let idle_threads_before = thread_ticks(upstream_pid);
+    let idle_started = Instant::now();
+    std::thread::sleep(IDLE_WINDOW);
+    let idle_rate = (cpu_seconds(upstream_pid).unwrap_or(0.0) - idle_cpu_before)
+        / idle_started.elapsed().as_secs_f64();
+    let idle_threads: std::collections::BTreeMap<String, f64> =
+        thread_cpu_between(&idle_threads_before, &thread_ticks(upstream_pid))
+            .into_iter()
+            .map(|(name, cpu)| (name, cpu / idle_started.elapsed().as_secs_f64()))
+            .collect();
 
     // Rounds: the origin adds marker r (and drops r-1); timed to each downstream showing it.
     let mut rounds: Vec<Round> = Vec::new();
@@ -529,8 +580,14 @@ fn measure(
         };
         let last_round = rounds.last().map_or(Duration::ZERO, |last: &Round| {
             Duration::from_micros(
-                (last.downstream_us.iter().max().copied().unwrap_or(0) - last.written_us).max(0)
-                    as u64,
+                (last
+                    .downstream_us
+                    .iter()
+                    .max()
+                    .copied()
+                    .unwrap_or(last.upstream_us)
+                    - last.written_us)
+                    .max(0) as u64,
             )
         });
         if round > 0 && started.elapsed() + last_round * 2 > RUN_BUDGET {
@@ -563,6 +620,8 @@ fn measure(
             std::thread::sleep(Duration::from_millis(1));
         };
         let cpu_before = cpu_seconds(upstream_pid).unwrap_or(0.0);
+        let threads_before = thread_ticks(upstream_pid);
+        let shown = Instant::now();
         let written_before = written_bytes(upstream_pid).unwrap_or(0);
         let nats_before = match nats {
             Some(nats) => Some((
@@ -573,7 +632,10 @@ fn measure(
         };
         let mut seen: Vec<Option<i64>> = vec![None; downstreams.len()];
         let mut peak_rss_kb = 0;
-        let mut scraped = false;
+        // The upstream's HTTP clients and index lag are scraped from its /metrics in the
+        // warm-up round only: a scrape costs the upstream CPU, and taking the process's CPU
+        // meanwhile out of a counted round would take out its concurrent index work too.
+        let mut scraped = round > 0;
         while seen.iter().any(Option::is_none) {
             for (index, downstream) in downstreams.iter_mut().enumerate() {
                 if seen[index].is_none() && shows(downstream.client()?, &marker)? {
@@ -584,13 +646,14 @@ fn measure(
             // Once the fan-out is under way: the upstream's HTTP clients and index lag.
             if !scraped && seen.iter().any(Option::is_some) {
                 scraped = true;
-                for (series, value) in scrape(
+                let scraped_values = scrape(
                     address,
                     &[
                         "mcp_mirror_clients{face=\"http\"}",
                         "mcp_mirror_search_index_lag_generations",
                     ],
-                )? {
+                )?;
+                for (series, value) in scraped_values {
                     if series.starts_with("mcp_mirror_clients") {
                         http_clients.push(value);
                     } else {
@@ -622,17 +685,24 @@ fn measure(
         // downstream's last walk: so the walk pace holds no round back, and each round times
         // one change, not a stream of them.
         let fanout = Duration::from_micros(
-            (downstream_us.iter().max().copied().unwrap_or(0) - upstream_us).max(0) as u64,
+            (downstream_us.iter().max().copied().unwrap_or(upstream_us) - upstream_us).max(0)
+                as u64,
         );
         let gap = fanout.clamp(MIN_GAP, MAX_GAP);
         eprintln!(
             "fleet: round {round}: upstream {:.0} ms, all downstreams {:.0} ms after the write",
             (upstream_us - written_us) as f64 / 1000.0,
-            (downstream_us.iter().max().copied().unwrap_or(0) - written_us) as f64 / 1000.0
+            (downstream_us.iter().max().copied().unwrap_or(upstream_us) - written_us) as f64
+                / 1000.0
         );
-        if round < options.rounds {
-            std::thread::sleep(gap);
-        }
+        // The last round pauses too, so every round's window after the swap is alike.
+        std::thread::sleep(gap);
+        let after_swap_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
+        let after_swap_s = shown.elapsed().as_secs_f64();
+        let mut after_swap_threads =
+            thread_cpu_between(&threads_before, &thread_ticks(upstream_pid));
+        let live: f64 = after_swap_threads.values().sum();
+        after_swap_threads.insert("ended".into(), after_swap_cpu_s - live);
         if round == 0 {
             continue;
         }
@@ -642,6 +712,9 @@ fn measure(
             upstream_us,
             downstream_us,
             fanout_cpu_s,
+            after_swap_cpu_s,
+            after_swap_s,
+            after_swap_threads,
             fanout_written_bytes,
             nats_taken_in,
             downstream_cpu_s: downstream_cpu(downstreams) - downstream_cpu_before,
@@ -654,7 +727,8 @@ fn measure(
     let (walks_after, deltas_after) = walks_and_deltas(downstreams)?;
 
     // What the run says.
-    let count = downstreams.len() as f64;
+    // Per-downstream figures of a fleet of none are per change.
+    let count = downstreams.len().max(1) as f64;
     let ms = |from: i64, to: i64| (to - from) as f64 / 1000.0;
     let mut from_write = Samples::default();
     let mut from_send = Samples::default();
@@ -666,12 +740,20 @@ fn measure(
     let mut downstream_cpu = Samples::default();
     let mut fanout_seconds = Samples::default();
     let mut upstream_cpu_per_change = Samples::default();
+    let mut after_swap = Samples::default();
+    let mut after_swap_window = Samples::default();
+    let mut after_swap_threads: std::collections::BTreeMap<String, f64> = Default::default();
     let mut nats_bytes = Samples::default();
     let mut nats_messages = Samples::default();
     let mut nats_cpu = Samples::default();
     let mut peak_rss = 0;
     for round in &rounds {
-        let last = round.downstream_us.iter().max().copied().unwrap_or(0);
+        let last = round
+            .downstream_us
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(round.upstream_us);
         to_all.push(ms(round.written_us, last));
         upstream_latency.push(ms(round.written_us, round.upstream_us));
         fanout_seconds.push(ms(round.upstream_us, last) / 1000.0);
@@ -684,6 +766,13 @@ fn measure(
         }
         cpu_per_downstream.push(round.fanout_cpu_s / count);
         upstream_cpu_per_change.push(round.fanout_cpu_s);
+        after_swap.push(round.after_swap_cpu_s - idle_rate * round.after_swap_s);
+        after_swap_window.push(round.after_swap_s);
+        for (name, cpu) in &round.after_swap_threads {
+            let idle = idle_threads.get(name).copied().unwrap_or(0.0) * round.after_swap_s;
+            *after_swap_threads.entry(name.clone()).or_insert(0.0) +=
+                (cpu - idle) / rounds.len() as f64;
+        }
         if let Some((bytes, messages, cpu)) = round.nats_taken_in {
             nats_bytes.push(bytes as f64);
             nats_messages.push(messages as f64);
@@ -788,12 +877,45 @@ fn measure(
             ),
         ],
         vec![
-            "upstream CPU per change, all downstreams (ms), p50 / max".into(),
+            "upstream CPU per change, all downstreams (ms), p50 / mean / max".into(),
             format!(
-                "{:.1} / {:.1}",
+                "{:.1} / {:.1} / {:.1}",
                 upstream_cpu_per_change.median() * 1e3,
+                upstream_cpu_per_change.mean() * 1e3,
                 upstream_cpu_per_change.max() * 1e3
             ),
+        ],
+        vec![
+            "upstream CPU per change after its swap: from showing it to the next round's write (its index, publish, the fan-out, the pause), less its idle rate over that window (ms), p50 / mean / max".into(),
+            format!(
+                "{:.1} / {:.1} / {:.1} (windows of {:.1} s p50; idle {:.2} ms per s: {})",
+                after_swap.median() * 1e3,
+                after_swap.mean() * 1e3,
+                after_swap.max() * 1e3,
+                after_swap_window.median(),
+                idle_rate * 1e3,
+                idle_threads
+                    .iter()
+                    .filter(|(_, rate)| **rate > 0.0)
+                    .map(|(name, rate)| format!("{name} {:.2}", rate * 1e3))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ],
+        vec![
+            "the same by thread (ms per change, mean, each less its own idle rate; `ended`: threads that ended within the window, such as tantivy's per-commit indexing thread)".into(),
+            {
+                let mut threads: Vec<(&String, &f64)> = after_swap_threads
+                    .iter()
+                    .filter(|(_, cpu)| cpu.abs() >= 0.0005)
+                    .collect();
+                threads.sort_by(|a, b| b.1.total_cmp(a.1));
+                threads
+                    .iter()
+                    .map(|(name, cpu)| format!("{name} {:.1}", *cpu * 1e3))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         ],
         vec![
             "NATS: bytes / messages the server took in per change (the upstream's puts and the followers' flow control), p50 / max".into(),
@@ -844,7 +966,7 @@ fn measure(
             format!("{} / {}", mb(Some(peak_rss)), mb(upstream_hwm)),
         ],
         vec![
-            "upstream HTTP clients during a fan-out (`mcp_mirror_clients{face=\"http\"}`), open fds at the end".into(),
+            "upstream HTTP clients during the warm-up round's fan-out (`mcp_mirror_clients{face=\"http\"}`), open fds at the end".into(),
             format!("{} / {upstream_fds}", http_clients.summary(0)),
         ],
         vec![
@@ -852,12 +974,16 @@ fn measure(
             format!("0; push channel {channel}"),
         ],
         vec![
-            "upstream search index lag during a fan-out (generations)".into(),
+            "upstream search index lag during the warm-up round's fan-out (generations)".into(),
             index_lag.summary(0),
         ],
         vec![
-            "downstream CPU per change (ms), p50".into(),
-            format!("{:.1}", downstream_cpu.median() * 1e3),
+            "downstream CPU per change (ms), p50 / mean".into(),
+            format!(
+                "{:.1} / {:.1}",
+                downstream_cpu.median() * 1e3,
+                downstream_cpu.mean() * 1e3
+            ),
         ],
         vec![
             "downstream RSS at the end / VmHWM (MB), median".into(),
@@ -884,10 +1010,15 @@ fn measure(
          `catalog/resource` for the new URI answers on that daemon's socket (every pending \
          downstream polled every {} ms). CPU and bytes are the upstream process's own \
          (/proc/PID/stat, /proc/PID/io `wchar`: sockets, SQLite and the log together) from \
-         the upstream showing the change to the last downstream showing it, divided by {n}.",
+         the upstream showing the change to the last downstream showing it, divided by {n} \
+         (the upstream's `/metrics` is scraped in the warm-up round only). *After its swap*: \
+         the upstream's CPU from showing the change to the next round's write, less its idle \
+         rate (measured over {} s before the rounds) times that window: what a change costs \
+         it whatever the fleet, comparable with `--downstreams=0`.",
         MAX_GAP.as_secs(),
         MIN_GAP.as_millis(),
-        POLL_PAUSE.as_millis()
+        POLL_PAUSE.as_millis(),
+        IDLE_WINDOW.as_secs()
     ));
     report.line("");
     Ok(())

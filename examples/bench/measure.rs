@@ -95,3 +95,41 @@ pub fn children_of(pid: u32) -> Vec<u32> {
     children.dedup();
     children
 }
+
+/// utime + stime in clock ticks of every live thread of a process, by thread id, with each
+/// thread's name (`comm`).
+pub fn thread_ticks(pid: u32) -> std::collections::HashMap<u32, (String, u64)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return std::collections::HashMap::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let tid: u32 = task.file_name().to_str()?.parse().ok()?;
+            let text = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let name = text[text.find('(')? + 1..text.rfind(')')?].to_string();
+            let rest = &text[text.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks =
+                fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+            Some((tid, (name, ticks)))
+        })
+        .collect()
+}
+
+/// The CPU seconds each kind of thread (its name without digits) spent between two
+/// `thread_ticks` readings of one process; threads that ended in between are not there (their
+/// time is in the process's total).
+pub fn thread_cpu_between(
+    before: &std::collections::HashMap<u32, (String, u64)>,
+    after: &std::collections::HashMap<u32, (String, u64)>,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    for (tid, (name, ticks)) in after {
+        let earlier = before.get(tid).map_or(0, |(_, ticks)| *ticks);
+        let kind: String = name.chars().filter(|c| !c.is_ascii_digit()).collect();
+        *by_name.entry(kind).or_insert(0.0) +=
+            ticks.saturating_sub(earlier) as f64 / clock_ticks_per_second();
+    }
+    by_name
+}

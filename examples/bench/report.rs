@@ -36,6 +36,12 @@ impl Samples {
     pub fn max(&self) -> f64 {
         self.sorted().last().copied().unwrap_or(f64::NAN)
     }
+    pub fn mean(&self) -> f64 {
+        match self.0.len() {
+            0 => f64::NAN,
+            n => self.0.iter().sum::<f64>() / n as f64,
+        }
+    }
     pub fn len(&self) -> usize {
         self.0.len()
     }

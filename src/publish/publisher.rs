@@ -221,12 +221,12 @@ impl Publisher {
                         .read(move |reader| {
                             // Each key's winner among the view's servers, as its tokens see it.
                             let sees = |server: &str| reading_view.sees(server, kind);
-                            reader.keyed_entries(kind, &asked, &sees)
+                            reader.keyed_winners(kind, &asked, &sees)
                         })
                         .await?;
                     let mut gone: BTreeSet<&String> = chunk.iter().collect();
                     let seen: Vec<&CatalogRow> = read
-                        .found
+                        .0
                         .iter()
                         .filter(|row| view.sees(&row.server, kind))
                         .collect();

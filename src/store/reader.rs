@@ -75,6 +75,17 @@ impl Reader {
         follow::keyed_entries(&self.connection, kind, keys, &self.merged_count, sees)
     }
 
+    /// `keyed_entries`' winners and missing keys alone, without the merged count (what the
+    /// NATS publisher puts).
+    pub fn keyed_winners(
+        &self,
+        kind: Kind,
+        keys: &[String],
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Result<(Vec<CatalogRow>, Vec<String>), StoreError> {
+        follow::keyed_winners(&self.connection, kind, keys, sees)
+    }
+
     /// The cursor a followed server's snapshot was last moved to; `None` before its first (an
     /// empty snapshot has one too: a delta applies to it like to any other).
     pub fn follow_cursor(&self, server: &str) -> Result<Option<super::FollowCursor>, StoreError> {
