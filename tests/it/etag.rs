@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::http_face::{Answer, Upstream, TOKEN};
-use crate::support::{stdio_server, wait_for, HttpFixture, Scratch};
+use crate::support::{stdio_server, wait_for, HttpFixture, Scratch, StopOnDrop};
 
 fn bearer() -> String {
     format!("Bearer {TOKEN}")
@@ -143,6 +143,7 @@ fn conditional_re_polls_during_changes_never_get_a_304_for_changed_content() {
         .unwrap_or(0);
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
+        let _stop = StopOnDrop(&stop);
         scope.spawn(|| {
             let mut step = 1;
             while !stop.load(Ordering::Relaxed) {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{stdio_server, wait_for, Daemon, Scratch, MIRROR};
+use crate::support::{stdio_server, wait_for, Daemon, Scratch, StopOnDrop, MIRROR};
 
 /// A daemon with one small fixture and the HTTP face on loopback; `http` is the rest of the
 /// `[http]` table.
@@ -144,15 +144,6 @@ fn stalled_head(address: &str, length: usize) -> String {
     format!(
         "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {length}\r\n\r\n"
     )
-}
-
-/// Sets its flag when dropped, also while a panic unwinds.
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
 }
 
 #[test]

@@ -22,6 +22,18 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Optio
         .unwrap_or_else(|error| panic!("{error:#}"))
 }
 
+/// Sets its flag when dropped, also while a panic unwinds. Every `std::thread::scope` whose
+/// threads loop until a flag is set holds one: a panic in the scope's body (a failed
+/// assertion, a `wait_for` past its limit) then ends those loops, and the scope joins them and
+/// fails the test, instead of waiting for ever on threads nobody will stop.
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// `wait_for` looking every `interval`: for a loop of many short waits.
 pub fn wait_for_every<T>(
     what: &str,
