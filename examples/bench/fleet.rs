@@ -336,19 +336,23 @@ pub fn run(report: &mut Report, options: &FleetOptions) -> anyhow::Result<()> {
             nats.as_ref(),
         )?);
     }
-    let outcome = measure(
-        report,
+    let fleet = Fleet {
         options,
-        &upstream,
-        &mut upstream_client,
-        &address,
-        &scenario_path,
+        upstream: &upstream,
+        address: &address,
+        scenario_path: &scenario_path,
         per_server,
         total,
+        nats: nats.as_ref(),
+        started,
+    };
+    let outcome = measure(
+        report,
+        &fleet,
+        &mut upstream_client,
         &mut downstreams,
-        nats.as_ref(),
         (spawned, spawned_us),
-        (started, upstream_ready_s),
+        upstream_ready_s,
     );
     // Stop every downstream before the upstream, then free their disk space.
     for downstream in &mut downstreams {
@@ -426,22 +430,91 @@ fn remove_database(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir.join("catalog.search"));
 }
 
-#[allow(clippy::too_many_arguments)]
-fn measure(
-    report: &mut Report,
-    options: &FleetOptions,
-    upstream: &Daemon,
-    upstream_client: &mut SocketClient,
-    address: &str,
-    scenario_path: &Path,
+/// What every part of `measure` works with, fixed for the run: its options, the upstream and
+/// its face's address, the origin's scenario file, the catalog's size (`per_server` resources
+/// a fixture server, `total` in all), the NATS server when the downstreams follow a bucket,
+/// and when the run started (the rounds' time budget counts from it).
+struct Fleet<'a> {
+    options: &'a FleetOptions,
+    upstream: &'a Daemon,
+    address: &'a str,
+    scenario_path: &'a Path,
     per_server: usize,
     total: usize,
+    nats: Option<&'a NatsServer>,
+    started: Instant,
+}
+
+/// The downstreams' first syncs, all started together at `spawned` (`spawned_us`): each one's
+/// time to show the origin's first marker, when the last did, and the upstream's CPU, bytes
+/// written and peak RSS meanwhile; then one more downstream's first sync, started alone into
+/// the warm fleet.
+struct FirstSyncs {
+    first_sync: Samples,
+    all_synced_s: f64,
+    sync_cpu_s: f64,
+    sync_written: u64,
+    upstream_peak_sync_kb: u64,
+    late_join_s: f64,
+    /// The downstreams' walks and deltas applied so far (see `walks_and_deltas`), before the
+    /// rounds.
+    walks_and_deltas: (u64, u64),
+    /// What the downstreams follow: the bucket, or the first one's protocol version and push
+    /// channel (`-` with none).
+    channel: String,
+}
+
+/// The upstream's CPU seconds per second while nothing changes, in all and by kind of thread.
+struct IdleRate {
+    rate: f64,
+    threads: std::collections::BTreeMap<String, f64>,
+}
+
+/// The upstream's HTTP clients and search index lag, scraped from its `/metrics` during the
+/// warm-up round's fan-out.
+#[derive(Default)]
+struct WarmUp {
+    http_clients: Samples,
+    index_lag: Samples,
+}
+
+/// The counted rounds (the warm-up round is not among them), what the warm-up round scraped,
+/// and the downstreams' walks and deltas applied so far, after the last round.
+struct Rounds {
+    rounds: Vec<Round>,
+    warm_up: WarmUp,
+    walks_and_deltas: (u64, u64),
+}
+
+/// The whole measure of a fleet whose downstreams were spawned at `spawned`: their first syncs,
+/// the upstream's idle rate, the rounds, and the report's table and paragraph.
+fn measure(
+    report: &mut Report,
+    fleet: &Fleet,
+    upstream_client: &mut SocketClient,
     downstreams: &mut [Downstream],
-    nats: Option<&NatsServer>,
-    (spawned, spawned_us): (Instant, i64),
-    (started, upstream_ready_s): (Instant, f64),
+    spawned: (Instant, i64),
+    upstream_ready_s: f64,
 ) -> anyhow::Result<()> {
-    let upstream_pid = upstream.process.pid();
+    let first = first_syncs(fleet, downstreams, spawned)?;
+    let idle = idle_rate(fleet.upstream.process.pid());
+    let rounds = rounds(fleet, upstream_client, downstreams, first.all_synced_s)?;
+    let rows = table_rows(fleet, upstream_ready_s, &first, &idle, &rounds, downstreams);
+    report.table(&["measure", "value"], &rows);
+    report.line(explanation(fleet));
+    report.line("");
+    Ok(())
+}
+
+/// Waits for every downstream's first sync and measures it (see `FirstSyncs`), checks every
+/// downstream holds `total` resources, then times the late joiner.
+fn first_syncs(
+    fleet: &Fleet,
+    downstreams: &mut [Downstream],
+    (spawned, spawned_us): (Instant, i64),
+) -> anyhow::Result<FirstSyncs> {
+    let upstream_pid = fleet.upstream.process.pid();
+    let total = fleet.total;
     let upstream_cpu_before_sync = cpu_seconds(upstream_pid).unwrap_or(0.0);
     let upstream_written_before_sync = written_bytes(upstream_pid).unwrap_or(0);
 
@@ -498,34 +571,14 @@ fn measure(
             bail!("downstream {index} holds {resources} resources, not {total}");
         }
     }
-    let walks_and_deltas = |downstreams: &mut [Downstream]| -> anyhow::Result<(u64, u64)> {
-        let mut sums = (0, 0);
-        for downstream in downstreams.iter_mut() {
-            let status = downstream.client()?.call("catalog/status", json!({}))?;
-            let server = &status["servers"][0];
-            // A bucket's follower counts whole-bucket loads and deltas of its own.
-            let fleet = &server["live"]["fleet"];
-            match fleet.is_object() {
-                true => {
-                    sums.0 += fleet["reloads"].as_u64().unwrap_or(0);
-                    sums.1 += fleet["deltas"].as_u64().unwrap_or(0);
-                }
-                false => {
-                    sums.0 += server["walksOk"].as_u64().unwrap_or(0);
-                    sums.1 += server["deltasApplied"].as_u64().unwrap_or(0);
-                }
-            }
-        }
-        Ok(sums)
-    };
     // A fleet of none has no one to join.
     let late_join_s = match downstreams.is_empty() {
         true => f64::NAN,
-        false => late_join(address, nats, &marker_uri(0))?,
+        false => late_join(fleet.address, fleet.nats, &marker_uri(0))?,
     };
     eprintln!("fleet: one more downstream joined the warm fleet in {late_join_s:.1} s");
-    let (walks_before, deltas_before) = walks_and_deltas(downstreams)?;
-    let channel = match (nats, downstreams.first_mut()) {
+    let walks_and_deltas = walks_and_deltas(downstreams)?;
+    let channel = match (fleet.nats, downstreams.first_mut()) {
         (Some(_), _) => "a NATS JetStream bucket".to_string(),
         (None, None) => "-".to_string(),
         (None, Some(first)) => {
@@ -538,6 +591,43 @@ fn measure(
             )
         }
     };
+    Ok(FirstSyncs {
+        first_sync,
+        all_synced_s,
+        sync_cpu_s,
+        sync_written,
+        upstream_peak_sync_kb,
+        late_join_s,
+        walks_and_deltas,
+        channel,
+    })
+}
+
+/// The walks and the deltas applied by all `downstreams` so far, summed.
+fn walks_and_deltas(downstreams: &mut [Downstream]) -> anyhow::Result<(u64, u64)> {
+    let mut sums = (0, 0);
+    for downstream in downstreams.iter_mut() {
+        let status = downstream.client()?.call("catalog/status", json!({}))?;
+        let server = &status["servers"][0];
+        // A bucket's follower counts whole-bucket loads and deltas of its own.
+        let fleet = &server["live"]["fleet"];
+        match fleet.is_object() {
+            true => {
+                sums.0 += fleet["reloads"].as_u64().unwrap_or(0);
+                sums.1 += fleet["deltas"].as_u64().unwrap_or(0);
+            }
+            false => {
+                sums.0 += server["walksOk"].as_u64().unwrap_or(0);
+                sums.1 += server["deltasApplied"].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    Ok(sums)
+}
+
+/// The upstream's (`upstream_pid`) CPU rate while nothing changes, in all and by kind of
+/// thread, over `IDLE_WINDOW`, once it has settled.
+fn idle_rate(upstream_pid: u32) -> IdleRate {
     // The upstream's CPU while nothing changes (timers: the search keeper's quiet check, the
     // publisher's tail, the WAL watch), to take out of each round's window after its swap;
     // once what the first syncs left (checkpoints, index merges) is done: after the first
@@ -556,23 +646,40 @@ fn measure(
     let idle_threads_before = thread_ticks(upstream_pid);
     let idle_started = Instant::now();
     std::thread::sleep(IDLE_WINDOW);
-    let idle_rate = (cpu_seconds(upstream_pid).unwrap_or(0.0) - idle_cpu_before)
+    let rate = (cpu_seconds(upstream_pid).unwrap_or(0.0) - idle_cpu_before)
         / idle_started.elapsed().as_secs_f64();
-    let idle_threads: std::collections::BTreeMap<String, f64> =
+    let threads: std::collections::BTreeMap<String, f64> =
         thread_cpu_between(&idle_threads_before, &thread_ticks(upstream_pid))
             .into_iter()
             .map(|(name, cpu)| (name, cpu / idle_started.elapsed().as_secs_f64()))
             .collect();
+    IdleRate { rate, threads }
+}
 
+/// The CPU seconds all `downstreams` have spent so far.
+fn downstreams_cpu(downstreams: &[Downstream]) -> f64 {
+    downstreams
+        .iter()
+        .filter_map(|downstream| cpu_seconds(downstream.process.pid()))
+        .sum()
+}
+
+/// The warm-up round and up to `rounds` counted ones (fewer when the time budget ends them),
+/// the first syncs having taken `all_synced_s`; then the downstreams' walks and deltas.
+fn rounds(
+    fleet: &Fleet,
+    upstream_client: &mut SocketClient,
+    downstreams: &mut [Downstream],
+    all_synced_s: f64,
+) -> anyhow::Result<Rounds> {
     // Rounds: the origin adds marker r (and drops r-1); timed to each downstream showing it.
     let mut rounds: Vec<Round> = Vec::new();
-    let mut http_clients = Samples::default();
-    let mut index_lag = Samples::default();
+    let mut warm_up = WarmUp::default();
     // Round 0 is a warm-up, not counted: a downstream's next walk that a notification asks for
     // waits at least its last walk's duration (the walk pace), and the first syncs, all at
     // once, took long. Its limit covers that wait.
     let first_sync_took = Duration::from_secs_f64(all_synced_s);
-    for round in 0..=options.rounds {
+    for round in 0..=fleet.options.rounds {
         let limit = if round == 0 {
             ROUND_LIMIT + first_sync_took
         } else {
@@ -590,143 +697,180 @@ fn measure(
                     .max(0) as u64,
             )
         });
-        if round > 0 && started.elapsed() + last_round * 2 > RUN_BUDGET {
+        if round > 0 && fleet.started.elapsed() + last_round * 2 > RUN_BUDGET {
             eprintln!(
                 "fleet: the time budget ({RUN_BUDGET:?}) ends the rounds after {}",
                 rounds.len()
             );
             break;
         }
-        let marker = marker_uri(round + 1);
-        let reloads_before = reload_times(&upstream.log_text()).len();
-        let downstream_cpu = |downstreams: &[Downstream]| -> f64 {
-            downstreams
-                .iter()
-                .filter_map(|downstream| cpu_seconds(downstream.process.pid()))
-                .sum()
-        };
-        let downstream_cpu_before = downstream_cpu(downstreams);
-        let written_us = now_us();
-        let round_started = Instant::now();
-        write_json_atomically(scenario_path, &origin_scenario(per_server - 1, round + 1))?;
-        // The upstream's own walk and swap of the origin, before the fan-out.
-        let upstream_us = loop {
-            if shows(upstream_client, &marker)? {
-                break now_us();
-            }
-            if round_started.elapsed() > limit {
-                bail!("round {round}: the upstream never showed the change");
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        let cpu_before = cpu_seconds(upstream_pid).unwrap_or(0.0);
-        let threads_before = thread_ticks(upstream_pid);
-        let shown = Instant::now();
-        let written_before = written_bytes(upstream_pid).unwrap_or(0);
-        let nats_before = match nats {
-            Some(nats) => Some((
-                nats.taken_in()?,
-                cpu_seconds(nats.process.pid()).unwrap_or(0.0),
-            )),
-            None => None,
-        };
-        let mut seen: Vec<Option<i64>> = vec![None; downstreams.len()];
-        let mut peak_rss_kb = 0;
-        // The upstream's HTTP clients and index lag are scraped from its /metrics in the
-        // warm-up round only: a scrape costs the upstream CPU, and taking the process's CPU
-        // meanwhile out of a counted round would take out its concurrent index work too.
-        let mut scraped = round > 0;
-        while seen.iter().any(Option::is_none) {
-            for (index, downstream) in downstreams.iter_mut().enumerate() {
-                if seen[index].is_none() && shows(downstream.client()?, &marker)? {
-                    seen[index] = Some(now_us());
-                }
-            }
-            peak_rss_kb = peak_rss_kb.max(proc_status_kb(upstream_pid, "VmRSS").unwrap_or(0));
-            // Once the fan-out is under way: the upstream's HTTP clients and index lag.
-            if !scraped && seen.iter().any(Option::is_some) {
-                scraped = true;
-                let scraped_values = scrape(
-                    address,
-                    &[
-                        "mcp_mirror_clients{face=\"http\"}",
-                        "mcp_mirror_search_index_lag_generations",
-                    ],
-                )?;
-                for (series, value) in scraped_values {
-                    if series.starts_with("mcp_mirror_clients") {
-                        http_clients.push(value);
-                    } else {
-                        index_lag.push(value);
-                    }
-                }
-            }
-            if round_started.elapsed() > limit {
-                let missing = seen.iter().filter(|time| time.is_none()).count();
-                bail!("round {round}: {missing} downstreams never showed the change");
-            }
-            std::thread::sleep(POLL_PAUSE);
+        if let Some(counted) = one_round(
+            fleet,
+            round,
+            limit,
+            upstream_client,
+            downstreams,
+            &mut warm_up,
+        )? {
+            rounds.push(counted);
         }
-        let fanout_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
-        let fanout_written_bytes = written_bytes(upstream_pid).unwrap_or(0) - written_before;
-        let nats_taken_in = match (nats, nats_before) {
-            (Some(nats), Some(((bytes, messages), cpu))) => {
-                let (bytes_now, messages_now) = nats.taken_in()?;
-                let cpu_now = cpu_seconds(nats.process.pid()).unwrap_or(0.0);
-                Some((bytes_now - bytes, messages_now - messages, cpu_now - cpu))
-            }
-            _ => None,
-        };
-        let sent_us = reload_times(&upstream.log_text())
-            .get(reloads_before)
-            .copied();
-        let downstream_us: Vec<i64> = seen.into_iter().flatten().collect();
-        // The next change waits as long as this fan-out took, which is at least every
-        // downstream's last walk: so the walk pace holds no round back, and each round times
-        // one change, not a stream of them.
-        let fanout = Duration::from_micros(
-            (downstream_us.iter().max().copied().unwrap_or(upstream_us) - upstream_us).max(0)
-                as u64,
-        );
-        let gap = fanout.clamp(MIN_GAP, MAX_GAP);
-        eprintln!(
-            "fleet: round {round}: upstream {:.0} ms, all downstreams {:.0} ms after the write",
-            (upstream_us - written_us) as f64 / 1000.0,
-            (downstream_us.iter().max().copied().unwrap_or(upstream_us) - written_us) as f64
-                / 1000.0
-        );
-        // The last round pauses too, so every round's window after the swap is alike.
-        std::thread::sleep(gap);
-        let after_swap_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
-        let after_swap_s = shown.elapsed().as_secs_f64();
-        let mut after_swap_threads =
-            thread_cpu_between(&threads_before, &thread_ticks(upstream_pid));
-        let live: f64 = after_swap_threads.values().sum();
-        after_swap_threads.insert("ended".into(), after_swap_cpu_s - live);
-        if round == 0 {
-            continue;
-        }
-        rounds.push(Round {
-            written_us,
-            sent_us,
-            upstream_us,
-            downstream_us,
-            fanout_cpu_s,
-            after_swap_cpu_s,
-            after_swap_s,
-            after_swap_threads,
-            fanout_written_bytes,
-            nats_taken_in,
-            downstream_cpu_s: downstream_cpu(downstreams) - downstream_cpu_before,
-            peak_rss_kb,
-        });
     }
     if rounds.is_empty() {
         bail!("no round ran within the time budget");
     }
-    let (walks_after, deltas_after) = walks_and_deltas(downstreams)?;
+    let walks_and_deltas = walks_and_deltas(downstreams)?;
+    Ok(Rounds {
+        rounds,
+        warm_up,
+        walks_and_deltas,
+    })
+}
 
-    // What the run says.
+/// Round `round`: the origin adds marker `round + 1`, timed to the upstream and then each
+/// downstream showing it, within `limit` of the write, and the pause after it. `None` for the
+/// warm-up round 0, which scrapes the upstream's HTTP clients and index lag into `warm_up`
+/// (the counted rounds leave it be).
+fn one_round(
+    fleet: &Fleet,
+    round: usize,
+    limit: Duration,
+    upstream_client: &mut SocketClient,
+    downstreams: &mut [Downstream],
+    warm_up: &mut WarmUp,
+) -> anyhow::Result<Option<Round>> {
+    let upstream = fleet.upstream;
+    let upstream_pid = upstream.process.pid();
+    let nats = fleet.nats;
+    let marker = marker_uri(round + 1);
+    let reloads_before = reload_times(&upstream.log_text()).len();
+    let downstream_cpu_before = downstreams_cpu(downstreams);
+    let written_us = now_us();
+    let round_started = Instant::now();
+    write_json_atomically(
+        fleet.scenario_path,
+        &origin_scenario(fleet.per_server - 1, round + 1),
+    )?;
+    // The upstream's own walk and swap of the origin, before the fan-out.
+    let upstream_us = loop {
+        if shows(upstream_client, &marker)? {
+            break now_us();
+        }
+        if round_started.elapsed() > limit {
+            bail!("round {round}: the upstream never showed the change");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let cpu_before = cpu_seconds(upstream_pid).unwrap_or(0.0);
+    let threads_before = thread_ticks(upstream_pid);
+    let shown = Instant::now();
+    let written_before = written_bytes(upstream_pid).unwrap_or(0);
+    let nats_before = match nats {
+        Some(nats) => Some((
+            nats.taken_in()?,
+            cpu_seconds(nats.process.pid()).unwrap_or(0.0),
+        )),
+        None => None,
+    };
+    let mut seen: Vec<Option<i64>> = vec![None; downstreams.len()];
+    let mut peak_rss_kb = 0;
+    // The upstream's HTTP clients and index lag are scraped from its /metrics in the
+    // warm-up round only: a scrape costs the upstream CPU, and taking the process's CPU
+    // meanwhile out of a counted round would take out its concurrent index work too.
+    let mut scraped = round > 0;
+    while seen.iter().any(Option::is_none) {
+        for (index, downstream) in downstreams.iter_mut().enumerate() {
+            if seen[index].is_none() && shows(downstream.client()?, &marker)? {
+                seen[index] = Some(now_us());
+            }
+        }
+        peak_rss_kb = peak_rss_kb.max(proc_status_kb(upstream_pid, "VmRSS").unwrap_or(0));
+        // Once the fan-out is under way: the upstream's HTTP clients and index lag.
+        if !scraped && seen.iter().any(Option::is_some) {
+            scraped = true;
+            let scraped_values = scrape(
+                fleet.address,
+                &[
+                    "mcp_mirror_clients{face=\"http\"}",
+                    "mcp_mirror_search_index_lag_generations",
+                ],
+            )?;
+            for (series, value) in scraped_values {
+                if series.starts_with("mcp_mirror_clients") {
+                    warm_up.http_clients.push(value);
+                } else {
+                    warm_up.index_lag.push(value);
+                }
+            }
+        }
+        if round_started.elapsed() > limit {
+            let missing = seen.iter().filter(|time| time.is_none()).count();
+            bail!("round {round}: {missing} downstreams never showed the change");
+        }
+        std::thread::sleep(POLL_PAUSE);
+    }
+    let fanout_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
+    let fanout_written_bytes = written_bytes(upstream_pid).unwrap_or(0) - written_before;
+    let nats_taken_in = match (nats, nats_before) {
+        (Some(nats), Some(((bytes, messages), cpu))) => {
+            let (bytes_now, messages_now) = nats.taken_in()?;
+            let cpu_now = cpu_seconds(nats.process.pid()).unwrap_or(0.0);
+            Some((bytes_now - bytes, messages_now - messages, cpu_now - cpu))
+        }
+        _ => None,
+    };
+    let sent_us = reload_times(&upstream.log_text())
+        .get(reloads_before)
+        .copied();
+    let downstream_us: Vec<i64> = seen.into_iter().flatten().collect();
+    // The next change waits as long as this fan-out took, which is at least every
+    // downstream's last walk: so the walk pace holds no round back, and each round times
+    // one change, not a stream of them.
+    let fanout = Duration::from_micros(
+        (downstream_us.iter().max().copied().unwrap_or(upstream_us) - upstream_us).max(0) as u64,
+    );
+    let gap = fanout.clamp(MIN_GAP, MAX_GAP);
+    eprintln!(
+        "fleet: round {round}: upstream {:.0} ms, all downstreams {:.0} ms after the write",
+        (upstream_us - written_us) as f64 / 1000.0,
+        (downstream_us.iter().max().copied().unwrap_or(upstream_us) - written_us) as f64 / 1000.0
+    );
+    // The last round pauses too, so every round's window after the swap is alike.
+    std::thread::sleep(gap);
+    let after_swap_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
+    let after_swap_s = shown.elapsed().as_secs_f64();
+    let mut after_swap_threads = thread_cpu_between(&threads_before, &thread_ticks(upstream_pid));
+    let live: f64 = after_swap_threads.values().sum();
+    after_swap_threads.insert("ended".into(), after_swap_cpu_s - live);
+    if round == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Round {
+        written_us,
+        sent_us,
+        upstream_us,
+        downstream_us,
+        fanout_cpu_s,
+        after_swap_cpu_s,
+        after_swap_s,
+        after_swap_threads,
+        fanout_written_bytes,
+        nats_taken_in,
+        downstream_cpu_s: downstreams_cpu(downstreams) - downstream_cpu_before,
+        peak_rss_kb,
+    }))
+}
+
+/// The report's table: every row from the first syncs, the idle rate and the rounds, the
+/// upstream having synced in `upstream_ready_s`; with the RSS of `downstreams` and the
+/// upstream's VmHWM and open fds, read now.
+fn table_rows(
+    fleet: &Fleet,
+    upstream_ready_s: f64,
+    first: &FirstSyncs,
+    idle: &IdleRate,
+    rounds: &Rounds,
+    downstreams: &[Downstream],
+) -> Vec<Vec<String>> {
     // Per-downstream figures of a fleet of none are per change.
     let count = downstreams.len().max(1) as f64;
     let ms = |from: i64, to: i64| (to - from) as f64 / 1000.0;
@@ -747,7 +891,7 @@ fn measure(
     let mut nats_messages = Samples::default();
     let mut nats_cpu = Samples::default();
     let mut peak_rss = 0;
-    for round in &rounds {
+    for round in &rounds.rounds {
         let last = round
             .downstream_us
             .iter()
@@ -766,12 +910,12 @@ fn measure(
         }
         cpu_per_downstream.push(round.fanout_cpu_s / count);
         upstream_cpu_per_change.push(round.fanout_cpu_s);
-        after_swap.push(round.after_swap_cpu_s - idle_rate * round.after_swap_s);
+        after_swap.push(round.after_swap_cpu_s - idle.rate * round.after_swap_s);
         after_swap_window.push(round.after_swap_s);
         for (name, cpu) in &round.after_swap_threads {
-            let idle = idle_threads.get(name).copied().unwrap_or(0.0) * round.after_swap_s;
+            let idle_cpu = idle.threads.get(name).copied().unwrap_or(0.0) * round.after_swap_s;
             *after_swap_threads.entry(name.clone()).or_insert(0.0) +=
-                (cpu - idle) / rounds.len() as f64;
+                (cpu - idle_cpu) / rounds.rounds.len() as f64;
         }
         if let Some((bytes, messages, cpu)) = round.nats_taken_in {
             nats_bytes.push(bytes as f64);
@@ -793,9 +937,10 @@ fn measure(
             downstream_hwm.push(kb as f64 / 1024.0);
         }
     }
+    let upstream_pid = fleet.upstream.process.pid();
     let upstream_hwm = proc_status_kb(upstream_pid, "VmHWM");
     let upstream_fds = open_fds(upstream_pid);
-    let n = options.downstreams;
+    let n = fleet.options.downstreams;
     let quantiles = |samples: &Samples, digits: usize| {
         format!(
             "{:.*} / {:.*} / {:.*}",
@@ -807,7 +952,19 @@ fn measure(
             samples.max()
         )
     };
-    let rows = vec![
+    let &FirstSyncs {
+        ref first_sync,
+        all_synced_s,
+        sync_cpu_s,
+        sync_written,
+        upstream_peak_sync_kb,
+        late_join_s,
+        ref channel,
+        ..
+    } = first;
+    let (walks_before, deltas_before) = first.walks_and_deltas;
+    let (walks_after, deltas_after) = rounds.walks_and_deltas;
+    vec![
         vec![
             "upstream: its own first sync of 10 stdio fixtures".into(),
             format!("{upstream_ready_s:.1} s"),
@@ -818,7 +975,7 @@ fn measure(
         ],
         vec![
             "first sync per downstream, p50 / p99 / max".into(),
-            format!("{} s", quantiles(&first_sync, 1)),
+            format!("{} s", quantiles(first_sync, 1)),
         ],
         vec![
             "first sync of one more downstream, started alone into the warm fleet".into(),
@@ -838,8 +995,8 @@ fn measure(
             "rounds (one change each: one URI added, one removed)".into(),
             format!(
                 "{} of {} asked for (no round starts that would end past {} s of the run)",
-                rounds.len(),
-                options.rounds,
+                rounds.rounds.len(),
+                fleet.options.rounds,
                 RUN_BUDGET.as_secs()
             ),
         ],
@@ -893,8 +1050,8 @@ fn measure(
                 after_swap.mean() * 1e3,
                 after_swap.max() * 1e3,
                 after_swap_window.median(),
-                idle_rate * 1e3,
-                idle_threads
+                idle.rate * 1e3,
+                idle.threads
                     .iter()
                     .filter(|(_, rate)| **rate > 0.0)
                     .map(|(name, rate)| format!("{name} {:.2}", rate * 1e3))
@@ -967,7 +1124,7 @@ fn measure(
         ],
         vec![
             "upstream HTTP clients during the warm-up round's fan-out (`mcp_mirror_clients{face=\"http\"}`), open fds at the end".into(),
-            format!("{} / {upstream_fds}", http_clients.summary(0)),
+            format!("{} / {upstream_fds}", rounds.warm_up.http_clients.summary(0)),
         ],
         vec![
             "upstream handshake-era sessions (downstreams use the stateless era)".into(),
@@ -975,7 +1132,7 @@ fn measure(
         ],
         vec![
             "upstream search index lag during the warm-up round's fan-out (generations)".into(),
-            index_lag.summary(0),
+            rounds.warm_up.index_lag.summary(0),
         ],
         vec![
             "downstream CPU per change (ms), p50 / mean".into(),
@@ -989,9 +1146,14 @@ fn measure(
             "downstream RSS at the end / VmHWM (MB), median".into(),
             format!("{:.1} / {:.1}", downstream_rss.median(), downstream_hwm.median()),
         ],
-    ];
-    report.table(&["measure", "value"], &rows);
-    report.line(format!(
+    ]
+}
+
+/// The paragraph under the table: how the fleet is set up and what each row measures.
+fn explanation(fleet: &Fleet) -> String {
+    let per_server = fleet.per_server;
+    let n = fleet.options.downstreams;
+    format!(
         "One upstream daemon mirrors 10 stdio fixtures ({per_server} resources each, pages of \
          {ORIGIN_PAGE}) and serves `/mcp` on loopback with a bearer token (HTTP limits at their \
          defaults: 256 streams, 1,024 sessions, 1,024 connections); {n} downstream daemons, \
@@ -1019,7 +1181,5 @@ fn measure(
         MIN_GAP.as_millis(),
         POLL_PAUSE.as_millis(),
         IDLE_WINDOW.as_secs()
-    ));
-    report.line("");
-    Ok(())
+    )
 }
