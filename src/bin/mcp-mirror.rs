@@ -442,13 +442,13 @@ const HEAP_ARENAS: i32 = 4;
 /// mapping threshold left glibc's default, 128 KiB, and each search index commit, however
 /// small, builds a term dictionary per field whose ~1 MB node registry is allocated and freed
 /// in turn: every free gave the top of the heap back (`madvise`, 10 times a commit) and the
-/// next field's registry faulted it in again. 4 MiB (at most that much kept free per heap,
+/// next field's registry faulted it in again. 1 MiB (at most that much kept free per heap,
 /// `HEAP_ARENAS` heaps) keeps it: with `heap::ReusingAllocator`, a downstream's CPU per
-/// followed change went from 19.5 to 12.8 ms (means over 10 followers x 10 changes, fleet
-/// bench, 2026-12-05; 16.0 ms with this alone, 14.3 ms with the reuse alone, 13.6 ms with a
-/// 1 MiB threshold).
+/// followed change went from 19.5 to 13.6 ms (means over 10 followers x 10 changes, fleet
+/// bench, 2026-12-05; 12.8 ms with 4 MiB, 16.0 ms with 4 MiB alone, 14.3 ms with the reuse
+/// alone). 4 MiB per heap took the first sync of 1,000,000 over its 150 MB budget (`heap`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const HEAP_TRIM_THRESHOLD: i32 = 4 << 20;
+const HEAP_TRIM_THRESHOLD: i32 = 1 << 20;
 
 // Over 100 lines on purpose: the binary's one table of subcommands, each an arm calling its library
 // function, and the exit codes.

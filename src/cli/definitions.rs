@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::client::Client;
 use super::history::print_structural_diff;
-use super::offline::{Catalog, DatabaseChoice};
+use super::offline::{Catalog, DatabaseChoice, LIST_TIMEOUT};
 use super::render::{escaped, print_fields, print_json, print_table};
 use super::ClientError;
 use crate::protocol::{self as wire, Kind};
@@ -127,7 +127,7 @@ pub fn accept(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), 
     let params = wire::ServerParams {
         server: server.map(str::to_string),
     };
-    let result = client.call::<wire::CatalogAccept>(&params, None)?;
+    let result = client.call::<wire::CatalogAccept>(&params, Some(LIST_TIMEOUT))?;
     if as_json {
         print_json(&result);
     } else {
@@ -149,7 +149,7 @@ pub fn drift(socket: &Path, server: Option<&str>, as_json: bool) -> Result<(), C
         next_cursor: None,
     };
     loop {
-        let page = client.call::<wire::CatalogDrift>(&params, None)?;
+        let page = client.call::<wire::CatalogDrift>(&params, Some(LIST_TIMEOUT))?;
         result.drift.extend(page.drift);
         match page.next_cursor {
             Some(next) => params.cursor = Some(next),

@@ -21,7 +21,8 @@ use crate::store::Reader;
 
 /// Rows per page when listing straight from the database.
 const OFFLINE_PAGE_SIZE: usize = 1000;
-const LIST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the daemon may take to answer a page of a list, an accept or a page of drift.
+pub(super) const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub enum Catalog {
