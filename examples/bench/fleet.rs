@@ -771,43 +771,14 @@ fn one_round(
         )),
         None => None,
     };
-    let mut seen: Vec<Option<i64>> = vec![None; downstreams.len()];
-    let mut peak_rss_kb = 0;
-    // The upstream's HTTP clients and index lag are scraped from its /metrics in the
-    // warm-up round only: a scrape costs the upstream CPU, and taking the process's CPU
-    // meanwhile out of a counted round would take out its concurrent index work too.
-    let mut scraped = round > 0;
-    while seen.iter().any(Option::is_none) {
-        for (index, downstream) in downstreams.iter_mut().enumerate() {
-            if seen[index].is_none() && shows(downstream.client()?, &marker)? {
-                seen[index] = Some(now_us());
-            }
-        }
-        peak_rss_kb = peak_rss_kb.max(proc_status_kb(upstream_pid, "VmRSS").unwrap_or(0));
-        // Once the fan-out is under way: the upstream's HTTP clients and index lag.
-        if !scraped && seen.iter().any(Option::is_some) {
-            scraped = true;
-            let scraped_values = scrape(
-                fleet.address,
-                &[
-                    "mcp_mirror_clients{face=\"http\"}",
-                    "mcp_mirror_search_index_lag_generations",
-                ],
-            )?;
-            for (series, value) in scraped_values {
-                if series.starts_with("mcp_mirror_clients") {
-                    warm_up.http_clients.push(value);
-                } else {
-                    warm_up.index_lag.push(value);
-                }
-            }
-        }
-        if round_started.elapsed() > limit {
-            let missing = seen.iter().filter(|time| time.is_none()).count();
-            bail!("round {round}: {missing} downstreams never showed the change");
-        }
-        std::thread::sleep(POLL_PAUSE);
-    }
+    let (seen, peak_rss_kb) = wait_for_fan_out(
+        fleet,
+        round,
+        (round_started, limit),
+        &marker,
+        downstreams,
+        warm_up,
+    )?;
     let fanout_cpu_s = cpu_seconds(upstream_pid).unwrap_or(0.0) - cpu_before;
     let fanout_written_bytes = written_bytes(upstream_pid).unwrap_or(0) - written_before;
     let nats_taken_in = match (nats, nats_before) {
@@ -858,6 +829,58 @@ fn one_round(
         downstream_cpu_s: downstreams_cpu(downstreams) - downstream_cpu_before,
         peak_rss_kb,
     }))
+}
+
+/// Polls every downstream until each shows `marker` (or `limit` from `round_started` passes):
+/// when each first showed it, and the upstream's peak RSS meanwhile. In the warm-up round the
+/// upstream's HTTP clients and index lag are scraped once the fan-out is under way.
+fn wait_for_fan_out(
+    fleet: &Fleet,
+    round: usize,
+    (round_started, limit): (Instant, Duration),
+    marker: &str,
+    downstreams: &mut [Downstream],
+    warm_up: &mut WarmUp,
+) -> anyhow::Result<(Vec<Option<i64>>, u64)> {
+    let upstream_pid = fleet.upstream.process.pid();
+    let mut seen: Vec<Option<i64>> = vec![None; downstreams.len()];
+    let mut peak_rss_kb = 0;
+    // The upstream's HTTP clients and index lag are scraped from its /metrics in the
+    // warm-up round only: a scrape costs the upstream CPU, and taking the process's CPU
+    // meanwhile out of a counted round would take out its concurrent index work too.
+    let mut scraped = round > 0;
+    while seen.iter().any(Option::is_none) {
+        for (index, downstream) in downstreams.iter_mut().enumerate() {
+            if seen[index].is_none() && shows(downstream.client()?, marker)? {
+                seen[index] = Some(now_us());
+            }
+        }
+        peak_rss_kb = peak_rss_kb.max(proc_status_kb(upstream_pid, "VmRSS").unwrap_or(0));
+        // Once the fan-out is under way: the upstream's HTTP clients and index lag.
+        if !scraped && seen.iter().any(Option::is_some) {
+            scraped = true;
+            let scraped_values = scrape(
+                fleet.address,
+                &[
+                    "mcp_mirror_clients{face=\"http\"}",
+                    "mcp_mirror_search_index_lag_generations",
+                ],
+            )?;
+            for (series, value) in scraped_values {
+                if series.starts_with("mcp_mirror_clients") {
+                    warm_up.http_clients.push(value);
+                } else {
+                    warm_up.index_lag.push(value);
+                }
+            }
+        }
+        if round_started.elapsed() > limit {
+            let missing = seen.iter().filter(|time| time.is_none()).count();
+            bail!("round {round}: {missing} downstreams never showed the change");
+        }
+        std::thread::sleep(POLL_PAUSE);
+    }
+    Ok((seen, peak_rss_kb))
 }
 
 /// The report's table: every row from the first syncs, the idle rate and the rounds, the
