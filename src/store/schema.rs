@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0012_history_bodies_by_key.sql"),
     include_str!("../../migrations/0013_retired_snapshots.sql"),
     include_str!("../../migrations/0014_history_index_without_last_seen.sql"),
+    include_str!("../../migrations/0015_full_text_merges_when_idle.sql"),
 ];
 
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {

@@ -166,3 +166,30 @@ pub(super) fn reindex_full_text(transaction: &Transaction<'_>) -> Result<(), Sto
     )?;
     defer_full_text(transaction, 1, highest)
 }
+
+/// The full-text indexes whose segments the writer merges when idle (their `automerge` is 0:
+/// migration 0015).
+const MERGED_INDEXES: [&str; 2] = ["resources_fts", "entries_fts"];
+
+/// Leaf pages one merge step writes at most, per index: a few ms, so an operation that
+/// arrives meanwhile waits little.
+const MERGE_STEP_PAGES: i64 = 64;
+
+/// One step of merging the full-text indexes' segments, as FTS5's automerge did inside each
+/// writing transaction: a level of 4 segments or more is merged into one on the next level
+/// (`merge` with a positive page count; FTS5's `usermerge`, 4 by default). Each index's step
+/// is its own transaction. Returns whether more work is left: FTS5 tells none by changing
+/// fewer than 2 rows (`sqlite3_total_changes`).
+pub(super) fn merge_step(connection: &Connection) -> Result<bool, StoreError> {
+    let mut more = false;
+    for index in MERGED_INDEXES {
+        let before = connection.total_changes();
+        execute(
+            connection,
+            &format!("INSERT INTO {index} ({index}, rank) VALUES ('merge', ?1)"),
+            [MERGE_STEP_PAGES],
+        )?;
+        more |= connection.total_changes() - before >= 2;
+    }
+    Ok(more)
+}

@@ -241,3 +241,66 @@ async fn another_servers_swap_commits_while_a_large_first_load_is_indexed() {
     backlog_indexed(&store).await;
     store.close().await;
 }
+
+/// Whether merging `index` would do any work now: FTS5's `merge`, in a transaction rolled back,
+/// changes 2 rows or more when a level holds enough segments to merge.
+fn merge_pending(connection: &mut Connection, index: &str) -> bool {
+    let transaction = connection
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .expect("begin");
+    let before = transaction.total_changes();
+    transaction
+        .execute(
+            &format!("INSERT INTO {index} ({index}, rank) VALUES ('merge', 64)"),
+            [],
+        )
+        .expect("merge");
+    let pending = transaction.total_changes() - before >= 2;
+    transaction.rollback().expect("rollback");
+    pending
+}
+
+/// A swap commits without merging the full-text index's segments (FTS5's `automerge` is off):
+/// a small delta never pays a merge of older segments, and a fleet of followers applying one
+/// change never all merge on it. The writer merges them once it has been idle a moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_text_segments_are_merged_when_the_writer_is_idle_not_in_a_swap() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("catalog.db");
+    {
+        let mut connection = writer_connection(&path, &["small"]);
+        for index in ["resources_fts", "entries_fts"] {
+            let automerge: i64 = connection
+                .query_row(
+                    &format!("SELECT v FROM {index}_config WHERE k = 'automerge'"),
+                    [],
+                    |row| row.get(0),
+                )
+                .expect("automerge");
+            assert_eq!(automerge, 0, "{index}");
+        }
+        // Eight swaps, each changing a row's text: eight segments on FTS5's first level,
+        // none merged by the swaps themselves.
+        let behind = AtomicU64::new(0);
+        let mut rows = resources("small", 0..100, "alpha");
+        for round in 1..=8u64 {
+            rows[round as usize] = resource("small", round as usize, "beta");
+            walk(&mut connection, round, "small", &rows, &behind);
+        }
+        assert!(
+            merge_pending(&mut connection, "resources_fts"),
+            "the swaps merged the segments themselves"
+        );
+    }
+    let store = open_store(&path, &["small"]).await;
+    let mut connection = schema::open_writer(&path).expect("open");
+    wait_until(
+        "the idle writer to merge the full-text segments",
+        Duration::from_secs(60),
+        async || !merge_pending(&mut connection, "resources_fts"),
+    )
+    .await;
+    store.close().await;
+    assert_full_text_is_exact(&connection);
+    assert_eq!(full_text_matches(&connection, "beta"), 8);
+}
