@@ -3,7 +3,7 @@
 //! (and saying so) meanwhile.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -846,7 +846,18 @@ fn the_index_threads_run_at_a_lower_priority_than_the_answering_ones() {
     let server = stdio_server("fx", &["--name", "fx", "--generate", "50"]);
     let daemon = Daemon::start(&scratch, &scratch.config(&server));
     wait_for_ready_index(&daemon, 50 + TEMPLATES / 2, Duration::from_secs(30));
-    let threads = thread_nice_values(daemon.child.id());
+    // tantivy joins its indexing threads at each commit and starts new ones: a listing taken
+    // in between has none, so the listing is taken again until it has one.
+    let mut threads = thread_nice_values(daemon.child.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !threads
+        .iter()
+        .any(|(name, _)| name.starts_with("thrd-tantivy"))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+        threads = thread_nice_values(daemon.child.id());
+    }
     let nice_of = |prefix: &str| -> Vec<i64> {
         threads
             .iter()
