@@ -178,6 +178,9 @@ impl Packed {
             return;
         }
         let panels: Vec<&[f32]> = self.weights.chunks_exact(inputs * PANEL).collect();
+        // One block's sums, made once: every kernel writes each of the block's rows (the
+        // portable loop clears them first), and only those rows are read.
+        let mut sums = [[[0f32; PANEL]; MAX_ROWS]; 2];
         let mut panel = 0;
         while panel < panels.len() {
             let paired = self.isa.pairs_panels() && panel + 1 < panels.len();
@@ -185,13 +188,15 @@ impl Packed {
                 true => (2, PAIR_ROWS),
                 false => (1, self.isa.block_rows()),
             };
-            // Blocks of even size: 32 rows are two of 16 (or six of 5-6), not 16 + 16 + a tail.
-            let even = rows.div_ceil(rows.div_ceil(most));
+            // Blocks of sizes that differ by one at most: 31 rows are 6 + 5 + 5 + 5 + 5 + 5, not
+            // 6 + 6 + 6 + 6 + 6 + 1 (a one-row block streams the whole panel for two
+            // multiply-add chains: with AVX2 it cost three quarters of a six-row block).
+            let blocks = rows.div_ceil(most);
+            let (base, longer) = (rows / blocks, rows % blocks);
             let mut row = 0;
-            while row < rows {
-                let block = even.min(rows - row);
+            for number in 0..blocks {
+                let block = base + usize::from(number < longer);
                 let input = &input[row * inputs..(row + block) * inputs];
-                let mut sums = [[[0f32; PANEL]; MAX_ROWS]; 2];
                 match paired {
                     true => {
                         self.block_pair(block, input, (panels[panel], panels[panel + 1]), &mut sums)
@@ -295,6 +300,7 @@ impl Packed {
             Level::Portable => {}
         }
         for (line, sums) in sums[..block].iter_mut().enumerate() {
+            sums.fill(0.0);
             let row = &input[line * inputs..(line + 1) * inputs];
             for (value, weights) in row.iter().zip(weights.chunks_exact(PANEL)) {
                 for (sum, weight) in sums.iter_mut().zip(weights) {
