@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
 use crate::daemon::{fixture_stdio_table, start_daemon, Daemon, DaemonFiles};
-use crate::measure::{cpu_seconds, now_us};
+use crate::measure::{clock_ticks_per_second, cpu_ticks, now_us, thread_cpu_between, thread_ticks};
 use crate::process::{poll_until, write_json_atomically, SocketClient};
 use crate::query::index_caught_up;
 use crate::report::{ratio, Report, Samples};
@@ -15,8 +15,13 @@ use crate::report::{ratio, Report, Samples};
 const RESOURCES: usize = 100_000;
 /// A new prefix on every tenth resource changes 10% of the catalog.
 const CHANGED_EVERY: usize = 10;
-/// Timed rounds per side and case, after one warm-up round each.
-const ROUNDS: usize = 7;
+/// Timed rounds per side and case, after one warm-up round each: even, so each side goes
+/// first in as many rounds as the other.
+const ROUNDS: usize = 8;
+/// A daemon is quiet when it used at most this many clock ticks (10 ms each) over
+/// `QUIET_WINDOW`: its walk, swap, search index and WAL checkpoint all done.
+const QUIET_TICKS: u64 = 1;
+const QUIET_WINDOW: Duration = Duration::from_millis(500);
 /// The versions of the one tool whose history is read.
 const VERSIONS: usize = 1_000;
 /// Requests timed per read method.
@@ -29,16 +34,56 @@ const SIZE_WALKS: usize = 10;
 /// walk's duration anyway); each round also waits past the pace, so no round times it.
 const PACE_SETTINGS: &str = "min_walk_interval = \"100ms\"\ndebounce = \"50ms\"\n";
 
-pub fn run(report: &mut Report) -> anyhow::Result<()> {
+/// The parts of the scenario to run (`--history-parts=rewalk,reads,bytes`; all by default).
+pub struct Parts {
+    rewalk: bool,
+    reads: bool,
+    bytes: bool,
+}
+
+impl Parts {
+    pub fn from_arguments(arguments: &[String]) -> anyhow::Result<Parts> {
+        let Some(list) = arguments
+            .iter()
+            .find_map(|argument| argument.strip_prefix("--history-parts="))
+        else {
+            return Ok(Parts {
+                rewalk: true,
+                reads: true,
+                bytes: true,
+            });
+        };
+        let names: Vec<&str> = list.split(',').collect();
+        if let Some(unknown) = names
+            .iter()
+            .find(|name| !["rewalk", "reads", "bytes"].contains(name))
+        {
+            bail!("unknown history part {unknown}; choose from rewalk, reads, bytes");
+        }
+        Ok(Parts {
+            rewalk: names.contains(&"rewalk"),
+            reads: names.contains(&"reads"),
+            bytes: names.contains(&"bytes"),
+        })
+    }
+}
+
+pub fn run(report: &mut Report, parts: &Parts) -> anyhow::Result<()> {
     report.line(
         "## History: re-walk cost with history on and off, reads of 1,000 versions, bytes on disk",
     );
     report.line("");
     report.line(format!("Host: {}.", crate::cpu_and_vector_flags()));
     report.line("");
-    rewalk_side_by_side(report)?;
-    reads_of_a_long_history(report)?;
-    bytes_per_version(report)?;
+    if parts.rewalk {
+        rewalk_side_by_side(report)?;
+    }
+    if parts.reads {
+        reads_of_a_long_history(report)?;
+    }
+    if parts.bytes {
+        bytes_per_version(report)?;
+    }
     Ok(())
 }
 
@@ -96,9 +141,36 @@ struct Round {
     walk_ms: f64,
     swap_ms: f64,
     cpu_seconds: f64,
+    /// The daemon's CPU over the round by thread: the writer (staging, the swap, history),
+    /// the WAL checkpointer, the search index, and every other thread (the async runtime:
+    /// reading and parsing the pages).
+    writer_cpu: f64,
+    checkpoint_cpu: f64,
+    search_cpu: f64,
+    other_cpu: f64,
     changed: u64,
     /// Walks the pace held back during the round: 0 unless the round timed the pace.
     throttled: u64,
+}
+
+/// Waits until the daemon is quiet (`QUIET_TICKS` over `QUIET_WINDOW`): work a round left
+/// behind (a WAL checkpoint, the search index's merges) lands in that round, not in the next
+/// one nor in the other daemon's.
+fn wait_until_quiet(daemon: &Daemon) -> anyhow::Result<()> {
+    let pid = daemon.process.pid();
+    let started = Instant::now();
+    let mut last = cpu_ticks(pid).context("the daemon's CPU time")?;
+    loop {
+        std::thread::sleep(QUIET_WINDOW);
+        let now = cpu_ticks(pid).context("the daemon's CPU time")?;
+        if now - last <= QUIET_TICKS {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("the daemon was still busy after 2 minutes");
+        }
+        last = now;
+    }
 }
 
 /// Waits until the walk pace (`max(min_walk_interval, last walk's duration)` after the last
@@ -124,14 +196,20 @@ fn throttled(daemon: &Daemon) -> anyhow::Result<u64> {
 }
 
 /// One re-walk: with `prefix`, the scenario changes a tenth and the fixture's `list_changed`
-/// starts the walk; without, `catalog/refresh` walks the unchanged catalog.
-fn round(side: &Side, prefix: Option<&str>) -> anyhow::Result<Round> {
+/// starts the walk; without, `catalog/refresh` walks the unchanged catalog. Starts with both
+/// daemons quiet (`other` too: its background work would share the cores with this round's)
+/// and times this daemon's CPU until it is quiet again, so the round's CPU is all the work the
+/// re-walk caused and nothing else.
+fn round(side: &Side, other: &Side, prefix: Option<&str>) -> anyhow::Result<Round> {
     let daemon = &side.daemon;
     wait_past_pace(daemon)?;
+    wait_until_quiet(&other.daemon)?;
+    wait_until_quiet(daemon)?;
     let throttled_before = throttled(daemon)?;
     let swaps_before = daemon.swaps().len();
     let pid = daemon.process.pid();
-    let cpu_before = cpu_seconds(pid).context("the daemon's CPU time")?;
+    let cpu_before = cpu_ticks(pid).context("the daemon's CPU time")?;
+    let threads_before = thread_ticks(pid);
     match prefix {
         Some(prefix) => write_json_atomically(&side.scenario, &resources_scenario(prefix))?,
         None => {
@@ -149,14 +227,29 @@ fn round(side: &Side, prefix: Option<&str>) -> anyhow::Result<Round> {
         std::thread::sleep(Duration::from_millis(20));
     };
     wait_for_index(daemon)?;
-    let cpu_after = cpu_seconds(pid).context("the daemon's CPU time")?;
+    wait_until_quiet(daemon)?;
+    let cpu_after = cpu_ticks(pid).context("the daemon's CPU time")?;
+    let threads = thread_cpu_between(&threads_before, &thread_ticks(pid));
+    let of = |name: &str| threads.get(name).copied().unwrap_or(0.0);
+    let cpu_seconds = (cpu_after - cpu_before) as f64 / clock_ticks_per_second();
+    // A thread's name in /proc is cut at 15 bytes: "store-checkpoint" reads "store-checkpoin".
+    let (writer_cpu, checkpoint_cpu) = (of("store-writer"), of("store-checkpoin"));
+    let search_cpu = threads
+        .iter()
+        .filter(|(name, _)| name.starts_with("search-"))
+        .map(|(_, seconds)| seconds)
+        .sum::<f64>();
     let status = daemon.server_status("docs")?;
     Ok(Round {
         walk_ms: status["lastWalk"]["durationMs"]
             .as_f64()
             .unwrap_or(f64::NAN),
         swap_ms: swap.total_ms,
-        cpu_seconds: cpu_after - cpu_before,
+        cpu_seconds,
+        writer_cpu,
+        checkpoint_cpu,
+        search_cpu,
+        other_cpu: (cpu_seconds - writer_cpu - checkpoint_cpu - search_cpu).max(0.0),
         changed: swap.changed,
         throttled: throttled(daemon)? - throttled_before,
     })
@@ -168,6 +261,10 @@ struct Tally {
     swap_ms: Samples,
     refresh_ms: Samples,
     cpu_seconds: Samples,
+    writer_cpu: Samples,
+    checkpoint_cpu: Samples,
+    search_cpu: Samples,
+    other_cpu: Samples,
     changed: Samples,
     throttled: u64,
 }
@@ -178,6 +275,10 @@ impl Tally {
         self.swap_ms.push(round.swap_ms);
         self.refresh_ms.push(round.walk_ms + round.swap_ms);
         self.cpu_seconds.push(round.cpu_seconds);
+        self.writer_cpu.push(round.writer_cpu);
+        self.checkpoint_cpu.push(round.checkpoint_cpu);
+        self.search_cpu.push(round.search_cpu);
+        self.other_cpu.push(round.other_cpu);
         self.changed.push(round.changed as f64);
         self.throttled += round.throttled;
     }
@@ -198,15 +299,24 @@ fn rewalk_side_by_side(report: &mut Report) -> anyhow::Result<()> {
             let prefix = format!("{case}-{number}");
             let order: [usize; 2] = if number % 2 == 0 { [0, 1] } else { [1, 0] };
             for index in order {
-                let figures = round(sides[index], changes.then_some(prefix.as_str()))?;
+                let figures = round(
+                    sides[index],
+                    sides[1 - index],
+                    changes.then_some(prefix.as_str()),
+                )?;
                 eprintln!(
-                    "{case} round {number} history {}: walk {:.0} ms, swap {:.0} ms, CPU {:.2} s, changed {}, throttled {}",
+                    "{case} round {number} history {}: walk {:.0} ms, swap {:.0} ms, CPU {:.2} s (writer {:.2}, checkpoint {:.2}, search {:.2}, other {:.2}), changed {}, throttled {}, load {}",
                     sides[index].label,
                     figures.walk_ms,
                     figures.swap_ms,
                     figures.cpu_seconds,
+                    figures.writer_cpu,
+                    figures.checkpoint_cpu,
+                    figures.search_cpu,
+                    figures.other_cpu,
                     figures.changed,
-                    figures.throttled
+                    figures.throttled,
+                    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
                 );
                 if number > 0 {
                     tallies[index].add(&figures);
@@ -224,8 +334,13 @@ fn rewalk_side_by_side(report: &mut Report) -> anyhow::Result<()> {
          changed\": `catalog/refresh`. Each round first waits past the walk pace \
          (`max(min_walk_interval, last walk's duration)`), so no round times it (walks the \
          pace held back: on {}, off {}). Walk ms is `lastWalk.durationMs` (the pages), swap ms \
-         the writer's `swap_ms` (where history is written); daemon CPU is its utime + stime \
-         from /proc over the round, to the search index caught up. Medians (min–max); the \
+         the writer's `swap_ms` (where history is written). A round starts with both daemons \
+         quiet (at most {QUIET_TICKS} clock tick of CPU in {QUIET_WINDOW:?}), so neither's \
+         WAL checkpoint or search index lands in the other's round; daemon CPU is its utime + \
+         stime from /proc from the round's start until it is quiet again (the search index \
+         caught up and the checkpoint done), by thread: the writer (staging, the swap and the \
+         history), the checkpointer, the search index's threads, and the rest (the async \
+         runtime reading and parsing the pages). Medians (min–max); the \
          ratio is on / off of the medians (budget: <= 1.10 with 10% changed, about 1.00 with \
          nothing changed).",
         cases.iter().map(|(_, t)| t[0].throttled).sum::<u64>(),
@@ -247,6 +362,15 @@ fn rewalk_side_by_side(report: &mut Report) -> anyhow::Result<()> {
         rows.push(row("walk ms", &on.walk_ms, &off.walk_ms, 0));
         rows.push(row("swap ms", &on.swap_ms, &off.swap_ms, 0));
         rows.push(row("daemon CPU s", &on.cpu_seconds, &off.cpu_seconds, 2));
+        rows.push(row("writer CPU s", &on.writer_cpu, &off.writer_cpu, 2));
+        rows.push(row(
+            "checkpoint CPU s",
+            &on.checkpoint_cpu,
+            &off.checkpoint_cpu,
+            2,
+        ));
+        rows.push(row("search CPU s", &on.search_cpu, &off.search_cpu, 2));
+        rows.push(row("other CPU s", &on.other_cpu, &off.other_cpu, 2));
         rows.push(row("entries changed", &on.changed, &off.changed, 0));
     }
     report.table(

@@ -208,7 +208,7 @@ fn main() -> anyhow::Result<()> {
             "rewalk" => rewalk::run(&mut report),
             "index" => index::run(&mut report),
             "aftermath" => aftermath::run(&mut report),
-            "history" => history::run(&mut report),
+            "history" => history::run(&mut report, &history::Parts::from_arguments(&arguments)?),
             "change" => change::run(&mut report),
             "query" | "start" => (|| {
                 if million.is_none() && query_options.reuse_million {
