@@ -125,7 +125,7 @@ impl Writer {
             .enable_time()
             .build()
             .inspect_err(|error| {
-                tracing::warn!(%error, "the writer has no clock: full-text merges wait for the next write");
+                tracing::warn!(%error, "the writer has no clock: full-text merges start as soon as no operation waits");
             })
             .ok();
         Writer {

@@ -171,8 +171,9 @@ pub(super) fn reindex_full_text(transaction: &Transaction<'_>) -> Result<(), Sto
 /// migration 0015).
 const MERGED_INDEXES: [&str; 2] = ["resources_fts", "entries_fts"];
 
-/// Leaf pages one merge step writes at most, per index: a few ms, so an operation that
-/// arrives meanwhile waits little.
+/// Leaf pages one merge step writes at most, per index, so an operation that arrives
+/// meanwhile waits little: measured with FTS5 alone after a load of 1,000,000 rows, a step
+/// took 7 ms at the median and 36-54 ms at most.
 const MERGE_STEP_PAGES: i64 = 64;
 
 /// One step of merging the full-text indexes' segments, as FTS5's automerge did inside each
