@@ -347,8 +347,26 @@ fn rewalk_side_by_side(report: &mut Report) -> anyhow::Result<()> {
         cases.iter().map(|(_, t)| t[1].throttled).sum::<u64>(),
     ));
     report.line("");
+    let rows = rewalk_rows(&cases);
+    report.table(
+        &["case", "measure", "history on", "history off", "on / off"],
+        &rows,
+    );
+    let versions: i64 = rusqlite::Connection::open(on.daemon.socket.with_file_name("catalog.db"))?
+        .query_row("SELECT count(*) FROM history_versions", [], |row| {
+            row.get(0)
+        })?;
+    report.line(format!(
+        "The history-on daemon kept {versions} versions at the end."
+    ));
+    report.line("");
+    Ok(())
+}
+
+/// The re-walk table's rows: each case's medians on and off, and their ratio.
+fn rewalk_rows(cases: &[(&str, [Tally; 2])]) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
-    for (case, [on, off]) in &cases {
+    for (case, [on, off]) in cases {
         let row = |what: &str, on: &Samples, off: &Samples, digits: usize| {
             vec![
                 case.to_string(),
@@ -373,19 +391,7 @@ fn rewalk_side_by_side(report: &mut Report) -> anyhow::Result<()> {
         rows.push(row("other CPU s", &on.other_cpu, &off.other_cpu, 2));
         rows.push(row("entries changed", &on.changed, &off.changed, 0));
     }
-    report.table(
-        &["case", "measure", "history on", "history off", "on / off"],
-        &rows,
-    );
-    let versions: i64 = rusqlite::Connection::open(on.daemon.socket.with_file_name("catalog.db"))?
-        .query_row("SELECT count(*) FROM history_versions", [], |row| {
-            row.get(0)
-        })?;
-    report.line(format!(
-        "The history-on daemon kept {versions} versions at the end."
-    ));
-    report.line("");
-    Ok(())
+    rows
 }
 
 /// The p99 of `READS` calls of `method` with `params` on one connection, in ms.
