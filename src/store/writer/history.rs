@@ -292,8 +292,8 @@ pub(super) fn resources_before(
     let seeds = execute(
         transaction,
         &format!(
-            "INSERT INTO temp.history_pending (resource_id, key, digest, raw)
-             SELECT id, key, history_digest(raw), raw
+            "INSERT INTO temp.history_pending (resource_id, key, digest)
+             SELECT id, key, history_digest(raw)
              FROM (SELECT x.id AS id, {SWAP_URI} AS key,
                           (SELECT raw FROM resources WHERE id = x.id) AS raw
                    FROM temp.swap_ids x
@@ -314,8 +314,8 @@ pub(super) fn resources_before(
 /// digests of their texts. `+server_id`: the added rows' id range drives the second part, not
 /// the server's index (which visits every row the server has).
 pub(super) const RESOURCES_AFTER_SQL: &str =
-    "INSERT INTO temp.history_pending (resource_id, key, digest, raw)
-     SELECT id, uri, history_digest(raw), raw FROM (
+    "INSERT INTO temp.history_pending (resource_id, key, digest)
+     SELECT id, uri, history_digest(raw) FROM (
          SELECT r.id AS id, r.uri AS uri, r.raw AS raw
          FROM temp.swap_ids x CROSS JOIN resources r ON r.id = x.id
          WHERE x.kind = ?1
@@ -343,17 +343,17 @@ pub(super) fn resources_after(
     record_pending(transaction, server_id, now)
 }
 
-/// Records the resource versions listed in `temp.history_pending` (a resource row each, its
-/// URI, its text as the listing read it and the text's digest) as `record_version` records one, in a few statements for
-/// all of them, each entry's versions read once: one statement reads, for every listed entry,
-/// how many versions it keeps, its newest version (whether it has the listed digest, and if
-/// so whether it is current, from its row) and the body it keeps under that digest; an entry
+/// Records the resource versions listed in `temp.history_pending` (a resource row each, its URI and
+/// the digest of its text as the listing read it) as `record_version` records one, in a few
+/// statements for all of them, each entry's versions read once: one statement reads, for every
+/// listed entry, how many versions it keeps, its newest version (whether it has the listed digest,
+/// and if so whether it is current, from its row) and the body it keeps under that digest; an entry
 /// whose newest version is current with the same digest is left as it is; the others' newest
-/// versions are closed at `now` if open (by id: only the newest version is ever open); a body the entry already keeps under the same
-/// digest is pointed at again, else the text is appended as a new body; the versions are
-/// appended in the list's order; an entry that had `versions_per_key` versions or more is
-/// pruned (`prune_key`). A swap lists each URI at most once, so no entry has two versions in
-/// one list. The list is emptied. Returns how many versions were added.
+/// versions are closed at `now` if open (by id: only the newest version is ever open); a body the
+/// entry already keeps under the same digest is pointed at again, else the text is appended as a
+/// new body; the versions are appended in the list's order; an entry that had `versions_per_key`
+/// versions or more is pruned (`prune_key`). A swap lists each URI at most once, so no entry has
+/// two versions in one list. The list is emptied. Returns how many versions were added.
 fn record_pending(
     transaction: &Transaction<'_>,
     server_id: i64,
@@ -393,8 +393,11 @@ fn record_pending(
         [now],
     )?;
     // New bodies get ids above the highest, in the list's order (what appending them one by
-    // one gives, gaps aside): the list's own numbers above it. The texts are the ones listed
-    // (read from the snapshot once, by the listing), their sizes added to the total once.
+    // one gives, gaps aside): the list's own numbers above it. The texts are read from the
+    // listed rows here, in the same state of the swap as the listing digested them (before it
+    // for a seed, after it for the others), their sizes added to the total once. The list
+    // holds no text: its rows are rewritten by the updates above, and with each text in them
+    // those rewrote (and journalled) every text once more.
     let base: i64 = query_one(
         transaction,
         "SELECT coalesce(max(id), 0) FROM history_bodies",
@@ -403,9 +406,9 @@ fn record_pending(
     let added_bytes: i64 = {
         let mut insert = transaction.prepare_cached(&format!(
             "INSERT INTO history_bodies (id, digest, body, bytes)
-             SELECT ?1 + seq, digest, raw, length(CAST(raw AS BLOB))
-             FROM temp.history_pending
-             WHERE body_id IS NULL AND {RECORDED} ORDER BY seq
+             SELECT ?1 + p.seq, p.digest, r.raw, length(CAST(r.raw AS BLOB))
+             FROM temp.history_pending p CROSS JOIN resources r ON r.id = p.resource_id
+             WHERE p.body_id IS NULL AND {RECORDED} ORDER BY p.seq
              RETURNING bytes"
         ))?;
         let mut rows = insert.query([base])?;

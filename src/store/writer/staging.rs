@@ -48,7 +48,7 @@ CREATE TEMP TABLE IF NOT EXISTS swap_ids (id INTEGER PRIMARY KEY, kind INTEGER N
 CREATE TEMP TABLE IF NOT EXISTS swap_added (uri TEXT NOT NULL);
 CREATE TEMP TABLE IF NOT EXISTS history_pending (
     seq INTEGER PRIMARY KEY, resource_id INTEGER NOT NULL, key TEXT NOT NULL,
-    digest TEXT NOT NULL, raw TEXT, kept INTEGER, newest INTEGER, body_id INTEGER
+    digest TEXT NOT NULL, kept INTEGER, newest INTEGER, body_id INTEGER
 );
 ";
 
