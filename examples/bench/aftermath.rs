@@ -1,19 +1,29 @@
 //! Aftermath: search latency in the minute after a first load of 1,000,000 resources becomes
 //! visible, while the search index finishes indexing it, SQLite's full-text backlog runs and
-//! the index merges its segments (issue 35: no class over 5 ms p99 at any moment). One client
-//! on one connection sends the query scenario's 8 classes in turn, without pause.
+//! the index merges its segments (issue 35: no class over 5 ms p99 at any moment), and then
+//! during re-walks that each change a tenth of the catalog (the peer's `--revision-file`).
+//! One client on one connection sends the query scenario's 8 classes in turn, without pause.
 
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::daemon::{start_daemon, start_http_server, DaemonFiles};
+use serde_json::json;
+
+use crate::daemon::{start_daemon, start_http_server, Daemon, DaemonFiles};
 use crate::paths::bench_peer_binary;
-use crate::process::http_server_table;
-use crate::query::million_classes;
+use crate::process::{http_server_table, poll_until, SocketClient};
+use crate::query::{index_caught_up, million_classes, QueryClass};
 use crate::report::{Report, Samples};
 
 const RESOURCES: usize = 1_000_000;
 const WINDOW: Duration = Duration::from_secs(60);
 const SLICE_S: f64 = 10.0;
+/// Re-walks timed after the minute, each changing a tenth of the catalog.
+const REWALKS: usize = 3;
+
+/// Every answer of one class: (seconds after the load was visible, milliseconds).
+type Answers = Vec<Vec<(f64, f64)>>;
 
 pub fn run(report: &mut Report) -> anyhow::Result<()> {
     let files = DaemonFiles::fresh("aftermath")?;
@@ -26,6 +36,8 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         "1000",
         "--era",
         "legacy",
+        "--revision-file",
+        &files.path("revision.txt").display().to_string(),
     ]
     .iter()
     .map(|arg| arg.to_string())
@@ -42,23 +54,30 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
     let visible = Instant::now();
     let visible_after = started.elapsed().as_secs_f64();
     let classes = million_classes();
-    let mut client = daemon.client()?;
-    // Per class: (seconds after visible, milliseconds) of every answer.
-    let mut answers: Vec<Vec<(f64, f64)>> = vec![Vec::new(); classes.len()];
-    let mut failed = 0u64;
-    let mut i = 0usize;
+    let mut searcher = Searcher {
+        client: daemon.client()?,
+        classes: &classes,
+        visible,
+        answers: vec![Vec::new(); classes.len()],
+        failed: 0,
+        asked: 0,
+        errors: Default::default(),
+    };
     while visible.elapsed() < WINDOW {
-        i += 1;
-        let class = i % classes.len();
-        let asked = Instant::now();
-        let answer = client.request("catalog/search", classes[class].params(i, false))?;
-        let milliseconds = asked.elapsed().as_secs_f64() * 1000.0;
-        if answer.get("result").is_none() {
-            failed += 1;
-            continue;
-        }
-        answers[class].push((asked.duration_since(visible).as_secs_f64(), milliseconds));
+        searcher.search_once()?;
     }
+    let answers = std::mem::replace(&mut searcher.answers, vec![Vec::new(); classes.len()]);
+    let failed = std::mem::take(&mut searcher.failed);
+    let rewalks = (1..=REWALKS)
+        .map(|revision| {
+            rewalk(
+                &daemon,
+                &files.path("revision.txt"),
+                revision,
+                &mut searcher,
+            )
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     drop(daemon);
     drop(peer);
     report.line("## Aftermath: searches in the minute after a 1,000,000 first load");
@@ -74,41 +93,208 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
     ));
     report.line("");
     let slices = (WINDOW.as_secs_f64() / SLICE_S).ceil() as usize;
-    let mut rows = Vec::new();
-    for (class, timed) in classes.iter().zip(&answers) {
-        let all = Samples(timed.iter().map(|(_, ms)| *ms).collect());
-        let per_slice: Vec<String> = (0..slices)
-            .map(|slice| {
-                let from = slice as f64 * SLICE_S;
-                let within = Samples(
-                    timed
-                        .iter()
-                        .filter(|(at, _)| *at >= from && *at < from + SLICE_S)
-                        .map(|(_, ms)| *ms)
-                        .collect(),
-                );
-                format!("{:.1}", within.quantile(0.99))
-            })
-            .collect();
-        rows.push(vec![
-            class.label.to_string(),
-            all.len().to_string(),
-            format!("{:.2}", all.median()),
-            format!("{:.2}", all.quantile(0.99)),
-            format!("{:.1}", all.max()),
-            per_slice.join(" / "),
-        ]);
+    let windows: Vec<(f64, f64)> = (0..slices)
+        .map(|slice| (slice as f64 * SLICE_S, (slice + 1) as f64 * SLICE_S))
+        .collect();
+    class_table(
+        report,
+        "each 10 s after visible",
+        &class_rows(&classes, &answers, &windows),
+    );
+    report.line("");
+    report.line(format!(
+        "Then {REWALKS} re-walks, each after the last one's walk pace, each changing a tenth of \
+         the catalog (the peer's revision file rewritten, then `catalog/refresh`); searches \
+         timed from the rewrite until the index holds the swap ({} searches, {} failed):",
+        searcher.answers.iter().map(Vec::len).sum::<usize>(),
+        searcher.failed,
+    ));
+    report.line("");
+    for (revision, timing) in rewalks.iter().enumerate() {
+        report.line(format!(
+            "- re-walk {}: {} entries changed, walk and swap {:.2} s, the index current {:.2} s \
+             after the rewrite",
+            revision + 1,
+            timing.changed,
+            timing.walked_s,
+            timing.window.1 - timing.window.0,
+        ));
     }
-    report.table(
-        &[
-            "class",
-            "searches",
-            "p50 ms",
-            "p99 ms",
-            "max ms",
-            "p99 ms in each 10 s after visible",
-        ],
-        &rows,
+    for (error, count) in &searcher.errors {
+        report.line(format!("- {count} searches failed with: {error}"));
+    }
+    report.line("");
+    let windows: Vec<(f64, f64)> = rewalks.iter().map(|timing| timing.window).collect();
+    class_table(
+        report,
+        "each re-walk",
+        &class_rows(&classes, &searcher.answers, &windows),
     );
     Ok(())
+}
+
+/// The class table, its last column the p99 within each of `windows`.
+fn class_table(report: &mut Report, windows: &str, rows: &[Vec<String>]) {
+    let last = format!("p99 ms in {windows}");
+    report.table(
+        &["class", "searches", "p50 ms", "p99 ms", "max ms", &last],
+        rows,
+    );
+}
+
+/// One row per class: its answers' count, p50, p99 and max, and the p99 within each window
+/// (seconds after the load was visible, from and to).
+fn class_rows(
+    classes: &[QueryClass],
+    answers: &Answers,
+    windows: &[(f64, f64)],
+) -> Vec<Vec<String>> {
+    classes
+        .iter()
+        .zip(answers)
+        .map(|(class, timed)| {
+            let all = Samples(timed.iter().map(|(_, ms)| *ms).collect());
+            let per_window: Vec<String> = windows
+                .iter()
+                .map(|(from, to)| {
+                    let within = Samples(
+                        timed
+                            .iter()
+                            .filter(|(at, _)| at >= from && at < to)
+                            .map(|(_, ms)| *ms)
+                            .collect(),
+                    );
+                    format!("{:.1}", within.quantile(0.99))
+                })
+                .collect();
+            vec![
+                class.label.to_string(),
+                all.len().to_string(),
+                format!("{:.2}", all.median()),
+                format!("{:.2}", all.quantile(0.99)),
+                format!("{:.1}", all.max()),
+                per_window.join(" / "),
+            ]
+        })
+        .collect()
+}
+
+/// One client sending the classes in turn, each answer timed and kept by class.
+struct Searcher<'a> {
+    client: SocketClient,
+    classes: &'a [QueryClass],
+    visible: Instant,
+    answers: Answers,
+    failed: u64,
+    asked: usize,
+    /// Each distinct error a failed search answered, with its count.
+    errors: std::collections::BTreeMap<String, u64>,
+}
+
+impl Searcher<'_> {
+    fn search_once(&mut self) -> anyhow::Result<()> {
+        self.asked += 1;
+        let class = self.asked % self.classes.len();
+        let asked = Instant::now();
+        let answer = self.client.request(
+            "catalog/search",
+            self.classes[class].params(self.asked, false),
+        )?;
+        let milliseconds = asked.elapsed().as_secs_f64() * 1000.0;
+        match answer.get("result") {
+            None => {
+                self.failed += 1;
+                *self
+                    .errors
+                    .entry(
+                        answer["error"]["message"]
+                            .as_str()
+                            .unwrap_or("?")
+                            .to_string(),
+                    )
+                    .or_default() += 1;
+            }
+            Some(_) => self.answers[class].push((
+                asked.duration_since(self.visible).as_secs_f64(),
+                milliseconds,
+            )),
+        }
+        Ok(())
+    }
+}
+
+/// One re-walk: when its searches were timed (seconds after visible), its walk and swap, and
+/// how many entries it changed.
+struct Rewalk {
+    window: (f64, f64),
+    walked_s: f64,
+    changed: u64,
+}
+
+/// Waits out the walk pace (the last walk's duration, at least `min_walk_interval`'s 1 s),
+/// rewrites the peer's revision file and refreshes, searching without pause from the rewrite
+/// until the index holds the swap.
+fn rewalk(
+    daemon: &Daemon,
+    revision_file: &Path,
+    revision: usize,
+    searcher: &mut Searcher<'_>,
+) -> anyhow::Result<Rewalk> {
+    let last_walk_ms = daemon.server_status("after")?["lastWalk"]["durationMs"]
+        .as_u64()
+        .unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(last_walk_ms.max(1000) + 500));
+    let swaps_before = daemon.swaps().len();
+    let mut control = daemon.client()?;
+    let done = AtomicBool::new(false);
+    let from = searcher.visible.elapsed().as_secs_f64();
+    let walked_s = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let outcome = refresh_until_indexed(&mut control, revision_file, revision);
+            done.store(true, Ordering::Release);
+            outcome
+        });
+        while !done.load(Ordering::Acquire) {
+            searcher.search_once()?;
+        }
+        worker
+            .join()
+            .map_err(|_| anyhow::anyhow!("the re-walk's thread panicked"))?
+    })?;
+    let to = searcher.visible.elapsed().as_secs_f64();
+    let changed = daemon
+        .swaps()
+        .get(swaps_before)
+        .map(|swap| swap.changed)
+        .unwrap_or(0);
+    Ok(Rewalk {
+        window: (from, to),
+        walked_s,
+        changed,
+    })
+}
+
+/// Rewrites the revision file, refreshes the server and waits for the index to hold the
+/// swap; returns the refresh's seconds (its walk and swap).
+fn refresh_until_indexed(
+    control: &mut SocketClient,
+    revision_file: &Path,
+    revision: usize,
+) -> anyhow::Result<f64> {
+    let staged = revision_file.with_extension("tmp");
+    std::fs::write(&staged, format!("revision {revision}"))?;
+    std::fs::rename(&staged, revision_file)?;
+    let started = Instant::now();
+    control.call("catalog/refresh", json!({"server": "after", "wait": true}))?;
+    let walked_s = started.elapsed().as_secs_f64();
+    poll_until(
+        "the index to hold the re-walk",
+        Duration::from_secs(600),
+        Duration::from_millis(20),
+        || {
+            let status = control.call("catalog/status", json!({}))?;
+            Ok(index_caught_up(&status, RESOURCES as u64).then_some(()))
+        },
+    )?;
+    Ok(walked_s)
 }

@@ -2,11 +2,14 @@
 //! that generates each `resources/list` page on demand, so its cost per page is small and
 //! constant whatever the catalog's size.
 //!
-//! `fast-peer --resources N --page-size P [--name NAME] [--era legacy|modern|both]` serves
+//! `fast-peer --resources N --page-size P [--name NAME] [--era legacy|modern|both]
+//! [--revision-file PATH]` serves
 //! stdio; with `--http 127.0.0.1:0 [--nodelay]` it serves Streamable HTTP at `/mcp` and prints
 //! `listening on http://ADDRESS/mcp` as its first line, the same contract as `mcp-fixture`,
 //! so `bench/run` starts both the same way. Resources have the shape of the fixture's
-//! generated ones (every optional field filled), under `fast://NAME/docs/NNNNNN.md`.
+//! generated ones (every optional field filled), under `fast://NAME/docs/NNNNNN.md`. With
+//! `--revision-file`, every tenth resource's description ends with the file's text (read for
+//! each page), so writing a new text there and refreshing changes a tenth of the catalog.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -60,6 +63,10 @@ struct Args {
     /// a server whose small writes Nagle's algorithm holds back.
     #[arg(long)]
     nodelay: bool,
+    /// A file whose text (trimmed; none while the file is missing) every tenth resource's
+    /// description ends with, read at each page.
+    #[arg(long)]
+    revision_file: Option<std::path::PathBuf>,
 }
 
 const MIME_TYPES: [&str; 4] = [
@@ -81,10 +88,11 @@ struct Settings {
     name: String,
     versions: &'static [ProtocolVersion],
     icon: Icon,
+    revision_file: Option<std::path::PathBuf>,
 }
 
 impl Catalog {
-    fn resource(&self, index: usize) -> Resource {
+    fn resource(&self, index: usize, revision: &str) -> Resource {
         let settings = &self.settings;
         let topic = index % 37;
         let mut annotations = Annotations::default();
@@ -102,9 +110,10 @@ impl Catalog {
             format!("doc-{index:06}"),
         )
         .with_title(format!("Document {index}"))
-        .with_description(format!(
-            "Synthetic document number {index} about topic-{topic}"
-        ))
+        .with_description(match revision.is_empty() || index % 10 != 0 {
+            true => format!("Synthetic document number {index} about topic-{topic}"),
+            false => format!("Synthetic document number {index} about topic-{topic}, {revision}"),
+        })
         .with_mime_type(MIME_TYPES[index % MIME_TYPES.len()])
         .with_size(1000 + index as u64)
         .with_icons(vec![settings.icon.clone()])
@@ -125,9 +134,16 @@ impl Catalog {
             },
         };
         let end = (start + settings.page_size).min(settings.resources);
-        let mut result =
-            ListResourcesResult::with_all_items((start..end).map(|i| self.resource(i)).collect())
-                .with_ttl_ms(0);
+        let revision = settings
+            .revision_file
+            .as_ref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .unwrap_or_default();
+        let revision = revision.trim();
+        let mut result = ListResourcesResult::with_all_items(
+            (start..end).map(|i| self.resource(i, revision)).collect(),
+        )
+        .with_ttl_ms(0);
         if end < settings.resources {
             result.next_cursor = Some(end.to_string());
         }
@@ -201,6 +217,7 @@ async fn main() -> anyhow::Result<()> {
             name: args.name,
             versions: versions(args.era),
             icon,
+            revision_file: args.revision_file,
         }),
     };
     match args.http {
