@@ -76,7 +76,9 @@ impl Peer {
 }
 
 /// Which walk cases to run: `--quick`, and the filters `--peer=`, `--size=`, `--page=`,
-/// `--wire=` (http or stdio) and `--runs=` (re-walk rounds after the warm-up).
+/// `--wire=` (http or stdio) and `--runs=` (re-walk rounds after the warm-up); `--first-loads=`
+/// (fresh daemons timed to visible and searchable) and `--no-sdk` (no Python or rmcp client:
+/// a first load's A/B of two daemon builds needs the bare loop and the mirror only).
 pub struct WalkOptions {
     pub quick: bool,
     pub peer: Option<String>,
@@ -84,6 +86,8 @@ pub struct WalkOptions {
     pub page: Option<usize>,
     pub wire: Option<String>,
     pub runs: Option<usize>,
+    pub first_loads: Option<usize>,
+    pub no_sdk: bool,
 }
 
 impl WalkOptions {
@@ -106,6 +110,8 @@ impl WalkOptions {
             page: number("page")?,
             wire: value("wire"),
             runs: number("runs")?,
+            first_loads: number("first-loads")?,
+            no_sdk: arguments.iter().any(|argument| argument == "--no-sdk"),
         })
     }
 }
@@ -548,9 +554,16 @@ pub fn run(report: &mut Report, bench: &Path, options: &WalkOptions) -> anyhow::
         if let Some(wire) = wire {
             cases.retain(|case| case.wire == wire);
         }
-        if let Some(runs) = options.runs {
-            for case in &mut cases {
+        for case in &mut cases {
+            if let Some(runs) = options.runs {
                 case.runs = runs.max(1);
+            }
+            if let Some(first_loads) = options.first_loads {
+                case.first_loads = first_loads.max(1);
+            }
+            if options.no_sdk {
+                case.python = false;
+                case.rmcp = false;
             }
         }
         if cases.is_empty() {
@@ -684,7 +697,7 @@ fn run_table(
     );
     if cases
         .iter()
-        .any(|case| case.size >= 1_000_000 && !case.python)
+        .any(|case| case.size >= 1_000_000 && !case.python && case.rmcp)
     {
         report.line(
             "At 1,000,000 resources the Python SDK runs at page size 1,000 only (a page-100 \
