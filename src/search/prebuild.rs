@@ -144,6 +144,7 @@ impl Prebuilder {
                     id,
                     resources,
                     ranges,
+                    read_back,
                 } => {
                     state.ignored.remove(&id);
                     let Some(mut load) = state.loads.remove(&id) else {
@@ -186,6 +187,8 @@ impl Prebuilder {
                             tracing::warn!(%error, "finishing a first load's index failed; it is indexed after its commit");
                         }
                     }
+                    // The full-text backlog and the checkpointer go on (they wait for it).
+                    drop(read_back);
                     self.changed.notify_all();
                 }
                 LoadEvent::Dropped { id } => {

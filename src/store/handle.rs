@@ -105,6 +105,7 @@ impl Store {
         let writer_load_feed = load_feed.clone();
         let wal = Arc::new(writer::WalWatch::default());
         let writer_wal = wal.clone();
+        let read_back = Arc::new(super::ReadBackWatch::default());
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
@@ -115,6 +116,7 @@ impl Store {
                     full_text_behind: writer_behind,
                     load_feed: writer_load_feed,
                     wal_watch: writer_wal,
+                    read_back,
                 };
                 writer::Writer::new(connection, channels).run();
             })

@@ -28,7 +28,8 @@ pub use definitions::{EntryListing, EntryRow, EntrySwap, KindCounts};
 pub use follow::{FollowCursor, KeyedEntries};
 pub use history::VersionRow;
 pub use index_source::{
-    Entry as IndexEntry, FeedGroups, IndexSource, LoadEvent, LoadFeed, SourceSnapshot,
+    Entry as IndexEntry, FeedGroups, IndexSource, LoadEvent, LoadFeed, ReadBackWatch,
+    SourceSnapshot,
 };
 pub use queries::ChangePage;
 pub use reader::Reader;

@@ -512,6 +512,7 @@ fn a_load_built_beside_the_index_is_adopted_whole_and_changes_like_any_other() {
         id: -7,
         resources: 12_000,
         ranges: vec![(1, 12_000)],
+        read_back: None,
     })
     .expect("promoted");
     drop(feed);
@@ -567,6 +568,7 @@ fn a_load_built_beside_the_index_is_adopted_whole_and_changes_like_any_other() {
         id: -8,
         resources: 11_000,
         ranges: vec![(20_001, 31_000)],
+        read_back: None,
     })
     .expect("promoted");
     drop(feed);

@@ -70,6 +70,10 @@ const MERGE_QUIET: Duration = Duration::from_secs(1);
 /// steps of 64 pages after each batch, 13.5 s, the longest batch and its steps 216 ms.
 const MERGE_STEPS_PER_BATCH: u32 = 4;
 
+/// How often the writer looks whether the search index's read-back of a first load is done,
+/// while the full-text backlog waits for it (operations are taken at once meanwhile).
+const READ_BACK_POLL: Duration = Duration::from_millis(50);
+
 /// What waiting for the next operation ended with.
 enum Waited {
     Operation(WriteOp),
@@ -89,6 +93,9 @@ pub(in crate::store) struct Channels {
     pub(in crate::store) full_text_behind: Arc<AtomicU64>,
     pub(in crate::store) load_feed: Arc<std::sync::OnceLock<crate::store::LoadFeed>>,
     pub(in crate::store) wal_watch: Arc<WalWatch>,
+    /// Whether the search index reads a first load's pages back: the full-text backlog and
+    /// the checkpointer wait meanwhile (`ReadBackWatch`).
+    pub(in crate::store) read_back: Arc<crate::store::ReadBackWatch>,
 }
 
 impl Writer {
@@ -160,23 +167,36 @@ impl Writer {
             if !self.reloads.is_empty() {
                 self.reload_step();
             }
-            self.wal.after_write(&self.connection, self.loading());
+            self.after_write();
             self.wrote_at = Some(Instant::now());
         }
     }
 
     /// The next operation; while none waits and a backlog is left (full-text indexing, first
     /// loads to discard), works it off a batch at a time, so a large swap's indexing never
-    /// holds up an operation for more than one batch.
+    /// holds up an operation for more than one batch. While the search index reads a first
+    /// load's pages back (`ReadBackWatch`), the full-text backlog and merges wait.
     fn next_op(&mut self) -> Option<WriteOp> {
         loop {
-            if !self.indexing && self.discarding.is_empty() && self.reloads.is_empty() {
-                let Some(wrote_at) = self.wrote_at else {
-                    return self.channels.operations.blocking_recv();
+            let full_text_waits = self.full_text_waits();
+            if (!self.indexing || full_text_waits)
+                && self.discarding.is_empty()
+                && self.reloads.is_empty()
+            {
+                let deadline = match (full_text_waits, self.wrote_at) {
+                    (true, _) => Instant::now() + READ_BACK_POLL,
+                    (false, Some(wrote_at)) => wrote_at + MERGE_QUIET,
+                    (false, None) => return self.channels.operations.blocking_recv(),
                 };
-                match self.wait_for_op(wrote_at + MERGE_QUIET) {
+                match self.wait_for_op(deadline) {
                     Waited::Operation(operation) => return Some(operation),
                     Waited::Closed => return None,
+                    Waited::Quiet if full_text_waits => {
+                        // Keeps the checkpointer's deferral fresh: the writer writes nothing
+                        // meanwhile to renew it.
+                        self.after_write();
+                        continue;
+                    }
                     Waited::Quiet => {
                         self.merge_full_text();
                         continue;
@@ -189,6 +209,12 @@ impl Writer {
                 Err(TryRecvError::Disconnected) => return None,
             }
         }
+    }
+
+    /// Whether the full-text backlog and merges wait for the search index's read-back of a
+    /// first load. Not without a clock: the writer would spin instead of waiting.
+    fn full_text_waits(&self) -> bool {
+        self.clock.is_some() && self.channels.read_back.pausing()
     }
 
     /// The next operation, if one comes by `deadline`.
@@ -223,7 +249,7 @@ impl Writer {
                 self.wrote_at = None;
             }
         }
-        self.wal.after_write(&self.connection, self.loading());
+        self.after_write();
     }
 
     /// One batch of the backlogs: a reload's copy first, then a snapshot to discard, else the
@@ -249,7 +275,7 @@ impl Writer {
                 index_full_text_batch(&mut self.connection, &self.channels.full_text_behind);
             self.merges_owed = MERGE_STEPS_PER_BATCH;
         }
-        self.wal.after_write(&self.connection, self.loading());
+        self.after_write();
         self.wrote_at = Some(Instant::now());
     }
 
@@ -507,7 +533,7 @@ impl Writer {
             self.discarding.push_back(pending.id);
         }
         if let Some(feed) = self.channels.load_feed.get() {
-            index_tee::send_end(feed, &counts, outcome.is_ok());
+            index_tee::send_end(feed, &counts, outcome.is_ok(), &self.channels.read_back);
         }
         self.note_backlog();
         // Subscribers and the caller hear first: dropping a million staged rows takes a while,
@@ -664,6 +690,16 @@ impl Writer {
     /// A swap that left rows to the full-text backlog starts (or extends) the indexing.
     fn note_backlog(&mut self) {
         self.indexing |= self.channels.full_text_behind.load(Ordering::Acquire) > 0;
+    }
+
+    /// The log's checkpoints after a write (`WriteAheadLog::after_write`): deferred while a
+    /// first load makes progress, and while the search index reads one's pages back
+    /// (`ReadBackWatch`, for at most `READ_BACK_PAUSE_MAX`).
+    fn after_write(&mut self) {
+        let loading = self.loading();
+        let reading_back = self.channels.read_back.pausing();
+        self.wal
+            .after_write(&self.connection, loading, reading_back);
     }
 
     /// Whether a first load is in flight and making progress: the log is not checkpointed

@@ -3,7 +3,7 @@
 //! follows before the commit is announced.
 
 use super::*;
-use crate::store::{IndexEntry, LoadEvent, LoadFeed};
+use crate::store::{IndexEntry, LoadEvent, LoadFeed, ReadBackWatch};
 
 /// A first load's page once staged: the pending load it went to and the ids its rows took
 /// (consecutive, both ends included).
@@ -60,8 +60,14 @@ pub(super) fn send_page(
 }
 
 /// Tells the index how a first load ended (promoted with its ranges, or dropped); sent before
-/// the announcement, so the index's next pass finds the load's end.
-pub(super) fn send_end(feed: &LoadFeed, counts: &StagedCounts, committed: bool) {
+/// the announcement, so the index's next pass finds the load's end. A promoted load some of
+/// whose pages went without the index begins a read-back (`read_back`) the index ends.
+pub(super) fn send_end(
+    feed: &LoadFeed,
+    counts: &StagedCounts,
+    committed: bool,
+    read_back: &Arc<ReadBackWatch>,
+) {
     let Some(pending) = &counts.pending else {
         return;
     };
@@ -70,6 +76,7 @@ pub(super) fn send_end(feed: &LoadFeed, counts: &StagedCounts, committed: bool) 
             id: pending.id,
             resources: counts.staged,
             ranges: pending.ranges.clone(),
+            read_back: (pending.unsent_pages > 0).then(|| read_back.begin()),
         }
     } else {
         LoadEvent::Dropped { id: pending.id }

@@ -301,11 +301,21 @@ impl WriteAheadLog {
     /// progress (`loading`: the writer's `first_load_in_flight`), or alongside one once the
     /// log is half its limit; at the limit the writer copies it itself, so the log restarts
     /// (a log written while a checkpoint runs cannot restart until one catches up with it).
-    pub(super) fn after_write(&mut self, connection: &Connection, loading: bool) {
+    /// While the search index reads a committed first load's pages back (`reading_back`) the
+    /// checkpointer waits whatever the log's size: the writer leaves the full-text backlog
+    /// meanwhile, so the log does not grow, and a 1,000,000 load leaves more than half the
+    /// limit, whose copy took a core from the read-back.
+    pub(super) fn after_write(
+        &mut self,
+        connection: &Connection,
+        loading: bool,
+        reading_back: bool,
+    ) {
         let pages = WAL_PAGES.with(Cell::get);
         // The checkpointer waits while a first load makes progress, and `FIRST_LOAD_IDLE`
         // after its last page at most (an idle writer does not come back to say it ended).
-        self.watch.defer(loading && pages < self.limit_pages / 2);
+        self.watch
+            .defer((loading && pages < self.limit_pages / 2) || reading_back);
         self.limits(connection);
     }
 

@@ -165,7 +165,7 @@ fn log_under_overlapping_readers(hold: Duration) -> u64 {
         connection
             .execute("INSERT INTO blobs VALUES (zeroblob(65536))", [])
             .expect("insert");
-        wal.after_write(&connection, false);
+        wal.after_write(&connection, false, false);
         largest_log = largest_log.max(file_bytes(&log_path(&path)));
         std::thread::sleep(Duration::from_millis(1));
     }
