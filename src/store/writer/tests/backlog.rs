@@ -242,6 +242,53 @@ async fn another_servers_swap_commits_while_a_large_first_load_is_indexed() {
     store.close().await;
 }
 
+/// While the search index reads a committed first load's pages back (it holds the
+/// `ReadingBack` the load's `Promoted` event brought), the writer leaves the load's full-text
+/// backlog, and still commits other walks at once; once the index drops it, the backlog is
+/// indexed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_text_backlog_waits_while_the_index_reads_a_first_load_back() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("catalog.db");
+    let store = open_store(&path, &["large", "small"]).await;
+    let (feed, events) = std::sync::mpsc::channel();
+    store.feed_first_loads(feed);
+    // Nothing takes the pages: past the walk's room for a few of them, the others go on
+    // without the index, which would read them back after the commit.
+    let walk = store.begin_walk("large");
+    for page in resources("large", 0..20_000, "alpha").chunks(1_000) {
+        walk.add_resources(page.to_vec()).await.expect("stage");
+    }
+    walk.commit(WalkReport::default()).await.expect("commit");
+    let reading_back = events
+        .try_iter()
+        .find_map(|event| match event {
+            crate::store::LoadEvent::Promoted { read_back, .. } => Some(read_back),
+            _ => None,
+        })
+        .expect("the load's end is told before its commit is answered")
+        .expect("pages went without the index: it reads them back");
+
+    let walk = store.begin_walk("small");
+    walk.add_resources(resources("small", 0..10, "beta"))
+        .await
+        .expect("stage");
+    let outcome = walk.commit(WalkReport::default()).await.expect("commit");
+    assert_eq!(outcome.added, 10);
+    // Four batches of 5,000 take the writer some tens of milliseconds when it does not wait
+    // (a few hundred in a debug build).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let behind = store.full_text_behind.load(Ordering::Acquire);
+    assert!(
+        behind >= 20_000,
+        "the backlog went on during the read-back: {behind} ids left"
+    );
+
+    drop(reading_back);
+    backlog_indexed(&store).await;
+    store.close().await;
+}
+
 /// Whether merging `index` would do any work now: FTS5's `merge`, in a transaction rolled back,
 /// changes 2 rows or more when a level holds enough segments to merge.
 fn merge_pending(connection: &mut Connection, index: &str) -> bool {
