@@ -131,6 +131,13 @@ impl Response {
         }
     }
 
+    /// About how many bytes the answer's JSON text takes: its result's text and room for the
+    /// envelope, so a writer can size its buffer once (a page of the catalog is ~200 KB).
+    pub fn text_len_hint(&self) -> usize {
+        const ENVELOPE_ROOM: usize = 128;
+        self.result.as_ref().map_or(0, |text| text.get().len()) + ENVELOPE_ROOM
+    }
+
     /// The result and the error, for a face that reshapes answers (the HTTP face).
     pub fn into_parts(self) -> (Option<Value>, Option<ErrorObject>) {
         let result = self

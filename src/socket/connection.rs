@@ -64,7 +64,7 @@ pub(super) async fn serve_connection(
                         ),
                     ),
                 );
-                write_message(&mut write_half, &response).await?;
+                write_message(&mut write_half, &response, response.text_len_hint()).await?;
                 return Ok(());
             }
             Line::Complete => {
@@ -78,7 +78,7 @@ pub(super) async fn serve_connection(
             }
         };
         if let Some(response) = response {
-            write_message(&mut write_half, &response).await?;
+            write_message(&mut write_half, &response, response.text_len_hint()).await?;
         }
         if state.watching.is_some() {
             // A new watcher that asked for changes `since` an older point gets them now,
@@ -99,7 +99,7 @@ async fn notify_catalog_changed(
 ) -> io::Result<()> {
     if state.mcp_client && resources_changed {
         let notification = NotificationMessage::new::<ResourcesListChanged>(None);
-        write_message(writer, &notification).await?;
+        write_message(writer, &notification, 0).await?;
     }
     if state.watching.is_some() {
         send_watched_changes(state, writer, context).await?;
@@ -131,7 +131,7 @@ async fn send_watched_changes(
         let more = page.more;
         let changes = changes_result(page);
         let notification = NotificationMessage::new::<CatalogChanged>(Some(&changes));
-        write_message(writer, &notification).await?;
+        write_message(writer, &notification, 0).await?;
         state.watching = Some(last);
         if !more {
             return Ok(());
@@ -142,16 +142,22 @@ async fn send_watched_changes(
 
 /// Writes one message; the one choke point every answer and notification passes, so no
 /// configured secret a server echoed (into an error, a walk failure, a read) reaches a client.
-async fn write_message(writer: &mut OwnedWriteHalf, message: &impl Serialize) -> io::Result<()> {
-    let mut text = serde_json::to_string(message).map_err(io::Error::other)?;
-    // Copied only when a secret had to be replaced (a page of the catalog is ~200 KB).
+/// `size_hint`: about how long its text is, so the buffer is allocated once (a page of the
+/// catalog grown from nothing was copied a dozen times, then once more for the line break).
+async fn write_message(
+    writer: &mut OwnedWriteHalf,
+    message: &impl Serialize,
+    size_hint: usize,
+) -> io::Result<()> {
+    let mut bytes = Vec::with_capacity(size_hint);
+    serde_json::to_writer(&mut bytes, message).map_err(io::Error::other)?;
+    let text = String::from_utf8(bytes).map_err(io::Error::other)?;
+    // Copied only when a secret had to be replaced.
     let scrubbed = match redact::scrub(&text) {
         std::borrow::Cow::Owned(scrubbed) => Some(scrubbed),
         std::borrow::Cow::Borrowed(_) => None,
     };
-    if let Some(scrubbed) = scrubbed {
-        text = scrubbed;
-    }
+    let mut text = scrubbed.unwrap_or(text);
     text.push('\n');
     writer.write_all(text.as_bytes()).await
 }

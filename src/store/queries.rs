@@ -149,26 +149,29 @@ pub(crate) fn merged_page(
     let mut last_key: Option<String> = None;
     {
         let mut rows = statement.query([after.unwrap_or("")])?;
-        // The key being read, and its winner so far among the seen listings with its priority.
-        let mut reading: Option<String> = None;
+        // The key being read (one buffer for the page: a key is copied into it, not allocated),
+        // and its winner so far among the seen listings with its priority.
+        let mut reading = String::new();
+        let mut reading_any = false;
         let mut winner: Option<(i64, CatalogRow)> = None;
         while let Some(row) = rows.next()? {
             let key = text(row, 2)?;
-            if reading.as_deref() != Some(key) {
+            if !reading_any || reading != key {
                 // A new key: the one before is complete.
-                if let Some(done) = reading.take() {
+                if reading_any {
                     keys_read += 1;
                     if let Some((_, won)) = winner.take() {
                         page_bytes += won.raw.len();
                         page.push(won);
                     }
-                    last_key = Some(done);
                 }
                 if keys_read >= limit || page_bytes >= MAX_LIST_PAGE_BYTES {
                     more = true;
                     break;
                 }
-                reading = Some(key.to_owned());
+                reading.clear();
+                reading.push_str(key);
+                reading_any = true;
             }
             let server = text(row, 1)?;
             if !sees(server) {
@@ -197,11 +200,12 @@ pub(crate) fn merged_page(
                 }
             }
         }
-        if let Some(done) = reading.take() {
+        // The last key read is complete: the page stopped at the next one, or the keys ran out.
+        if reading_any {
             if let Some((_, won)) = winner.take() {
                 page.push(won);
             }
-            last_key = Some(done);
+            last_key = Some(reading);
         }
     }
     Ok(MergedPage {

@@ -239,6 +239,23 @@ pub struct StoredObject<'a> {
 
 impl Serialize for StoredObject<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if let Some(server) = self.origin {
+            let mut spliced = String::new();
+            if splice_with_origin(self.raw, server, &mut spliced) {
+                return Verbatim(&spliced).serialize(serializer);
+            }
+        }
+        self.serialize_through_fields(serializer)
+    }
+}
+
+impl StoredObject<'_> {
+    /// Writes the entry from its fields' texts: the way for any text `splice_with_origin`
+    /// does not take, and what it must write the same bytes as.
+    pub(super) fn serialize_through_fields<S: Serializer>(
+        &self,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         use serde::ser::Error as _;
         // A server's own text may hold line breaks between tokens (a socket answer is one
         // line) or repeat a key: such an object is written compact, through a tree, once.
@@ -306,6 +323,223 @@ impl Serialize for StoredObject<'_> {
             }
         }
         map.end()
+    }
+}
+
+/// The name under which serde_json's serializer writes a struct's one string field as JSON
+/// text, verbatim: how its own `RawValue` serializes (and its `Value` serializer parses it).
+/// `RawValue` itself can only be made from a text by parsing it again.
+const SERDE_JSON_RAW_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// JSON text written as it is. Only for text this module made from a stored entry's text,
+/// which was JSON when it was stored.
+struct Verbatim<'a>(&'a str);
+
+impl Serialize for Verbatim<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut raw = serializer.serialize_struct(SERDE_JSON_RAW_TOKEN, 1)?;
+        raw.serialize_field(SERDE_JSON_RAW_TOKEN, self.0)?;
+        raw.end()
+    }
+}
+
+/// Most fields a stored object (and its `_meta`) may have for `splice_with_origin`; an object
+/// with more is written through its fields.
+const MAX_SPLICED_FIELDS: usize = 24;
+
+/// The fields of a compact object as spans of its text: each from its key's opening quote to
+/// its value's end, with where the value starts.
+struct FieldSpans {
+    spans: [(usize, usize, usize); MAX_SPLICED_FIELDS],
+    len: usize,
+}
+
+impl FieldSpans {
+    fn new() -> FieldSpans {
+        FieldSpans {
+            spans: [(0, 0, 0); MAX_SPLICED_FIELDS],
+            len: 0,
+        }
+    }
+
+    fn fields(&self) -> &[(usize, usize, usize)] {
+        &self.spans[..self.len]
+    }
+}
+
+/// A field's key, from its span in `text` (keys hold no escapes here).
+fn span_key(text: &[u8], (start, value, _): (usize, usize, usize)) -> &[u8] {
+    &text[start + 1..value - 2]
+}
+
+/// Appends a stored entry with `_meta["io.mcp-mirror/server"] = server` added to `out`, as
+/// `StoredObject` writes it through its fields, byte for byte, when the entry's text lets that
+/// be a splice: one line, no space between the tokens of its top level or of its `_meta`,
+/// keys without escapes, each key once, and a `_meta` (when it has one) that is an object
+/// without our keys. Such a text (every server that writes compact JSON, as most do) is then
+/// copied in a few pieces, its `_meta` moved last with the origin added; no tree and no list
+/// of fields is built. False (and `out` untouched) for any other text. The text must be JSON,
+/// as every stored entry is: the scan finds its structure, it does not check numbers.
+pub(super) fn splice_with_origin(raw: &str, server: &str, out: &mut String) -> bool {
+    let text = raw.as_bytes();
+    // Line breaks can only be between tokens (a JSON string holds none).
+    if memchr::memchr2(b'\n', b'\r', text).is_some() {
+        return false;
+    }
+    let mut fields = FieldSpans::new();
+    if compact_object(text, 0, &mut fields) != Some(text.len()) {
+        return false;
+    }
+    let meta = fields
+        .fields()
+        .iter()
+        .position(|&field| span_key(text, field) == META.as_bytes());
+    let own_meta = match meta {
+        None => None,
+        Some(index) => {
+            let (_, value, field_end) = fields.fields()[index];
+            let mut own = FieldSpans::new();
+            let ours = [ORIGIN_META_KEY, CACHE_META_KEY, VIA_META_KEY];
+            if compact_object(text, value, &mut own) != Some(field_end)
+                || own.fields().iter().any(|&field| {
+                    ours.iter()
+                        .any(|ours| span_key(text, field) == ours.as_bytes())
+                })
+            {
+                return false;
+            }
+            // The own fields' text, between its braces.
+            Some(&raw[value + 1..field_end - 1])
+        }
+    };
+    out.reserve(raw.len() + server.len() + ORIGIN_META_KEY.len() + 16);
+    out.push('{');
+    for (index, &(start, _, field_end)) in fields.fields().iter().enumerate() {
+        if Some(index) != meta {
+            out.push_str(&raw[start..field_end]);
+            out.push(',');
+        }
+    }
+    out.push_str("\"_meta\":{");
+    if let Some(own) = own_meta.filter(|own| !own.is_empty()) {
+        out.push_str(own);
+        out.push(',');
+    }
+    out.push('"');
+    out.push_str(ORIGIN_META_KEY);
+    out.push_str("\":");
+    push_json_string(out, server);
+    out.push_str("}}");
+    true
+}
+
+/// Appends `text` as a JSON string, escaped as serde_json escapes it.
+fn push_json_string(out: &mut String, text: &str) {
+    if text
+        .bytes()
+        .any(|byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+    {
+        // A JSON string always serializes.
+        out.push_str(&serde_json::to_string(text).unwrap_or_default());
+        return;
+    }
+    out.push('"');
+    out.push_str(text);
+    out.push('"');
+}
+
+/// Reads the object starting at `text[at]` into `fields` when it is compact at its top level
+/// (no space between its tokens), with keys free of escapes, each once, and at most
+/// `MAX_SPLICED_FIELDS` of them; the index just past it.
+fn compact_object(text: &[u8], mut at: usize, fields: &mut FieldSpans) -> Option<usize> {
+    if text.get(at) != Some(&b'{') {
+        return None;
+    }
+    at += 1;
+    if text.get(at) == Some(&b'}') {
+        return Some(at + 1);
+    }
+    loop {
+        let start = at;
+        if text.get(at) != Some(&b'"') {
+            return None;
+        }
+        let close = at + 1 + memchr::memchr2(b'"', b'\\', text.get(at + 1..)?)?;
+        if text[close] != b'"' {
+            // An escaped key is written unescaped through the fields: not spliced.
+            return None;
+        }
+        at = close + 1;
+        if text.get(at) != Some(&b':') {
+            return None;
+        }
+        at += 1;
+        let value = at;
+        at = skip_value(text, at)?;
+        let key = &text[start + 1..close];
+        if fields.len == MAX_SPLICED_FIELDS
+            || fields
+                .fields()
+                .iter()
+                .any(|&field| span_key(text, field) == key)
+        {
+            return None;
+        }
+        fields.spans[fields.len] = (start, value, at);
+        fields.len += 1;
+        match text.get(at) {
+            Some(b',') => at += 1,
+            Some(b'}') => return Some(at + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The index just past the JSON value starting at `text[at]` (a string, an object or array
+/// taken whole, or a number or literal up to the next delimiter).
+fn skip_value(text: &[u8], mut at: usize) -> Option<usize> {
+    match *text.get(at)? {
+        b'"' => skip_string(text, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            loop {
+                match *text.get(at)? {
+                    b'"' => {
+                        at = skip_string(text, at)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth = depth.checked_sub(1)?;
+                        if depth == 0 {
+                            return Some(at + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                at += 1;
+            }
+        }
+        _ => {
+            let length = text
+                .get(at..)?
+                .iter()
+                .position(|&b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t'))?;
+            (length > 0).then_some(at + length)
+        }
+    }
+}
+
+/// The index just past the JSON string whose opening quote is `text[at]`.
+fn skip_string(text: &[u8], mut at: usize) -> Option<usize> {
+    at += 1;
+    loop {
+        let next = at + memchr::memchr2(b'"', b'\\', text.get(at..)?)?;
+        if text[next] == b'"' {
+            return Some(next + 1);
+        }
+        at = next + 2;
     }
 }
 

@@ -3,6 +3,7 @@
 use serde_json::json;
 use serde_json::Value;
 
+use super::objects::splice_with_origin;
 use super::*;
 
 /// Written from its text, an entry is the same JSON as the typed `Resource` writes: for
@@ -132,4 +133,91 @@ fn objects_pass_through_exactly_with_our_meta_added() {
     expected["_meta"]["io.mcp-mirror/cache"] = json!({"storedAtMs": 5, "reason": "down"});
     assert_eq!(serde_json::to_value(&result).expect("serialize"), expected);
     assert!(serde_json::from_value::<ReadResourceResult>(json!({"x": 1})).is_err());
+}
+
+/// The fields' way of writing an entry, which a splice must match byte for byte.
+struct ThroughFields<'a>(StoredObject<'a>);
+
+impl serde::Serialize for ThroughFields<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_through_fields(serializer)
+    }
+}
+
+/// A compact entry is written by splicing its text, and the splice writes exactly the bytes
+/// the fields' way writes; any text the splice cannot prove safe (line breaks, spaces between
+/// tokens, escaped or repeated keys, a `_meta` that is not an object or holds our keys) goes
+/// the fields' way.
+#[test]
+fn spliced_entries_are_byte_for_byte_what_their_fields_write() {
+    let spliced = [
+        r#"{"uri":"file:///a","name":"a","size":3}"#,
+        r#"{}"#,
+        r#"{"uri":"file:///a","_meta":{"theirs":true},"annotations":{"audience":["user"]}}"#,
+        r#"{"_meta":{},"uri":"file:///a"}"#,
+        r#"{"uri":"file:///a","_meta":{"z":{"b":[1,{"c":null}]},"a":"y","m":2.5}}"#,
+        r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/uri":["loopback"],"io.mcp-mirror/key":"k"}}"#,
+        r#"{"uri":"file:///a","description":"quote \" and \\ and \n and \u00e9, {not} [a] \"_meta\":1"}"#,
+        r#"{"uri":"file:///a","nested":{"a": [1, 2],	"b":{"a":1,"a":2}},"n":-1.5e3,"t":true,"f":false,"z":null}"#,
+        r#"{"uri":"é","name":"ünï","_meta":{"ü":"😀"}}"#,
+    ];
+    let through_fields = [
+        "{\n  \"uri\": \"file:///a\",\r\n  \"description\": \"two\\nlines\"\n}",
+        r#"{"uri": "file:///a"}"#,
+        r#" {"uri":"file:///a"}"#,
+        r#"{"uri":"file:///a"} "#,
+        r#"{"uri":"file:///a","n":1 }"#,
+        r#"{"uri":"file:///a","na\u006de":"escaped key","extra":null}"#,
+        r#"{"uri":"file:///a","name":"first","name":"second"}"#,
+        r#"{"uri":"file:///a","_meta":"not an object","name":7}"#,
+        r#"{"uri":"file:///a","_meta":null}"#,
+        r#"{"uri":"file:///a","_meta":{"dup":1,"dup":2}}"#,
+        r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/server":"demo","x":1}}"#,
+        r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/cache":5,"x":1}}"#,
+        r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/via":"v"}}"#,
+        r#"{"uri":"file:///a","_meta":{"io.mcp-mirror/ser\u0076er":"demo","x":1}}"#,
+        r#"{"uri":"file:///a","_meta":{ "x":1}}"#,
+        r#"{"uri":"file:///a","_meta":{"k\"":"x"},"x":[]}"#,
+        r#"{"uri":"file:///a","_meta":{"x":1},"_meta":{"y":2}}"#,
+    ];
+    let many_fields = format!(
+        "{{{}}}",
+        (0..40)
+            .map(|i| format!("\"f{i}\":{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut expected_kept = 0;
+    for (raw, splices) in spliced
+        .iter()
+        .map(|raw| (raw.to_string(), true))
+        .chain(through_fields.iter().map(|raw| (raw.to_string(), false)))
+        .chain([(many_fields, false)])
+    {
+        for server in ["docs", "odd \"server\"\t"] {
+            let mut text = String::new();
+            assert_eq!(
+                splice_with_origin(&raw, server, &mut text),
+                splices,
+                "{raw}"
+            );
+            let object = StoredObject {
+                raw: &raw,
+                origin: Some(server),
+            };
+            let fields = serde_json::to_string(&ThroughFields(object)).expect("fields");
+            let written = serde_json::to_string(&object).expect("written");
+            assert_eq!(written, fields, "{raw} from {server}");
+            if splices {
+                assert_eq!(text, fields, "{raw} from {server}");
+                expected_kept += 1;
+            } else {
+                assert!(text.is_empty());
+            }
+            // The same bytes, read as a tree, for the `Value` serializer too.
+            let value = serde_json::to_value(object).expect("value");
+            assert_eq!(value, serde_json::from_str::<Value>(&fields).expect("JSON"));
+        }
+    }
+    assert_eq!(expected_kept, spliced.len() * 2);
 }
