@@ -12,8 +12,8 @@ use serde_json::json;
 
 use crate::daemon::{start_daemon, start_http_server, Daemon, DaemonFiles};
 use crate::paths::bench_peer_binary;
-use crate::process::{http_server_table, poll_until, SocketClient};
-use crate::query::{index_caught_up, million_classes, QueryClass};
+use crate::process::{http_server_table, SocketClient};
+use crate::query::{million_classes, wait_for_index, QueryClass};
 use crate::report::{Report, Samples};
 
 const RESOURCES: usize = 1_000_000;
@@ -58,16 +58,13 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         client: daemon.client()?,
         classes: &classes,
         visible,
-        answers: vec![Vec::new(); classes.len()],
-        failed: 0,
+        phase: Phase::new(classes.len()),
         asked: 0,
-        errors: Default::default(),
     };
     while visible.elapsed() < WINDOW {
         searcher.search_once()?;
     }
-    let answers = std::mem::replace(&mut searcher.answers, vec![Vec::new(); classes.len()]);
-    let failed = std::mem::take(&mut searcher.failed);
+    let minute = searcher.take_phase();
     let rewalks = (1..=REWALKS)
         .map(|revision| {
             rewalk(
@@ -78,19 +75,40 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
             )
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let during_rewalks = searcher.take_phase();
     drop(daemon);
     drop(peer);
+    write_report(
+        report,
+        &classes,
+        visible_after,
+        (&minute, &during_rewalks),
+        &rewalks,
+    );
+    Ok(())
+}
+
+/// The minute's table, then the re-walks' lines and table.
+fn write_report(
+    report: &mut Report,
+    classes: &[QueryClass],
+    visible_after: f64,
+    (minute, during_rewalks): (&Phase, &Phase),
+    rewalks: &[Rewalk],
+) {
     report.line("## Aftermath: searches in the minute after a 1,000,000 first load");
     report.line("");
     report.line(format!(
         "Host: {}. The fast peer over HTTP, pages of 1,000, default configuration; the first \
          load visible {visible_after:.2} s after the daemon started, then one client sends the \
-         query scenario's classes in turn without pause for {} s ({} searches, {failed} \
-         failed). Milliseconds per answer, measured by the client.",
+         query scenario's classes in turn without pause for {} s ({} searches, {} failed). \
+         Milliseconds per answer, measured by the client.",
         crate::cpu_and_vector_flags(),
         WINDOW.as_secs(),
-        answers.iter().map(Vec::len).sum::<usize>(),
+        minute.searches(),
+        minute.failed,
     ));
+    minute.error_lines(report);
     report.line("");
     let slices = (WINDOW.as_secs_f64() / SLICE_S).ceil() as usize;
     let windows: Vec<(f64, f64)> = (0..slices)
@@ -99,15 +117,15 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
     class_table(
         report,
         "each 10 s after visible",
-        &class_rows(&classes, &answers, &windows),
+        &class_rows(classes, &minute.answers, &windows),
     );
     report.line("");
     report.line(format!(
         "Then {REWALKS} re-walks, each after the last one's walk pace, each changing a tenth of \
          the catalog (the peer's revision file rewritten, then `catalog/refresh`); searches \
          timed from the rewrite until the index holds the swap ({} searches, {} failed):",
-        searcher.answers.iter().map(Vec::len).sum::<usize>(),
-        searcher.failed,
+        during_rewalks.searches(),
+        during_rewalks.failed,
     ));
     report.line("");
     for (revision, timing) in rewalks.iter().enumerate() {
@@ -120,17 +138,14 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
             timing.window.1 - timing.window.0,
         ));
     }
-    for (error, count) in &searcher.errors {
-        report.line(format!("- {count} searches failed with: {error}"));
-    }
+    during_rewalks.error_lines(report);
     report.line("");
     let windows: Vec<(f64, f64)> = rewalks.iter().map(|timing| timing.window).collect();
     class_table(
         report,
         "each re-walk",
-        &class_rows(&classes, &searcher.answers, &windows),
+        &class_rows(classes, &during_rewalks.answers, &windows),
     );
-    Ok(())
 }
 
 /// The class table, its last column the p99 within each of `windows`.
@@ -184,14 +199,46 @@ struct Searcher<'a> {
     client: SocketClient,
     classes: &'a [QueryClass],
     visible: Instant,
+    /// What the searches of the current phase (the minute, the re-walks) came to.
+    phase: Phase,
+    asked: usize,
+}
+
+/// The searches of one phase: every answer by class, and the failed ones.
+struct Phase {
     answers: Answers,
     failed: u64,
-    asked: usize,
     /// Each distinct error a failed search answered, with its count.
     errors: std::collections::BTreeMap<String, u64>,
 }
 
+impl Phase {
+    fn new(classes: usize) -> Phase {
+        Phase {
+            answers: vec![Vec::new(); classes],
+            failed: 0,
+            errors: Default::default(),
+        }
+    }
+
+    fn searches(&self) -> usize {
+        self.answers.iter().map(Vec::len).sum()
+    }
+
+    /// A line for each distinct error, with how many searches answered it.
+    fn error_lines(&self, report: &mut Report) {
+        for (error, count) in &self.errors {
+            report.line(format!("- {count} searches failed with: {error}"));
+        }
+    }
+}
+
 impl Searcher<'_> {
+    /// The phase so far, a new one begun.
+    fn take_phase(&mut self) -> Phase {
+        std::mem::replace(&mut self.phase, Phase::new(self.classes.len()))
+    }
+
     fn search_once(&mut self) -> anyhow::Result<()> {
         self.asked += 1;
         let class = self.asked % self.classes.len();
@@ -203,8 +250,9 @@ impl Searcher<'_> {
         let milliseconds = asked.elapsed().as_secs_f64() * 1000.0;
         match answer.get("result") {
             None => {
-                self.failed += 1;
+                self.phase.failed += 1;
                 *self
+                    .phase
                     .errors
                     .entry(
                         answer["error"]["message"]
@@ -214,7 +262,7 @@ impl Searcher<'_> {
                     )
                     .or_default() += 1;
             }
-            Some(_) => self.answers[class].push((
+            Some(_) => self.phase.answers[class].push((
                 asked.duration_since(self.visible).as_secs_f64(),
                 milliseconds,
             )),
@@ -287,14 +335,6 @@ fn refresh_until_indexed(
     let started = Instant::now();
     control.call("catalog/refresh", json!({"server": "after", "wait": true}))?;
     let walked_s = started.elapsed().as_secs_f64();
-    poll_until(
-        "the index to hold the re-walk",
-        Duration::from_secs(600),
-        Duration::from_millis(20),
-        || {
-            let status = control.call("catalog/status", json!({}))?;
-            Ok(index_caught_up(&status, RESOURCES as u64).then_some(()))
-        },
-    )?;
+    wait_for_index(control, RESOURCES as u64, Duration::from_millis(20))?;
     Ok(walked_s)
 }

@@ -8,8 +8,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::{fixture_stdio_table, start_daemon, Daemon, DaemonFiles};
 use crate::measure::{clock_ticks_per_second, cpu_ticks, now_us, thread_cpu_between, thread_ticks};
-use crate::process::{poll_until, write_json_atomically, SocketClient};
-use crate::query::index_caught_up;
+use crate::process::{write_json_atomically, SocketClient};
 use crate::report::{ratio, Report, Samples};
 
 const RESOURCES: usize = 100_000;
@@ -124,15 +123,10 @@ fn start_side(label: &'static str, history: bool) -> anyhow::Result<Side> {
 }
 
 fn wait_for_index(daemon: &Daemon) -> anyhow::Result<()> {
-    let mut client = daemon.client()?;
-    poll_until(
-        "the search index to catch up",
-        Duration::from_secs(1800),
+    crate::query::wait_for_index(
+        &mut daemon.client()?,
+        RESOURCES as u64,
         Duration::from_millis(100),
-        || {
-            let status = client.call("catalog/status", json!({}))?;
-            Ok(index_caught_up(&status, RESOURCES as u64).then_some(()))
-        },
     )
 }
 

@@ -16,7 +16,7 @@ use crate::daemon::{
     DaemonFiles,
 };
 use crate::measure::{clock_ticks_per_second, cpu_ticks, now_us, proc_status_kb};
-use crate::process::{http_server_table, poll_until, write_json_atomically};
+use crate::process::{http_server_table, poll_until, write_json_atomically, SocketClient};
 use crate::report::{mb, ratio, Report, Samples};
 
 const MILLION_SERVER: &str = "million";
@@ -270,6 +270,24 @@ pub fn index_caught_up(status: &Value, resources: u64) -> bool {
         && index["documents"]
             .as_u64()
             .is_some_and(|documents| documents >= resources)
+}
+
+/// Polls `catalog/status` every `every` until the index holds the catalog as it stands
+/// (`index_caught_up` with `resources` documents), at most 30 minutes.
+pub fn wait_for_index(
+    client: &mut SocketClient,
+    resources: u64,
+    every: Duration,
+) -> anyhow::Result<()> {
+    poll_until(
+        "the search index to catch up",
+        Duration::from_secs(1800),
+        every,
+        || {
+            let status = client.call("catalog/status", json!({}))?;
+            Ok(index_caught_up(&status, resources).then_some(()))
+        },
+    )
 }
 
 /// Waits for every server's first walk and for the index to hold `documents` entries; sets

@@ -216,12 +216,7 @@ async fn another_servers_swap_commits_while_a_large_first_load_is_indexed() {
 
     // The other server's walk and swap go through the writer between two batches of the
     // backlog: its commit is answered while most of the load is still being indexed.
-    let walk = store.begin_walk("small");
-    walk.add_resources(resources("small", 0..10, "beta"))
-        .await
-        .expect("stage");
-    let outcome = walk.commit(WalkReport::default()).await.expect("commit");
-    assert_eq!(outcome.added, 10);
+    commit_small_walk(&store).await;
     let behind = store.full_text_behind.load(Ordering::Acquire);
     assert!(
         behind > 50_000,
@@ -269,12 +264,7 @@ async fn the_full_text_backlog_waits_while_the_index_reads_a_first_load_back() {
         .expect("the load's end is told before its commit is answered")
         .expect("pages went without the index: it reads them back");
 
-    let walk = store.begin_walk("small");
-    walk.add_resources(resources("small", 0..10, "beta"))
-        .await
-        .expect("stage");
-    let outcome = walk.commit(WalkReport::default()).await.expect("commit");
-    assert_eq!(outcome.added, 10);
+    commit_small_walk(&store).await;
     // Four batches of 5,000 take the writer some tens of milliseconds when it does not wait
     // (a few hundred in a debug build).
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -287,6 +277,16 @@ async fn the_full_text_backlog_waits_while_the_index_reads_a_first_load_back() {
     drop(reading_back);
     backlog_indexed(&store).await;
     store.close().await;
+}
+
+/// Stages and commits 10 resources of server "small" (text "beta"), and checks they were added.
+async fn commit_small_walk(store: &Store) {
+    let walk = store.begin_walk("small");
+    walk.add_resources(resources("small", 0..10, "beta"))
+        .await
+        .expect("stage");
+    let outcome = walk.commit(WalkReport::default()).await.expect("commit");
+    assert_eq!(outcome.added, 10);
 }
 
 /// Whether merging `index` would do any work now: FTS5's `merge`, in a transaction rolled back,
