@@ -286,9 +286,17 @@ fn hostile_names_field_names_descriptions_and_errors_are_escaped_for_humans() {
                 .map(str::to_string)
         },
     );
+    // walksOk counts the resource swap; the tools are swapped on their own just after it, so
+    // the accept waits for the tool to be listed (or it would accept a server without tools).
+    wait_for("the tool to be listed", Duration::from_secs(30), || {
+        let tools = daemon.call("catalog/tools", json!({"server": "fx"}));
+        (tools["tools"].as_array()?.len() == 1).then_some(())
+    });
     let run = |args: &[&str]| run_with_database(&daemon.socket, &daemon.database, args);
-    let accepted = run(&["accept", "--server", "fx"]);
+    let accepted = run(&["accept", "--server", "fx", "--json"]);
     assert!(accepted.status.success(), "{accepted:?}");
+    let accepted: Value = serde_json::from_str(&stdout(&accepted)).expect("json");
+    assert_eq!(accepted["accepted"], 1, "{accepted}");
     scratch.write_scenario("fx.json", &tool(2));
     wait_for("the drift", Duration::from_secs(30), || {
         let drift = daemon.call("catalog/drift", json!({"server": "fx"}));
