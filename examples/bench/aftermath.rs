@@ -4,6 +4,7 @@
 //! during re-walks that each change a tenth of the catalog (the peer's `--revision-file`).
 //! One client on one connection sends the query scenario's 8 classes in turn, without pause.
 
+use std::io::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,6 +18,8 @@ use crate::query::{million_classes, wait_for_index, QueryClass};
 use crate::report::{Report, Samples};
 
 const RESOURCES: usize = 1_000_000;
+/// The first phase's length after the load is visible (`--aftermath-minute-s=N` shortens it
+/// to time the re-walks alone; the budget's moment is the whole minute).
 const WINDOW: Duration = Duration::from_secs(60);
 const SLICE_S: f64 = 10.0;
 /// Re-walks timed after the minute, each changing a tenth of the catalog.
@@ -25,7 +28,20 @@ const REWALKS: usize = 3;
 /// Every answer of one class: (seconds after the load was visible, milliseconds).
 type Answers = Vec<Vec<(f64, f64)>>;
 
-pub fn run(report: &mut Report) -> anyhow::Result<()> {
+/// The first phase's length: `--aftermath-minute-s=N`, else `WINDOW`.
+pub fn minute_from_arguments(arguments: &[String]) -> anyhow::Result<Duration> {
+    match arguments
+        .iter()
+        .find_map(|argument| argument.strip_prefix("--aftermath-minute-s="))
+    {
+        Some(seconds) => Ok(Duration::from_secs(seconds.parse().map_err(|_| {
+            anyhow::anyhow!("--aftermath-minute-s takes whole seconds, not {seconds}")
+        })?)),
+        None => Ok(WINDOW),
+    }
+}
+
+pub fn run(report: &mut Report, window: Duration) -> anyhow::Result<()> {
     let files = DaemonFiles::fresh("aftermath")?;
     let args: Vec<String> = [
         "--name",
@@ -56,12 +72,13 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
     let classes = million_classes();
     let mut searcher = Searcher {
         client: daemon.client()?,
+        timeline: std::io::BufWriter::new(std::fs::File::create(files.path("answers.tsv"))?),
         classes: &classes,
         visible,
         phase: Phase::new(classes.len()),
         asked: 0,
     };
-    while visible.elapsed() < WINDOW {
+    while visible.elapsed() < window {
         searcher.search_once()?;
     }
     let minute = searcher.take_phase();
@@ -81,7 +98,7 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
     write_report(
         report,
         &classes,
-        visible_after,
+        (visible_after, window),
         (&minute, &during_rewalks),
         &rewalks,
     );
@@ -92,7 +109,7 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
 fn write_report(
     report: &mut Report,
     classes: &[QueryClass],
-    visible_after: f64,
+    (visible_after, window): (f64, Duration),
     (minute, during_rewalks): (&Phase, &Phase),
     rewalks: &[Rewalk],
 ) {
@@ -104,13 +121,13 @@ fn write_report(
          query scenario's classes in turn without pause for {} s ({} searches, {} failed). \
          Milliseconds per answer, measured by the client.",
         crate::cpu_and_vector_flags(),
-        WINDOW.as_secs(),
+        window.as_secs(),
         minute.searches(),
         minute.failed,
     ));
     minute.error_lines(report);
     report.line("");
-    let slices = (WINDOW.as_secs_f64() / SLICE_S).ceil() as usize;
+    let slices = (window.as_secs_f64() / SLICE_S).ceil() as usize;
     let windows: Vec<(f64, f64)> = (0..slices)
         .map(|slice| (slice as f64 * SLICE_S, (slice + 1) as f64 * SLICE_S))
         .collect();
@@ -197,6 +214,9 @@ fn class_rows(
 /// One client sending the classes in turn, each answer timed and kept by class.
 struct Searcher<'a> {
     client: SocketClient,
+    /// Every answer as a line, beside the daemon's log: when it was asked (Unix seconds, the
+    /// log's clock), its class, its milliseconds, and the error it answered if it failed.
+    timeline: std::io::BufWriter<std::fs::File>,
     classes: &'a [QueryClass],
     visible: Instant,
     /// What the searches of the current phase (the minute, the re-walks) came to.
@@ -243,11 +263,18 @@ impl Searcher<'_> {
         self.asked += 1;
         let class = self.asked % self.classes.len();
         let asked = Instant::now();
+        let asked_at_us = crate::measure::now_us();
         let answer = self.client.request(
             "catalog/search",
             self.classes[class].params(self.asked, false),
         )?;
         let milliseconds = asked.elapsed().as_secs_f64() * 1000.0;
+        writeln!(
+            self.timeline,
+            "{:.6}\t{class}\t{milliseconds:.3}\t{}",
+            asked_at_us as f64 / 1e6,
+            answer["error"]["message"].as_str().unwrap_or("")
+        )?;
         match answer.get("result") {
             None => {
                 self.phase.failed += 1;

@@ -207,7 +207,9 @@ fn main() -> anyhow::Result<()> {
             "swap" => swap::run(&mut report),
             "rewalk" => rewalk::run(&mut report),
             "index" => index::run(&mut report),
-            "aftermath" => aftermath::run(&mut report),
+            "aftermath" => {
+                aftermath::run(&mut report, aftermath::minute_from_arguments(&arguments)?)
+            }
             "history" => history::run(&mut report, &history::Parts::from_arguments(&arguments)?),
             "change" => change::run(&mut report),
             "query" | "start" => (|| {
