@@ -1,11 +1,31 @@
-//! Background threads' CPU priority: work that keeps derived state (the search index keeper's
-//! passes, tantivy's indexing and merge threads) runs at a lower priority than answering, so on
-//! a busy host a search takes the core and the index waits, never the other way round.
+//! Background threads' CPU priority: work that fetches and keeps the catalog (the sessions'
+//! walks on the `upstream_runtime`, the store's writer and checkpointer, the search index
+//! keeper's passes, tantivy's indexing and merge threads) runs at a lower priority than
+//! answering, so on a busy host a search takes the core and the walk waits a moment, never the
+//! other way round.
 
-/// The nice value of the search index's threads: on a core both want, a nice-0 thread gets
-/// about three times the time of a nice-5 one (the kernel's weights 1024 and 335), so searches
-/// and walks come first, and the index still keeps a steady share: idle cores are its whole.
-pub const INDEX_NICE: i32 = 5;
+/// The nice value of background threads: on a core both want, a nice-0 thread gets about three
+/// times the time of a nice-5 one (the kernel's weights 1024 and 335), and a waking nice-0
+/// thread is run sooner, so searches come first; background work still keeps a steady share,
+/// and idle cores are its whole.
+pub const BACKGROUND_NICE: i32 = 5;
+
+/// The nice value of the search index's threads (`BACKGROUND_NICE`).
+pub const INDEX_NICE: i32 = BACKGROUND_NICE;
+
+/// The runtime the sessions run on, apart from the one that answers: their walks (fetching,
+/// parsing and staging every page), the reads they pass through to servers, and the stdio
+/// servers they start (a child inherits its parent thread's nice value). Its threads, named
+/// `upstream`, run at `BACKGROUND_NICE`, so a walk of a million entries never holds a core an
+/// answer is waiting for: on the shared runtime, a search queued behind page parsing waited up
+/// to 8 ms on a two-core host.
+pub fn upstream_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_name("upstream")
+        .enable_all()
+        .on_thread_start(|| lower_this_threads_priority(BACKGROUND_NICE))
+        .build()
+}
 
 /// Lowers the calling thread's priority to `nice` (Linux's setpriority takes a thread id);
 /// threads it starts later inherit it. A thread can lower its own priority, never raise it

@@ -4,7 +4,7 @@
 //! so the compiler reports an item nothing uses.
 
 pub(crate) mod answer;
-pub(crate) mod background;
+pub mod background;
 pub mod cli;
 pub mod config;
 pub mod daemon;

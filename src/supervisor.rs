@@ -15,6 +15,8 @@ const STOP_BOUND: Duration = Duration::from_secs(10);
 
 pub struct Supervisor {
     store: Store,
+    /// Where the sessions run (`background::upstream_runtime`).
+    upstream: tokio::runtime::Handle,
     /// Behind an async mutex so the socket can refresh while a reload or shutdown changes the set.
     sessions: Mutex<BTreeMap<String, SessionHandle>>,
 }
@@ -47,18 +49,24 @@ pub enum RefreshOutcome {
 }
 
 impl Supervisor {
-    pub fn start(servers: &[ServerConfig], store: &Store) -> Supervisor {
+    /// Starts a session for each of `servers` on `upstream`, the runtime sessions run on.
+    pub fn start(
+        servers: &[ServerConfig],
+        store: &Store,
+        upstream: tokio::runtime::Handle,
+    ) -> Supervisor {
         let sessions = servers
             .iter()
             .map(|server| {
                 (
                     server.name.clone(),
-                    SessionHandle::spawn(server.clone(), store.clone()),
+                    SessionHandle::spawn(server.clone(), store.clone(), &upstream),
                 )
             })
             .collect();
         Supervisor {
             store: store.clone(),
+            upstream,
             sessions: Mutex::new(sessions),
         }
     }
@@ -188,7 +196,8 @@ impl Supervisor {
         // walk tells the operator what is wrong, and the daemon keeps serving.
         for name in report.added.iter().chain(&report.changed) {
             if let Some(server) = wanted.get(name.as_str()) {
-                let handle = SessionHandle::spawn((*server).clone(), self.store.clone());
+                let handle =
+                    SessionHandle::spawn((*server).clone(), self.store.clone(), &self.upstream);
                 sessions.insert(name.clone(), handle);
             }
         }

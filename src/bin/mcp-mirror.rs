@@ -769,6 +769,13 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let upstream = match mcp_mirror::background::upstream_runtime() {
+        Ok(upstream) => upstream,
+        Err(error) => {
+            eprintln!("mcp-mirror: cannot start the sessions' async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (controls, control_receiver) = tokio::sync::mpsc::channel(8);
     std::thread::spawn(move || {
         for signal in signals.forever() {
@@ -787,9 +794,15 @@ fn serve(config_path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
             }
         }
     });
-    let outcome = runtime.block_on(daemon::run_with(config, control_receiver, service));
+    let outcome = runtime.block_on(daemon::run_with(
+        config,
+        control_receiver,
+        service,
+        upstream.handle().clone(),
+    ));
     // Tasks that outlived the ordered shutdown (a session past its bound) are dropped here,
     // which kills any child they still hold; never wait on them without a limit.
+    upstream.shutdown_timeout(Duration::from_secs(1));
     runtime.shutdown_timeout(Duration::from_secs(1));
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

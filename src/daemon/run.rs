@@ -90,6 +90,7 @@ pub async fn run_with(
     config: Config,
     mut controls: mpsc::Receiver<ControlEvent>,
     service: ServiceEnvironment,
+    upstream: tokio::runtime::Handle,
 ) -> anyhow::Result<()> {
     redact::remember_secrets(config.secrets());
     let notifier = service.notifier.map(Arc::new);
@@ -121,7 +122,7 @@ pub async fn run_with(
         .map(|index| search::keeper::spawn(index.clone(), store.clone(), stopping.clone()));
     #[cfg(feature = "semantic")]
     let semantic = start_semantic_index(&config.search, &store, &stopping);
-    let supervisor = Arc::new(Supervisor::start(&config.servers, &store));
+    let supervisor = Arc::new(Supervisor::start(&config.servers, &store, upstream));
     let shared_servers = config
         .servers
         .iter()

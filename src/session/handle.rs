@@ -36,7 +36,12 @@ pub struct SessionClient {
 }
 
 impl SessionHandle {
-    pub fn spawn(config: ServerConfig, store: Store) -> SessionHandle {
+    /// Starts the session's task on `runtime` (the daemon's `background::upstream_runtime`).
+    pub fn spawn(
+        config: ServerConfig,
+        store: Store,
+        runtime: &tokio::runtime::Handle,
+    ) -> SessionHandle {
         let (commands, command_receiver) = mpsc::channel(64);
         let (stop, stopping) = watch::channel(false);
         let (live_sender, live) = watch::channel(LiveStatus::default());
@@ -62,7 +67,7 @@ impl SessionHandle {
                     command_receiver,
                     live_sender,
                 );
-                tokio::spawn(run.instrument(span))
+                runtime.spawn(run.instrument(span))
             }
             _ => {
                 let actor = actor::Actor::new(
@@ -75,7 +80,7 @@ impl SessionHandle {
                     live_sender,
                     meter.clone(),
                 );
-                tokio::spawn(actor.run().instrument(span))
+                runtime.spawn(actor.run().instrument(span))
             }
         };
         SessionHandle {

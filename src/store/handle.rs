@@ -109,6 +109,8 @@ impl Store {
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
+                // Swaps and staging are background work: answers read on their own connections.
+                crate::background::lower_this_threads_priority(crate::background::BACKGROUND_NICE);
                 let channels = writer::Channels {
                     operations: receiver,
                     changes: writer_changes,

@@ -836,12 +836,14 @@ fn thread_nice_values(pid: u32) -> Vec<(String, i64)> {
     threads
 }
 
-/// The search index's background work (the keeper's passes, tantivy's indexing and merge
-/// threads) runs at a lower CPU priority than the threads that answer, so a search takes a busy
-/// core first. The first-load builder does not: a first load's walk may wait for it.
+/// Background work (the sessions' walks on the `upstream` runtime, the store's writer and
+/// checkpointer, the search index keeper's passes, tantivy's indexing and merge threads) runs at
+/// a lower CPU priority than the threads that answer, so a search takes a busy core first; a
+/// stdio server the daemon starts inherits it. The first-load builder does not: a first load's
+/// walk may wait for it.
 #[cfg(target_os = "linux")]
 #[test]
-fn the_index_threads_run_at_a_lower_priority_than_the_answering_ones() {
+fn the_index_walk_and_writer_threads_run_at_a_lower_priority_than_the_answering_ones() {
     let scratch = Scratch::new();
     let server = stdio_server("fx", &["--name", "fx", "--generate", "50"]);
     let daemon = Daemon::start(&scratch, &scratch.config(&server));
@@ -869,7 +871,14 @@ fn the_index_threads_run_at_a_lower_priority_than_the_answering_ones() {
     assert!(!answering.is_empty(), "{threads:?}");
     let base = answering[0];
     assert!(answering.iter().all(|nice| *nice == base), "{threads:?}");
-    for background in ["search-keeper", "merge_thread", "thrd-tantivy"] {
+    for background in [
+        "search-keeper",
+        "merge_thread",
+        "thrd-tantivy",
+        "upstream",
+        "store-writer",
+        "store-checkpoin",
+    ] {
         let values = nice_of(background);
         assert!(!values.is_empty(), "no {background} thread: {threads:?}");
         assert!(
@@ -880,5 +889,21 @@ fn the_index_threads_run_at_a_lower_priority_than_the_answering_ones() {
     assert!(
         nice_of("search-prebuild").iter().all(|nice| *nice == base),
         "{threads:?}"
+    );
+    let children: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", daemon.child.id()))
+        .expect("tasks")
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    assert_eq!(children.len(), 1, "the stdio server: {children:?}");
+    let server = thread_nice_values(children[0]);
+    assert!(
+        !server.is_empty() && server.iter().all(|(_, nice)| *nice > base),
+        "{server:?}"
     );
 }

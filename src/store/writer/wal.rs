@@ -422,7 +422,10 @@ impl Checkpointer {
         let (asks, asked) = sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("store-checkpoint".into())
-            .spawn(move || run_checkpointer(connection, asked, watch, restart_pages))
+            .spawn(move || {
+                crate::background::lower_this_threads_priority(crate::background::BACKGROUND_NICE);
+                run_checkpointer(connection, asked, watch, restart_pages)
+            })
             .map_err(|error| {
                 StoreError::Walk(format!("cannot start the checkpoint thread: {error}"))
             })?;
