@@ -202,6 +202,13 @@ fn register_search_index(registry: &mut Registry, index: &IndexStatus, change_se
         "Entries in the search index",
         documents,
     );
+    let pinned: Gauge = Gauge::default();
+    pinned.set(i64::from(index.pinned_generation.is_some()));
+    registry.register(
+        "search_index_pinned",
+        "1 while the search index applies a large change in batches and searches answer from its commit before it",
+        pinned,
+    );
 }
 
 /// The HTTP face's connection counts for `render`.

@@ -195,7 +195,13 @@ fn search_index_text(index: Option<&crate::search::IndexStatus>, change_seq: i64
     let state = match index.phase {
         Phase::Opening => "opening (searches use SQLite meanwhile)".to_string(),
         Phase::Ready => "ready".to_string(),
-        Phase::CatchingUp => "catching up (searches use SQLite meanwhile)".to_string(),
+        Phase::CatchingUp => match index.pinned_generation {
+            Some(pinned) => format!(
+                "catching up (searches use SQLite, then the index as of generation {}, meanwhile)",
+                thousands(pinned)
+            ),
+            None => "catching up (searches use SQLite meanwhile)".to_string(),
+        },
         Phase::Rebuilding { percent } => {
             format!("rebuilding {percent}% (searches use SQLite meanwhile)")
         }

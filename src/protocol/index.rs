@@ -54,6 +54,11 @@ pub struct IndexStatus {
     /// (a catch-up applies a large swap in batches of a bounded size).
     #[serde(default)]
     pub largest_catch_up_batch: u64,
+    /// While the keeper applies a large change in batches (`catching-up`): the generation of
+    /// the last complete commit before it, which searches answer from meanwhile (saying so)
+    /// rather than from a commit that holds part of the change. `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_generation: Option<u64>,
 }
 
 impl IndexStatus {

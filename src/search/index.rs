@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher};
 use tokio::sync::watch;
 
 use super::error::{lock, SearchError};
@@ -104,6 +104,42 @@ pub struct SearchIndex {
     cancelled: AtomicBool,
     /// First loads indexed during their walk, for the keeper to adopt.
     pub(super) prebuilder: std::sync::Arc<prebuild::Prebuilder>,
+    /// The commit searches answer from while a catch-up is split over commits (`pin`).
+    pub(super) pinned: Mutex<Option<Commit>>,
+}
+
+/// One commit as searches see it: a searcher of its segments and the generation its payload
+/// records. A held searcher keeps its segments' files mapped, so later commits and merges
+/// that delete those files leave it readable (on Linux, an unlinked file stays readable
+/// through its mappings; the disk space is freed when the last mapping goes).
+#[derive(Clone)]
+pub struct Commit {
+    pub(super) searcher: Searcher,
+    generation: u64,
+}
+
+impl Commit {
+    /// The generation the commit reflects.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+/// Holds a pinned commit (`SearchIndex::pin`): while it lives and the index is not ready,
+/// searches answer from that commit; dropped (the catch-up done, failed or cancelled), the
+/// pin goes and searches answer from the index's last commit again.
+#[must_use = "the pin is released when this is dropped"]
+pub struct Pin<'index> {
+    index: &'index SearchIndex,
+}
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        *lock(&self.index.pinned) = None;
+        self.index
+            .status
+            .send_modify(|status| status.pinned_generation = None);
+    }
 }
 
 /// The directory the index of database `database` lives in: `catalog.db` -> `catalog.search`.
@@ -162,6 +198,7 @@ impl SearchIndex {
             caught_up: 0,
             replacing: false,
             largest_catch_up_batch: 0,
+            pinned_generation: None,
         });
         let search_index = SearchIndex {
             directory: directory.to_path_buf(),
@@ -175,6 +212,7 @@ impl SearchIndex {
             slots: SearcherSlots::new(max_searches),
             cancelled: AtomicBool::new(false),
             prebuilder: std::sync::Arc::default(),
+            pinned: Mutex::new(None),
         };
         search_index.publish(None);
         Ok((search_index, opened))
@@ -279,6 +317,44 @@ impl SearchIndex {
         });
     }
 
+    /// The index's last commit, to pin (`pin`) before a change is applied in several
+    /// commits; `None` before the first commit. Called by the thread that changes the index
+    /// (the keeper's): each commit reloads the reader and then records its payload, so between
+    /// its commits the searcher and the generation are of the same commit.
+    pub fn last_commit(&self) -> Option<Commit> {
+        let generation = lock(&self.committed).generation?;
+        Some(Commit {
+            searcher: self.reader.searcher(),
+            generation,
+        })
+    }
+
+    /// Makes searches answer from `commit` while the index is not ready, until the returned
+    /// pin is dropped: a catch-up that commits a change in parts keeps the last complete
+    /// commit answering, never one that holds part of a change. The commit's segments stay on
+    /// disk (unlinked once later commits drop them) until the pin goes.
+    pub fn pin(&self, commit: Commit) -> Pin<'_> {
+        let generation = commit.generation;
+        *lock(&self.pinned) = Some(commit);
+        self.status
+            .send_modify(|status| status.pinned_generation = Some(generation));
+        Pin { index: self }
+    }
+
+    /// The commit searches answer from: the pinned one while a pin is held and the index is
+    /// not ready, else the last.
+    fn answering_commit(&self) -> Commit {
+        if !self.is_ready() {
+            if let Some(pinned) = lock(&self.pinned).as_ref() {
+                return pinned.clone();
+            }
+        }
+        Commit {
+            searcher: self.reader.searcher(),
+            generation: lock(&self.committed).generation.unwrap_or(0),
+        }
+    }
+
     /// True when queries should go to the index.
     pub fn is_ready(&self) -> bool {
         self.status.borrow().phase == Phase::Ready
@@ -298,15 +374,17 @@ impl SearchIndex {
         });
     }
 
-    /// One page of hits for `request`; waits for a free search slot until its deadline
+    /// One page of hits for `request` (from the pinned commit while one is, `pin`); waits for a free search slot until its deadline
     /// (`DEFAULT_TIME_LIMIT` from now when it has none).
     pub fn search(&self, request: &SearchRequest) -> Result<Page, SearchError> {
         let started = Instant::now();
         let deadline = request.deadline.unwrap_or(started + DEFAULT_TIME_LIMIT);
         let time_limit = deadline.saturating_duration_since(started);
         let _slot = self.slots.enter(deadline)?;
-        let searcher = self.reader.searcher();
-        let generation = lock(&self.committed).generation.unwrap_or(0);
+        let Commit {
+            searcher,
+            generation,
+        } = self.answering_commit();
         query::run(
             &searcher,
             &self.fields,

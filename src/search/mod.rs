@@ -35,6 +35,7 @@ pub use crate::protocol::{IndexPhase as Phase, IndexStatus, MatchMode};
 pub use crate::store::IndexEntry as Entry;
 pub use error::SearchError;
 pub use index::{
-    directory_for, Opened, Priorities, Repair, SearchIndex, ServerDiff, DEFAULT_TIME_LIMIT,
+    directory_for, Commit, Opened, Pin, Priorities, Repair, SearchIndex, ServerDiff,
+    DEFAULT_TIME_LIMIT,
 };
 pub use query::{Page, MAX_MARKER_BYTES};

@@ -821,6 +821,11 @@ fn metrics_parse_and_match_the_status() {
         value("mcp_mirror_search_index_documents", &[]),
         index["documents"].as_f64().expect("documents")
     );
+    assert_eq!(
+        value("mcp_mirror_search_index_pinned", &[]),
+        f64::from(u8::from(index.get("pinnedGeneration").is_some())),
+        "pinned while status shows pinnedGeneration"
+    );
     for state in ["opening", "ready", "catching-up", "rebuilding", "failed"] {
         assert_eq!(
             value("mcp_mirror_search_index_state", &[("state", state)]),

@@ -1,7 +1,8 @@
 //! The search index's rung of a daemon search: the derived index when it reflects the catalog
 //! as it stands (waiting a moment for a swap the caller may have seen), ranked by words or, with
-//! the local model's vectors, by meaning (`hybrid`); its last commit when SQLite ran past its
-//! share; each search under a permit of the one gate.
+//! the local model's vectors, by meaning (`hybrid`); its last commit (or, while a change is
+//! applied in batches, the commit pinned before it) when SQLite ran past its share; each search
+//! under a permit of the one gate.
 
 use std::sync::Arc;
 
@@ -31,10 +32,17 @@ pub(super) async fn search_index(
     search_index_as(index, context, request, false).await
 }
 
-/// Whether the index can answer from its last commit while it is behind.
+/// Whether the index can answer from a consistent earlier catalog while it is behind: its last
+/// commit while it is ready, or the commit it pinned while it applies a large change in
+/// batches (`SearchIndex::pin`: its last commit then holds part of that change).
 pub(super) fn can_answer_stale(index: &SearchIndex) -> bool {
     let status = index.status();
-    status.phase == crate::search::Phase::Ready && status.generation.is_some()
+    let consistent = match status.phase {
+        crate::search::Phase::Ready => true,
+        crate::search::Phase::CatchingUp => status.pinned_generation.is_some(),
+        _ => false,
+    };
+    consistent && status.generation.is_some()
 }
 
 /// The index's answer from its last commit, for a search SQLite could not answer within its
@@ -79,8 +87,12 @@ async fn search_index_as(
                 let before = current();
                 Ok(if stale || before {
                     let page = searched_within(&index, &query, permit);
-                    // Caught up by the end of the search: its searcher may have been either.
-                    Ok((page, before || current()))
+                    // Caught up by the end of the search: its searcher may have been either
+                    // (the page says which commit answered: a pinned one is older).
+                    let answered_current = page
+                        .as_ref()
+                        .map_or(true, |page| page.generation >= generation);
+                    Ok((page, (before || current()) && answered_current))
                 } else {
                     Err(generation)
                 })
@@ -91,10 +103,10 @@ async fn search_index_as(
     // Asked for the last commit, the index may have caught up meanwhile (the longer SQLite
     // tried, the likelier): then it answered for the catalog as it stands, and says nothing of
     // a previous state.
-    if stale && matches!(searched, Ok((_, false))) {
+    if let (true, Ok((Ok(page), false))) = (stale, &searched) {
         note = Some(format!(
             "the search index is still indexing a change, and SQLite's full-text search ran past its share of search_timeout; answered from the index's previous state (generation {}), without the entries that change brings",
-            index.generation().unwrap_or(0)
+            page.generation
         ));
     }
     let searched = match searched {
@@ -125,7 +137,6 @@ async fn search_after_catch_up(
     wanted: u64,
     generation: u64,
 ) -> Result<Result<CaughtUp, String>, ErrorObject> {
-    let mut note = None;
     // No slot is held while waiting: the first permit was dropped with the read's closure.
     let mut status = index.watch();
     let caught_up = status.wait_for(|status| {
@@ -149,12 +160,7 @@ async fn search_after_catch_up(
     let stale = !now.serves(wanted, generation)
         && can_answer_stale(index)
         && context.store.full_text_note().is_some();
-    if stale {
-        note = Some(format!(
-            "the search index is still indexing a change; answered from its previous state (generation {}), without the entries that change brings",
-            now.generation.unwrap_or(0)
-        ));
-    } else if !now.serves(wanted, generation) {
+    if !stale && !now.serves(wanted, generation) {
         let state = index_phase_text(now.phase);
         return Ok(Err(format!(
             "the search index is {state}; answered by SQLite full-text search"
@@ -166,6 +172,15 @@ async fn search_after_catch_up(
     let searched = tokio::task::spawn_blocking(move || searched_within(&index, &query, permit))
         .await
         .map_err(internal)?;
+    // The generation of the commit that answered: the last one, or the one pinned while a
+    // large change is applied in batches (the last then holds part of it).
+    let note = match (&searched, stale) {
+        (Ok(page), true) if page.generation < generation => Some(format!(
+            "the search index is still indexing a change; answered from its previous state (generation {}), without the entries that change brings",
+            page.generation
+        )),
+        _ => None,
+    };
     Ok(Ok((searched, note)))
 }
 

@@ -44,7 +44,8 @@ where
         })
 }
 
-/// When the index is behind but holds a consistent earlier catalog (its last commit), SQLite
+/// When the index is behind but holds a consistent earlier catalog (its last commit, or the
+/// commit it pinned while it applies a change in batches: `can_answer_stale`), SQLite
 /// gets this much of `search_timeout` (half of it, if that is less); past it, that commit
 /// answers, saying so (`stale_search`): a common word over a first load of a million rows runs
 /// past the whole timeout in SQLite, and no search is to fail because the index is behind.

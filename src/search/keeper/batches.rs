@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::error::KeepError;
 use crate::protocol::Kind;
-use crate::search::{Entry, Phase, SearchIndex, ServerDiff};
+use crate::search::{Commit, Entry, Phase, Pin, SearchIndex, ServerDiff};
 use crate::store::SourceSnapshot;
 
 /// How long the keeper waits for the segments of a first load built during its walk to be
@@ -138,6 +138,12 @@ pub(super) struct Commits<'index, 'snapshot> {
     serving: bool,
     pending: Option<Work>,
     split: bool,
+    /// While serving: the index's commit before this pass (the catalog at `from`, whole),
+    /// pinned for searches once a swap is split over commits.
+    before: Option<Commit>,
+    /// Searches answer from `before` while this is held; dropped with the pass, however it
+    /// ends (`finish` hands it to the caller, to drop once the index says it is ready).
+    pin: Option<Pin<'index>>,
 }
 
 impl<'index, 'snapshot> Commits<'index, 'snapshot> {
@@ -156,6 +162,11 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
             serving,
             pending: None,
             split: false,
+            // Taken before this pass commits anything: a commit of another server's whole
+            // changes or list earlier in the pass would make a later pin hold a catalog that
+            // never was (one swap in, an earlier one not).
+            before: serving.then(|| index.last_commit()).flatten(),
+            pin: None,
         }
     }
 
@@ -171,8 +182,10 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
 
     /// Applies the last piece at the target generation (or only moves the generation when
     /// nothing changed an entry), and gives the allocator's freed memory back after a split
-    /// catch-up (glibc keeps freed arenas otherwise).
-    pub(super) fn finish(mut self) -> Result<(), KeepError> {
+    /// catch-up (glibc keeps freed arenas otherwise). Returns the pin of the commit searches
+    /// answered from meanwhile, if any: the caller drops it once the index says it is ready,
+    /// so no search finds the index neither ready nor pinned in between.
+    pub(super) fn finish(mut self) -> Result<Option<Pin<'index>>, KeepError> {
         match self.pending.take() {
             Some(last) => self.apply(last, self.target)?,
             None => self.index.advance(self.target)?,
@@ -180,7 +193,7 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
         if self.split {
             release_freed_memory();
         }
-        Ok(())
+        Ok(self.pin.take())
     }
 
     fn apply(&mut self, work: Work, generation: u64) -> Result<(), KeepError> {
@@ -189,14 +202,18 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
                 if cut && !self.split {
                     self.split = true;
                     if self.serving {
-                        // Part of a swap is about to be committed: the index answers for no
-                        // catalog until the rest is, so searches go to SQLite meanwhile.
+                        // Part of a swap is about to be committed: the index's last commit
+                        // answers for no catalog until the rest is. The commit before this
+                        // pass (the catalog at `from`, whole) is pinned first, so searches
+                        // answer from it, saying so, once SQLite has had its share.
+                        self.pin = self.before.take().map(|commit| self.index.pin(commit));
                         self.index.set_phase(Phase::CatchingUp);
                         tracing::info!(
                             from = self.from,
                             to = self.target,
                             batch = CATCH_UP_BATCH_ENTRIES,
-                            "the search index applies a large change in batches; searches use SQLite until it is done"
+                            pinned = self.pin.is_some(),
+                            "the search index applies a large change in batches; searches try SQLite first, then the index's commit before it, until it is done"
                         );
                     }
                 }

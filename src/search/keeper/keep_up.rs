@@ -199,6 +199,8 @@ fn keep_up_with(
     if priorities != index.priorities() && !matches!(repair, Repair::Rebuild { .. }) {
         index.set_priorities(&priorities)?;
     }
+    // Held until the index says it is ready (`Commits::finish`).
+    let mut pinned = None;
     match (repair, diffs) {
         (Repair::Rebuild { reason }, _) => {
             tracing::info!(%reason, generation = target, "rebuilding the search index");
@@ -216,6 +218,9 @@ fn keep_up_with(
         }
         (Repair::CatchUp { from }, Some((_, groups))) => {
             if !serving {
+                // Nothing is pinned here: after a crash or a failed pass, the last commit may
+                // hold part of a split change (its batches commit at the old generation), so
+                // it is no catalog to answer from; SQLite answers until the pass is done.
                 index.set_phase(Phase::CatchingUp);
                 tracing::info!(
                     from,
@@ -224,12 +229,13 @@ fn keep_up_with(
                     "the search index is catching up"
                 );
             }
-            catch_up(index, &snapshot, from, target, serving, &groups)?;
+            pinned = catch_up(index, &snapshot, from, target, serving, &groups)?;
         }
         _ => {}
     }
     index.prebuilder.forget_unclaimed();
     index.set_phase(Phase::Ready);
+    drop(pinned);
     Ok(())
 }
 
@@ -241,17 +247,19 @@ fn keep_up_with(
 /// batch of them in memory. Every commit but the last is at the old generation `from`: a
 /// crash between two of them leaves an index that still says it needs this catch-up (the
 /// batches applied again change nothing), and no search takes the index for current
-/// meanwhile. Once a swap's keys are split over commits, the index holds part of a swap
-/// and answers for no catalog that ever was: it says it is catching up, so searches go to
-/// SQLite (none answers from its last commit) until the last batch commits.
-fn catch_up(
-    index: &SearchIndex,
+/// meanwhile. Once a swap's keys are split over commits, the index's last commit holds part
+/// of a swap and answers for no catalog that ever was: it says it is catching up, and a pass
+/// that was serving pins its commit from before the pass (`SearchIndex::pin`), so searches
+/// try SQLite first and then answer from that whole earlier catalog, saying so, until the last
+/// batch commits. The pin is returned, to be dropped once the index says it is ready.
+fn catch_up<'index>(
+    index: &'index SearchIndex,
     snapshot: &crate::store::SourceSnapshot<'_>,
     from: u64,
     target: u64,
     serving: bool,
     groups: &FeedGroups,
-) -> Result<(), KeepError> {
+) -> Result<Option<crate::search::Pin<'index>>, KeepError> {
     let mut commits = Commits::new(index, snapshot, from, target, serving);
     for ((server, kind), group) in groups {
         if group.everything {

@@ -526,3 +526,172 @@ async fn a_long_read_of_every_entry_reads_the_newest_state_and_pins_no_snapshot(
         "no frame of the log is held back by the read"
     );
 }
+
+/// How many resources the split catch-up's server lists: three batches (two committed at the
+/// old generation, the last at the new one).
+const SPLIT_ENTRIES: usize = 2 * CATCH_UP_BATCH_ENTRIES + 2_000;
+
+/// Every URI a search of `word` finds (none left out by a limit), and the generation of the
+/// commit that answered.
+fn every_found(index: &SearchIndex, word: &str) -> (usize, u64) {
+    let mut query = SearchRequest::new(word, SPLIT_ENTRIES + 1);
+    query.deadline = Some(Instant::now() + Duration::from_secs(120));
+    let page = index.search(&query).expect("search");
+    (page.hits.len(), page.generation)
+}
+
+/// The same search of the index's last commit, whatever is pinned.
+fn last_commit_finds(index: &SearchIndex, word: &str) -> usize {
+    let mut query = SearchRequest::new(word, SPLIT_ENTRIES + 1);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    query.deadline = Some(deadline);
+    crate::search::query::run(
+        &index.reader.searcher(),
+        &index.fields,
+        &query,
+        deadline,
+        Duration::from_secs(120),
+        0,
+    )
+    .expect("search")
+    .hits
+    .len()
+}
+
+/// A keeper's pass held between two of its commits (`catch_up_held_between_batches`).
+struct HeldCatchUp {
+    _directory: tempfile::TempDir,
+    store: Store,
+    index: Arc<SearchIndex>,
+    /// The generation the index had before the pass.
+    before: u64,
+    pass: std::thread::JoinHandle<Result<(), KeepError>>,
+}
+
+/// A served index, then a re-walk that changes every one of `SPLIT_ENTRIES` resources
+/// ("walrus" becomes "narwhal"), and the keeper's pass of it on a thread, held between its
+/// first and second commit: the returned lock of the index writer holds it there.
+async fn catch_up_held_between_batches() -> (
+    HeldCatchUp,
+    std::sync::MutexGuard<'static, tantivy::IndexWriter>,
+) {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let database = directory.path().join("catalog.db");
+    let store = Store::open(&database).expect("store");
+    store
+        .apply_servers(sync(vec![ServerEntry {
+            name: "big".into(),
+            priority: 10,
+            transport: crate::protocol::TransportKind::Stdio,
+            read_cache_bytes: None,
+            history: false,
+        }]))
+        .await
+        .expect("servers");
+    let rows = |word: &'static str| {
+        (0..SPLIT_ENTRIES)
+            .map(|i| row(&format!("b://{i:06}"), &format!("b{i}"), word))
+            .collect()
+    };
+    walk(&store, "big", rows("walrus")).await;
+    let (index, _) = SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
+    // Leaked so the held writer lock can outlive this function's borrow; a test's few
+    // megabytes.
+    let index: &'static Arc<SearchIndex> = Box::leak(Box::new(Arc::new(index)));
+    keep_up(index, &database, true).expect("rebuild");
+    assert!(index.is_ready());
+    let before = index.generation().expect("a generation");
+    walk(&store, "big", rows("narwhal")).await;
+
+    // The pass waits for the writer at its first commit, after pinning.
+    let writer = crate::search::error::lock(&index.writer);
+    let pass = {
+        let index = index.clone();
+        std::thread::spawn(move || keep_up(&index, &database, false))
+    };
+    let waited = Instant::now();
+    // The pass pins, then says it is catching up.
+    while index.status().phase != crate::search::Phase::CatchingUp {
+        assert!(
+            waited.elapsed() < Duration::from_secs(120),
+            "the pass never pinned"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(index.status().phase, crate::search::Phase::CatchingUp);
+    assert_eq!(index.status().pinned_generation, Some(before));
+    // Let the first batch commit, and take the lock again before the second: the pass reads
+    // the next batch's 5,000 entries from SQLite before it wants it.
+    let reloaded_from = index.reader.searcher().generation().generation_id();
+    drop(writer);
+    let writer = loop {
+        let writer = crate::search::error::lock(&index.writer);
+        if index.reader.searcher().generation().generation_id() != reloaded_from {
+            break writer;
+        }
+        drop(writer);
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    (
+        HeldCatchUp {
+            _directory: directory,
+            store,
+            index: index.clone(),
+            before,
+            pass,
+        },
+        writer,
+    )
+}
+
+/// While a re-walk's change is split over commits, searches answer from the commit before it,
+/// whole (every entry with its old word, none with its new one), never from the last commit
+/// that holds part of it; once the last batch commits and the index is ready, from that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_catch_up_answers_from_the_commit_before_it_until_its_last_batch() {
+    let (held, writer) = catch_up_held_between_batches().await;
+    let index = &held.index;
+    assert_eq!(index.status().pinned_generation, Some(held.before));
+    let (old, new) = (
+        last_commit_finds(index, "walrus"),
+        last_commit_finds(index, "narwhal"),
+    );
+    assert!(
+        (CATCH_UP_BATCH_ENTRIES..SPLIT_ENTRIES).contains(&new) && old + new == SPLIT_ENTRIES,
+        "the last commit holds part of the change: {old} old, {new} new"
+    );
+    assert_eq!(every_found(index, "walrus"), (SPLIT_ENTRIES, held.before));
+    assert_eq!(every_found(index, "narwhal"), (0, held.before));
+    drop(writer);
+    held.pass.join().expect("join").expect("catch up");
+    let after = index.generation().expect("a generation");
+    assert!(after > held.before);
+    assert!(index.is_ready());
+    assert_eq!(index.status().pinned_generation, None);
+    assert_eq!(every_found(index, "walrus"), (0, after));
+    assert_eq!(every_found(index, "narwhal"), (SPLIT_ENTRIES, after));
+    held.store.close().await;
+}
+
+/// A split catch-up that stops half way (here cancelled, as at shutdown) drops its pin: its
+/// commits hold part of the change, and nothing answers from the index until a pass is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_catch_up_that_stops_half_way_drops_its_pin() {
+    let (held, writer) = catch_up_held_between_batches().await;
+    let index = &held.index;
+    index.cancel();
+    drop(writer);
+    let outcome = held.pass.join().expect("join");
+    assert!(
+        matches!(
+            outcome,
+            Err(KeepError::Index(crate::search::SearchError::Cancelled))
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(index.status().pinned_generation, None);
+    assert!(crate::search::error::lock(&index.pinned).is_none());
+    assert_eq!(index.generation(), Some(held.before));
+    assert!(!index.is_ready());
+    held.store.close().await;
+}

@@ -11,6 +11,7 @@ use crate::protocol::Kind;
 use crate::store::SearchRequest;
 
 mod files;
+mod pin;
 mod query;
 mod support;
 mod write;
