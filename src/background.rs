@@ -10,9 +10,6 @@
 /// and idle cores are its whole.
 pub const BACKGROUND_NICE: i32 = 5;
 
-/// The nice value of the search index's threads (`BACKGROUND_NICE`).
-pub const INDEX_NICE: i32 = BACKGROUND_NICE;
-
 /// The runtime the sessions run on, apart from the one that answers: their walks (fetching,
 /// parsing and staging every page), the reads they pass through to servers, and the stdio
 /// servers they start (a child inherits its parent thread's nice value). Its threads, named
@@ -68,7 +65,7 @@ mod tests {
         };
         let before = nice_of_this_thread();
         let (lowered, inherited) = std::thread::spawn(move || {
-            lower_this_threads_priority(INDEX_NICE);
+            lower_this_threads_priority(BACKGROUND_NICE);
             let lowered = nice_of_this_thread();
             let inherited = std::thread::spawn(nice_of_this_thread)
                 .join()
@@ -77,7 +74,7 @@ mod tests {
         })
         .join()
         .expect("join");
-        assert_eq!(lowered, INDEX_NICE.max(before));
+        assert_eq!(lowered, BACKGROUND_NICE.max(before));
         assert_eq!(inherited, lowered);
         assert_eq!(
             nice_of_this_thread(),
@@ -93,13 +90,13 @@ mod tests {
             unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
         };
         let kept = std::thread::spawn(move || {
-            // As a daemon started with systemd's `Nice=` above INDEX_NICE would be.
-            lower_this_threads_priority(INDEX_NICE + 5);
-            lower_this_threads_priority(INDEX_NICE);
+            // As a daemon started with systemd's `Nice=` above BACKGROUND_NICE would be.
+            lower_this_threads_priority(BACKGROUND_NICE + 5);
+            lower_this_threads_priority(BACKGROUND_NICE);
             nice_of_this_thread()
         })
         .join()
         .expect("join");
-        assert!(kept >= INDEX_NICE + 5, "raised to {kept}");
+        assert!(kept >= BACKGROUND_NICE + 5, "raised to {kept}");
     }
 }

@@ -183,7 +183,9 @@ impl SearchIndex {
         let writer: IndexWriter = std::thread::scope(|scope| {
             scope
                 .spawn(|| {
-                    crate::background::lower_this_threads_priority(crate::background::INDEX_NICE);
+                    crate::background::lower_this_threads_priority(
+                        crate::background::BACKGROUND_NICE,
+                    );
                     index.writer_with_num_threads(1, WRITER_HEAP_BYTES)
                 })
                 .join()

@@ -263,7 +263,7 @@ impl Prebuilder {
     }
 }
 
-/// `Load::read_back` on a thread of lowered priority (`background::INDEX_NICE`): the load is
+/// `Load::read_back` on a thread of lowered priority (`background::BACKGROUND_NICE`): the load is
 /// visible by now and no walk waits for this, while searches do wait for a busy core (with
 /// one client searching, the first 10 s after a 1,000,000 first load had a p99 of 4.3-6.1 ms
 /// with the read-back at the daemon's priority).
@@ -278,7 +278,7 @@ fn read_back_in_background(
         std::thread::Builder::new()
             .name("search-read-back".into())
             .spawn_scoped(scope, || {
-                crate::background::lower_this_threads_priority(crate::background::INDEX_NICE);
+                crate::background::lower_this_threads_priority(crate::background::BACKGROUND_NICE);
                 load.read_back(index, database, server_id, ranges)
             })
             .map_err(|error| {

@@ -30,7 +30,7 @@ type PassRequest = (
     tokio::sync::oneshot::Sender<Result<Result<(), KeepError>, Panicked>>,
 );
 
-/// The keeper's passes run on one thread of lowered priority (`background::INDEX_NICE`): the
+/// The keeper's passes run on one thread of lowered priority (`background::BACKGROUND_NICE`): the
 /// index's commits start tantivy's indexing threads from the committing thread, so they
 /// inherit it, and searches come first on a busy host. A pass that panics is reported and the
 /// thread goes on.
@@ -42,7 +42,7 @@ fn pass_thread(
     let started = std::thread::Builder::new()
         .name("search-keeper".into())
         .spawn(move || {
-            crate::background::lower_this_threads_priority(crate::background::INDEX_NICE);
+            crate::background::lower_this_threads_priority(crate::background::BACKGROUND_NICE);
             // One connection for every pass: opening one parses the schema and registers
             // SQLite's functions, and its cached statements are prepared once (about 15 % of a
             // downstream's CPU per followed one-entry change went to that, by a helper's perf
