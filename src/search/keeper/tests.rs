@@ -171,17 +171,9 @@ async fn the_feed_brings_the_index_up_to_date() {
     store.close().await;
 }
 
-/// A store with one server `big`, its empty index, and the first loads' page events for the
-/// index's builder; walks wait for no builder (the first load's hold is zero).
-async fn big_server() -> (
-    tempfile::TempDir,
-    Store,
-    Arc<SearchIndex>,
-    std::sync::mpsc::Receiver<crate::store::LoadEvent>,
-) {
-    let directory = tempfile::tempdir().expect("tempdir");
-    let database = directory.path().join("catalog.db");
-    let store = Store::open(&database).expect("store");
+/// The store at `database` with one configured server, `big`.
+async fn store_with_big(database: &std::path::Path) -> Store {
+    let store = Store::open(database).expect("store");
     store
         .apply_servers(sync(vec![ServerEntry {
             name: "big".into(),
@@ -192,6 +184,20 @@ async fn big_server() -> (
         }]))
         .await
         .expect("servers");
+    store
+}
+
+/// A store with one server `big`, its empty index, and the first loads' page events for the
+/// index's builder; walks wait for no builder (the first load's hold is zero).
+async fn big_server() -> (
+    tempfile::TempDir,
+    Store,
+    Arc<SearchIndex>,
+    std::sync::mpsc::Receiver<crate::store::LoadEvent>,
+) {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let database = directory.path().join("catalog.db");
+    let store = store_with_big(&database).await;
     let (index, _) = SearchIndex::open(&crate::search::directory_for(&database), 2).expect("index");
     let index = Arc::new(index);
     keep_up(&index, &database, true).expect("empty index");
@@ -577,17 +583,7 @@ async fn catch_up_held_between_batches() -> (
 ) {
     let directory = tempfile::tempdir().expect("tempdir");
     let database = directory.path().join("catalog.db");
-    let store = Store::open(&database).expect("store");
-    store
-        .apply_servers(sync(vec![ServerEntry {
-            name: "big".into(),
-            priority: 10,
-            transport: crate::protocol::TransportKind::Stdio,
-            read_cache_bytes: None,
-            history: false,
-        }]))
-        .await
-        .expect("servers");
+    let store = store_with_big(&database).await;
     let rows = |word: &'static str| {
         (0..SPLIT_ENTRIES)
             .map(|i| row(&format!("b://{i:06}"), &format!("b{i}"), word))
