@@ -376,8 +376,8 @@ impl SearchIndex {
         });
     }
 
-    /// One page of hits for `request` (from the pinned commit while one is, `pin`); waits for a free search slot until its deadline
-    /// (`DEFAULT_TIME_LIMIT` from now when it has none).
+    /// One page of hits for `request`, from the pinned commit while one is held (`pin`); waits
+    /// for a free search slot until its deadline (`DEFAULT_TIME_LIMIT` from now when it has none).
     pub fn search(&self, request: &SearchRequest) -> Result<Page, SearchError> {
         let started = Instant::now();
         let deadline = request.deadline.unwrap_or(started + DEFAULT_TIME_LIMIT);
