@@ -61,10 +61,17 @@ pub(crate) const DEFAULT_SEARCH_TIMEOUT: Duration = Duration::from_secs(2);
 /// `[daemon] max_clients`: socket connections served at once; more are refused at accept.
 pub(crate) const DEFAULT_MAX_CLIENTS: u64 = 1024;
 
-/// `[daemon] max_concurrent_searches` when left out: the number of cores, at least 2.
+/// `[daemon] max_concurrent_searches` when left out: twice the number of cores, at least 2.
+///
+/// A slot is held from its grant to the search's end, and that includes two hand-offs that
+/// use no core: the waiting request's task woken on an async worker, then its search moved to
+/// a blocking thread. With one slot per core, 8 clients of quick searches on 2 cores left a
+/// third of a core idle; with two, a search is ready while another hands off (BENCHMARKS.md,
+/// "Search and paging"). A CPU-bound search then shares its core, where a queue would have
+/// made it wait for one.
 pub(crate) fn default_max_concurrent_searches() -> u64 {
     std::thread::available_parallelism()
-        .map(|cores| cores.get() as u64)
+        .map(|cores| 2 * cores.get() as u64)
         .unwrap_or(2)
         .max(2)
 }
