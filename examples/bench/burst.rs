@@ -155,16 +155,18 @@ fn one_burst(
 }
 
 /// The parts of a window, in the order of the report's table.
-const PARTS: [&str; 5] = [
+const PARTS: [&str; 6] = [
     "before the write (quiet)",
     "the upstream's walk and swap of the origin",
+    "the first search asked after each of the downstream's swaps (it waits for the index to apply that swap)",
     "the downstream receiving and staging (outside its swaps' holds)",
     "the downstream's swaps' holds of the writer",
     "the downstream's index catching up after its last swap",
 ];
 
-/// The part of `burst` an answer asked at `at_us` falls in.
-fn part_of(burst: &Burst, at_us: i64) -> usize {
+/// The part of `burst` an answer asked at `at_us` falls in; `first_after_swap` when it was the
+/// first answer asked after one of the downstream's swaps committed.
+fn part_of(burst: &Burst, at_us: i64, first_after_swap: bool) -> usize {
     let in_hold = burst.swaps.iter().any(|swap| {
         let hold_us = (swap.hold_ms * 1000.0) as i64;
         at_us >= swap.committed_at_us - hold_us && at_us <= swap.committed_at_us
@@ -178,9 +180,10 @@ fn part_of(burst: &Burst, at_us: i64) -> usize {
     match at_us {
         at if at < burst.written_us => 0,
         at if at < burst.upstream_swap_us.unwrap_or(burst.written_us) => 1,
-        _ if in_hold => 3,
-        at if at <= last_swap_us => 2,
-        _ => 4,
+        _ if first_after_swap => 2,
+        _ if in_hold => 4,
+        at if at <= last_swap_us => 3,
+        _ => 5,
     }
 }
 
@@ -253,16 +256,26 @@ fn write_report(
         &class_rows(classes, &phase.answers, &windows),
     );
     report.line("");
+    // Every answer (µs asked, ms), in the order asked; then the first one after each swap.
+    let mut timed: Vec<(i64, f64)> = phase
+        .answers
+        .iter()
+        .flatten()
+        .map(|&(at_s, milliseconds)| (visible_us + (at_s * 1e6) as i64, milliseconds))
+        .collect();
+    timed.sort_by_key(|&(at_us, _)| at_us);
+    let firsts: std::collections::BTreeSet<usize> = bursts
+        .iter()
+        .flat_map(|burst| &burst.swaps)
+        .map(|swap| timed.partition_point(|&(at_us, _)| at_us < swap.committed_at_us))
+        .collect();
     let mut parts = vec![Samples::default(); PARTS.len()];
-    for answers in &phase.answers {
-        for &(at_s, milliseconds) in answers {
-            let at_us = visible_us + (at_s * 1e6) as i64;
-            if let Some(burst) = bursts
-                .iter()
-                .find(|burst| at_us >= burst.searching_us && at_us <= burst.current_us)
-            {
-                parts[part_of(burst, at_us)].push(milliseconds);
-            }
+    for (position, &(at_us, milliseconds)) in timed.iter().enumerate() {
+        if let Some(burst) = bursts
+            .iter()
+            .find(|burst| at_us >= burst.searching_us && at_us <= burst.current_us)
+        {
+            parts[part_of(burst, at_us, firsts.contains(&position))].push(milliseconds);
         }
     }
     let rows: Vec<Vec<String>> = PARTS
