@@ -213,7 +213,9 @@ pub(crate) fn class_rows(
 pub(crate) struct Searcher<'a> {
     client: SocketClient,
     /// Every answer as a line, beside the daemon's log: when it was asked (Unix seconds, the
-    /// log's clock), its class, its milliseconds, and the error it answered if it failed.
+    /// log's clock), its class, its milliseconds, the error it answered if it failed, the
+    /// engine that answered (`index`, `sqlite`) and the answer's note (why SQLite answered, or
+    /// that the index answered from a previous state).
     timeline: std::io::BufWriter<std::fs::File>,
     classes: &'a [QueryClass],
     pub(crate) visible: Instant,
@@ -287,9 +289,11 @@ impl<'a> Searcher<'a> {
         let milliseconds = asked.elapsed().as_secs_f64() * 1000.0;
         writeln!(
             self.timeline,
-            "{:.6}\t{class}\t{milliseconds:.3}\t{}",
+            "{:.6}\t{class}\t{milliseconds:.3}\t{}\t{}\t{}",
             asked_at_us as f64 / 1e6,
-            answer["error"]["message"].as_str().unwrap_or("")
+            answer["error"]["message"].as_str().unwrap_or(""),
+            answer["result"]["engine"].as_str().unwrap_or(""),
+            answer["result"]["note"].as_str().unwrap_or("")
         )?;
         match answer.get("result") {
             None => {
