@@ -26,7 +26,7 @@ const SLICE_S: f64 = 10.0;
 const REWALKS: usize = 3;
 
 /// Every answer of one class: (seconds after the load was visible, milliseconds).
-type Answers = Vec<Vec<(f64, f64)>>;
+pub(crate) type Answers = Vec<Vec<(f64, f64)>>;
 
 /// The first phase's length: `--aftermath-minute-s=N`, else `WINDOW`.
 pub fn minute_from_arguments(arguments: &[String]) -> anyhow::Result<Duration> {
@@ -70,14 +70,12 @@ pub fn run(report: &mut Report, window: Duration) -> anyhow::Result<()> {
     let visible = Instant::now();
     let visible_after = started.elapsed().as_secs_f64();
     let classes = million_classes();
-    let mut searcher = Searcher {
-        client: daemon.client()?,
-        timeline: std::io::BufWriter::new(std::fs::File::create(files.path("answers.tsv"))?),
-        classes: &classes,
+    let mut searcher = Searcher::new(
+        daemon.client()?,
+        &files.path("answers.tsv"),
+        &classes,
         visible,
-        phase: Phase::new(classes.len()),
-        asked: 0,
-    };
+    )?;
     while visible.elapsed() < window {
         searcher.search_once()?;
     }
@@ -166,7 +164,7 @@ fn write_report(
 }
 
 /// The class table, its last column the p99 within each of `windows`.
-fn class_table(report: &mut Report, windows: &str, rows: &[Vec<String>]) {
+pub(crate) fn class_table(report: &mut Report, windows: &str, rows: &[Vec<String>]) {
     let last = format!("p99 ms in {windows}");
     report.table(
         &["class", "searches", "p50 ms", "p99 ms", "max ms", &last],
@@ -176,7 +174,7 @@ fn class_table(report: &mut Report, windows: &str, rows: &[Vec<String>]) {
 
 /// One row per class: its answers' count, p50, p99 and max, and the p99 within each window
 /// (seconds after the load was visible, from and to).
-fn class_rows(
+pub(crate) fn class_rows(
     classes: &[QueryClass],
     answers: &Answers,
     windows: &[(f64, f64)],
@@ -212,22 +210,24 @@ fn class_rows(
 }
 
 /// One client sending the classes in turn, each answer timed and kept by class.
-struct Searcher<'a> {
+pub(crate) struct Searcher<'a> {
     client: SocketClient,
     /// Every answer as a line, beside the daemon's log: when it was asked (Unix seconds, the
-    /// log's clock), its class, its milliseconds, and the error it answered if it failed.
+    /// log's clock), its class, its milliseconds, the error it answered if it failed, the
+    /// engine that answered (`index`, `sqlite`) and the answer's note (why SQLite answered, or
+    /// that the index answered from a previous state).
     timeline: std::io::BufWriter<std::fs::File>,
     classes: &'a [QueryClass],
-    visible: Instant,
+    pub(crate) visible: Instant,
     /// What the searches of the current phase (the minute, the re-walks) came to.
     phase: Phase,
     asked: usize,
 }
 
 /// The searches of one phase: every answer by class, and the failed ones.
-struct Phase {
-    answers: Answers,
-    failed: u64,
+pub(crate) struct Phase {
+    pub(crate) answers: Answers,
+    pub(crate) failed: u64,
     /// Each distinct error a failed search answered, with its count.
     errors: std::collections::BTreeMap<String, u64>,
 }
@@ -241,25 +241,43 @@ impl Phase {
         }
     }
 
-    fn searches(&self) -> usize {
+    pub(crate) fn searches(&self) -> usize {
         self.answers.iter().map(Vec::len).sum()
     }
 
     /// A line for each distinct error, with how many searches answered it.
-    fn error_lines(&self, report: &mut Report) {
+    pub(crate) fn error_lines(&self, report: &mut Report) {
         for (error, count) in &self.errors {
             report.line(format!("- {count} searches failed with: {error}"));
         }
     }
 }
 
-impl Searcher<'_> {
+impl<'a> Searcher<'a> {
+    /// A searcher on `client` sending `classes` in turn, its answers timed from `visible` and
+    /// written to `answers` (a file beside the daemon's log).
+    pub(crate) fn new(
+        client: SocketClient,
+        answers: &Path,
+        classes: &'a [QueryClass],
+        visible: Instant,
+    ) -> anyhow::Result<Searcher<'a>> {
+        Ok(Searcher {
+            client,
+            timeline: std::io::BufWriter::new(std::fs::File::create(answers)?),
+            classes,
+            visible,
+            phase: Phase::new(classes.len()),
+            asked: 0,
+        })
+    }
+
     /// The phase so far, a new one begun.
-    fn take_phase(&mut self) -> Phase {
+    pub(crate) fn take_phase(&mut self) -> Phase {
         std::mem::replace(&mut self.phase, Phase::new(self.classes.len()))
     }
 
-    fn search_once(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn search_once(&mut self) -> anyhow::Result<()> {
         self.asked += 1;
         let class = self.asked % self.classes.len();
         let asked = Instant::now();
@@ -271,9 +289,11 @@ impl Searcher<'_> {
         let milliseconds = asked.elapsed().as_secs_f64() * 1000.0;
         writeln!(
             self.timeline,
-            "{:.6}\t{class}\t{milliseconds:.3}\t{}",
+            "{:.6}\t{class}\t{milliseconds:.3}\t{}\t{}\t{}",
             asked_at_us as f64 / 1e6,
-            answer["error"]["message"].as_str().unwrap_or("")
+            answer["error"]["message"].as_str().unwrap_or(""),
+            answer["result"]["engine"].as_str().unwrap_or(""),
+            answer["result"]["note"].as_str().unwrap_or("")
         )?;
         match answer.get("result") {
             None => {

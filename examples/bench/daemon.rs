@@ -201,28 +201,32 @@ impl Daemon {
     }
     /// Every "snapshot swapped" log line (also "snapshot swapped; nothing changed").
     pub fn swaps(&self) -> Vec<Swap> {
-        self.log_text()
-            .lines()
-            .filter(|line| line.contains("snapshot swapped"))
-            .filter_map(|line| {
-                let at = parse_timestamp_us(line.split_whitespace().next()?)?;
-                let hold: f64 = log_field(line, "hold_ms")?.trim_matches('"').parse().ok()?;
-                let total: f64 = log_field(line, "swap_ms")
-                    .and_then(|value| value.trim_matches('"').parse().ok())
-                    .unwrap_or(hold);
-                // A swap that changed nothing is logged without counts.
-                let changed: u64 = log_field(line, "changed")
-                    .and_then(|value| value.parse().ok())
-                    .unwrap_or(0);
-                Some(Swap {
-                    committed_at_us: at,
-                    hold_ms: hold,
-                    total_ms: total,
-                    changed,
-                })
-            })
-            .collect()
+        swaps_in(&self.log_text())
     }
+}
+
+/// Every "snapshot swapped" line of a daemon's log `text`.
+pub fn swaps_in(text: &str) -> Vec<Swap> {
+    text.lines()
+        .filter(|line| line.contains("snapshot swapped"))
+        .filter_map(|line| {
+            let at = parse_timestamp_us(line.split_whitespace().next()?)?;
+            let hold: f64 = log_field(line, "hold_ms")?.trim_matches('"').parse().ok()?;
+            let total: f64 = log_field(line, "swap_ms")
+                .and_then(|value| value.trim_matches('"').parse().ok())
+                .unwrap_or(hold);
+            // A swap that changed nothing is logged without counts.
+            let changed: u64 = log_field(line, "changed")
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(0);
+            Some(Swap {
+                committed_at_us: at,
+                hold_ms: hold,
+                total_ms: total,
+                changed,
+            })
+        })
+        .collect()
 }
 
 /// One swap as the writer logged it.

@@ -5,6 +5,9 @@
 //! its own daemon with its own directory, mirroring that URL like any server. Every process is
 //! a `ChildProcess` (SIGTERM, then SIGKILL, when dropped), every phase has a time limit, and the
 //! downstreams' databases are deleted at the end (their logs are kept).
+//!
+//! `--burst` replaces the rounds with burst.rs: searches on a downstream while it follows a
+//! tenth of the catalog changed at once.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -23,6 +26,10 @@ use crate::measure::{
 };
 use crate::process::{write_json_atomically, ChildProcess, SocketClient};
 use crate::report::{mb, Report, Samples};
+
+/// `--burst`: searches on a downstream while it follows a burst (issue 35.2).
+#[path = "burst.rs"]
+mod burst;
 
 const TOKEN: &str = "fleet-bench-token-0123456789abcdef";
 /// The fixture server whose scenario file the rounds rewrite.
@@ -60,12 +67,16 @@ pub struct FleetOptions {
     pub resources: usize,
     pub rounds: usize,
     /// The downstreams follow the upstream's HTTP face (false) or a NATS JetStream bucket it
-    /// publishes (true: `nats-server` from PATH, on loopback with a scratch store).
+    /// publishes (true: `nats-server` from PATH, on loopback with a scratch store); `--engine`,
+    /// http by default, nats with `--burst`.
     pub nats: bool,
+    /// `--burst`: after the first syncs, bursts that each change a tenth of the catalog
+    /// while a client searches the first downstream (burst.rs), instead of the rounds.
+    pub burst: bool,
 }
 
 impl FleetOptions {
-    /// `--downstreams=N` (50), `--resources=N` (100,000 in all), `--rounds=N` (10).
+    /// `--downstreams=N` (50), `--resources=N` (100,000 in all), `--rounds=N` (10), `--burst`.
     pub fn from_arguments(arguments: &[String]) -> anyhow::Result<FleetOptions> {
         let number = |key: &str, default: usize| -> anyhow::Result<usize> {
             arguments
@@ -75,6 +86,7 @@ impl FleetOptions {
                 .transpose()
                 .map(|value| value.unwrap_or(default))
         };
+        let burst = arguments.iter().any(|argument| argument == "--burst");
         Ok(FleetOptions {
             // 0: the upstream alone (it publishes to the bucket all the same), to measure
             // what a change costs it with no follower.
@@ -85,10 +97,13 @@ impl FleetOptions {
                 .iter()
                 .find_map(|argument| argument.strip_prefix("--engine="))
             {
-                None | Some("http") => false,
+                // A burst follows the bucket unless told otherwise: issue 35.2's fleet.
+                None => burst,
+                Some("http") => false,
                 Some("nats") => true,
                 Some(other) => bail!("--engine={other}: http or nats"),
             },
+            burst,
         })
     }
 }
@@ -497,6 +512,18 @@ fn measure(
     upstream_ready_s: f64,
 ) -> anyhow::Result<()> {
     let first = first_syncs(fleet, downstreams, spawned)?;
+    if fleet.options.burst {
+        let searched = downstreams
+            .first()
+            .context("--burst searches a downstream: --downstreams=1 at least")?;
+        report.line(format!(
+            "First sync of {} downstreams: {:.1} s after spawning (the upstream's own {upstream_ready_s:.1} s).",
+            downstreams.len(),
+            first.all_synced_s
+        ));
+        report.line("");
+        return burst::run(report, fleet, searched);
+    }
     let idle = idle_rate(fleet.upstream.process.pid());
     let rounds = rounds(fleet, upstream_client, downstreams, first.all_synced_s)?;
     let rows = table_rows(fleet, upstream_ready_s, &first, &idle, &rounds, downstreams);

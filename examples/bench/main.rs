@@ -4,9 +4,9 @@
 //!
 //! Run it with `bench/run [SCENARIO...]` (it builds the release binaries, the benchmark-only
 //! crates under bench/ and the Python SDK venv first); scenarios are `walk`, `swap`,
-//! `change`, `query`, `start`, `idle`, `fleet`, `kinds`, `semantic`, `rewalk`, `history`, `index`, `aftermath`, or `all`. `bench bare-walk CONFIG ROUNDS`
+//! `change`, `query`, `start`, `idle`, `fleet` (`--burst`: searches on a downstream following a burst), `kinds`, `semantic`, `rewalk`, `history`, `index`, `aftermath`, or `all`. `bench bare-walk CONFIG ROUNDS`
 //! is the bare loop: our own transport (`upstream::Session`) fetching every page and discarding it,
-//! the floor a mirror is compared with. One file per scenario; the child-process and socket helpers are
+//! the floor a mirror is compared with. One file per scenario (burst.rs is fleet's `--burst` part); the child-process and socket helpers are
 //! tests/common/process.rs, shared with the integration tests. Nothing here is part of the
 //! daemon or of `cargo test`.
 

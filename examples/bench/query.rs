@@ -431,6 +431,60 @@ pub(crate) fn million_classes() -> Vec<QueryClass> {
     ]
 }
 
+/// The million classes' shapes on the fleet's catalog of 100,000 (`bench fleet --burst`): 10
+/// fixture servers of 10,000 each, whose ids (000000-009999) repeat in every server. The
+/// numbers are drawn below 10,000 (an id, `document N` and a typo's number then match one
+/// entry in each server, 10), the prefix has 5 digits (100 matches, as 4 did over 1,000,000);
+/// the common words are the same words.
+pub(crate) fn fleet_classes() -> Vec<QueryClass> {
+    vec![
+        QueryClass {
+            label: "one word, rare (a 6-digit id, 10 matches)",
+            make: |i| (format!("{:06}", (i * 7919) % 10_000), None),
+        },
+        QueryClass {
+            label: "two words (`document` + a number, 10 matches)",
+            make: |i| (format!("document {}", (i * 104_729) % 10_000), None),
+        },
+        QueryClass {
+            label: "prefix (5 digits, 100 matches)",
+            make: |i| (format!("{:05}", (i * 31) % 1_000), None),
+        },
+        QueryClass {
+            label: "two words (`topic-N doc`, 2,700 matches)",
+            make: |i| (format!("topic-{} doc", i % 37), None),
+        },
+        QueryClass {
+            label: "one word, every resource matches (`document`)",
+            make: |_| ("document".into(), None),
+        },
+        QueryClass {
+            label: "prefix, every resource matches (`synth`)",
+            make: |_| ("synth".into(), None),
+        },
+        QueryClass {
+            label: "AND of two common words (every resource matches)",
+            make: |i| {
+                (
+                    ["synthetic document", "document number", "about synthetic"][i % 3].into(),
+                    None,
+                )
+            },
+        },
+        QueryClass {
+            label: "a typo (`documnet N`, `sythetic`)",
+            make: |i| {
+                let text = if i % 2 == 0 {
+                    format!("documnet {}", (i * 104_729) % 10_000)
+                } else {
+                    "sythetic".into()
+                };
+                (text, None)
+            },
+        },
+    ]
+}
+
 /// The classes on the 10-server catalog (10 × 100,000, and `s0copy` listing `s0`'s URIs).
 fn ten_server_classes() -> Vec<QueryClass> {
     vec![
