@@ -50,10 +50,6 @@ const UNCLAIMED_FOR: Duration = Duration::from_secs(60);
 const READ_BACK_WAIT: Duration = Duration::from_secs(600);
 /// Missed pages are read from the database this many row ids at a time.
 const READ_BACK_IDS: i64 = 5_000;
-/// The most threads that read a committed load's missed pages back, one per core up to this:
-/// the load is visible and its walk done, so the cores are the index's (at
-/// `background::BACKGROUND_NICE`, searches first). They share `SEGMENT_HEAP_BYTES` between them.
-const READ_BACK_THREADS: usize = 2;
 
 /// The segments of one first load, built and finalized.
 pub struct BuiltLoad {
@@ -76,8 +72,6 @@ struct Load {
     lost: bool,
     /// When the load committed and its last segment was finalized.
     finished: Option<Instant>,
-    /// The indexing memory of the segment being written; cut when it is used up.
-    heap_bytes: usize,
 }
 
 #[derive(Default)]
@@ -269,12 +263,10 @@ impl Prebuilder {
     }
 }
 
-/// `Load::read_back` on threads of lowered priority (`background::BACKGROUND_NICE`): the load
-/// is visible by now and no walk waits for this, while searches do wait for a busy core (with
+/// `Load::read_back` on a thread of lowered priority (`background::BACKGROUND_NICE`): the load is
+/// visible by now and no walk waits for this, while searches do wait for a busy core (with
 /// one client searching, the first 10 s after a 1,000,000 first load had a p99 of 4.3-6.1 ms
-/// with the read-back at the daemon's priority). The missed rows are shared out in equal
-/// parts, one a thread (`READ_BACK_THREADS`, at most one a core): each part writes segments of
-/// its own, and the load takes them all.
+/// with the read-back at the daemon's priority).
 fn read_back_in_background(
     load: &mut Load,
     index: &SearchIndex,
@@ -282,94 +274,19 @@ fn read_back_in_background(
     server_id: i64,
     ranges: &[(i64, i64)],
 ) -> Result<u64, super::SearchError> {
-    let missed = missed_ranges(ranges, &load.taken);
-    if missed.is_empty() {
-        return Ok(0);
-    }
-    let started = Instant::now();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |cores| cores.get())
-        .clamp(1, READ_BACK_THREADS);
-    let shares = shared_out(&missed, threads);
-    // The segment being written is finished first: the parts share the indexing memory.
-    load.cut()?;
-    let heap_bytes = SEGMENT_HEAP_BYTES / shares.len();
-    let mut parts: Vec<Load> = shares
-        .iter()
-        .map(|_| Load {
-            heap_bytes,
-            ..Load::new(load.server.clone())
-        })
-        .collect();
-    let outcomes: Vec<Result<u64, super::SearchError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = parts
-            .iter_mut()
-            .zip(&shares)
-            .map(|(part, share)| {
-                std::thread::Builder::new()
-                    .name("search-read-back".into())
-                    .spawn_scoped(scope, move || {
-                        crate::background::lower_this_threads_priority(
-                            crate::background::BACKGROUND_NICE,
-                        );
-                        let rows = part.read_back(index, database, server_id, share)?;
-                        part.cut()?;
-                        Ok(rows)
-                    })
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("search-read-back".into())
+            .spawn_scoped(scope, || {
+                crate::background::lower_this_threads_priority(crate::background::BACKGROUND_NICE);
+                load.read_back(index, database, server_id, ranges)
             })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| match handle {
-                Ok(handle) => handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                Err(error) => Err(super::SearchError::Source(format!(
-                    "cannot start a read-back thread: {error}"
-                ))),
-            })
-            .collect()
-    });
-    let mut rows = 0;
-    for (part, outcome) in parts.into_iter().zip(outcomes) {
-        rows += outcome?;
-        load.documents += part.documents;
-        load.segments.extend(part.segments);
-    }
-    tracing::info!(
-        server = load.server,
-        rows,
-        threads = shares.len(),
-        seconds = started.elapsed().as_secs_f64(),
-        "read the pages of a first load its index had no room for during the walk"
-    );
-    Ok(rows)
-}
-
-/// `ranges` (sorted, disjoint, both ends included) cut into at most `parts` runs of about as
-/// many ids each, in order; none empty.
-fn shared_out(ranges: &[(i64, i64)], parts: usize) -> Vec<Vec<(i64, i64)>> {
-    let total: i64 = ranges.iter().map(|(first, last)| last - first + 1).sum();
-    let per_part = (total + parts as i64 - 1) / parts.max(1) as i64;
-    let mut shares: Vec<Vec<(i64, i64)>> = vec![Vec::new()];
-    let mut room = per_part;
-    for &(first, last) in ranges {
-        let mut from = first;
-        while from <= last {
-            if room == 0 {
-                shares.push(Vec::new());
-                room = per_part;
-            }
-            let to = last.min(from + room - 1);
-            if let Some(share) = shares.last_mut() {
-                share.push((from, to));
-            }
-            room -= to - from + 1;
-            from = to + 1;
-        }
-    }
-    shares.retain(|share| !share.is_empty());
-    shares
+            .map_err(|error| {
+                super::SearchError::Source(format!("cannot start the read-back thread: {error}"))
+            })?
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 impl Load {
@@ -384,7 +301,6 @@ impl Load {
             taken: Vec::new(),
             lost: false,
             finished: None,
-            heap_bytes: SEGMENT_HEAP_BYTES,
         }
     }
 
@@ -404,35 +320,45 @@ impl Load {
     }
 
     /// Reads from the database, and writes, the rows of the committed load (now of the
-    /// server whose id is `server_id`) whose ids are in `missed`; how many.
+    /// server whose id is `server_id`) whose ids are in `ranges` but in no page taken.
     fn read_back(
         &mut self,
         index: &SearchIndex,
         database: &Path,
         server_id: i64,
-        missed: &[(i64, i64)],
+        ranges: &[(i64, i64)],
     ) -> Result<u64, super::SearchError> {
+        let missed = missed_ranges(ranges, &self.taken);
+        if missed.is_empty() {
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let rows: i64 = missed.iter().map(|(first, last)| last - first + 1).sum();
         let read = |error: crate::store::StoreError| {
             super::SearchError::Source(format!("cannot read its rows from the database: {error}"))
         };
         let mut source = IndexSource::open(database).map_err(read)?;
         let snapshot = source.snapshot().map_err(read)?;
-        let mut rows = 0;
-        for &(first, last) in missed {
+        for (first, last) in missed {
             let mut from = first;
             while from <= last {
                 let to = last.min(from + READ_BACK_IDS - 1);
                 let entries = snapshot
                     .resources_with_ids(server_id, from, to)
                     .map_err(read)?;
-                rows += entries.len() as u64;
                 self.write(index, entries)?;
                 // No snapshot pinned for the whole read-back (`SourceSnapshot`).
                 snapshot.renew().map_err(read)?;
                 from = to + 1;
             }
         }
-        Ok(rows)
+        tracing::info!(
+            server = self.server,
+            rows,
+            seconds = started.elapsed().as_secs_f64(),
+            "read the pages of a first load its index had no room for during the walk"
+        );
+        Ok(rows as u64)
     }
 
     /// Takes one page: buffers it until the load is large enough, then writes it.
@@ -469,7 +395,7 @@ impl Load {
         for entry in entries {
             if self.building.is_none() {
                 let segment = index.index.new_segment();
-                let writer = SegmentWriter::for_segment(self.heap_bytes, segment.clone())?;
+                let writer = SegmentWriter::for_segment(SEGMENT_HEAP_BYTES, segment.clone())?;
                 self.building = Some((writer, segment));
             }
             let Some((writer, _)) = self.building.as_mut() else {
@@ -490,7 +416,7 @@ impl Load {
             })?;
             self.opstamp += 1;
             self.documents += 1;
-            if writer.mem_usage() >= self.heap_bytes.saturating_sub(HEAP_MARGIN_BYTES) {
+            if writer.mem_usage() >= SEGMENT_HEAP_BYTES - HEAP_MARGIN_BYTES {
                 self.cut()?;
             }
         }
@@ -551,28 +477,5 @@ mod tests {
             vec![(41, 60), (251, 300)]
         );
         assert_eq!(super::missed_ranges(&[(1, 10)], &[]), vec![(1, 10)]);
-    }
-
-    #[test]
-    fn missed_ranges_are_shared_out_in_order_in_equal_parts() {
-        let ranges = [(1, 10), (21, 25), (31, 35)];
-        assert_eq!(
-            super::shared_out(&ranges, 2),
-            vec![vec![(1, 10)], vec![(21, 25), (31, 35)]]
-        );
-        assert_eq!(
-            super::shared_out(&ranges, 3),
-            vec![
-                vec![(1, 7)],
-                vec![(8, 10), (21, 24)],
-                vec![(25, 25), (31, 35)]
-            ]
-        );
-        assert_eq!(super::shared_out(&ranges, 1), vec![ranges.to_vec()]);
-        // More parts than ids: one id each, no empty part.
-        assert_eq!(
-            super::shared_out(&[(5, 6)], 4),
-            vec![vec![(5, 5)], vec![(6, 6)]]
-        );
     }
 }
