@@ -378,7 +378,7 @@ impl QueryClass {
 
 /// The classes on the one-server catalog of 1,000,000; the first three are the selective mix.
 pub(crate) fn million_classes() -> Vec<QueryClass> {
-    vec![
+    let mut classes = vec![
         QueryClass {
             label: "one word, rare (a 6-digit id, 1 match)",
             make: |i| (format!("{:06}", (i * 7919) % 1_000_000), None),
@@ -396,8 +396,30 @@ pub(crate) fn million_classes() -> Vec<QueryClass> {
             label: "prefix (4 digits, 100 matches)",
             make: |i| (format!("{:04}", (i * 31) % 10_000), None),
         },
+    ];
+    classes.extend(common_word_classes(
+        "two words (`topic-N doc`, 27,000 matches)",
+    ));
+    classes.push(QueryClass {
+        label: "a typo (`documnet N`, `sythetic`; FTS5 finds nothing)",
+        make: |i| {
+            let text = if i % 2 == 0 {
+                format!("documnet {}", (i * 104_729) % 1_000_000 + 100_000)
+            } else {
+                "sythetic".into()
+            };
+            (text, None)
+        },
+    });
+    classes
+}
+
+/// The classes of words every generated resource has, whatever the catalog's size;
+/// `topic_label` says how many match `topic-N doc` there.
+fn common_word_classes(topic_label: &'static str) -> [QueryClass; 4] {
+    [
         QueryClass {
-            label: "two words (`topic-N doc`, 27,000 matches)",
+            label: topic_label,
             make: |i| (format!("topic-{} doc", i % 37), None),
         },
         QueryClass {
@@ -417,17 +439,6 @@ pub(crate) fn million_classes() -> Vec<QueryClass> {
                 )
             },
         },
-        QueryClass {
-            label: "a typo (`documnet N`, `sythetic`; FTS5 finds nothing)",
-            make: |i| {
-                let text = if i % 2 == 0 {
-                    format!("documnet {}", (i * 104_729) % 1_000_000 + 100_000)
-                } else {
-                    "sythetic".into()
-                };
-                (text, None)
-            },
-        },
     ]
 }
 
@@ -437,7 +448,7 @@ pub(crate) fn million_classes() -> Vec<QueryClass> {
 /// entry in each server, 10), the prefix has 5 digits (100 matches, as 4 did over 1,000,000);
 /// the common words are the same words.
 pub(crate) fn fleet_classes() -> Vec<QueryClass> {
-    vec![
+    let mut classes = vec![
         QueryClass {
             label: "one word, rare (a 6-digit id, 10 matches)",
             make: |i| (format!("{:06}", (i * 7919) % 10_000), None),
@@ -450,39 +461,22 @@ pub(crate) fn fleet_classes() -> Vec<QueryClass> {
             label: "prefix (5 digits, 100 matches)",
             make: |i| (format!("{:05}", (i * 31) % 1_000), None),
         },
-        QueryClass {
-            label: "two words (`topic-N doc`, 2,700 matches)",
-            make: |i| (format!("topic-{} doc", i % 37), None),
+    ];
+    classes.extend(common_word_classes(
+        "two words (`topic-N doc`, 2,700 matches)",
+    ));
+    classes.push(QueryClass {
+        label: "a typo (`documnet N`, `sythetic`)",
+        make: |i| {
+            let text = if i % 2 == 0 {
+                format!("documnet {}", (i * 104_729) % 10_000)
+            } else {
+                "sythetic".into()
+            };
+            (text, None)
         },
-        QueryClass {
-            label: "one word, every resource matches (`document`)",
-            make: |_| ("document".into(), None),
-        },
-        QueryClass {
-            label: "prefix, every resource matches (`synth`)",
-            make: |_| ("synth".into(), None),
-        },
-        QueryClass {
-            label: "AND of two common words (every resource matches)",
-            make: |i| {
-                (
-                    ["synthetic document", "document number", "about synthetic"][i % 3].into(),
-                    None,
-                )
-            },
-        },
-        QueryClass {
-            label: "a typo (`documnet N`, `sythetic`)",
-            make: |i| {
-                let text = if i % 2 == 0 {
-                    format!("documnet {}", (i * 104_729) % 10_000)
-                } else {
-                    "sythetic".into()
-                };
-                (text, None)
-            },
-        },
-    ]
+    });
+    classes
 }
 
 /// The classes on the 10-server catalog (10 × 100,000, and `s0copy` listing `s0`'s URIs).
