@@ -256,6 +256,24 @@ fn write_report(
         &class_rows(classes, &phase.answers, &windows),
     );
     report.line("");
+    let rows = part_rows(phase, bursts, visible_us);
+    report.table(
+        &[
+            "part of the window (all classes)",
+            "searches",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "over 5 ms",
+        ],
+        &rows,
+    );
+    report.line("");
+}
+
+/// The report's rows of the window's parts (`PARTS`): every answer placed in its burst's part,
+/// the first one asked after each of the downstream's swaps apart.
+fn part_rows(phase: &Phase, bursts: &[Burst], visible_us: i64) -> Vec<Vec<String>> {
     // Every answer (µs asked, ms), in the order asked; then the first one after each swap.
     let mut timed: Vec<(i64, f64)> = phase
         .answers
@@ -278,7 +296,7 @@ fn write_report(
             parts[part_of(burst, at_us, firsts.contains(&position))].push(milliseconds);
         }
     }
-    let rows: Vec<Vec<String>> = PARTS
+    PARTS
         .iter()
         .zip(&parts)
         .map(|(part, samples)| {
@@ -296,17 +314,5 @@ fn write_report(
                     .to_string(),
             ]
         })
-        .collect();
-    report.table(
-        &[
-            "part of the window (all classes)",
-            "searches",
-            "p50 ms",
-            "p99 ms",
-            "max ms",
-            "over 5 ms",
-        ],
-        &rows,
-    );
-    report.line("");
+        .collect()
 }
