@@ -5,8 +5,8 @@
 //! to the first downstream without pause, from `LEAD` before each burst until that
 //! downstream's search index holds it. A burst rewrites the origin's scenario with a new
 //! `prefix` (a word added to every generated title and description); the upstream walks the
-//! origin and swaps, then the downstream follows (the bucket's updates in deltas of up to
-//! 1,000, or the HTTP face's change feed). Each window is split by the two daemons' logs.
+//! origin and swaps, then the downstream follows (the bucket's round of updates as one delta,
+//! or the HTTP face's change feed). Each window is split by the two daemons' logs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

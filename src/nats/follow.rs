@@ -2,7 +2,10 @@
 //! bucket. Its first sync reads the bucket's current values (a watch of every key, last value
 //! each) into one walk's staging and swaps them in; then each batch of updates is one delta
 //! through the HTTP follow's own path (`StagedWalk::commit_delta`), its bucket revision the
-//! cursor committed in the same transaction, so a kill -9 anywhere resumes exactly. A cursor
+//! cursor committed in the same transaction, so a kill -9 anywhere resumes exactly. A round of
+//! the publisher (its puts and deletes up to its mark) is gathered whole (`Round`) and applied as
+//! one delta, so a client here sees the round's before or after, as it would at the upstream;
+//! only a round past `MAX_ROUND_KEYS` or `MAX_ROUND_BYTES` is applied in parts. A cursor
 //! of another bucket (one made again) or older than the bucket's oldest revision (a purged
 //! history) means one reload of the whole bucket.
 
@@ -23,8 +26,52 @@ use crate::store::{
 use crate::walk::definitions::followed_entry_row;
 use crate::walk::{resource_row, template_row};
 
-/// Updates applied as one delta at most: a backlog is applied in batches of this many.
-pub const MAX_BATCH_ENTRIES: usize = 1_000;
+/// Keys of one round applied as one delta at most (as many as a follow of an upstream's feed
+/// over HTTP applies as one delta, `MAX_DELTA_KEYS`): a larger round, or a backlog, is applied
+/// in parts of this many keys.
+pub const MAX_ROUND_KEYS: usize = 50_000;
+/// Bytes of values (and keys) one round holds in memory at most before it is applied, so a
+/// round of large entries is applied in parts of about this size.
+pub const MAX_ROUND_BYTES: usize = 16 << 20;
+
+/// The updates gathered since the last applied delta: the last update of each key (a key put
+/// twice, or put then deleted, counts once), the newest revision, and the publisher's
+/// identity when its mark came.
+#[derive(Default)]
+pub struct Round {
+    latest: BTreeMap<String, kv::Entry>,
+    bytes: usize,
+    /// The newest update's revision, the updates pending after it, its publication time.
+    newest: Option<(u64, u64, i128)>,
+    upstream: Option<String>,
+}
+
+impl Round {
+    /// Adds an update; true once the round holds `MAX_ROUND_KEYS` keys or `MAX_ROUND_BYTES`
+    /// (then it is applied without waiting for the mark).
+    pub fn push(&mut self, entry: kv::Entry) -> bool {
+        self.newest = Some((
+            entry.revision,
+            entry.delta,
+            entry.created.unix_timestamp_nanos(),
+        ));
+        if entry.key == FEED_KEY {
+            if let Ok(mark) = serde_json::from_slice::<FeedMark>(&entry.value) {
+                self.upstream = Some(mark.instance);
+            }
+            return false;
+        }
+        self.bytes += entry.key.len() + entry.value.len();
+        if let Some(old) = self.latest.insert(entry.key.clone(), entry) {
+            self.bytes -= old.key.len() + old.value.len();
+        }
+        self.latest.len() >= MAX_ROUND_KEYS || self.bytes >= MAX_ROUND_BYTES
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.newest.is_none()
+    }
+}
 
 /// Why following a bucket stopped; the session reports it and starts over after a wait.
 #[derive(Debug, thiserror::Error)]
@@ -283,36 +330,34 @@ impl Follower {
             .map_err(|error| FollowError::Watch(error.to_string()))
     }
 
-    /// Applies a batch of updates as one delta with its newest revision as the cursor. A
+    /// Applies a round of updates as one delta with its newest revision as the cursor. A
     /// delta the store cannot apply (no snapshot yet) is a reload instead.
-    pub async fn apply(&mut self, batch: Vec<kv::Entry>) -> Result<(), FollowError> {
-        let Some(newest) = batch.last() else {
+    pub async fn apply(&mut self, round: Round) -> Result<(), FollowError> {
+        let Round {
+            latest,
+            newest: Some((revision, pending, published_ns)),
+            upstream,
+            ..
+        } = round
+        else {
             return Ok(());
         };
-        let (revision, pending) = (newest.revision, newest.delta);
-        let published_ns = newest.created.unix_timestamp_nanos();
-        // The last update of each key in the batch is the one that counts.
-        let mut latest: BTreeMap<String, kv::Entry> = BTreeMap::new();
-        for entry in batch {
-            if entry.key == FEED_KEY {
-                if let Ok(mark) = serde_json::from_slice::<FeedMark>(&entry.value) {
-                    self.upstream = Some(mark.instance);
-                }
-                continue;
-            }
-            latest.insert(entry.key.clone(), entry);
+        if upstream.is_some() {
+            self.upstream = upstream;
         }
         let staged = self.store.begin_walk(&self.server);
         let mut rows = ReadRows::default();
         let mut removed = Vec::new();
         let mut touched: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
         let mut now_known = Vec::new();
-        for (bucket_key, entry) in &latest {
-            let old = self.keys.get(bucket_key).cloned();
+        // Each value is dropped once staged: a round's values are held once.
+        for (bucket_key, entry) in latest {
+            let old = self.keys.get(&bucket_key).cloned();
             let new = match entry.operation {
-                kv::Operation::Put => self.read_row(entry, &mut rows),
+                kv::Operation::Put => self.read_row(&entry, &mut rows),
                 kv::Operation::Delete | kv::Operation::Purge => None,
             };
+            rows.flush(&staged, false).await?;
             if let Some((kind, key)) = &old {
                 match kind {
                     Kind::Resource if new.is_none() => removed.push(key.clone()),
@@ -325,7 +370,7 @@ impl Follower {
                     touched.entry(*kind).or_default().push(key.clone());
                 }
             }
-            now_known.push((bucket_key.clone(), new));
+            now_known.push((bucket_key, new));
         }
         rows.flush(&staged, true).await?;
         let mut entry_rows = rows.entries;

@@ -598,8 +598,8 @@ fn a_thousand_single_changes_arrive_as_updates_and_end_as_a_fresh_sync() {
     assert_same_as_a_fresh_sync(&nats, &mirror);
 }
 
-/// Resources a round of `described` describes anew: more than one delta's batch
-/// (`MAX_BATCH_ENTRIES`, 1,000), so a kill can come between two of a round's commits.
+/// Resources a round of `described` describes anew: more updates than a delta applied them
+/// in before rounds were gathered whole (1,000), so a round split over commits shows.
 const DESCRIBED: i64 = 2_500;
 
 /// `DESCRIBED` generated resources described by `round` and one that never changes (the
@@ -614,9 +614,9 @@ fn described(round: usize) -> Value {
     })
 }
 
-/// Resources of `mirror`'s database (which follows one server) described by `round`.
-fn described_rows(mirror: &Daemon, round: usize) -> i64 {
-    open_database(&mirror.database)
+/// Resources of `database` (which follows or serves one server) described by `round`.
+fn described_rows(database: &std::path::Path, round: usize) -> i64 {
+    open_database(database)
         .query_row(
             "SELECT count(*) FROM resources WHERE description LIKE ?1",
             [format!("% round-{round}-")],
@@ -625,8 +625,22 @@ fn described_rows(mirror: &Daemon, round: usize) -> i64 {
         .expect("count")
 }
 
+/// The deltas the downstream has applied, from its database (kept across restarts).
+fn stored_deltas(mirror: &Daemon) -> i64 {
+    open_database(&mirror.database)
+        .query_row(
+            "SELECT deltas_applied FROM servers WHERE name = 'fleet'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("deltas_applied")
+}
+
+/// Each round of 2,500 updates is one delta, all or nothing: killed at any moment of it, the
+/// downstream holds the round before or the round after (never part of it), with the revision
+/// that says which, and resumes from there.
 #[test]
-fn a_downstream_killed_mid_apply_ten_times_resumes_exactly() {
+fn a_downstream_killed_mid_round_ten_times_holds_whole_rounds_and_resumes_exactly() {
     let nats = NatsServer::start();
     let origin = Scratch::new();
     let scenario = origin.write_scenario("demo.json", &described(0));
@@ -637,34 +651,48 @@ fn a_downstream_killed_mid_apply_ten_times_resumes_exactly() {
     wait_for("the first sync", Duration::from_secs(60), || {
         same_catalog(&mirror, &upstream).then_some(())
     });
-    let mut mid_apply = 0;
+    let mut before_commit = 0;
     for round in 1..=10 {
         let before = wait_for("the stored revision", Duration::from_secs(20), || {
             stored_revision(&mirror)
         });
-        // Each round puts DESCRIBED values, applied in batches of at most 1,000 (a round is
-        // otherwise one delta); the kill comes once the round's first batch is applied, and
-        // lands before, during or after the next.
+        let deltas = stored_deltas(&mirror);
+        // Odd rounds: the kill comes once the upstream has swapped the round in (its puts on
+        // their way, or arriving); even rounds: once the downstream's revision moved.
         origin.write_scenario("demo.json", &described(round));
-        wait_for_every(
-            &format!("round {round}'s first applied updates"),
-            Duration::from_secs(30),
-            Duration::from_millis(1),
-            || stored_revision(&mirror).filter(|revision| *revision > before),
-        );
+        if round % 2 == 1 {
+            wait_for_every(
+                &format!("round {round} at the upstream"),
+                Duration::from_secs(30),
+                Duration::from_millis(1),
+                || (described_rows(&upstream.database, round) == DESCRIBED).then_some(()),
+            );
+        } else {
+            wait_for_every(
+                &format!("round {round}'s revision at the downstream"),
+                Duration::from_secs(30),
+                Duration::from_millis(1),
+                || stored_revision(&mirror).filter(|revision| *revision > before),
+            );
+        }
         mirror.child.kill().expect("SIGKILL");
         mirror.child.wait().expect("reap");
 
-        // What the database holds is exactly its revision: each of the round's revisions
-        // after `before` is one resource described anew (and then the feed mark).
+        // The database holds the round whole exactly when its revision moved, in one delta.
         let killed_at = stored_revision(&mirror).expect("a stored revision");
-        let applied = (killed_at - before).min(DESCRIBED);
+        let (expected, expected_deltas) = match killed_at > before {
+            true => (DESCRIBED, deltas + 1),
+            false => (0, deltas),
+        };
         assert_eq!(
-            described_rows(&mirror, round),
-            applied,
-            "round {round}: rows and revision {killed_at} (from {before}) disagree"
+            (
+                described_rows(&mirror.database, round),
+                stored_deltas(&mirror)
+            ),
+            (expected, expected_deltas),
+            "round {round}: rows and deltas against revision {killed_at} (from {before})"
         );
-        mid_apply += usize::from(applied < DESCRIBED);
+        before_commit += usize::from(killed_at == before);
 
         mirror = Daemon::start(&down_scratch, &down_scratch.path("daemon.toml"));
         wait_for(
@@ -672,17 +700,18 @@ fn a_downstream_killed_mid_apply_ten_times_resumes_exactly() {
             Duration::from_secs(30),
             || same_catalog(&mirror, &upstream).then_some(()),
         );
+        assert_eq!(
+            stored_deltas(&mirror),
+            deltas + 1,
+            "round {round}: one delta"
+        );
         let status = fleet_status(&mirror);
         assert_eq!(status["reloads"], 0, "resumed, not reloaded: {status}");
         assert!(mirror
             .log_text()
             .contains("following the bucket from the stored revision"));
     }
-    eprintln!("{mid_apply} of 10 kills came mid-apply");
-    assert!(
-        mid_apply >= 5,
-        "only {mid_apply} of 10 kills came mid-apply"
-    );
+    eprintln!("{before_commit} of 10 kills came before the round's commit");
     assert_same_as_a_fresh_sync(&nats, &mirror);
 }
 
