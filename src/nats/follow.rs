@@ -1,11 +1,10 @@
 //! A downstream's side of the NATS fan-out: a server whose source is a JetStream key-value
 //! bucket. Its first sync reads the bucket's current values (a watch of every key, last value
-//! each) into one walk's staging and swaps them in; then each batch of updates is one delta
-//! through the HTTP follow's own path (`StagedWalk::commit_delta`), its bucket revision the
-//! cursor committed in the same transaction, so a kill -9 anywhere resumes exactly. A round of
-//! the publisher (its puts and deletes up to its mark) is gathered whole (`Round`) and applied as
-//! one delta, so a client here sees the round's before or after, as it would at the upstream;
-//! only a round past `MAX_ROUND_KEYS` or `MAX_ROUND_BYTES` is applied in parts. A cursor
+//! each) into one walk's staging and swaps them in; then each round of the publisher's updates
+//! (`super::round`) is one delta through the HTTP follow's own path (`StagedWalk::commit_delta`),
+//! its bucket revision the cursor committed in the same transaction, so a kill -9 anywhere
+//! resumes exactly, and a client here sees the round's before or after, as it would at the
+//! upstream. A cursor
 //! of another bucket (one made again) or older than the bucket's oldest revision (a purged
 //! history) means one reload of the whole bucket.
 
@@ -16,6 +15,7 @@ use async_nats::jetstream::kv;
 use futures_util::StreamExt;
 use serde_json::value::RawValue;
 
+use super::round::{Round, Staging};
 use super::{bucket_key, bucket_state, kind_of_bucket_key, FeedMark, NatsError, FEED_KEY};
 use crate::config::WalkLimits;
 use crate::protocol::Kind;
@@ -25,53 +25,6 @@ use crate::store::{
 };
 use crate::walk::definitions::followed_entry_row;
 use crate::walk::{resource_row, template_row};
-
-/// Keys of one round applied as one delta at most (as many as a follow of an upstream's feed
-/// over HTTP applies as one delta, `MAX_DELTA_KEYS`): a larger round, or a backlog, is applied
-/// in parts of this many keys.
-pub const MAX_ROUND_KEYS: usize = 50_000;
-/// Bytes of values (and keys) one round holds in memory at most before it is applied, so a
-/// round of large entries is applied in parts of about this size.
-pub const MAX_ROUND_BYTES: usize = 16 << 20;
-
-/// The updates gathered since the last applied delta: the last update of each key (a key put
-/// twice, or put then deleted, counts once), the newest revision, and the publisher's
-/// identity when its mark came.
-#[derive(Default)]
-pub struct Round {
-    latest: BTreeMap<String, kv::Entry>,
-    bytes: usize,
-    /// The newest update's revision, the updates pending after it, its publication time.
-    newest: Option<(u64, u64, i128)>,
-    upstream: Option<String>,
-}
-
-impl Round {
-    /// Adds an update; true once the round holds `MAX_ROUND_KEYS` keys or `MAX_ROUND_BYTES`
-    /// (then it is applied without waiting for the mark).
-    pub fn push(&mut self, entry: kv::Entry) -> bool {
-        self.newest = Some((
-            entry.revision,
-            entry.delta,
-            entry.created.unix_timestamp_nanos(),
-        ));
-        if entry.key == FEED_KEY {
-            if let Ok(mark) = serde_json::from_slice::<FeedMark>(&entry.value) {
-                self.upstream = Some(mark.instance);
-            }
-            return false;
-        }
-        self.bytes += entry.key.len() + entry.value.len();
-        if let Some(old) = self.latest.insert(entry.key.clone(), entry) {
-            self.bytes -= old.key.len() + old.value.len();
-        }
-        self.latest.len() >= MAX_ROUND_KEYS || self.bytes >= MAX_ROUND_BYTES
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.newest.is_none()
-    }
-}
 
 /// Why following a bucket stopped; the session reports it and starts over after a wait.
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +64,7 @@ pub async fn feed_mark(kv: &kv::Store) -> Result<Option<FeedMark>, FollowError> 
 /// operation a row made a first load of 100,000 entries a minute long); tools and prompts,
 /// staged whole after the resources' swap.
 #[derive(Default)]
-struct ReadRows {
+pub(super) struct ReadRows {
     resources: Vec<ResourceRow>,
     templates: Vec<TemplateRow>,
     entries: BTreeMap<Kind, Vec<EntryRow>>,
@@ -122,7 +75,7 @@ const STAGE_ROWS: usize = 1_000;
 
 impl ReadRows {
     /// Stages what is buffered once `STAGE_ROWS` wait (everything with `all`).
-    async fn flush(&mut self, staged: &StagedWalk, all: bool) -> Result<(), StoreError> {
+    pub(super) async fn flush(&mut self, staged: &StagedWalk, all: bool) -> Result<(), StoreError> {
         if !self.resources.is_empty() && (all || self.resources.len() >= STAGE_ROWS) {
             staged
                 .add_resources(std::mem::take(&mut self.resources))
@@ -289,6 +242,9 @@ impl Follower {
     /// Reads the entry of one `Put` into `rows`, when its value is an entry of the kind its key
     /// names and its key's digest is that key (a value under another entry's key is left out).
     fn read_row(&self, entry: &kv::Entry, rows: &mut ReadRows) -> Option<(Kind, String)> {
+        if entry.operation != kv::Operation::Put {
+            return None;
+        }
         let kind = kind_of_bucket_key(&entry.key)?;
         let raw = serde_json::from_slice::<Box<RawValue>>(&entry.value).ok()?;
         let item = crate::walk::take_entry(raw, self.upstream.as_deref()).ok()?;
@@ -330,34 +286,52 @@ impl Follower {
             .map_err(|error| FollowError::Watch(error.to_string()))
     }
 
+    /// Adds an update to `round`, reading and staging it at once (so the round's commit at
+    /// its mark has little left to do); true once the round is full (`Round::push`).
+    pub async fn take(&self, round: &mut Round, entry: kv::Entry) -> Result<bool, FollowError> {
+        let begin = || self.store.begin_walk(&self.server);
+        if let Some(staging) = round.staging_for(&entry, self.upstream.as_deref(), begin) {
+            let read = self.read_row(&entry, &mut staging.rows);
+            staging.rows.flush(&staging.walk, false).await?;
+            staging.read.push((entry.key.clone(), read));
+        }
+        Ok(round.push(entry))
+    }
+
     /// Applies a round of updates as one delta with its newest revision as the cursor. A
     /// delta the store cannot apply (no snapshot yet) is a reload instead.
     pub async fn apply(&mut self, round: Round) -> Result<(), FollowError> {
-        let Round {
-            latest,
-            newest: Some((revision, pending, published_ns)),
-            upstream,
-            ..
-        } = round
-        else {
+        let Some((revision, pending, published_ns)) = round.newest() else {
             return Ok(());
         };
+        let (latest, upstream, staging) = round.into_parts();
         if upstream.is_some() {
             self.upstream = upstream;
         }
-        let staged = self.store.begin_walk(&self.server);
-        let mut rows = ReadRows::default();
+        // Staged as it came, unless that cannot stand: then from the last update of each key.
+        let staging = match staging {
+            Some(staging) => staging,
+            None => {
+                let mut staging = Staging::new(self.store.begin_walk(&self.server), None);
+                for (bucket_key, entry) in latest {
+                    let read = self.read_row(&entry, &mut staging.rows);
+                    staging.rows.flush(&staging.walk, false).await?;
+                    staging.read.push((bucket_key, read));
+                }
+                staging
+            }
+        };
+        let Staging {
+            walk: staged,
+            mut rows,
+            read,
+            ..
+        } = staging;
         let mut removed = Vec::new();
         let mut touched: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
         let mut now_known = Vec::new();
-        // Each value is dropped once staged: a round's values are held once.
-        for (bucket_key, entry) in latest {
+        for (bucket_key, new) in read {
             let old = self.keys.get(&bucket_key).cloned();
-            let new = match entry.operation {
-                kv::Operation::Put => self.read_row(&entry, &mut rows),
-                kv::Operation::Delete | kv::Operation::Purge => None,
-            };
-            rows.flush(&staged, false).await?;
             if let Some((kind, key)) = &old {
                 match kind {
                     Kind::Resource if new.is_none() => removed.push(key.clone()),

@@ -6,6 +6,7 @@
 mod bucket;
 mod error;
 pub mod follow;
+pub mod round;
 
 pub use bucket::{
     bucket_key, bucket_state, connect, kind_of_bucket_key, open_bucket, FeedMark, FEED_KEY,

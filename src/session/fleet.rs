@@ -13,7 +13,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::{LiveStatus, ReadError, Refreshed, SessionCommand};
 use crate::config::ServerConfig;
-use crate::nats::follow::{feed_mark, FollowError, FollowProgress, Follower, Round};
+use crate::nats::follow::{feed_mark, FollowError, FollowProgress, Follower};
+use crate::nats::round::Round;
 use crate::nats::FEED_KEY;
 use crate::protocol::FleetStatus;
 use crate::store::{now_ms, ServerUpdate, Store};
@@ -193,7 +194,7 @@ async fn follow(
                     first_at = now;
                 }
                 apply_by = (now + UNMARKED_ROUND_WAIT).min(first_at + UNMARKED_ROUND_MAX);
-                let full = round.push(entry);
+                let full = follower.take(&mut round, entry).await?;
                 if full && !round_ends && !split {
                     tracing::info!(server = %run.config.name, "a round of the bucket's updates past MAX_ROUND_KEYS or MAX_ROUND_BYTES is applied in parts");
                 }

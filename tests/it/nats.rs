@@ -1064,3 +1064,142 @@ fn a_downstream_keeps_its_own_history_of_the_bucket_and_answers_it_cut_off() {
         "{diff}"
     );
 }
+
+/// A publisher made by hand: a bucket `fleet` that keeps five values of each key (a daemon's
+/// keeps one, so a follower behind it never receives a key twice in one round), and puts,
+/// deletes and marks of resources as a publisher makes them.
+struct HandPublisher {
+    runtime: tokio::runtime::Runtime,
+    bucket: async_nats::jetstream::kv::Store,
+}
+
+impl HandPublisher {
+    fn new(nats: &NatsServer) -> HandPublisher {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let bucket = runtime.block_on(async {
+            let client = async_nats::connect(nats.url()).await.expect("connect");
+            async_nats::jetstream::new(client)
+                .create_key_value(async_nats::jetstream::kv::Config {
+                    bucket: "fleet".into(),
+                    history: 5,
+                    ..Default::default()
+                })
+                .await
+                .expect("the bucket")
+        });
+        HandPublisher { runtime, bucket }
+    }
+
+    fn key(uri: &str) -> String {
+        format!(
+            "resource.{:032x}",
+            xxhash_rust::xxh3::xxh3_128(uri.as_bytes())
+        )
+    }
+
+    fn put(&self, uri: &str, description: &str) {
+        let value = json!({"uri": uri, "name": uri, "description": description}).to_string();
+        self.runtime
+            .block_on(self.bucket.put(Self::key(uri), value.into()))
+            .expect("put");
+    }
+
+    fn delete(&self, uri: &str) {
+        self.runtime
+            .block_on(self.bucket.delete(Self::key(uri)))
+            .expect("delete");
+    }
+
+    fn mark(&self, instance: &str, seq: i64) {
+        let value = json!({"instance": instance, "seq": seq}).to_string();
+        self.runtime
+            .block_on(self.bucket.put("mirror.feed", value.into()))
+            .expect("mark");
+    }
+}
+
+/// Each resource's URI and description, and the publishers its chain of mirrors names.
+fn held(mirror: &Daemon) -> Vec<(String, String, Value)> {
+    mirror
+        .list_all()
+        .iter()
+        .map(|entry| {
+            (
+                entry["uri"].as_str().unwrap_or_default().to_string(),
+                entry["description"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                entry["_meta"]["io.mcp-mirror/mirrors"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// A round staged as its updates come cannot stand when a key comes twice (staging keeps a
+/// key's first row) or when its mark names another publisher (each entry records it in its
+/// chain of mirrors): it is applied from the last update of each key, still as one delta.
+#[test]
+fn a_round_with_a_key_put_twice_or_a_new_publisher_is_applied_from_its_last_values() {
+    let nats = NatsServer::start();
+    let publisher = HandPublisher::new(&nats);
+    publisher.put("test://a", "a first");
+    publisher.put("test://b", "b first");
+    publisher.mark("publisher-one", 1);
+    let scratch = Scratch::new();
+    let mirror = downstream(&scratch, &nats.url(), "fleet", "");
+    wait_for("the first sync", Duration::from_secs(30), || {
+        (held(&mirror).len() == 2).then_some(())
+    });
+    let chain = |publisher: &str| json!([publisher]);
+
+    let deltas = fleet_number(&mirror, "deltas");
+    publisher.put("test://a", "a second");
+    publisher.put("test://a", "a third");
+    publisher.put("test://c", "c first");
+    publisher.delete("test://b");
+    publisher.mark("publisher-one", 2);
+    let expected = vec![
+        (
+            "test://a".to_string(),
+            "a third".to_string(),
+            chain("publisher-one"),
+        ),
+        (
+            "test://c".to_string(),
+            "c first".to_string(),
+            chain("publisher-one"),
+        ),
+    ];
+    wait_for(
+        "the round with a key put twice",
+        Duration::from_secs(30),
+        || (held(&mirror) == expected).then_some(()),
+    );
+    wait_for("the status", Duration::from_secs(10), || {
+        (fleet_number(&mirror, "deltas") > deltas).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(fleet_number(&mirror, "deltas"), deltas + 1, "one delta");
+
+    publisher.put("test://d", "d first");
+    publisher.mark("publisher-two", 3);
+    wait_for(
+        "the round of another publisher",
+        Duration::from_secs(30),
+        || {
+            held(&mirror)
+                .iter()
+                .any(|(uri, _, _)| uri == "test://d")
+                .then_some(())
+        },
+    );
+    let d = held(&mirror)
+        .into_iter()
+        .find(|(uri, ..)| uri == "test://d");
+    assert_eq!(
+        d.map(|(_, _, chain)| chain),
+        Some(chain("publisher-two")),
+        "read under the mark's publisher"
+    );
+}
