@@ -291,11 +291,22 @@ impl Follower {
     pub async fn take(&self, round: &mut Round, entry: kv::Entry) -> Result<bool, FollowError> {
         let begin = || self.store.begin_walk(&self.server);
         if let Some(staging) = round.staging_for(&entry, self.upstream.as_deref(), begin) {
-            let read = self.read_row(&entry, &mut staging.rows);
-            staging.rows.flush(&staging.walk, false).await?;
-            staging.read.push((entry.key.clone(), read));
+            self.stage(staging, entry.key.clone(), &entry).await?;
         }
         Ok(round.push(entry))
+    }
+
+    /// Reads one update into `staging` and stages what its rows have gathered.
+    async fn stage(
+        &self,
+        staging: &mut Staging,
+        bucket_key: String,
+        entry: &kv::Entry,
+    ) -> Result<(), FollowError> {
+        let read = self.read_row(entry, &mut staging.rows);
+        staging.rows.flush(&staging.walk, false).await?;
+        staging.read.push((bucket_key, read));
+        Ok(())
     }
 
     /// Applies a round of updates as one delta with its newest revision as the cursor. A
@@ -314,9 +325,7 @@ impl Follower {
             None => {
                 let mut staging = Staging::new(self.store.begin_walk(&self.server), None);
                 for (bucket_key, entry) in latest {
-                    let read = self.read_row(&entry, &mut staging.rows);
-                    staging.rows.flush(&staging.walk, false).await?;
-                    staging.read.push((bucket_key, read));
+                    self.stage(&mut staging, bucket_key, &entry).await?;
                 }
                 staging
             }
