@@ -292,6 +292,7 @@ impl Store {
             update @ (ServerUpdate::Connecting
             | ServerUpdate::NoResources
             | ServerUpdate::Walking
+            | ServerUpdate::Walked
             | ServerUpdate::Stopped) => update,
         };
         self.call(|reply| WriteOp::UpdateServer {

@@ -160,6 +160,9 @@ pub enum ServerUpdate {
     /// Connected, but the server declared no `resources` capability: nothing to mirror.
     NoResources,
     Walking,
+    /// A walk's every list is swapped in: counted in `walks_ok` once its last swap has
+    /// committed (not at the resources' swap, before its tools and prompts were in).
+    Walked,
     /// The walk failed; the last complete snapshot stays and is marked stale.
     WalkFailed {
         error: String,

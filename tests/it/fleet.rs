@@ -136,6 +136,8 @@ fn a_new_upstream_database_costs_exactly_one_walk() {
         Duration::from_secs(60),
         || same_catalog(&mirror, &other.daemon).then_some(()),
     );
+    // `walksOk` moves once the walk's every list is in, just after its last swap.
+    mirror.wait_for_walks("upstream", 2);
     assert_eq!(
         status_number(&mirror, "walksOk"),
         2,
@@ -384,6 +386,7 @@ fn a_pruned_feed_costs_exactly_one_walk_then_following_resumes() {
         Duration::from_secs(60),
         || same_catalog(&mirror, &upstream.daemon).then_some(()),
     );
+    mirror.wait_for_walks("upstream", 2);
     assert_eq!(
         status_number(&mirror, "walksOk"),
         2,

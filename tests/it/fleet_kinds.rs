@@ -216,6 +216,8 @@ fn origin_tools_and_prompts_reach_a_downstream_kept_apart_and_follow_as_deltas()
     assert!(!names.contains(&"echo"), "{own_tools}");
 
     // One tool changes at one origin, then a prompt goes at the other: deltas, not walks.
+    // The first walk is counted once its every list is in.
+    mirror.wait_for_walks("upstream", 1);
     let walks = status_number(&mirror, "walksOk");
     let deltas = status_number(&mirror, "deltasApplied");
     origin.write_scenario(
@@ -292,6 +294,8 @@ fn a_token_without_tools_or_a_server_gets_none_of_them_through_a_downstream() {
 
     // Changes outside the view (beta's prompt, any tool), then one inside it (alpha's
     // prompt) that tells they have all been followed.
+    // The first walk is counted once its every list is in.
+    mirror.wait_for_walks("upstream", 1);
     let walks = status_number(&mirror, "walksOk");
     origin.write_scenario(
         "beta.json",
@@ -370,6 +374,8 @@ fn a_tool_keeps_its_path_through_two_levels_of_mirrors() {
     assert_eq!(chain.as_array().map(Vec::len), Some(2), "{chain}");
 
     // A change at the origin crosses both levels as deltas.
+    // The first walk is counted once its every list is in.
+    last.wait_for_walks("upstream", 1);
     let walks = status_number(&last, "walksOk");
     origin.write_scenario(
         "alpha.json",

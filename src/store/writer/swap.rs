@@ -680,7 +680,7 @@ pub(super) fn record_walk(
              snapshot_at = ?2, resource_count = ?3, template_count = ?4,
              last_walk_at = ?5, last_walk_ms = ?6, last_walk_pages = ?7, last_walk_added = ?8,
              last_walk_removed = ?9, last_walk_changed = ?10, last_walk_duplicates = ?11,
-             last_walk_skipped = ?12, walks_ok = walks_ok + 1,
+             last_walk_skipped = ?12,
              oversized_entries = {OVERSIZED_ENTRIES}
          WHERE id = ?1"
         ),
