@@ -249,7 +249,8 @@ async fn build_and_catch_up(
 
 /// A first load whose walk stops waiting for the index (its hold used up: here at once,
 /// the builder not running yet) is still adopted whole: the builder reads the pages it had
-/// no room for from the database after the commit.
+/// no room for from the database after the commit (20,000 rows: on a host of two cores or
+/// more, two threads read back half each, `READ_BACK_SHARED_FROM`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole() {
     let (directory, store, index, events) = big_server().await;
@@ -261,7 +262,15 @@ async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole()
     assert_eq!(read_back, 20_000, "the four pages without room");
     assert_eq!(handed_out, 1, "the load's segments were adopted");
     assert_eq!(index.status().documents, 40_000);
-    for (name, uri) in [("b0", "b://000000"), ("b39999", "b://039999")] {
+    // Taken during the walk; the first and last read back by each thread.
+    for (name, uri) in [
+        ("b0", "b://000000"),
+        ("b19999", "b://019999"),
+        ("b20000", "b://020000"),
+        ("b29999", "b://029999"),
+        ("b30000", "b://030000"),
+        ("b39999", "b://039999"),
+    ] {
         assert_eq!(
             found(&index, name),
             vec![("big".to_string(), uri.to_string())]
