@@ -501,9 +501,12 @@ impl Load {
     }
 }
 
+/// Ranges of row ids, both ends included.
+type IdRanges = Vec<(i64, i64)>;
+
 /// `ranges` (sorted, disjoint, both ends included) cut after their first `rows` ids: those,
 /// and the rest.
-fn split_ranges(ranges: &[(i64, i64)], rows: i64) -> (Vec<(i64, i64)>, Vec<(i64, i64)>) {
+fn split_ranges(ranges: &[(i64, i64)], rows: i64) -> (IdRanges, IdRanges) {
     let (mut first_part, mut rest) = (Vec::new(), Vec::new());
     let mut left = rows;
     for &(first, last) in ranges {
