@@ -160,6 +160,9 @@ fn spliced_entries_are_byte_for_byte_what_their_fields_write() {
         r#"{"uri":"file:///a","description":"quote \" and \\ and \n and \u00e9, {not} [a] \"_meta\":1"}"#,
         r#"{"uri":"file:///a","nested":{"a": [1, 2],	"b":{"a":1,"a":2}},"n":-1.5e3,"t":true,"f":false,"z":null}"#,
         r#"{"uri":"é","name":"ünï","_meta":{"ü":"😀"}}"#,
+        // Strings and keys longer than a vector of the scan (32 bytes), escapes in and past one.
+        r#"{"uri":"file:///a","description":"0123456789012345678901234567890\"x\\y and past the first thirty-two bytes \"q\""}"#,
+        r#"{"a key of more than thirty-two bytes, no escape":1,"uri":"file:///a","_meta":{"another key of more than thirty-two bytes":"0123456789012345678901234567890123456789\\"}}"#,
     ];
     let through_fields = [
         "{\n  \"uri\": \"file:///a\",\r\n  \"description\": \"two\\nlines\"\n}",
@@ -179,6 +182,7 @@ fn spliced_entries_are_byte_for_byte_what_their_fields_write() {
         r#"{"uri":"file:///a","_meta":{ "x":1}}"#,
         r#"{"uri":"file:///a","_meta":{"k\"":"x"},"x":[]}"#,
         r#"{"uri":"file:///a","_meta":{"x":1},"_meta":{"y":2}}"#,
+        r#"{"uri":"file:///a","a key of more than thirty-two bytes, escaped \u0078":1}"#,
     ];
     let many_fields = format!(
         "{{{}}}",
