@@ -8,8 +8,8 @@
 //! without room comes without the builder (up to `FIRST_LOAD_INDEX_LAG_ROWS` rows a walk, and
 //! any page once the walk has waited `FIRST_LOAD_INDEX_HOLD` in all; between the two the
 //! walk, that walk only, never the writer, waits for room): the builder reads those from the
-//! database after the commit, by the ids their rows took, and adds them to the load's
-//! segments before the keeper takes them.
+//! database after the commit, by the ids their rows took (on two threads when there are many,
+//! `READ_BACK_SHARED_FROM`), and adds them to the load's segments before the keeper takes them.
 //!
 //! Bounded: one load is built at a time, and a load is built only once it has staged
 //! `BUILD_FROM` entries (smaller ones are quick to index after their commit); its segments are
