@@ -287,12 +287,16 @@ fn a_downstream_follows_the_bucket_and_ends_with_the_upstream_catalog_then_resum
     assert_eq!(mirror.list_all().len(), 50);
 
     change_rounds(&origin, &upstream, 1..=12);
-    wait_for(
+    // The follower's status moves just after its swap: waited for with the catalog.
+    let status = wait_for(
         "the changes at the downstream",
         Duration::from_secs(30),
-        || same_catalog(&mirror, &upstream).then_some(()),
+        || {
+            let status = fleet_status(&mirror);
+            let followed = status["deltas"].as_u64() >= Some(1) && status["lagRevisions"] == 0;
+            (followed && same_catalog(&mirror, &upstream)).then_some(status)
+        },
     );
-    let status = fleet_status(&mirror);
     assert_eq!(status["engine"], "nats", "{status}");
     assert_eq!(status["reloads"], 1, "one load, then updates: {status}");
     assert!(status["deltas"].as_u64() >= Some(1), "{status}");
@@ -303,14 +307,16 @@ fn a_downstream_follows_the_bucket_and_ends_with_the_upstream_catalog_then_resum
     mirror.stop();
     change_rounds(&origin, &upstream, 13..=15);
     let mirror = Daemon::start(&down_scratch, &down_scratch.path("daemon.toml"));
-    wait_for(
+    let status = wait_for(
         "the changes made while it was down",
         Duration::from_secs(30),
-        || same_catalog(&mirror, &upstream).then_some(()),
+        || {
+            let status = fleet_status(&mirror);
+            let moved = status["revision"].as_u64() > Some(revision);
+            (moved && same_catalog(&mirror, &upstream)).then_some(status)
+        },
     );
-    let status = fleet_status(&mirror);
     assert_eq!(status["reloads"], 0, "no whole-bucket load: {status}");
-    assert!(status["revision"].as_u64() > Some(revision), "{status}");
     assert!(
         mirror
             .log_text()
@@ -774,10 +780,12 @@ fn a_history_purged_while_a_downstream_is_down_costs_exactly_one_reload() {
 
     // Then it follows again.
     change_rounds(&origin, &upstream, 2..=3);
-    wait_for("the next changes", Duration::from_secs(30), || {
-        same_catalog(&mirror, &upstream).then_some(())
+    // The follower's status moves just after its swap: waited for with the catalog.
+    let status = wait_for("the next changes", Duration::from_secs(30), || {
+        let status = fleet_status(&mirror);
+        let followed = status["deltas"].as_u64() >= Some(1);
+        (followed && same_catalog(&mirror, &upstream)).then_some(status)
     });
-    let status = fleet_status(&mirror);
     assert_eq!(status["reloads"], 1, "{status}");
     assert!(status["deltas"].as_u64() >= Some(1), "{status}");
     assert_same_as_a_fresh_sync(&nats, &mirror);
@@ -802,16 +810,20 @@ fn a_downstream_offline_while_changes_happen_catches_up_when_it_returns() {
     churn_steps(&origin, &upstream, &mut churn, 1..=300);
     let returned = Instant::now();
     let mirror = Daemon::start(&down_scratch, &down_scratch.path("daemon.toml"));
-    wait_for(
+    // The follower's status moves just after its swap: waited for with the catalog.
+    let status = wait_for(
         "the downstream to catch up",
         Duration::from_secs(30),
-        || same_catalog(&mirror, &upstream).then_some(()),
+        || {
+            let status = fleet_status(&mirror);
+            let moved = status["revision"].as_u64() > Some(revision + 300);
+            (moved && same_catalog(&mirror, &upstream)).then_some(status)
+        },
     );
     eprintln!(
         "300 changes caught up in {} ms",
         returned.elapsed().as_millis()
     );
-    let status = fleet_status(&mirror);
     assert_eq!(status["reloads"], 0, "updates, not a reload: {status}");
     assert!(
         status["revision"].as_u64() > Some(revision + 300),
