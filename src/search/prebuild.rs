@@ -368,7 +368,7 @@ impl Load {
                     Some(thread)
                 }
             };
-            let mine = self.read_ranges(index, database, server_id, &mine);
+            let read_here = self.read_ranges(index, database, server_id, &mine);
             if let Some(thread) = other {
                 let part = thread
                     .join()
@@ -376,7 +376,7 @@ impl Load {
                 self.segments.extend(part.segments);
                 self.documents += part.documents;
             }
-            mine
+            read_here
         })?;
         tracing::info!(
             server = self.server,
