@@ -20,8 +20,8 @@ use super::{bucket_key, bucket_state, kind_of_bucket_key, FeedMark, NatsError, F
 use crate::config::WalkLimits;
 use crate::protocol::Kind;
 use crate::store::{
-    now_ms, EntryRow, FollowCursor, ResourceRow, StagedWalk, Store, StoreError, TemplateRow,
-    WalkReport,
+    now_ms, EntryRow, FollowCursor, ResourceRow, ServerUpdate, StagedWalk, Store, StoreError,
+    TemplateRow, WalkReport,
 };
 use crate::walk::definitions::followed_entry_row;
 use crate::walk::{resource_row, template_row};
@@ -147,6 +147,11 @@ impl Follower {
                     .into_iter()
                     .map(|(kind, key)| (bucket_key(kind, &key), (kind, key)))
                     .collect();
+                // The stored snapshot is whole: what the bucket has after its revision comes
+                // as deltas, each of which keeps it `synced`.
+                store
+                    .update_server(server, ServerUpdate::Synced { walked: false })
+                    .await?;
                 tracing::info!(
                     server,
                     bucket,
@@ -226,6 +231,10 @@ impl Follower {
             .set_follow_cursor(&self.server, Some(cursor))
             .await
             .map_err(|error| context("recording the bucket revision", error))?;
+        self.store
+            .update_server(&self.server, ServerUpdate::Synced { walked: true })
+            .await
+            .map_err(|error| context("marking the bucket's load whole", error))?;
         self.keys = keys;
         self.progress.revision = revision;
         self.progress.reloads += 1;

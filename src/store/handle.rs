@@ -292,7 +292,7 @@ impl Store {
             update @ (ServerUpdate::Connecting
             | ServerUpdate::NoResources
             | ServerUpdate::Walking
-            | ServerUpdate::Walked
+            | ServerUpdate::Synced { .. }
             | ServerUpdate::Stopped) => update,
         };
         self.call(|reply| WriteOp::UpdateServer {

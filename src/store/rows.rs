@@ -160,9 +160,13 @@ pub enum ServerUpdate {
     /// Connected, but the server declared no `resources` capability: nothing to mirror.
     NoResources,
     Walking,
-    /// A walk's every list is swapped in: counted in `walks_ok` once its last swap has
-    /// committed (not at the resources' swap, before its tools and prompts were in).
-    Walked,
+    /// The snapshot is whole again: the server turns `synced` here, not at one kind's swap
+    /// (a client that sees `synced` sees the walk's tools and prompts too), and its stale mark
+    /// and last error go. `walked`: a walk's (or a bucket's load's) every list is swapped in,
+    /// counted in `walks_ok`; otherwise a bucket follower resumed from its stored revision.
+    Synced {
+        walked: bool,
+    },
     /// The walk failed; the last complete snapshot stays and is marked stale.
     WalkFailed {
         error: String,

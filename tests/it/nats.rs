@@ -324,6 +324,21 @@ fn a_downstream_follows_the_bucket_and_ends_with_the_upstream_catalog_then_resum
         "{}",
         mirror.log_text()
     );
+
+    // Resumed with nothing new to apply, its whole stored snapshot is `synced` at once.
+    let mut mirror = mirror;
+    mirror.stop();
+    let mirror = Daemon::start(&down_scratch, &down_scratch.path("daemon.toml"));
+    let status = wait_for(
+        "the resumed follower synced",
+        Duration::from_secs(30),
+        || {
+            let status = mirror.server_status("fleet");
+            (status["state"] == "synced").then_some(status)
+        },
+    );
+    assert_eq!(status["stale"], false, "{status}");
+    assert!(same_catalog(&mirror, &upstream));
 }
 
 #[test]

@@ -508,6 +508,39 @@ fn a_failed_tools_walk_keeps_the_last_complete_snapshot() {
     assert_eq!(tools[0]["description"], "First tool");
 }
 
+#[test]
+fn a_server_is_synced_only_once_its_tools_are_in_too() {
+    // The resources are swapped in at once; each page of tools takes 700 ms more.
+    let scratch = Scratch::new();
+    let mut slow = scenario("Forecasts the weather");
+    slow["generate"] = json!(10);
+    slow["faults"] = json!({"tools_page_delay_ms": 700});
+    let path = scratch.write_scenario("scenario.json", &slow);
+    let daemon = Daemon::with_scenario(&scratch, "fx", &path);
+
+    // The resources are in and the tools are not: neither `synced` nor a walk yet.
+    let status = wait_for("the resources", Duration::from_secs(30), || {
+        let status = daemon.server_status("fx");
+        (status["resources"] == 10).then_some(status)
+    });
+    assert_eq!(
+        status["kinds"]["tool"]["count"].as_u64().unwrap_or(0),
+        0,
+        "{status}"
+    );
+    assert_eq!(status["state"], "walking", "{status}");
+    assert_eq!(status["walksOk"], 0, "{status}");
+
+    // Whoever waits for `synced` finds the walk's tools and prompts there.
+    let status = wait_for("synced", Duration::from_secs(30), || {
+        let status = daemon.server_status("fx");
+        (status["state"] == "synced").then_some(status)
+    });
+    assert_eq!(status["walksOk"], 1, "{status}");
+    assert_eq!(list_all(&daemon, "catalog/tools", "tools").len(), 5);
+    assert_eq!(list_all(&daemon, "catalog/prompts", "prompts").len(), 1);
+}
+
 /// The scenario of `scenario` with one resource whose text shares a word with a tool's.
 fn scenario_with_resource() -> Value {
     let mut scenario = scenario("Forecasts the weather");

@@ -111,6 +111,9 @@ pub struct Faults {
     pub stale_cursor_once: bool,
     pub duplicate_every: Option<usize>,
     pub page_delay_ms: Option<u64>,
+    /// Every `tools/list` page waits this long before it is answered (a walk's tools come
+    /// well after its resources).
+    pub tools_page_delay_ms: Option<u64>,
     pub empty_string_cursor: bool,
     pub exit_at_page: Option<usize>,
     /// HTTP: cut the connection part way through the response; stdio: exit the process.

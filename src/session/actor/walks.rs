@@ -274,10 +274,11 @@ impl Actor {
             &self.config.name,
             std::time::Duration::from_millis(summary.report.duration_ms.max(0) as u64),
         );
-        // Counted once every list is in and its duration observed: whoever sees `walksOk`
-        // move sees the walk's tools, prompts and metrics too. A follow is a delta, not a walk.
+        // `synced`, and counted, once every list is in and its duration observed: whoever sees
+        // the state or `walksOk` move sees the walk's tools, prompts and metrics too. A follow
+        // is a delta, not a walk: its one commit says `synced` itself.
         if cost != WalkCost::Follow {
-            self.report(ServerUpdate::Walked).await;
+            self.report(ServerUpdate::Synced { walked: true }).await;
         }
         let swap = summary.swap;
         let changed = summary.changed_anything();

@@ -10,7 +10,7 @@ use rusqlite::{params, CachedStatement, Transaction};
 
 use super::history::{self, VersionKey};
 use super::{advance_generation, execute, prune_changes, query_one, server_id, CHANGES_PER_SWAP};
-use crate::protocol::{ChangeKind, Kind, ServerState};
+use crate::protocol::{ChangeKind, Kind};
 use crate::store::definitions::changed_fields;
 use crate::store::{now_ms, EntrySwap, StoreError};
 
@@ -297,14 +297,15 @@ impl KindSwap<'_> {
              ON CONFLICT (server_id, kind) DO UPDATE SET snapshot_at = excluded.snapshot_at, count = excluded.count",
             params![self.server_id, self.kind, self.now, swap.entries as i64],
         )?;
-        // The walk of this kind completed: the server's snapshot is current again.
+        // The walk of this kind completed. The server turns `synced` when the whole walk is in
+        // (`ServerUpdate::Synced`), not here: its other kinds may still be on their way.
         self.transaction.execute(
             &format!(
-                "UPDATE servers SET state = ?2, stale = 0, last_error = NULL, last_error_at = NULL,
-                     snapshot_at = ?3, oversized_entries = {OVERSIZED_ENTRIES}
+                "UPDATE servers SET stale = 0, last_error = NULL, last_error_at = NULL,
+                     snapshot_at = ?2, oversized_entries = {OVERSIZED_ENTRIES}
                  WHERE id = ?1"
             ),
-            params![self.server_id, ServerState::Synced, self.now],
+            params![self.server_id, self.now],
         )?;
         Ok(())
     }

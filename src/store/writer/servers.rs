@@ -186,9 +186,10 @@ pub(super) fn update_server(
             "UPDATE servers SET state = ?2 WHERE name = ?1",
             params![server, ServerState::Walking],
         )?,
-        ServerUpdate::Walked => connection.execute(
-            "UPDATE servers SET walks_ok = walks_ok + 1 WHERE name = ?1",
-            params![server],
+        ServerUpdate::Synced { walked } => connection.execute(
+            "UPDATE servers SET state = ?2, stale = 0, last_error = NULL, last_error_at = NULL,
+                 walks_ok = walks_ok + ?3 WHERE name = ?1",
+            params![server, ServerState::Synced, i64::from(*walked)],
         )?,
         ServerUpdate::WalkFailed { error } => connection.execute(
             "UPDATE servers SET state = ?4, stale = 1, last_error = ?2, last_error_at = ?3,

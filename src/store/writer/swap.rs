@@ -15,7 +15,7 @@ use super::{
     advance_generation, execute, prune_changes, query_one, record_truncated, server_id,
     CHANGES_PER_SWAP,
 };
-use crate::protocol::{ChangeKind, Kind, ServerState};
+use crate::protocol::{ChangeKind, Kind};
 use crate::store::entry::same_entry;
 use crate::store::{now_ms, StoreError, SwapOutcome, WalkReport};
 
@@ -665,7 +665,8 @@ pub(super) fn replace_templates(
     Ok((count, touched))
 }
 
-/// The server's row: synced, fresh, and the numbers of this walk.
+/// The server's row: fresh, and the numbers of this walk. It turns `synced` when the whole
+/// walk is in (`ServerUpdate::Synced`): the walk's tools and prompts come after its resources.
 pub(super) fn record_walk(
     transaction: &rusqlite::Transaction<'_>,
     diff: &SnapshotDiff,
@@ -676,7 +677,7 @@ pub(super) fn record_walk(
     execute(
         transaction,
         &format!(
-            "UPDATE servers SET state = ?13, stale = 0, last_error = NULL, last_error_at = NULL,
+            "UPDATE servers SET stale = 0, last_error = NULL, last_error_at = NULL,
              snapshot_at = ?2, resource_count = ?3, template_count = ?4,
              last_walk_at = ?5, last_walk_ms = ?6, last_walk_pages = ?7, last_walk_added = ?8,
              last_walk_removed = ?9, last_walk_changed = ?10, last_walk_duplicates = ?11,
@@ -696,8 +697,7 @@ pub(super) fn record_walk(
             diff.removed as i64,
             diff.changed as i64,
             report.duplicates as i64,
-            report.skipped as i64,
-            ServerState::Synced
+            report.skipped as i64
         ],
     )?;
     Ok(())

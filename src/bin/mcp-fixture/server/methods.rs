@@ -38,9 +38,15 @@ impl Server {
             "resources/list" => self.list_resources(params, modern).await,
             "resources/templates/list" => self.list_templates(),
             "resources/read" => self.read_resource(params, modern),
-            "tools/list" if self.catalog().tools_declared => Ok(Handled::Result(
-                crate::definitions::list_tools(&self.catalog(), params)?,
-            )),
+            "tools/list" if self.catalog().tools_declared => {
+                if let Some(delay) = self.catalog().faults.tools_page_delay_ms {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
+                Ok(Handled::Result(crate::definitions::list_tools(
+                    &self.catalog(),
+                    params,
+                )?))
+            }
             "prompts/list" if self.catalog().prompts_declared => Ok(Handled::Result(
                 crate::definitions::list_prompts(&self.catalog()),
             )),
