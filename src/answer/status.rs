@@ -59,6 +59,13 @@ pub(crate) async fn status(context: &DaemonContext) -> Result<wire::StatusResult
         .map(|mut server| {
             // The row as stored, with what its session knows.
             server.live = live.remove(&server.name);
+            // The bucket revision the snapshot reflects is the cursor committed with it, read
+            // here with the row: it never lags a catalog the client has just read, as the
+            // follower's own note of it (set just after the commit returns) can.
+            let fleet = server.live.as_mut().and_then(|live| live.fleet.as_mut());
+            if let (Some(fleet), Some(seq)) = (fleet, server.follow_seq) {
+                fleet.revision = u64::try_from(seq).unwrap_or(0);
+            }
             server
         })
         .collect();

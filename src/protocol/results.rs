@@ -571,6 +571,10 @@ pub struct ServerStatus {
     /// Entries of the snapshot over `max_entry_bytes`, stored without their largest fields.
     #[serde(default)]
     pub oversized_entries: u64,
+    /// The follow cursor committed with the snapshot (a bucket's revision, a feed's sequence):
+    /// not on the wire itself; the answer shows it as `live.fleet.revision`.
+    #[serde(skip)]
+    pub follow_seq: Option<i64>,
     pub live: Option<LiveStatus>,
     /// Tools and prompts: counts and drift per kind (resources are counted above).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -24,7 +24,7 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
                 template_count, stale, snapshot_at, connected_at, retry_at, last_walk_at, last_walk_ms,
                 last_walk_pages, last_walk_added, last_walk_removed, last_walk_changed,
                 last_walk_duplicates, last_walk_skipped, walks_ok, walks_failed, last_error, last_error_at,
-                oversized_entries, deltas_applied
+                oversized_entries, deltas_applied, follow_seq
          FROM servers ORDER BY name",
     )?;
     let rows = statement.query_map([], |row| {
@@ -62,6 +62,7 @@ pub fn server_status(connection: &Connection) -> Result<Vec<ServerStatus>, Store
             last_error_at_ms: row.get(23)?,
             oversized_entries: row.get::<_, i64>(24)? as u64,
             deltas_applied: row.get::<_, i64>(25)? as u64,
+            follow_seq: row.get(26)?,
             live: None,
             kinds: Default::default(),
         })
