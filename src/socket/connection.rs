@@ -1,6 +1,7 @@
 //! One socket connection: line framing with a size cap, requests answered in order, and the catalog-change notifications it asked for.
 
 use std::io;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -9,7 +10,8 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use super::answer_request;
+use super::dispatch::{answer_method, respond};
+use super::readahead::Readahead;
 use super::ConnectionState;
 use crate::answer::changes::changes_result;
 use crate::answer::DaemonContext;
@@ -23,7 +25,7 @@ use crate::store;
 
 pub(super) async fn serve_connection(
     stream: UnixStream,
-    context: &DaemonContext,
+    context: &Arc<DaemonContext>,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let (read_half, mut write_half) = stream.into_split();
@@ -78,7 +80,7 @@ pub(super) async fn serve_connection(
             }
         };
         if let Some(response) = response {
-            write_message(&mut write_half, &response, response.text_len_hint()).await?;
+            write_response(&mut write_half, &response).await?;
         }
         if state.watching.is_some() {
             // A new watcher that asked for changes `since` an older point gets them now,
@@ -162,10 +164,41 @@ async fn write_message(
     writer.write_all(text.as_bytes()).await
 }
 
+/// Writes an answer: one with a result is written around the result's text (scrubbed as
+/// `write_message` scrubs), without copying it into a buffer of the whole.
+async fn write_response(writer: &mut OwnedWriteHalf, response: &Response) -> io::Result<()> {
+    let Some((head, result, tail)) = response.around_result() else {
+        return write_message(writer, response, 0).await;
+    };
+    let (head, result) = (redact::scrub(&head), redact::scrub(result));
+    let end = format!("{tail}\n");
+    write_parts(
+        writer,
+        &[head.as_bytes(), result.as_bytes(), end.as_bytes()],
+    )
+    .await
+}
+
+/// Writes `parts` one after the other, in one system call when the socket takes them all (a
+/// client woken by the first part of a line would only wait again for the rest).
+async fn write_parts(writer: &mut OwnedWriteHalf, parts: &[&[u8]]) -> io::Result<()> {
+    let slices: Vec<io::IoSlice<'_>> = parts.iter().map(|part| io::IoSlice::new(part)).collect();
+    let mut written = writer.write_vectored(&slices).await?;
+    for part in parts {
+        if written >= part.len() {
+            written -= part.len();
+            continue;
+        }
+        writer.write_all(&part[written..]).await?;
+        written = 0;
+    }
+    Ok(())
+}
+
 /// Handles one request line; `None` for notifications, which get no answer.
 async fn handle_line(
     line: &[u8],
-    context: &DaemonContext,
+    context: &Arc<DaemonContext>,
     state: &mut ConnectionState,
 ) -> Option<Response> {
     let message: Value = match serde_json::from_slice(line) {
@@ -183,8 +216,24 @@ async fn handle_line(
         Ok(request) => request.check(),
         Err(_) => IncomingRequest::default().check(),
     };
-    match request {
-        Ok(request) => answer_request(request, context, state).await,
-        Err(response) => Some(*response),
-    }
+    let request = match request {
+        Ok(request) => request,
+        Err(response) => return Some(*response),
+    };
+    // Notifications (such as notifications/initialized) need no answer.
+    let id = request.id?;
+    let read_ahead = match state.readahead.take() {
+        Some(readahead) => {
+            readahead
+                .answer(&request.method, &request.params, context, state)
+                .await
+        }
+        None => None,
+    };
+    let outcome = match read_ahead {
+        Some(outcome) => outcome,
+        None => answer_method(&request.method, request.params.clone(), context, state).await,
+    };
+    state.readahead = Readahead::after(&request.method, &request.params, state, context);
+    Some(respond(id, outcome))
 }

@@ -20,6 +20,11 @@ pub(crate) struct ConnectionState {
     /// The catalog generation the last list answer was read at (in the same read
     /// transaction as its rows): what the HTTP face makes that answer's ETag from.
     pub(super) answered_generation: Option<u64>,
+    /// The next cursor of the last answer, when it was a page with more after it.
+    pub(super) answered_next_cursor: Option<String>,
+    /// The next page, read ahead while the client takes in the last one (the socket's
+    /// clients only: an HTTP request's state lives for one request).
+    pub(super) readahead: Option<super::readahead::Readahead>,
 }
 
 impl ConnectionState {

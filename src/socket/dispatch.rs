@@ -24,20 +24,36 @@ pub(crate) async fn answer_request(
 ) -> Option<Response> {
     // Notifications (such as notifications/initialized) need no answer.
     let id = request.id?;
-    let outcome = match request.params {
+    let outcome = answer_method(&request.method, request.params, context, state).await;
+    Some(respond(id, outcome))
+}
+
+/// One method's result text, or its error: what `answer_request` answers, less the envelope.
+pub(crate) async fn answer_method(
+    method: &str,
+    params: Value,
+    context: &DaemonContext,
+    state: &mut ConnectionState,
+) -> Result<Box<RawValue>, ErrorObject> {
+    state.answered_next_cursor = None;
+    match params {
         params @ (Value::Null | Value::Object(_)) => {
             // The search gate shares its slots fairly between the clients it knows.
             let client = state.search_client.clone();
             crate::search::gate::CURRENT_CLIENT
-                .scope(client, dispatch(&request.method, params, context, state))
+                .scope(client, dispatch(method, params, context, state))
                 .await
         }
         _ => Err(ErrorObject::new(INVALID_PARAMS, "params must be an object")),
-    };
-    Some(match outcome {
+    }
+}
+
+/// The answer to request `id`: its result, or its error.
+pub(crate) fn respond(id: Value, outcome: Result<Box<RawValue>, ErrorObject>) -> Response {
+    match outcome {
         Ok(result) => Response::answered(id, result),
         Err(error) => Response::failure(id, error),
-    })
+    }
 }
 
 /// `M`'s params, or `-32602` naming the field that does not fit.
@@ -92,6 +108,7 @@ async fn dispatch(
             })
             .await?;
             state.answered_generation = Some(generation);
+            state.answered_next_cursor = page.next_cursor();
             to_text(&page.resources())
         }
         ListTemplates::NAME => {
@@ -101,6 +118,7 @@ async fn dispatch(
             })
             .await?;
             state.answered_generation = Some(generation);
+            state.answered_next_cursor = page.next_cursor();
             to_text(&page.templates())
         }
         ReadResource::NAME => {
@@ -187,6 +205,7 @@ async fn dispatch(
             })
             .await?;
             state.answered_generation = Some(generation);
+            state.answered_next_cursor = tools.next_cursor.clone();
             answer::<wire::CatalogTools>(tools)
         }
         wire::CatalogPrompts::NAME => {
@@ -196,6 +215,7 @@ async fn dispatch(
             })
             .await?;
             state.answered_generation = Some(generation);
+            state.answered_next_cursor = prompts.next_cursor.clone();
             answer::<wire::CatalogPrompts>(prompts)
         }
         wire::CatalogTool::NAME => {
@@ -260,6 +280,7 @@ async fn dispatch(
             })
             .await?;
             state.answered_generation = Some(generation);
+            state.answered_next_cursor = list.next_cursor.clone();
             answer::<CatalogList>(list)
         }
         _ => Err(ErrorObject::new(

@@ -323,10 +323,10 @@ pub struct ChangePage {
 
 /// The catalog's generation (`catalog_generation`, moved by every commit a list answer shows).
 pub fn catalog_generation(connection: &Connection) -> Result<u64, StoreError> {
-    let generation: i64 =
-        connection.query_row("SELECT generation FROM catalog_generation", [], |row| {
-            row.get(0)
-        })?;
+    // Read with every page of a list (and again to check a page read ahead): prepared once.
+    let generation: i64 = connection
+        .prepare_cached("SELECT generation FROM catalog_generation")?
+        .query_row([], |row| row.get(0))?;
     Ok(generation.max(0) as u64)
 }
 

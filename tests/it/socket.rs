@@ -5,7 +5,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::{stdio_server, Daemon, Scratch, MIRROR};
+use crate::support::{generated_uris, stdio_server, Daemon, Scratch, MIRROR};
 
 #[test]
 fn bad_requests_get_errors_and_the_connection_stays_usable() {
@@ -128,4 +128,55 @@ fn the_last_snapshot_is_served_at_start_before_any_server_answers() {
         hits["results"][0]["uri"], "fixture://docs/docs/000041.md",
         "{hits}"
     );
+}
+
+/// A client paging on is answered with the catalog as it is when it asks: the page the daemon
+/// read ahead for it before a change is not served after the change.
+#[test]
+fn a_page_read_ahead_before_a_change_is_not_served_after_it() {
+    let scratch = Scratch::new();
+    let scenario =
+        scratch.write_scenario("scenario.json", &json!({"generate": 700, "page_size": 250}));
+    let config = scratch.config(&stdio_server(
+        "live",
+        &[
+            "--name",
+            "live",
+            "--scenario",
+            scenario.to_str().expect("utf-8 path"),
+        ],
+    ));
+    let daemon = Daemon::start(&scratch, &config);
+    daemon.wait_for_walks("live", 1);
+    let mut client = daemon.connect();
+    let first = client.request("resources/list", json!({}));
+    let cursor = first["result"]["nextCursor"]
+        .as_str()
+        .expect("a first page of 500 with more after it")
+        .to_string();
+    assert_eq!(
+        first["result"]["resources"].as_array().map(Vec::len),
+        Some(500)
+    );
+    // The daemon has read the next page ahead by now; the catalog changes under it.
+    scratch.write_scenario(
+        "scenario.json",
+        &json!({"generate": 900, "page_size": 250, "prefix": "v2"}),
+    );
+    daemon.wait_for_walks("live", 2);
+    let second = client.request("resources/list", json!({ "cursor": cursor }));
+    let titles: Vec<&str> = second["result"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|resource| resource["title"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(titles.len(), 400, "the page after the first 500 of 900");
+    assert_eq!(titles[0], "Document 500 v2");
+    assert!(
+        titles.iter().all(|title| title.ends_with(" v2")),
+        "{titles:?}"
+    );
+    // A client paging the unchanging catalog gets its later pages from what was read ahead.
+    assert_eq!(daemon.uris(), generated_uris("live", 900));
 }

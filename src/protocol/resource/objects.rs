@@ -239,13 +239,32 @@ pub struct StoredObject<'a> {
 
 impl Serialize for StoredObject<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if let Some(server) = self.origin {
-            let mut spliced = String::new();
-            if splice_with_origin(self.raw, server, &mut spliced) {
-                return Verbatim(&spliced).serialize(serializer);
-            }
+        thread_local! {
+            /// The spliced text of the entry being written: one buffer a thread, not one
+            /// allocation an entry (a page of 500 made 500).
+            static SPLICED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
         }
-        self.serialize_through_fields(serializer)
+        let Some(server) = self.origin else {
+            return self.serialize_through_fields(serializer);
+        };
+        // The serializer comes back unused (`Err`) when the text is not spliced.
+        let spliced = SPLICED.with(move |buffer| {
+            let Ok(mut spliced) = buffer.try_borrow_mut() else {
+                return Err(serializer);
+            };
+            spliced.clear();
+            if spliced.capacity() > MAX_KEPT_SPLICE_BYTES {
+                spliced.shrink_to(MAX_KEPT_SPLICE_BYTES);
+            }
+            match splice_with_origin(self.raw, server, &mut spliced) {
+                true => Ok(Verbatim(&spliced).serialize(serializer)),
+                false => Err(serializer),
+            }
+        });
+        match spliced {
+            Ok(written) => written,
+            Err(serializer) => self.serialize_through_fields(serializer),
+        }
     }
 }
 
@@ -343,6 +362,10 @@ impl Serialize for Verbatim<'_> {
         raw.end()
     }
 }
+
+/// The most of a splice buffer a thread keeps between entries (an entry is bounded by
+/// `max_entry_bytes`, but most are far smaller).
+const MAX_KEPT_SPLICE_BYTES: usize = 64 << 10;
 
 /// Most fields a stored object (and its `_meta`) may have for `splice_with_origin`; an object
 /// with more is written through its fields.
