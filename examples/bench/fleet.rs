@@ -122,7 +122,7 @@ fn origin_scenario(generated: usize, round: usize) -> Value {
     }]})
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

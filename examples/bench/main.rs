@@ -15,6 +15,7 @@ mod change;
 mod daemon;
 mod fleet;
 mod history;
+mod http_paging;
 mod idle;
 mod index;
 mod kinds;

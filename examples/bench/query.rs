@@ -42,7 +42,7 @@ pub struct MillionDatabase {
     pub first_load: Option<FirstLoad>,
 }
 
-/// Which parts of the query scenario run: `--parts=firstload,classes,throughput,throughput8,catchup,paging,ten`
+/// Which parts of the query scenario run: `--parts=firstload,classes,throughput,throughput8,catchup,paging,httppaging,ten`
 /// (default: all but `throughput8`, the index with 8 clients only; `firstload` alone stops
 /// after the first load and its searches), `--reuse-million`
 /// (keep `target/bench-work/million` from an earlier run instead of loading it again), and
@@ -55,13 +55,14 @@ pub struct QueryOptions {
     pub index_hold: Option<String>,
 }
 
-const ALL_PARTS: [&str; 7] = [
+const ALL_PARTS: [&str; 8] = [
     "firstload",
     "classes",
     "throughput",
     "throughput8",
     "catchup",
     "paging",
+    "httppaging",
     "ten",
 ];
 
@@ -844,12 +845,14 @@ fn million_rest(
         "--scenario".into(),
         scenario.display().to_string(),
     ];
+    let http_address = format!("127.0.0.1:{}", crate::fleet::free_port()?);
     let config = files.config(
         "",
         &format!(
-            "{}{}",
+            "{}{}{}",
             http_server_table(MILLION_SERVER, "http://127.0.0.1:9/mcp"),
-            fixture_stdio_table("churn", &churn_args)
+            fixture_stdio_table("churn", &churn_args),
+            crate::http_paging::http_face_table(files, &http_address)?
         ),
     )?;
     let started_ms = std::time::SystemTime::now()
@@ -957,6 +960,10 @@ fn million_rest(
         eprintln!("  paging");
         paging(report, &daemon)?;
     }
+    if options.runs("httppaging") {
+        eprintln!("  paging over HTTP");
+        crate::http_paging::http_paging(report, &daemon, &http_address)?;
+    }
     report.line(format!(
         "Daemon peak RSS (VmHWM) at the end of this part: {} MB.",
         mb(proc_status_kb(daemon.process.pid(), "VmHWM"))
@@ -973,16 +980,16 @@ fn million_rest(
 /// One page of `resources/list` as the paging client reads it: the entries counted, not
 /// parsed into trees, so the client's own cost stays small beside the daemon's.
 #[derive(serde::Deserialize)]
-struct PageAnswer {
-    result: Option<PageResult>,
+pub(crate) struct PageAnswer {
+    pub(crate) result: Option<PageResult>,
     error: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PageResult {
-    resources: Vec<serde::de::IgnoredAny>,
-    next_cursor: Option<String>,
+pub(crate) struct PageResult {
+    pub(crate) resources: Vec<serde::de::IgnoredAny>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 /// Pages the whole merged catalog through one socket connection, 3 rounds (the first a

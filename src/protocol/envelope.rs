@@ -151,12 +151,14 @@ impl Response {
         Some((head, result, "}"))
     }
 
-    /// The result and the error, for a face that reshapes answers (the HTTP face).
-    pub fn into_parts(self) -> (Option<Value>, Option<ErrorObject>) {
-        let result = self
-            .result
-            .map(|text| serde_json::from_str(text.get()).unwrap_or(Value::Null));
-        (result, self.error)
+    /// The result's text, or the error, for a face that reshapes answers (the HTTP face); an
+    /// answer without either is a `null` result.
+    pub fn into_outcome(self) -> Result<Box<RawValue>, ErrorObject> {
+        match (self.result, self.error) {
+            (Some(result), _) => Ok(result),
+            (None, Some(error)) => Err(error),
+            (None, None) => Ok(RawValue::NULL.to_owned()),
+        }
     }
 }
 

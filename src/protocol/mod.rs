@@ -79,8 +79,8 @@ pub use params::{
 pub use parse::{parse_params, InvalidParams};
 pub use record::{socket_record_path, SocketRecord};
 pub use resource::{
-    CacheNote, Definition, ListedFields, MirrorMeta, Prompt, ReadResourceResult, Resource,
-    ResourceContents, ResourceTemplate, StoredObject, Tool,
+    written_json, CacheNote, Definition, ListedFields, MirrorMeta, Prompt, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, StoredObject, Tool,
 };
 pub use results::{
     Change, ChangesResult, CheckpointStatus, DaemonStatus, Empty, FleetStatus, Implementation,

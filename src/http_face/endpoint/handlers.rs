@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -549,7 +550,7 @@ impl Drop for SessionStream {
 /// error answer; with the catalog generation a list answer was read at.
 pub(super) struct Answered {
     /// The result, or the failure as the client gets it (boxed: a `Response` is large).
-    pub(super) outcome: Option<Result<Value, Box<wire::Response>>>,
+    pub(super) outcome: Option<Result<Box<RawValue>, Box<wire::Response>>>,
     pub(super) generation: Option<u64>,
 }
 
@@ -578,10 +579,9 @@ pub(super) async fn answer(
             generation: None,
         };
     };
-    let (outcome, generation) = match response.into_parts() {
-        (Some(result), _) => (Ok(result), state.answered_generation()),
-        (None, Some(error)) => (Err(Box::new(wire::Response::failure(id, error))), None),
-        (None, None) => (Ok(Value::Null), None),
+    let (outcome, generation) = match response.into_outcome() {
+        Ok(result) => (Ok(result), state.answered_generation()),
+        Err(error) => (Err(Box::new(wire::Response::failure(id, error))), None),
     };
     Answered {
         outcome: Some(outcome),

@@ -118,7 +118,7 @@ pub(super) async fn legacy_request(
         DISCOVER => deliver(
             headers,
             StatusCode::OK,
-            &wire::Response::success(request_id, modern_result(discover(), audience, true)),
+            &wire::Response::answered(request_id, modern_result(discover(), audience, true)),
         ),
         _ => {
             let answered = answer(face, client, audience, request).await;
@@ -126,7 +126,7 @@ pub(super) async fn legacy_request(
                 Some(Ok(result)) => deliver(
                     headers,
                     StatusCode::OK,
-                    &wire::Response::success(request_id, result),
+                    &wire::Response::answered(request_id, result),
                 ),
                 Some(Err(response)) => deliver(headers, StatusCode::OK, &*response),
                 None => StatusCode::ACCEPTED.into_response(),

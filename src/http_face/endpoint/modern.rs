@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::handlers::{
@@ -81,7 +82,7 @@ pub(super) async fn modern_request(
         DISCOVER => deliver(
             headers,
             StatusCode::OK,
-            &wire::Response::success(request_id, modern_result(discover(), audience, true)),
+            &wire::Response::answered(request_id, modern_result(discover(), audience, true)),
         ),
         LISTEN => listen(
             face,
@@ -109,7 +110,7 @@ pub(super) async fn modern_request(
                 Some(Ok(result)) => deliver(
                     headers,
                     StatusCode::OK,
-                    &wire::Response::success(request_id, modern_result(result, audience, caching)),
+                    &wire::Response::answered(request_id, modern_result(result, audience, caching)),
                 ),
                 Some(Err(response)) => deliver(headers, StatusCode::OK, &*response),
                 None => StatusCode::ACCEPTED.into_response(),
@@ -119,7 +120,7 @@ pub(super) async fn modern_request(
     }
 }
 
-pub(super) fn discover() -> Value {
+pub(super) fn discover() -> Box<RawValue> {
     let server_info = wire::Implementation {
         name: wire::SERVER_NAME.into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -141,14 +142,18 @@ pub(super) fn discover() -> Value {
         meta: Some(meta),
         server_info: None,
     };
-    serde_json::to_value(result).unwrap_or(Value::Null)
+    serde_json::value::to_raw_value(&result).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
-/// A 2026-07-28 result: `resultType`, and for discover, lists and reads the caching hints.
-pub(super) fn modern_result(result: Value, audience: &Audience, caching: bool) -> Value {
-    let Value::Object(mut object) = result else {
-        return result;
-    };
+/// A 2026-07-28 result: `resultType`, and for discover, lists and reads the caching hints, as
+/// the result's last fields. They are spliced into its text, which is not parsed again (a page
+/// of the catalog is about 250 KB): our results are compact objects of our own types, none of
+/// which has these keys.
+pub(super) fn modern_result(
+    result: Box<RawValue>,
+    audience: &Audience,
+    caching: bool,
+) -> Box<RawValue> {
     let hints = CachingHints {
         result_type: "complete",
         ttl_ms: caching.then_some(audience.ttl_ms),
@@ -157,10 +162,46 @@ pub(super) fn modern_result(result: Value, audience: &Audience, caching: bool) -
             false => CacheScope::Public,
         }),
     };
-    if let Ok(Value::Object(hints)) = serde_json::to_value(hints) {
-        object.extend(hints);
+    let Ok(hints) = serde_json::to_string(&hints) else {
+        return result;
+    };
+    let text = result.get().trim();
+    let Some(fields) = text
+        .strip_prefix('{')
+        .and_then(|rest| rest.strip_suffix('}'))
+    else {
+        // Not an object: nothing to add to.
+        return result;
+    };
+    if HINT_KEYS.iter().any(|key| text.contains(key)) {
+        // One of the keys in the text (in a string, most likely): merged through a tree, so
+        // that no key is written twice.
+        return hinted_through_tree(&result, &hints).unwrap_or(result);
     }
-    Value::Object(object)
+    let mut hinted = String::with_capacity(text.len() + hints.len());
+    hinted.push('{');
+    hinted.push_str(fields);
+    if !fields.trim().is_empty() {
+        hinted.push(',');
+    }
+    // The hints' fields and their closing brace.
+    hinted.push_str(&hints[1..]);
+    wire::written_json(&hinted)
+}
+
+/// The keys `modern_result` adds, as they appear in JSON text.
+const HINT_KEYS: [&str; 3] = ["\"resultType\"", "\"ttlMs\"", "\"cacheScope\""];
+
+/// `result` with the hints' fields set in its tree (theirs replacing any of the same key).
+fn hinted_through_tree(result: &RawValue, hints: &str) -> Option<Box<RawValue>> {
+    let Value::Object(mut object) = serde_json::from_str(result.get()).ok()? else {
+        return None;
+    };
+    let Value::Object(hints) = serde_json::from_str(hints).ok()? else {
+        return None;
+    };
+    object.extend(hints);
+    serde_json::value::to_raw_value(&object).ok()
 }
 
 /// `subscriptions/listen`: an SSE answer that acknowledges, then carries `list_changed`
@@ -231,4 +272,52 @@ fn listen(
         face.shutdown.clone(),
         Box::new(place),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The hints spliced into a result's text give the tree that setting them in its parsed
+    /// tree gives, whatever the result holds.
+    #[test]
+    fn hints_spliced_into_a_result_are_the_hints_set_in_its_tree() {
+        let audience = Audience {
+            view: View::default(),
+            private_visible: true,
+            ttl_ms: 60_000,
+        };
+        for result in [
+            json!({}),
+            json!({"resources": [{"uri": "a://b", "description": "says \"resultType\""}], "nextCursor": "61"}),
+            json!({"resultType": "partial", "tools": []}),
+            json!([1, 2]),
+            json!("text"),
+        ] {
+            for caching in [false, true] {
+                let text = serde_json::value::to_raw_value(&result).unwrap();
+                let hinted = modern_result(text, &audience, caching);
+                if result.is_object() {
+                    // Each key once (a parse would keep the last of two).
+                    assert_eq!(
+                        hinted.get().matches("\"resultType\":").count(),
+                        1,
+                        "{hinted}"
+                    );
+                }
+                let spliced: Value = serde_json::from_str(hinted.get()).unwrap();
+                let mut expected = result.clone();
+                if let Value::Object(object) = &mut expected {
+                    object.insert("resultType".into(), json!("complete"));
+                    if caching {
+                        object.insert("ttlMs".into(), json!(60_000));
+                        object.insert("cacheScope".into(), json!("private"));
+                    }
+                }
+                assert_eq!(spliced, expected, "{result} caching {caching}");
+            }
+        }
+    }
 }

@@ -7,6 +7,6 @@ mod objects;
 mod tests;
 
 pub use objects::{
-    CacheNote, Definition, ListedFields, MirrorMeta, Prompt, ReadResourceResult, Resource,
-    ResourceContents, ResourceTemplate, StoredObject, Tool,
+    written_json, CacheNote, Definition, ListedFields, MirrorMeta, Prompt, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, StoredObject, Tool,
 };

@@ -363,6 +363,14 @@ impl Serialize for Verbatim<'_> {
     }
 }
 
+/// JSON text this process wrote (a serializer's output, or such outputs spliced together) as a
+/// `RawValue`, taken as it is: copied once, not parsed again (`RawValue::from_string` would
+/// parse a page of the catalog to check it).
+pub fn written_json(text: &str) -> Box<RawValue> {
+    // Writing a string verbatim into a string cannot fail.
+    serde_json::value::to_raw_value(&Verbatim(text)).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
 /// The most of a splice buffer a thread keeps between entries (an entry is bounded by
 /// `max_entry_bytes`, but most are far smaller).
 const MAX_KEPT_SPLICE_BYTES: usize = 64 << 10;
