@@ -15,11 +15,12 @@ mod change;
 mod daemon;
 mod fleet;
 mod history;
-mod http_paging;
+
 mod idle;
 mod index;
 mod kinds;
 mod measure;
+mod paging;
 mod paths;
 /// Spawning, waiting for and stopping the binaries, and the socket client: shared with the
 /// integration tests (tests/it/support.rs), which use parts of it this harness does not.

@@ -852,7 +852,7 @@ fn million_rest(
             "{}{}{}",
             http_server_table(MILLION_SERVER, "http://127.0.0.1:9/mcp"),
             fixture_stdio_table("churn", &churn_args),
-            crate::http_paging::http_face_table(files, &http_address)?
+            crate::paging::http_face_table(files, &http_address)?
         ),
     )?;
     let started_ms = std::time::SystemTime::now()
@@ -958,11 +958,11 @@ fn million_rest(
 
     if options.runs("paging") {
         eprintln!("  paging");
-        paging(report, &daemon)?;
+        crate::paging::socket_paging(report, &daemon)?;
     }
     if options.runs("httppaging") {
         eprintln!("  paging over HTTP");
-        crate::http_paging::http_paging(report, &daemon, &http_address)?;
+        crate::paging::http_paging(report, &daemon, &http_address)?;
     }
     report.line(format!(
         "Daemon peak RSS (VmHWM) at the end of this part: {} MB.",
@@ -977,97 +977,8 @@ fn million_rest(
     }
 }
 
-/// One page of `resources/list` as the paging client reads it: the entries counted, not
-/// parsed into trees, so the client's own cost stays small beside the daemon's.
-#[derive(serde::Deserialize)]
-pub(crate) struct PageAnswer {
-    pub(crate) result: Option<PageResult>,
-    error: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct PageResult {
-    pub(crate) resources: Vec<serde::de::IgnoredAny>,
-    pub(crate) next_cursor: Option<String>,
-}
-
-/// Pages the whole merged catalog through one socket connection, 3 rounds (the first a
-/// warm-up), timing each round and the client's own CPU time.
-fn paging(report: &mut Report, daemon: &Daemon) -> anyhow::Result<()> {
-    use std::io::{BufRead, BufReader, Write};
-    let stream = std::os::unix::net::UnixStream::connect(&daemon.socket)?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::with_capacity(1 << 20, stream);
-    let mut line = String::new();
-    let mut seconds = Samples::default();
-    let mut daemon_ms_per_page = Samples::default();
-    let mut client_share = Samples::default();
-    let mut count = 0usize;
-    let mut pages = 0usize;
-    for round in 0..3 {
-        let started = Instant::now();
-        let daemon_before = cpu_ticks(daemon.process.pid()).unwrap_or(0);
-        let client_before = own_cpu_seconds();
-        let mut cursor: Option<String> = None;
-        let mut listed = 0usize;
-        pages = 0;
-        loop {
-            let params = match &cursor {
-                Some(cursor) => json!({"cursor": cursor}),
-                None => json!({}),
-            };
-            let request = json!({"jsonrpc": "2.0", "id": pages, "method": "resources/list", "params": params});
-            let mut bytes = serde_json::to_vec(&request)?;
-            bytes.push(b'\n');
-            writer.write_all(&bytes)?;
-            line.clear();
-            if reader.read_line(&mut line)? == 0 {
-                bail!("the daemon closed the connection while paging");
-            }
-            let answer: PageAnswer = serde_json::from_str(&line)?;
-            let Some(result) = answer.result else {
-                bail!(
-                    "resources/list failed: {}",
-                    answer.error.map_or("", |_| "an error")
-                );
-            };
-            pages += 1;
-            listed += result.resources.len();
-            match result.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
-        count = listed;
-        let elapsed = started.elapsed().as_secs_f64();
-        if round > 0 {
-            seconds.push(elapsed);
-            let daemon_ticks = cpu_ticks(daemon.process.pid()).unwrap_or(0) - daemon_before;
-            daemon_ms_per_page
-                .push(daemon_ticks as f64 / clock_ticks_per_second() * 1000.0 / pages as f64);
-            client_share.push((own_cpu_seconds() - client_before) / elapsed);
-        }
-    }
-    report.line(format!(
-        "Paging the whole merged `resources/list` ({count} resources, {pages} pages of {}) \
-         through one socket client: {} s median (min–max) over {} rounds after a warm-up, \
-         {:.0} resources/s, {:.3} ms a page; the daemon's CPU per page {} ms; the client's own \
-         CPU (it counts the entries without parsing them into trees) {} of the time.",
-        count.div_ceil(pages.max(1)),
-        seconds.summary(2),
-        seconds.len(),
-        count as f64 / seconds.median(),
-        seconds.median() * 1000.0 / pages.max(1) as f64,
-        daemon_ms_per_page.summary(3),
-        client_share.summary(2),
-    ));
-    report.line("");
-    Ok(())
-}
-
 /// This process's CPU time so far (every thread), in seconds.
-fn own_cpu_seconds() -> f64 {
+pub(crate) fn own_cpu_seconds() -> f64 {
     cpu_ticks(std::process::id()).unwrap_or(0) as f64 / clock_ticks_per_second()
 }
 

@@ -137,16 +137,7 @@ fn a_page_read_ahead_before_a_change_is_not_served_after_it() {
     let scratch = Scratch::new();
     let scenario =
         scratch.write_scenario("scenario.json", &json!({"generate": 700, "page_size": 250}));
-    let config = scratch.config(&stdio_server(
-        "live",
-        &[
-            "--name",
-            "live",
-            "--scenario",
-            scenario.to_str().expect("utf-8 path"),
-        ],
-    ));
-    let daemon = Daemon::start(&scratch, &config);
+    let daemon = Daemon::with_scenario(&scratch, "live", &scenario);
     daemon.wait_for_walks("live", 1);
     let mut client = daemon.connect();
     let first = client.request("resources/list", json!({}));
