@@ -77,6 +77,11 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     cpu_ticks(pid).map(|ticks| ticks as f64 / clock_ticks_per_second())
 }
 
+/// This process's CPU time (user + system, every thread) so far, in seconds.
+pub fn own_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id()).unwrap_or(f64::NAN)
+}
+
 /// The pids of a process's children (from every thread's `children` list).
 pub fn children_of(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

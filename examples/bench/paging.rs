@@ -8,8 +8,7 @@ use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
 use crate::daemon::{Daemon, DaemonFiles};
-use crate::measure::{clock_ticks_per_second, cpu_ticks};
-use crate::query::own_cpu_seconds;
+use crate::measure::{cpu_seconds, own_cpu_seconds};
 use crate::report::{Report, Samples};
 
 const TOKEN: &str = "bench-http-paging-token";
@@ -40,15 +39,17 @@ struct Rounds {
 }
 
 impl Rounds {
-    /// Pages the whole catalog 3 times; `page(params)` asks for one page and answers its text.
+    /// Pages the whole catalog 3 times; `page(params, text)` asks for one page and puts its
+    /// answer's text in `text` (one buffer for every page, as a client keeps).
     fn run(
         daemon: &Daemon,
-        mut page: impl FnMut(Value) -> anyhow::Result<Vec<u8>>,
+        mut page: impl FnMut(Value, &mut Vec<u8>) -> anyhow::Result<()>,
     ) -> anyhow::Result<Rounds> {
+        let mut text = Vec::new();
         let mut rounds = Rounds::default();
         for round in 0..3 {
             let started = Instant::now();
-            let daemon_before = cpu_ticks(daemon.process.pid()).unwrap_or(0);
+            let daemon_before = cpu_seconds(daemon.process.pid()).unwrap_or(0.0);
             let client_before = own_cpu_seconds();
             let mut cursor: Option<String> = None;
             let (mut listed, mut pages) = (0usize, 0usize);
@@ -57,7 +58,8 @@ impl Rounds {
                     Some(cursor) => json!({"cursor": cursor}),
                     None => json!({}),
                 };
-                let text = page(params)?;
+                text.clear();
+                page(params, &mut text)?;
                 let answer: PageAnswer =
                     serde_json::from_slice(&text).context("a page's answer")?;
                 let Some(result) = answer.result else {
@@ -77,10 +79,10 @@ impl Rounds {
             let elapsed = started.elapsed().as_secs_f64();
             if round > 0 {
                 rounds.seconds.push(elapsed);
-                let ticks = cpu_ticks(daemon.process.pid()).unwrap_or(0) - daemon_before;
+                let spent = cpu_seconds(daemon.process.pid()).unwrap_or(0.0) - daemon_before;
                 rounds
                     .daemon_ms_per_page
-                    .push(ticks as f64 / clock_ticks_per_second() * 1000.0 / pages as f64);
+                    .push(spent * 1000.0 / pages as f64);
                 rounds
                     .client_share
                     .push((own_cpu_seconds() - client_before) / elapsed);
@@ -117,18 +119,17 @@ pub fn socket_paging(report: &mut Report, daemon: &Daemon) -> anyhow::Result<()>
     let mut writer = stream.try_clone()?;
     let mut reader = BufReader::with_capacity(1 << 20, stream);
     let mut id = 0u64;
-    let rounds = Rounds::run(daemon, |params| {
+    let rounds = Rounds::run(daemon, |params, line| {
         id += 1;
         let request =
             json!({"jsonrpc": "2.0", "id": id, "method": "resources/list", "params": params});
         let mut bytes = serde_json::to_vec(&request)?;
         bytes.push(b'\n');
         writer.write_all(&bytes)?;
-        let mut line = Vec::new();
-        if reader.read_until(b'\n', &mut line)? == 0 {
+        if reader.read_until(b'\n', line)? == 0 {
             bail!("the daemon closed the connection while paging");
         }
-        Ok(line)
+        Ok(())
     })?;
     rounds.line(report, "through one socket client");
     Ok(())
@@ -155,7 +156,7 @@ pub fn http_paging(report: &mut Report, daemon: &Daemon, address: &str) -> anyho
     let client = reqwest::Client::new();
     let url = format!("http://{address}/mcp");
     let mut id = 0u64;
-    let rounds = Rounds::run(daemon, |mut params| {
+    let rounds = Rounds::run(daemon, |mut params, text| {
         id += 1;
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -177,7 +178,8 @@ pub fn http_paging(report: &mut Report, daemon: &Daemon, address: &str) -> anyho
             if !response.status().is_success() {
                 bail!("HTTP {}", response.status());
             }
-            Ok(response.bytes().await?.to_vec())
+            text.extend_from_slice(&response.bytes().await?);
+            Ok(())
         })
     })?;
     rounds.line(

@@ -15,7 +15,7 @@ use crate::daemon::{
     connect, fixture_args, fixture_stdio_table, start_daemon, start_http_fixture, Daemon,
     DaemonFiles,
 };
-use crate::measure::{clock_ticks_per_second, cpu_ticks, now_us, proc_status_kb};
+use crate::measure::{clock_ticks_per_second, cpu_ticks, now_us, own_cpu_seconds, proc_status_kb};
 use crate::process::{http_server_table, poll_until, write_json_atomically, SocketClient};
 use crate::report::{mb, ratio, Report, Samples};
 
@@ -975,11 +975,6 @@ fn million_rest(
         true => ten_servers(report),
         false => Ok(()),
     }
-}
-
-/// This process's CPU time so far (every thread), in seconds.
-pub(crate) fn own_cpu_seconds() -> f64 {
-    cpu_ticks(std::process::id()).unwrap_or(0) as f64 / clock_ticks_per_second()
 }
 
 /// The 10-server catalog: one HTTP fixture serving ten catalogs of 100,000 (`s0`..`s9`), and

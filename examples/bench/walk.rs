@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::daemon::{
     fixture_args, start_daemon, start_http_server, timed_rounds, Daemon, DaemonFiles, HttpServer,
 };
-use crate::measure::{children_of, cpu_seconds, proc_status_kb};
+use crate::measure::{children_of, cpu_seconds, own_cpu_seconds, proc_status_kb};
 use crate::paths::{bench_peer_binary, python_binary, release_binary, ROOT};
 use crate::process::{http_server_table, poll_until, stdio_server_table};
 use crate::report::{mb, ratio, Report, Samples};
@@ -202,11 +202,6 @@ pub fn bare_walk(config: &Path, rounds: usize) -> anyhow::Result<()> {
         session.close().await;
         Ok(())
     })
-}
-
-/// This process's CPU time (user + system) so far, in seconds.
-fn own_cpu_seconds() -> f64 {
-    cpu_seconds(std::process::id()).unwrap_or(f64::NAN)
 }
 
 /// What a client process reported for its timed rounds (its warm-up round dropped).

@@ -131,13 +131,6 @@ impl Response {
         }
     }
 
-    /// About how many bytes the answer's JSON text takes: its result's text and room for the
-    /// envelope, so a writer can size its buffer once (a page of the catalog is ~200 KB).
-    pub fn text_len_hint(&self) -> usize {
-        const ENVELOPE_ROOM: usize = 128;
-        self.result.as_ref().map_or(0, |text| text.get().len()) + ENVELOPE_ROOM
-    }
-
     /// An answer with a result as the three parts of its text: the envelope before the
     /// result, the result's own text, and the envelope after it (what serializing the whole
     /// answer writes). A writer sends the result's text where it lies instead of copying it

@@ -66,7 +66,7 @@ pub(super) async fn serve_connection(
                         ),
                     ),
                 );
-                write_message(&mut write_half, &response, response.text_len_hint()).await?;
+                write_message(&mut write_half, &response).await?;
                 return Ok(());
             }
             Line::Complete => {
@@ -101,7 +101,7 @@ async fn notify_catalog_changed(
 ) -> io::Result<()> {
     if state.mcp_client && resources_changed {
         let notification = NotificationMessage::new::<ResourcesListChanged>(None);
-        write_message(writer, &notification, 0).await?;
+        write_message(writer, &notification).await?;
     }
     if state.watching.is_some() {
         send_watched_changes(state, writer, context).await?;
@@ -133,7 +133,7 @@ async fn send_watched_changes(
         let more = page.more;
         let changes = changes_result(page);
         let notification = NotificationMessage::new::<CatalogChanged>(Some(&changes));
-        write_message(writer, &notification, 0).await?;
+        write_message(writer, &notification).await?;
         state.watching = Some(last);
         if !more {
             return Ok(());
@@ -142,16 +142,11 @@ async fn send_watched_changes(
     Ok(())
 }
 
-/// Writes one message; the one choke point every answer and notification passes, so no
-/// configured secret a server echoed (into an error, a walk failure, a read) reaches a client.
-/// `size_hint`: about how long its text is, so the buffer is allocated once (a page of the
-/// catalog grown from nothing was copied a dozen times, then once more for the line break).
-async fn write_message(
-    writer: &mut OwnedWriteHalf,
-    message: &impl Serialize,
-    size_hint: usize,
-) -> io::Result<()> {
-    let mut bytes = Vec::with_capacity(size_hint);
+/// Writes one message scrubbed, so no configured secret a server echoed (into an error, a walk
+/// failure, a read) reaches a client: every notification and error passes here, and every
+/// answer with a result passes `write_response`, which scrubs its parts the same way.
+async fn write_message(writer: &mut OwnedWriteHalf, message: &impl Serialize) -> io::Result<()> {
+    let mut bytes = Vec::new();
     serde_json::to_writer(&mut bytes, message).map_err(io::Error::other)?;
     let text = String::from_utf8(bytes).map_err(io::Error::other)?;
     // Copied only when a secret had to be replaced.
@@ -168,7 +163,7 @@ async fn write_message(
 /// `write_message` scrubs), without copying it into a buffer of the whole.
 async fn write_response(writer: &mut OwnedWriteHalf, response: &Response) -> io::Result<()> {
     let Some((head, result, tail)) = response.around_result() else {
-        return write_message(writer, response, 0).await;
+        return write_message(writer, response).await;
     };
     let (head, result) = (redact::scrub(&head), redact::scrub(result));
     let end = format!("{tail}\n");
