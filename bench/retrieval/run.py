@@ -17,7 +17,8 @@ name found twice counts once.
 Options: --binary=PATH (default target/release/mcp-mirror), --semantic-model=DIR (adds
 `[search] semantic_model` to the daemon's config and measures the semantic and hybrid modes
 too, and fuses the lexical and semantic lists here both ways, min-max blend and RRF, as
-src/semantic/fusion.rs does, to compare them on the same lists), --show=N (print the N worst
+src/semantic/fusion.rs does, to compare them on the same lists), --semantic-precision=f32|bf16
+(sets `[search] semantic_precision`; the daemon's default otherwise), --show=N (print the N worst
 questions of the first mode).
 """
 import glob
@@ -168,7 +169,11 @@ def start_daemon(binary, catalog, directory, model):
     lines = ["[daemon]", f'database = "{directory}/catalog.db"',
              f'socket = "{directory}/mirror.sock"', ""]
     if model:
-        lines += ["[search]", f'semantic_model = "{model}"', ""]
+        lines += ["[search]", f'semantic_model = "{model}"']
+        precision = option("semantic-precision")
+        if precision:
+            lines += [f'semantic_precision = "{precision}"']
+        lines += [""]
     for name, tools in catalog.items():
         path = os.path.join(tools_dir, f"{name}.json")
         json.dump(tools, open(path, "w", encoding="utf-8"))

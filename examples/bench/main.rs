@@ -232,7 +232,8 @@ fn main() -> anyhow::Result<()> {
             "fleet" => fleet::FleetOptions::from_arguments(&arguments)
                 .and_then(|options| fleet::run(&mut report, &options)),
             "kinds" => kinds::run(&mut report, quick),
-            "semantic" => semantic::run(&mut report, quick),
+            "semantic" => semantic::parts_from_arguments(&arguments)
+                .and_then(|parts| semantic::run(&mut report, quick, &parts)),
             _ => unreachable!(),
         };
         if let Err(error) = &outcome {

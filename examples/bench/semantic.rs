@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
+use mcp_mirror::semantic::Precision;
+
 use crate::daemon::{fixture_stdio_table, start_daemon, DaemonFiles};
 use crate::measure::proc_status_kb;
 use crate::paths::ROOT;
@@ -29,7 +31,25 @@ fn model_directory() -> std::path::PathBuf {
     std::path::Path::new(ROOT).join("target/models/all-MiniLM-L6-v2")
 }
 
-pub fn run(report: &mut Report, quick: bool) -> anyhow::Result<()> {
+/// The scenario's parts to run: `--semantic-parts=encoder,hybrid` (both by default).
+pub fn parts_from_arguments(arguments: &[String]) -> anyhow::Result<Vec<String>> {
+    let parts: Vec<String> = arguments
+        .iter()
+        .find_map(|argument| argument.strip_prefix("--semantic-parts="))
+        .unwrap_or("encoder,hybrid")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    if let Some(unknown) = parts
+        .iter()
+        .find(|part| !["encoder", "hybrid"].contains(&part.as_str()))
+    {
+        bail!("unknown semantic part {unknown}: choose from encoder, hybrid");
+    }
+    Ok(parts)
+}
+
+pub fn run(report: &mut Report, quick: bool, parts: &[String]) -> anyhow::Result<()> {
     let model = model_directory();
     if !model.join("config.json").exists() {
         bail!(
@@ -37,8 +57,13 @@ pub fn run(report: &mut Report, quick: bool) -> anyhow::Result<()> {
             model.display()
         );
     }
-    encoder(report, &model)?;
-    hybrid(report, &model, if quick { 1_000 } else { 10_000 })
+    if parts.iter().any(|part| part == "encoder") {
+        encoder(report, &model)?;
+    }
+    if parts.iter().any(|part| part == "hybrid") {
+        hybrid(report, &model, if quick { 1_000 } else { 10_000 })?;
+    }
+    Ok(())
 }
 
 fn encoder(report: &mut Report, model: &std::path::Path) -> anyhow::Result<()> {
@@ -51,7 +76,9 @@ fn encoder(report: &mut Report, model: &std::path::Path) -> anyhow::Result<()> {
     report.line("");
     let mut rows = Vec::new();
     for isa in mcp_mirror::semantic::Isa::available() {
-        rows.extend(encoder_on(model, isa)?);
+        for precision in [Precision::F32, Precision::Bf16] {
+            rows.extend(encoder_on(model, isa, precision)?);
+        }
     }
     report.table(&["measure", "value"], &rows);
     Ok(())
@@ -62,11 +89,12 @@ fn encoder(report: &mut Report, model: &std::path::Path) -> anyhow::Result<()> {
 fn encoder_on(
     model: &std::path::Path,
     isa: mcp_mirror::semantic::Isa,
+    precision: Precision,
 ) -> anyhow::Result<Vec<Vec<String>>> {
-    let path = isa.name();
+    let path = format!("{} {}", isa.name(), precision.name());
     let loading = Instant::now();
-    let encoder =
-        mcp_mirror::semantic::Encoder::load_with(model, isa).context("loading the model")?;
+    let encoder = mcp_mirror::semantic::Encoder::load_with(model, isa, precision)
+        .context("loading the model")?;
     let load_ms = loading.elapsed().as_secs_f64() * 1000.0;
     // Documents: tool-like texts of about 60 tokens, one thread.
     let documents: Vec<String> = (0..300)

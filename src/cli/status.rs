@@ -61,6 +61,9 @@ pub fn status(socket: &Path, as_json: bool) -> Result<(), ClientError> {
         "{}",
         search_index_text(daemon.search_index.as_ref(), daemon.change_seq)
     );
+    if let Some(vectors) = &daemon.vectors {
+        println!("{}", vectors_text(vectors));
+    }
     if let Some(line) = daemon.wal.as_ref().and_then(wal_text) {
         println!("{line}");
     }
@@ -182,6 +185,31 @@ fn wal_text(wal: &crate::protocol::WalStatus) -> Option<String> {
         wal.restarts_busy,
         wal.restarts,
     ))
+}
+
+/// The semantic vectors' line of `status`: state, model, how many entries have their vector,
+/// and the arithmetic (vector unit and precision).
+fn vectors_text(vectors: &crate::protocol::VectorsStatus) -> String {
+    use crate::protocol::VectorsState;
+    let state = match vectors.state {
+        VectorsState::Loading => "loading the model (searches stay lexical)",
+        VectorsState::Embedding => "embedding (searches stay lexical meanwhile)",
+        VectorsState::Ready => "ready",
+        VectorsState::Failed => "failed (searches stay lexical)",
+    };
+    let mut line = format!(
+        "vectors {state} · {} · {} embedded, {} waiting",
+        escaped(&vectors.model),
+        thousands(vectors.count),
+        thousands(vectors.pending)
+    );
+    if !vectors.kernel.is_empty() {
+        line.push_str(&format!(" · {} {}", vectors.kernel, vectors.precision));
+    }
+    if let Some(error) = &vectors.error {
+        line.push_str(&format!(" · {}", escaped(error)));
+    }
+    line
 }
 
 /// The search index's line of `status`: its state, the generation it reflects beside the

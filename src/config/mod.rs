@@ -41,7 +41,7 @@ pub use http::{HttpConfig, HttpToken};
 pub(crate) use load::parse;
 pub use load::{load, Loaded};
 pub use nats::{NatsConfig, PublishView};
-pub use search::SearchConfig;
+pub use search::{Precision, SearchConfig};
 pub use validated::{
     Config, DaemonConfig, EraChoice, HistoryBounds, SearchLimits, ServerConfig, SocketLimits,
     SyncTimings, Transport, WalkLimits,

@@ -19,12 +19,39 @@ pub(crate) const DEFAULT_SEMANTIC_KINDS: &[Kind] = &[Kind::Template, Kind::Tool,
 /// large multilingual model in tens of seconds on a slow disk.
 pub const DEFAULT_SEMANTIC_LOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How the encoder's linear layers round their products (`[search] semantic_precision`); the
+/// arithmetic is src/semantic/kernel.rs's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// The model's f32 weights times f32 inputs, summed in f32.
+    F32,
+    /// Weights and inputs rounded to bfloat16 (8 bits of mantissa, to nearest even), their
+    /// products (exact in f32) summed in f32 two inputs at a time, in the order AVX-512 BF16's
+    /// `vdpbf16ps` adds them: the odd input's product, then the even one's. That unit does
+    /// twice the products of an f32 multiply-add in the same time; every other path computes
+    /// the same sums in f32 on the rounded values, so every path gives the same vectors.
+    /// The default: on LiveMCPBench it finds what f32 finds (bench/run retrieval; BENCHMARKS.md).
+    #[default]
+    Bf16,
+}
+
+impl Precision {
+    /// `f32` or `bf16`, as `[search] semantic_precision` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSearch {
     pub semantic_model: Option<Spanned<String>>,
     pub semantic_load_timeout: Option<Spanned<String>>,
     pub semantic_kinds: Option<Spanned<Vec<String>>>,
+    pub semantic_precision: Option<Spanned<String>>,
     pub first_load_index_hold: Option<Spanned<String>>,
 }
 
@@ -39,6 +66,8 @@ pub struct SearchConfig {
     pub semantic_load_timeout: Duration,
     /// The kinds whose entries are embedded (and so found by meaning).
     pub semantic_kinds: Vec<Kind>,
+    /// How the model's products are rounded.
+    pub semantic_precision: Precision,
     /// How long a first load's walk may wait in all for the search index building it
     /// (`"off"`: never); `None` keeps the store's `FIRST_LOAD_INDEX_HOLD`.
     pub first_load_index_hold: Option<Duration>,
@@ -50,6 +79,7 @@ impl Default for SearchConfig {
             semantic_model: None,
             semantic_load_timeout: DEFAULT_SEMANTIC_LOAD_TIMEOUT,
             semantic_kinds: Vec::new(),
+            semantic_precision: Precision::default(),
             first_load_index_hold: None,
         }
     }
@@ -93,6 +123,20 @@ pub(super) fn search_config(
             kinds
         }
     };
+    let semantic_precision = match &raw.semantic_precision {
+        None => Precision::default(),
+        Some(value) => match value.get_ref().as_str() {
+            "f32" => Precision::F32,
+            "bf16" => Precision::Bf16,
+            other => {
+                return Err(source.error(
+                    &value.span(),
+                    "search.semantic_precision",
+                    format!("`{other}` is not a precision (f32, bf16)"),
+                ))
+            }
+        },
+    };
     // "off" (no wait at all) is a hold of zero; left out, the store's default.
     let first_load_index_hold = match &raw.first_load_index_hold {
         None => None,
@@ -116,6 +160,7 @@ pub(super) fn search_config(
         semantic_model,
         semantic_load_timeout,
         semantic_kinds,
+        semantic_precision,
         first_load_index_hold,
     })
 }

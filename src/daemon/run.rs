@@ -314,13 +314,7 @@ fn start_semantic_index(
     stopping: &watch::Receiver<bool>,
 ) -> Option<Arc<crate::semantic::SemanticIndex>> {
     let model = search.semantic_model.as_ref()?;
-    match crate::semantic::SemanticIndex::start(
-        model,
-        search.semantic_load_timeout,
-        search.semantic_kinds.clone(),
-        store.clone(),
-        stopping.clone(),
-    ) {
+    match crate::semantic::SemanticIndex::start(model, search, store.clone(), stopping.clone()) {
         Ok(index) => Some(index),
         Err(error) => {
             tracing::warn!(%error, "semantic search is off; searches stay lexical");

@@ -480,6 +480,13 @@ pub struct VectorsStatus {
     /// The model directory's name.
     pub model: String,
     pub dimensions: usize,
+    /// How the products are rounded (`[search] semantic_precision`: `f32` or `bf16`).
+    #[serde(default)]
+    pub precision: String,
+    /// The vector unit the encoder runs on (`avx512-bf16`, `avx512`, `avx2` or `portable`),
+    /// once the model is loaded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kernel: String,
     pub kinds: Vec<Kind>,
     /// Entries of those kinds that have their vector.
     pub count: u64,

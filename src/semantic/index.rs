@@ -22,6 +22,7 @@ use super::kernel::dot;
 use super::questions::QuestionCache;
 use super::vectors::VectorFile;
 use super::{Encoder, SemanticError};
+use crate::config::{Precision, SearchConfig};
 use crate::protocol::{Kind, VectorsState, VectorsStatus};
 use crate::search::Entry;
 use crate::store::{IndexSource, SearchRequest, Store};
@@ -101,14 +102,15 @@ fn split_identifier(name: &str) -> String {
 /// "loading" for good. Past the deadline the load's thread is left to end by itself, its
 /// model dropped. A panic in a dependency while it reads the model's files (the tokenizer's
 /// JSON is the model's to choose) is a broken model too.
-fn load_within(model: &Path, timeout: Duration) -> Result<Encoder, String> {
+fn load_within(model: &Path, precision: Precision, timeout: Duration) -> Result<Encoder, String> {
     let (sender, receiver) = std::sync::mpsc::sync_channel(1);
     let path = model.to_path_buf();
     std::thread::Builder::new()
         .name("semantic-load".into())
         .spawn(move || {
-            let loaded =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Encoder::load(&path)));
+            let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Encoder::load(&path, precision)
+            }));
             let _ = sender.send(loaded);
         })
         .map_err(|error| format!("cannot start the thread that loads the model: {error}"))?;
@@ -135,11 +137,15 @@ impl SemanticIndex {
     /// `stopping` ends it.
     pub fn start(
         model: &Path,
-        load_timeout: Duration,
-        kinds: Vec<Kind>,
+        search: &SearchConfig,
         store: Store,
         mut stopping: watch::Receiver<bool>,
     ) -> Result<Arc<SemanticIndex>, SemanticError> {
+        let (kinds, precision, load_timeout) = (
+            search.semantic_kinds.clone(),
+            search.semantic_precision,
+            search.semantic_load_timeout,
+        );
         let status = VectorsStatus {
             state: VectorsState::Loading,
             model: model
@@ -147,6 +153,8 @@ impl SemanticIndex {
                 .map(|name| name.to_string_lossy().into_owned())
                 .unwrap_or_else(|| model.display().to_string()),
             dimensions: 0,
+            precision: precision.name().into(),
+            kernel: String::new(),
             kinds: kinds.clone(),
             count: 0,
             pending: 0,
@@ -175,7 +183,7 @@ impl SemanticIndex {
         let model = model.to_path_buf();
         std::thread::Builder::new()
             .name("semantic-index".into())
-            .spawn(move || worker.run(&model, store, changes, stop, load_timeout))
+            .spawn(move || worker.run(&model, precision, store, changes, stop, load_timeout))
             .map_err(|source| SemanticError::Io {
                 action: "start a thread for",
                 path: PathBuf::from("the semantic index"),
@@ -312,6 +320,7 @@ impl SemanticIndex {
     fn run(
         self: Arc<SemanticIndex>,
         model: &Path,
+        precision: Precision,
         store: Store,
         mut changes: broadcast::Receiver<crate::store::CatalogChanged>,
         stop: Arc<AtomicBool>,
@@ -325,20 +334,28 @@ impl SemanticIndex {
                 status.error = Some(error);
             });
         };
-        let encoder = match load_within(model, load_timeout) {
+        let encoder = match load_within(model, precision, load_timeout) {
             Ok(encoder) => encoder,
             Err(error) => return fail(error),
         };
-        tracing::info!(model = %model.display(), dimensions = encoder.dimensions, "semantic model loaded");
-        let (fingerprint, dimensions, name) = (
+        tracing::info!(
+            model = %model.display(),
+            dimensions = encoder.dimensions,
+            kernel = encoder.isa().name(),
+            precision = precision.name(),
+            "semantic model loaded"
+        );
+        let (fingerprint, dimensions, name, kernel) = (
             encoder.fingerprint,
             encoder.dimensions,
             encoder.name.clone(),
+            encoder.isa().name(),
         );
         let _ = self.encoder.set(encoder);
         self.publish_status(|status, _| {
             status.dimensions = dimensions;
             status.model = name;
+            status.kernel = kernel.into();
         });
         let vectors_path = super::vectors::path_for(store.path());
         let mut file = match VectorFile::open(&vectors_path, fingerprint, dimensions) {

@@ -35,6 +35,9 @@ enum Level {
     Avx2,
     #[cfg(target_arch = "x86_64")]
     Avx512,
+    /// AVX-512 with BF16's dot products (`vdpbf16ps`), for [`Precision::Bf16`].
+    #[cfg(target_arch = "x86_64")]
+    Avx512Bf16,
 }
 
 impl Isa {
@@ -43,7 +46,8 @@ impl Isa {
         Isa(Level::Portable)
     }
 
-    /// The widest unit this CPU has: AVX-512 (F), else AVX2 with FMA, else portable.
+    /// The widest unit this CPU has: AVX-512 with BF16, else AVX-512 (F), else AVX2 with FMA,
+    /// else portable.
     pub fn widest() -> Isa {
         Isa::available()[0]
     }
@@ -56,6 +60,9 @@ impl Isa {
             let avx2 = std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("fma");
             if avx2 && std::arch::is_x86_feature_detected!("avx512f") {
+                if std::arch::is_x86_feature_detected!("avx512bf16") {
+                    paths.push(Isa(Level::Avx512Bf16));
+                }
                 paths.push(Isa(Level::Avx512));
             }
             if avx2 {
@@ -66,7 +73,7 @@ impl Isa {
         paths
     }
 
-    /// `avx512`, `avx2` or `portable`, for status and benchmark lines.
+    /// `avx512-bf16`, `avx512`, `avx2` or `portable`, for status and benchmark lines.
     pub fn name(self) -> &'static str {
         match self.0 {
             Level::Portable => "portable",
@@ -74,13 +81,24 @@ impl Isa {
             Level::Avx2 => "avx2",
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => "avx512",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512Bf16 => "avx512-bf16",
         }
     }
 
     /// Whether the product takes two panels at a time (AVX-512's 32 registers hold both).
     fn pairs_panels(self) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if self.0 == Level::Avx512 {
+        if matches!(self.0, Level::Avx512 | Level::Avx512Bf16) {
+            return true;
+        }
+        false
+    }
+
+    /// Whether this unit multiplies bfloat16 pairs in hardware.
+    fn has_bf16(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.0 == Level::Avx512Bf16 {
             return true;
         }
         false
@@ -93,7 +111,7 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => 6,
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => MAX_ROWS,
+            Level::Avx512 | Level::Avx512Bf16 => MAX_ROWS,
         }
     }
 }
@@ -118,7 +136,7 @@ macro_rules! multiversion {
                 match isa.0 {
                     // SAFETY: an `Isa` of these levels is made only when the CPU has their
                     // features (`Isa::available`).
-                    Level::Avx512 => return unsafe { wide($($argument),*) },
+                    Level::Avx512 | Level::Avx512Bf16 => return unsafe { wide($($argument),*) },
                     Level::Avx2 => return unsafe { middle($($argument),*) },
                     Level::Portable => {}
                 }
@@ -130,32 +148,94 @@ macro_rules! multiversion {
     };
 }
 
+pub use crate::config::Precision;
+
+/// `value` rounded to bfloat16 (to nearest, ties to even), as its 16 bits.
+fn bf16_bits(value: f32) -> u16 {
+    let bits = value.to_bits();
+    if value.is_nan() {
+        return ((bits >> 16) | 0x40) as u16;
+    }
+    ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) as u16
+}
+
+/// `value` rounded to bfloat16, as an f32.
+fn bf16_round(value: f32) -> f32 {
+    f32::from_bits(u32::from(bf16_bits(value)) << 16)
+}
+
+/// The packed weights: f32 panels (`panels x depth x PANEL`), or with BF16 in hardware, panels
+/// of bfloat16 pairs (`panels x depth/2 x PANEL`, input `2k` in each word's low half).
+enum Weights {
+    F32(Vec<f32>),
+    Bf16Pairs(Vec<u32>),
+}
+
 /// A linear layer's weight and bias, packed for [`Packed::apply`].
 pub struct Packed {
-    /// `panels x inputs x PANEL`.
-    weights: Vec<f32>,
+    weights: Weights,
     /// The bias, zero-padded to `panels x PANEL`.
     bias: Vec<f32>,
     pub inputs: usize,
     pub outputs: usize,
+    /// The inputs a panel holds per output: `inputs`, rounded up to even with bf16 (the
+    /// padding's weights are zero).
+    depth: usize,
+    precision: Precision,
     isa: Isa,
 }
 
 impl Packed {
     /// Packs `weight` (`[outputs, inputs]`, as PyTorch stores it) and `bias` (`[outputs]`) for
-    /// the products of `isa`.
-    pub fn new(weight: &[f32], bias: &[f32], outputs: usize, inputs: usize, isa: Isa) -> Packed {
+    /// the products of `isa` at `precision`. With bf16 but no BF16 unit, the panels hold the
+    /// rounded weights with each pair of inputs swapped, so that the f32 kernels, walking the
+    /// inputs in order, add each pair's odd product first.
+    pub fn new(
+        weight: &[f32],
+        bias: &[f32],
+        outputs: usize,
+        inputs: usize,
+        isa: Isa,
+        precision: Precision,
+    ) -> Packed {
         assert_eq!(weight.len(), outputs * inputs);
         assert_eq!(bias.len(), outputs);
         let panels = outputs.div_ceil(PANEL);
-        let mut weights = vec![0f32; panels * inputs * PANEL];
-        for (output, row) in weight.chunks_exact(inputs).enumerate() {
-            let (panel, column) = (output / PANEL, output % PANEL);
-            let start = panel * inputs * PANEL + column;
-            for (input, value) in row.iter().enumerate() {
-                weights[start + input * PANEL] = *value;
+        let depth = match precision {
+            Precision::F32 => inputs,
+            Precision::Bf16 => inputs.next_multiple_of(2),
+        };
+        let weights = match (precision, isa.has_bf16()) {
+            (Precision::Bf16, true) => {
+                let pairs = depth / 2;
+                let mut packed = vec![0u32; panels * pairs * PANEL];
+                for (output, row) in weight.chunks_exact(inputs).enumerate() {
+                    let (panel, column) = (output / PANEL, output % PANEL);
+                    for (pair, values) in row.chunks(2).enumerate() {
+                        let low = u32::from(bf16_bits(values[0]));
+                        let high = values.get(1).map_or(0, |value| bf16_bits(*value));
+                        packed[(panel * pairs + pair) * PANEL + column] =
+                            low | u32::from(high) << 16;
+                    }
+                }
+                Weights::Bf16Pairs(packed)
             }
-        }
+            _ => {
+                let mut packed = vec![0f32; panels * depth * PANEL];
+                for (output, row) in weight.chunks_exact(inputs).enumerate() {
+                    let (panel, column) = (output / PANEL, output % PANEL);
+                    let start = panel * depth * PANEL + column;
+                    for (input, value) in row.iter().enumerate() {
+                        let (at, value) = match precision {
+                            Precision::F32 => (input, *value),
+                            Precision::Bf16 => (input ^ 1, bf16_round(*value)),
+                        };
+                        packed[start + at * PANEL] = value;
+                    }
+                }
+                Weights::F32(packed)
+            }
+        };
         let mut padded = bias.to_vec();
         padded.resize(panels * PANEL, 0.0);
         Packed {
@@ -163,28 +243,78 @@ impl Packed {
             bias: padded,
             inputs,
             outputs,
+            depth,
+            precision,
             isa,
         }
     }
 
     /// `output = input W^T + b` for `rows` rows of `input` (`rows x inputs`); `output` becomes
-    /// `rows x outputs`. With AVX-512 the panels go two at a time (`block16_pair`).
+    /// `rows x outputs`. With bf16 the rows are rounded first (pairs swapped for the f32
+    /// kernels, paired in words for the BF16 unit's).
     pub fn apply(&self, input: &[f32], rows: usize, output: &mut Vec<f32>) {
-        let (inputs, outputs) = (self.inputs, self.outputs);
+        let (inputs, depth) = (self.inputs, self.depth);
         assert!(input.len() >= rows * inputs);
         output.clear();
-        output.resize(rows * outputs, 0.0);
-        if rows == 0 || outputs == 0 {
+        output.resize(rows * self.outputs, 0.0);
+        if rows == 0 || self.outputs == 0 {
             return;
         }
-        let panels: Vec<&[f32]> = self.weights.chunks_exact(inputs * PANEL).collect();
+        match (&self.weights, self.precision) {
+            (Weights::F32(weights), Precision::F32) => {
+                self.products(input, inputs, weights, rows, output, Self::block)
+            }
+            (Weights::F32(weights), Precision::Bf16) => {
+                let mut rounded = vec![0f32; rows * depth];
+                for (row, line) in input
+                    .chunks_exact(inputs)
+                    .take(rows)
+                    .zip(rounded.chunks_exact_mut(depth))
+                {
+                    for (column, value) in row.iter().enumerate() {
+                        line[column ^ 1] = bf16_round(*value);
+                    }
+                }
+                self.products(&rounded, depth, weights, rows, output, Self::block)
+            }
+            (Weights::Bf16Pairs(weights), _) => {
+                let pairs = depth / 2;
+                let mut paired = vec![0u32; rows * pairs];
+                for (row, line) in input
+                    .chunks_exact(inputs)
+                    .take(rows)
+                    .zip(paired.chunks_exact_mut(pairs))
+                {
+                    for (word, values) in line.iter_mut().zip(row.chunks(2)) {
+                        let high = values.get(1).map_or(0, |value| bf16_bits(*value));
+                        *word = u32::from(bf16_bits(values[0])) | u32::from(high) << 16;
+                    }
+                }
+                self.products(&paired, pairs, weights, rows, output, Self::block_bf16)
+            }
+        }
+    }
+
+    /// The product of `rows` rows of `input` (each `width` values) with the panels of
+    /// `weights` (each `width x PANEL`), by `block` (a block of rows against one panel or, with
+    /// AVX-512, two).
+    fn products<T>(
+        &self,
+        input: &[T],
+        width: usize,
+        weights: &[T],
+        rows: usize,
+        output: &mut [f32],
+        block: BlockKernel<T>,
+    ) {
+        let panels: Vec<&[T]> = weights.chunks_exact(width * PANEL).collect();
         // One block's sums, made once: every kernel writes each of the block's rows (the
         // portable loop clears them first), and only those rows are read.
         let mut sums = [[[0f32; PANEL]; MAX_ROWS]; 2];
         let mut panel = 0;
         while panel < panels.len() {
             let paired = self.isa.pairs_panels() && panel + 1 < panels.len();
-            let (width, most) = match paired {
+            let (width_panels, most) = match paired {
                 true => (2, PAIR_ROWS),
                 false => (1, self.isa.block_rows()),
             };
@@ -195,20 +325,23 @@ impl Packed {
             let (base, longer) = (rows / blocks, rows % blocks);
             let mut row = 0;
             for number in 0..blocks {
-                let block = base + usize::from(number < longer);
-                let input = &input[row * inputs..(row + block) * inputs];
-                match paired {
-                    true => {
-                        self.block_pair(block, input, (panels[panel], panels[panel + 1]), &mut sums)
-                    }
-                    false => self.block(block, input, panels[panel], &mut sums[0]),
+                let rows_here = base + usize::from(number < longer);
+                let input = &input[row * width..(row + rows_here) * width];
+                let second = paired.then(|| panels[panel + 1]);
+                block(
+                    self,
+                    rows_here,
+                    width,
+                    input,
+                    (panels[panel], second),
+                    &mut sums,
+                );
+                for (offset, sums) in sums[..width_panels].iter().enumerate() {
+                    self.write_block(output, row, panel + offset, &sums[..rows_here]);
                 }
-                for (offset, sums) in sums[..width].iter().enumerate() {
-                    self.write_block(output, row, panel + offset, &sums[..block]);
-                }
-                row += block;
+                row += rows_here;
             }
-            panel += width;
+            panel += width_panels;
         }
     }
 
@@ -229,55 +362,43 @@ impl Packed {
         }
     }
 
-    /// The sums of `block` rows of `input` against two panels (AVX-512 only).
-    fn block_pair(
-        &self,
-        block: usize,
-        input: &[f32],
-        panels: (&[f32], &[f32]),
-        sums: &mut [[[f32; PANEL]; MAX_ROWS]; 2],
-    ) {
-        assert!(self.isa.pairs_panels() && block <= PAIR_ROWS);
-        let inputs = self.inputs;
-        #[cfg(target_arch = "x86_64")]
-        {
-            macro_rules! rows {
-                ($($n:literal)*) => {
-                    match block {
-                        // SAFETY: `pairs_panels` holds only on AVX-512 (`Isa`); the lengths
-                        // are the kernel's (each panel `inputs * PANEL`, the block's rows).
-                        $($n => unsafe { x86::block16_pair::<$n>(inputs, input, panels, sums) },)*
-                        _ => unreachable!("blocks of two panels hold 1 to 12 rows"),
-                    }
-                };
-            }
-            rows!(1 2 3 4 5 6 7 8 9 10 11 12);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (inputs, input, panels, sums);
-    }
-
-    /// The sums of `block` rows of `input` (each `inputs` long) against one panel.
+    /// The f32 sums of `rows` rows of `input` (each `width` long) against one panel, or two
+    /// (AVX-512 only).
     fn block(
         &self,
-        block: usize,
+        rows: usize,
+        width: usize,
         input: &[f32],
-        weights: &[f32],
-        sums: &mut [[f32; PANEL]; MAX_ROWS],
+        (weights, second): (&[f32], Option<&[f32]>),
+        sums: &mut BlockSums,
     ) {
-        debug_assert!(input.len() == block * self.inputs && weights.len() == self.inputs * PANEL);
-        assert!(block <= self.isa.block_rows());
-        let inputs = self.inputs;
-        // SAFETY (both arms): the level says the CPU has the kernel's features (`Isa`); each
-        // kernel reads `block * inputs` values of `input` and `inputs * PANEL` of `weights`,
-        // which the lengths above hold, and `block` is within its rows (asserted).
+        assert!(input.len() == rows * width && weights.len() == width * PANEL);
+        // SAFETY (every arm): the level says the CPU has the kernel's features (`Isa`); each
+        // kernel reads `rows * width` values of `input` and `width * PANEL` of each panel,
+        // which the lengths above hold, and `rows` is within its block (asserted).
         #[cfg(target_arch = "x86_64")]
-        match self.isa.0 {
-            Level::Avx512 => {
+        match (self.isa.0, second) {
+            (Level::Avx512 | Level::Avx512Bf16, Some(second)) => {
+                assert!(rows <= PAIR_ROWS && second.len() == width * PANEL);
+                let panels = (weights, second);
                 macro_rules! rows {
                     ($($n:literal)*) => {
-                        match block {
-                            $($n => unsafe { x86::block16::<$n>(inputs, input, weights, sums) },)*
+                        match rows {
+                            $($n => unsafe { x86::block16_pair::<$n>(width, input, panels, sums) },)*
+                            _ => unreachable!("blocks of two panels hold 1 to 12 rows"),
+                        }
+                    };
+                }
+                rows!(1 2 3 4 5 6 7 8 9 10 11 12);
+                return;
+            }
+            (Level::Avx512 | Level::Avx512Bf16, None) => {
+                assert!(rows <= MAX_ROWS);
+                let sums = &mut sums[0];
+                macro_rules! rows {
+                    ($($n:literal)*) => {
+                        match rows {
+                            $($n => unsafe { x86::block16::<$n>(width, input, weights, sums) },)*
                             _ => unreachable!("blocks hold 1 to 16 rows"),
                         }
                     };
@@ -285,11 +406,13 @@ impl Packed {
                 rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
                 return;
             }
-            Level::Avx2 => {
+            (Level::Avx2, _) => {
+                assert!(rows <= 6 && second.is_none());
+                let sums = &mut sums[0];
                 macro_rules! rows {
                     ($($n:literal)*) => {
-                        match block {
-                            $($n => unsafe { x86::block8::<$n>(inputs, input, weights, sums) },)*
+                        match rows {
+                            $($n => unsafe { x86::block8::<$n>(width, input, weights, sums) },)*
                             _ => unreachable!("blocks hold 1 to 6 rows"),
                         }
                     };
@@ -297,11 +420,12 @@ impl Packed {
                 rows!(1 2 3 4 5 6);
                 return;
             }
-            Level::Portable => {}
+            (Level::Portable, _) => {}
         }
-        for (line, sums) in sums[..block].iter_mut().enumerate() {
+        assert!(rows <= 6 && second.is_none());
+        for (line, sums) in sums[0][..rows].iter_mut().enumerate() {
             sums.fill(0.0);
-            let row = &input[line * inputs..(line + 1) * inputs];
+            let row = &input[line * width..(line + 1) * width];
             for (value, weights) in row.iter().zip(weights.chunks_exact(PANEL)) {
                 for (sum, weight) in sums.iter_mut().zip(weights) {
                     *sum += value * weight;
@@ -309,7 +433,63 @@ impl Packed {
             }
         }
     }
+
+    /// The sums of `rows` rows of bfloat16 pairs (each `pairs` words) against one panel of
+    /// pairs, or two, on the BF16 unit.
+    #[allow(unused_variables)] // `rows`, `pairs`... only read on x86_64
+    fn block_bf16(
+        &self,
+        rows: usize,
+        pairs: usize,
+        input: &[u32],
+        (weights, second): (&[u32], Option<&[u32]>),
+        sums: &mut BlockSums,
+    ) {
+        assert!(
+            self.isa.has_bf16(),
+            "bf16 pairs are packed only for a BF16 unit"
+        );
+        assert!(input.len() == rows * pairs && weights.len() == pairs * PANEL);
+        // SAFETY (both arms): `has_bf16` holds only when the CPU has AVX-512 BF16 (`Isa`);
+        // each kernel reads `rows * pairs` words of `input` and `pairs * PANEL` of each panel,
+        // which the lengths here hold, and `rows` is within its block (asserted).
+        #[cfg(target_arch = "x86_64")]
+        match second {
+            Some(second) => {
+                assert!(rows <= PAIR_ROWS && second.len() == pairs * PANEL);
+                let panels = (weights, second);
+                macro_rules! rows {
+                    ($($n:literal)*) => {
+                        match rows {
+                            $($n => unsafe { x86::bf16_pair::<$n>(pairs, input, panels, sums) },)*
+                            _ => unreachable!("blocks of two panels hold 1 to 12 rows"),
+                        }
+                    };
+                }
+                rows!(1 2 3 4 5 6 7 8 9 10 11 12);
+            }
+            None => {
+                assert!(rows <= MAX_ROWS);
+                let sums = &mut sums[0];
+                macro_rules! rows {
+                    ($($n:literal)*) => {
+                        match rows {
+                            $($n => unsafe { x86::bf16_one::<$n>(pairs, input, weights, sums) },)*
+                            _ => unreachable!("blocks hold 1 to 16 rows"),
+                        }
+                    };
+                }
+                rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+            }
+        }
+    }
 }
+
+/// One block's sums: up to [`MAX_ROWS`] rows of a panel, for each of two panels.
+type BlockSums = [[[f32; PANEL]; MAX_ROWS]; 2];
+
+/// A kernel of [`Packed::products`]: `(packed, rows, width, input, (panel, second panel), sums)`.
+type BlockKernel<T> = fn(&Packed, usize, usize, &[T], (&[T], Option<&[T]>), &mut BlockSums);
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -396,6 +576,92 @@ mod x86 {
                     let value = _mm512_set1_ps(*input.add(row * inputs + column));
                     lanes_left[row] = _mm512_fmadd_ps(value, panel_left, lanes_left[row]);
                     lanes_right[row] = _mm512_fmadd_ps(value, panel_right, lanes_right[row]);
+                }
+                left = left.add(PANEL);
+                right = right.add(PANEL);
+            }
+        }
+        for row in 0..N {
+            // SAFETY: each row of `sums` holds PANEL = 16 floats.
+            unsafe {
+                _mm512_storeu_ps(sums[0][row].as_mut_ptr(), lanes_left[row]);
+                _mm512_storeu_ps(sums[1][row].as_mut_ptr(), lanes_right[row]);
+            }
+        }
+    }
+
+    /// `sums[r] = input row r · the panel` in bfloat16 pairs (each word two inputs, the even
+    /// one in its low half), for the first `N` rows: one `vdpbf16ps` adds a pair's two products
+    /// to each of 16 lanes.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512 BF16; `input` must hold `N * pairs` words and
+    /// `weights` `pairs * PANEL`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::needless_range_loop)] // `row` walks the accumulators and the input's rows
+    #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest
+    pub unsafe fn bf16_one<const N: usize>(
+        pairs: usize,
+        input: &[u32],
+        weights: &[u32],
+        sums: &mut [[f32; PANEL]; MAX_ROWS],
+    ) {
+        assert!(input.len() >= N * pairs && weights.len() >= pairs * PANEL && N <= MAX_ROWS);
+        let input = input.as_ptr();
+        let mut weight = weights.as_ptr();
+        let mut lanes = [_mm512_setzero_ps(); N];
+        for pair in 0..pairs {
+            // SAFETY: pair < pairs and row < N keep both reads inside the slices (asserted);
+            // a vector of 16 words is one of 32 bfloat16 values.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(weight.wrapping_add(PREFETCH_AHEAD).cast());
+                let panel: __m512bh = std::mem::transmute(_mm512_loadu_si512(weight.cast()));
+                for row in 0..N {
+                    let word = *input.add(row * pairs + pair) as i32;
+                    let value: __m512bh = std::mem::transmute(_mm512_set1_epi32(word));
+                    lanes[row] = _mm512_dpbf16_ps(lanes[row], value, panel);
+                }
+                weight = weight.add(PANEL);
+            }
+        }
+        for row in 0..N {
+            // SAFETY: each row of `sums` holds PANEL = 16 floats.
+            unsafe { _mm512_storeu_ps(sums[row].as_mut_ptr(), lanes[row]) };
+        }
+    }
+
+    /// `bf16_one` for two panels at once (as `block16_pair` is `block16`'s).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512 BF16; `input` must hold `N * pairs` words and
+    /// `first` and `second` `pairs * PANEL` each.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::needless_range_loop)]
+    #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest
+    pub unsafe fn bf16_pair<const N: usize>(
+        pairs: usize,
+        input: &[u32],
+        (first, second): (&[u32], &[u32]),
+        sums: &mut [[[f32; PANEL]; MAX_ROWS]; 2],
+    ) {
+        assert!(input.len() >= N * pairs && N <= super::PAIR_ROWS);
+        assert!(first.len() >= pairs * PANEL && second.len() >= pairs * PANEL);
+        let input = input.as_ptr();
+        let (mut left, mut right) = (first.as_ptr(), second.as_ptr());
+        let mut lanes_left = [_mm512_setzero_ps(); N];
+        let mut lanes_right = [_mm512_setzero_ps(); N];
+        for pair in 0..pairs {
+            // SAFETY: pair < pairs and row < N keep every read inside the slices (asserted).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(left.wrapping_add(PREFETCH_AHEAD).cast());
+                _mm_prefetch::<_MM_HINT_T0>(right.wrapping_add(PREFETCH_AHEAD).cast());
+                let panel_left: __m512bh = std::mem::transmute(_mm512_loadu_si512(left.cast()));
+                let panel_right: __m512bh = std::mem::transmute(_mm512_loadu_si512(right.cast()));
+                for row in 0..N {
+                    let word = *input.add(row * pairs + pair) as i32;
+                    let value: __m512bh = std::mem::transmute(_mm512_set1_epi32(word));
+                    lanes_left[row] = _mm512_dpbf16_ps(lanes_left[row], value, panel_left);
+                    lanes_right[row] = _mm512_dpbf16_ps(lanes_right[row], value, panel_right);
                 }
                 left = left.add(PANEL);
                 right = right.add(PANEL);
@@ -727,7 +993,7 @@ mod tests {
             }
             let mut portable = Vec::new();
             for isa in Isa::available().into_iter().rev() {
-                let packed = Packed::new(&weight, &bias, outputs, inputs, isa);
+                let packed = Packed::new(&weight, &bias, outputs, inputs, isa, Precision::F32);
                 let mut output = vec![1.0; 3];
                 packed.apply(&input, rows, &mut output);
                 assert_eq!(output.len(), rows * outputs);
@@ -751,6 +1017,77 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_path_of_the_bf16_product_gives_the_same_bits() {
+        // Odd input counts (a zero pair half), partial panels and blocks, a document's shape;
+        // values of every size, so that each pair's order of addition shows in the bits.
+        for (rows, inputs, outputs) in [
+            (1, 3, 5),
+            (7, 21, 33),
+            (13, 16, 16),
+            (17, 9, 40),
+            (31, 384, 1152),
+        ] {
+            let weight: Vec<f32> = pseudo_random(outputs * inputs, 3)
+                .iter()
+                .enumerate()
+                .map(|(i, value)| value * 10f32.powi((i % 7) as i32 - 3))
+                .collect();
+            let bias: Vec<f32> = (0..outputs).map(|i| i as f32 / 3.0).collect();
+            let input: Vec<f32> = pseudo_random(rows * inputs, 8)
+                .iter()
+                .enumerate()
+                .map(|(i, value)| value * 10f32.powi((i % 5) as i32 - 2))
+                .collect();
+            // The sums as `vdpbf16ps` makes them: per pair, the odd input's exact product
+            // added (rounded once), then the even one's; then the bias.
+            let mut expected = vec![0f32; rows * outputs];
+            for row in 0..rows {
+                for output in 0..outputs {
+                    let term = |column: usize| match column < inputs {
+                        true => {
+                            bf16_round(input[row * inputs + column])
+                                * bf16_round(weight[output * inputs + column])
+                        }
+                        false => 0.0,
+                    };
+                    let mut sum = 0f32;
+                    for pair in 0..inputs.div_ceil(2) {
+                        sum += term(2 * pair + 1);
+                        sum += term(2 * pair);
+                    }
+                    expected[row * outputs + output] = sum + bias[output];
+                }
+            }
+            for isa in Isa::available() {
+                let packed = Packed::new(&weight, &bias, outputs, inputs, isa, Precision::Bf16);
+                let mut output = Vec::new();
+                packed.apply(&input, rows, &mut output);
+                assert_eq!(
+                    output.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    expected.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{rows}x{inputs}x{outputs} on {}",
+                    isa.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        let round = |bits: u32| bf16_bits(f32::from_bits(bits));
+        assert_eq!(round(0x3F80_0000), 0x3F80); // 1.0
+        assert_eq!(round(0x3F80_7FFF), 0x3F80); // under half: down
+        assert_eq!(round(0x3F80_8000), 0x3F80); // a tie, to the even 0x3F80
+        assert_eq!(round(0x3F81_8000), 0x3F82); // a tie, to the even 0x3F82
+        assert_eq!(round(0x3F80_8001), 0x3F81); // over half: up
+        assert_eq!(round(0xBF80_8001), 0xBF81); // the same magnitudes when negative
+        assert_eq!(round(0x7F7F_FFFF), 0x7F80); // the largest f32 rounds to infinity
+        assert_eq!(round(f32::INFINITY.to_bits()), 0x7F80);
+        assert!(f32::from_bits(u32::from(bf16_bits(f32::NAN)) << 16).is_nan());
+        assert_eq!(bf16_round(-2.5), -2.5);
     }
 
     #[test]

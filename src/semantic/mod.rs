@@ -12,5 +12,5 @@ mod vectors;
 pub use encoder::Encoder;
 pub use error::SemanticError;
 pub use index::{entry_text, Document, SemanticIndex, MAX_EMBEDDING_WORKERS};
-pub use kernel::Isa;
+pub use kernel::{Isa, Precision};
 pub use questions::{QUESTION_CACHE_ENTRIES, QUESTION_CACHE_TEXT_BYTES};

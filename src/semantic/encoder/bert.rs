@@ -4,8 +4,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::semantic::kernel::Packed;
 use crate::semantic::kernel::{attention, gelu, layer_norm, AttentionShape, Isa};
+use crate::semantic::kernel::{Packed, Precision};
 use crate::semantic::tensors::TensorFile;
 use crate::semantic::SemanticError;
 
@@ -73,6 +73,8 @@ pub(super) struct Bert {
     pub(super) hidden: usize,
     /// The vector unit every product and pass runs on.
     pub(super) isa: Isa,
+    /// How the linear layers' products are rounded.
+    pub(super) precision: Precision,
     heads: usize,
     activation: Activation,
     words: Vec<f32>,
@@ -91,7 +93,7 @@ impl Bert {
         config: &BertConfig,
         activation: Activation,
         path: &Path,
-        isa: Isa,
+        (isa, precision): (Isa, Precision),
     ) -> Result<Bert, SemanticError> {
         let hidden = config.hidden_size;
         let prefix = tensor_prefix(tensors, path)?;
@@ -100,6 +102,7 @@ impl Bert {
             intermediate: config.intermediate_size,
             epsilon: config.layer_norm_eps as f32,
             isa,
+            precision,
         };
         let words = tensors.read(
             &format!("{prefix}embeddings.word_embeddings.weight"),
@@ -124,6 +127,7 @@ impl Bert {
         Ok(Bert {
             hidden,
             isa,
+            precision,
             heads: config.num_attention_heads,
             activation,
             words,
@@ -231,13 +235,14 @@ fn tensor_prefix(tensors: &TensorFile, path: &Path) -> Result<&'static str, Sema
         })
 }
 
-/// How a layer's tensors are read: their sizes, the norms' epsilon and the unit the products
-/// run on.
+/// How a layer's tensors are read: their sizes, the norms' epsilon, the unit the products
+/// run on and their precision.
 struct LayerShape {
     hidden: usize,
     intermediate: usize,
     epsilon: f32,
     isa: Isa,
+    precision: Precision,
 }
 
 impl LayerShape {
@@ -260,7 +265,14 @@ impl LayerShape {
     ) -> Result<Linear, SemanticError> {
         let weight = tensors.read(&format!("{name}.weight"), &[outputs, inputs])?;
         let bias = tensors.read(&format!("{name}.bias"), &[outputs])?;
-        Ok(Packed::new(&weight, &bias, outputs, inputs, self.isa))
+        Ok(Packed::new(
+            &weight,
+            &bias,
+            outputs,
+            inputs,
+            self.isa,
+            self.precision,
+        ))
     }
 
     /// The encoder layer named `layer`: attention (query, key and value stacked), its output
@@ -274,7 +286,14 @@ impl LayerShape {
             bias.extend(tensors.read(&format!("{name}.bias"), &[hidden])?);
         }
         Ok(Layer {
-            query_key_value: Packed::new(&weight, &bias, 3 * hidden, hidden, self.isa),
+            query_key_value: Packed::new(
+                &weight,
+                &bias,
+                3 * hidden,
+                hidden,
+                self.isa,
+                self.precision,
+            ),
             attention_output: self.linear(
                 tensors,
                 format!("{layer}.attention.output.dense"),

@@ -8,7 +8,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 use super::bert::{Activation, Bert, BertConfig};
 use crate::protocol::cut_at_char_boundary;
-use crate::semantic::kernel::Isa;
+use crate::semantic::kernel::{Isa, Precision};
 use crate::semantic::tensors::{open_regular_file, TensorFile};
 use crate::semantic::SemanticError;
 
@@ -102,13 +102,17 @@ impl Encoder {
     /// Loads the sentence-transformers directory `directory` (config.json, model.safetensors,
     /// tokenizer.json, 1_Pooling/config.json; sentence_bert_config.json and modules.json when
     /// present), for the widest vector unit of this CPU. Nothing is fetched from anywhere.
-    pub fn load(directory: &Path) -> Result<Encoder, SemanticError> {
-        Encoder::load_with(directory, Isa::widest())
+    pub fn load(directory: &Path, precision: Precision) -> Result<Encoder, SemanticError> {
+        Encoder::load_with(directory, Isa::widest(), precision)
     }
 
     /// [`Encoder::load`] with the arithmetic on `isa` (one of [`Isa::available`]): the parity
     /// tests load one encoder per path.
-    pub fn load_with(directory: &Path, isa: Isa) -> Result<Encoder, SemanticError> {
+    pub fn load_with(
+        directory: &Path,
+        isa: Isa,
+        precision: Precision,
+    ) -> Result<Encoder, SemanticError> {
         // The fingerprint takes each file in this order: config, pooling, modules, sentence
         // config, tokenizer, the weights' header.
         let mut fingerprint = xxhash_rust::xxh3::Xxh3::new();
@@ -123,7 +127,15 @@ impl Encoder {
         let weights_path = directory.join("model.safetensors");
         let mut tensors = TensorFile::open(&weights_path)?;
         fingerprint.update(&tensors.header_digest().to_le_bytes());
-        let model = Bert::load(&mut tensors, &config, activation, &weights_path, isa)?;
+        // Vectors of another precision differ (slightly): never mixed either.
+        fingerprint.update(precision.name().as_bytes());
+        let model = Bert::load(
+            &mut tensors,
+            &config,
+            activation,
+            &weights_path,
+            (isa, precision),
+        )?;
         let name = directory
             .file_name()
             .map(|name| name.to_string_lossy().into_owned())
@@ -143,6 +155,11 @@ impl Encoder {
     /// The vector unit the arithmetic runs on.
     pub fn isa(&self) -> Isa {
         self.model.isa
+    }
+
+    /// How the products are rounded.
+    pub fn precision(&self) -> Precision {
+        self.model.precision
     }
 
     /// The token ids the model reads for `text`: tokenizer.json's, special tokens included,
