@@ -232,8 +232,10 @@ fn main() -> anyhow::Result<()> {
             "fleet" => fleet::FleetOptions::from_arguments(&arguments)
                 .and_then(|options| fleet::run(&mut report, &options)),
             "kinds" => kinds::run(&mut report, quick),
-            "semantic" => semantic::parts_from_arguments(&arguments)
-                .and_then(|parts| semantic::run(&mut report, quick, &parts)),
+            "semantic" => semantic::parts_from_arguments(&arguments).and_then(|parts| {
+                let precision = semantic::precision_from_arguments(&arguments);
+                semantic::run(&mut report, quick, &parts, precision)
+            }),
             _ => unreachable!(),
         };
         if let Err(error) = &outcome {

@@ -49,7 +49,21 @@ pub fn parts_from_arguments(arguments: &[String]) -> anyhow::Result<Vec<String>>
     Ok(parts)
 }
 
-pub fn run(report: &mut Report, quick: bool, parts: &[String]) -> anyhow::Result<()> {
+/// `--semantic-precision=f32|bf16`: the hybrid part's `[search] semantic_precision` (the
+/// daemon's default otherwise).
+pub fn precision_from_arguments(arguments: &[String]) -> Option<String> {
+    arguments
+        .iter()
+        .find_map(|argument| argument.strip_prefix("--semantic-precision="))
+        .map(str::to_string)
+}
+
+pub fn run(
+    report: &mut Report,
+    quick: bool,
+    parts: &[String],
+    precision: Option<String>,
+) -> anyhow::Result<()> {
     let model = model_directory();
     if !model.join("config.json").exists() {
         bail!(
@@ -61,7 +75,8 @@ pub fn run(report: &mut Report, quick: bool, parts: &[String]) -> anyhow::Result
         encoder(report, &model)?;
     }
     if parts.iter().any(|part| part == "hybrid") {
-        hybrid(report, &model, if quick { 1_000 } else { 10_000 })?;
+        let count = if quick { 1_000 } else { 10_000 };
+        hybrid(report, &model, count, precision.as_deref())?;
     }
     Ok(())
 }
@@ -172,7 +187,12 @@ fn thread_cpu_seconds() -> f64 {
     time.tv_sec as f64 + time.tv_nsec as f64 * 1e-9
 }
 
-fn hybrid(report: &mut Report, model: &std::path::Path, count: usize) -> anyhow::Result<()> {
+fn hybrid(
+    report: &mut Report,
+    model: &std::path::Path,
+    count: usize,
+    precision: Option<&str>,
+) -> anyhow::Result<()> {
     let files = DaemonFiles::fresh("semantic")?;
     let scenario = files.path("scenario.json");
     // One described property each: about 60 tokens a tool, as real tools have.
@@ -192,6 +212,9 @@ fn hybrid(report: &mut Report, model: &std::path::Path, count: usize) -> anyhow:
         "\n[search]\nsemantic_model = {:?}\n",
         model.display().to_string()
     ));
+    if let Some(precision) = precision {
+        text.push_str(&format!("semantic_precision = {precision:?}\n"));
+    }
     std::fs::write(&config, text)?;
     let started = Instant::now();
     let daemon = start_daemon(&files, &config)?;
@@ -213,6 +236,7 @@ fn hybrid(report: &mut Report, model: &std::path::Path, count: usize) -> anyhow:
         },
     )?;
     let embed_seconds = embedded_at.map_or(0.0, |elapsed| elapsed.as_secs_f64());
+    let vectors = client.call("catalog/status", json!({}))?["daemon"]["vectors"].clone();
     let mut rows = Vec::new();
     for (mode, repeated) in [
         ("lexical", false),
@@ -271,7 +295,12 @@ fn hybrid(report: &mut Report, model: &std::path::Path, count: usize) -> anyhow:
          200 timed after 20 warm-up; the question's embedding is part of semantic and hybrid.",
     );
     report.line("");
-    report.line(crate::cpu_and_vector_flags());
+    report.line(format!(
+        "{}; the daemon's kernel and precision: {} {}.",
+        crate::cpu_and_vector_flags(),
+        vectors["kernel"].as_str().unwrap_or("?"),
+        vectors["precision"].as_str().unwrap_or("?")
+    ));
     report.line("");
     report.table(&["measure", "value"], &rows);
     Ok(())

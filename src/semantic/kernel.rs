@@ -150,18 +150,67 @@ macro_rules! multiversion {
 
 pub use crate::config::Precision;
 
-/// `value` rounded to bfloat16 (to nearest, ties to even), as its 16 bits.
-fn bf16_bits(value: f32) -> u16 {
+/// `value` rounded to bfloat16 (to nearest, ties to even) in the high 16 bits, the low 16
+/// zero: the f32 that bfloat16 value is. Branch-free, so the loops over it vectorize; a NaN
+/// stays a (quiet) NaN.
+#[inline(always)]
+fn bf16_high(value: f32) -> u32 {
     let bits = value.to_bits();
-    if value.is_nan() {
-        return ((bits >> 16) | 0x40) as u16;
-    }
-    ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) as u16
+    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
+    let chosen = if value.is_nan() {
+        bits | 0x0040_0000
+    } else {
+        rounded
+    };
+    chosen & 0xFFFF_0000
+}
+
+/// `value` rounded to bfloat16, as its 16 bits.
+fn bf16_bits(value: f32) -> u16 {
+    (bf16_high(value) >> 16) as u16
 }
 
 /// `value` rounded to bfloat16, as an f32.
+#[inline(always)]
 fn bf16_round(value: f32) -> f32 {
-    f32::from_bits(u32::from(bf16_bits(value)) << 16)
+    f32::from_bits(bf16_high(value))
+}
+
+/// One input row for the f32 kernels at bf16: rounded, each pair swapped (`line` is the row's
+/// length rounded up to even; an odd row's last value pairs with a zero).
+#[inline(always)]
+fn swapped_rounded_body(row: &[f32], line: &mut [f32]) {
+    for (pair, out) in row.chunks_exact(2).zip(line.chunks_exact_mut(2)) {
+        out[0] = bf16_round(pair[1]);
+        out[1] = bf16_round(pair[0]);
+    }
+    if row.len() % 2 == 1 {
+        let last = row.len() - 1;
+        line[last] = 0.0;
+        line[last + 1] = bf16_round(row[last]);
+    }
+}
+
+multiversion! {
+    /// One input row rounded to bfloat16 with its pairs swapped (see `swapped_rounded_body`).
+    fn swapped_rounded(row: &[f32], line: &mut [f32]) = swapped_rounded_body;
+}
+
+/// One input row for the BF16 unit: each pair of values rounded into one word, the even one in
+/// the low half (an odd row's last value pairs with a zero).
+#[inline(always)]
+fn paired_body(row: &[f32], line: &mut [u32]) {
+    for (pair, word) in row.chunks_exact(2).zip(line.iter_mut()) {
+        *word = bf16_high(pair[1]) | bf16_high(pair[0]) >> 16;
+    }
+    if row.len() % 2 == 1 {
+        line[row.len() / 2] = bf16_high(row[row.len() - 1]) >> 16;
+    }
+}
+
+multiversion! {
+    /// One input row as words of bfloat16 pairs (see `paired_body`).
+    fn paired(row: &[f32], line: &mut [u32]) = paired_body;
 }
 
 /// The packed weights: f32 panels (`panels x depth x PANEL`), or with BF16 in hardware, panels
@@ -268,29 +317,22 @@ impl Packed {
                 let mut rounded = vec![0f32; rows * depth];
                 for (row, line) in input
                     .chunks_exact(inputs)
-                    .take(rows)
                     .zip(rounded.chunks_exact_mut(depth))
                 {
-                    for (column, value) in row.iter().enumerate() {
-                        line[column ^ 1] = bf16_round(*value);
-                    }
+                    swapped_rounded(self.isa, row, line);
                 }
                 self.products(&rounded, depth, weights, rows, output, Self::block)
             }
             (Weights::Bf16Pairs(weights), _) => {
                 let pairs = depth / 2;
-                let mut paired = vec![0u32; rows * pairs];
+                let mut paired_rows = vec![0u32; rows * pairs];
                 for (row, line) in input
                     .chunks_exact(inputs)
-                    .take(rows)
-                    .zip(paired.chunks_exact_mut(pairs))
+                    .zip(paired_rows.chunks_exact_mut(pairs))
                 {
-                    for (word, values) in line.iter_mut().zip(row.chunks(2)) {
-                        let high = values.get(1).map_or(0, |value| bf16_bits(*value));
-                        *word = u32::from(bf16_bits(values[0])) | u32::from(high) << 16;
-                    }
+                    paired(self.isa, row, line);
                 }
-                self.products(&paired, pairs, weights, rows, output, Self::block_bf16)
+                self.products(&paired_rows, pairs, weights, rows, output, Self::block_bf16)
             }
         }
     }
