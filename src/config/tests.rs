@@ -246,6 +246,29 @@ fn the_first_load_index_hold_is_a_duration_or_off() {
 }
 
 #[test]
+fn the_semantic_precision_is_bf16_unless_f32_is_asked() {
+    let precision = |table: &str| {
+        parse_text(&format!("[search]\n{table}\n"))
+            .map(|config| config.search.semantic_precision)
+    };
+    assert_eq!(precision("").expect("default"), super::Precision::Bf16);
+    assert_eq!(
+        precision("semantic_precision = \"f32\"").expect("f32"),
+        super::Precision::F32
+    );
+    assert_eq!(
+        precision("semantic_precision = \"bf16\"").expect("bf16"),
+        super::Precision::Bf16
+    );
+    let error = precision("semantic_precision = \"int8\"").expect_err("not a precision");
+    let rendered = error.to_string();
+    assert!(
+        rendered.contains("search.semantic_precision") && rendered.contains(":2:"),
+        "{rendered}"
+    );
+}
+
+#[test]
 fn nats_keys_are_checked_and_their_errors_name_file_line_and_key() {
     let cases = [
         (
