@@ -248,8 +248,7 @@ fn the_first_load_index_hold_is_a_duration_or_off() {
 #[test]
 fn the_semantic_precision_is_bf16_unless_f32_is_asked() {
     let precision = |table: &str| {
-        parse_text(&format!("[search]\n{table}\n"))
-            .map(|config| config.search.semantic_precision)
+        parse_text(&format!("[search]\n{table}\n")).map(|config| config.search.semantic_precision)
     };
     assert_eq!(precision("").expect("default"), super::Precision::Bf16);
     assert_eq!(
