@@ -220,6 +220,18 @@ enum Weights {
     Bf16Pairs(Vec<u32>),
 }
 
+/// Calls `x86::KERNEL::<N>(arguments)` for `N` = `rows`, which must be one of the literals
+/// listed (the block sizes that kernel is compiled for).
+#[cfg(target_arch = "x86_64")]
+macro_rules! with_rows {
+    ($rows:expr, $kernel:ident $arguments:tt, $($n:literal)*) => {
+        match $rows {
+            $($n => x86::$kernel::<$n> $arguments,)*
+            _ => unreachable!("a block holds 1 to {} rows", [$($n),*].len()),
+        }
+    };
+}
+
 /// A linear layer's weight and bias, packed for [`Packed::apply`].
 pub struct Packed {
     weights: Weights,
@@ -423,43 +435,25 @@ impl Packed {
             (Level::Avx512 | Level::Avx512Bf16, Some(second)) => {
                 assert!(rows <= PAIR_ROWS && second.len() == width * PANEL);
                 let panels = (weights, second);
-                macro_rules! rows {
-                    ($($n:literal)*) => {
-                        match rows {
-                            $($n => unsafe { x86::block16_pair::<$n>(width, input, panels, sums) },)*
-                            _ => unreachable!("blocks of two panels hold 1 to 12 rows"),
-                        }
-                    };
-                }
-                rows!(1 2 3 4 5 6 7 8 9 10 11 12);
+                unsafe {
+                    with_rows!(rows, block16_pair(width, input, panels, sums),
+                        1 2 3 4 5 6 7 8 9 10 11 12)
+                };
                 return;
             }
             (Level::Avx512 | Level::Avx512Bf16, None) => {
                 assert!(rows <= MAX_ROWS);
                 let sums = &mut sums[0];
-                macro_rules! rows {
-                    ($($n:literal)*) => {
-                        match rows {
-                            $($n => unsafe { x86::block16::<$n>(width, input, weights, sums) },)*
-                            _ => unreachable!("blocks hold 1 to 16 rows"),
-                        }
-                    };
-                }
-                rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+                unsafe {
+                    with_rows!(rows, block16(width, input, weights, sums),
+                        1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+                };
                 return;
             }
             (Level::Avx2, _) => {
                 assert!(rows <= 6 && second.is_none());
                 let sums = &mut sums[0];
-                macro_rules! rows {
-                    ($($n:literal)*) => {
-                        match rows {
-                            $($n => unsafe { x86::block8::<$n>(width, input, weights, sums) },)*
-                            _ => unreachable!("blocks hold 1 to 6 rows"),
-                        }
-                    };
-                }
-                rows!(1 2 3 4 5 6);
+                unsafe { with_rows!(rows, block8(width, input, weights, sums), 1 2 3 4 5 6) };
                 return;
             }
             (Level::Portable, _) => {}
@@ -500,28 +494,18 @@ impl Packed {
             Some(second) => {
                 assert!(rows <= PAIR_ROWS && second.len() == pairs * PANEL);
                 let panels = (weights, second);
-                macro_rules! rows {
-                    ($($n:literal)*) => {
-                        match rows {
-                            $($n => unsafe { x86::bf16_pair::<$n>(pairs, input, panels, sums) },)*
-                            _ => unreachable!("blocks of two panels hold 1 to 12 rows"),
-                        }
-                    };
-                }
-                rows!(1 2 3 4 5 6 7 8 9 10 11 12);
+                unsafe {
+                    with_rows!(rows, bf16_pair(pairs, input, panels, sums),
+                        1 2 3 4 5 6 7 8 9 10 11 12)
+                };
             }
             None => {
                 assert!(rows <= MAX_ROWS);
                 let sums = &mut sums[0];
-                macro_rules! rows {
-                    ($($n:literal)*) => {
-                        match rows {
-                            $($n => unsafe { x86::bf16_one::<$n>(pairs, input, weights, sums) },)*
-                            _ => unreachable!("blocks hold 1 to 16 rows"),
-                        }
-                    };
-                }
-                rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+                unsafe {
+                    with_rows!(rows, bf16_one(pairs, input, weights, sums),
+                        1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+                };
             }
         }
     }
@@ -549,174 +533,133 @@ mod x86 {
     /// never faults, so the address is made with `wrapping_add` and never dereferenced.
     const PREFETCH_AHEAD: usize = 32 * PANEL;
 
-    /// `sums[r] = input row r · the panel`, for the first `N` rows, in 16-lane registers.
+    /// Defines the two AVX-512 kernels of one kind of element: `$one`, `sums[r] = input row r ·
+    /// the panel` for the first `N` rows, each `width` elements long, in 16-lane registers; and
+    /// `$pair`, the same for two panels at once: each broadcast input feeds two multiply-adds,
+    /// so the loop issues `2N` of them for `N + 2` loads (one panel's `N` need `N + 1`: bound
+    /// by the load ports at about one a cycle, half of what the unit does). Each sum adds the
+    /// same terms in the same order in both, so the two give the same bits. An element is an
+    /// f32 (`_mm512_fmadd_ps`) or a word of two bfloat16 values (`_mm512_dpbf16_ps`: both
+    /// products of the pair into each lane).
     ///
-    /// # Safety
-    /// The CPU must have AVX-512F; `input` must hold `N * inputs` values and `weights`
-    /// `inputs * PANEL`.
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::needless_range_loop)]
-    #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest // `row` walks the accumulators and the input's rows
-    pub unsafe fn block16<const N: usize>(
-        inputs: usize,
-        input: &[f32],
-        weights: &[f32],
-        sums: &mut [[f32; PANEL]; MAX_ROWS],
-    ) {
-        assert!(input.len() >= N * inputs && weights.len() >= inputs * PANEL && N <= MAX_ROWS);
-        let input = input.as_ptr();
-        let mut weight = weights.as_ptr();
-        let mut lanes = [_mm512_setzero_ps(); N];
-        for column in 0..inputs {
-            // SAFETY: column < inputs and row < N keep both reads inside the slices (asserted).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(weight.wrapping_add(PREFETCH_AHEAD).cast());
-                let panel = _mm512_loadu_ps(weight);
-                for row in 0..N {
-                    let value = _mm512_set1_ps(*input.add(row * inputs + column));
-                    lanes[row] = _mm512_fmadd_ps(value, panel, lanes[row]);
+    /// Safety of both: the CPU must have `$features`; `input` must hold `N * width` elements
+    /// and each panel `width * PANEL`.
+    macro_rules! kernels {
+        (
+            $features:literal, $element:ty,
+            $one:ident, $pair:ident,
+            load: |$at:ident| $load:expr,
+            broadcast: |$from:ident| $broadcast:expr,
+            add: |$sum:ident, $value:ident, $panel:ident| $add:expr $(,)?
+        ) => {
+            /// See `kernels!`.
+            #[target_feature(enable = $features)]
+            #[allow(clippy::needless_range_loop)] // `row` walks the sums and the input's rows
+            #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest
+            pub unsafe fn $one<const N: usize>(
+                width: usize,
+                input: &[$element],
+                weights: &[$element],
+                sums: &mut [[f32; PANEL]; MAX_ROWS],
+            ) {
+                assert!(input.len() >= N * width && weights.len() >= width * PANEL);
+                assert!(N <= MAX_ROWS);
+                let input = input.as_ptr();
+                let mut weight = weights.as_ptr();
+                let mut lanes = [_mm512_setzero_ps(); N];
+                for column in 0..width {
+                    // SAFETY: column < width and row < N keep both reads inside the slices
+                    // (asserted); a vector is PANEL elements.
+                    unsafe {
+                        _mm_prefetch::<_MM_HINT_T0>(weight.wrapping_add(PREFETCH_AHEAD).cast());
+                        let $at = weight;
+                        let panel = $load;
+                        for row in 0..N {
+                            let $from = input.add(row * width + column);
+                            let ($sum, $value, $panel) = (lanes[row], $broadcast, panel);
+                            lanes[row] = $add;
+                        }
+                        weight = weight.add(PANEL);
+                    }
                 }
-                weight = weight.add(PANEL);
+                for row in 0..N {
+                    // SAFETY: each row of `sums` holds PANEL = 16 floats.
+                    unsafe { _mm512_storeu_ps(sums[row].as_mut_ptr(), lanes[row]) };
+                }
             }
-        }
-        for row in 0..N {
-            // SAFETY: each row of `sums` holds PANEL = 16 floats.
-            unsafe { _mm512_storeu_ps(sums[row].as_mut_ptr(), lanes[row]) };
-        }
+
+            /// See `kernels!`.
+            #[target_feature(enable = $features)]
+            #[allow(clippy::needless_range_loop)] // `row` walks the sums and the input's rows
+            #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest
+            pub unsafe fn $pair<const N: usize>(
+                width: usize,
+                input: &[$element],
+                (first, second): (&[$element], &[$element]),
+                sums: &mut [[[f32; PANEL]; MAX_ROWS]; 2],
+            ) {
+                assert!(input.len() >= N * width && N <= super::PAIR_ROWS);
+                assert!(first.len() >= width * PANEL && second.len() >= width * PANEL);
+                let input = input.as_ptr();
+                let (mut left, mut right) = (first.as_ptr(), second.as_ptr());
+                let mut lanes_left = [_mm512_setzero_ps(); N];
+                let mut lanes_right = [_mm512_setzero_ps(); N];
+                for column in 0..width {
+                    // SAFETY: column < width and row < N keep every read inside the slices
+                    // (asserted).
+                    unsafe {
+                        _mm_prefetch::<_MM_HINT_T0>(left.wrapping_add(PREFETCH_AHEAD).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(right.wrapping_add(PREFETCH_AHEAD).cast());
+                        let panel_left = {
+                            let $at = left;
+                            $load
+                        };
+                        let panel_right = {
+                            let $at = right;
+                            $load
+                        };
+                        for row in 0..N {
+                            let $from = input.add(row * width + column);
+                            let value = $broadcast;
+                            lanes_left[row] = {
+                                let ($sum, $value, $panel) = (lanes_left[row], value, panel_left);
+                                $add
+                            };
+                            lanes_right[row] = {
+                                let ($sum, $value, $panel) = (lanes_right[row], value, panel_right);
+                                $add
+                            };
+                        }
+                        left = left.add(PANEL);
+                        right = right.add(PANEL);
+                    }
+                }
+                for row in 0..N {
+                    // SAFETY: each row of `sums` holds PANEL = 16 floats.
+                    unsafe {
+                        _mm512_storeu_ps(sums[0][row].as_mut_ptr(), lanes_left[row]);
+                        _mm512_storeu_ps(sums[1][row].as_mut_ptr(), lanes_right[row]);
+                    }
+                }
+            }
+        };
     }
 
-    /// `block16` for two panels at once: each broadcast input value feeds two FMAs, so the
-    /// loop issues `2N` FMAs for `N + 2` loads (one panel's `N` FMAs need `N + 1`: bound by the
-    /// load ports at about one FMA a cycle, half of what the unit does). Each sum adds the same
-    /// terms in the same order as `block16`'s, so the two give the same bits.
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512F; `input` must hold `N * inputs` values and `first` and
-    /// `second` `inputs * PANEL` each.
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::needless_range_loop)]
-    #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest
-    pub unsafe fn block16_pair<const N: usize>(
-        inputs: usize,
-        input: &[f32],
-        (first, second): (&[f32], &[f32]),
-        sums: &mut [[[f32; PANEL]; MAX_ROWS]; 2],
-    ) {
-        assert!(input.len() >= N * inputs && N <= super::PAIR_ROWS);
-        assert!(first.len() >= inputs * PANEL && second.len() >= inputs * PANEL);
-        let input = input.as_ptr();
-        let (mut left, mut right) = (first.as_ptr(), second.as_ptr());
-        let mut lanes_left = [_mm512_setzero_ps(); N];
-        let mut lanes_right = [_mm512_setzero_ps(); N];
-        for column in 0..inputs {
-            // SAFETY: column < inputs and row < N keep every read inside the slices (asserted).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(left.wrapping_add(PREFETCH_AHEAD).cast());
-                _mm_prefetch::<_MM_HINT_T0>(right.wrapping_add(PREFETCH_AHEAD).cast());
-                let (panel_left, panel_right) = (_mm512_loadu_ps(left), _mm512_loadu_ps(right));
-                for row in 0..N {
-                    let value = _mm512_set1_ps(*input.add(row * inputs + column));
-                    lanes_left[row] = _mm512_fmadd_ps(value, panel_left, lanes_left[row]);
-                    lanes_right[row] = _mm512_fmadd_ps(value, panel_right, lanes_right[row]);
-                }
-                left = left.add(PANEL);
-                right = right.add(PANEL);
-            }
-        }
-        for row in 0..N {
-            // SAFETY: each row of `sums` holds PANEL = 16 floats.
-            unsafe {
-                _mm512_storeu_ps(sums[0][row].as_mut_ptr(), lanes_left[row]);
-                _mm512_storeu_ps(sums[1][row].as_mut_ptr(), lanes_right[row]);
-            }
-        }
-    }
+    kernels!(
+        "avx512f", f32, block16, block16_pair,
+        load: |at| _mm512_loadu_ps(at),
+        broadcast: |from| _mm512_set1_ps(*from),
+        add: |sum, value, panel| _mm512_fmadd_ps(value, panel, sum),
+    );
 
-    /// `sums[r] = input row r · the panel` in bfloat16 pairs (each word two inputs, the even
-    /// one in its low half), for the first `N` rows: one `vdpbf16ps` adds a pair's two products
-    /// to each of 16 lanes.
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512F and AVX-512 BF16; `input` must hold `N * pairs` words and
-    /// `weights` `pairs * PANEL`.
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    #[allow(clippy::needless_range_loop)] // `row` walks the accumulators and the input's rows
-    #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest
-    pub unsafe fn bf16_one<const N: usize>(
-        pairs: usize,
-        input: &[u32],
-        weights: &[u32],
-        sums: &mut [[f32; PANEL]; MAX_ROWS],
-    ) {
-        assert!(input.len() >= N * pairs && weights.len() >= pairs * PANEL && N <= MAX_ROWS);
-        let input = input.as_ptr();
-        let mut weight = weights.as_ptr();
-        let mut lanes = [_mm512_setzero_ps(); N];
-        for pair in 0..pairs {
-            // SAFETY: pair < pairs and row < N keep both reads inside the slices (asserted);
-            // a vector of 16 words is one of 32 bfloat16 values.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(weight.wrapping_add(PREFETCH_AHEAD).cast());
-                let panel: __m512bh = std::mem::transmute(_mm512_loadu_si512(weight.cast()));
-                for row in 0..N {
-                    let word = *input.add(row * pairs + pair) as i32;
-                    let value: __m512bh = std::mem::transmute(_mm512_set1_epi32(word));
-                    lanes[row] = _mm512_dpbf16_ps(lanes[row], value, panel);
-                }
-                weight = weight.add(PANEL);
-            }
-        }
-        for row in 0..N {
-            // SAFETY: each row of `sums` holds PANEL = 16 floats.
-            unsafe { _mm512_storeu_ps(sums[row].as_mut_ptr(), lanes[row]) };
-        }
-    }
-
-    /// `bf16_one` for two panels at once (as `block16_pair` is `block16`'s).
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512F and AVX-512 BF16; `input` must hold `N * pairs` words and
-    /// `first` and `second` `pairs * PANEL` each.
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    #[allow(clippy::needless_range_loop)]
-    #[clippy::msrv = "1.89"] // AVX-512's intrinsics; clippy.toml keeps 1.80 for the rest
-    pub unsafe fn bf16_pair<const N: usize>(
-        pairs: usize,
-        input: &[u32],
-        (first, second): (&[u32], &[u32]),
-        sums: &mut [[[f32; PANEL]; MAX_ROWS]; 2],
-    ) {
-        assert!(input.len() >= N * pairs && N <= super::PAIR_ROWS);
-        assert!(first.len() >= pairs * PANEL && second.len() >= pairs * PANEL);
-        let input = input.as_ptr();
-        let (mut left, mut right) = (first.as_ptr(), second.as_ptr());
-        let mut lanes_left = [_mm512_setzero_ps(); N];
-        let mut lanes_right = [_mm512_setzero_ps(); N];
-        for pair in 0..pairs {
-            // SAFETY: pair < pairs and row < N keep every read inside the slices (asserted).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(left.wrapping_add(PREFETCH_AHEAD).cast());
-                _mm_prefetch::<_MM_HINT_T0>(right.wrapping_add(PREFETCH_AHEAD).cast());
-                let panel_left: __m512bh = std::mem::transmute(_mm512_loadu_si512(left.cast()));
-                let panel_right: __m512bh = std::mem::transmute(_mm512_loadu_si512(right.cast()));
-                for row in 0..N {
-                    let word = *input.add(row * pairs + pair) as i32;
-                    let value: __m512bh = std::mem::transmute(_mm512_set1_epi32(word));
-                    lanes_left[row] = _mm512_dpbf16_ps(lanes_left[row], value, panel_left);
-                    lanes_right[row] = _mm512_dpbf16_ps(lanes_right[row], value, panel_right);
-                }
-                left = left.add(PANEL);
-                right = right.add(PANEL);
-            }
-        }
-        for row in 0..N {
-            // SAFETY: each row of `sums` holds PANEL = 16 floats.
-            unsafe {
-                _mm512_storeu_ps(sums[0][row].as_mut_ptr(), lanes_left[row]);
-                _mm512_storeu_ps(sums[1][row].as_mut_ptr(), lanes_right[row]);
-            }
-        }
-    }
+    // A word of two bfloat16 inputs (the even one in its low half) against panels of such
+    // words: one `vdpbf16ps` adds the pair's two products to each of 16 lanes.
+    kernels!(
+        "avx512f,avx512bf16", u32, bf16_one, bf16_pair,
+        load: |at| std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(at.cast())),
+        broadcast: |from| std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(*from as i32)),
+        add: |sum, value, panel| _mm512_dpbf16_ps(sum, value, panel),
+    );
 
     /// `sums[r] = input row r · the panel`, for the first `N` rows, in two 8-lane registers each.
     ///
