@@ -15,8 +15,10 @@ The two run interleaved, so both meet the same load. Prints the medians, their r
 median token count, and the host's CPU model and vector flags.
 
 Options: --semantic-model=DIR (default target/models/all-MiniLM-L6-v2), --binary=PATH (default
-target/release/mcp-mirror), --semantic-precision=f32|bf16 (`[search] semantic_precision`). Run it with a Python that has numpy: `bench/run embedding` installs
-the tests' venv (tests/interop/install.sh: numpy and the model) and uses target/py/bin/python.
+target/release/mcp-mirror), --semantic-precision=f32|bf16 (`[search] semantic_precision`; the
+daemon's default otherwise). Run it with a Python that has numpy: `bench/run embedding`
+installs the tests' venv (tests/interop/install.sh: numpy and the model) and uses
+target/py/bin/python.
 """
 import os
 import statistics
