@@ -204,7 +204,11 @@ fn vectors_text(vectors: &crate::protocol::VectorsStatus) -> String {
         thousands(vectors.pending)
     );
     if !vectors.kernel.is_empty() {
-        line.push_str(&format!(" · {} {}", vectors.kernel, vectors.precision));
+        line.push_str(&format!(
+            " · {} {}",
+            vectors.kernel,
+            vectors.precision.name()
+        ));
     }
     if let Some(error) = &vectors.error {
         line.push_str(&format!(" · {}", escaped(error)));

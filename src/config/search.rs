@@ -21,7 +21,8 @@ pub const DEFAULT_SEMANTIC_LOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How the encoder's linear layers round their products (`[search] semantic_precision`); the
 /// arithmetic is src/semantic/kernel.rs's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Precision {
     /// The model's f32 weights times f32 inputs, summed in f32.
     F32,

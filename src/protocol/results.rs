@@ -482,7 +482,7 @@ pub struct VectorsStatus {
     pub dimensions: usize,
     /// How the products are rounded (`[search] semantic_precision`: `f32` or `bf16`).
     #[serde(default)]
-    pub precision: String,
+    pub precision: crate::config::Precision,
     /// The vector unit the encoder runs on (`avx512-bf16`, `avx512`, `avx2` or `portable`),
     /// once the model is loaded.
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -153,7 +153,7 @@ impl SemanticIndex {
                 .map(|name| name.to_string_lossy().into_owned())
                 .unwrap_or_else(|| model.display().to_string()),
             dimensions: 0,
-            precision: precision.name().into(),
+            precision,
             kernel: String::new(),
             kinds: kinds.clone(),
             count: 0,

@@ -71,17 +71,9 @@ fn cosine(got: &[f32], want: &[f64]) -> f64 {
     dot / (norm(&mut got.iter().map(|v| f64::from(*v))) * norm(&mut want.iter().copied()))
 }
 
-#[test]
-fn encoder_matches_an_independent_numpy_forward_pass_on_every_kernel_path() {
-    let model = install::minilm_model();
-    let python = install::python_numpy();
-    let encoder = Encoder::load(&model, Precision::default()).expect("the model loads");
-    assert_eq!(encoder.isa(), Isa::widest(), "the widest unit by default");
-    assert_eq!(encoder.dimensions, 384);
-    assert_eq!(encoder.max_tokens, 256);
-    let texts = texts();
-
-    let mut child = Command::new(&python)
+/// tests/semantic/reference.py's token ids and vectors of `texts` (`{ids: [...], vectors: [...]}`).
+fn numpy_reference(python: &Path, model: &Path, texts: &[String]) -> Value {
+    let mut child = Command::new(python)
         .arg(install::repository().join("tests/semantic/reference.py"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -97,8 +89,19 @@ fn encoder_matches_an_independent_numpy_forward_pass_on_every_kernel_path() {
         .expect("the texts reach python");
     let output = child.wait_with_output().expect("python ends");
     assert!(output.status.success(), "the reference failed");
-    let reference: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("the reference answers JSON");
+    serde_json::from_slice(&output.stdout).expect("the reference answers JSON")
+}
+
+#[test]
+fn encoder_matches_an_independent_numpy_forward_pass_on_every_kernel_path() {
+    let model = install::minilm_model();
+    let python = install::python_numpy();
+    let encoder = Encoder::load(&model, Precision::default()).expect("the model loads");
+    assert_eq!(encoder.isa(), Isa::widest(), "the widest unit by default");
+    assert_eq!(encoder.dimensions, 384);
+    assert_eq!(encoder.max_tokens, 256);
+    let texts = texts();
+    let reference = numpy_reference(&python, &model, &texts);
 
     // Every kernel path this host has (AVX-512, AVX2, portable) against the reference, and
     // each wider one against the portable path. The narrower paths are slow in a debug build
