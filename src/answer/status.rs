@@ -85,6 +85,7 @@ fn socket_activity(context: &DaemonContext) -> wire::SocketActivity {
         searches_peak: searches.peak_running,
         searches_refused: searches.refused_busy,
         searches_timed_out: searches.timed_out,
+        searches_in_place: searches.in_place,
     }
 }
 

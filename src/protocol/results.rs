@@ -547,6 +547,10 @@ pub struct SocketActivity {
     pub searches_refused: u64,
     /// Searches cancelled at `search_timeout`.
     pub searches_timed_out: u64,
+    /// Searches of the index answered on the thread that took their request, without the
+    /// hand-off to a blocking thread (an established client's, quick on average).
+    #[serde(default)]
+    pub searches_in_place: u64,
 }
 
 /// One server in `catalog/status`: what the database records, and `live`, what the running

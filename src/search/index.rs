@@ -381,8 +381,26 @@ impl SearchIndex {
     pub fn search(&self, request: &SearchRequest) -> Result<Page, SearchError> {
         let started = Instant::now();
         let deadline = request.deadline.unwrap_or(started + DEFAULT_TIME_LIMIT);
-        let time_limit = deadline.saturating_duration_since(started);
         let _slot = self.slots.enter(deadline)?;
+        self.search_in_slot(request, started, deadline)
+    }
+
+    /// `search` if a search slot is free now, else `SearchError::Busy` at once: for a caller
+    /// that must not wait (an answering thread).
+    pub fn search_now(&self, request: &SearchRequest) -> Result<Page, SearchError> {
+        let _slot = self.slots.try_enter().ok_or(SearchError::Busy)?;
+        let started = Instant::now();
+        let deadline = request.deadline.unwrap_or(started + DEFAULT_TIME_LIMIT);
+        self.search_in_slot(request, started, deadline)
+    }
+
+    fn search_in_slot(
+        &self,
+        request: &SearchRequest,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<Page, SearchError> {
+        let time_limit = deadline.saturating_duration_since(started);
         let Commit {
             searcher,
             generation,

@@ -25,6 +25,16 @@ impl SearcherSlots {
         }
     }
 
+    /// A slot if one is free now, never waiting.
+    pub(super) fn try_enter(&self) -> Option<SearcherSlot<'_>> {
+        let mut running = lock(&self.running);
+        if *running >= self.limit {
+            return None;
+        }
+        *running += 1;
+        Some(SearcherSlot(self))
+    }
+
     pub(super) fn enter(&self, deadline: Instant) -> Result<SearcherSlot<'_>, SearchError> {
         let mut running = lock(&self.running);
         while *running >= self.limit {
@@ -47,5 +57,25 @@ impl Drop for SearcherSlot<'_> {
     fn drop(&mut self) {
         *lock(&self.0.running) -= 1;
         self.0.freed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_that_must_not_wait_gets_no_slot_while_all_are_taken() {
+        let slots = SearcherSlots::new(2);
+        let first = slots.try_enter().expect("a free slot");
+        let second = slots.enter(Instant::now()).expect("the other free slot");
+        assert!(slots.try_enter().is_none());
+        assert!(matches!(
+            slots.enter(Instant::now()),
+            Err(SearchError::Busy)
+        ));
+        drop(first);
+        assert!(slots.try_enter().is_some());
+        drop(second);
     }
 }

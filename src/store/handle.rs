@@ -334,7 +334,7 @@ impl Store {
     }
 
     /// Runs `query` with a `Reader` from the pool (a read-only connection), off the async
-    /// threads: every read of the daemon goes through here.
+    /// threads: every read of the daemon goes through here (or `read_now`).
     pub async fn read<T: Send + 'static>(
         &self,
         query: impl FnOnce(&Reader) -> Result<T, StoreError> + Send + 'static,
@@ -368,6 +368,29 @@ impl Store {
         })
         .await
         .map_err(|error| StoreError::Walk(format!("query task failed: {error}")))?
+    }
+
+    /// Runs `query` on the calling thread with a pooled reader, if one is free now: for a read
+    /// quick enough to answer where it arrives (a quick client's search of the index,
+    /// `answer::search::index`), saving the hand-off to a blocking thread and back. `None`
+    /// (nothing run) when every reader is taken or none is open yet: this never waits and never
+    /// opens a connection (`read` does both).
+    pub fn read_now<T>(
+        &self,
+        query: impl FnOnce(&Reader) -> Result<T, StoreError>,
+    ) -> Option<Result<T, StoreError>> {
+        let _slot = self.reader_slots.try_acquire().ok()?;
+        let reader = self
+            .readers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop()?;
+        let outcome = query(&reader);
+        self.readers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(reader);
+        Some(outcome)
     }
 
     /// Keeps a `resources/read` result for offline reads, evicting the oldest entries of the

@@ -174,6 +174,39 @@ fn index_answers_equal_fts5_for_all_words_and_the_merged_view() {
         json!({"query": "beta NOT copy", "raw": true}),
     );
     assert_eq!(answer["engine"], "sqlite");
+    searches_of_an_established_client_are_answered_in_place(&daemon);
+}
+
+fn searches_in_place(daemon: &Daemon) -> u64 {
+    let status = daemon.call("catalog/status", json!({}));
+    status["daemon"]["socketLimits"]["searchesInPlace"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no searchesInPlace: {status}"))
+}
+
+/// A connection's first search runs on a blocking thread (nothing says it is quick yet), the
+/// next ones where they arrive, with the same answers.
+fn searches_of_an_established_client_are_answered_in_place(daemon: &Daemon) {
+    let before = searches_in_place(daemon);
+    let mut client = daemon.connect();
+    let mut pages = Vec::new();
+    for _ in 0..10 {
+        // One page, so no next page is read ahead (a search of its own).
+        let response = client.request(
+            "catalog/search",
+            json!({"query": "topic-3 doc", "limit": 500}),
+        );
+        assert_eq!(response["result"]["engine"], "index", "{response}");
+        assert!(response["result"].get("nextCursor").is_none(), "{response}");
+        pages.push(response["result"]["results"].clone());
+    }
+    assert!(pages.windows(2).all(|pair| pair[0] == pair[1]), "{pages:?}");
+    let in_place = searches_in_place(daemon) - before;
+    // Any may also be given up past its budget on a loaded host, but not all nine.
+    assert!(
+        (1..=9).contains(&in_place),
+        "{in_place} of 10 searches in place"
+    );
 }
 
 #[test]

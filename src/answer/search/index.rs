@@ -5,6 +5,7 @@
 //! under a permit of the one gate.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::hits::{joined_notes, search_result};
 use super::permit::{admitted, timed_out};
@@ -70,36 +71,31 @@ async fn search_index_as(
     // The same gate as SQLite's searches: a bounded number at once, each with a deadline.
     let permit = admitted(context).await?;
     query.deadline = Some(permit.deadline);
-    // Usually one hop off the async threads: the newest generation a reader sees in SQLite,
-    // then the search, if the index reflects it (and the in-memory version, which moves on
-    // only after the commit that SQLite already shows).
+    // The newest generation a reader sees in SQLite, then the search, if the index reflects
+    // it (and the in-memory version, which moves on only after the commit that SQLite
+    // already shows).
     let wanted = context.store.catalog_version();
-    // The permit goes with the search and is given back on the blocking thread the moment
-    // the search ends, so the next waiter's search starts without waiting for this task to be
-    // scheduled again (with 8 clients on 2 slots, that wait was part of every slot's turn).
-    let searched = {
-        let (index, query) = (index.clone(), query.clone());
-        context
-            .store
-            .read(move |reader| {
-                let generation = reader.index_generation()?;
-                let current = || index.status().serves(wanted, generation);
-                let before = current();
-                Ok(if stale || before {
-                    let page = searched_within(&index, &query, permit);
-                    // Caught up by the end of the search: its searcher may have been either
-                    // (the page says which commit answered: a pinned one is older).
-                    let answered_current = page
-                        .as_ref()
-                        .map_or(true, |page| page.generation >= generation);
-                    Ok((page, (before || current()) && answered_current))
-                } else {
-                    Err(generation)
+    // A quick client's search runs here, on the answering thread, for up to `QUICK_BUDGET`;
+    // else (or past that) on a blocking thread.
+    let searched = match quick_pass(index, context, &query, permit, wanted, stale) {
+        Ok(searched) => searched,
+        Err(permit) => {
+            // The permit goes with the search and is given back on the blocking thread the
+            // moment the search ends, so the next waiter's search starts without waiting for
+            // this task to be scheduled again (with 8 clients on 2 slots, that wait was part
+            // of every slot's turn).
+            let (index, query) = (index.clone(), query.clone());
+            context
+                .store
+                .read(move |reader| {
+                    let pass = index_pass(&index, reader, &query, &permit, wanted, stale, false);
+                    drop(permit);
+                    pass
                 })
-            })
-            .await
-            .map_err(internal)?
-    };
+                .await
+        }
+    }
+    .map_err(internal)?;
     // Asked for the last commit, the index may have caught up meanwhile (the longer SQLite
     // tried, the likelier): then it answered for the catalog as it stands, and says nothing of
     // a previous state.
@@ -122,6 +118,81 @@ async fn search_index_as(
         }
     };
     Ok(page_or_why(searched, context)?.map(|page| index_answer(page, note)))
+}
+
+/// Searches this long on the answering thread are given up and run again on a blocking
+/// thread: the longest a quick client's search (`SearchPermit::is_quick`) holds the thread
+/// that answers other requests (a selective search of 1,000,000 entries takes 0.1-0.2 ms).
+const QUICK_BUDGET: Duration = Duration::from_millis(2);
+
+/// One search of the index against SQLite's generation (`reader`): the page (or the search's
+/// error) and whether it answered for the catalog as it stands, or `Err(generation)` when the
+/// index is behind that generation (and `stale` does not ask for its last commit anyway).
+type Pass = Result<(Result<crate::search::Page, SearchError>, bool), u64>;
+
+fn index_pass(
+    index: &SearchIndex,
+    reader: &store::Reader,
+    query: &store::SearchRequest,
+    permit: &SearchPermit,
+    wanted: u64,
+    stale: bool,
+    now: bool,
+) -> Result<Pass, store::StoreError> {
+    let generation = reader.index_generation()?;
+    let current = || index.status().serves(wanted, generation);
+    let before = current();
+    if !(stale || before) {
+        return Ok(Err(generation));
+    }
+    let page = searched_under(index, query, permit, now);
+    // Caught up by the end of the search: its searcher may have been either (the page says
+    // which commit answered: a pinned one is older).
+    let answered_current = page
+        .as_ref()
+        .map_or(true, |page| page.generation >= generation);
+    Ok(Ok((page, (before || current()) && answered_current)))
+}
+
+/// The search on this (answering) thread when its client is quick and a reader and a
+/// searcher slot are free now, stopped at `QUICK_BUDGET`; `Err(permit)` when it is to run on
+/// a blocking thread instead.
+fn quick_pass(
+    index: &SearchIndex,
+    context: &DaemonContext,
+    query: &store::SearchRequest,
+    permit: SearchPermit,
+    wanted: u64,
+    stale: bool,
+) -> Result<Result<Pass, store::StoreError>, SearchPermit> {
+    if !permit.is_quick() {
+        return Err(permit);
+    }
+    let budget = Instant::now() + QUICK_BUDGET;
+    let quick = store::SearchRequest {
+        deadline: Some(budget.min(permit.deadline)),
+        ..query.clone()
+    };
+    let pass = context
+        .store
+        .read_now(|reader| index_pass(index, reader, &quick, &permit, wanted, stale, true));
+    match pass {
+        // No searcher slot free now, or past the budget, with time left before the permit's
+        // deadline: again, on a blocking thread.
+        Some(Ok(Ok((Err(SearchError::Busy), _)))) if Instant::now() < permit.deadline => {
+            Err(permit)
+        }
+        Some(Ok(Ok((Err(SearchError::TimedOut(_)), _)))) if Instant::now() < permit.deadline => {
+            permit.work().charge(QUICK_BUDGET);
+            Err(permit)
+        }
+        Some(pass) => {
+            permit.answered_in_place();
+            Ok(pass)
+        }
+        // No reader free now.
+        None => Err(permit),
+    }
 }
 
 /// The index's search after a catch-up, and the note when its last commit answered.
@@ -169,9 +240,10 @@ async fn search_after_catch_up(
     let permit = admitted(context).await?;
     query.deadline = Some(permit.deadline);
     let index = index.clone();
-    let searched = tokio::task::spawn_blocking(move || searched_within(&index, &query, permit))
-        .await
-        .map_err(internal)?;
+    let searched =
+        tokio::task::spawn_blocking(move || searched_under(&index, &query, &permit, false))
+            .await
+            .map_err(internal)?;
     // The generation of the commit that answered: the last one, or the one pinned while a
     // large change is applied in batches (the last then holds part of it).
     let note = match (&searched, stale) {
@@ -230,14 +302,19 @@ fn index_answer(page: crate::search::Page, note: Option<String>) -> IndexAnswer 
     }
 }
 
-/// Runs one search of the index under `permit`, counting a timeout, and gives the slot back.
-fn searched_within(
+/// Runs one search of the index under `permit` (with `now`, only if a searcher slot is free
+/// now: else `Busy`), counting a timeout at the permit's deadline.
+fn searched_under(
     index: &SearchIndex,
     query: &store::SearchRequest,
-    permit: SearchPermit,
+    permit: &SearchPermit,
+    now: bool,
 ) -> Result<crate::search::Page, SearchError> {
-    let outcome = permit.work().measure(|| index.search(query));
-    if matches!(outcome, Err(SearchError::TimedOut(_))) {
+    let outcome = permit.work().measure(|| match now {
+        true => index.search_now(query),
+        false => index.search(query),
+    });
+    if matches!(outcome, Err(SearchError::TimedOut(_))) && Instant::now() >= permit.deadline {
         permit.timed_out();
     }
     outcome
