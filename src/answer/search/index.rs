@@ -187,7 +187,10 @@ fn quick_pass(
             Err(permit)
         }
         Some(pass) => {
-            permit.answered_in_place();
+            // Counted when it searched (not when the index was found behind SQLite).
+            if matches!(pass, Ok(Ok(_))) {
+                permit.answered_in_place();
+            }
             Ok(pass)
         }
         // No reader free now.
