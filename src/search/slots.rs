@@ -9,9 +9,18 @@ use super::*;
 /// At most a fixed number of searches of the index at once, the others waiting until their
 /// deadline: a bound of the index itself, below the daemon's search gate (`search::gate`).
 pub(super) struct SearcherSlots {
-    running: Mutex<usize>,
+    counts: Mutex<Counts>,
     freed: Condvar,
     limit: usize,
+}
+
+#[derive(Default)]
+struct Counts {
+    running: usize,
+    /// Searches waiting in `enter`: a caller that must not wait (`try_enter`) never takes a
+    /// slot one of them is waiting for, so a stream of searches that run where they arrive
+    /// cannot starve the ones waiting on blocking threads.
+    waiting: usize,
 }
 
 pub(super) struct SearcherSlot<'a>(&'a SearcherSlots);
@@ -19,43 +28,46 @@ pub(super) struct SearcherSlot<'a>(&'a SearcherSlots);
 impl SearcherSlots {
     pub(super) fn new(limit: usize) -> SearcherSlots {
         SearcherSlots {
-            running: Mutex::new(0),
+            counts: Mutex::new(Counts::default()),
             freed: Condvar::new(),
             limit: limit.max(1),
         }
     }
 
-    /// A slot if one is free now, never waiting.
+    /// A slot if one is free now and no search waits for one, never waiting.
     pub(super) fn try_enter(&self) -> Option<SearcherSlot<'_>> {
-        let mut running = lock(&self.running);
-        if *running >= self.limit {
+        let mut counts = lock(&self.counts);
+        if counts.running >= self.limit || counts.waiting > 0 {
             return None;
         }
-        *running += 1;
+        counts.running += 1;
         Some(SearcherSlot(self))
     }
 
     pub(super) fn enter(&self, deadline: Instant) -> Result<SearcherSlot<'_>, SearchError> {
-        let mut running = lock(&self.running);
-        while *running >= self.limit {
+        let mut counts = lock(&self.counts);
+        counts.waiting += 1;
+        while counts.running >= self.limit {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                counts.waiting -= 1;
                 return Err(SearchError::Busy);
             }
-            running = self
+            counts = self
                 .freed
-                .wait_timeout(running, left)
+                .wait_timeout(counts, left)
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .0;
         }
-        *running += 1;
+        counts.waiting -= 1;
+        counts.running += 1;
         Ok(SearcherSlot(self))
     }
 }
 
 impl Drop for SearcherSlot<'_> {
     fn drop(&mut self) {
-        *lock(&self.0.running) -= 1;
+        lock(&self.0.counts).running -= 1;
         self.0.freed.notify_one();
     }
 }
@@ -77,5 +89,31 @@ mod tests {
         drop(first);
         assert!(slots.try_enter().is_some());
         drop(second);
+    }
+
+    #[test]
+    fn a_caller_that_must_not_wait_leaves_a_freed_slot_to_a_waiting_one() {
+        let slots = std::sync::Arc::new(SearcherSlots::new(1));
+        let held = slots.try_enter().expect("the free slot");
+        let waiter = {
+            let slots = slots.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + std::time::Duration::from_secs(30);
+                slots.enter(deadline).map(|_| ()).is_ok()
+            })
+        };
+        while lock(&slots.counts).waiting == 0 {
+            std::thread::yield_now();
+        }
+        drop(held);
+        // Freed, but waited for: not taken by a caller that must not wait (unless the waiter
+        // has already had it and left).
+        let taken = slots.try_enter().is_some();
+        assert!(
+            !taken || lock(&slots.counts).waiting == 0,
+            "taken ahead of the waiter"
+        );
+        assert!(waiter.join().expect("the waiter"), "the waiter got no slot");
+        assert!(slots.try_enter().is_some());
     }
 }
