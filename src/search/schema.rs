@@ -109,6 +109,7 @@ impl<T: Tokenizer> Tokenizer for CamelCasePartsFilter<T> {
             tail: self.inner.token_stream(text),
             pending: &mut self.pending,
             current: Token::default(),
+            from_tail: false,
         }
     }
 }
@@ -117,12 +118,16 @@ struct CamelCasePartsStream<'a, T> {
     tail: T,
     pending: &'a mut Vec<Token>,
     current: Token,
+    /// The token is the tail's own (a word without parts, most words): given out as it is,
+    /// not copied.
+    from_tail: bool,
 }
 
 impl<T: TokenStream> TokenStream for CamelCasePartsStream<'_, T> {
     fn advance(&mut self) -> bool {
         if let Some(next) = self.pending.pop() {
             self.current = next;
+            self.from_tail = false;
             return true;
         }
         if !self.tail.advance() {
@@ -131,9 +136,10 @@ impl<T: TokenStream> TokenStream for CamelCasePartsStream<'_, T> {
         let token = self.tail.token();
         let cuts = camel_case_cuts(&token.text);
         if cuts.is_empty() {
-            self.current = token.clone();
+            self.from_tail = true;
             return true;
         }
+        self.from_tail = false;
         // The whole word last; the parts (each spanning the whole word) before it.
         self.pending.push(token.clone());
         let mut end = token.text.len();
@@ -148,11 +154,17 @@ impl<T: TokenStream> TokenStream for CamelCasePartsStream<'_, T> {
     }
 
     fn token(&self) -> &Token {
-        &self.current
+        match self.from_tail {
+            true => self.tail.token(),
+            false => &self.current,
+        }
     }
 
     fn token_mut(&mut self) -> &mut Token {
-        &mut self.current
+        match self.from_tail {
+            true => self.tail.token_mut(),
+            false => &mut self.current,
+        }
     }
 }
 
@@ -266,14 +278,14 @@ impl Fields {
 
     /// The listing of `identity` (a URI, a URI template, a name) of `kind` by `server`.
     pub fn key_term(&self, kind: Kind, server: &str, identity: &str) -> Term {
-        Term::from_field_text(self.key, &key_text(&key(kind, server, identity)))
+        Term::from_field_text(self.key, &key_text(key(kind, server, identity)))
     }
 
     /// Every listing the merged view chooses among with the listing of `identity` by `server`.
     pub fn group_term(&self, kind: Kind, server: &str, identity: &str) -> Term {
         match kind {
             Kind::Resource | Kind::Template => {
-                Term::from_field_text(self.group, &key_text(&format!("{kind}\0{identity}")))
+                Term::from_field_text(self.group, &key_text(format!("{kind}\0{identity}")))
             }
             Kind::Tool | Kind::Prompt => self.key_term(kind, server, identity),
         }
@@ -306,7 +318,7 @@ impl Fields {
 
     /// The exact-name key: names match whatever their case.
     pub fn name_term(&self, name: &str) -> Term {
-        Term::from_field_text(self.name_exact, &key_text(&name.trim().to_lowercase()))
+        Term::from_field_text(self.name_exact, &key_text(name.trim().to_lowercase()))
     }
 
     pub fn flag_term(&self, field: Field) -> Term {
@@ -316,19 +328,16 @@ impl Fields {
     pub fn document(&self, entry: &Entry, flags: Flags) -> TantivyDocument {
         let mut document = TantivyDocument::default();
         let identity = entry.identity();
-        document.add_text(
-            self.key,
-            key_text(&key(entry.kind, &entry.server, identity)),
-        );
+        document.add_text(self.key, key_text(key(entry.kind, &entry.server, identity)));
         if matches!(entry.kind, Kind::Resource | Kind::Template) {
-            document.add_text(self.group, key_text(&format!("{}\0{identity}", entry.kind)));
+            document.add_text(self.group, key_text(format!("{}\0{identity}", entry.kind)));
         }
         document.add_text(self.server, &entry.server);
         if !entry.uri.is_empty() {
             document.add_text(self.uri, &entry.uri);
         }
         document.add_text(self.name, &entry.name);
-        document.add_text(self.name_exact, key_text(&entry.name.trim().to_lowercase()));
+        document.add_text(self.name_exact, key_text(entry.name.trim().to_lowercase()));
         if let Some(title) = &entry.title {
             document.add_text(self.title, title);
         }
@@ -424,15 +433,15 @@ pub fn group_prefix_range(kind: Kind) -> (Vec<u8>, Vec<u8>) {
 /// A kind with a server, or in the merged view (`None`).
 fn scope(kind: Kind, server: Option<&str>) -> String {
     match server {
-        Some(server) => key_text(&format!("s:{server}\0{kind}")),
+        Some(server) => key_text(format!("s:{server}\0{kind}")),
         None => format!("w:{kind}"),
     }
 }
 
 /// `text` itself when short, else its start and a hash of the whole (FNV-1a, stable forever).
-fn key_text(text: &str) -> String {
+fn key_text(text: String) -> String {
     if text.len() <= MAX_KEY_BYTES {
-        return text.to_string();
+        return text;
     }
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.as_bytes() {
@@ -441,7 +450,7 @@ fn key_text(text: &str) -> String {
     }
     format!(
         "{}#{hash:016x}#{}",
-        cut_at_char_boundary(text, MAX_KEY_BYTES - 64),
+        cut_at_char_boundary(&text, MAX_KEY_BYTES - 64),
         text.len()
     )
 }
@@ -537,10 +546,10 @@ mod tests {
     fn long_keys_are_hashed_and_distinct() {
         let a = format!("{}a", "u".repeat(2000));
         let b = format!("{}b", "u".repeat(2000));
-        assert!(key_text(&a).len() <= MAX_KEY_BYTES);
-        assert_ne!(key_text(&a), key_text(&b));
-        assert_eq!(key_text("short"), "short");
+        assert!(key_text(a.clone()).len() <= MAX_KEY_BYTES);
+        assert_ne!(key_text(a), key_text(b));
+        assert_eq!(key_text("short".into()), "short");
         let wide = "\u{e9}".repeat(1000);
-        assert!(key_text(&wide).len() <= MAX_KEY_BYTES);
+        assert!(key_text(wide).len() <= MAX_KEY_BYTES);
     }
 }
