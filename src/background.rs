@@ -1,6 +1,6 @@
 //! Background threads' CPU priority: work that fetches and keeps the catalog (the sessions'
 //! walks on the `upstream_runtime`, the store's writer and checkpointer, the search index
-//! keeper's passes, tantivy's indexing and merge threads) runs at a lower priority than
+//! keeper's passes and its first-load builder, tantivy's indexing and merge threads) runs at a lower priority than
 //! answering, so on a busy host a search takes the core and the walk waits a moment, never the
 //! other way round.
 

@@ -90,11 +90,17 @@ pub fn spawn(
         let database = store.path().to_path_buf();
         std::thread::Builder::new()
             .name("search-prebuild".into())
-            // At the daemon's priority, unlike the keeper: a first load's walk waits for it
-            // past `FIRST_LOAD_INDEX_LAG_ROWS`. Lowered (nice 5), a 1,000,000 first load was
-            // visible after 7.18 s and searchable 4.83 s later, against 6.99 s and 4.45 s
-            // (medians of 3, interleaved).
-            .spawn(move || index.prebuilder.clone().run(index, pages, &database))
+            // At the priority of the walk it follows and of the store's writer
+            // (`BACKGROUND_NICE`), not above them: the walk goes on without the index for up
+            // to `FIRST_LOAD_INDEX_LAG_ROWS` rows, so until then the index is not what makes a
+            // first load visible, and at the daemon's priority it took a core from the walk,
+            // the writer and the server they wait for (a 1,000,000 first load was visible
+            // after 9.5-11.0 s, against 8.3-8.8 s lowered, searchable 1.9-2.3 s and 2.4-3.0 s
+            // later; BENCHMARKS.md).
+            .spawn(move || {
+                crate::background::lower_this_threads_priority(crate::background::BACKGROUND_NICE);
+                index.prebuilder.clone().run(index, pages, &database)
+            })
     };
     if let Err(error) = builder {
         tracing::warn!(%error, "cannot start the thread that indexes first loads during their walk");
