@@ -1,6 +1,7 @@
 //! Index: what one entry costs each of the two indexes, measured in this process: the search
 //! index (tantivy) replacing a server's listings with 200,000 resources shaped like the fast
-//! peer's (the keeper's path for a large catch-up), and SQLite's FTS5 indexing the same rows
+//! peer's (the keeper's path for a large catch-up), the same entries on a large first load's
+//! path (its builder's segments, written during the walk), and SQLite's FTS5 indexing the same rows
 //! (the full-text backlog's statement). CPU seconds are this process's (tantivy's own threads
 //! included), so a figure is a cost, not a wall-clock time that another core could hide.
 
@@ -63,6 +64,23 @@ fn search_index_round(round: usize) -> anyhow::Result<(f64, f64)> {
     Ok((per_entry(cpu), per_entry(wall)))
 }
 
+/// Microseconds of CPU per entry for the first load's builder (`prebuild::write_detached`: a
+/// `SegmentWriter` on this thread, no commit, no merge), the path a large first load takes.
+fn builder_round(round: usize) -> anyhow::Result<f64> {
+    let directory = work_dir().join(format!("index-builder-{round}"));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory)?;
+    let (index, _) = SearchIndex::open(&directory, 2)?;
+    let entries: Vec<Entry> = (0..RESOURCES).map(resource).collect();
+    let cpu = own_cpu();
+    mcp_mirror::search::prebuild::write_detached(&index, "fast", entries)?;
+    let cpu = own_cpu() - cpu;
+    index.close();
+    drop(index);
+    let _ = std::fs::remove_dir_all(&directory);
+    Ok(cpu * 1e6 / RESOURCES as f64)
+}
+
 /// Microseconds of CPU per row for FTS5 indexing the rows of `resources` (the migrations'
 /// table definition and tokenizer), the rows inserted beforehand.
 fn full_text_round(round: usize) -> anyhow::Result<f64> {
@@ -103,11 +121,13 @@ fn full_text_round(round: usize) -> anyhow::Result<f64> {
 pub fn run(report: &mut Report) -> anyhow::Result<()> {
     let mut index_cpu = Samples::default();
     let mut index_wall = Samples::default();
+    let mut builder_cpu = Samples::default();
     let mut fts_cpu = Samples::default();
     for round in 0..ROUNDS {
         let (cpu, wall) = search_index_round(round)?;
         index_cpu.push(cpu);
         index_wall.push(wall);
+        builder_cpu.push(builder_round(round)?);
         fts_cpu.push(full_text_round(round)?);
     }
     report.line("## Index: the cost of one entry in each index");
@@ -116,7 +136,8 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         "Host: {}. {RESOURCES} resources shaped like the fast peer's, {ROUNDS} rounds, median \
          (min-max), microseconds per entry. The search index: `SearchIndex::apply` replacing a \
          server's listings (one writer thread, its commit and its merges), CPU of this process. \
-         FTS5: the full-text backlog's `INSERT ... SELECT` over the rows, CPU.",
+         The first load's builder: the same entries written into segments on this thread as a \
+         large first load's pages are during its walk (no commit, no merge), CPU. FTS5: the full-text backlog's `INSERT ... SELECT` over the rows, CPU.",
         crate::cpu_and_vector_flags()
     ));
     report.line("");
@@ -124,11 +145,13 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         &[
             "search index CPU µs/entry",
             "search index wall µs/entry",
+            "first load's builder CPU µs/entry",
             "FTS5 CPU µs/entry",
         ],
         &[vec![
             index_cpu.summary(2),
             index_wall.summary(2),
+            builder_cpu.summary(2),
             fts_cpu.summary(2),
         ]],
     );

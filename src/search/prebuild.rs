@@ -293,6 +293,21 @@ fn read_back_in_background(
     })
 }
 
+/// Writes `entries` into segments of `index` as the builder writes a first load's pages, and
+/// finalizes them, outside any commit (no pass adopts them; tantivy's garbage collection
+/// removes their files): the cost of one document on the first load's path, which
+/// `bench index` measures. The number of segments written.
+pub fn write_detached(
+    index: &SearchIndex,
+    server: &str,
+    entries: Vec<Entry>,
+) -> Result<usize, super::SearchError> {
+    let mut load = Load::new(server.to_string());
+    load.write(index, entries)?;
+    load.finish()?;
+    Ok(load.segments.len())
+}
+
 impl Load {
     fn new(server: String) -> Load {
         Load {
