@@ -26,6 +26,9 @@ pub struct SseParser {
     limit: usize,
 }
 
+/// The most room the line buffer keeps between lines.
+const KEPT_LINE_BYTES: usize = 64 << 10;
+
 /// An event or line grew past the parser's limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SseTooLarge;
@@ -91,11 +94,14 @@ impl SseParser {
     }
 
     fn end_line(&mut self, events: &mut Vec<SseEvent>) {
-        // The buffer is kept (cleared, not replaced): its room serves the next long line.
         let mut buffer = std::mem::take(&mut self.line);
         self.take_line(&buffer, events);
-        buffer.clear();
-        self.line = buffer;
+        // The buffer's room serves the next line, up to `KEPT_LINE_BYTES`: a stream that lives
+        // long (a GET stream, the legacy transport's) keeps no room for its largest event.
+        if buffer.capacity() <= KEPT_LINE_BYTES {
+            buffer.clear();
+            self.line = buffer;
+        }
     }
 
     fn take_line(&mut self, line: &[u8], events: &mut Vec<SseEvent>) {
