@@ -81,15 +81,17 @@ pub enum LoadEvent {
 
 impl Entry {
     /// A resource row as the index keeps it.
-    pub(crate) fn of_resource(server: &str, row: &super::ResourceRow) -> Entry {
+    /// The entry of a staged row, its texts moved out of it (the rest of the row, its raw
+    /// text above all, is dropped).
+    pub(crate) fn of_resource(server: &str, row: super::ResourceRow) -> Entry {
         Entry {
             kind: Kind::Resource,
             server: server.to_string(),
-            uri: row.uri.clone(),
-            name: row.name.clone(),
-            title: row.title.clone(),
-            description: row.description.clone(),
-            mime_type: row.mime_type.clone(),
+            uri: row.uri,
+            name: row.name,
+            title: row.title,
+            description: row.description,
+            mime_type: row.mime_type,
             inputs: None,
         }
     }

@@ -328,7 +328,7 @@ impl Writer {
                 permit,
                 index_permit,
             } => {
-                self.stage(walk_id, &server, &batch, index_permit);
+                self.stage(walk_id, &server, batch, index_permit);
                 drop(permit);
             }
             WriteOp::Commit {
@@ -408,12 +408,13 @@ impl Writer {
     }
 
     /// Stages one page of a walk; after one failed page the walk cannot commit, so its later
-    /// pages are skipped.
+    /// pages are skipped. A first load's page then goes to the search index, its rows' texts
+    /// moved, not copied.
     fn stage(
         &mut self,
         walk_id: u64,
         server: &str,
-        batch: &Batch,
+        batch: Batch,
         index_permit: Option<OwnedSemaphorePermit>,
     ) {
         if self
@@ -424,7 +425,7 @@ impl Writer {
             return;
         }
         let tee_without_room = index_permit.is_none() && self.channels.load_feed.get().is_some();
-        match self.stage_page(walk_id, server, batch, tee_without_room) {
+        match self.stage_page(walk_id, server, &batch, tee_without_room) {
             Err(error) => {
                 tracing::warn!(server, walk_id, %error, "staging a page failed");
                 self.walks.entry(walk_id).or_default().failure = Some(error.to_string());

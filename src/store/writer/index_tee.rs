@@ -43,11 +43,11 @@ pub(super) fn send_page(
     feed: &LoadFeed,
     page: PendingPage,
     server: &str,
-    rows: &[ResourceRow],
+    rows: Vec<ResourceRow>,
     room: OwnedSemaphorePermit,
 ) {
     let entries = rows
-        .iter()
+        .into_iter()
         .map(|row| IndexEntry::of_resource(server, row))
         .collect();
     let _ = feed.send(LoadEvent::Page {
