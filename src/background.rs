@@ -1,8 +1,8 @@
 //! Background threads' CPU priority: work that fetches and keeps the catalog (the sessions'
 //! walks on the `upstream_runtime`, the store's writer and checkpointer, the search index
-//! keeper's passes and its first-load builder, tantivy's indexing and merge threads) runs at a lower priority than
-//! answering, so on a busy host a search takes the core and the walk waits a moment, never the
-//! other way round.
+//! keeper's passes and its first-load builder, tantivy's indexing and merge threads) runs at a
+//! lower priority than answering, so on a busy host a search takes the core and the walk waits
+//! a moment, never the other way round.
 
 /// The nice value of background threads: on a core both want, a nice-0 thread gets about three
 /// times the time of a nice-5 one (the kernel's weights 1024 and 335), and a waking nice-0

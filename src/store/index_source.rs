@@ -80,9 +80,8 @@ pub enum LoadEvent {
 }
 
 impl Entry {
-    /// A resource row as the index keeps it.
-    /// The entry of a staged row, its texts moved out of it (the rest of the row, its raw
-    /// text above all, is dropped).
+    /// A resource row as the index keeps it, its texts moved out of it (the rest of the row,
+    /// its raw text above all, is dropped).
     pub(crate) fn of_resource(server: &str, row: super::ResourceRow) -> Entry {
         Entry {
             kind: Kind::Resource,

@@ -94,9 +94,8 @@ pub fn spawn(
             // (`BACKGROUND_NICE`), not above them: the walk goes on without the index for up
             // to `FIRST_LOAD_INDEX_LAG_ROWS` rows, so until then the index is not what makes a
             // first load visible, and at the daemon's priority it took a core from the walk,
-            // the writer and the server they wait for (a 1,000,000 first load was visible
-            // after 9.5-11.0 s, against 8.3-8.8 s lowered, searchable 1.9-2.3 s and 2.4-3.0 s
-            // later; BENCHMARKS.md).
+            // the writer and the server they wait for (BENCHMARKS.md, the first sync of
+            // 1,000,000: visible sooner, searchable about half a second later).
             .spawn(move || {
                 crate::background::lower_this_threads_priority(crate::background::BACKGROUND_NICE);
                 index.prebuilder.clone().run(index, pages, &database)
