@@ -38,23 +38,20 @@ fn own_cpu() -> f64 {
     cpu_seconds(std::process::id()).unwrap_or(f64::NAN)
 }
 
-/// Microseconds of CPU and of wall time per entry for the search index's replace.
-fn search_index_round(round: usize) -> anyhow::Result<(f64, f64)> {
-    let directory = work_dir().join(format!("index-cost-{round}"));
+/// Runs `index_them` on a new empty index in its own directory with the resources, and
+/// returns the microseconds of CPU and of wall time it took per entry; the directory goes after.
+fn index_round(
+    name: &str,
+    index_them: impl FnOnce(&SearchIndex, Vec<Entry>) -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, f64)> {
+    let directory = work_dir().join(name);
     let _ = std::fs::remove_dir_all(&directory);
     std::fs::create_dir_all(&directory)?;
     let (index, _) = SearchIndex::open(&directory, 2)?;
     let entries: Vec<Entry> = (0..RESOURCES).map(resource).collect();
     let cpu = own_cpu();
     let started = Instant::now();
-    index.apply(ServerDiff {
-        generation: 1,
-        server: "fast".into(),
-        kind: Kind::Resource,
-        replace: true,
-        removed: Vec::new(),
-        upserted: entries,
-    })?;
+    index_them(&index, entries)?;
     let wall = started.elapsed().as_secs_f64();
     let cpu = own_cpu() - cpu;
     index.close();
@@ -64,21 +61,29 @@ fn search_index_round(round: usize) -> anyhow::Result<(f64, f64)> {
     Ok((per_entry(cpu), per_entry(wall)))
 }
 
+/// Microseconds of CPU and of wall time per entry for the search index's replace.
+fn search_index_round(round: usize) -> anyhow::Result<(f64, f64)> {
+    index_round(&format!("index-cost-{round}"), |index, entries| {
+        index.apply(ServerDiff {
+            generation: 1,
+            server: "fast".into(),
+            kind: Kind::Resource,
+            replace: true,
+            removed: Vec::new(),
+            upserted: entries,
+        })?;
+        Ok(())
+    })
+}
+
 /// Microseconds of CPU per entry for the first load's builder (`prebuild::write_detached`: a
 /// `SegmentWriter` on this thread, no commit, no merge), the path a large first load takes.
 fn builder_round(round: usize) -> anyhow::Result<f64> {
-    let directory = work_dir().join(format!("index-builder-{round}"));
-    let _ = std::fs::remove_dir_all(&directory);
-    std::fs::create_dir_all(&directory)?;
-    let (index, _) = SearchIndex::open(&directory, 2)?;
-    let entries: Vec<Entry> = (0..RESOURCES).map(resource).collect();
-    let cpu = own_cpu();
-    mcp_mirror::search::prebuild::write_detached(&index, "fast", entries)?;
-    let cpu = own_cpu() - cpu;
-    index.close();
-    drop(index);
-    let _ = std::fs::remove_dir_all(&directory);
-    Ok(cpu * 1e6 / RESOURCES as f64)
+    let (cpu, _) = index_round(&format!("index-builder-{round}"), |index, entries| {
+        mcp_mirror::search::prebuild::write_detached(index, "fast", entries)?;
+        Ok(())
+    })?;
+    Ok(cpu)
 }
 
 /// Microseconds of CPU per row for FTS5 indexing the rows of `resources` (the migrations'
