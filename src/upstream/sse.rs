@@ -208,6 +208,18 @@ mod tests {
     }
 
     #[test]
+    fn a_long_line_leaves_no_room_behind_it() {
+        let mut parser = SseParser::new();
+        let long = format!("data: {}\n\n", "x".repeat(KEPT_LINE_BYTES * 4));
+        assert_eq!(parser.feed(long.as_bytes()).expect("small").len(), 1);
+        assert!(parser.line.capacity() <= KEPT_LINE_BYTES);
+        assert!(parser.data.capacity() == 0);
+        // Short lines keep their room.
+        parser.feed(b"data: a\n\n").expect("small");
+        assert!(parser.line.capacity() > 0);
+    }
+
+    #[test]
     fn refuses_an_event_past_the_limit() {
         let mut parser = SseParser::with_limit(16);
         assert!(parser.feed(b"data: 0123456789\n").is_ok());
