@@ -161,7 +161,7 @@ impl Prebuilder {
                     let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         match load.documents > 0 && !load.lost {
                             true => {
-                                read_back_in_background(&mut load, &index, database, id, &ranges)
+                                load.read_back(&index, database, id, &ranges)
                                     .and_then(|rows| {
                                         self.rows_read_back.fetch_add(rows, Ordering::Relaxed);
                                         load.finish()
@@ -265,32 +265,6 @@ impl Prebuilder {
             !matches!(load.finished, Some(finished) if finished.elapsed() >= UNCLAIMED_FOR)
         });
     }
-}
-
-/// `Load::read_back` on a thread of lowered priority (`background::BACKGROUND_NICE`): the load is
-/// visible by now and no walk waits for this, while searches do wait for a busy core (with
-/// one client searching, the first 10 s after a 1,000,000 first load had a p99 of 4.3-6.1 ms
-/// with the read-back at the daemon's priority).
-fn read_back_in_background(
-    load: &mut Load,
-    index: &SearchIndex,
-    database: &Path,
-    server_id: i64,
-    ranges: &[(i64, i64)],
-) -> Result<u64, super::SearchError> {
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("search-read-back".into())
-            .spawn_scoped(scope, || {
-                crate::background::lower_this_threads_priority(crate::background::BACKGROUND_NICE);
-                load.read_back(index, database, server_id, ranges)
-            })
-            .map_err(|error| {
-                super::SearchError::Source(format!("cannot start the read-back thread: {error}"))
-            })?
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
 }
 
 /// Writes `entries` into segments of `index` as the builder writes a first load's pages, and
