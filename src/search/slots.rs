@@ -91,6 +91,18 @@ mod tests {
         drop(second);
     }
 
+    /// The rule itself, without a race: a free slot with a search waiting is not taken by a
+    /// caller that must not wait. (The test below shows it with a real waiter, whose wake-up
+    /// races the check, so without the rule it fails only some of the time.)
+    #[test]
+    fn a_free_slot_someone_waits_for_is_not_taken_in_passing() {
+        let slots = SearcherSlots::new(1);
+        lock(&slots.counts).waiting = 1;
+        assert!(slots.try_enter().is_none());
+        lock(&slots.counts).waiting = 0;
+        assert!(slots.try_enter().is_some());
+    }
+
     #[test]
     fn a_caller_that_must_not_wait_leaves_a_freed_slot_to_a_waiting_one() {
         let slots = std::sync::Arc::new(SearcherSlots::new(1));
