@@ -26,11 +26,11 @@ pub const FIRST_LOAD_INDEX_HOLD: std::time::Duration = std::time::Duration::from
 /// A walk waits for the search index only once it has left this many rows without room
 /// there: until then a page the index has no room for goes on without it, and the index reads
 /// it from the database after the commit. So a first load is visible at the walk's own pace
-/// and searchable by the index soon after: reading back and indexing costs about 9 µs a row
-/// on one core (measured at 1,000,000 on an Intel Xeon), and the read-back is shared by two
-/// threads (`search::prebuild`), so the 345,000-395,000 rows read back at 1,000,000 took 3.1-3.4 s
-/// after the commit on an AMD EPYC (4.6-5.3 s on one thread), while waiting for the index from
-/// the first page held a 1,000,000 walk to the index's pace (visible after 10.2 s against 6.4 s).
+/// and searchable by the index soon after: the read-back is shared by two threads
+/// (`search::prebuild`), and a walk of 1,000,000 that reaches this lag is searchable a few
+/// seconds after it is visible (BENCHMARKS.md, "searchable by the index"), while waiting for
+/// the index from the first page held a 1,000,000 walk to the index's pace (visible after
+/// 10.2 s against 6.4 s).
 pub const FIRST_LOAD_INDEX_LAG_ROWS: u64 = 500_000;
 
 /// A walk being staged; dropping it without `commit` discards what it staged.
