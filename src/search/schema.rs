@@ -7,9 +7,9 @@ use tantivy::tokenizer::{
     AsciiFoldingFilter, LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token,
     TokenFilter, TokenStream, Tokenizer,
 };
-use tantivy::{TantivyDocument, Term};
+use tantivy::{Searcher, TantivyDocument, Term};
 
-use super::Entry;
+use super::{Entry, SearchError};
 use crate::protocol::{cut_at_char_boundary, Kind};
 
 /// Bumped whenever the fields, the analyzer or what goes into them change: an index with
@@ -17,7 +17,10 @@ use crate::protocol::{cut_at_char_boundary, Kind};
 /// parts of camelCase words, and the server's name among the words. 4: one `kinds` term per
 /// kind (not per set of kinds), no `uri_exact` (the group term is the URI's), no `group` for
 /// tools and prompts (their key is their group): 4 terms fewer a resource, 13 fewer filter terms.
-pub const SCHEMA_VERSION: u32 = 4;
+/// 5: no `group` field: a listing's key starts with its group (`kind \0 identity \0 server`),
+/// and a group's listings are the key terms after its prefix: one distinct term fewer a
+/// resource, the costliest kind of term to index.
+pub const SCHEMA_VERSION: u32 = 5;
 /// The analyzer's name in tantivy's tokenizer registry.
 const WORDS: &str = "mcp_words";
 /// Words longer than this many bytes are not indexed (nobody types them).
@@ -183,13 +186,12 @@ pub fn words_with_spans(analyzer: &mut TextAnalyzer, text: &str) -> Vec<(String,
 #[derive(Clone)]
 pub struct Fields {
     pub schema: Schema,
-    /// `kind \0 server \0 identity`: one document per listing, the handle for deleting it.
+    /// `kind \0 identity \0 server` (the identity's NULs escaped): one document per listing,
+    /// the handle for deleting it. Its start, up to the server, is the listing's group: the
+    /// listings the merged view chooses one of, every server's listing of one URI or URI
+    /// template, found as the key terms that start with it (`group_terms`); also the exact-URI
+    /// lookup. A tool or prompt is its own group, since each server's is a different one.
     pub key: Field,
-    /// The listings the merged view chooses one of: `kind \0 uri` for resources and
-    /// templates (every server's listing of one URI or URI template), also the exact-URI
-    /// lookup. A tool or prompt is its own group, since each server's is a different one: its
-    /// group term is its `key` term, and the document has no `group`.
-    pub group: Field,
     pub server: Field,
     pub uri: Field,
     pub name: Field,
@@ -240,7 +242,6 @@ impl Fields {
                 .set_index_option(IndexRecordOption::WithFreqs),
         );
         let key = builder.add_text_field("key", lookup.clone());
-        let group = builder.add_text_field("group", lookup.clone());
         let server = builder.add_text_field("server", filter.clone());
         let uri = builder.add_text_field("uri", STORED);
         let name = builder.add_text_field("name", STORED);
@@ -256,7 +257,6 @@ impl Fields {
         Fields {
             schema: builder.build(),
             key,
-            group,
             server,
             uri,
             name,
@@ -278,17 +278,47 @@ impl Fields {
 
     /// The listing of `identity` (a URI, a URI template, a name) of `kind` by `server`.
     pub fn key_term(&self, kind: Kind, server: &str, identity: &str) -> Term {
-        Term::from_field_text(self.key, &key_text(key(kind, server, identity)))
+        Term::from_field_text(self.key, &key(kind, server, identity))
     }
 
-    /// Every listing the merged view chooses among with the listing of `identity` by `server`.
-    pub fn group_term(&self, kind: Kind, server: &str, identity: &str) -> Term {
-        match kind {
-            Kind::Resource | Kind::Template => {
-                Term::from_field_text(self.group, &key_text(format!("{kind}\0{identity}")))
-            }
-            Kind::Tool | Kind::Prompt => self.key_term(kind, server, identity),
+    /// The key terms of every listing the merged view chooses among with the listing of
+    /// `identity` by `server` that `searcher`'s segments hold (a term of deleted documents
+    /// only matches nothing). A tool or prompt is alone in its group: its own key.
+    pub fn group_terms(
+        &self,
+        searcher: &Searcher,
+        kind: Kind,
+        server: &str,
+        identity: &str,
+    ) -> Result<Vec<Term>, SearchError> {
+        if matches!(kind, Kind::Tool | Kind::Prompt) {
+            return Ok(vec![self.key_term(kind, server, identity)]);
         }
+        let (first, after) = group_range(kind, identity);
+        let mut keys: Vec<String> = Vec::new();
+        for segment in searcher.segment_readers() {
+            let terms = segment.inverted_index(self.key)?;
+            let mut stream = terms
+                .terms()
+                .range()
+                .ge(&first)
+                .lt(&after)
+                .into_stream()
+                .map_err(tantivy::TantivyError::from)?;
+            while stream.advance() {
+                // Every key was written from a `String`.
+                let Ok(key) = std::str::from_utf8(stream.key()) else {
+                    continue;
+                };
+                if !keys.iter().any(|known| known == key) {
+                    keys.push(key.to_string());
+                }
+            }
+        }
+        Ok(keys
+            .iter()
+            .map(|key| Term::from_field_text(self.key, key))
+            .collect())
     }
 
     pub fn kind_term(&self, kind: Kind) -> Term {
@@ -311,9 +341,11 @@ impl Fields {
             .collect()
     }
 
-    /// The listings of a resource or a template at exactly `uri`.
-    pub fn uri_terms(&self, uri: &str) -> [Term; 2] {
-        [Kind::Resource, Kind::Template].map(|kind| self.group_term(kind, "", uri))
+    /// The listings of a resource or a template at exactly `uri`, by any server.
+    pub fn uri_terms(&self, searcher: &Searcher, uri: &str) -> Result<Vec<Term>, SearchError> {
+        let mut terms = self.group_terms(searcher, Kind::Resource, "", uri)?;
+        terms.extend(self.group_terms(searcher, Kind::Template, "", uri)?);
+        Ok(terms)
     }
 
     /// The exact-name key: names match whatever their case.
@@ -327,11 +359,7 @@ impl Fields {
 
     pub fn document(&self, entry: &Entry, flags: Flags) -> TantivyDocument {
         let mut document = TantivyDocument::default();
-        let identity = entry.identity();
-        document.add_text(self.key, key_text(key(entry.kind, &entry.server, identity)));
-        if matches!(entry.kind, Kind::Resource | Kind::Template) {
-            document.add_text(self.group, key_text(format!("{}\0{identity}", entry.kind)));
-        }
+        document.add_text(self.key, key(entry.kind, &entry.server, entry.identity()));
         document.add_text(self.server, &entry.server);
         if !entry.uri.is_empty() {
             document.add_text(self.uri, &entry.uri);
@@ -415,13 +443,55 @@ pub struct Flags {
     pub shared: bool,
 }
 
+/// A listing's key: its group, then its server.
 fn key(kind: Kind, server: &str, identity: &str) -> String {
-    format!("{kind}\0{server}\0{identity}")
+    let mut key = group_text(kind, identity);
+    key.push('\0');
+    key.push_str(server);
+    key
 }
 
-/// The bytes every group term of a resource or template of `kind` starts with, and the first
-/// bytes after all of them.
-pub fn group_prefix_range(kind: Kind) -> (Vec<u8>, Vec<u8>) {
+/// The start of the key of every listing of `identity` of `kind`: `kind \0 identity`, with
+/// the identity's NULs escaped (so a key holds no NUL but the two that end its kind and its
+/// group, and no other group's keys start with this one's), and a long one hashed.
+fn group_text(kind: Kind, identity: &str) -> String {
+    let escaped = match identity.contains(['\0', '\u{1}']) {
+        true => identity
+            .replace('\u{1}', "\u{1}\u{1}")
+            .replace('\0', "\u{1}0"),
+        false => identity.to_string(),
+    };
+    key_text(format!("{kind}\0{escaped}"))
+}
+
+/// The key terms of every listing of `identity` of `kind` are at least the first bytes and
+/// below the second.
+fn group_range(kind: Kind, identity: &str) -> (Vec<u8>, Vec<u8>) {
+    group_bounds(group_text(kind, identity).as_bytes())
+}
+
+/// The key terms of every listing of `group` (as `group_of_key` gives it) are at least the
+/// first bytes and below the second.
+pub fn group_bounds(group: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut first = group.to_vec();
+    first.push(0);
+    let mut after = group.to_vec();
+    after.push(1);
+    (first, after)
+}
+
+/// The group a key term starts with: up to its second NUL (the first ends its kind).
+pub fn group_of_key(key: &[u8]) -> &[u8] {
+    let mut nuls = key.iter().enumerate().filter(|(_, byte)| **byte == 0);
+    match nuls.nth(1) {
+        Some((end, _)) => &key[..end],
+        None => key,
+    }
+}
+
+/// The bytes every key term of a listing of `kind` starts with, and the first bytes after all
+/// of them.
+pub fn kind_range(kind: Kind) -> (Vec<u8>, Vec<u8>) {
     let first = format!("{kind}\0").into_bytes();
     let mut after = first.clone();
     if let Some(last) = after.last_mut() {
@@ -534,12 +604,48 @@ mod tests {
         });
         assert_eq!(wins, ["s:fx\0tool", "w:tool"]);
         assert_eq!(terms(Flags::default()), ["s:fx\0tool"]);
-        let document = fields.document(&entry, Flags::default());
-        assert_eq!(document.get_all(fields.group).count(), 0);
-        assert_eq!(
-            fields.group_term(Kind::Tool, "fx", "t"),
-            fields.key_term(Kind::Tool, "fx", "t")
+    }
+
+    #[test]
+    fn a_key_starts_with_its_group_and_no_other_group_reaches_into_it() {
+        let key =
+            |kind: Kind, server: &str, identity: &str| key(kind, server, identity).into_bytes();
+        let within = |key: &[u8], (first, after): (Vec<u8>, Vec<u8>)| {
+            first.as_slice() <= key && key < after.as_slice()
+        };
+        let listing = key(Kind::Resource, "fx", "file:///a");
+        assert_eq!(listing, b"resource\0file:///a\0fx");
+        assert_eq!(group_of_key(&listing), b"resource\0file:///a");
+        assert!(within(&listing, group_range(Kind::Resource, "file:///a")));
+        assert!(within(&listing, kind_range(Kind::Resource)));
+        assert!(!within(&listing, group_range(Kind::Template, "file:///a")));
+        assert!(!within(&listing, group_range(Kind::Resource, "file:///")));
+        // An identity holding a NUL (or the escape's own byte) stays inside its own group.
+        for odd in ["file:///a\0fx", "file:///a\u{1}0fx", "file:///a\0", "\u{1}"] {
+            let listing = key(Kind::Resource, "fy", odd);
+            assert!(
+                within(&listing, group_range(Kind::Resource, odd)),
+                "{odd:?}"
+            );
+            assert!(
+                !within(&listing, group_range(Kind::Resource, "file:///a")),
+                "{odd:?}"
+            );
+            assert_eq!(
+                listing.iter().filter(|byte| **byte == 0).count(),
+                2,
+                "{odd:?}"
+            );
+        }
+        assert_ne!(
+            group_text(Kind::Resource, "a\0b"),
+            group_text(Kind::Resource, "a\u{1}0b")
         );
+        // A long identity's group is hashed; its keys still start with it.
+        let long = format!("file:///{}", "u".repeat(2000));
+        let listing = key(Kind::Resource, "fx", &long);
+        assert!(listing.len() <= MAX_KEY_BYTES + 3);
+        assert!(within(&listing, group_range(Kind::Resource, &long)));
     }
 
     #[test]

@@ -152,9 +152,8 @@ impl SearchIndex {
     }
 
     /// False when no other server's listing in the group of `identity` was ever indexed in
-    /// the live segments: then the stored listings need not be read. Two term lookups; counts
-    /// include deleted documents, so a "true" may be wrong, which costs a look and changes
-    /// nothing.
+    /// the live segments: then the stored listings need not be read. Terms of deleted
+    /// documents count, so a "true" may be wrong, which costs a look and changes nothing.
     fn others_may_list(
         &self,
         searcher: &Searcher,
@@ -162,11 +161,12 @@ impl SearchIndex {
         server: &str,
         identity: &str,
     ) -> Result<bool, SearchError> {
-        let listings = searcher.doc_freq(&self.fields.group_term(kind, server, identity))?;
-        if listings == 0 {
-            return Ok(false);
-        }
-        Ok(listings > searcher.doc_freq(&self.fields.key_term(kind, server, identity))?)
+        let own = self.fields.key_term(kind, server, identity);
+        Ok(self
+            .fields
+            .group_terms(searcher, kind, server, identity)?
+            .iter()
+            .any(|term| *term != own))
     }
 
     /// Every live listing in the group of `identity` in the committed index, with its flags.
@@ -177,10 +177,7 @@ impl SearchIndex {
         server: &str,
         identity: &str,
     ) -> Result<Vec<(Entry, Flags)>, SearchError> {
-        let query = TermQuery::new(
-            self.fields.group_term(kind, server, identity),
-            IndexRecordOption::Basic,
-        );
+        let query = any_term(self.fields.group_terms(searcher, kind, server, identity)?);
         self.stored(searcher, &query)
     }
 
@@ -279,9 +276,9 @@ impl SearchIndex {
     }
 
     /// Whether a resource URI of another server in the committed index may be one of the
-    /// built load's: none is there (the usual case for a large first load), or each of their
-    /// group terms is looked up in the built segments. Terms of deleted documents count, so a
-    /// "true" may be wrong; it only costs the load its early build.
+    /// built load's: none is there (the usual case for a large first load), or the group of
+    /// each of their keys is looked up in the built segments. Terms of deleted documents count,
+    /// so a "true" may be wrong; it only costs the load its early build.
     fn others_may_share(
         &self,
         searcher: &Searcher,
@@ -311,11 +308,12 @@ impl SearchIndex {
             .collect::<Result<Vec<_>, _>>()?;
         let built_terms = built
             .iter()
-            .map(|reader| reader.inverted_index(self.fields.group))
+            .map(|reader| reader.inverted_index(self.fields.key))
             .collect::<Result<Vec<_>, _>>()?;
-        let (first, after) = schema::group_prefix_range(Kind::Resource);
+        let (first, after) = schema::kind_range(Kind::Resource);
+        let mut last_group: Vec<u8> = Vec::new();
         for segment in searcher.segment_readers() {
-            let terms = segment.inverted_index(self.fields.group)?;
+            let terms = segment.inverted_index(self.fields.key)?;
             let mut stream = terms
                 .terms()
                 .range()
@@ -324,12 +322,21 @@ impl SearchIndex {
                 .into_stream()
                 .map_err(tantivy::TantivyError::from)?;
             while stream.advance() {
+                let group = schema::group_of_key(stream.key());
+                if group == last_group.as_slice() {
+                    continue;
+                }
+                last_group = group.to_vec();
+                let (listing, past) = schema::group_bounds(group);
                 for built in &built_terms {
-                    let found = built
+                    let mut found = built
                         .terms()
-                        .get(stream.key())
+                        .range()
+                        .ge(&listing)
+                        .lt(&past)
+                        .into_stream()
                         .map_err(tantivy::TantivyError::from)?;
-                    if found.is_some() {
+                    if found.advance() {
                         return Ok(true);
                     }
                 }
@@ -520,4 +527,19 @@ impl SearchIndex {
             }
         }
     }
+}
+
+/// Documents holding any of `terms`.
+fn any_term(terms: Vec<tantivy::Term>) -> BooleanQuery {
+    BooleanQuery::new(
+        terms
+            .into_iter()
+            .map(|term| {
+                (
+                    Occur::Should,
+                    Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+                )
+            })
+            .collect(),
+    )
 }

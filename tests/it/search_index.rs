@@ -524,13 +524,28 @@ fn tools_prompts_and_templates_are_searched_in_the_index_with_kinds_as_a_filter(
     // An index written by an older version of its schema is rebuilt at start.
     let meta_path = scratch.path("catalog.search").join("meta.json");
     let meta = std::fs::read_to_string(&meta_path).expect("meta.json");
-    let older = meta.replace("\\\"schema\\\":4", "\\\"schema\\\":3");
-    assert_ne!(meta, older, "{meta}");
+    let marker = "\\\"schema\\\":";
+    let version: u32 = meta
+        .split_once(marker)
+        .map(|(_, rest)| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or_else(|| panic!("no schema version in {meta}"));
+    let older = meta.replace(
+        &format!("{marker}{version}"),
+        &format!("{marker}{}", version - 1),
+    );
     std::fs::write(&meta_path, older).expect("write meta.json");
     let daemon = Daemon::with_scenario(&scratch, "fx", &path);
     wait_for_ready_index(&daemon, EVERY_KIND_DOCUMENTS, Duration::from_secs(30));
     let log = daemon.log_text();
-    assert!(log.contains("its schema version is 3"), "{log}");
+    assert!(
+        log.contains(&format!("its schema version is {}", version - 1)),
+        "{log}"
+    );
     let answer = daemon.call("catalog/search", json!({"query": "climatological"}));
     assert_eq!(answer["engine"], "index", "{answer}");
     assert_eq!(answer["results"][0]["name"], "get_forecast", "{answer}");

@@ -236,7 +236,7 @@ impl Search<'_> {
         }
         let either = BooleanQuery::new(
             std::iter::once(self.fields.name_term(text))
-                .chain(self.fields.uri_terms(text))
+                .chain(self.fields.uri_terms(self.searcher, text)?)
                 .map(|term| {
                     (
                         Occur::Should,

@@ -112,6 +112,49 @@ fn filters_and_the_merged_view() {
 }
 
 #[test]
+fn a_uri_holding_a_nul_is_a_group_of_its_own() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let (index, _) = open(&directory.path().join("catalog.search"));
+    // Keys are `kind \0 URI \0 server`: unescaped, beta's first URI would be read as alpha's
+    // URI listed by a server "beta\0beta", and lose to it in the merged view.
+    load(
+        &index,
+        1,
+        "beta",
+        vec![
+            entry("beta", "nul://a\0beta", "second", "", "nulcase"),
+            entry("beta", "nul://a\u{1}0beta", "third", "", "nulcase"),
+        ],
+    );
+    load(
+        &index,
+        2,
+        "alpha",
+        vec![entry("alpha", "nul://a", "first", "", "nulcase")],
+    );
+    let mut found = uris(&index, SearchRequest::new("nulcase", 10));
+    found.sort();
+    assert_eq!(found, ["nul://a", "nul://a\0beta", "nul://a\u{1}0beta"]);
+    // The exact URI finds its own listing first.
+    assert_eq!(
+        uris(&index, SearchRequest::new("nul://a", 10))[0],
+        "nul://a"
+    );
+    // Removing beta's listings leaves alpha's alone, still winning.
+    index
+        .apply(ServerDiff {
+            generation: 3,
+            server: "beta".into(),
+            kind: Kind::Resource,
+            replace: false,
+            removed: vec!["nul://a\0beta".into(), "nul://a\u{1}0beta".into()],
+            upserted: Vec::new(),
+        })
+        .expect("apply");
+    assert_eq!(uris(&index, SearchRequest::new("nulcase", 10)), ["nul://a"]);
+}
+
+#[test]
 fn diffs_and_a_rebuild_agree() {
     let directory = tempfile::tempdir().expect("tempdir");
     let servers = priorities(&[("a", 1), ("b", 2)]);
