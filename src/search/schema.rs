@@ -3,11 +3,12 @@
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED,
 };
+use tantivy::termdict::TermStreamer;
 use tantivy::tokenizer::{
     AsciiFoldingFilter, LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token,
     TokenFilter, TokenStream, Tokenizer,
 };
-use tantivy::{Searcher, TantivyDocument, Term};
+use tantivy::{InvertedIndexReader, Searcher, TantivyDocument, Term};
 
 use super::{Entry, SearchError};
 use crate::protocol::{cut_at_char_boundary, Kind};
@@ -294,17 +295,11 @@ impl Fields {
         if matches!(kind, Kind::Tool | Kind::Prompt) {
             return Ok(vec![self.key_term(kind, server, identity)]);
         }
-        let (first, after) = group_range(kind, identity);
+        let range = group_range(kind, identity);
         let mut keys: Vec<String> = Vec::new();
         for segment in searcher.segment_readers() {
             let terms = segment.inverted_index(self.key)?;
-            let mut stream = terms
-                .terms()
-                .range()
-                .ge(&first)
-                .lt(&after)
-                .into_stream()
-                .map_err(tantivy::TantivyError::from)?;
+            let mut stream = terms_between(&terms, &range)?;
             while stream.advance() {
                 // Every key was written from a `String`.
                 let Ok(key) = std::str::from_utf8(stream.key()) else {
@@ -478,6 +473,20 @@ pub fn group_bounds(group: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let mut after = group.to_vec();
     after.push(1);
     (first, after)
+}
+
+/// A segment's terms from the first bytes of `range` (included) to its second (excluded).
+pub fn terms_between<'a>(
+    terms: &'a InvertedIndexReader,
+    (first, after): &(Vec<u8>, Vec<u8>),
+) -> Result<TermStreamer<'a>, SearchError> {
+    Ok(terms
+        .terms()
+        .range()
+        .ge(first)
+        .lt(after)
+        .into_stream()
+        .map_err(tantivy::TantivyError::from)?)
 }
 
 /// The group a key term starts with: up to its second NUL (the first ends its kind).

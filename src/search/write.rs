@@ -310,33 +310,20 @@ impl SearchIndex {
             .iter()
             .map(|reader| reader.inverted_index(self.fields.key))
             .collect::<Result<Vec<_>, _>>()?;
-        let (first, after) = schema::kind_range(Kind::Resource);
+        let resources = schema::kind_range(Kind::Resource);
         let mut last_group: Vec<u8> = Vec::new();
         for segment in searcher.segment_readers() {
             let terms = segment.inverted_index(self.fields.key)?;
-            let mut stream = terms
-                .terms()
-                .range()
-                .ge(&first)
-                .lt(&after)
-                .into_stream()
-                .map_err(tantivy::TantivyError::from)?;
+            let mut stream = schema::terms_between(&terms, &resources)?;
             while stream.advance() {
                 let group = schema::group_of_key(stream.key());
                 if group == last_group.as_slice() {
                     continue;
                 }
                 last_group = group.to_vec();
-                let (listing, past) = schema::group_bounds(group);
+                let listings = schema::group_bounds(group);
                 for built in &built_terms {
-                    let mut found = built
-                        .terms()
-                        .range()
-                        .ge(&listing)
-                        .lt(&past)
-                        .into_stream()
-                        .map_err(tantivy::TantivyError::from)?;
-                    if found.advance() {
+                    if schema::terms_between(built, &listings)?.advance() {
                         return Ok(true);
                     }
                 }
