@@ -20,7 +20,7 @@ use crate::protocol::{cut_at_char_boundary, Kind};
 /// tools and prompts (their key is their group): 4 terms fewer a resource, 13 fewer filter terms.
 /// 5: no `group` field: a listing's key starts with its group (`kind \0 identity \0 server`),
 /// and a group's listings are the key terms after its prefix: one distinct term fewer a
-/// resource, the costliest kind of term to index.
+/// resource or template (BENCHMARKS.md, "a document 3x cheaper").
 pub const SCHEMA_VERSION: u32 = 5;
 /// The analyzer's name in tantivy's tokenizer registry.
 const WORDS: &str = "mcp_words";
