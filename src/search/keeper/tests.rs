@@ -223,11 +223,16 @@ async fn walk_big(store: &Store, description: impl Fn(usize) -> &'static str) {
     walk.commit(WalkReport::default()).await.expect("commit");
 }
 
-/// The index's builder started on the first loads' `events`, then one catch-up to the end.
+/// The index's builder started on the first loads' `events`, then, once it has read back
+/// `read_back` rows, one catch-up to the end. The daemon's builder takes each page as the walk
+/// stages it, so it knows a load long before the commit's catch-up asks for it; here every
+/// event waits in the channel until the builder starts, and a catch-up started with it could
+/// ask before the builder has seen the load (and index the load itself).
 async fn build_and_catch_up(
     index: &Arc<SearchIndex>,
     directory: &tempfile::TempDir,
     events: std::sync::mpsc::Receiver<crate::store::LoadEvent>,
+    read_back: u64,
 ) -> std::thread::JoinHandle<()> {
     let database = directory.path().join("catalog.db");
     let builder = {
@@ -239,6 +244,10 @@ async fn build_and_catch_up(
                 .run(index.clone(), events, &database)
         })
     };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while index.prebuilder.counts().0 < read_back && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let kept = {
         let index = index.clone();
         tokio::task::spawn_blocking(move || keep_up(&index, &database, false))
@@ -257,7 +266,7 @@ async fn a_first_load_the_index_had_no_room_for_is_read_back_and_adopted_whole()
     // Pages of 5,000: the first four have room (enough to start the build), the rest go
     // without while no builder runs.
     walk_big(&store, |_| "gamma").await;
-    let builder = build_and_catch_up(&index, &directory, events).await;
+    let builder = build_and_catch_up(&index, &directory, events, 20_000).await;
     let (read_back, handed_out) = index.prebuilder.counts();
     assert_eq!(read_back, 20_000, "the four pages without room");
     assert_eq!(handed_out, 1, "the load's segments were adopted");
@@ -299,7 +308,7 @@ async fn a_first_load_built_during_its_walk_is_not_taken_after_a_second_swap() {
     walk_big(&store, |_| "gamma").await;
     // The second walk lists the same 40,000, one of them described anew.
     walk_big(&store, |i| if i == 7 { "delta" } else { "gamma" }).await;
-    let builder = build_and_catch_up(&index, &directory, events).await;
+    let builder = build_and_catch_up(&index, &directory, events, 0).await;
     assert_eq!(index.status().documents, 40_000);
     assert_eq!(
         found(&index, "delta"),
