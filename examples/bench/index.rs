@@ -38,6 +38,18 @@ fn own_cpu() -> f64 {
     cpu_seconds(std::process::id()).unwrap_or(f64::NAN)
 }
 
+/// Waits until this process uses no more CPU (its background threads done), at most 30 s.
+fn settle() {
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let before = own_cpu();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        if own_cpu() - before < 0.005 || Instant::now() > deadline {
+            return;
+        }
+    }
+}
+
 /// Runs `index_them` on a new empty index in its own directory with the resources, and
 /// returns the microseconds of CPU and of wall time it took per entry; the directory goes after.
 fn index_round(
@@ -53,9 +65,12 @@ fn index_round(
     let started = Instant::now();
     index_them(&index, entries)?;
     let wall = started.elapsed().as_secs_f64();
-    let cpu = own_cpu() - cpu;
     index.close();
     drop(index);
+    // Tantivy's merges go on after its writer is dropped: they are this round's cost, and
+    // would otherwise be counted in the next round's.
+    settle();
+    let cpu = own_cpu() - cpu;
     let _ = std::fs::remove_dir_all(&directory);
     let per_entry = |seconds: f64| seconds * 1e6 / RESOURCES as f64;
     Ok((per_entry(cpu), per_entry(wall)))
