@@ -105,6 +105,7 @@ pub async fn run_with(
         })
         .await
         .context("while recording the configured servers")?;
+    let http_listeners = bind_http_face(&config, service.http_listener).await?;
     let (listener, socket) = SocketFile::open(&config.daemon.socket, service.listener)?;
     if let Some(path) = &socket.path {
         // Without the record, clients that find this socket dead refuse to guess a database.
@@ -168,7 +169,7 @@ pub async fn run_with(
         probe_connections,
         stopping.clone(),
     ));
-    let http = start_http_face(&config, &context, &stopping, service.http_listener).await?;
+    let http = start_http_face(&config, &context, &stopping, http_listeners);
     // Ready means the last snapshot is servable: the database is open and the socket answers.
     // Servers may not have answered yet, and need not have.
     probe_socket(&probes)
@@ -349,30 +350,24 @@ async fn open_search_index(database: &Path) -> Option<Arc<SearchIndex>> {
     }
 }
 
-/// Starts the HTTP face when `[http] listen` or `metrics_listen` is set; a bind failure stops
-/// the start. A TCP socket systemd `passed` serves in place of binding `listen`.
-async fn start_http_face(
+/// The HTTP face's listeners (`[http] listen`, `metrics_listen`), bound before the socket is
+/// opened or any session starts, so an address in use fails the start before anything is
+/// served. A TCP socket systemd `passed` serves in place of binding `listen`.
+async fn bind_http_face(
     config: &Config,
-    context: &Arc<DaemonContext>,
-    stopping: &watch::Receiver<bool>,
     mut passed: Option<std::os::fd::OwnedFd>,
-) -> anyhow::Result<Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)>> {
+) -> anyhow::Result<Vec<(tokio::net::TcpListener, Face)>> {
     if passed.is_some() && config.http.listen.is_none() {
         tracing::warn!(
             "systemd passed a TCP socket, but [http] listen is not set; not serving HTTP on it"
         );
         passed = None;
     }
-    let listeners = [
+    let mut listeners = Vec::new();
+    for (address, serving) in [
         (config.http.listen, Face::Mcp),
         (config.http.metrics_listen, Face::MetricsOnly),
-    ];
-    if listeners.iter().all(|(address, _)| address.is_none()) {
-        return Ok(None);
-    }
-    let face = Arc::new(HttpFace::new(context.clone(), config, stopping.clone()));
-    let mut tasks = Vec::new();
-    for (address, serving) in listeners {
+    ] {
         let Some(address) = address else {
             continue;
         };
@@ -385,12 +380,32 @@ async fn start_http_face(
             Some(descriptor) => adopt_tcp_listener(descriptor, config)?,
             None => http_face::bind(address).await?,
         };
-        tracing::info!(
-            address = %listener.local_addr().unwrap_or(address),
-            tokens = config.http.tokens.len(),
-            ?serving,
-            "the HTTP face is serving"
-        );
+        listeners.push((listener, serving));
+    }
+    Ok(listeners)
+}
+
+/// Serves the HTTP face on the `listeners` `bind_http_face` bound; `None` without any.
+fn start_http_face(
+    config: &Config,
+    context: &Arc<DaemonContext>,
+    stopping: &watch::Receiver<bool>,
+    listeners: Vec<(tokio::net::TcpListener, Face)>,
+) -> Option<(Arc<HttpFace>, tokio::task::JoinHandle<()>)> {
+    if listeners.is_empty() {
+        return None;
+    }
+    let face = Arc::new(HttpFace::new(context.clone(), config, stopping.clone()));
+    let mut tasks = Vec::new();
+    for (listener, serving) in listeners {
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(
+                %address,
+                tokens = config.http.tokens.len(),
+                ?serving,
+                "the HTTP face is serving"
+            );
+        }
         tasks.push(tokio::spawn(http_face::serve(
             face.clone(),
             listener,
@@ -402,7 +417,7 @@ async fn start_http_face(
             let _ = task.await;
         }
     });
-    Ok(Some((face, task)))
+    Some((face, task))
 }
 
 fn removed_policy(config: &Config) -> RemovedServers {
@@ -413,8 +428,6 @@ fn removed_policy(config: &Config) -> RemovedServers {
     }
 }
 
-/// Re-reads the configuration file and applies it; returns the configuration now in force.
-/// A file that does not validate changes nothing: the error goes to the log and to status.
 /// Serves the HTTP face on a TCP socket systemd passed; like a configured `listen`, an address
 /// that is not loopback needs tokens.
 fn adopt_tcp_listener(

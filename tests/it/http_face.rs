@@ -26,6 +26,44 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
+/// An HTTP address in use fails the start before anything is served: the daemon exits with
+/// the address in its error and never opened its socket, so no client (nor a test's start)
+/// meets a daemon that is about to exit, and no session reached its upstream.
+#[test]
+fn an_http_address_in_use_fails_the_start_before_the_socket_opens() {
+    let holder = TcpListener::bind("127.0.0.1:0").expect("a port to hold");
+    let address = holder.local_addr().expect("its address");
+    let scratch = Scratch::new();
+    let config = scratch.config(&format!(
+        "{}[http]\nlisten = \"{address}\"\n",
+        stdio_server("demo", &["--name", "demo"])
+    ));
+    let mut daemon = Command::new(MIRROR)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the daemon");
+    let status = wait_for("the daemon to exit", Duration::from_secs(20), || {
+        daemon.try_wait().expect("wait")
+    });
+    let mut stderr = String::new();
+    daemon
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {address} for the HTTP face")),
+        "{stderr}"
+    );
+    assert!(!scratch.path("mirror.sock").exists(), "{stderr}");
+    assert!(!stderr.contains("connected"), "a session started: {stderr}");
+}
+
 /// An upstream daemon: the given servers, and the HTTP face with one token named `fleet`.
 pub(crate) struct Upstream {
     pub(crate) daemon: Daemon,
