@@ -298,7 +298,7 @@ impl Follower {
     /// Adds an update to `round`, reading and staging it at once (so the round's commit at
     /// its mark has little left to do); true once the round is full (`Round::push`).
     pub async fn take(&self, round: &mut Round, entry: kv::Entry) -> Result<bool, FollowError> {
-        let begin = || self.store.begin_walk(&self.server);
+        let begin = || self.store.begin_delta(&self.server);
         if let Some(staging) = round.staging_for(&entry, self.upstream.as_deref(), begin) {
             self.stage(staging, entry.key.clone(), &entry).await?;
         }
@@ -332,7 +332,7 @@ impl Follower {
         let staging = match staging {
             Some(staging) => staging,
             None => {
-                let mut staging = Staging::new(self.store.begin_walk(&self.server), None);
+                let mut staging = Staging::new(self.store.begin_delta(&self.server), None);
                 for (bucket_key, entry) in latest {
                     self.stage(&mut staging, bucket_key, &entry).await?;
                 }
@@ -369,7 +369,7 @@ impl Follower {
         let templates = touched.remove(&Kind::Template);
         let mut entry_deltas = Vec::new();
         for (kind, keys) in touched {
-            let walk = self.store.begin_walk(&self.server);
+            let walk = self.store.begin_delta(&self.server);
             let rows = entry_rows.remove(&kind).unwrap_or_default();
             if !rows.is_empty() {
                 walk.add_entries(kind, rows).await?;

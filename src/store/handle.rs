@@ -325,11 +325,22 @@ impl Store {
 
     /// Starts staging a new walk of `server`; nothing is visible until `commit`.
     pub fn begin_walk(&self, server: &str) -> StagedWalk {
+        self.begin_staging(server, false)
+    }
+
+    /// Starts staging a followed upstream's delta to `server`'s snapshot, committed by
+    /// `commit_delta`: never a first load, even onto an empty snapshot.
+    pub fn begin_delta(&self, server: &str) -> StagedWalk {
+        self.begin_staging(server, true)
+    }
+
+    fn begin_staging(&self, server: &str, delta: bool) -> StagedWalk {
         StagedWalk::begin(
             self.next_walk_id.fetch_add(1, Ordering::Relaxed),
             server,
             self.writer.clone(),
             std::time::Duration::from_millis(self.index_hold_ms.load(Ordering::Relaxed)),
+            delta,
         )
     }
 

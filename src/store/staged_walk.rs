@@ -45,6 +45,8 @@ pub struct StagedWalk {
     index_held: std::sync::Mutex<IndexHeld>,
     /// How long it may (`FIRST_LOAD_INDEX_HOLD`).
     index_hold: std::time::Duration,
+    /// A followed upstream's delta, not a walk (`WriteOp::Stage::delta`).
+    delta: bool,
     finished: bool,
 }
 
@@ -86,6 +88,7 @@ impl StagedWalk {
             walk_id: self.id,
             server: self.server.clone(),
             batch,
+            delta: self.delta,
             permit,
             index_permit,
         };
@@ -208,12 +211,13 @@ impl StagedWalk {
 
 impl StagedWalk {
     /// A walk of `server` numbered `id`, staging through `writer`, that waits at most
-    /// `index_hold` in all for the search index.
+    /// `index_hold` in all for the search index; a followed upstream's `delta` when true.
     pub(super) fn begin(
         id: u64,
         server: &str,
         writer: mpsc::UnboundedSender<WriteOp>,
         index_hold: std::time::Duration,
+        delta: bool,
     ) -> StagedWalk {
         StagedWalk {
             id,
@@ -223,6 +227,7 @@ impl StagedWalk {
             index_room: Arc::new(Semaphore::new(INDEX_PAGES_IN_FLIGHT)),
             index_held: std::sync::Mutex::new(IndexHeld::default()),
             index_hold,
+            delta,
             finished: false,
         }
     }

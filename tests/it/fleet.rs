@@ -742,7 +742,8 @@ fn a_new_upstream_still_loading_never_empties_its_downstream() {
 #[test]
 fn an_upstream_whose_view_holds_nothing_is_followed_without_walks() {
     // The downstream's upstream holds no resources at all: its snapshot is empty, and still
-    // gets a cursor, so a change that leaves it empty is a delta (of nothing), not a walk.
+    // gets a cursor, so a change that leaves it empty is a delta (of nothing), not a walk,
+    // and so is the change that fills it.
     let origin = Scratch::new();
     let upstream = upstream_of(&origin, &json!({"generate": 0}));
     let scratch = Scratch::new();
@@ -763,6 +764,19 @@ fn an_upstream_whose_view_holds_nothing_is_followed_without_walks() {
         assert_eq!(status_number(&mirror, "walksOk"), 1, "round {round}");
     }
     assert!(status_number(&mirror, "deltasApplied") > deltas);
+
+    // Then the upstream fills: its entries are a delta onto the empty snapshot, never a first
+    // load the delta cannot be applied as (a mirror loop's CI run found one refused for ever).
+    origin.write_scenario("demo.json", &json!({"generate": 3}));
+    wait_for(
+        "the upstream's three new entries, followed",
+        Duration::from_secs(30),
+        || (status_number(&mirror, "resources") == 3).then_some(()),
+    );
+    let status = mirror.server_status("upstream");
+    assert_eq!(status["walksOk"], 1, "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
+    assert_same_as_a_fresh_walk(&upstream, &mirror);
 }
 
 #[test]

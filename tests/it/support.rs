@@ -242,8 +242,23 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         process::terminate(&mut self.child, Duration::from_secs(10));
+        // A failing test shows the end of each of its daemons' logs: CI keeps nothing else.
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_LINES_ON_FAILURE)..];
+            eprintln!(
+                "--- the last {} lines of {} ---\n{}",
+                tail.len(),
+                self.log.display(),
+                tail.join("\n")
+            );
+        }
     }
 }
+
+/// How much of a daemon's log a failing test prints.
+const LOG_LINES_ON_FAILURE: usize = 60;
 
 /// Runs a CLI command of the real binary against the daemon at `socket`.
 pub fn run_cli(socket: &Path, args: &[&str]) -> std::process::Output {

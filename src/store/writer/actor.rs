@@ -325,10 +325,11 @@ impl Writer {
                 walk_id,
                 server,
                 batch,
+                delta,
                 permit,
                 index_permit,
             } => {
-                self.stage(walk_id, &server, batch, index_permit);
+                self.stage(walk_id, &server, batch, delta, index_permit);
                 drop(permit);
             }
             WriteOp::Commit {
@@ -415,6 +416,7 @@ impl Writer {
         walk_id: u64,
         server: &str,
         batch: Batch,
+        delta: bool,
         index_permit: Option<OwnedSemaphorePermit>,
     ) {
         if self
@@ -425,7 +427,7 @@ impl Writer {
             return;
         }
         let tee_without_room = index_permit.is_none() && self.channels.load_feed.get().is_some();
-        match self.stage_page(walk_id, server, &batch, tee_without_room) {
+        match self.stage_page(walk_id, server, &batch, delta, tee_without_room) {
             Err(error) => {
                 tracing::warn!(server, walk_id, %error, "staging a page failed");
                 self.walks.entry(walk_id).or_default().failure = Some(error.to_string());
@@ -449,6 +451,7 @@ impl Writer {
         walk_id: u64,
         server: &str,
         batch: &Batch,
+        delta: bool,
         tee_without_room: bool,
     ) -> Result<Option<PendingPage>, StoreError> {
         let walk = self.walks.entry(walk_id).or_default();
@@ -457,7 +460,7 @@ impl Writer {
             // id's `pending_loads` row must outlive a batch rolled back, or the id could be
             // handed out again while this walk still holds it.
             self.wal.commit_batch(&self.connection)?;
-            walk.counts = Some(StagedCounts::against(&self.connection, server)?);
+            walk.counts = Some(StagedCounts::against(&self.connection, server, delta)?);
         }
         self.wal
             .stage_page(&self.connection, walk_id, batch.bytes())?;

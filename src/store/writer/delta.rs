@@ -38,9 +38,12 @@ pub(super) fn apply_delta(
     let transaction = connection.transaction()?;
     let server_id = server_id(&transaction, server)?
         .ok_or_else(|| StoreError::Walk(format!("server {server} is not in the database")))?;
+    // A delta is never staged as a first load (`StagedCounts::against`); its light rows stand
+    // for the snapshot of the server's id when staging began, which must still be this one.
     if counts.pending.is_some() || counts.snapshot.is_some_and(|staged| staged != server_id) {
         return Err(StoreError::Walk(format!(
-            "server {server} has no snapshot to apply a delta to; it is walked instead"
+            "server {server} was removed and added again while a delta to it was staged; the \
+             next walk or follow stages it afresh"
         )));
     }
     let diff = delta_diff(&transaction, walk, server_id, &delta.removed)?;

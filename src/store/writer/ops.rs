@@ -21,6 +21,9 @@ pub enum WriteOp {
         walk_id: u64,
         server: String,
         batch: Batch,
+        /// A followed upstream's delta: its resources are staged beside the snapshot they
+        /// change, never as a first load, even onto an empty snapshot (`StagedCounts::against`).
+        delta: bool,
         permit: OwnedSemaphorePermit,
         /// The walk's room for this page on its way to the search index: it goes with a first
         /// load's page to the index (which gives it back once the page is written there);

@@ -41,7 +41,7 @@ pub(super) struct WalkToCommit<'a> {
 pub(super) struct StagedCounts {
     /// The server's id when staging began: light rows stand for "as in this snapshot".
     pub(super) snapshot: Option<i64>,
-    /// The snapshot had no resources then (a first load): nothing to look up.
+    /// The snapshot had no resources then (a first load): nothing to look up. Never a delta.
     pub(super) snapshot_empty: bool,
     /// Distinct resources staged.
     pub(super) staged: u64,
@@ -84,16 +84,25 @@ impl Progress {
 }
 
 impl StagedCounts {
-    pub(super) fn against(connection: &Connection, server: &str) -> Result<Self, StoreError> {
+    /// The counts of a walk of `server` about to stage its first page of resources. A walk
+    /// onto an empty snapshot is a first load (`pending`), with nothing to look up. A `delta`
+    /// never is: its rows are noted against the snapshot they change (`staging_added`), however
+    /// empty, since its commit applies only what was noted (`apply_delta`).
+    pub(super) fn against(
+        connection: &Connection,
+        server: &str,
+        delta: bool,
+    ) -> Result<Self, StoreError> {
         let snapshot = server_id(connection, server)?;
-        let snapshot_empty = match snapshot {
-            Some(server_id) => !connection.query_row(
-                "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
-                [server_id],
-                |row| row.get::<_, bool>(0),
-            )?,
-            None => true,
-        };
+        let snapshot_empty = !delta
+            && match snapshot {
+                Some(server_id) => !connection.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM resources WHERE server_id = ?1)",
+                    [server_id],
+                    |row| row.get::<_, bool>(0),
+                )?,
+                None => true,
+            };
         let pending = match snapshot {
             Some(_) if snapshot_empty => {
                 connection.execute("INSERT INTO pending_loads (server) VALUES (?1)", [server])?;

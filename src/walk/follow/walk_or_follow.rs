@@ -482,7 +482,7 @@ async fn fetch_delta(
         .map(|kind| (*kind, take(*kind)))
         .filter(|(_, keys)| !keys.is_empty())
         .collect();
-    let staged = store.begin_walk(server);
+    let staged = store.begin_delta(server);
     let removed = fetcher
         .fetch_keys(&staged, Kind::Resource, &resource_keys)
         .await?;
@@ -493,7 +493,7 @@ async fn fetch_delta(
     }
     let mut entries = Vec::new();
     for (kind, keys) in entry_keys {
-        let entry_staged = store.begin_walk(server);
+        let entry_staged = store.begin_delta(server);
         fetcher.fetch_keys(&entry_staged, kind, &keys).await?;
         entries.push((kind, entry_staged, keys));
     }

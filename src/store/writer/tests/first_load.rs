@@ -199,7 +199,7 @@ async fn pending_rows_left_by_a_crash_are_discarded_at_start_and_the_walk_repeat
             &resources("small", 0..10, "beta"),
             &AtomicU64::new(0),
         );
-        let mut counts = StagedCounts::against(&connection, "large").expect("counts");
+        let mut counts = StagedCounts::against(&connection, "large", false).expect("counts");
         let rows = resources("large", 0..12_000, "alpha");
         stage_pages(&mut connection, 2, &mut counts, &rows);
     }

@@ -108,7 +108,7 @@ pub(super) fn walk(
     rows: &[ResourceRow],
     behind: &AtomicU64,
 ) -> SwapOutcome {
-    let mut counts = StagedCounts::against(connection, server).expect("counts");
+    let mut counts = StagedCounts::against(connection, server, false).expect("counts");
     stage_pages(connection, walk_id, &mut counts, rows);
     let report = WalkReport::default();
     let commit = WalkToCommit {

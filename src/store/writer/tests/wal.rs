@@ -54,7 +54,7 @@ fn the_log_stays_bounded_during_a_load_that_reaches_its_limit() {
     let path = directory.path().join("catalog.db");
     let mut connection = writer_connection(&path, &["large"]);
     let before = file_bytes(&path);
-    let mut counts = StagedCounts::against(&connection, "large").expect("counts");
+    let mut counts = StagedCounts::against(&connection, "large", false).expect("counts");
     let mut wal = WriteAheadLog::take_over(&connection, 1 << 20);
     let mut largest_log = 0;
     for page in resources("large", 0..20_000, "alpha").chunks(100) {
