@@ -319,7 +319,7 @@ impl Follower {
     }
 
     /// Applies a round of updates as one delta with its newest revision as the cursor. A
-    /// delta the store cannot apply (no snapshot yet) is a reload instead.
+    /// delta the store cannot apply (the server was added again meanwhile) is a reload instead.
     pub async fn apply(&mut self, round: Round) -> Result<(), FollowError> {
         let Some((revision, pending, published_ns)) = round.newest() else {
             return Ok(());
