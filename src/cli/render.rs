@@ -122,9 +122,14 @@ pub fn thousands(count: u64) -> String {
     shown
 }
 
-/// "70.0 MB": a size in bytes as decimal megabytes.
-pub fn megabytes(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
+/// "512 B", "48.2 kB", "70.0 MB", "1.2 GB": a size in bytes in the decimal unit that shows it
+/// best (`ls -lh --si`), so a small index does not read as "0.0 MB".
+pub fn size(bytes: u64) -> String {
+    const UNITS: [(f64, &str); 3] = [(1e9, "GB"), (1e6, "MB"), (1e3, "kB")];
+    match UNITS.iter().find(|(unit, _)| bytes as f64 >= *unit) {
+        Some((unit, name)) => format!("{:.1} {name}", bytes as f64 / unit),
+        None => format!("{bytes} B"),
+    }
 }
 
 /// "5s", "5m", "1h30m": an interval as a person reads it.
@@ -164,6 +169,11 @@ mod tests {
         assert_eq!(interval(300_000), "5m");
         assert_eq!(interval(90_000), "1m30s");
         assert_eq!(interval(5_400_000), "1h30m");
+        assert_eq!(size(0), "0 B");
+        assert_eq!(size(999), "999 B");
+        assert_eq!(size(48_213), "48.2 kB");
+        assert_eq!(size(70_000_000), "70.0 MB");
+        assert_eq!(size(1_234_000_000), "1.2 GB");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::client::Client;
-use super::render::{age, escaped, interval, megabytes, print_json, print_table, thousands};
+use super::render::{age, escaped, interval, print_json, print_table, size, thousands};
 use super::ClientError;
 use crate::protocol::{CatalogStatus, Era, Kind, LiveStatus, NoParams, PushChannel, ServerState};
 
@@ -256,7 +256,7 @@ fn search_index_text(index: Option<&crate::search::IndexStatus>, change_seq: i64
     format!(
         "search index {state} · {generation} · {} documents · {}",
         thousands(index.documents),
-        megabytes(index.bytes)
+        size(index.bytes)
     )
 }
 

@@ -61,7 +61,10 @@ fn status_ls_and_search_show_the_mirrored_catalog() {
         line.contains("ready")
             && line.contains("generation ")
             && line.contains(&format!("{documents} documents"))
-            && line.ends_with(" MB"),
+            && [" B", " kB", " MB", " GB"]
+                .iter()
+                .any(|unit| line.ends_with(unit))
+            && !line.ends_with(" 0.0 MB"),
         "{status}"
     );
 

@@ -305,12 +305,15 @@ impl Actor {
         }
         link.poll.record(changed, summary.ttl_ms);
         let (ttl_ms, cache_scope) = (summary.ttl_ms, summary.most_private_scope());
-        let mirror_loop = (summary.looped > 0).then(|| {
-            format!(
-                "a mirror loop: {} entries came through this mirror already and were left out",
-                summary.looped
-            )
-        });
+        // A walk reads every entry: what it left out is the loop as it stands. A follow reads
+        // only the changed ones: it names a loop it meets, and keeps the note it found otherwise.
+        let mirror_loop = match (summary.looped, cost) {
+            (0, WalkCost::Follow) => self.live.borrow().mirror_loop.clone(),
+            (0, _) => None,
+            (looped, _) => Some(format!(
+                "a mirror loop: {looped} entries came through this mirror already and were left out"
+            )),
+        };
         if let Some(note) = &mirror_loop {
             if self.live.borrow().mirror_loop.is_none() {
                 tracing::warn!("{note}");

@@ -175,6 +175,8 @@ struct Reads {
     /// The upstream's count of each kind read (the last read's), when it gave one.
     totals: Vec<(Kind, u64)>,
     requests: u64,
+    /// Entries left out because they came through this mirror already (a loop of mirrors).
+    looped: u64,
 }
 
 /// What fetching one delta's entries needs and gathers: the upstream, the cursor its answers
@@ -210,10 +212,20 @@ impl Fetcher<'_> {
                 ));
             }
             // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
-            let entries = read
+            let entries: Vec<_> = read
                 .entries
                 .into_iter()
-                .filter_map(|entry| crate::walk::take_entry(entry, Some(&cursor.instance)).ok());
+                .filter_map(
+                    |entry| match crate::walk::take_entry(entry, Some(&cursor.instance)) {
+                        Ok(entry) => Some(entry),
+                        Err(_) => {
+                            reads.looped += 1;
+                            None
+                        }
+                    },
+                )
+                .collect();
+            let entries = entries.into_iter();
             let asked: BTreeSet<&str> = chunk.iter().map(String::as_str).collect();
             let mut found = BTreeSet::new();
             match kind {
@@ -345,6 +357,7 @@ async fn follow(
     summary.entries = outcome.entries;
     summary.scopes = scopes;
     summary.report.pages = pages;
+    summary.looped = fetcher.reads.looped;
     summary.report.duration_ms = started.elapsed().as_millis() as i64;
     Ok(summary)
 }
