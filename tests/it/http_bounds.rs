@@ -4,7 +4,7 @@
 //! routes all of 127/8 to lo), the good client from 127.0.0.1, so each is a peer of its own.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -37,10 +37,7 @@ impl Face {
             true => http.to_string(),
             false => format!("tokens = {{ {} }}\n{http}", table.trim_end_matches(", ")),
         };
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
+        let port = crate::support::free_port();
         let address = format!("127.0.0.1:{port}");
         let servers = stdio_server("demo", &["--name", "demo", "--generate", "20"]);
         let config = scratch.config(&format!(

@@ -18,13 +18,7 @@ use crate::support::{
 
 pub(crate) const TOKEN: &str = "tok-fleet-7f3a9c";
 
-/// A loopback port nobody listens on now, for a daemon's `[http] listen`.
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
+pub(crate) use crate::support::free_port;
 
 /// An HTTP address in use fails the start before anything is served: the daemon exits with
 /// the address in its error and never opened its socket, so no client (nor a test's start)

@@ -1,7 +1,7 @@
 //! Per-kind change notifications: a tool swap sends MCP clients of the socket and the HTTP face no `resources/list_changed` (watchers still get it), a resource swap does; the fixture's HTTP listen carries tool changes to the mirror by push.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -31,13 +31,7 @@ fn weather_description(daemon: &Daemon, server: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// A loopback port nobody listens on now, for the daemon's `[http] listen`.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
+use crate::support::free_port;
 
 /// `Authorization: Bearer TOKEN` and its line end, or nothing.
 fn bearer(token: Option<&str>) -> String {

@@ -261,10 +261,7 @@ fn refresh_wait_rides_through_one_reconnect() {
 #[test]
 fn a_server_never_reached_says_cannot_connect() {
     // A loopback port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
+    let port = crate::support::free_port();
     let scratch = Scratch::new();
     let servers = format!("[servers.gone]\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
     let daemon = Daemon::start(&scratch, &scratch.config(&servers));

@@ -606,13 +606,7 @@ fn configured_tokens_never_reach_logs_status_or_errors() {
 
 #[test]
 fn socket_activation_serves_the_http_face_on_the_passed_tcp_socket() {
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port()
-    };
-    let (passed_port, configured_port) = (free_port(), free_port());
+    let (passed_port, configured_port) = (crate::support::free_port(), crate::support::free_port());
     let scratch = Scratch::new();
     let config = scratch.config(&format!(
         "{}[http]\nlisten = \"127.0.0.1:{configured_port}\"\n",

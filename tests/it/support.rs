@@ -16,6 +16,27 @@ mod process;
 pub const MIRROR: &str = env!("CARGO_BIN_EXE_mcp-mirror");
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture");
 
+/// A loopback port nobody listens on now: for a daemon's `[http] listen`, a nats-server, or an
+/// address that refuses. Taken from below Linux's ephemeral range (32768-60999), from which every
+/// outgoing connection and every bind to port 0 draw theirs: a port from inside it can be taken
+/// by any test's connection before the daemon binds it (many test processes at once made a
+/// daemon's start fail with `Address already in use`). Each call moves on to the next port, so
+/// no two tests of this process get the same one; processes start at different places.
+pub fn free_port() -> u16 {
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..COUNT {
+        let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = (FIRST + start.wrapping_add(next) % COUNT) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {FIRST}..{}", FIRST + COUNT)
+}
+
 /// Polls `check` until it returns `Some`, or panics with `what` after `limit`.
 pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     process::poll_until(what, limit, Duration::from_millis(25), || Ok(check()))
