@@ -501,6 +501,42 @@ fn each_round_of_the_publisher_is_one_delta_downstream() {
     }
 }
 
+/// A bucket empty at the downstream's first sync, then filled: the puts are a delta onto the
+/// empty snapshot, not a reload (a delta staged onto an empty snapshot was once refused as a
+/// first load, and each round reloaded the bucket instead).
+#[test]
+fn a_bucket_that_fills_after_an_empty_first_sync_arrives_as_a_delta() {
+    let nats = NatsServer::start();
+    let origin = Scratch::new();
+    let path = origin.write_scenario("demo.json", &json!({"generate": 0}));
+    let servers = stdio_server(
+        "demo",
+        &["--name", "demo", "--scenario", &path.display().to_string()],
+    );
+    let up_scratch = Scratch::new();
+    let upstream = upstream(&up_scratch, &nats, &servers, "");
+    upstream.wait_for_walks("demo", 1);
+    let down_scratch = Scratch::new();
+    let mirror = downstream(&down_scratch, &nats.url(), "fleet", "");
+    wait_for("the empty first sync", Duration::from_secs(30), || {
+        (fleet_number(&mirror, "reloads") == 1).then_some(())
+    });
+    assert!(mirror.list_all().is_empty());
+
+    origin.write_scenario("demo.json", &json!({"generate": 3}));
+    wait_for(
+        "the three entries downstream",
+        Duration::from_secs(30),
+        || (mirror.list_all().len() == 3).then_some(()),
+    );
+    wait_for("the status", Duration::from_secs(10), || {
+        (fleet_number(&mirror, "deltas") >= 1).then_some(())
+    });
+    let status = fleet_status(&mirror);
+    assert_eq!(status["reloads"], 1, "{status}");
+    assert!(same_catalog(&mirror, &upstream));
+}
+
 /// The downstream's own record of its follow, read from its database file: the bucket
 /// revision it has applied (`None` before its first sync).
 fn stored_revision(mirror: &Daemon) -> Option<i64> {
