@@ -212,20 +212,11 @@ impl Fetcher<'_> {
                 ));
             }
             // As in a walk: no entry of ours back, the upstream in its chain, no secrets.
-            let entries: Vec<_> = read
-                .entries
-                .into_iter()
-                .filter_map(
-                    |entry| match crate::walk::take_entry(entry, Some(&cursor.instance)) {
-                        Ok(entry) => Some(entry),
-                        Err(_) => {
-                            reads.looped += 1;
-                            None
-                        }
-                    },
-                )
-                .collect();
-            let entries = entries.into_iter();
+            let entries = read.entries.into_iter().filter_map(|entry| {
+                let taken = crate::walk::take_entry(entry, Some(&cursor.instance)).ok();
+                reads.looped += u64::from(taken.is_none());
+                taken
+            });
             let asked: BTreeSet<&str> = chunk.iter().map(String::as_str).collect();
             let mut found = BTreeSet::new();
             match kind {
