@@ -4,8 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::http_face::{fast_daemon_settings, free_port, http_exchange_at, TOKEN};
-use crate::support::{run_cli, stdio_server, wait_for, Daemon, Scratch};
+use crate::http_face::{fast_daemon_settings, http_exchange_at, TOKEN};
+use crate::support::{free_port, run_cli, stdio_server, wait_for, Daemon, Scratch};
 
 const NARROW_TOKEN: &str = "tok-narrow-9c41d0";
 

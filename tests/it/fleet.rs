@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::http_face::{
-    catalog_without_via, count_from, downstream, downstream_tuned, fast_daemon_settings, free_port,
-    Upstream, TOKEN,
+    catalog_without_via, count_from, downstream, downstream_tuned, fast_daemon_settings, Upstream,
+    TOKEN,
 };
 use crate::support::{
-    open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
+    free_port, open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
 };
 
 /// The origin's scenario in round `round`: 300 generated resources and `round % 5` extras,

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::http_face::{downstream, fast_daemon_settings, free_port, Upstream};
-use crate::support::{stdio_server, wait_for, Daemon, Scratch};
+use crate::http_face::{downstream, fast_daemon_settings, Upstream};
+use crate::support::{free_port, stdio_server, wait_for, Daemon, Scratch};
 
 const NARROW_TOKEN: &str = "tok-narrow-5e1b0d";
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{stdio_server, wait_for, Daemon, Scratch, StopOnDrop, MIRROR};
+use crate::support::{free_port, stdio_server, wait_for, Daemon, Scratch, StopOnDrop, MIRROR};
 
 /// A daemon with one small fixture and the HTTP face on loopback; `http` is the rest of the
 /// `[http]` table.
@@ -37,7 +37,7 @@ impl Face {
             true => http.to_string(),
             false => format!("tokens = {{ {} }}\n{http}", table.trim_end_matches(", ")),
         };
-        let port = crate::support::free_port();
+        let port = free_port();
         let address = format!("127.0.0.1:{port}");
         let servers = stdio_server("demo", &["--name", "demo", "--generate", "20"]);
         let config = scratch.config(&format!(

@@ -12,13 +12,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::{
-    run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch, SocketClient, StopOnDrop,
-    FIXTURE, MIRROR,
+    free_port, run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch, SocketClient,
+    StopOnDrop, FIXTURE, MIRROR,
 };
 
 pub(crate) const TOKEN: &str = "tok-fleet-7f3a9c";
-
-pub(crate) use crate::support::free_port;
 
 /// An HTTP address in use fails the start before anything is served: the daemon exits with
 /// the address in its error and never opened its socket, so no client (nor a test's start)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{wait_for, Daemon, HttpFixture, Scratch};
+use crate::support::{free_port, wait_for, Daemon, HttpFixture, Scratch};
 
 const RESOURCES_LIST_CHANGED: &str = "notifications/resources/list_changed";
 
@@ -30,8 +30,6 @@ fn weather_description(daemon: &Daemon, server: &str) -> Option<String> {
         .as_str()
         .map(str::to_string)
 }
-
-use crate::support::free_port;
 
 /// `Authorization: Bearer TOKEN` and its line end, or nothing.
 fn bearer(token: Option<&str>) -> String {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch};
+use crate::support::{free_port, run_cli, stdio_server, wait_for, Daemon, HttpFixture, Scratch};
 
 /// One fixture, driven by a scenario file and counting what it serves into a stats file.
 struct Fixture {
@@ -261,7 +261,7 @@ fn refresh_wait_rides_through_one_reconnect() {
 #[test]
 fn a_server_never_reached_says_cannot_connect() {
     // A loopback port nobody listens on.
-    let port = crate::support::free_port();
+    let port = free_port();
     let scratch = Scratch::new();
     let servers = format!("[servers.gone]\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
     let daemon = Daemon::start(&scratch, &scratch.config(&servers));

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::fleet::{latest_seq, remove_database, Churn};
-use crate::http_face::{catalog_without_via, free_port, more_daemon_settings};
+use crate::http_face::{catalog_without_via, more_daemon_settings};
 use crate::support::{
-    open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
+    free_port, open_database, stdio_server, wait_for, wait_for_every, Daemon, HttpFixture, Scratch,
 };
 
 /// A `nats-server` with JetStream, stopped when dropped.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use mcp_mirror::protocol::ScopeRule;
 use serde_json::{json, Value};
 
-use crate::http_face::{fast_daemon_settings, free_port, http_exchange, modern_request, TOKEN};
-use crate::support::{stdio_server, wait_for, Daemon, HttpFixture, Scratch};
+use crate::http_face::{fast_daemon_settings, http_exchange, modern_request, TOKEN};
+use crate::support::{free_port, stdio_server, wait_for, Daemon, HttpFixture, Scratch};
 
 const NARROW_TOKEN: &str = "tok-narrow-51b2e8";
 const OPS_TOKEN: &str = "tok-ops-a09c41";

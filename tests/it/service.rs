@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::{
-    open_database, stdio_server, wait_for, Daemon, HttpFixture, Scratch, SocketClient, MIRROR,
+    free_port, open_database, stdio_server, wait_for, Daemon, HttpFixture, Scratch, SocketClient,
+    MIRROR,
 };
 
 /// How long a SIGTERM may take to stop the daemon: sessions get 10 s, the rest is quick.
@@ -606,7 +607,7 @@ fn configured_tokens_never_reach_logs_status_or_errors() {
 
 #[test]
 fn socket_activation_serves_the_http_face_on_the_passed_tcp_socket() {
-    let (passed_port, configured_port) = (crate::support::free_port(), crate::support::free_port());
+    let (passed_port, configured_port) = (free_port(), free_port());
     let scratch = Scratch::new();
     let config = scratch.config(&format!(
         "{}[http]\nlisten = \"127.0.0.1:{configured_port}\"\n",

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use std::time::Duration;
 
-use crate::http_face::{free_port, http_exchange, modern_request};
-use crate::support::{run_cli, stdio_server, wait_for, Daemon};
+use crate::http_face::{http_exchange, modern_request};
+use crate::support::{free_port, run_cli, stdio_server, wait_for, Daemon};
 
 const AGENT: &str = "tok-agent-51c2e8d0";
 const FOLLOWER: &str = "tok-follower-9ad14c33";

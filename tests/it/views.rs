@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::http_face::{fast_daemon_settings, free_port, http_exchange_at, TOKEN};
-use crate::support::{stdio_server, wait_for, Daemon, Scratch};
+use crate::http_face::{fast_daemon_settings, http_exchange_at, TOKEN};
+use crate::support::{free_port, stdio_server, wait_for, Daemon, Scratch};
 
 const NARROW_TOKEN: &str = "tok-narrow-51e0b2";
 
