@@ -412,50 +412,21 @@ enum LogFormat {
     Json,
 }
 
-/// Blocks of 1 MiB and more (a large page, a 20 MiB error, a 60 MB entry) are mapped for
-/// themselves and given back to the kernel when freed. glibc's default raises this threshold
-/// after each large free, up to 32 MiB, so such buffers stay in the heap afterwards: in the soak
-/// run's hostile mix the heap (RssAnon) grew to 363 MB after 2 minutes; with the threshold fixed
-/// it stays at 105 MB and flat. Threads share at most `HEAP_ARENAS` heaps: glibc gives up to
-/// eight per core, each keeping what its threads freed, so the many threads of a big swap's
-/// stream (the writer, readers, the index keeper, the runtime's workers) held the same bytes
-/// several times over. Called before any thread exists.
-fn bound_heap_retention() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; no thread exists yet.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-        libc::mallopt(libc::M_ARENA_MAX, HEAP_ARENAS);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD);
-    }
-}
-
-/// Keeps the last large blocks freed for the next allocation of their size (`heap`).
+/// The daemon's allocator, jemalloc (`heap`); SQLite's allocations stay on glibc's.
 #[global_allocator]
-static ALLOCATOR: mcp_mirror::heap::ReusingAllocator = mcp_mirror::heap::ReusingAllocator::new();
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// The most heaps (glibc arenas) the daemon's threads share.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const HEAP_ARENAS: i32 = 4;
-
-/// Free memory at the top of a heap is given back to the kernel past this much. Fixing the
-/// mapping threshold left glibc's default, 128 KiB, and each search index commit, however
-/// small, builds a term dictionary per field whose ~1 MB node registry is allocated and freed
-/// in turn: every free gave the top of the heap back (`madvise`, 10 times a commit) and the
-/// next field's registry faulted it in again. 1 MiB (at most that much kept free per heap,
-/// `HEAP_ARENAS` heaps) keeps it: with `heap::ReusingAllocator`, a downstream's CPU per
-/// followed change went from 19.5 to 13.6 ms (means over 10 followers x 10 changes, fleet
-/// bench, 2026-12-05; 12.8 ms with 4 MiB, 16.0 ms with 4 MiB alone, 14.3 ms with the reuse
-/// alone). 4 MiB per heap took the first sync of 1,000,000 over its 150 MB budget (`heap`).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const HEAP_TRIM_THRESHOLD: i32 = 1 << 20;
+/// jemalloc's options, where it looks for them (its symbols carry the `_rjem_` prefix).
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = mcp_mirror::heap::JEMALLOC_OPTIONS;
 
 // Over 100 lines on purpose: the binary's one table of subcommands, each an arm calling its library
 // function, and the exit codes.
 fn main() -> ExitCode {
     let arguments = Arguments::parse();
     if matches!(arguments.command, Command::Serve { .. }) {
-        bound_heap_retention();
+        mcp_mirror::heap::bound_sqlite_heap();
     }
     if !matches!(arguments.command, Command::Serve { .. }) {
         // SAFETY: restoring the default SIGPIPE action before any thread exists; it lets

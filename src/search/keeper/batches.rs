@@ -181,17 +181,14 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
     }
 
     /// Applies the last piece at the target generation (or only moves the generation when
-    /// nothing changed an entry), and gives the allocator's freed memory back after a split
-    /// catch-up (glibc keeps freed arenas otherwise). Returns the pin of the commit searches
+    /// nothing changed an entry); what a split catch-up's batches took goes back to the kernel
+    /// by the allocator's decay (`heap`). Returns the pin of the commit searches
     /// answered from meanwhile, if any: the caller drops it once the index says it is ready,
     /// so no search finds the index neither ready nor pinned in between.
     pub(super) fn finish(mut self) -> Result<Option<Pin<'index>>, KeepError> {
         match self.pending.take() {
             Some(last) => self.apply(last, self.target)?,
             None => self.index.advance(self.target)?,
-        }
-        if self.split {
-            release_freed_memory();
         }
         Ok(self.pin.take())
     }
@@ -295,15 +292,5 @@ impl<'index, 'snapshot> Commits<'index, 'snapshot> {
         index.set_replacing(false);
         applied??;
         Ok(())
-    }
-}
-
-/// Gives the pages glibc's allocator keeps after a large free back to the kernel: a split
-/// catch-up frees its batches one by one, and without this the heap stays at its peak.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free memory of the allocator's arenas to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
