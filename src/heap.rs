@@ -1,6 +1,8 @@
 //! The daemon's allocators: jemalloc for everything Rust allocates, glibc's malloc for SQLite.
 //!
-//! The binary sets `tikv_jemallocator::Jemalloc` as its global allocator with `JEMALLOC_OPTIONS`.
+//! The binary sets jemalloc as its global allocator with `JEMALLOC_OPTIONS`
+//! (`use_daemon_allocator!`), and so does the benchmark harness, whose bare loop and index
+//! costs run the daemon's code in its own process.
 //! A first sync moves every row between threads: the walk parses a page, the writer stores it,
 //! the index's builder indexes it and frees it. glibc's malloc locks the heap a block came from
 //! to free it in another thread, and `perf` of a first sync of 1,000,000 found a fifth of the
@@ -28,6 +30,24 @@
 ///   used in each (the mimalloc trial's peak, BENCHMARKS.md).
 pub const JEMALLOC_OPTIONS: &[u8] =
     b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:2,thp:never\0";
+
+pub use tikv_jemallocator::Jemalloc;
+
+/// Makes jemalloc, with `JEMALLOC_OPTIONS`, the global allocator of the program that calls it
+/// (once, at the top of its `main.rs`): the daemon's binary, and the benchmarks that measure
+/// the daemon's code in their own process. jemalloc reads its options from `_rjem_malloc_conf`
+/// (its symbols carry the `_rjem_` prefix).
+#[macro_export]
+macro_rules! use_daemon_allocator {
+    () => {
+        #[global_allocator]
+        static ALLOCATOR: $crate::heap::Jemalloc = $crate::heap::Jemalloc;
+
+        #[allow(non_upper_case_globals)]
+        #[export_name = "_rjem_malloc_conf"]
+        pub static malloc_conf: &[u8] = $crate::heap::JEMALLOC_OPTIONS;
+    };
+}
 
 /// SQLite's heap (glibc's malloc): blocks of 1 MiB and more (a large entry's text read or
 /// written) are mapped for themselves and unmapped when freed, where glibc's default would

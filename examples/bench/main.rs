@@ -35,6 +35,10 @@ mod start;
 mod swap;
 mod walk;
 
+// The daemon's allocator (`mcp_mirror::heap`): the bare loop (the daemon's transport) and `index`
+// (its indexing) run the daemon's code in this process, and are measured as the daemon runs it.
+mcp_mirror::use_daemon_allocator!();
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;

@@ -412,14 +412,8 @@ enum LogFormat {
     Json,
 }
 
-/// The daemon's allocator, jemalloc (`heap`); SQLite's allocations stay on glibc's.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's options, where it looks for them (its symbols carry the `_rjem_` prefix).
-#[allow(non_upper_case_globals)]
-#[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = mcp_mirror::heap::JEMALLOC_OPTIONS;
+// The daemon's allocator, jemalloc (`heap`); SQLite's allocations stay on glibc's.
+mcp_mirror::use_daemon_allocator!();
 
 // Over 100 lines on purpose: the binary's one table of subcommands, each an arm calling its library
 // function, and the exit codes.

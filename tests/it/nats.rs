@@ -825,7 +825,11 @@ fn a_history_purged_while_a_downstream_is_down_costs_exactly_one_reload() {
         Duration::from_secs(30),
         || synced(&mirror, &upstream).then_some(()),
     );
-    let status = fleet_status(&mirror);
+    // The follower counts its reload just after the swap that shows it: waited for.
+    let status = wait_for("the reload counted", Duration::from_secs(30), || {
+        let status = fleet_status(&mirror);
+        (status["reloads"].as_u64() >= Some(1)).then_some(status)
+    });
     assert_eq!(status["reloads"], 1, "exactly one reload: {status}");
     assert!(mirror.log_text().contains("loaded the whole bucket"));
 
