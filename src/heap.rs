@@ -8,7 +8,8 @@
 //! to free it in another thread, and `perf` of a first sync of 1,000,000 found a fifth of the
 //! daemon's samples in those locks' futexes. jemalloc frees into the freeing thread's cache and
 //! hands blocks back to their arena in batches: side by side (BENCHMARKS.md, "first sync"), the
-//! first sync took 0.8x the time, with a lower peak and rest memory.
+//! first sync of 1,000,000 took 0.87x the time (median of 11 runs each), with a lower peak and
+//! rest memory.
 //!
 //! SQLite's own allocations (bundled, calling `malloc`) stay on glibc's heap, bounded by the
 //! binary at start (`bound_sqlite_heap`): large blocks mapped for themselves, few arenas, little
@@ -25,7 +26,8 @@
 ///   of each search index commit paged in from one commit to the next in a burst;
 /// - `narenas:2`: two arenas, whatever the core count (jemalloc's default is four per core):
 ///   every arena keeps pages of its own, and the daemon's few busy threads meet in an arena
-///   only when their thread caches fill or empty;
+///   for a small block only when their thread caches fill or empty (blocks over 32 KiB go to
+///   the arena each time);
 /// - `thp:never`: no transparent huge pages, whose 2 MiB pages stay resident for a few bytes
 ///   used in each (the mimalloc trial's peak, BENCHMARKS.md).
 pub const JEMALLOC_OPTIONS: &[u8] =
