@@ -5,11 +5,10 @@
 //! costs run the daemon's code in its own process.
 //! A first sync moves every row between threads: the walk parses a page, the writer stores it,
 //! the index's builder indexes it and frees it. glibc's malloc locks the heap a block came from
-//! to free it in another thread, and `perf` of a first sync of 1,000,000 found a fifth of the
-//! daemon's samples in those locks' futexes. jemalloc frees into the freeing thread's cache and
-//! hands blocks back to their arena in batches: side by side (BENCHMARKS.md, "first sync"), the
-//! first sync of 1,000,000 took 0.87x the time (median of 11 runs each), with a lower peak and
-//! rest memory.
+//! to free it in another thread, and `perf` of a first sync found many of the daemon's samples
+//! in those locks' futexes. jemalloc frees into the freeing thread's cache and hands blocks back
+//! to their arena in batches: the first sync is shorter and the peak and rest memory lower,
+//! side by side (BENCHMARKS.md, "first sync").
 //!
 //! SQLite's own allocations (bundled, calling `malloc`) stay on glibc's heap, bounded by the
 //! binary at start (`bound_sqlite_heap`): large blocks mapped for themselves, few arenas, little
